@@ -1,0 +1,183 @@
+/* hearth.h — the one public header of the hearth inference library.
+ *
+ * Two objects:
+ *   hearth_model    a loaded, quantized checkpoint plus its backend. Weights are immutable after
+ *                   load; the model also owns the pool of KV blocks its sessions draw from (the pool
+ *                   is internally locked, so several sessions may live on one model).
+ *   hearth_session  one timeline: the tokens it has seen, the KV blocks that hold them, and the
+ *                   logits of its last position. The primitive is "sync to this full token prefix":
+ *                   the session keeps the longest common prefix it already has and evaluates the rest,
+ *                   so prefix reuse is a property of the API, not a server trick.
+ *
+ * Errors: every fallible function returns 0 or a negative HEARTH_ERR_* code and fills the
+ * caller's struct hearth_err with a message naming the file, tensor, field or argument.
+ * The library never exits the process. Unless stated otherwise an object is left unchanged by a
+ * failing call. A session is used from one thread at a time; distinct sessions of one model may be
+ * used from distinct threads only through hearth_sessions_step (one forward pass at a time per model).
+ */
+#ifndef HEARTH_H
+#define HEARTH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum hearth_status {
+  HEARTH_OK = 0,
+  HEARTH_ERR_IO = -1,          /* a file could not be opened, read or mapped */
+  HEARTH_ERR_FORMAT = -2,      /* malformed checkpoint, JSON or tokenizer data */
+  HEARTH_ERR_UNSUPPORTED = -3, /* well-formed but not something hearth implements */
+  HEARTH_ERR_NOMEM = -4,       /* host or device allocation failed */
+  HEARTH_ERR_ARG = -5,         /* a caller-supplied argument is out of range */
+  HEARTH_ERR_BACKEND = -6,     /* the compute backend failed (e.g. CUDA error, no GPU) */
+  HEARTH_ERR_CTX_FULL = -7,    /* the session or KV pool has no room for more tokens */
+  HEARTH_ERR_CANCELLED = -8,   /* the operation was cancelled by the caller */
+};
+
+struct hearth_model;   /* opaque */
+struct hearth_session; /* opaque */
+
+struct hearth_err {
+  int code;
+  char msg[512];
+};
+
+/* ---- models ----------------------------------------------------------------------- */
+
+enum hearth_dtype {
+  HEARTH_DTYPE_INT4 = 0, /* symmetric int4, group 128, fp16 scale per group (the default) */
+  HEARTH_DTYPE_BF16 = 1, /* weights as stored (bf16), computed in f32 */
+  HEARTH_DTYPE_F32 = 2,  /* weights widened to f32, computed in f32: the exact reference path */
+};
+
+enum hearth_backend_kind {
+  HEARTH_BACKEND_CPU = 0,
+  HEARTH_BACKEND_CUDA = 1,
+};
+
+struct hearth_model_params {
+  const char *path;              /* Hugging Face model directory */
+  enum hearth_dtype dtype;       /* default HEARTH_DTYPE_INT4 */
+  enum hearth_backend_kind backend;
+  int n_threads;                 /* CPU threads; 0 = all online cores */
+  int kv_tokens;                 /* KV pool capacity in tokens over all sessions; 0 = 8192 */
+  int verbose;                   /* print the memory plan on load */
+  int exact;                     /* 1: reference kernels only (int4 with f32 activations, no
+                                    activation quantization): the path tested for exact parity */
+};
+
+enum hearth_family {
+  HEARTH_FAMILY_QWEN2 = 0,
+  HEARTH_FAMILY_QWEN3 = 1,
+  HEARTH_FAMILY_GEMMA4 = 2,
+};
+
+struct hearth_model_info {
+  enum hearth_family family;
+  const char *family_name;  /* "qwen2", "qwen3", ... */
+  const char *arch;         /* architectures[0] from config.json */
+  int is_embedding;         /* 1: no LM head; use hearth_session_embed */
+  int n_vocab;              /* rows of the LM head / embedding table */
+  int n_embd;               /* hidden size */
+  int n_layer;
+  int n_head, n_head_kv, head_dim;
+  int n_ff;
+  int n_ctx_train;          /* max_position_embeddings */
+  int bos_id;               /* -1 when none */
+  int n_eos;                /* stop ids from config.json and generation_config.json */
+  int eos_ids[8];
+  enum hearth_dtype dtype;
+  enum hearth_backend_kind backend;
+  uint64_t n_params;        /* parameters of the text model */
+  uint64_t weight_bytes;    /* bytes of weights held by the backend */
+  uint64_t weight_bytes_per_token; /* bytes a decode step must read (tied table counted once) */
+  uint64_t kv_bytes;        /* bytes of the KV pool */
+  int kv_block_tokens;      /* tokens per KV block */
+  int kv_blocks;            /* blocks in the pool */
+};
+
+void hearth_model_params_default(struct hearth_model_params *p);
+
+/* Loads the checkpoint at p->path: validates config.json and every safetensors header, binds the
+ * family's tensors, quantizes as p->dtype asks and uploads to the backend. On success *out owns
+ * everything; the safetensors mappings are released before return. */
+int hearth_model_load(const struct hearth_model_params *p, struct hearth_model **out,
+                      struct hearth_err *err);
+void hearth_model_free(struct hearth_model *m);
+const struct hearth_model_info *hearth_model_info(const struct hearth_model *m);
+
+/* ---- sessions ---------------------------------------------------------------------- */
+
+struct hearth_session_params {
+  int n_ctx; /* the most tokens this session may hold; 0 = min(kv pool, n_ctx_train) */
+};
+
+int hearth_session_new(struct hearth_model *m, const struct hearth_session_params *p,
+                       struct hearth_session **out, struct hearth_err *err);
+void hearth_session_free(struct hearth_session *s);
+
+/* Makes the session hold exactly tokens[0..n): keeps the longest common prefix with what it holds,
+ * drops the rest, evaluates the remainder in batched prefill and leaves the logits of position n-1
+ * in hearth_session_logits. n must be >= 1. If nothing new is evaluated (tokens equal the held
+ * prefix) the last position is re-evaluated so that logits are always current.
+ * On error the session holds some prefix of tokens (possibly empty). */
+int hearth_session_sync(struct hearth_session *s, const int32_t *tokens, int n,
+                        struct hearth_err *err);
+/* Appends tokens and evaluates them (= sync to held + tokens). */
+int hearth_session_append(struct hearth_session *s, const int32_t *tokens, int n,
+                          struct hearth_err *err);
+int hearth_session_n_tokens(const struct hearth_session *s);
+const int32_t *hearth_session_tokens(const struct hearth_session *s);
+/* Logits [n_vocab] f32 of the last evaluated position; NULL before the first evaluation or for
+ * embedding models. Valid until the next call on this session. */
+const float *hearth_session_logits(const struct hearth_session *s);
+
+/* One forward pass over several sessions: appends tokens[i][0..n_tokens[i]) to sessions[i] for every
+ * i and computes each session's last-position logits. This is the continuous-batching primitive. */
+int hearth_sessions_step(struct hearth_session **sessions, int n_sessions,
+                         const int32_t *const *tokens, const int *n_tokens, struct hearth_err *err);
+
+/* Embedding models: evaluates tokens[0..n) from position 0 (the session is reset), pools the last
+ * token's final hidden state and L2-normalises it into out[0..n_embd). */
+int hearth_session_embed(struct hearth_session *s, const int32_t *tokens, int n, float *out,
+                         struct hearth_err *err);
+
+/* ---- sampling ---------------------------------------------------------------------- */
+
+struct hearth_sampling {
+  float temperature;        /* 0 = greedy (argmax, lowest id on ties) */
+  int top_k;                /* 0 = off */
+  float top_p;              /* 1 = off */
+  float min_p;              /* 0 = off */
+  float repetition_penalty; /* 1 = off (HF semantics: divide positive logits, multiply negative) */
+  float presence_penalty;   /* 0 = off (OpenAI semantics) */
+  float frequency_penalty;  /* 0 = off */
+  uint64_t seed;
+};
+
+void hearth_sampling_default(struct hearth_sampling *p);
+
+struct hearth_sampler; /* seeded RNG + scratch for one request */
+int hearth_sampler_new(const struct hearth_sampling *p, int n_vocab, struct hearth_sampler **out,
+                       struct hearth_err *err);
+void hearth_sampler_free(struct hearth_sampler *s);
+/* Chooses the next token from logits[n_vocab]. history (may be NULL) is the tokens generated so far,
+ * used by the penalties. logits is not modified. */
+int32_t hearth_sampler_sample(struct hearth_sampler *s, const float *logits, const int32_t *history,
+                              int n_history);
+
+/* log-softmax of logits at id (natural log), in f64 accumulation. */
+float hearth_logprob(const float *logits, int n_vocab, int32_t id);
+
+/* ---- misc -------------------------------------------------------------------------- */
+
+const char *hearth_status_name(int code);
+const char *hearth_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

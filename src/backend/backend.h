@@ -1,0 +1,145 @@
+/* backend.h — the one op table every compute backend fills (CPU, CUDA).
+ *
+ * Family forward passes (src/model/<family>.c) are written only against these ops, so the same
+ * code runs on every backend. Conventions:
+ *   - Storage is row-major. An activation tensor is [rows × cols]; a batch of n tokens of width d is
+ *     [n × d]. A weight W is [out × in] exactly as stored in safetensors (PyTorch nn.Linear), and
+ *     matmul computes y = x · Wᵀ (+ b).
+ *   - Activations are f32 on the CPU. A backend may keep them in another dtype internally (CUDA's
+ *     fast path uses f16); host reads and writes always see f32 (or i32 for index tensors).
+ *   - Ops are enqueued in order on the backend's stream; results are visible to the host after
+ *     read() (which synchronises).
+ *   - The scalar CPU ops (cpu/ops_ref.c) are the specification: every other kernel is tested
+ *     against them.
+ * What this file does not do: own the model or the KV block tables (runtime/), or quantize
+ * (quant/q4.c produces the host-side reference layout that weight_upload repacks).
+ */
+#ifndef HEARTH_BACKEND_H
+#define HEARTH_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+
+enum hb_dtype {
+  HB_F32 = 0,
+  HB_F16 = 1,
+  HB_BF16 = 2,
+  HB_Q4 = 3,  /* int4 group-128 weights, layout private to the backend */
+  HB_I32 = 4,
+};
+
+/* A tensor lives in backend memory. For HB_Q4 `data`/`aux` are backend-private (packed quants and
+ * scales); for the others `data` points at rows*cols elements (device memory on CUDA). */
+struct hb_tensor {
+  enum hb_dtype dtype;
+  int64_t rows, cols;
+  void *data;
+  void *aux;
+  size_t bytes; /* bytes owned (0 for a view) */
+};
+
+/* Host-side weight handed to weight_upload. */
+struct hb_host_weight {
+  enum hb_dtype dtype;     /* HB_Q4 (reference layout below), HB_BF16 or HB_F32 */
+  int64_t rows, cols;
+  const void *data;        /* HB_Q4: [rows][cols/2] bytes, byte j of a row = (q[2j]+8) | (q[2j+1]+8) << 4 */
+  const uint16_t *scales;  /* HB_Q4: [rows][cols/128] fp16 bits; NULL otherwise */
+};
+
+/* Where a batch's tokens sit in the paged KV cache. Token t belongs to sequence seq[t] at position
+ * pos[t]; its key/value live in block block_table[seq[t] * max_blocks + pos[t] / block_size], slot
+ * pos[t] % block_size. Attention for token t covers keys of seq[t] at positions
+ * [max(0, pos[t] - window + 1), pos[t]] (window 0 = no window). Keys of a batch are written before
+ * its attention runs, so tokens of one sequence in one batch see each other causally. */
+struct hb_batch {
+  int n_tokens;
+  int n_seqs;
+  int max_blocks;    /* columns of block_table */
+  int block_size;    /* tokens per KV block */
+  const int32_t *pos;          /* host [n_tokens] */
+  const int32_t *seq;          /* host [n_tokens] */
+  const int32_t *block_table;  /* host [n_seqs × max_blocks] */
+  const int32_t *seq_len;      /* host [n_seqs]: tokens of each sequence after this batch */
+  const int32_t *out_rows;     /* host [n_out]: token indices whose outputs (logits/hidden) are wanted */
+  int n_out;
+  /* backend copies, filled by batch_upload */
+  struct hb_tensor d_pos, d_seq, d_block_table, d_seq_len, d_out_rows;
+};
+
+/* One layer's KV storage: [n_blocks × block_size × n_kv_heads × head_dim] for K and for V. */
+struct hb_kv_layer {
+  struct hb_tensor k, v;
+  int n_kv_heads, head_dim;
+};
+
+struct hb_attn_params {
+  int n_heads, n_kv_heads, head_dim;
+  float scale;   /* multiplies q·k */
+  int window;    /* sliding window in tokens, 0 = full causal */
+  float softcap; /* attention logit soft-cap, 0 = off */
+};
+
+struct hb_ctx; /* backend instance */
+
+struct hb_config {
+  int n_threads;    /* CPU */
+  int device;       /* CUDA device ordinal */
+  int exact;        /* 1: f32 activations everywhere (the reference path for tests) */
+};
+
+struct hb_ops {
+  const char *name;
+  int (*init)(const struct hb_config *cfg, struct hb_ctx **out, struct hearth_err *err);
+  void (*free)(struct hb_ctx *ctx);
+
+  /* memory */
+  int (*alloc)(struct hb_ctx *ctx, struct hb_tensor *t, enum hb_dtype dt, int64_t rows, int64_t cols,
+               struct hearth_err *err);
+  void (*release)(struct hb_ctx *ctx, struct hb_tensor *t);
+  int (*weight_upload)(struct hb_ctx *ctx, struct hb_tensor *dst, const struct hb_host_weight *src,
+                       struct hearth_err *err);
+  /* host <-> backend copies of whole rows of f32/i32 tensors: rows [row0, row0+n_rows) */
+  int (*write)(struct hb_ctx *ctx, struct hb_tensor *t, int64_t row0, int64_t n_rows, const void *host);
+  int (*read)(struct hb_ctx *ctx, const struct hb_tensor *t, int64_t row0, int64_t n_rows, void *host);
+  int (*batch_upload)(struct hb_ctx *ctx, struct hb_batch *b, struct hearth_err *err);
+
+  /* ops; out and inputs are distinct tensors unless stated */
+  /* out[n × d] = table[ids[i]] (table: Q4, BF16 or F32 [vocab × d]), times scale */
+  void (*embed)(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *table,
+                const struct hb_tensor *ids, int n, float scale);
+  /* rows of width w->cols: out = x / rms(x) * (w + w_offset); in place allowed (out == x).
+   * x is viewed as [x->rows*x->cols / w->cols × w->cols] (per-head norms). */
+  void (*rmsnorm)(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *x,
+                  const struct hb_tensor *w, float eps, float w_offset);
+  /* out[n × W.rows] = x[n × W.cols] · Wᵀ + bias (bias F32 [1 × W.rows] or NULL); first n rows of x */
+  void (*matmul)(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *x,
+                 const struct hb_tensor *w, const struct hb_tensor *bias, int n);
+  /* NeoX (split-half) rotary on x[n × n_heads*head_dim] in place, first n_rot dims of each head */
+  void (*rope_neox)(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_batch *b, int n_heads,
+                    int head_dim, int n_rot, float theta);
+  /* writes k, v [n × n_kv*hd] into the layer's cache at the batch's slots */
+  void (*kv_write)(struct hb_ctx *ctx, struct hb_kv_layer *kv, const struct hb_tensor *k,
+                   const struct hb_tensor *v, const struct hb_batch *b);
+  /* out[n × n_heads*hd] = softmax(q·kᵀ·scale + mask)·v over the paged cache */
+  void (*attention)(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *q,
+                    const struct hb_kv_layer *kv, const struct hb_batch *b,
+                    const struct hb_attn_params *p);
+  /* out = silu(gate) * up, elementwise over the first n rows */
+  void (*silu_mul)(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *gate,
+                   const struct hb_tensor *up, int n);
+  /* x += y over the first n rows */
+  void (*add)(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *y, int n);
+  /* out[k × cols] = x[rows[i]] for the batch's out_rows */
+  void (*gather_rows)(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *x,
+                      const struct hb_batch *b);
+  /* waits for queued work; returns 0 or a negative status with err filled */
+  int (*sync)(struct hb_ctx *ctx, struct hearth_err *err);
+};
+
+/* Backends compiled into this build. hb_cuda_ops is NULL-safe: hb_get returns NULL when absent. */
+const struct hb_ops *hb_get(int kind, struct hearth_err *err);
+extern const struct hb_ops hb_cpu_ops;
+
+#endif

@@ -1,0 +1,350 @@
+/* backend/cpu/cpu_backend.c — the CPU op table: f32 activations, a thread pool, paged KV in f32.
+ *
+ * Owns: splitting each op over the pool's threads and walking KV block tables. Does not own the
+ * inner loops of matmuls (cpu_kernels.h: a scalar reference set plus per-ISA sets chosen at init).
+ * With hb_config.exact the scalar set is used, which is the f32-activation int4 path that matches
+ * the oracle's quantize->dequantize references exactly. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_kernels.h"
+#include "base/half.h"
+#include "base/threadpool.h"
+#include "quant/q4.h"
+
+struct hb_ctx {
+  struct threadpool *pool;
+  const struct cpu_kernels *k;
+};
+
+static int cpu_init(const struct hb_config *cfg, struct hb_ctx **out, struct hearth_err *err) {
+  struct hb_ctx *c = calloc(1, sizeof *c);
+  if (!c) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
+  c->pool = threadpool_create(cfg ? cfg->n_threads : 0);
+  if (!c->pool) { free(c); return err_set(err, HEARTH_ERR_NOMEM, "cannot start CPU threads"); }
+  c->k = (cfg && cfg->exact) ? &cpu_kernels_ref : cpu_kernels_select();
+  *out = c;
+  return 0;
+}
+
+static void cpu_free(struct hb_ctx *c) {
+  if (!c) return;
+  threadpool_free(c->pool);
+  free(c);
+}
+
+static size_t dtype_size(enum hb_dtype dt) {
+  switch (dt) {
+  case HB_F32: case HB_I32: return 4;
+  case HB_F16: case HB_BF16: return 2;
+  default: return 0;
+  }
+}
+
+static int cpu_alloc(struct hb_ctx *c, struct hb_tensor *t, enum hb_dtype dt, int64_t rows, int64_t cols,
+                     struct hearth_err *err) {
+  (void)c;
+  memset(t, 0, sizeof *t);
+  size_t es = dtype_size(dt);
+  if (!es || rows < 0 || cols < 0) return err_set(err, HEARTH_ERR_ARG, "cpu alloc: bad dtype or shape");
+  if (rows && (uint64_t)cols > SIZE_MAX / es / (uint64_t)rows) return err_set(err, HEARTH_ERR_NOMEM, "cpu alloc: size overflows");
+  size_t bytes = (size_t)rows * (size_t)cols * es;
+  t->data = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+  if (!t->data && bytes) return err_set(err, HEARTH_ERR_NOMEM, "out of memory allocating %zu bytes", bytes);
+  t->dtype = dt;
+  t->rows = rows;
+  t->cols = cols;
+  t->bytes = bytes;
+  return 0;
+}
+
+static void cpu_release(struct hb_ctx *c, struct hb_tensor *t) {
+  if (!t) return;
+  if (t->dtype == HB_Q4 && t->data) {
+    struct cpu_q4 *q = t->data;
+    if (q->packed && c->k->q4_free_packed) c->k->q4_free_packed(q);
+    free(q->qs);
+    free(q->d);
+    free(q);
+  } else if (t->bytes) {
+    free(t->data);
+  }
+  memset(t, 0, sizeof *t);
+}
+
+static int cpu_weight_upload(struct hb_ctx *c, struct hb_tensor *dst, const struct hb_host_weight *src,
+                             struct hearth_err *err) {
+  memset(dst, 0, sizeof *dst);
+  if (src->dtype == HB_Q4) {
+    if (src->cols % Q4_GROUP) return err_set(err, HEARTH_ERR_ARG, "q4 weight cols %lld not a multiple of 128", (long long)src->cols);
+    struct cpu_q4 *q = calloc(1, sizeof *q);
+    size_t qb = (size_t)src->rows * (size_t)src->cols / 2, db = (size_t)src->rows * (size_t)(src->cols / Q4_GROUP) * 2;
+    if (q) { q->qs = malloc(qb); q->d = malloc(db); }
+    if (!q || !q->qs || !q->d) {
+      if (q) { free(q->qs); free(q->d); free(q); }
+      return err_set(err, HEARTH_ERR_NOMEM, "out of memory for a %lldx%lld int4 weight", (long long)src->rows, (long long)src->cols);
+    }
+    memcpy(q->qs, src->data, qb);
+    memcpy(q->d, src->scales, db);
+    q->rows = src->rows;
+    q->cols = src->cols;
+    if (c->k->q4_repack && c->k->q4_repack(q)) {
+      free(q->qs); free(q->d); free(q);
+      return err_set(err, HEARTH_ERR_NOMEM, "out of memory repacking an int4 weight");
+    }
+    dst->dtype = HB_Q4;
+    dst->rows = src->rows;
+    dst->cols = src->cols;
+    dst->data = q;
+    dst->bytes = qb + db;
+    return 0;
+  }
+  int rc = cpu_alloc(c, dst, src->dtype, src->rows, src->cols, err);
+  if (rc) return rc;
+  memcpy(dst->data, src->data, dst->bytes);
+  return 0;
+}
+
+static int cpu_write(struct hb_ctx *c, struct hb_tensor *t, int64_t row0, int64_t n_rows, const void *host) {
+  (void)c;
+  size_t rb = (size_t)t->cols * dtype_size(t->dtype);
+  memcpy((char *)t->data + (size_t)row0 * rb, host, (size_t)n_rows * rb);
+  return 0;
+}
+
+static int cpu_read(struct hb_ctx *c, const struct hb_tensor *t, int64_t row0, int64_t n_rows, void *host) {
+  (void)c;
+  size_t rb = (size_t)t->cols * dtype_size(t->dtype);
+  memcpy(host, (const char *)t->data + (size_t)row0 * rb, (size_t)n_rows * rb);
+  return 0;
+}
+
+static int cpu_batch_upload(struct hb_ctx *c, struct hb_batch *b, struct hearth_err *err) {
+  (void)c; (void)err; /* the CPU reads the host arrays directly */
+  (void)b;
+  return 0;
+}
+
+/* ---- embedding ------------------------------------------------------------------------ */
+
+static void cpu_embed(struct hb_ctx *c, struct hb_tensor *out, const struct hb_tensor *table,
+                      const struct hb_tensor *ids, int n, float scale) {
+  const int32_t *id = ids->data;
+  int64_t d = table->cols;
+  for (int t = 0; t < n; t++) {
+    float *o = (float *)out->data + t * d;
+    int64_t r = id[t];
+    if (table->dtype == HB_Q4) c->k->q4_row(table->data, r, o);
+    else if (table->dtype == HB_BF16) for (int64_t j = 0; j < d; j++) o[j] = bf16_to_f32(((const uint16_t *)table->data)[r * d + j]);
+    else memcpy(o, (const float *)table->data + r * d, (size_t)d * sizeof *o);
+    if (scale != 1.0f) for (int64_t j = 0; j < d; j++) o[j] *= scale;
+  }
+}
+
+/* ---- rmsnorm ----------------------------------------------------------------------------- */
+
+static void cpu_rmsnorm(struct hb_ctx *c, struct hb_tensor *out, const struct hb_tensor *x,
+                        const struct hb_tensor *w, float eps, float w_offset) {
+  (void)c;
+  int64_t d = w->cols * w->rows; /* weights are stored [1 × d] */
+  int64_t rows = x->rows * x->cols / d;
+  const float *wv = w->data;
+  for (int64_t r = 0; r < rows; r++) {
+    const float *xi = (const float *)x->data + r * d;
+    float *o = (float *)out->data + r * d;
+    double ss = 0;
+    for (int64_t j = 0; j < d; j++) ss += (double)xi[j] * xi[j];
+    float inv = (float)(1.0 / sqrt(ss / (double)d + (double)eps));
+    for (int64_t j = 0; j < d; j++) o[j] = xi[j] * inv * (wv[j] + w_offset);
+  }
+}
+
+/* ---- matmul -------------------------------------------------------------------------------- */
+
+struct mm_job {
+  const struct cpu_kernels *k;
+  struct hb_tensor *out;
+  const struct hb_tensor *x, *w, *bias;
+  int n;
+};
+
+static void mm_worker(void *arg, int ith, int nth) {
+  struct mm_job *j = arg;
+  long lo, hi;
+  threadpool_split((long)j->w->rows, ith, nth, 16, &lo, &hi);
+  if (lo >= hi) return;
+  float *out = j->out->data;
+  const float *x = j->x->data;
+  int64_t ldo = j->w->rows, ldx = j->x->cols, cols = j->w->cols;
+  switch (j->w->dtype) {
+  case HB_Q4: j->k->matmul_q4(j->w->data, x, ldx, j->n, lo, hi, out, ldo); break;
+  case HB_BF16: j->k->matmul_bf16(j->w->data, cols, x, ldx, j->n, lo, hi, out, ldo); break;
+  default: j->k->matmul_f32(j->w->data, cols, x, ldx, j->n, lo, hi, out, ldo); break;
+  }
+  if (j->bias) {
+    const float *b = j->bias->data;
+    for (int t = 0; t < j->n; t++)
+      for (long r = lo; r < hi; r++) out[t * ldo + r] += b[r];
+  }
+}
+
+static void cpu_matmul(struct hb_ctx *c, struct hb_tensor *out, const struct hb_tensor *x,
+                       const struct hb_tensor *w, const struct hb_tensor *bias, int n) {
+  struct mm_job j = {c->k, out, x, w, bias, n};
+  threadpool_run(c->pool, mm_worker, &j);
+}
+
+/* ---- rope, kv, attention ---------------------------------------------------------------- */
+
+static void cpu_rope_neox(struct hb_ctx *c, struct hb_tensor *x, const struct hb_batch *b, int n_heads,
+                          int head_dim, int n_rot, float theta) {
+  (void)c;
+  int half = n_rot / 2;
+  float inv_freq[1024];
+  for (int i = 0; i < half && i < 1024; i++)
+    inv_freq[i] = 1.0f / powf(theta, (float)(2 * i) / (float)n_rot);
+  for (int t = 0; t < b->n_tokens; t++) {
+    float p = (float)b->pos[t];
+    for (int i = 0; i < half; i++) {
+      float ang = p * inv_freq[i];
+      float cs = cosf(ang), sn = sinf(ang);
+      for (int h = 0; h < n_heads; h++) {
+        float *v = (float *)x->data + ((int64_t)t * n_heads + h) * head_dim;
+        float a = v[i], bb = v[i + half];
+        v[i] = a * cs - bb * sn;
+        v[i + half] = bb * cs + a * sn;
+      }
+    }
+  }
+}
+
+static inline int64_t kv_slot(const struct hb_batch *b, int seq, int pos) {
+  int32_t blk = b->block_table[seq * b->max_blocks + pos / b->block_size];
+  return (int64_t)blk * b->block_size + pos % b->block_size;
+}
+
+static void cpu_kv_write(struct hb_ctx *c, struct hb_kv_layer *kv, const struct hb_tensor *k,
+                         const struct hb_tensor *v, const struct hb_batch *b) {
+  (void)c;
+  int64_t w = (int64_t)kv->n_kv_heads * kv->head_dim;
+  for (int t = 0; t < b->n_tokens; t++) {
+    int64_t s = kv_slot(b, b->seq[t], b->pos[t]);
+    memcpy((float *)kv->k.data + s * w, (const float *)k->data + t * w, (size_t)w * sizeof(float));
+    memcpy((float *)kv->v.data + s * w, (const float *)v->data + t * w, (size_t)w * sizeof(float));
+  }
+}
+
+struct attn_job {
+  struct hb_tensor *out;
+  const struct hb_tensor *q;
+  const struct hb_kv_layer *kv;
+  const struct hb_batch *b;
+  const struct hb_attn_params *p;
+};
+
+/* One (token, head) per work item; online softmax over the sequence's keys, in f32. */
+static void attn_worker(void *arg, int ith, int nth) {
+  struct attn_job *j = arg;
+  const struct hb_attn_params *p = j->p;
+  const struct hb_batch *b = j->b;
+  int hd = p->head_dim, group = p->n_heads / p->n_kv_heads;
+  int64_t kvw = (int64_t)p->n_kv_heads * hd;
+  long lo, hi;
+  threadpool_split((long)b->n_tokens * p->n_heads, ith, nth, 1, &lo, &hi);
+  float acc[1024];
+  for (long it = lo; it < hi; it++) {
+    int t = (int)(it / p->n_heads), h = (int)(it % p->n_heads), kvh = h / group;
+    const float *q = (const float *)j->q->data + ((int64_t)t * p->n_heads + h) * hd;
+    float *o = (float *)j->out->data + ((int64_t)t * p->n_heads + h) * hd;
+    int seq = b->seq[t], pos = b->pos[t];
+    int start = p->window > 0 && pos - p->window + 1 > 0 ? pos - p->window + 1 : 0;
+    float mx = -INFINITY, sum = 0.0f;
+    for (int d = 0; d < hd; d++) acc[d] = 0.0f;
+    for (int kp = start; kp <= pos; kp++) {
+      int64_t s = kv_slot(b, seq, kp);
+      const float *kk = (const float *)j->kv->k.data + s * kvw + (int64_t)kvh * hd;
+      const float *vv = (const float *)j->kv->v.data + s * kvw + (int64_t)kvh * hd;
+      float sc = 0.0f;
+      for (int d = 0; d < hd; d++) sc += q[d] * kk[d];
+      sc *= p->scale;
+      if (p->softcap > 0.0f) sc = p->softcap * tanhf(sc / p->softcap);
+      if (sc > mx) {
+        float f = expf(mx - sc); /* exp(-inf) = 0 on the first key */
+        sum *= f;
+        for (int d = 0; d < hd; d++) acc[d] *= f;
+        mx = sc;
+      }
+      float e = expf(sc - mx);
+      sum += e;
+      for (int d = 0; d < hd; d++) acc[d] += e * vv[d];
+    }
+    float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+    for (int d = 0; d < hd; d++) o[d] = acc[d] * inv;
+  }
+}
+
+static void cpu_attention(struct hb_ctx *c, struct hb_tensor *out, const struct hb_tensor *q,
+                          const struct hb_kv_layer *kv, const struct hb_batch *b,
+                          const struct hb_attn_params *p) {
+  struct attn_job j = {out, q, kv, b, p};
+  threadpool_run(c->pool, attn_worker, &j);
+}
+
+/* ---- elementwise ------------------------------------------------------------------------- */
+
+static void cpu_silu_mul(struct hb_ctx *c, struct hb_tensor *out, const struct hb_tensor *gate,
+                         const struct hb_tensor *up, int n) {
+  (void)c;
+  int64_t m = (int64_t)n * gate->cols;
+  const float *g = gate->data, *u = up->data;
+  float *o = out->data;
+  for (int64_t i = 0; i < m; i++) o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+static void cpu_add(struct hb_ctx *c, struct hb_tensor *x, const struct hb_tensor *y, int n) {
+  (void)c;
+  int64_t m = (int64_t)n * x->cols;
+  float *a = x->data;
+  const float *bb = y->data;
+  for (int64_t i = 0; i < m; i++) a[i] += bb[i];
+}
+
+static void cpu_gather_rows(struct hb_ctx *c, struct hb_tensor *out, const struct hb_tensor *x,
+                            const struct hb_batch *b) {
+  (void)c;
+  for (int i = 0; i < b->n_out; i++)
+    memcpy((float *)out->data + (int64_t)i * x->cols, (const float *)x->data + (int64_t)b->out_rows[i] * x->cols,
+           (size_t)x->cols * sizeof(float));
+}
+
+static int cpu_sync(struct hb_ctx *c, struct hearth_err *err) {
+  (void)c; (void)err;
+  return 0;
+}
+
+const struct hb_ops hb_cpu_ops = {
+  .name = "cpu",
+  .init = cpu_init,
+  .free = cpu_free,
+  .alloc = cpu_alloc,
+  .release = cpu_release,
+  .weight_upload = cpu_weight_upload,
+  .write = cpu_write,
+  .read = cpu_read,
+  .batch_upload = cpu_batch_upload,
+  .embed = cpu_embed,
+  .rmsnorm = cpu_rmsnorm,
+  .matmul = cpu_matmul,
+  .rope_neox = cpu_rope_neox,
+  .kv_write = cpu_kv_write,
+  .attention = cpu_attention,
+  .silu_mul = cpu_silu_mul,
+  .add = cpu_add,
+  .gather_rows = cpu_gather_rows,
+  .sync = cpu_sync,
+};
+
+/* The kernel set in use, for `hearth bench` and tests. */
+const char *cpu_backend_kernels_name(const struct hb_ctx *c) { return c->k->name; }

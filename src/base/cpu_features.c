@@ -1,0 +1,55 @@
+/* base/cpu_features.c — cpuid probing for the run-time kernel choice. */
+#include "base/cpu_features.h"
+
+#include <stdlib.h>
+#include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+static struct cpu_features g_features;
+static int g_done;
+
+static void probe(struct cpu_features *f) {
+  memset(f, 0, sizeof *f);
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return;
+  int osxsave = (c >> 27) & 1;
+  f->fma = (c >> 12) & 1;
+  f->f16c = (c >> 29) & 1;
+  if (!osxsave) return;
+  unsigned xlo, xhi;
+  __asm__ volatile("xgetbv" : "=a"(xlo), "=d"(xhi) : "c"(0));
+  int ymm_ok = (xlo & 0x6) == 0x6, zmm_ok = (xlo & 0xe6) == 0xe6;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return;
+  f->avx2 = ymm_ok && ((b >> 5) & 1);
+  if (zmm_ok) {
+    f->avx512f = (b >> 16) & 1;
+    f->avx512dq = (b >> 17) & 1;
+    f->avx512bw = (b >> 30) & 1;
+    f->avx512vl = (b >> 31) & 1;
+    f->avx512vnni = (c >> 11) & 1;
+  }
+  unsigned a1, b1, c1, d1;
+  if (__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1)) {
+    f->avxvnni = ymm_ok && ((a1 >> 4) & 1);
+    f->avx512bf16 = zmm_ok && ((a1 >> 5) & 1);
+  }
+#endif
+  const char *cap = getenv("HEARTH_CPU");
+  if (cap && !strcmp(cap, "scalar")) memset(f, 0, sizeof *f);
+  if (cap && !strcmp(cap, "avx2")) {
+    f->avx512f = f->avx512bw = f->avx512vl = f->avx512dq = f->avx512vnni = f->avx512bf16 = 0;
+  }
+}
+
+const struct cpu_features *cpu_features_get(void) {
+  if (!__atomic_load_n(&g_done, __ATOMIC_ACQUIRE)) {
+    struct cpu_features f;
+    probe(&f);
+    g_features = f; /* idempotent: racing threads write the same value */
+    __atomic_store_n(&g_done, 1, __ATOMIC_RELEASE);
+  }
+  return &g_features;
+}

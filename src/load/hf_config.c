@@ -1,0 +1,187 @@
+/* load/hf_config.c — config.json parsing and family detection. */
+#include "load/hf_config.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+/* architectures / model_type -> family. The only place that compares family names. */
+static const struct { const char *name; enum hearth_family family; } k_families[] = {
+  {"Qwen2ForCausalLM", HEARTH_FAMILY_QWEN2},
+  {"qwen2", HEARTH_FAMILY_QWEN2},
+  {"Qwen3ForCausalLM", HEARTH_FAMILY_QWEN3},
+  {"Qwen3Model", HEARTH_FAMILY_QWEN3},
+  {"qwen3", HEARTH_FAMILY_QWEN3},
+};
+
+const char *hf_family_name(enum hearth_family f) {
+  switch (f) {
+  case HEARTH_FAMILY_QWEN2: return "qwen2";
+  case HEARTH_FAMILY_QWEN3: return "qwen3";
+  case HEARTH_FAMILY_GEMMA4: return "gemma4";
+  }
+  return "?";
+}
+
+static int get_int(json_t *root, const char *path, const char *key, int required, int def, int lo,
+                   int hi, int *out, struct hearth_err *err) {
+  json_t *v = json_object_get(root, key);
+  if (!v || json_is_null(v)) {
+    if (required) return err_set(err, HEARTH_ERR_FORMAT, "%s: field '%s' is missing", path, key);
+    *out = def;
+    return 0;
+  }
+  if (!json_is_integer(v)) return err_set(err, HEARTH_ERR_FORMAT, "%s: field '%s' must be an integer", path, key);
+  json_int_t x = json_integer_value(v);
+  if (x < lo || x > hi)
+    return err_set(err, HEARTH_ERR_FORMAT, "%s: field '%s' = %lld is out of range [%d, %d]", path, key, (long long)x, lo, hi);
+  *out = (int)x;
+  return 0;
+}
+
+static int get_num(json_t *root, const char *path, const char *key, double def, double lo, double hi,
+                   float *out, struct hearth_err *err) {
+  json_t *v = json_object_get(root, key);
+  if (!v || json_is_null(v)) { *out = (float)def; return 0; }
+  if (!json_is_number(v)) return err_set(err, HEARTH_ERR_FORMAT, "%s: field '%s' must be a number", path, key);
+  double x = json_number_value(v);
+  if (!(x >= lo && x <= hi)) return err_set(err, HEARTH_ERR_FORMAT, "%s: field '%s' = %g is out of range", path, key, x);
+  *out = (float)x;
+  return 0;
+}
+
+static int get_bool(json_t *root, const char *path, const char *key, int def, int *out, struct hearth_err *err) {
+  json_t *v = json_object_get(root, key);
+  if (!v || json_is_null(v)) { *out = def; return 0; }
+  if (!json_is_boolean(v)) return err_set(err, HEARTH_ERR_FORMAT, "%s: field '%s' must be true or false", path, key);
+  *out = json_is_true(v);
+  return 0;
+}
+
+static void add_eos(struct hf_config *c, json_int_t id) {
+  if (id < 0 || id > 0x7fffffff) return;
+  for (int i = 0; i < c->n_eos; i++) if (c->eos_token_ids[i] == id) return;
+  if (c->n_eos < 8) c->eos_token_ids[c->n_eos++] = (int)id;
+}
+
+static void read_eos(json_t *root, struct hf_config *c) {
+  json_t *e = json_object_get(root, "eos_token_id");
+  if (json_is_integer(e)) add_eos(c, json_integer_value(e));
+  if (json_is_array(e)) {
+    size_t i;
+    json_t *x;
+    json_array_foreach(e, i, x) if (json_is_integer(x)) add_eos(c, json_integer_value(x));
+  }
+}
+
+enum { MAX_DIM = 1 << 20, MAX_VOCAB = 1 << 22, MAX_LAYERS = 1024 };
+
+int hf_config_parse(const char *text, size_t len, const char *path, struct hf_config *c,
+                    struct hearth_err *err) {
+  memset(c, 0, sizeof *c);
+  json_error_t jerr;
+  json_t *root = json_loadb(text, len, 0, &jerr);
+  if (!root) return err_set(err, HEARTH_ERR_FORMAT, "%s: not valid JSON: %s (line %d)", path, jerr.text, jerr.line);
+  int rc = 0;
+  if (!json_is_object(root)) { rc = err_set(err, HEARTH_ERR_FORMAT, "%s: not a JSON object", path); goto done; }
+  const char *arch = NULL;
+  json_t *archs = json_object_get(root, "architectures");
+  if (json_is_array(archs) && json_array_size(archs) > 0 && json_is_string(json_array_get(archs, 0)))
+    arch = json_string_value(json_array_get(archs, 0));
+  json_t *mt = json_object_get(root, "model_type");
+  const char *model_type = json_is_string(mt) ? json_string_value(mt) : NULL;
+  if (!arch && !model_type) { rc = err_set(err, HEARTH_ERR_FORMAT, "%s: neither 'architectures' nor 'model_type' is present", path); goto done; }
+  int found = 0;
+  for (size_t i = 0; i < sizeof k_families / sizeof k_families[0] && !found; i++)
+    if ((arch && !strcmp(arch, k_families[i].name))) { c->family = k_families[i].family; found = 1; }
+  for (size_t i = 0; i < sizeof k_families / sizeof k_families[0] && !found; i++)
+    if ((model_type && !strcmp(model_type, k_families[i].name))) { c->family = k_families[i].family; found = 1; }
+  if (!found) {
+    rc = err_set(err, HEARTH_ERR_UNSUPPORTED, "%s: unsupported model family (architectures[0] = '%s', model_type = '%s'); hearth supports Qwen2ForCausalLM and Qwen3ForCausalLM/Qwen3Model", path, arch ? arch : "", model_type ? model_type : "");
+    goto done;
+  }
+  snprintf(c->arch, sizeof c->arch, "%s", arch ? arch : model_type);
+  if ((rc = get_int(root, path, "vocab_size", 1, 0, 1, MAX_VOCAB, &c->vocab_size, err))) goto done;
+  if ((rc = get_int(root, path, "hidden_size", 1, 0, 1, MAX_DIM, &c->hidden_size, err))) goto done;
+  if ((rc = get_int(root, path, "intermediate_size", 1, 0, 1, MAX_DIM, &c->intermediate_size, err))) goto done;
+  if ((rc = get_int(root, path, "num_hidden_layers", 1, 0, 1, MAX_LAYERS, &c->num_hidden_layers, err))) goto done;
+  if ((rc = get_int(root, path, "num_attention_heads", 1, 0, 1, 4096, &c->num_attention_heads, err))) goto done;
+  if ((rc = get_int(root, path, "num_key_value_heads", 0, c->num_attention_heads, 1, 4096, &c->num_key_value_heads, err))) goto done;
+  if (c->num_attention_heads % c->num_key_value_heads) {
+    rc = err_set(err, HEARTH_ERR_FORMAT, "%s: field 'num_attention_heads' (%d) is not a multiple of 'num_key_value_heads' (%d)", path, c->num_attention_heads, c->num_key_value_heads);
+    goto done;
+  }
+  int def_hd = c->hidden_size / c->num_attention_heads;
+  if ((rc = get_int(root, path, "head_dim", 0, def_hd, 2, 4096, &c->head_dim, err))) goto done;
+  if (c->head_dim % 2) { rc = err_set(err, HEARTH_ERR_FORMAT, "%s: field 'head_dim' must be even", path); goto done; }
+  if ((rc = get_int(root, path, "max_position_embeddings", 0, 32768, 1, 1 << 24, &c->max_position_embeddings, err))) goto done;
+  if ((rc = get_num(root, path, "rms_norm_eps", 1e-6, 0, 1, &c->rms_norm_eps, err))) goto done;
+  c->rope_theta = 10000.0f;
+  json_t *rp = json_object_get(root, "rope_parameters");
+  if (json_is_object(rp) && json_object_get(rp, "rope_theta")) {
+    if ((rc = get_num(rp, path, "rope_theta", 10000.0, 1, 1e12, &c->rope_theta, err))) goto done;
+  } else if ((rc = get_num(root, path, "rope_theta", 10000.0, 1, 1e12, &c->rope_theta, err))) {
+    goto done;
+  }
+  json_t *rs = json_object_get(root, "rope_scaling");
+  if (rs && !json_is_null(rs)) {
+    json_t *ty = json_object_get(rs, "rope_type");
+    if (!ty) ty = json_object_get(rs, "type");
+    if (!json_is_string(ty) || strcmp(json_string_value(ty), "default")) {
+      rc = err_set(err, HEARTH_ERR_UNSUPPORTED, "%s: field 'rope_scaling' (%s) is not supported", path, json_is_string(ty) ? json_string_value(ty) : "?");
+      goto done;
+    }
+  }
+  if ((rc = get_bool(root, path, "tie_word_embeddings", c->family == HEARTH_FAMILY_QWEN2 ? 0 : 0, &c->tie_word_embeddings, err))) goto done;
+  if (c->family == HEARTH_FAMILY_QWEN2) c->attention_bias = 1;
+  else if ((rc = get_bool(root, path, "attention_bias", 0, &c->attention_bias, err))) goto done;
+  int sw = 0;
+  if ((rc = get_bool(root, path, "use_sliding_window", 0, &sw, err))) goto done;
+  if (sw) { rc = err_set(err, HEARTH_ERR_UNSUPPORTED, "%s: field 'use_sliding_window' = true is not supported for this family", path); goto done; }
+  json_t *bos = json_object_get(root, "bos_token_id");
+  c->bos_token_id = json_is_integer(bos) ? (int)json_integer_value(bos) : -1;
+  read_eos(root, c);
+done:
+  json_decref(root);
+  return rc;
+}
+
+static char *slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  char *buf = NULL;
+  size_t cap = 0, n = 0;
+  for (;;) {
+    if (n + 4096 > cap) {
+      if (cap > (64u << 20)) { free(buf); fclose(f); return NULL; } /* config files are small */
+      cap = cap ? cap * 2 : 8192;
+      char *g = realloc(buf, cap);
+      if (!g) { free(buf); fclose(f); return NULL; }
+      buf = g;
+    }
+    size_t r = fread(buf + n, 1, cap - n, f);
+    n += r;
+    if (r == 0) break;
+  }
+  fclose(f);
+  *len = n;
+  return buf;
+}
+
+int hf_config_load(const char *dir, struct hf_config *c, struct hearth_err *err) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  size_t len;
+  char *text = slurp(path, &len);
+  if (!text) return err_set(err, HEARTH_ERR_IO, "%s: cannot read", path);
+  int rc = hf_config_parse(text, len, "config.json", c, err);
+  free(text);
+  if (rc) return rc;
+  snprintf(path, sizeof path, "%s/generation_config.json", dir);
+  json_t *g = json_load_file(path, 0, NULL);
+  if (g) { /* optional: adds stop ids; a malformed file is ignored as transformers would fail later anyway */
+    read_eos(g, c);
+    json_decref(g);
+  }
+  return 0;
+}

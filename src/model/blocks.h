@@ -1,0 +1,26 @@
+/* model/blocks.h — the shared toolkit family forward passes are written with.
+ * Each block enqueues backend ops on the model's backend; none of them allocates. */
+#ifndef HEARTH_MODEL_BLOCKS_H
+#define HEARTH_MODEL_BLOCKS_H
+#include "model/model.h"
+
+/* A view of the first n rows of a scratch tensor. */
+static inline struct hb_tensor rows_view(const struct hb_tensor *t, int n) {
+  struct hb_tensor v = *t;
+  v.rows = n;
+  v.bytes = 0;
+  return v;
+}
+
+/* Embeds the batch's ids into scratch.x (ids copied to the backend first). */
+int block_embed(struct hearth_model *m, const int32_t *ids, int n, float scale, struct hearth_err *err);
+/* Final norm, row selection (the batch's out_rows), LM head or hidden copy-out to host `out`. */
+int block_head(struct hearth_model *m, struct hb_batch *b, float *out, int want_hidden,
+               struct hearth_err *err);
+/* h += down(silu(gate(xn)) * up(xn)) for the first n rows, xn = rmsnorm(h) with ffn_norm. */
+void block_mlp_swiglu(struct hearth_model *m, const struct layer_weights *L, int n);
+/* Standard GQA self-attention with NeoX RoPE over the paged cache, qk-norm optional.
+ * h += o_proj(attn(rope(q), rope(k), v)), xn = rmsnorm(h) with attn_norm. */
+void block_attention(struct hearth_model *m, const struct layer_weights *L, int layer,
+                     struct hb_batch *b, int qk_norm, int bias);
+#endif

@@ -1,0 +1,86 @@
+/* model/model.h — the loaded model: config, bound weights, backend, KV pool, scratch.
+ *
+ * Storage is row-major everywhere; a weight W[out][in] is as in safetensors and matmul computes
+ * y = x · Wᵀ (backend/backend.h). Weights live in backend memory (struct hb_tensor); after
+ * binding, forward passes touch fields like layer->wq, never tensor names. */
+#ifndef HEARTH_MODEL_MODEL_H
+#define HEARTH_MODEL_MODEL_H
+#include <pthread.h>
+
+#include "backend/backend.h"
+#include "hearth.h"
+#include "load/hf_config.h"
+#include "load/safetensors.h"
+
+struct layer_weights {
+  struct hb_tensor attn_norm;            /* [1, d] f32 */
+  struct hb_tensor wq, wk, wv, wo;       /* [H*hd, d], [KV*hd, d], [KV*hd, d], [d, H*hd]: q4 or dense */
+  struct hb_tensor bq, bk, bv;           /* [1, H*hd], [1, KV*hd] f32 (Qwen2 only) */
+  struct hb_tensor q_norm, k_norm;       /* [1, hd] f32 (Qwen3 only) */
+  struct hb_tensor ffn_norm;             /* [1, d] f32 */
+  struct hb_tensor w_gate, w_up, w_down; /* [ff, d], [ff, d], [d, ff] */
+};
+
+struct model_weights {
+  struct hb_tensor tok_embd;   /* [vocab, d] */
+  struct hb_tensor out_norm;   /* [1, d] f32 */
+  struct hb_tensor lm_head;    /* [vocab, d]; when tied, a copy of tok_embd's descriptor (not owned) */
+  int lm_head_tied;
+  struct layer_weights *layers;
+};
+
+/* Activation scratch for one forward pass of up to max_tokens tokens. */
+struct model_scratch {
+  int max_tokens, max_out;
+  struct hb_tensor ids;                  /* [max_tokens, 1] i32 */
+  struct hb_tensor x, xn;                /* [T, d] residual stream and normed input */
+  struct hb_tensor q, k, v, attn;        /* [T, H*hd], [T, KV*hd], [T, KV*hd], [T, H*hd] */
+  struct hb_tensor o;                    /* [T, d] */
+  struct hb_tensor gate, up;             /* [T, ff] */
+  struct hb_tensor sel;                  /* [max_out, d] rows picked for the head */
+  struct hb_tensor logits;               /* [max_out, vocab] */
+};
+
+/* KV blocks shared by all sessions of a model. */
+struct kv_pool {
+  int block_size;       /* tokens per block */
+  int n_blocks;
+  struct hb_kv_layer *layers; /* [n_layer] */
+  int32_t *free_list;   /* stack of free block ids */
+  int n_free;
+  int32_t *refs;        /* [n_blocks] reference counts (prefix sharing) */
+  pthread_mutex_t mu;
+};
+
+struct family_ops;
+
+struct hearth_model {
+  struct hf_config cfg;
+  struct hearth_model_info info;
+  const struct family_ops *fam;
+  const struct hb_ops *be;
+  struct hb_ctx *bctx;
+  struct model_weights w;
+  struct kv_pool kv;
+  struct model_scratch scratch;
+  pthread_mutex_t forward_mu; /* one forward pass at a time */
+  /* host staging for a batch */
+  int32_t *b_pos, *b_seq, *b_bt, *b_len, *b_out;
+  int max_seqs, max_blocks_per_seq;
+  char family_name[16];
+};
+
+/* What a family file provides (model/qwen2.c, model/qwen3.c). */
+struct family_ops {
+  const char *name;
+  /* Binds and uploads every tensor (quantizing per dtype). */
+  int (*bind)(struct hearth_model *m, const struct st_set *st, enum hearth_dtype dtype,
+              struct hearth_err *err);
+  /* Runs the batch; writes n_out rows of logits [vocab] (or final hidden [d] when want_hidden)
+   * to out (host). */
+  int (*forward)(struct hearth_model *m, struct hb_batch *b, const int32_t *ids, float *out,
+                 int want_hidden, struct hearth_err *err);
+};
+
+extern const struct family_ops family_qwen2, family_qwen3;
+#endif

@@ -1,0 +1,27 @@
+/* model/qwen3.c — Qwen3 (Qwen3ForCausalLM, and Qwen3-Embedding's Qwen3Model weights):
+ * per-head RMSNorm on q and k before RoPE, explicit head_dim, bias only if attention_bias.
+ * Mirrors transformers' modeling_qwen3.py. Embedding checkpoints pool the last token (runtime). */
+#include "model/bind.h"
+#include "model/blocks.h"
+
+int qwen_bind_common(struct hearth_model *m, const struct st_set *st, enum hearth_dtype dtype,
+                     int bias, int qk_norm, struct hearth_err *err);
+
+static int qwen3_bind(struct hearth_model *m, const struct st_set *st, enum hearth_dtype dtype,
+                      struct hearth_err *err) {
+  return qwen_bind_common(m, st, dtype, m->cfg.attention_bias, 1, err);
+}
+
+static int qwen3_forward(struct hearth_model *m, struct hb_batch *b, const int32_t *ids, float *out,
+                         int want_hidden, struct hearth_err *err) {
+  int rc = block_embed(m, ids, b->n_tokens, 1.0f, err);
+  if (rc) return rc;
+  for (int i = 0; i < m->cfg.num_hidden_layers; i++) {
+    const struct layer_weights *L = &m->w.layers[i];
+    block_attention(m, L, i, b, /*qk_norm=*/1, m->cfg.attention_bias);
+    block_mlp_swiglu(m, L, b->n_tokens);
+  }
+  return block_head(m, b, out, want_hidden, err);
+}
+
+const struct family_ops family_qwen3 = {"qwen3", qwen3_bind, qwen3_forward};

@@ -1,0 +1,41 @@
+/* quant/q4.c — the int4 group-128 quantizer (reference; runs once at load). */
+#include "quant/q4.h"
+
+#include <math.h>
+
+#include "base/half.h"
+
+void q4_quantize_row(const float *w, int64_t cols, uint8_t *qs, uint16_t *d) {
+  for (int64_t g = 0; g < cols / Q4_GROUP; g++) {
+    const float *x = w + g * Q4_GROUP;
+    float m = 0.0f, am = 0.0f;
+    for (int i = 0; i < Q4_GROUP; i++) {
+      float a = fabsf(x[i]);
+      if (a > am) { am = a; m = x[i]; } /* strict >: first on ties */
+    }
+    uint16_t dh = f32_to_f16(m / -8.0f);
+    float df = f16_to_f32(dh);
+    d[g] = dh;
+    uint8_t *o = qs + g * (Q4_GROUP / 2);
+    for (int i = 0; i < Q4_GROUP; i += 2) {
+      int q[2];
+      for (int k = 0; k < 2; k++) {
+        if (df == 0.0f) { q[k] = 0; continue; }
+        float r = roundf(x[i + k] / df); /* roundf: half away from zero */
+        q[k] = r < -8.0f ? -8 : r > 7.0f ? 7 : (int)r;
+      }
+      o[i / 2] = (uint8_t)((q[0] + 8) | ((q[1] + 8) << 4));
+    }
+  }
+}
+
+void q4_dequantize_row(const uint8_t *qs, const uint16_t *d, int64_t cols, float *out) {
+  for (int64_t g = 0; g < cols / Q4_GROUP; g++) {
+    float df = f16_to_f32(d[g]);
+    const uint8_t *b = qs + g * (Q4_GROUP / 2);
+    for (int i = 0; i < Q4_GROUP / 2; i++) {
+      out[g * Q4_GROUP + 2 * i] = (float)((int)(b[i] & 15) - 8) * df;
+      out[g * Q4_GROUP + 2 * i + 1] = (float)((int)(b[i] >> 4) - 8) * df;
+    }
+  }
+}

@@ -1,0 +1,75 @@
+/* runtime/kv_cache.c — block allocation for the paged KV cache. The storage itself is one backend
+ * tensor per layer for K and for V ([n_blocks*block_size, n_kv*hd]); a block id indexes into it. */
+#include "runtime/kv_cache.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int kv_pool_init(struct hearth_model *m, int n_tokens, int block_size, struct hearth_err *err) {
+  struct kv_pool *p = &m->kv;
+  memset(p, 0, sizeof *p);
+  pthread_mutex_init(&p->mu, NULL);
+  p->block_size = block_size;
+  p->n_blocks = (n_tokens + block_size - 1) / block_size;
+  int L = m->cfg.num_hidden_layers;
+  int64_t w = (int64_t)m->cfg.num_key_value_heads * m->cfg.head_dim;
+  p->layers = calloc((size_t)L, sizeof *p->layers);
+  p->free_list = malloc((size_t)p->n_blocks * sizeof *p->free_list);
+  p->refs = calloc((size_t)p->n_blocks, sizeof *p->refs);
+  if (!p->layers || !p->free_list || !p->refs) return err_set(err, HEARTH_ERR_NOMEM, "out of memory for the KV pool");
+  for (int i = 0; i < L; i++) {
+    struct hb_kv_layer *kl = &p->layers[i];
+    kl->n_kv_heads = m->cfg.num_key_value_heads;
+    kl->head_dim = m->cfg.head_dim;
+    int rc = m->be->alloc(m->bctx, &kl->k, HB_F32, (int64_t)p->n_blocks * block_size, w, err);
+    if (!rc) rc = m->be->alloc(m->bctx, &kl->v, HB_F32, (int64_t)p->n_blocks * block_size, w, err);
+    if (rc) return err_prefix(err, "KV pool (%d tokens)", n_tokens);
+  }
+  for (int i = 0; i < p->n_blocks; i++) p->free_list[i] = p->n_blocks - 1 - i;
+  p->n_free = p->n_blocks;
+  return 0;
+}
+
+void kv_pool_free(struct hearth_model *m) {
+  struct kv_pool *p = &m->kv;
+  if (p->layers)
+    for (int i = 0; i < m->cfg.num_hidden_layers; i++) {
+      m->be->release(m->bctx, &p->layers[i].k);
+      m->be->release(m->bctx, &p->layers[i].v);
+    }
+  free(p->layers);
+  free(p->free_list);
+  free(p->refs);
+  pthread_mutex_destroy(&p->mu);
+  memset(p, 0, sizeof *p);
+}
+
+int32_t kv_block_alloc(struct kv_pool *p) {
+  pthread_mutex_lock(&p->mu);
+  int32_t id = -1;
+  if (p->n_free > 0) {
+    id = p->free_list[--p->n_free];
+    p->refs[id] = 1;
+  }
+  pthread_mutex_unlock(&p->mu);
+  return id;
+}
+
+void kv_block_ref(struct kv_pool *p, int32_t id) {
+  pthread_mutex_lock(&p->mu);
+  p->refs[id]++;
+  pthread_mutex_unlock(&p->mu);
+}
+
+void kv_block_unref(struct kv_pool *p, int32_t id) {
+  pthread_mutex_lock(&p->mu);
+  if (--p->refs[id] == 0) p->free_list[p->n_free++] = id;
+  pthread_mutex_unlock(&p->mu);
+}
+
+int kv_pool_free_blocks(struct kv_pool *p) {
+  pthread_mutex_lock(&p->mu);
+  int n = p->n_free;
+  pthread_mutex_unlock(&p->mu);
+  return n;
+}

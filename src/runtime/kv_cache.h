@@ -1,0 +1,15 @@
+/* runtime/kv_cache.h — the model's pool of fixed-size KV blocks, ref-counted for prefix sharing. */
+#ifndef HEARTH_RUNTIME_KV_CACHE_H
+#define HEARTH_RUNTIME_KV_CACHE_H
+#include "model/model.h"
+
+int kv_pool_init(struct hearth_model *m, int n_tokens, int block_size, struct hearth_err *err);
+void kv_pool_free(struct hearth_model *m);
+/* Takes one free block (refcount 1); returns its id or -1 when the pool is exhausted. */
+int32_t kv_block_alloc(struct kv_pool *p);
+/* Adds a reference to a block (a second sequence shares it). */
+void kv_block_ref(struct kv_pool *p, int32_t id);
+/* Drops a reference; the block returns to the free list at zero. */
+void kv_block_unref(struct kv_pool *p, int32_t id);
+int kv_pool_free_blocks(struct kv_pool *p);
+#endif

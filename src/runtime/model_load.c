@@ -1,0 +1,178 @@
+/* runtime/model_load.c — hearth_model open/close: config -> family -> backend -> bind/quantize ->
+ * KV pool -> scratch, with the memory plan printed when asked. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model.h"
+#include "runtime/kv_cache.h"
+
+enum { MAX_BATCH_TOKENS = 512, MAX_BATCH_SEQS = 64, KV_BLOCK = 16 };
+
+void hearth_model_params_default(struct hearth_model_params *p) {
+  memset(p, 0, sizeof *p);
+  p->dtype = HEARTH_DTYPE_INT4;
+  p->backend = HEARTH_BACKEND_CPU;
+}
+
+static int alloc_scratch(struct hearth_model *m, struct hearth_err *err) {
+  struct model_scratch *s = &m->scratch;
+  const struct hf_config *c = &m->cfg;
+  int T = MAX_BATCH_TOKENS, O = MAX_BATCH_SEQS;
+  int64_t qd = (int64_t)c->num_attention_heads * c->head_dim, kvd = (int64_t)c->num_key_value_heads * c->head_dim;
+  s->max_tokens = T;
+  s->max_out = O;
+  int rc = 0;
+  const struct hb_ops *be = m->be;
+  struct hb_ctx *x = m->bctx;
+  if (!rc) rc = be->alloc(x, &s->ids, HB_I32, T, 1, err);
+  if (!rc) rc = be->alloc(x, &s->x, HB_F32, T, c->hidden_size, err);
+  if (!rc) rc = be->alloc(x, &s->xn, HB_F32, T, c->hidden_size, err);
+  if (!rc) rc = be->alloc(x, &s->q, HB_F32, T, qd, err);
+  if (!rc) rc = be->alloc(x, &s->k, HB_F32, T, kvd, err);
+  if (!rc) rc = be->alloc(x, &s->v, HB_F32, T, kvd, err);
+  if (!rc) rc = be->alloc(x, &s->attn, HB_F32, T, qd, err);
+  if (!rc) rc = be->alloc(x, &s->o, HB_F32, T, c->hidden_size, err);
+  if (!rc) rc = be->alloc(x, &s->gate, HB_F32, T, c->intermediate_size, err);
+  if (!rc) rc = be->alloc(x, &s->up, HB_F32, T, c->intermediate_size, err);
+  if (!rc) rc = be->alloc(x, &s->sel, HB_F32, O, c->hidden_size, err);
+  if (!rc && !c->is_embedding) rc = be->alloc(x, &s->logits, HB_F32, O, c->vocab_size, err);
+  if (rc) return err_prefix(err, "activation scratch");
+  m->max_seqs = O;
+  m->b_pos = malloc(T * sizeof(int32_t));
+  m->b_seq = malloc(T * sizeof(int32_t));
+  m->b_out = malloc(O * sizeof(int32_t));
+  m->b_len = malloc(O * sizeof(int32_t));
+  m->b_bt = malloc((size_t)O * (size_t)m->max_blocks_per_seq * sizeof(int32_t));
+  if (!m->b_pos || !m->b_seq || !m->b_out || !m->b_len || !m->b_bt) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
+  return 0;
+}
+
+static void free_scratch(struct hearth_model *m) {
+  struct model_scratch *s = &m->scratch;
+  struct hb_tensor *all[] = {&s->ids, &s->x, &s->xn, &s->q, &s->k, &s->v, &s->attn, &s->o, &s->gate, &s->up, &s->sel, &s->logits};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    if (all[i]->data) m->be->release(m->bctx, all[i]);
+  free(m->b_pos); free(m->b_seq); free(m->b_out); free(m->b_len); free(m->b_bt);
+}
+
+static void release_weights(struct hearth_model *m) {
+  if (!m->bctx) return;
+  if (m->w.layers) {
+    for (int i = 0; i < m->cfg.num_hidden_layers; i++) {
+      struct layer_weights *L = &m->w.layers[i];
+      struct hb_tensor *all[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->bq, &L->bk, &L->bv,
+                                 &L->q_norm, &L->k_norm, &L->ffn_norm, &L->w_gate, &L->w_up, &L->w_down};
+      for (size_t j = 0; j < sizeof all / sizeof all[0]; j++)
+        if (all[j]->data) m->be->release(m->bctx, all[j]);
+    }
+  }
+  free(m->w.layers);
+  if (!m->w.lm_head_tied && m->w.lm_head.data) m->be->release(m->bctx, &m->w.lm_head);
+  if (m->w.tok_embd.data) m->be->release(m->bctx, &m->w.tok_embd);
+  if (m->w.out_norm.data) m->be->release(m->bctx, &m->w.out_norm);
+}
+
+void hearth_model_free(struct hearth_model *m) {
+  if (!m) return;
+  if (m->bctx) {
+    free_scratch(m);
+    kv_pool_free(m);
+    release_weights(m);
+    m->be->free(m->bctx);
+  }
+  pthread_mutex_destroy(&m->forward_mu);
+  free(m);
+}
+
+static uint64_t tensor_bytes(const struct hb_tensor *t) { return t->data ? t->bytes : 0; }
+
+static void fill_info(struct hearth_model *m, const struct hearth_model_params *p) {
+  struct hearth_model_info *i = &m->info;
+  const struct hf_config *c = &m->cfg;
+  i->family = c->family;
+  i->family_name = m->fam->name;
+  i->arch = c->arch;
+  i->is_embedding = c->is_embedding;
+  i->n_vocab = c->vocab_size;
+  i->n_embd = c->hidden_size;
+  i->n_layer = c->num_hidden_layers;
+  i->n_head = c->num_attention_heads;
+  i->n_head_kv = c->num_key_value_heads;
+  i->head_dim = c->head_dim;
+  i->n_ff = c->intermediate_size;
+  i->n_ctx_train = c->max_position_embeddings;
+  i->bos_id = c->bos_token_id;
+  i->n_eos = c->n_eos;
+  memcpy(i->eos_ids, c->eos_token_ids, sizeof i->eos_ids);
+  i->dtype = p->dtype;
+  i->backend = p->backend;
+  uint64_t layers = 0;
+  for (int l = 0; l < c->num_hidden_layers; l++) {
+    const struct layer_weights *L = &m->w.layers[l];
+    const struct hb_tensor *all[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->bq, &L->bk, &L->bv,
+                                     &L->q_norm, &L->k_norm, &L->ffn_norm, &L->w_gate, &L->w_up, &L->w_down};
+    for (size_t j = 0; j < sizeof all / sizeof all[0]; j++) layers += tensor_bytes(all[j]);
+  }
+  uint64_t emb = tensor_bytes(&m->w.tok_embd), head = m->w.lm_head_tied ? 0 : tensor_bytes(&m->w.lm_head);
+  i->weight_bytes = layers + emb + head + tensor_bytes(&m->w.out_norm);
+  /* A decode step reads every layer, the head (the tied table once) and one embedding row. */
+  uint64_t row = m->w.tok_embd.rows ? emb / (uint64_t)m->w.tok_embd.rows : 0;
+  i->weight_bytes_per_token = layers + tensor_bytes(&m->w.out_norm) +
+                              (c->is_embedding ? row : (m->w.lm_head_tied ? emb : head + row));
+  i->kv_block_tokens = m->kv.block_size;
+  i->kv_blocks = m->kv.n_blocks;
+  i->kv_bytes = (uint64_t)m->kv.n_blocks * m->kv.block_size * c->num_hidden_layers * 2 *
+                c->num_key_value_heads * c->head_dim * 4;
+}
+
+int hearth_model_load(const struct hearth_model_params *p, struct hearth_model **out, struct hearth_err *err) {
+  *out = NULL;
+  if (!p || !p->path) return err_set(err, HEARTH_ERR_ARG, "model path is required");
+  struct hearth_model *m = calloc(1, sizeof *m);
+  if (!m) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
+  pthread_mutex_init(&m->forward_mu, NULL);
+  int rc = hf_config_load(p->path, &m->cfg, err);
+  if (rc) goto fail;
+  switch (m->cfg.family) {
+  case HEARTH_FAMILY_QWEN2: m->fam = &family_qwen2; break;
+  case HEARTH_FAMILY_QWEN3: m->fam = &family_qwen3; break;
+  default: rc = err_set(err, HEARTH_ERR_UNSUPPORTED, "config.json: family %s is not implemented yet", hf_family_name(m->cfg.family)); goto fail;
+  }
+  m->be = hb_get(p->backend, err);
+  if (!m->be) { rc = err->code; goto fail; }
+  struct hb_config bc = {.n_threads = p->n_threads, .device = 0, .exact = p->exact || p->dtype != HEARTH_DTYPE_INT4};
+  if ((rc = m->be->init(&bc, &m->bctx, err))) goto fail;
+  m->w.layers = calloc((size_t)m->cfg.num_hidden_layers, sizeof *m->w.layers);
+  if (!m->w.layers) { rc = err_set(err, HEARTH_ERR_NOMEM, "out of memory"); goto fail; }
+  struct st_set *st = NULL;
+  if ((rc = st_open_dir(p->path, &st, err))) goto fail;
+  rc = m->fam->bind(m, st, p->dtype, err);
+  st_close(st);
+  if (rc) goto fail;
+  int kv_tokens = p->kv_tokens > 0 ? p->kv_tokens : 8192;
+  if (kv_tokens > m->cfg.max_position_embeddings * 8) kv_tokens = m->cfg.max_position_embeddings * 8;
+  if ((rc = kv_pool_init(m, kv_tokens, KV_BLOCK, err))) goto fail;
+  int per_seq = kv_tokens < m->cfg.max_position_embeddings ? kv_tokens : m->cfg.max_position_embeddings;
+  m->max_blocks_per_seq = (per_seq + KV_BLOCK - 1) / KV_BLOCK;
+  if ((rc = alloc_scratch(m, err))) goto fail;
+  fill_info(m, p);
+  if (p->verbose) {
+    const struct hearth_model_info *i = &m->info;
+    fprintf(stderr, "hearth: %s (%s) %d layers, d=%d, heads %d/%d x %d, ff %d, vocab %d%s\n", i->arch,
+            i->family_name, i->n_layer, i->n_embd, i->n_head, i->n_head_kv, i->head_dim, i->n_ff, i->n_vocab,
+            i->is_embedding ? ", embedding" : "");
+    fprintf(stderr, "hearth: %.1fM params, weights %.1f MiB (%.2f bits/param, %s) on %s, KV pool %d tokens = %.1f MiB\n",
+            (double)i->n_params / 1e6, (double)i->weight_bytes / 1048576.0,
+            i->n_params ? 8.0 * (double)i->weight_bytes / (double)i->n_params : 0.0,
+            p->dtype == HEARTH_DTYPE_INT4 ? "int4" : p->dtype == HEARTH_DTYPE_BF16 ? "bf16" : "f32", m->be->name,
+            m->kv.n_blocks * m->kv.block_size, (double)i->kv_bytes / 1048576.0);
+  }
+  *out = m;
+  return 0;
+fail:
+  hearth_model_free(m);
+  return rc;
+}
+
+const struct hearth_model_info *hearth_model_info(const struct hearth_model *m) { return &m->info; }

@@ -1,0 +1,159 @@
+/* runtime/sampler.c — token selection: penalties, temperature, top-k, top-p, min-p, seeded RNG.
+ *
+ * Order follows transformers' generate(): repetition penalty (HF semantics) and OpenAI
+ * presence/frequency penalties on the raw logits, then temperature, top-k, top-p, min-p, then a
+ * draw from the renormalised distribution. temperature 0 is greedy: argmax, lowest id on ties. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+
+struct cand {
+  float logit;
+  int32_t id;
+};
+
+struct hearth_sampler {
+  struct hearth_sampling p;
+  int n_vocab;
+  uint64_t s[4];      /* xoshiro256** state */
+  float *work;        /* [n_vocab] penalised logits */
+  struct cand *cands; /* [n_vocab] */
+  int32_t *counts;    /* [n_vocab] occurrences in history */
+};
+
+static uint64_t splitmix64(uint64_t *x) {
+  uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t next_u64(struct hearth_sampler *r) {
+  uint64_t *s = r->s, res = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+  s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3]; s[2] ^= t; s[3] = rotl(s[3], 45);
+  return res;
+}
+
+static double next_unit(struct hearth_sampler *r) { return (double)(next_u64(r) >> 11) * (1.0 / 9007199254740992.0); }
+
+void hearth_sampling_default(struct hearth_sampling *p) {
+  memset(p, 0, sizeof *p);
+  p->temperature = 1.0f;
+  p->top_p = 1.0f;
+  p->repetition_penalty = 1.0f;
+}
+
+int hearth_sampler_new(const struct hearth_sampling *p, int n_vocab, struct hearth_sampler **out, struct hearth_err *err) {
+  *out = NULL;
+  if (n_vocab <= 0) return err_set(err, HEARTH_ERR_ARG, "n_vocab must be positive");
+  if (!(p->temperature >= 0) || !(p->top_p > 0 && p->top_p <= 1) || !(p->min_p >= 0 && p->min_p <= 1) ||
+      p->top_k < 0 || !(p->repetition_penalty > 0))
+    return err_set(err, HEARTH_ERR_ARG, "sampling parameters out of range");
+  struct hearth_sampler *s = calloc(1, sizeof *s);
+  if (!s) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
+  s->p = *p;
+  s->n_vocab = n_vocab;
+  s->work = malloc((size_t)n_vocab * sizeof *s->work);
+  s->cands = malloc((size_t)n_vocab * sizeof *s->cands);
+  s->counts = calloc((size_t)n_vocab, sizeof *s->counts);
+  if (!s->work || !s->cands || !s->counts) { hearth_sampler_free(s); return err_set(err, HEARTH_ERR_NOMEM, "out of memory"); }
+  uint64_t x = p->seed;
+  for (int i = 0; i < 4; i++) s->s[i] = splitmix64(&x);
+  *out = s;
+  return 0;
+}
+
+void hearth_sampler_free(struct hearth_sampler *s) {
+  if (!s) return;
+  free(s->work);
+  free(s->cands);
+  free(s->counts);
+  free(s);
+}
+
+static int cmp_cand_desc(const void *a, const void *b) {
+  const struct cand *x = a, *y = b;
+  if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
+  return x->id < y->id ? -1 : x->id > y->id;
+}
+
+int32_t hearth_sampler_sample(struct hearth_sampler *s, const float *logits, const int32_t *history, int n_history) {
+  const struct hearth_sampling *p = &s->p;
+  int V = s->n_vocab;
+  const float *lg = logits;
+  int penalise = history && n_history > 0 &&
+                 (p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f);
+  if (penalise) {
+    memcpy(s->work, logits, (size_t)V * sizeof *s->work);
+    for (int i = 0; i < n_history; i++) if (history[i] >= 0 && history[i] < V) s->counts[history[i]]++;
+    for (int i = 0; i < n_history; i++) {
+      int32_t t = history[i];
+      if (t < 0 || t >= V || s->counts[t] == 0) continue;
+      float l = s->work[t];
+      if (p->repetition_penalty != 1.0f) l = l > 0 ? l / p->repetition_penalty : l * p->repetition_penalty;
+      l -= p->presence_penalty + p->frequency_penalty * (float)s->counts[t];
+      s->work[t] = l;
+      s->counts[t] = 0; /* once per distinct token; also resets the scratch */
+    }
+    lg = s->work;
+  }
+  if (p->temperature == 0.0f) {
+    int32_t best = 0;
+    for (int i = 1; i < V; i++) if (lg[i] > lg[best]) best = i;
+    return best;
+  }
+  int n = 0;
+  for (int i = 0; i < V; i++) {
+    if (isnan(lg[i]) || lg[i] == -INFINITY) continue;
+    s->cands[n].logit = lg[i] / p->temperature;
+    s->cands[n].id = i;
+    n++;
+  }
+  if (n == 0) return 0;
+  int k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
+  if (k < n || p->top_p < 1.0f || p->min_p > 0.0f) qsort(s->cands, (size_t)n, sizeof *s->cands, cmp_cand_desc);
+  else { /* plain sampling: no sort needed, but keep max first for stability */
+    int bi = 0;
+    for (int i = 1; i < n; i++) if (s->cands[i].logit > s->cands[bi].logit) bi = i;
+    struct cand t = s->cands[0]; s->cands[0] = s->cands[bi]; s->cands[bi] = t;
+  }
+  n = k;
+  float mx = s->cands[0].logit;
+  double sum = 0;
+  for (int i = 0; i < n; i++) sum += exp((double)(s->cands[i].logit - mx));
+  if (p->top_p < 1.0f) {
+    double cum = 0;
+    int keep = n;
+    for (int i = 0; i < n; i++) {
+      cum += exp((double)(s->cands[i].logit - mx)) / sum;
+      if (cum >= p->top_p) { keep = i + 1; break; }
+    }
+    n = keep;
+  }
+  if (p->min_p > 0.0f) { /* relative to the top token's probability */
+    double thr = log((double)p->min_p);
+    int keep = 1;
+    while (keep < n && (double)(s->cands[keep].logit - mx) >= thr) keep++;
+    n = keep;
+  }
+  sum = 0;
+  for (int i = 0; i < n; i++) sum += exp((double)(s->cands[i].logit - mx));
+  double u = next_unit(s) * sum, acc = 0;
+  for (int i = 0; i < n; i++) {
+    acc += exp((double)(s->cands[i].logit - mx));
+    if (u < acc) return s->cands[i].id;
+  }
+  return s->cands[n - 1].id;
+}
+
+float hearth_logprob(const float *logits, int n_vocab, int32_t id) {
+  float mx = logits[0];
+  for (int i = 1; i < n_vocab; i++) if (logits[i] > mx) mx = logits[i];
+  double sum = 0;
+  for (int i = 0; i < n_vocab; i++) sum += exp((double)(logits[i] - mx));
+  return (float)((double)(logits[id] - mx) - log(sum));
+}

@@ -1,0 +1,193 @@
+/* runtime/session.c — hearth_session: a token timeline over KV blocks of the model's pool.
+ *
+ * The batching primitive is session_forward(): it packs new tokens of several sessions into
+ * forward passes of at most scratch.max_tokens tokens, asks for the outputs of each session's last
+ * new token, and stores them in the session (logits, or the final hidden state for embeddings). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/model.h"
+#include "runtime/kv_cache.h"
+
+struct hearth_session {
+  struct hearth_model *m;
+  int n_ctx;
+  int32_t *tokens;   /* [n_ctx] */
+  int n_tokens;      /* tokens whose KV is in the cache */
+  int32_t *blocks;   /* [max_blocks] block ids */
+  int n_blocks;
+  float *out;        /* [max(vocab, d)] last logits or hidden state */
+  int has_out;
+};
+
+int hearth_session_new(struct hearth_model *m, const struct hearth_session_params *p,
+                       struct hearth_session **out, struct hearth_err *err) {
+  *out = NULL;
+  int cap = m->max_blocks_per_seq * m->kv.block_size;
+  int n_ctx = p && p->n_ctx > 0 ? p->n_ctx : cap;
+  if (n_ctx > cap) return err_set(err, HEARTH_ERR_ARG, "n_ctx %d exceeds the KV pool / context limit %d", n_ctx, cap);
+  struct hearth_session *s = calloc(1, sizeof *s);
+  if (!s) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
+  s->m = m;
+  s->n_ctx = n_ctx;
+  s->tokens = malloc((size_t)n_ctx * sizeof *s->tokens);
+  s->blocks = malloc((size_t)m->max_blocks_per_seq * sizeof *s->blocks);
+  int w = m->cfg.vocab_size > m->cfg.hidden_size ? m->cfg.vocab_size : m->cfg.hidden_size;
+  s->out = malloc((size_t)w * sizeof *s->out);
+  if (!s->tokens || !s->blocks || !s->out) {
+    hearth_session_free(s);
+    return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
+  }
+  *out = s;
+  return 0;
+}
+
+/* Keeps the first n tokens; returns blocks no longer needed to the pool. */
+static void truncate_to(struct hearth_session *s, int n) {
+  if (n < s->n_tokens) s->n_tokens = n;
+  int keep = (n + s->m->kv.block_size - 1) / s->m->kv.block_size;
+  while (s->n_blocks > keep) kv_block_unref(&s->m->kv, s->blocks[--s->n_blocks]);
+  s->has_out = 0;
+}
+
+void hearth_session_free(struct hearth_session *s) {
+  if (!s) return;
+  if (s->blocks) truncate_to(s, 0);
+  free(s->tokens);
+  free(s->blocks);
+  free(s->out);
+  free(s);
+}
+
+int hearth_session_n_tokens(const struct hearth_session *s) { return s->n_tokens; }
+const int32_t *hearth_session_tokens(const struct hearth_session *s) { return s->tokens; }
+const float *hearth_session_logits(const struct hearth_session *s) {
+  return s->has_out && !s->m->cfg.is_embedding ? s->out : NULL;
+}
+
+static int ensure_blocks(struct hearth_session *s, int n_tokens, struct hearth_err *err) {
+  int need = (n_tokens + s->m->kv.block_size - 1) / s->m->kv.block_size;
+  while (s->n_blocks < need) {
+    int32_t id = kv_block_alloc(&s->m->kv);
+    if (id < 0) return err_set(err, HEARTH_ERR_CTX_FULL, "KV cache is full (%d blocks of %d tokens in use)", s->m->kv.n_blocks, s->m->kv.block_size);
+    s->blocks[s->n_blocks++] = id;
+  }
+  return 0;
+}
+
+/* Evaluates new tokens for n sessions; tokens[i][0..counts[i]) are appended to sessions[i]. */
+static int session_forward(struct hearth_session **ss, int n, const int32_t *const *tokens, const int *counts,
+                           int want_hidden, struct hearth_err *err) {
+  if (n <= 0) return 0;
+  struct hearth_model *m = ss[0]->m;
+  for (int i = 0; i < n; i++) {
+    if (ss[i]->m != m) return err_set(err, HEARTH_ERR_ARG, "sessions of different models in one step");
+    for (int j = 0; j < i; j++) if (ss[j] == ss[i]) return err_set(err, HEARTH_ERR_ARG, "a session appears twice in one step");
+    if (counts[i] < 0) return err_set(err, HEARTH_ERR_ARG, "negative token count");
+    if (ss[i]->n_tokens + counts[i] > ss[i]->n_ctx)
+      return err_set(err, HEARTH_ERR_CTX_FULL, "context full: %d + %d tokens exceed n_ctx %d", ss[i]->n_tokens, counts[i], ss[i]->n_ctx);
+    for (int t = 0; t < counts[i]; t++)
+      if (tokens[i][t] < 0 || tokens[i][t] >= m->cfg.vocab_size)
+        return err_set(err, HEARTH_ERR_ARG, "token id %d out of range [0, %d)", tokens[i][t], m->cfg.vocab_size);
+  }
+  for (int i = 0; i < n; i++) {
+    int rc = ensure_blocks(ss[i], ss[i]->n_tokens + counts[i], err);
+    if (rc) return rc;
+  }
+  const int T = m->scratch.max_tokens, MB = m->max_blocks_per_seq;
+  int done[64];
+  if (n > m->max_seqs) return err_set(err, HEARTH_ERR_ARG, "at most %d sessions per step", m->max_seqs);
+  memset(done, 0, sizeof done);
+  int32_t *ids = malloc((size_t)T * sizeof *ids);
+  int32_t *slot_of = malloc((size_t)n * sizeof *slot_of); /* session -> batch sequence index */
+  int outw = want_hidden ? m->cfg.hidden_size : m->cfg.vocab_size;
+  float *outbuf = malloc((size_t)m->max_seqs * (size_t)outw * sizeof *outbuf);
+  int rc = 0, start[64];
+  for (int i = 0; i < n; i++) start[i] = ss[i]->n_tokens;
+  if (!ids || !slot_of || !outbuf) { rc = err_set(err, HEARTH_ERR_NOMEM, "out of memory"); goto out; }
+  pthread_mutex_lock(&m->forward_mu);
+  for (;;) {
+    int nt = 0, nseq = 0, nout = 0;
+    int owner[64];
+    for (int i = 0; i < n && nt < T; i++) {
+      int left = counts[i] - done[i];
+      if (left <= 0) continue;
+      int take = left < T - nt ? left : T - nt;
+      struct hearth_session *s = ss[i];
+      int sq = nseq++;
+      slot_of[i] = sq;
+      memcpy(m->b_bt + (size_t)sq * MB, s->blocks, (size_t)s->n_blocks * sizeof(int32_t));
+      for (int t = 0; t < take; t++) {
+        int p = s->n_tokens + t;
+        ids[nt] = tokens[i][done[i] + t];
+        s->tokens[p] = ids[nt];
+        m->b_pos[nt] = p;
+        m->b_seq[nt] = sq;
+        nt++;
+      }
+      done[i] += take;
+      s->n_tokens += take;
+      m->b_len[sq] = s->n_tokens;
+      if (done[i] == counts[i]) { m->b_out[nout] = nt - 1; owner[nout] = i; nout++; }
+    }
+    if (nt == 0) break;
+    struct hb_batch b = {
+      .n_tokens = nt, .n_seqs = nseq, .max_blocks = MB, .block_size = m->kv.block_size,
+      .pos = m->b_pos, .seq = m->b_seq, .block_table = m->b_bt, .seq_len = m->b_len,
+      .out_rows = m->b_out, .n_out = nout,
+    };
+    rc = m->be->batch_upload(m->bctx, &b, err);
+    if (!rc) rc = m->fam->forward(m, &b, ids, outbuf, want_hidden, err);
+    if (rc) break;
+    for (int k = 0; k < nout; k++) {
+      struct hearth_session *s = ss[owner[k]];
+      memcpy(s->out, outbuf + (size_t)k * outw, (size_t)outw * sizeof(float));
+      s->has_out = 1;
+    }
+  }
+  pthread_mutex_unlock(&m->forward_mu);
+  if (rc) for (int i = 0; i < n; i++) truncate_to(ss[i], start[i]); /* KV past start is unreliable */
+out:
+  free(ids);
+  free(slot_of);
+  free(outbuf);
+  return rc;
+}
+
+int hearth_sessions_step(struct hearth_session **sessions, int n_sessions, const int32_t *const *tokens,
+                         const int *n_tokens, struct hearth_err *err) {
+  return session_forward(sessions, n_sessions, tokens, n_tokens, 0, err);
+}
+
+int hearth_session_append(struct hearth_session *s, const int32_t *tokens, int n, struct hearth_err *err) {
+  if (n <= 0) return err_set(err, HEARTH_ERR_ARG, "append needs at least one token");
+  return session_forward(&s, 1, &tokens, &n, 0, err);
+}
+
+int hearth_session_sync(struct hearth_session *s, const int32_t *tokens, int n, struct hearth_err *err) {
+  if (n <= 0) return err_set(err, HEARTH_ERR_ARG, "sync needs at least one token");
+  if (n > s->n_ctx) return err_set(err, HEARTH_ERR_CTX_FULL, "%d tokens exceed n_ctx %d", n, s->n_ctx);
+  int common = 0;
+  while (common < s->n_tokens && common < n && s->tokens[common] == tokens[common]) common++;
+  if (common == n) common = n - 1; /* re-evaluate the last position so its logits are current */
+  truncate_to(s, common);
+  int rest = n - common;
+  const int32_t *p = tokens + common;
+  return session_forward(&s, 1, &p, &rest, 0, err);
+}
+
+int hearth_session_embed(struct hearth_session *s, const int32_t *tokens, int n, float *out, struct hearth_err *err) {
+  if (n <= 0) return err_set(err, HEARTH_ERR_ARG, "embed needs at least one token");
+  truncate_to(s, 0);
+  int rc = session_forward(&s, 1, &tokens, &n, 1, err);
+  if (rc) return rc;
+  int d = s->m->cfg.hidden_size;
+  double ss = 0;
+  for (int i = 0; i < d; i++) ss += (double)s->out[i] * s->out[i];
+  double norm = sqrt(ss);
+  if (norm < 1e-12) norm = 1e-12;
+  for (int i = 0; i < d; i++) out[i] = (float)(s->out[i] / norm);
+  truncate_to(s, 0); /* embeddings do not keep their KV */
+  return 0;
+}

@@ -1,0 +1,177 @@
+/* tools/cmd_bench.c — `hearth bench`: prefill (ppN) and decode (tgN) speed, llama-bench style,
+ * with weight bytes per token and the bandwidth they imply, so the distance to the memory floor
+ * is visible. Also aggregate decode over B concurrent sequences (tgNxB). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "args.h"
+#include "commands.h"
+#include "hearth.h"
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_d(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static int parse_list(const char *s, long *v, int max) {
+  int n = 0;
+  while (*s && n < max) {
+    char *end;
+    long x = strtol(s, &end, 10);
+    if (end == s || x <= 0) return -1;
+    v[n++] = x;
+    s = *end == ',' ? end + 1 : end;
+    if (*end && *end != ',') return -1;
+  }
+  return n;
+}
+
+struct result { char test[32]; double med, min, max; int tokens; };
+
+static void report(const struct result *r, const struct hearth_model_info *mi, int json, int decode) {
+  double gbs = decode ? r->med * (double)mi->weight_bytes_per_token / 1e9 : 0;
+  if (json)
+    printf("{\"test\": \"%s\", \"tokens_per_s\": %.2f, \"min\": %.2f, \"max\": %.2f, \"weight_bytes_per_token\": %llu%s%.2f}\n",
+           r->test, r->med, r->min, r->max, (unsigned long long)mi->weight_bytes_per_token,
+           decode ? ", \"weight_gb_per_s\": " : ", \"ms\": ", decode ? gbs : 1000.0 * r->tokens / r->med);
+  else
+    printf("| %-12s | %10.2f | %10.2f | %10.2f | %s\n", r->test, r->med, r->min, r->max,
+           decode ? (snprintf((char[64]){0}, 1, "%s", ""), "") : "");
+  if (!json && decode) printf("|              |   weights %.1f MB/token -> %.1f GB/s at the median\n", (double)mi->weight_bytes_per_token / 1e6, gbs);
+}
+
+static void summarize(struct result *r, double *tps, int reps) {
+  qsort(tps, (size_t)reps, sizeof *tps, cmp_d);
+  r->med = reps % 2 ? tps[reps / 2] : 0.5 * (tps[reps / 2 - 1] + tps[reps / 2]);
+  r->min = tps[0];
+  r->max = tps[reps - 1];
+}
+
+/* Streams a buffer of `mib` MiB with `threads` readers; returns GB/s (the machine's read floor). */
+double bench_bandwidth_probe(int threads, int mib);
+
+int cmd_bench(int argc, char **argv) {
+  struct hearth_model_params mp;
+  hearth_model_params_default(&mp);
+  long pp[16], tg = 128, reps = 5, ctx[8] = {71}, batch[8];
+  int n_pp = 3, n_ctx = 1, n_batch = 0, json = 0, probe = 0;
+  pp[0] = 71; pp[1] = 512; pp[2] = 1570;
+  for (int i = 1; i < argc; i++) {
+    int r = arg_model_option(argc, argv, &i, &mp);
+    if (r < 0) return 2;
+    if (r) continue;
+    const char *a = argv[i], *v;
+    if (!strcmp(a, "-p")) { if (!(v = arg_value(argc, argv, &i)) || (n_pp = parse_list(v, pp, 16)) < 0) return 2; }
+    else if (!strcmp(a, "-n")) { if (!(v = arg_value(argc, argv, &i)) || arg_int(a, v, 0, 1 << 20, &tg)) return 2; }
+    else if (!strcmp(a, "-r")) { if (!(v = arg_value(argc, argv, &i)) || arg_int(a, v, 1, 1000, &reps)) return 2; }
+    else if (!strcmp(a, "--tg-ctx")) { if (!(v = arg_value(argc, argv, &i)) || (n_ctx = parse_list(v, ctx, 8)) < 0) return 2; }
+    else if (!strcmp(a, "--batch")) { if (!(v = arg_value(argc, argv, &i)) || (n_batch = parse_list(v, batch, 8)) < 0) return 2; }
+    else if (!strcmp(a, "--json")) json = 1;
+    else if (!strcmp(a, "--probe")) probe = 1;
+    else {
+      fprintf(stderr, "usage: hearth bench --model DIR [--threads T] [-p 71,512,1570] [-n 128] [-r 5] [--tg-ctx 71,1570]\n"
+                      "                    [--batch 8,32] [--dtype ...] [--backend ...] [--probe] [--json]\n");
+      return 2;
+    }
+  }
+  if (!mp.path) { fprintf(stderr, "hearth bench: --model DIR is required\n"); return 2; }
+  long maxctx = 0;
+  for (int i = 0; i < n_pp; i++) if (pp[i] > maxctx) maxctx = pp[i];
+  for (int i = 0; i < n_ctx; i++) if (ctx[i] + tg > maxctx) maxctx = ctx[i] + tg;
+  long maxb = 1;
+  for (int i = 0; i < n_batch; i++) if (batch[i] > maxb) maxb = batch[i];
+  if (!mp.kv_tokens) mp.kv_tokens = (int)((maxctx > 71 + tg ? maxctx : 71 + tg) * maxb + 64 * maxb + 64);
+  struct hearth_err err = {0};
+  struct hearth_model *m = NULL;
+  if (hearth_model_load(&mp, &m, &err)) { fprintf(stderr, "hearth bench: %s\n", err.msg); return 1; }
+  const struct hearth_model_info *mi = hearth_model_info(m);
+  if (!json) {
+    printf("model %s: %s, %d layers, d=%d, %.1fM params, weights %.1f MiB, %.1f MB read per decode token, backend %s\n",
+           mp.path, mi->arch, mi->n_layer, mi->n_embd, (double)mi->n_params / 1e6, (double)mi->weight_bytes / 1048576.0,
+           (double)mi->weight_bytes_per_token / 1e6, mi->backend == HEARTH_BACKEND_CUDA ? "cuda" : "cpu");
+    if (probe && mi->backend == HEARTH_BACKEND_CPU) {
+      double bw = bench_bandwidth_probe(mp.n_threads, 1024);
+      printf("memory read probe: %.1f GB/s -> decode floor %.1f tok/s\n", bw, bw * 1e9 / (double)mi->weight_bytes_per_token);
+    }
+    printf("| %-12s | %10s | %10s | %10s |\n|--------------|------------|------------|------------|\n", "test", "tok/s med", "min", "max");
+  }
+  int32_t *toks = malloc((size_t)(maxctx + tg + 8) * sizeof *toks);
+  double *tps = malloc((size_t)reps * sizeof *tps);
+  uint64_t rs = 42;
+  for (long i = 0; i < maxctx + tg + 8; i++) { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; toks[i] = (int32_t)(rs % (uint64_t)(mi->n_vocab > 1000 ? 1000 : mi->n_vocab)) + 100 % mi->n_vocab; }
+  int rc = 0;
+  struct hearth_session *s = NULL;
+  if ((rc = hearth_session_new(m, NULL, &s, &err))) goto done;
+  /* warm-up */
+  if ((rc = hearth_session_sync(s, toks, 8, &err))) goto done;
+  for (int i = 0; i < n_pp; i++) {
+    struct result r = {.tokens = (int)pp[i]};
+    snprintf(r.test, sizeof r.test, "pp%ld", pp[i]);
+    for (int k = 0; k < reps; k++) {
+      int32_t first = toks[0];
+      toks[0] = (int32_t)(first + 1 + k) % mi->n_vocab; /* defeat prefix reuse: a different first token */
+      double t0 = now_s();
+      rc = hearth_session_sync(s, toks, (int)pp[i], &err);
+      double t1 = now_s();
+      toks[0] = first;
+      if (rc) goto done;
+      tps[k] = (double)pp[i] / (t1 - t0);
+    }
+    summarize(&r, tps, (int)reps);
+    report(&r, mi, json, 0);
+  }
+  for (int c = 0; tg > 0 && c < n_ctx; c++) {
+    struct result r = {.tokens = (int)tg};
+    if (c == 0) snprintf(r.test, sizeof r.test, "tg%ld", tg);
+    else snprintf(r.test, sizeof r.test, "tg%ld@d%ld", tg, ctx[c]);
+    for (int k = 0; k < reps; k++) {
+      toks[0] = (int32_t)(toks[0] + 1) % mi->n_vocab;
+      if ((rc = hearth_session_sync(s, toks, (int)ctx[c], &err))) goto done;
+      double t0 = now_s();
+      for (long j = 0; j < tg; j++) {
+        int32_t t = toks[(ctx[c] + j) % (maxctx + 1)];
+        if ((rc = hearth_session_append(s, &t, 1, &err))) goto done;
+      }
+      tps[k] = (double)tg / (now_s() - t0);
+    }
+    summarize(&r, tps, (int)reps);
+    report(&r, mi, json, 1);
+  }
+  for (int bi = 0; tg > 0 && bi < n_batch; bi++) {
+    int B = (int)batch[bi];
+    struct hearth_session **ss = calloc((size_t)B, sizeof *ss);
+    const int32_t **tp = calloc((size_t)B, sizeof *tp);
+    int *cnt = calloc((size_t)B, sizeof *cnt);
+    struct result r = {.tokens = (int)tg * B};
+    snprintf(r.test, sizeof r.test, "tg%ldx%d", tg, B);
+    for (int j = 0; j < B && !rc; j++) rc = hearth_session_new(m, NULL, &ss[j], &err);
+    for (int k = 0; k < reps && !rc; k++) {
+      for (int j = 0; j < B && !rc; j++) { toks[1] = (int32_t)(j + k) % mi->n_vocab; rc = hearth_session_sync(ss[j], toks, (int)ctx[0], &err); }
+      double t0 = now_s();
+      for (long step = 0; step < tg && !rc; step++) {
+        for (int j = 0; j < B; j++) { tp[j] = &toks[(step + j) % (maxctx + 1)]; cnt[j] = 1; }
+        rc = hearth_sessions_step(ss, B, tp, cnt, &err);
+      }
+      tps[k] = (double)(tg * B) / (now_s() - t0);
+    }
+    if (!rc) { summarize(&r, tps, (int)reps); report(&r, mi, json, 1); }
+    for (int j = 0; j < B; j++) hearth_session_free(ss[j]);
+    free(ss); free(tp); free(cnt);
+    if (rc) goto done;
+  }
+done:
+  if (rc) fprintf(stderr, "hearth bench: %s\n", err.msg);
+  hearth_session_free(s);
+  hearth_model_free(m);
+  free(toks);
+  free(tps);
+  return rc ? 1 : 0;
+}

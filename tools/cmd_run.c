@@ -1,0 +1,98 @@
+/* tools/cmd_run.c — `hearth run`: load a model, evaluate a prompt, generate N tokens. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "args.h"
+#include "commands.h"
+#include "base/err.h"
+#include "hearth.h"
+
+static void usage(void) {
+  fprintf(stderr,
+          "usage: hearth run --model DIR (--prompt-ids \"ID ID ...\" | --prompt TEXT) [-n N] [--ids]\n"
+          "                  [--dtype int4|bf16|f32] [--backend cpu|cuda] [--threads T] [--exact]\n"
+          "                  [--temperature X] [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
+          "                  [--repetition-penalty X] [--ignore-eos]\n");
+}
+
+int cmd_run_text(const char *model_dir, const char *prompt, int32_t **ids, int *n); /* cmd_run_text.c */
+
+int cmd_run(int argc, char **argv) {
+  struct hearth_model_params mp;
+  hearth_model_params_default(&mp);
+  struct hearth_sampling sp;
+  hearth_sampling_default(&sp);
+  sp.temperature = 0.0f;
+  const char *prompt_ids = NULL, *prompt = NULL;
+  long n_gen = 16;
+  int print_ids = 0, ignore_eos = 0;
+  for (int i = 1; i < argc; i++) {
+    int r = arg_model_option(argc, argv, &i, &mp);
+    if (r < 0) return 2;
+    if (r) continue;
+    const char *a = argv[i], *v;
+    long x;
+    double f;
+    if (!strcmp(a, "--prompt-ids")) { if (!(prompt_ids = arg_value(argc, argv, &i))) return 2; }
+    else if (!strcmp(a, "--prompt") || !strcmp(a, "-p")) { if (!(prompt = arg_value(argc, argv, &i))) return 2; }
+    else if (!strcmp(a, "-n")) { if (!(v = arg_value(argc, argv, &i)) || arg_int(a, v, 0, 1 << 24, &n_gen)) return 2; }
+    else if (!strcmp(a, "--ids")) print_ids = 1;
+    else if (!strcmp(a, "--ignore-eos")) ignore_eos = 1;
+    else if (!strcmp(a, "--temperature")) { if (!(v = arg_value(argc, argv, &i)) || arg_float(a, v, &f)) return 2; sp.temperature = (float)f; }
+    else if (!strcmp(a, "--top-p")) { if (!(v = arg_value(argc, argv, &i)) || arg_float(a, v, &f)) return 2; sp.top_p = (float)f; }
+    else if (!strcmp(a, "--min-p")) { if (!(v = arg_value(argc, argv, &i)) || arg_float(a, v, &f)) return 2; sp.min_p = (float)f; }
+    else if (!strcmp(a, "--repetition-penalty")) { if (!(v = arg_value(argc, argv, &i)) || arg_float(a, v, &f)) return 2; sp.repetition_penalty = (float)f; }
+    else if (!strcmp(a, "--top-k")) { if (!(v = arg_value(argc, argv, &i)) || arg_int(a, v, 0, 1 << 30, &x)) return 2; sp.top_k = (int)x; }
+    else if (!strcmp(a, "--seed")) { if (!(v = arg_value(argc, argv, &i)) || arg_int(a, v, 0, 0x7fffffffffffffffL, &x)) return 2; sp.seed = (uint64_t)x; }
+    else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(); return 0; }
+    else { fprintf(stderr, "hearth run: unknown option '%s'\n", a); usage(); return 2; }
+  }
+  if (!mp.path || (!prompt_ids && !prompt)) { usage(); return 2; }
+  int32_t *ids = NULL;
+  int n = 0;
+  if (prompt_ids) {
+    if (arg_ids(prompt_ids, &ids, &n)) return 2;
+  } else if (cmd_run_text(mp.path, prompt, &ids, &n)) {
+    return 1;
+  }
+  if (n == 0) { fprintf(stderr, "hearth run: the prompt is empty\n"); free(ids); return 2; }
+  struct hearth_err err = {0};
+  struct hearth_model *m = NULL;
+  struct hearth_session *s = NULL;
+  struct hearth_sampler *smp = NULL;
+  int32_t *out = malloc(((size_t)n_gen + 1) * sizeof *out);
+  int rc = out ? hearth_model_load(&mp, &m, &err) : HEARTH_ERR_NOMEM;
+  if (!rc && hearth_model_info(m)->is_embedding) rc = err_set(&err, HEARTH_ERR_ARG, "%s is an embedding model: use hearth embed", mp.path);
+  if (!rc) {
+    struct hearth_session_params spp = {0};
+    rc = hearth_session_new(m, &spp, &s, &err);
+  }
+  if (!rc) rc = hearth_sampler_new(&sp, hearth_model_info(m)->n_vocab, &smp, &err);
+  if (!rc) rc = hearth_session_sync(s, ids, n, &err);
+  int n_out = 0;
+  while (!rc && n_out < n_gen) {
+    int32_t t = hearth_sampler_sample(smp, hearth_session_logits(s), out, n_out);
+    out[n_out++] = t;
+    const struct hearth_model_info *mi = hearth_model_info(m);
+    int is_eos = 0;
+    for (int k = 0; k < mi->n_eos; k++) if (mi->eos_ids[k] == t) is_eos = 1;
+    if (is_eos && !ignore_eos) break;
+    if (n_out < n_gen) rc = hearth_session_append(s, &t, 1, &err);
+  }
+  if (rc) {
+    fprintf(stderr, "hearth run: %s\n", err.msg);
+  } else if (print_ids || !prompt) {
+    for (int i = 0; i < n_out; i++) printf(i ? " %d" : "%d", out[i]);
+    printf("\n");
+  } else {
+    extern int cmd_run_print_text(const char *model_dir, const int32_t *ids, int n);
+    rc = cmd_run_print_text(mp.path, out, n_out);
+  }
+  hearth_sampler_free(smp);
+  hearth_session_free(s);
+  hearth_model_free(m);
+  free(out);
+  free(ids);
+  return rc ? 1 : 0;
+}

@@ -1,0 +1,33 @@
+/* tools/hearth.c — the hearth executable: dispatches to one subcommand per file. */
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+#include "hearth.h"
+
+static const struct { const char *name; int (*fn)(int, char **); const char *help; } k_cmds[] = {
+  {"run", cmd_run, "generate tokens from a prompt"},
+  {"embed", cmd_embed, "embed a prompt with an embedding model"},
+  {"bench", cmd_bench, "prefill and decode speed (tokens/s, GB/s)"},
+  {"mkmodel", cmd_mkmodel, "write a random-weight checkpoint of a config"},
+  {"tokenize", cmd_tokenize, "encode text or decode ids with a tokenizer.json"},
+  {"template", cmd_template, "render a chat template"},
+  {"serve", cmd_serve, "OpenAI-compatible server on loopback"},
+};
+
+static void usage(FILE *f) {
+  fprintf(f, "hearth %s — private local LLM inference\n\nusage: hearth <command> [options]\n\n", hearth_version());
+  for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++) fprintf(f, "  %-10s %s\n", k_cmds[i].name, k_cmds[i].help);
+  fprintf(f, "\n'hearth <command> --help' describes each command.\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) { usage(stderr); return 2; }
+  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) { usage(stdout); return 0; }
+  if (!strcmp(argv[1], "--version")) { printf("hearth %s\n", hearth_version()); return 0; }
+  for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++)
+    if (!strcmp(argv[1], k_cmds[i].name)) return k_cmds[i].fn(argc - 1, argv + 1);
+  fprintf(stderr, "hearth: unknown command '%s'\n\n", argv[1]);
+  usage(stderr);
+  return 2;
+}
