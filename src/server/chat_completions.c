@@ -1,0 +1,330 @@
+/* server/chat_completions.c — POST /v1/chat/completions, plain and streamed.
+ *
+ * Request → validated messages (text parts joined into strings; images refused) → chat template
+ * → tokens → engine. Output text goes through the chat output parser (tool calls, reasoning)
+ * before it reaches the client. tool_choice "none" hides the tools from the template; any other
+ * value offers them (hearth does not force a call).
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "server/gen.h"
+#include "server/routes.h"
+#include "server/sse.h"
+
+static const char *const ROLES[] = {"system", "developer", "user", "assistant", "tool", NULL};
+
+/* A copy of the messages with every content turned into a string (or null for an assistant turn
+ * that only calls tools). NULL with *e filled on a malformed message. */
+static json_t *normalize_messages(json_t *msgs, struct verr *e) {
+  if (!msgs) { v_fail(e, "messages", "'messages' is required"); return NULL; }
+  if (!json_array_size(msgs)) { v_fail(e, "messages", "'messages' must not be empty"); return NULL; }
+  json_t *out = json_array();
+  size_t i;
+  json_t *m;
+  json_array_foreach(msgs, i, m) {
+    char name[64];
+    snprintf(name, sizeof name, "messages[%zu]", i);
+    if (!json_is_object(m)) { v_fail(e, name, "'%s' must be an object", name); goto fail; }
+    const char *role;
+    struct verr e2;
+    if (v_enum(m, "role", ROLES, NULL, &role, &e2) || !role) {
+      v_fail(e, name, "'%s.role' must be one of system, developer, user, assistant, tool", name);
+      goto fail;
+    }
+    json_t *c = json_object_get(m, "content");
+    json_t *copy = json_deep_copy(m);
+    if (!copy) { v_fail(e, name, "out of memory"); goto fail; }
+    if (json_is_array(c)) {
+      struct sbuf text = {0};
+      size_t j;
+      json_t *part;
+      json_array_foreach(c, j, part) {
+        const char *type = json_string_value(json_object_get(part, "type"));
+        json_t *t = json_object_get(part, "text");
+        if (!type || strcmp(type, "text") || !json_is_string(t)) {
+          v_fail(e, name, "'%s.content[%zu]' must be a text part ({\"type\":\"text\",\"text\":...})",
+                 name, j);
+          sbuf_free(&text);
+          json_decref(copy);
+          goto fail;
+        }
+        sbuf_add(&text, json_string_value(t), json_string_length(t));
+      }
+      json_object_set_new(copy, "content", json_stringn(text.p ? text.p : "", text.n));
+      sbuf_free(&text);
+    } else if (!json_is_string(c) && !(c == NULL || json_is_null(c))) {
+      v_fail(e, name, "'%s.content' must be a string or an array of text parts", name);
+      json_decref(copy);
+      goto fail;
+    } else if ((!c || json_is_null(c)) && strcmp(role, "assistant")) {
+      v_fail(e, name, "'%s.content' is required for role '%s'", name, role);
+      json_decref(copy);
+      goto fail;
+    }
+    json_t *tc = json_object_get(m, "tool_calls");
+    if (tc && !json_is_null(tc)) {
+      if (!json_is_array(tc)) {
+        v_fail(e, name, "'%s.tool_calls' must be an array", name);
+        json_decref(copy);
+        goto fail;
+      }
+      /* templates want arguments as an object; OpenAI sends a JSON string */
+      json_t *tcc = json_object_get(copy, "tool_calls");
+      size_t k;
+      json_t *call;
+      json_array_foreach(tcc, k, call) {
+        json_t *fn = json_object_get(call, "function");
+        if (!json_is_object(fn) || !json_is_string(json_object_get(fn, "name"))) {
+          v_fail(e, name, "'%s.tool_calls[%zu].function.name' is required", name, k);
+          json_decref(copy);
+          goto fail;
+        }
+        json_t *args = json_object_get(fn, "arguments");
+        if (json_is_string(args)) {
+          json_t *parsed = json_loads(json_string_value(args), JSON_DECODE_ANY, NULL);
+          if (parsed) json_object_set_new(fn, "arguments", parsed);
+        }
+      }
+    }
+    json_array_append_new(out, copy);
+  }
+  return out;
+fail:
+  json_decref(out);
+  return NULL;
+}
+
+static int check_tools(json_t *tools, struct verr *e) {
+  size_t i;
+  json_t *t;
+  json_array_foreach(tools, i, t) {
+    const char *type = json_string_value(json_object_get(t, "type"));
+    json_t *fn = json_object_get(t, "function");
+    if (!json_is_object(t) || !type || strcmp(type, "function") || !json_is_object(fn) ||
+        !json_is_string(json_object_get(fn, "name")))
+      return v_fail(e, "tools", "'tools[%zu]' must be {\"type\":\"function\",\"function\":{\"name\":...}}", i);
+    json_t *params = json_object_get(fn, "parameters");
+    if (params && !json_is_object(params))
+      return v_fail(e, "tools", "'tools[%zu].function.parameters' must be an object", i);
+  }
+  return 0;
+}
+
+/* ---- one request's state ----------------------------------------------------------------- */
+
+struct chat {
+  struct gen_reader g;
+  struct gen_opts o;
+  struct textio_parser *parser;
+  struct textio_delta d;
+  struct sbuf text;          /* whole visible text (non-streamed) */
+  struct sbuf reasoning;
+  json_t *tool_calls;        /* accumulated (non-streamed) */
+  json_t *logprobs;          /* accumulated (non-streamed): array of entries */
+  int n_tool_calls;
+  char id[64];
+  char model[256];
+  time_t created;
+  int sent_role;
+};
+
+static void chat_free(void *p) {
+  struct chat *c = p;
+  gen_reader_free(&c->g);
+  textio_parser_free(c->parser);
+  textio_delta_free(&c->d);
+  sbuf_free(&c->text);
+  sbuf_free(&c->reasoning);
+  json_decref(c->tool_calls);
+  json_decref(c->logprobs);
+  free(c);
+}
+
+static json_t *chunk(struct chat *c, json_t *delta, const char *finish, json_t *logprobs) {
+  json_t *choice = json_pack("{s:i, s:o, s:o, s:o}", "index", 0, "delta", delta, "logprobs",
+                             logprobs ? logprobs : json_null(), "finish_reason",
+                             finish ? json_string(finish) : json_null());
+  json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o]}", "id", c->id, "object",
+                        "chat.completion.chunk", "created", (json_int_t)c->created, "model",
+                        c->model, "system_fingerprint", "hearth", "choices", choice);
+  if (o && c->o.include_usage) json_object_set_new(o, "usage", json_null());
+  return o;
+}
+
+/* Feeds newly released text (final: the end) through the parser into c->d. */
+static int parse_text(struct chat *c, struct sbuf *text, int final) {
+  struct hearth_err err = {0};
+  textio_delta_reset(&c->d);
+  return textio_parser_feed(c->parser, text->p ? text->p : "", text->n, final, &c->d, &err);
+}
+
+static json_t *events_logprobs(struct chat *c) {
+  json_t *a = json_array();
+  for (int i = 0; i < c->g.n_ev; i++)
+    json_array_append_new(a, gen_logprob_chat(c->g.tio, &c->g.ev[i], c->o.top_logprobs > 0));
+  return a;
+}
+
+static const char *finish_reason(struct chat *c) {
+  return c->n_tool_calls && !strcmp(c->g.finish, "stop") ? "tool_calls" : c->g.finish;
+}
+
+static int chat_produce(void *ctx, struct sbuf *out) {
+  struct chat *c = ctx;
+  if (!c->sent_role) {
+    c->sent_role = 1;
+    return sse_event(out, chunk(c, json_pack("{s:s, s:s}", "role", "assistant", "content", ""),
+                                NULL, NULL)) ? -1 : 0;
+  }
+  struct sbuf text = {0};
+  int rc = gen_reader_next(&c->g, 1000, &text);
+  if (rc < 0) { sbuf_free(&text); return -1; }
+  int prc = parse_text(c, &text, rc == 1);
+  sbuf_free(&text);
+  if (prc) return -1;
+  json_t *delta = json_object();
+  if (c->d.reasoning.n)
+    json_object_set_new(delta, "reasoning_content", json_stringn(c->d.reasoning.p, c->d.reasoning.n));
+  if (c->d.content.n)
+    json_object_set_new(delta, "content", json_stringn(c->d.content.p, c->d.content.n));
+  if (c->d.tool_calls) {
+    c->n_tool_calls += (int)json_array_size(c->d.tool_calls);
+    json_object_set(delta, "tool_calls", c->d.tool_calls);
+  }
+  json_t *lp = c->o.logprobs && c->g.n_ev ? json_pack("{s:o}", "content", events_logprobs(c)) : NULL;
+  if (json_object_size(delta) || lp) {
+    if (sse_event(out, chunk(c, delta, NULL, lp))) return -1;
+  } else {
+    json_decref(delta);
+  }
+  if (rc == 0) return 0;
+  if (!c->g.finish) { /* failed mid-stream: an error event, then the end */
+    sse_event(out, json_pack("{s:{s:s, s:s, s:n, s:n}}", "error", "message", c->g.errmsg, "type",
+                             "server_error", "param", "code"));
+    sse_done(out);
+    return 1;
+  }
+  if (sse_event(out, chunk(c, json_object(), finish_reason(c), NULL))) return -1;
+  if (c->o.include_usage) {
+    json_t *u = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[], s:o}", "id", c->id, "object",
+                          "chat.completion.chunk", "created", (json_int_t)c->created, "model",
+                          c->model, "system_fingerprint", "hearth", "choices", "usage",
+                          gen_usage(&c->g));
+    if (sse_event(out, u)) return -1;
+  }
+  return sse_done(out) ? -1 : 1;
+}
+
+static enum MHD_Result chat_whole(struct http_req *r, struct chat *c) {
+  for (;;) {
+    struct sbuf text = {0};
+    int rc = gen_reader_next(&c->g, 1000, &text);
+    if (rc < 0) { sbuf_free(&text); chat_free(c); return MHD_NO; } /* client gone: drop it */
+    int prc = parse_text(c, &text, rc == 1);
+    sbuf_free(&text);
+    if (prc) break;
+    sbuf_add(&c->text, c->d.content.p ? c->d.content.p : "", c->d.content.n);
+    sbuf_add(&c->reasoning, c->d.reasoning.p ? c->d.reasoning.p : "", c->d.reasoning.n);
+    if (c->d.tool_calls) {
+      if (!c->tool_calls) c->tool_calls = json_array();
+      json_array_extend(c->tool_calls, c->d.tool_calls);
+    }
+    if (c->o.logprobs) {
+      if (!c->logprobs) c->logprobs = json_array();
+      json_t *a = events_logprobs(c);
+      json_array_extend(c->logprobs, a);
+      json_decref(a);
+    }
+    if (rc == 1) break;
+  }
+  if (!c->g.finish) {
+    enum MHD_Result ret = http_reply_error(r, 500, NULL, "generation_failed", "%s",
+                                           c->g.errmsg[0] ? c->g.errmsg : "generation failed");
+    chat_free(c);
+    return ret;
+  }
+  c->n_tool_calls = c->tool_calls ? (int)json_array_size(c->tool_calls) : 0;
+  json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content",
+                          c->text.n || !c->n_tool_calls ? json_stringn(c->text.p ? c->text.p : "", c->text.n)
+                                                         : json_null());
+  if (c->reasoning.n)
+    json_object_set_new(msg, "reasoning_content", json_stringn(c->reasoning.p, c->reasoning.n));
+  if (c->n_tool_calls) json_object_set(msg, "tool_calls", c->tool_calls);
+  json_t *lp = c->o.logprobs ? json_pack("{s:O}", "content", c->logprobs ? c->logprobs : json_array())
+                             : json_null();
+  json_t *body = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[{s:i, s:o, s:o, s:s}], s:o}", "id", c->id,
+                           "object", "chat.completion", "created", (json_int_t)c->created, "model",
+                           c->model, "system_fingerprint", "hearth", "choices", "index", 0,
+                           "message", msg, "logprobs", lp, "finish_reason", finish_reason(c),
+                           "usage", gen_usage(&c->g));
+  chat_free(c);
+  return http_reply_json(r, 200, body);
+}
+
+enum MHD_Result ep_chat_completions(struct http_req *r) {
+  enum MHD_Result ret;
+  struct srv_model *m = ep_pick_model(r, 0, &ret);
+  if (!m) return ret;
+  struct verr e = {{0}, {0}};
+  struct chat *c = calloc(1, sizeof *c);
+  if (!c) return http_reply_error(r, 500, NULL, NULL, "out of memory");
+  if (gen_parse(r->json, 1, &c->o, &e)) { free(c); return http_reply_verr(r, &e); }
+  json_t *tools, *kwargs, *rf;
+  const char *tool_choice = NULL;
+  json_t *tc = json_object_get(r->json, "tool_choice");
+  if (v_arr(r->json, "tools", &tools, &e) || v_obj(r->json, "chat_template_kwargs", &kwargs, &e) ||
+      v_obj(r->json, "response_format", &rf, &e) || (tools && check_tools(tools, &e))) {
+    free(c);
+    return http_reply_verr(r, &e);
+  }
+  if (json_is_string(tc)) tool_choice = json_string_value(tc);
+  else if (tc && !json_is_null(tc) && !json_is_object(tc)) {
+    free(c);
+    v_fail(&e, "tool_choice", "'tool_choice' must be a string or an object");
+    return http_reply_verr(r, &e);
+  }
+  if (rf) {
+    const char *type = json_string_value(json_object_get(rf, "type"));
+    if (!type || strcmp(type, "text")) {
+      free(c);
+      return http_reply_error(r, 400, "response_format", "unsupported_value",
+                              "only response_format {\"type\":\"text\"} is supported");
+    }
+  }
+  if (tools && (!json_array_size(tools) || (tool_choice && !strcmp(tool_choice, "none"))))
+    tools = NULL;
+  json_t *msgs = json_object_get(r->json, "messages");
+  if (msgs && !json_is_array(msgs)) {
+    free(c);
+    v_fail(&e, "messages", "'messages' must be an array");
+    return http_reply_verr(r, &e);
+  }
+  json_t *norm = normalize_messages(msgs, &e);
+  if (!norm) { free(c); return http_reply_verr(r, &e); }
+  char *prompt_text = NULL;
+  struct hearth_err err = {0};
+  int rc = textio_render_chat(m->tio, norm, tools, kwargs, &prompt_text, &err);
+  json_decref(norm);
+  if (rc) {
+    free(c);
+    return http_reply_error(r, rc == HEARTH_ERR_NOMEM ? 500 : 400, "messages", "template_error",
+                            "%s", err.msg);
+  }
+  int32_t *ids = NULL;
+  int n = 0;
+  rc = textio_encode(m->tio, prompt_text, strlen(prompt_text), 0, &ids, &n, &err);
+  free(prompt_text);
+  if (rc) { free(c); return http_reply_error(r, 500, NULL, NULL, "%s", err.msg); }
+  if (gen_start(r, m, ids, n, &c->o, &c->g, &ret)) { free(c); return ret; }
+  if (textio_parser_new(m->tio, tools != NULL, &c->parser, &err)) {
+    chat_free(c);
+    return http_reply_error(r, 500, NULL, NULL, "%s", err.msg);
+  }
+  gen_id(c->id, sizeof c->id, "chatcmpl");
+  snprintf(c->model, sizeof c->model, "%s", m->id);
+  c->created = time(NULL);
+  if (c->o.stream) return sse_reply(r, chat_produce, chat_free, c);
+  return chat_whole(r, c);
+}

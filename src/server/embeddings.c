@@ -1,0 +1,151 @@
+/* server/embeddings.c — POST /v1/embeddings.
+ * input: a string, an array of strings, an array of token ids, or an array of such arrays (at most
+ * 256 inputs, each at most the context). encoding_format "float" (default) or "base64" (the raw
+ * little-endian float32 bytes, as OpenAI sends them). dimensions: keep the first d components and
+ * re-normalise (Matryoshka truncation, as Qwen3-Embedding is trained for).
+ * The model's single embedding session is shared under a mutex: one forward pass at a time. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/routes.h"
+#include "server/sbuf.h"
+#include "server/textio.h"
+
+#define EMB_MAX_INPUTS 256
+
+static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+static json_t *base64_floats(const float *v, int n) {
+  const unsigned char *b = (const unsigned char *)v; /* x86/ARM hosts are little-endian */
+  size_t len = (size_t)n * 4, olen = (len + 2) / 3 * 4;
+  char *o = malloc(olen + 1);
+  if (!o) return NULL;
+  size_t j = 0;
+  for (size_t i = 0; i < len; i += 3) {
+    unsigned x = (unsigned)b[i] << 16 | (i + 1 < len ? (unsigned)b[i + 1] << 8 : 0) |
+                 (i + 2 < len ? b[i + 2] : 0);
+    o[j++] = B64[x >> 18 & 63];
+    o[j++] = B64[x >> 12 & 63];
+    o[j++] = i + 1 < len ? B64[x >> 6 & 63] : '=';
+    o[j++] = i + 2 < len ? B64[x & 63] : '=';
+  }
+  o[j] = 0;
+  json_t *s = json_stringn(o, j);
+  free(o);
+  return s;
+}
+
+/* Tokenizes input k into *ids (malloc'd). */
+static int input_tokens(struct srv_model *m, json_t *in, size_t k, int32_t **ids, int *n,
+                        struct verr *e) {
+  if (json_is_string(in)) {
+    struct hearth_err err = {0};
+    if (textio_encode(m->tio, json_string_value(in), json_string_length(in), 1, ids, n, &err))
+      return v_fail(e, "input", "input[%zu]: %s", k, err.msg);
+  } else if (json_is_array(in) && json_array_size(in)) {
+    size_t i;
+    json_t *v;
+    *n = (int)json_array_size(in);
+    *ids = malloc((size_t)*n * sizeof **ids);
+    if (!*ids) return v_fail(e, "input", "out of memory");
+    json_array_foreach(in, i, v) {
+      if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= m->info->n_vocab) {
+        free(*ids);
+        return v_fail(e, "input", "'input[%zu]' must hold token ids in [0, %d)", k, m->info->n_vocab);
+      }
+      (*ids)[i] = (int32_t)json_integer_value(v);
+    }
+  } else {
+    return v_fail(e, "input", "'input' must be a string, an array of strings, or token id arrays");
+  }
+  if (*n < 1) { free(*ids); return v_fail(e, "input", "'input[%zu]' is empty", k); }
+  if (*n > m->n_ctx) {
+    free(*ids);
+    return v_fail(e, "input", "'input[%zu]' has %d tokens; the context is %d", k, *n, m->n_ctx);
+  }
+  return 0;
+}
+
+enum MHD_Result ep_embeddings(struct http_req *r) {
+  enum MHD_Result ret;
+  struct srv_model *m = ep_pick_model(r, 1, &ret);
+  if (!m) return ret;
+  struct verr e = {{0}, {0}};
+  static const char *const FORMATS[] = {"float", "base64", NULL};
+  const char *fmt;
+  long long dims;
+  if (v_enum(r->json, "encoding_format", FORMATS, "float", &fmt, &e) ||
+      v_int(r->json, "dimensions", 1, m->info->n_embd, m->info->n_embd, &dims, &e))
+    return http_reply_verr(r, &e);
+  json_t *input = json_object_get(r->json, "input");
+  if (!input || json_is_null(input)) {
+    v_fail(&e, "input", "'input' is required");
+    return http_reply_verr(r, &e);
+  }
+  /* one input, or a list of inputs */
+  json_t *list;
+  if (json_is_string(input) || (json_is_array(input) && json_array_size(input) &&
+                                json_is_integer(json_array_get(input, 0))))
+    list = json_pack("[O]", input);
+  else if (json_is_array(input) && json_array_size(input))
+    list = json_incref(input);
+  else {
+    v_fail(&e, "input", "'input' must be a non-empty string or array");
+    return http_reply_verr(r, &e);
+  }
+  if (json_array_size(list) > EMB_MAX_INPUTS) {
+    json_decref(list);
+    v_fail(&e, "input", "'input' may hold at most %d items", EMB_MAX_INPUTS);
+    return http_reply_verr(r, &e);
+  }
+  int nd = m->info->n_embd;
+  float *vec = malloc((size_t)nd * sizeof *vec);
+  json_t *data = json_array();
+  long long total = 0;
+  size_t k;
+  json_t *in;
+  json_array_foreach(list, k, in) {
+    int32_t *ids = NULL;
+    int n = 0;
+    if (input_tokens(m, in, k, &ids, &n, &e)) {
+      free(vec);
+      json_decref(data);
+      json_decref(list);
+      return http_reply_verr(r, &e);
+    }
+    struct hearth_err err = {0};
+    pthread_mutex_lock(&m->embed_lock);
+    int rc = hearth_session_embed(m->embed_session, ids, n, vec, &err);
+    pthread_mutex_unlock(&m->embed_lock);
+    free(ids);
+    if (rc) {
+      free(vec);
+      json_decref(data);
+      json_decref(list);
+      return http_reply_error(r, 500, NULL, "embedding_failed", "%s", err.msg);
+    }
+    total += n;
+    if (dims < nd) { /* truncate and re-normalise */
+      double ss = 0;
+      for (int i = 0; i < dims; i++) ss += (double)vec[i] * vec[i];
+      float inv = ss > 0 ? (float)(1.0 / sqrt(ss)) : 0.f;
+      for (int i = 0; i < dims; i++) vec[i] *= inv;
+    }
+    json_t *emb;
+    if (!strcmp(fmt, "base64")) {
+      emb = base64_floats(vec, (int)dims);
+    } else {
+      emb = json_array();
+      for (int i = 0; i < dims; i++) json_array_append_new(emb, json_real(vec[i]));
+    }
+    json_array_append_new(data, json_pack("{s:s, s:i, s:o}", "object", "embedding", "index", (int)k,
+                                          "embedding", emb));
+  }
+  free(vec);
+  json_decref(list);
+  return http_reply_json(r, 200,
+                         json_pack("{s:s, s:o, s:s, s:{s:I, s:I}}", "object", "list", "data", data,
+                                   "model", m->id, "usage", "prompt_tokens", (json_int_t)total,
+                                   "total_tokens", (json_int_t)total));
+}

@@ -1,0 +1,452 @@
+/* server/engine.c — one engine thread per generative model: queue, slots, continuous batching.
+ * See engine.h for the contract. Everything that touches the model runs on the engine thread; the
+ * queue and the counters are guarded by e->mu, each request's output by its own q->mu.
+ */
+#include "server/engine.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/err.h"
+
+/* ---- requests ---------------------------------------------------------------------- */
+
+struct gen_req *gen_req_new(void) {
+  struct gen_req *q = calloc(1, sizeof *q);
+  if (!q) return NULL;
+  pthread_mutex_init(&q->mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&q->cv, &ca);
+  pthread_condattr_destroy(&ca);
+  q->top_logprobs = -1;
+  atomic_init(&q->refs, 1);
+  return q;
+}
+
+void gen_req_unref(struct gen_req *q) {
+  if (!q || atomic_fetch_sub(&q->refs, 1) != 1) return;
+  pthread_mutex_destroy(&q->mu);
+  pthread_cond_destroy(&q->cv);
+  free(q->prompt);
+  free(q->bias_id);
+  free(q->bias);
+  free(q->ev);
+  free(q);
+}
+
+static void deadline(struct timespec *ts, int ms) {
+  clock_gettime(CLOCK_MONOTONIC, ts);
+  ts->tv_sec += ms / 1000;
+  ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+  if (ts->tv_nsec >= 1000000000L) { ts->tv_sec++; ts->tv_nsec -= 1000000000L; }
+}
+
+int gen_req_take(struct gen_req *q, int from, struct gen_event *out, int max, int timeout_ms,
+                 enum gen_finish *fin) {
+  struct timespec ts;
+  deadline(&ts, timeout_ms);
+  pthread_mutex_lock(&q->mu);
+  while (q->n_ev <= from && q->finish == GEN_RUNNING) {
+    if (pthread_cond_timedwait(&q->cv, &q->mu, &ts) == ETIMEDOUT) break;
+  }
+  int n = q->n_ev - from;
+  if (n < 0) n = 0;
+  if (n > max) n = max;
+  if (n) memcpy(out, q->ev + from, (size_t)n * sizeof *out);
+  /* report the finish only once every event has been taken */
+  *fin = (from + n == q->n_ev) ? q->finish : GEN_RUNNING;
+  pthread_mutex_unlock(&q->mu);
+  return n;
+}
+
+/* engine side: append one event and/or finish; wakes the reader */
+static int req_push(struct gen_req *q, const struct gen_event *ev, enum gen_finish fin,
+                    const char *msg) {
+  int rc = 0;
+  pthread_mutex_lock(&q->mu);
+  if (ev) {
+    if (q->n_ev == q->cap_ev) {
+      int cap = q->cap_ev ? q->cap_ev * 2 : 64;
+      struct gen_event *p = realloc(q->ev, (size_t)cap * sizeof *p);
+      if (!p) {
+        fin = GEN_FIN_ERROR;
+        msg = "out of memory";
+        rc = -1;
+      } else {
+        q->ev = p;
+        q->cap_ev = cap;
+      }
+    }
+    if (!rc) q->ev[q->n_ev++] = *ev;
+  }
+  if (fin != GEN_RUNNING && q->finish == GEN_RUNNING) {
+    q->finish = fin;
+    if (msg) snprintf(q->errmsg, sizeof q->errmsg, "%s", msg);
+  }
+  pthread_cond_broadcast(&q->cv);
+  pthread_mutex_unlock(&q->mu);
+  return rc;
+}
+
+/* ---- the engine ---------------------------------------------------------------------- */
+
+enum slot_state { SLOT_FREE = 0, SLOT_PREFILL, SLOT_DECODE };
+
+struct slot {
+  struct hearth_session *s;
+  enum slot_state state;
+  struct gen_req *q;
+  struct hearth_sampler *smp;
+  int prefilled;        /* prompt tokens synced so far */
+  int32_t pending;      /* sampled, not yet evaluated */
+  int32_t *hist;        /* [max n_ctx] generated tokens, for the penalties */
+  int n_gen;
+  unsigned long last_used;
+};
+
+struct engine {
+  struct hearth_model *m;
+  const struct hearth_model_info *info;
+  struct engine_params p;
+  struct slot *slots;
+  float *scratch;       /* [n_vocab] logits + bias */
+  /* queue: ring of waiting requests, guarded by mu */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  struct gen_req **queue;
+  int q_head, q_n;
+  int n_busy;
+  int stop;
+  unsigned long tick;
+  struct engine_stats st;
+  pthread_t thread;
+  int started;
+};
+
+static int session_fresh(struct engine *e, struct slot *sl, struct hearth_err *err) {
+  if (sl->s) hearth_session_free(sl->s);
+  sl->s = NULL;
+  struct hearth_session_params sp = {.n_ctx = e->p.n_ctx};
+  return hearth_session_new(e->m, &sp, &sl->s, err);
+}
+
+static int common_prefix(const int32_t *a, int na, const int32_t *b, int nb) {
+  int i = 0;
+  while (i < na && i < nb && a[i] == b[i]) i++;
+  return i;
+}
+
+/* The free slot whose session shares the longest prefix with the prompt; LRU on ties. */
+static struct slot *pick_slot(struct engine *e, const struct gen_req *q, int *common) {
+  struct slot *best = NULL;
+  int best_c = -1;
+  for (int i = 0; i < e->p.n_slots; i++) {
+    struct slot *sl = &e->slots[i];
+    if (sl->state != SLOT_FREE) continue;
+    int c = common_prefix(hearth_session_tokens(sl->s), hearth_session_n_tokens(sl->s), q->prompt,
+                          q->n_prompt);
+    if (c > best_c || (c == best_c && sl->last_used < best->last_used)) { best = sl; best_c = c; }
+  }
+  *common = best_c;
+  return best;
+}
+
+static void slot_release(struct engine *e, struct slot *sl, enum gen_finish fin, const char *msg) {
+  struct gen_req *q = sl->q;
+  if (q) {
+    req_push(q, NULL, fin, msg);
+    pthread_mutex_lock(&e->mu);
+    if (fin == GEN_FIN_CANCELLED) e->st.n_cancelled++;
+    else if (fin == GEN_FIN_ERROR) e->st.n_errors++;
+    else e->st.n_done++;
+    e->st.n_gen_tokens += (unsigned long)sl->n_gen;
+    e->n_busy--;
+    pthread_mutex_unlock(&e->mu);
+    gen_req_unref(q);
+  }
+  hearth_sampler_free(sl->smp);
+  sl->smp = NULL;
+  sl->q = NULL;
+  sl->state = SLOT_FREE;
+  sl->n_gen = 0;
+  sl->last_used = ++e->tick;
+}
+
+/* Frees the KV of idle sessions (they lose their cached prefix). Returns how many were dropped. */
+static int evict_idle(struct engine *e) {
+  int n = 0;
+  for (int i = 0; i < e->p.n_slots; i++) {
+    struct slot *sl = &e->slots[i];
+    if (sl->state != SLOT_FREE || hearth_session_n_tokens(sl->s) == 0) continue;
+    struct hearth_err err;
+    if (session_fresh(e, sl, &err) == 0) n++;
+  }
+  return n;
+}
+
+/* log-softmax pieces over logits[n]: the max and log(sum(exp(x - max))). */
+static void lse(const float *x, int n, double *mx, double *lsum) {
+  float m = -INFINITY;
+  for (int i = 0; i < n; i++)
+    if (x[i] > m) m = x[i];
+  double s = 0;
+  for (int i = 0; i < n; i++) s += exp((double)x[i] - m);
+  *mx = m;
+  *lsum = log(s);
+}
+
+/* Samples the next token of sl from logits, appends it to the request, and decides whether the
+ * sequence goes on. Returns 1 if it continues (sl->pending is set), 0 if it was released. */
+static int emit(struct engine *e, struct slot *sl, const float *logits) {
+  struct gen_req *q = sl->q;
+  int nv = e->info->n_vocab;
+  if (q->n_bias) {
+    memcpy(e->scratch, logits, (size_t)nv * sizeof *logits);
+    for (int i = 0; i < q->n_bias; i++) e->scratch[q->bias_id[i]] += q->bias[i];
+    logits = e->scratch;
+  }
+  struct gen_event ev = {0};
+  ev.id = hearth_sampler_sample(sl->smp, logits, sl->hist, sl->n_gen);
+  if (q->top_logprobs >= 0) {
+    double mx, ls;
+    lse(logits, nv, &mx, &ls);
+    ev.logprob = (float)((double)logits[ev.id] - mx - ls);
+    int k = q->top_logprobs;
+    for (int i = 0; i < nv && k > 0; i++) { /* insertion into a sorted top-k (k <= 20) */
+      float v = logits[i];
+      if (ev.n_top == k && v <= logits[ev.top_id[k - 1]]) continue;
+      int j = ev.n_top < k ? ev.n_top++ : k - 1;
+      while (j > 0 && logits[ev.top_id[j - 1]] < v) { ev.top_id[j] = ev.top_id[j - 1]; j--; }
+      ev.top_id[j] = i;
+    }
+    for (int i = 0; i < ev.n_top; i++)
+      ev.top_lp[i] = (float)((double)logits[ev.top_id[i]] - mx - ls);
+  }
+  sl->hist[sl->n_gen++] = ev.id;
+  enum gen_finish fin = GEN_RUNNING;
+  if (!q->ignore_eos)
+    for (int i = 0; i < e->info->n_eos; i++)
+      if (ev.id == e->info->eos_ids[i]) fin = GEN_FIN_EOS;
+  if (fin == GEN_RUNNING &&
+      (sl->n_gen >= q->max_tokens || hearth_session_n_tokens(sl->s) + 1 > e->p.n_ctx))
+    fin = GEN_FIN_LENGTH;
+  if (req_push(q, &ev, GEN_RUNNING, NULL)) fin = GEN_FIN_ERROR;
+  if (fin != GEN_RUNNING) {
+    slot_release(e, sl, fin, fin == GEN_FIN_ERROR ? "out of memory" : NULL);
+    return 0;
+  }
+  sl->pending = ev.id;
+  sl->state = SLOT_DECODE;
+  return 1;
+}
+
+static void admit(struct engine *e) {
+  pthread_mutex_lock(&e->mu);
+  while (e->q_n > 0) {
+    struct gen_req *q = e->queue[e->q_head];
+    if (atomic_load(&q->cancel)) {
+      e->q_head = (e->q_head + 1) % e->p.max_queue;
+      e->q_n--;
+      e->st.n_cancelled++;
+      pthread_mutex_unlock(&e->mu);
+      req_push(q, NULL, GEN_FIN_CANCELLED, NULL);
+      gen_req_unref(q);
+      pthread_mutex_lock(&e->mu);
+      continue;
+    }
+    int common;
+    struct slot *sl = pick_slot(e, q, &common);
+    if (!sl) break;
+    e->q_head = (e->q_head + 1) % e->p.max_queue;
+    e->q_n--;
+    e->n_busy++;
+    e->st.n_prompt_tokens += (unsigned long)q->n_prompt;
+    e->st.n_cached_tokens += (unsigned long)(common < q->n_prompt ? common : q->n_prompt - 1);
+    pthread_mutex_unlock(&e->mu);
+    sl->q = q;
+    sl->state = SLOT_PREFILL;
+    sl->prefilled = common < q->n_prompt ? common : q->n_prompt - 1;
+    q->n_cached = sl->prefilled;
+    sl->n_gen = 0;
+    struct hearth_err err;
+    if (hearth_sampler_new(&q->sampling, e->info->n_vocab, &sl->smp, &err))
+      slot_release(e, sl, GEN_FIN_ERROR, err.msg);
+    pthread_mutex_lock(&e->mu);
+  }
+  pthread_mutex_unlock(&e->mu);
+}
+
+static void prefill(struct engine *e, struct slot *sl) {
+  struct gen_req *q = sl->q;
+  if (atomic_load(&q->cancel)) { slot_release(e, sl, GEN_FIN_CANCELLED, NULL); return; }
+  int target = sl->prefilled + e->p.prefill_chunk;
+  if (target > q->n_prompt) target = q->n_prompt;
+  struct hearth_err err = {0};
+  int rc = hearth_session_sync(sl->s, q->prompt, target, &err);
+  if (rc == HEARTH_ERR_CTX_FULL && evict_idle(e) > 0)
+    rc = hearth_session_sync(sl->s, q->prompt, target, &err);
+  if (rc) {
+    slot_release(e, sl, GEN_FIN_ERROR, err.msg);
+    return;
+  }
+  sl->prefilled = target;
+  if (target == q->n_prompt) emit(e, sl, hearth_session_logits(sl->s));
+}
+
+/* One decode step for every running sequence: one forward pass over all of them. */
+static void decode(struct engine *e) {
+  int n = 0;
+  struct hearth_session *ss[e->p.n_slots];
+  const int32_t *toks[e->p.n_slots];
+  int ones[e->p.n_slots];
+  struct slot *which[e->p.n_slots];
+  for (int i = 0; i < e->p.n_slots; i++) {
+    struct slot *sl = &e->slots[i];
+    if (sl->state != SLOT_DECODE) continue;
+    if (atomic_load(&sl->q->cancel)) { slot_release(e, sl, GEN_FIN_CANCELLED, NULL); continue; }
+    ss[n] = sl->s;
+    toks[n] = &sl->pending;
+    ones[n] = 1;
+    which[n++] = sl;
+  }
+  if (!n) return;
+  struct hearth_err err = {0};
+  int rc = hearth_sessions_step(ss, n, toks, ones, &err);
+  if (rc == HEARTH_ERR_CTX_FULL && evict_idle(e) > 0)
+    rc = hearth_sessions_step(ss, n, toks, ones, &err);
+  if (rc) { /* find the culprit(s): step each alone (sessions are unchanged by a failed step) */
+    for (int i = 0; i < n; i++) {
+      struct hearth_err e1 = {0};
+      int r1 = hearth_sessions_step(&ss[i], 1, &toks[i], &ones[i], &e1);
+      if (r1) {
+        slot_release(e, which[i], r1 == HEARTH_ERR_CTX_FULL ? GEN_FIN_LENGTH : GEN_FIN_ERROR,
+                     e1.msg);
+        which[i] = NULL;
+      }
+    }
+  }
+  for (int i = 0; i < n; i++)
+    if (which[i]) emit(e, which[i], hearth_session_logits(which[i]->s));
+}
+
+static void *engine_main(void *arg) {
+  struct engine *e = arg;
+  for (;;) {
+    pthread_mutex_lock(&e->mu);
+    while (!e->stop && e->q_n == 0 && e->n_busy == 0) pthread_cond_wait(&e->cv, &e->mu);
+    int stop = e->stop;
+    pthread_mutex_unlock(&e->mu);
+    if (stop) break;
+    admit(e);
+    for (int i = 0; i < e->p.n_slots; i++)
+      if (e->slots[i].state == SLOT_PREFILL) prefill(e, &e->slots[i]);
+    decode(e);
+  }
+  /* shutdown: cancel whatever is running or waiting */
+  for (int i = 0; i < e->p.n_slots; i++)
+    if (e->slots[i].state != SLOT_FREE) slot_release(e, &e->slots[i], GEN_FIN_CANCELLED, NULL);
+  pthread_mutex_lock(&e->mu);
+  while (e->q_n > 0) {
+    struct gen_req *q = e->queue[e->q_head];
+    e->q_head = (e->q_head + 1) % e->p.max_queue;
+    e->q_n--;
+    req_push(q, NULL, GEN_FIN_CANCELLED, "server shutting down");
+    gen_req_unref(q);
+  }
+  pthread_mutex_unlock(&e->mu);
+  return NULL;
+}
+
+int engine_new(struct hearth_model *m, const struct engine_params *p, struct engine **out,
+               struct hearth_err *err) {
+  if (p->n_slots < 1 || p->n_ctx < 2 || p->max_queue < 1)
+    return err_set(err, HEARTH_ERR_ARG, "engine: n_slots %d, n_ctx %d, max_queue %d out of range",
+                   p->n_slots, p->n_ctx, p->max_queue);
+  struct engine *e = calloc(1, sizeof *e);
+  if (!e) return err_set(err, HEARTH_ERR_NOMEM, "engine: out of memory");
+  e->m = m;
+  e->info = hearth_model_info(m);
+  e->p = *p;
+  if (e->p.prefill_chunk <= 0) e->p.prefill_chunk = 512;
+  e->slots = calloc((size_t)p->n_slots, sizeof *e->slots);
+  e->queue = calloc((size_t)p->max_queue, sizeof *e->queue);
+  e->scratch = malloc((size_t)e->info->n_vocab * sizeof *e->scratch);
+  pthread_mutex_init(&e->mu, NULL);
+  pthread_cond_init(&e->cv, NULL);
+  int rc = 0;
+  if (!e->slots || !e->queue || !e->scratch) rc = err_set(err, HEARTH_ERR_NOMEM, "engine: out of memory");
+  for (int i = 0; !rc && i < p->n_slots; i++) {
+    e->slots[i].hist = malloc((size_t)p->n_ctx * sizeof(int32_t));
+    if (!e->slots[i].hist) rc = err_set(err, HEARTH_ERR_NOMEM, "engine: out of memory");
+    else rc = session_fresh(e, &e->slots[i], err);
+  }
+  if (!rc && pthread_create(&e->thread, NULL, engine_main, e))
+    rc = err_set(err, HEARTH_ERR_NOMEM, "engine: cannot start the thread");
+  if (rc) { engine_free(e); return rc; }
+  e->started = 1;
+  *out = e;
+  return 0;
+}
+
+void engine_shutdown(struct engine *e) {
+  if (!e || !e->started) return;
+  pthread_mutex_lock(&e->mu);
+  e->stop = 1;
+  pthread_cond_broadcast(&e->cv);
+  pthread_mutex_unlock(&e->mu);
+  pthread_join(e->thread, NULL);
+  e->started = 0;
+}
+
+void engine_free(struct engine *e) {
+  if (!e) return;
+  engine_shutdown(e);
+  for (int i = 0; e->slots && i < e->p.n_slots; i++) {
+    hearth_session_free(e->slots[i].s);
+    hearth_sampler_free(e->slots[i].smp);
+    free(e->slots[i].hist);
+  }
+  pthread_mutex_destroy(&e->mu);
+  pthread_cond_destroy(&e->cv);
+  free(e->slots);
+  free(e->queue);
+  free(e->scratch);
+  free(e);
+}
+
+int engine_submit(struct engine *e, struct gen_req *q, struct hearth_err *err) {
+  if (q->n_prompt < 1 || q->n_prompt >= e->p.n_ctx)
+    return err_set(err, HEARTH_ERR_ARG, "the prompt has %d tokens; this server's context is %d",
+                   q->n_prompt, e->p.n_ctx);
+  for (int i = 0; i < q->n_bias; i++)
+    if (q->bias_id[i] < 0 || q->bias_id[i] >= e->info->n_vocab)
+      return err_set(err, HEARTH_ERR_ARG, "logit_bias: token %d is outside the vocabulary",
+                     q->bias_id[i]);
+  pthread_mutex_lock(&e->mu);
+  if (e->q_n >= e->p.max_queue || e->stop) {
+    pthread_mutex_unlock(&e->mu);
+    return err_set(err, HEARTH_ERR_CTX_FULL, "the server is busy (%d requests waiting)",
+                   e->p.max_queue);
+  }
+  atomic_fetch_add(&q->refs, 1);
+  e->queue[(e->q_head + e->q_n) % e->p.max_queue] = q;
+  e->q_n++;
+  pthread_cond_signal(&e->cv);
+  pthread_mutex_unlock(&e->mu);
+  return 0;
+}
+
+void engine_stats(struct engine *e, struct engine_stats *st) {
+  pthread_mutex_lock(&e->mu);
+  *st = e->st;
+  st->n_slots = e->p.n_slots;
+  st->n_busy = e->n_busy;
+  st->n_queued = e->q_n;
+  pthread_mutex_unlock(&e->mu);
+}

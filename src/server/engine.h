@@ -1,0 +1,103 @@
+/* server/engine.h — the engine thread of one generative model: a bounded request queue and
+ * continuous batching over a pool of sessions.
+ *
+ * Connection threads build a struct gen_req (prompt tokens + sampling), submit it, and read the
+ * tokens the engine appends to it. The engine thread alone touches the model: each step it admits
+ * queued requests into free slots, evaluates a chunk of every new prompt with hearth_session_sync
+ * (the slot's session is chosen for the longest common prefix, so a repeated system prompt is not
+ * recomputed), then decodes one token for every running sequence in one hearth_sessions_step,
+ * samples, and appends the token (with its logprobs when asked) to the request. A request whose
+ * cancel flag is set (client gone, or the reader saw a stop string) is dropped at the next step and
+ * its slot returns to the pool.
+ *
+ * Lifetime: a gen_req is reference counted; the submitter and the engine each hold a reference.
+ */
+#ifndef HEARTH_SERVER_ENGINE_H
+#define HEARTH_SERVER_ENGINE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "hearth.h"
+
+#define GEN_MAX_TOP 20
+
+struct engine;
+
+struct gen_event {
+  int32_t id;
+  float logprob;                 /* valid when the request asked for logprobs */
+  int n_top;
+  int32_t top_id[GEN_MAX_TOP];   /* most likely first */
+  float top_lp[GEN_MAX_TOP];
+};
+
+enum gen_finish {
+  GEN_RUNNING = 0,
+  GEN_FIN_EOS,        /* an end-of-sequence token was sampled (it is the last event) */
+  GEN_FIN_LENGTH,     /* max_tokens or the context limit */
+  GEN_FIN_CANCELLED,  /* the reader set cancel */
+  GEN_FIN_ERROR,      /* see errmsg */
+};
+
+struct gen_req {
+  /* input: set before engine_submit, read-only afterwards */
+  int32_t *prompt;               /* owned, malloc'd */
+  int n_prompt;                  /* >= 1 */
+  struct hearth_sampling sampling;
+  int max_tokens;                /* >= 1 */
+  int ignore_eos;
+  int top_logprobs;              /* -1: no logprobs; 0..GEN_MAX_TOP: also the top alternatives */
+  int n_bias;                    /* logit_bias entries */
+  int32_t *bias_id;              /* owned */
+  float *bias;                   /* owned */
+  /* output: guarded by mu; the engine appends, the reader copies with gen_req_take */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  struct gen_event *ev;
+  int n_ev, cap_ev;
+  enum gen_finish finish;
+  char errmsg[256];
+  int n_cached;                  /* prompt tokens found in the slot's session (prefix reuse) */
+  /* control */
+  atomic_int cancel;             /* set by the reader: stop generating */
+  atomic_int refs;
+};
+
+/* A zeroed request with one reference, or NULL on OOM. */
+struct gen_req *gen_req_new(void);
+void gen_req_unref(struct gen_req *q);
+/* Copies up to max events starting at index from into out, waiting up to timeout_ms when there is
+ * nothing new and the request is still running. Returns the number copied; *fin gets the finish
+ * state (GEN_RUNNING while more may come). Called by the reader's thread only. */
+int gen_req_take(struct gen_req *q, int from, struct gen_event *out, int max, int timeout_ms,
+                 enum gen_finish *fin);
+
+struct engine_params {
+  int n_slots;     /* sequences decoded together */
+  int n_ctx;       /* tokens per sequence */
+  int max_queue;   /* waiting requests before engine_submit refuses */
+  int prefill_chunk; /* prompt tokens evaluated per slot per step; 0 = 512 */
+};
+
+struct engine_stats {
+  int n_slots, n_busy, n_queued;
+  unsigned long n_done, n_cancelled, n_errors;
+  unsigned long n_prompt_tokens, n_cached_tokens, n_gen_tokens;
+};
+
+/* Creates the sessions and starts the engine thread. The model must outlive the engine. */
+int engine_new(struct hearth_model *m, const struct engine_params *p, struct engine **out,
+               struct hearth_err *err);
+/* Stops the thread; queued and running requests finish as GEN_FIN_CANCELLED and later submits
+ * are refused. The engine stays valid for engine_submit/engine_stats until engine_free. */
+void engine_shutdown(struct engine *e);
+/* engine_shutdown, then frees everything. */
+void engine_free(struct engine *e);
+/* Queues q (takes a reference). Returns 0, or HEARTH_ERR_CTX_FULL when the queue is full (503),
+ * HEARTH_ERR_ARG when the prompt does not fit n_ctx. Thread-safe. */
+int engine_submit(struct engine *e, struct gen_req *q, struct hearth_err *err);
+void engine_stats(struct engine *e, struct engine_stats *st);
+
+#endif

@@ -1,0 +1,315 @@
+/* server/gen.c — shared generation plumbing for chat completions and completions (see gen.h). */
+#include "server/gen.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/err.h"
+#include "server/engine.h"
+
+/* ---- request parameters ------------------------------------------------------------------ */
+
+int gen_parse(json_t *b, int chat, struct gen_opts *o, struct verr *e) {
+  memset(o, 0, sizeof *o);
+  hearth_sampling_default(&o->sampling);
+  long long ll;
+  double d;
+  json_t *so, *lb;
+  if (v_bool(b, "stream", 0, &o->stream, e)) return -1;
+  if (v_obj(b, "stream_options", &so, e)) return -1;
+  if (so && v_bool(so, "include_usage", 0, &o->include_usage, e)) {
+    snprintf(e->param, sizeof e->param, "stream_options.include_usage");
+    return -1;
+  }
+  if (chat) {
+    long long a, c;
+    if (v_int(b, "max_tokens", 1, INT_MAX, 0, &a, e)) return -1;
+    if (v_int(b, "max_completion_tokens", 1, INT_MAX, 0, &c, e)) return -1;
+    o->max_tokens = (int)(c ? c : a);
+  } else {
+    if (v_int(b, "max_tokens", 1, INT_MAX, 16, &ll, e)) return -1;
+    o->max_tokens = (int)ll;
+  }
+  if (v_num(b, "temperature", 0, 2, 1.0, &d, e)) return -1;
+  o->sampling.temperature = (float)d;
+  if (v_num(b, "top_p", 0, 1, 1.0, &d, e)) return -1;
+  if (d <= 0) return v_fail(e, "top_p", "'top_p' must be greater than 0");
+  o->sampling.top_p = (float)d;
+  if (v_int(b, "top_k", 0, 1 << 20, 0, &ll, e)) return -1;
+  o->sampling.top_k = (int)ll;
+  if (v_num(b, "min_p", 0, 1, 0, &d, e)) return -1;
+  o->sampling.min_p = (float)d;
+  if (v_num(b, "repetition_penalty", 0.01, 10, 1, &d, e)) return -1;
+  o->sampling.repetition_penalty = (float)d;
+  if (v_num(b, "presence_penalty", -2, 2, 0, &d, e)) return -1;
+  o->sampling.presence_penalty = (float)d;
+  if (v_num(b, "frequency_penalty", -2, 2, 0, &d, e)) return -1;
+  o->sampling.frequency_penalty = (float)d;
+  if (v_int(b, "seed", LLONG_MIN, LLONG_MAX, 0, &ll, e)) return -1;
+  if (json_object_get(b, "seed") && !json_is_null(json_object_get(b, "seed")))
+    o->sampling.seed = (uint64_t)ll;
+  else {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    o->sampling.seed = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)ts.tv_sec;
+  }
+  if (v_int(b, "n", 1, 1, 1, &ll, e)) return -1;
+  if (v_bool(b, "ignore_eos", 0, &o->ignore_eos, e)) return -1;
+  if (v_stop(b, "stop", o->stop, &o->n_stop, e)) return -1;
+  if (v_obj(b, "logit_bias", &lb, e)) return -1;
+  if (lb) {
+    const char *k;
+    json_t *v;
+    json_object_foreach(lb, k, v) {
+      if (o->n_bias >= (int)(sizeof o->bias / sizeof o->bias[0]))
+        return v_fail(e, "logit_bias", "'logit_bias' may hold at most 300 entries");
+      char *end;
+      errno = 0;
+      long id = strtol(k, &end, 10);
+      if (errno || !*k || *end || id < 0 || id > INT_MAX)
+        return v_fail(e, "logit_bias", "'logit_bias' keys must be token ids");
+      if (!json_is_number(v) || json_number_value(v) < -100 || json_number_value(v) > 100)
+        return v_fail(e, "logit_bias", "'logit_bias' values must be numbers in [-100, 100]");
+      o->bias_id[o->n_bias] = (int32_t)id;
+      o->bias[o->n_bias++] = (float)json_number_value(v);
+    }
+  }
+  if (chat) {
+    if (v_bool(b, "logprobs", 0, &o->logprobs, e)) return -1;
+    if (v_int(b, "top_logprobs", 0, GEN_MAX_TOP, 0, &ll, e)) return -1;
+    o->top_logprobs = (int)ll;
+    if (o->top_logprobs && !o->logprobs)
+      return v_fail(e, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+  } else {
+    json_t *lp = json_object_get(b, "logprobs");
+    if (lp && !json_is_null(lp)) {
+      if (v_int(b, "logprobs", 0, 5, 0, &ll, e)) return -1;
+      o->logprobs = 1;
+      o->top_logprobs = (int)ll;
+    }
+    int echo;
+    if (v_bool(b, "echo", 0, &echo, e)) return -1;
+    if (echo) return v_fail(e, "echo", "'echo' is not supported");
+    if (v_int(b, "best_of", 1, 1, 1, &ll, e)) return -1;
+    const char *suffix;
+    if (v_str(b, "suffix", 0, NULL, &suffix, e)) return -1;
+    if (suffix && *suffix) return v_fail(e, "suffix", "'suffix' is not supported");
+  }
+  return 0;
+}
+
+/* ---- starting a generation ------------------------------------------------------------------ */
+
+int gen_start(struct http_req *r, struct srv_model *m, int32_t *prompt, int n_prompt,
+              const struct gen_opts *o, struct gen_reader *g, enum MHD_Result *ret) {
+  memset(g, 0, sizeof *g);
+  g->fd = -1;
+  if (n_prompt < 1) {
+    free(prompt);
+    *ret = http_reply_error(r, 400, "prompt", "invalid_value", "the prompt is empty");
+    return -1;
+  }
+  if (n_prompt >= m->n_ctx) {
+    free(prompt);
+    *ret = http_reply_error(r, 400, "messages", "context_length_exceeded",
+                            "the prompt has %d tokens but this server's context is %d tokens",
+                            n_prompt, m->n_ctx);
+    return -1;
+  }
+  struct gen_req *q = gen_req_new();
+  if (!q) {
+    free(prompt);
+    *ret = http_reply_error(r, 500, NULL, NULL, "out of memory");
+    return -1;
+  }
+  q->prompt = prompt;
+  q->n_prompt = n_prompt;
+  q->sampling = o->sampling;
+  q->max_tokens = o->max_tokens ? o->max_tokens : m->n_ctx;
+  q->ignore_eos = o->ignore_eos;
+  q->top_logprobs = o->logprobs ? o->top_logprobs : -1;
+  if (o->n_bias) {
+    q->bias_id = malloc((size_t)o->n_bias * sizeof *q->bias_id);
+    q->bias = malloc((size_t)o->n_bias * sizeof *q->bias);
+    if (!q->bias_id || !q->bias) {
+      gen_req_unref(q);
+      *ret = http_reply_error(r, 500, NULL, NULL, "out of memory");
+      return -1;
+    }
+    memcpy(q->bias_id, o->bias_id, (size_t)o->n_bias * sizeof *q->bias_id);
+    memcpy(q->bias, o->bias, (size_t)o->n_bias * sizeof *q->bias);
+    q->n_bias = o->n_bias;
+  }
+  struct hearth_err err = {0};
+  if (textio_detok_new(m->tio, &g->dt, &err)) {
+    gen_req_unref(q);
+    *ret = http_reply_error(r, 500, NULL, NULL, "%s", err.msg);
+    return -1;
+  }
+  int rc = engine_submit(m->engine, q, &err);
+  if (rc) {
+    gen_req_unref(q);
+    textio_detok_free(g->dt);
+    g->dt = NULL;
+    if (rc == HEARTH_ERR_CTX_FULL)
+      *ret = http_reply_error(r, 503, NULL, "server_busy", "%s", err.msg);
+    else
+      *ret = http_reply_error(r, 400, "logit_bias", "invalid_value", "%s", err.msg);
+    return -1;
+  }
+  g->q = q;
+  g->tio = m->tio;
+  g->n_stop = o->n_stop;
+  for (int i = 0; i < o->n_stop; i++) {
+    g->stop[i] = o->stop[i];
+    size_t l = strlen(o->stop[i]);
+    if (l > g->max_stop) g->max_stop = l;
+  }
+  g->n_prompt = n_prompt;
+  g->fd = http_conn_fd(r);
+  return 0;
+}
+
+/* ---- reading tokens back --------------------------------------------------------------------- */
+
+/* Earliest stop-string match in s[0..n): its offset, or -1. */
+static long find_stop(const struct gen_reader *g, const char *s, size_t n) {
+  long best = -1;
+  for (int i = 0; i < g->n_stop; i++) {
+    const char *p = memmem(s, n, g->stop[i], strlen(g->stop[i]));
+    if (p && (best < 0 || p - s < best)) best = p - s;
+  }
+  return best;
+}
+
+/* Length of the longest suffix of s[0..n) that is a proper prefix of some stop string. */
+static size_t stop_holdback(const struct gen_reader *g, const char *s, size_t n) {
+  size_t best = 0;
+  for (int i = 0; i < g->n_stop; i++) {
+    size_t l = strlen(g->stop[i]);
+    for (size_t k = (l - 1 < n ? l - 1 : n); k > best; k--)
+      if (!memcmp(s + n - k, g->stop[i], k)) { best = k; break; }
+  }
+  return best;
+}
+
+static void finish_with(struct gen_reader *g, const char *reason, const char *msg) {
+  g->done = 1;
+  g->finish = reason;
+  if (msg) snprintf(g->errmsg, sizeof g->errmsg, "%s", msg);
+  if (!reason) atomic_store(&g->q->cancel, 1);
+}
+
+int gen_reader_next(struct gen_reader *g, int timeout_ms, struct sbuf *text) {
+  g->n_ev = 0;
+  if (g->done) return 1;
+  enum gen_finish fin = GEN_RUNNING;
+  int n = 0;
+  for (int waited = 0;;) {
+    int slice = timeout_ms - waited < 250 ? timeout_ms - waited : 250;
+    if (slice < 0) slice = 0;
+    n = gen_req_take(g->q, g->n_taken, g->ev, (int)(sizeof g->ev / sizeof g->ev[0]), slice, &fin);
+    if (n || fin != GEN_RUNNING) break;
+    if (http_peer_gone(g->fd)) {
+      atomic_store(&g->q->cancel, 1);
+      return -1;
+    }
+    waited += slice;
+    if (waited >= timeout_ms) return 0;
+  }
+  struct hearth_err err = {0};
+  for (int i = 0; i < n; i++) {
+    g->n_taken++;
+    g->n_ev = i + 1;
+    if (textio_detok_push(g->dt, g->ev[i].id, &g->pending, &err)) {
+      finish_with(g, NULL, err.msg);
+      return 1;
+    }
+    long at = g->n_stop ? find_stop(g, g->pending.p ? g->pending.p : "", g->pending.n) : -1;
+    if (at >= 0) {
+      sbuf_add(text, g->pending.p, (size_t)at);
+      sbuf_reset(&g->pending);
+      atomic_store(&g->q->cancel, 1); /* no more tokens needed */
+      g->n_cached = g->q->n_cached;
+      g->done = 1;
+      g->finish = "stop";
+      return 1;
+    }
+  }
+  if (fin == GEN_RUNNING) { /* release all but a possible stop-string start */
+    size_t hold = g->n_stop ? stop_holdback(g, g->pending.p ? g->pending.p : "", g->pending.n) : 0;
+    sbuf_add(text, g->pending.p ? g->pending.p : "", g->pending.n - hold);
+    sbuf_consume(&g->pending, g->pending.n - hold);
+    return 0;
+  }
+  /* finished: flush the detokenizer, check the stops once more, release the rest */
+  if (textio_detok_flush(g->dt, &g->pending, &err)) { finish_with(g, NULL, err.msg); return 1; }
+  long at = g->n_stop ? find_stop(g, g->pending.p ? g->pending.p : "", g->pending.n) : -1;
+  sbuf_add(text, g->pending.p ? g->pending.p : "", at >= 0 ? (size_t)at : g->pending.n);
+  sbuf_reset(&g->pending);
+  g->n_cached = g->q->n_cached;
+  switch (fin) {
+  case GEN_FIN_EOS: finish_with(g, "stop", NULL); break;
+  case GEN_FIN_LENGTH: finish_with(g, at >= 0 ? "stop" : "length", NULL); break;
+  case GEN_FIN_CANCELLED: finish_with(g, NULL, "the request was cancelled (server shutting down)"); break;
+  default: finish_with(g, NULL, g->q->errmsg[0] ? g->q->errmsg : "generation failed"); break;
+  }
+  return 1;
+}
+
+void gen_reader_free(struct gen_reader *g) {
+  if (g->q) {
+    atomic_store(&g->q->cancel, 1);
+    gen_req_unref(g->q);
+  }
+  textio_detok_free(g->dt);
+  sbuf_free(&g->pending);
+  memset(g, 0, sizeof *g);
+}
+
+/* ---- response pieces ------------------------------------------------------------------------- */
+
+static json_t *bytes_array(const char *s, size_t n) {
+  json_t *a = json_array();
+  for (size_t i = 0; a && i < n; i++) json_array_append_new(a, json_integer((unsigned char)s[i]));
+  return a;
+}
+
+static json_t *token_entry(const struct textio *tio, int32_t id, float lp) {
+  char *s = NULL;
+  size_t n = 0;
+  struct hearth_err err;
+  if (textio_decode(tio, &id, 1, 0, &s, &n, &err)) { s = NULL; n = 0; }
+  json_t *o = json_pack("{s:s%, s:f, s:o}", "token", s ? s : "", n, "logprob", (double)lp, "bytes",
+                        bytes_array(s ? s : "", n));
+  free(s);
+  return o;
+}
+
+json_t *gen_logprob_chat(const struct textio *tio, const struct gen_event *ev, int with_top) {
+  json_t *o = token_entry(tio, ev->id, ev->logprob);
+  json_t *top = json_array();
+  for (int i = 0; with_top && i < ev->n_top; i++)
+    json_array_append_new(top, token_entry(tio, ev->top_id[i], ev->top_lp[i]));
+  json_object_set_new(o, "top_logprobs", top);
+  return o;
+}
+
+void gen_id(char *buf, size_t n, const char *prefix) {
+  static atomic_ulong counter;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  unsigned long c = atomic_fetch_add(&counter, 1);
+  snprintf(buf, n, "%s-%lx%05lx%04lx", prefix, (unsigned long)ts.tv_sec,
+           (unsigned long)(ts.tv_nsec / 10000) & 0xfffff, c & 0xffff);
+}
+
+json_t *gen_usage(const struct gen_reader *g) {
+  return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", g->n_prompt, "completion_tokens",
+                   g->n_taken, "total_tokens", g->n_prompt + g->n_taken, "prompt_tokens_details",
+                   "cached_tokens", g->n_cached);
+}

@@ -1,0 +1,373 @@
+/* server/http.c — libmicrohttpd glue: the loopback-only daemon and the checks every request passes.
+ *
+ * Mode: one thread per connection (MHD_USE_THREAD_PER_CONNECTION), so handlers and SSE readers may
+ * block on their request's token stream without busy-waiting. Guards, in the order applied:
+ *   bind        loopback only (http_is_loopback), refused at start otherwise
+ *   limits      MHD: connection limit (max_conns), idle timeout (timeout_s, the slowloris guard),
+ *               per-connection memory (header floods → 431 from MHD)
+ *   route       unknown path 404, known path with another method 405 + Allow
+ *   Host        must name loopback (DNS-rebinding guard) → 403; HTTP/1.1 without Host → 400
+ *   auth        bearer token when --api-key is set → 401
+ *   type        POST needs Content-Type application/json → 415
+ *   size        Content-Length or streamed body above max_body → 413
+ *   JSON        body must parse (strict UTF-8) to an object → 400
+ * Every rejection is an OpenAI error object. Not here: anything about models or tokens.
+ */
+#include "server/http.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "base/err.h"
+#include "server/errors.h"
+#include "server/routes.h"
+
+double http_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ---- replies ------------------------------------------------------------------------ */
+
+static enum MHD_Result queue(struct http_req *r, unsigned status, struct MHD_Response *resp) {
+  if (!resp) return MHD_NO;
+  r->status = status;
+  if (status >= 400) atomic_fetch_add(&r->srv->n_errors, 1);
+  enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
+  MHD_destroy_response(resp);
+  return ret;
+}
+
+enum MHD_Result http_reply_json(struct http_req *r, unsigned status, json_t *body) {
+  char *text = body ? json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+  json_decref(body);
+  if (!text) {
+    static const char oom[] =
+        "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,"
+        "\"code\":null}}";
+    status = 500;
+    text = strdup(oom);
+    if (!text) return MHD_NO;
+  }
+  size_t n = strlen(text);
+  text[n] = 0;
+  struct MHD_Response *resp =
+      MHD_create_response_from_buffer(n, text, MHD_RESPMEM_MUST_FREE);
+  if (!resp) { free(text); return MHD_NO; }
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+  if (status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
+  return queue(r, status, resp);
+}
+
+enum MHD_Result http_reply_error(struct http_req *r, unsigned status, const char *param,
+                                 const char *code, const char *fmt, ...) {
+  char msg[600];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  return http_reply_json(r, status, errors_json(status, param, code, msg));
+}
+
+enum MHD_Result http_reply_verr(struct http_req *r, const struct verr *e) {
+  return http_reply_error(r, 400, e->param[0] ? e->param : NULL, "invalid_value", "%s", e->msg);
+}
+
+enum MHD_Result http_reply_stream(struct http_req *r, MHD_ContentReaderCallback cb, void *cls,
+                                  MHD_ContentReaderFreeCallback fcb) {
+  struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, cb, cls, fcb);
+  if (!resp) { fcb(cls); return MHD_NO; }
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+  MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+  MHD_add_response_header(resp, "X-Accel-Buffering", "no");
+  return queue(r, 200, resp);
+}
+
+int http_conn_fd(struct http_req *r) {
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+  return ci ? ci->connect_fd : -1;
+}
+
+int http_peer_gone(int fd) {
+  if (fd < 0) return 0;
+  struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
+  if (poll(&p, 1, 0) <= 0) return 0;
+  if (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) return 1;
+  if (p.revents & POLLIN) { /* data or EOF: peek without consuming */
+    char c;
+    ssize_t k = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+  }
+  return 0;
+}
+
+/* ---- header checks -------------------------------------------------------------------- */
+
+int http_is_loopback(const char *host) {
+  if (!host) return 0;
+  if (!strcasecmp(host, "localhost")) return 1;
+  struct in_addr a4;
+  struct in6_addr a6;
+  if (inet_pton(AF_INET, host, &a4) == 1) return (ntohl(a4.s_addr) >> 24) == 127;
+  if (inet_pton(AF_INET6, host, &a6) == 1) return IN6_IS_ADDR_LOOPBACK(&a6);
+  return 0;
+}
+
+/* Host header: "localhost", "127.x.y.z" or "[::1]", each with an optional ":port". */
+static int host_ok(const char *h) {
+  char name[128];
+  size_t n = strlen(h);
+  if (n == 0 || n >= sizeof name) return 0;
+  const char *end = h + n;
+  if (h[0] == '[') {
+    const char *rb = strchr(h, ']');
+    if (!rb) return 0;
+    memcpy(name, h + 1, (size_t)(rb - h - 1));
+    name[rb - h - 1] = 0;
+    if (rb[1] && rb[1] != ':') return 0;
+    end = rb + 1;
+    if (!inet_pton(AF_INET6, name, &(struct in6_addr){0})) return 0;
+  } else {
+    const char *colon = strchr(h, ':');
+    if (colon) {
+      if (strchr(colon + 1, ':')) return 0; /* bare IPv6 without brackets */
+      end = colon;
+    }
+    memcpy(name, h, (size_t)(end - h));
+    name[end - h] = 0;
+  }
+  if (*end == ':') {
+    const char *p = end + 1;
+    if (!*p || strlen(p) > 5) return 0;
+    for (; *p; p++)
+      if (!isdigit((unsigned char)*p)) return 0;
+  }
+  return http_is_loopback(name);
+}
+
+static int content_type_json(const char *ct) {
+  if (!ct) return 0;
+  while (*ct == ' ') ct++;
+  size_t n = strlen("application/json");
+  if (strncasecmp(ct, "application/json", n)) return 0;
+  return ct[n] == 0 || ct[n] == ';' || ct[n] == ' ';
+}
+
+static int auth_ok(const char *want, const char *got) {
+  if (!want) return 1;
+  if (!got || strncasecmp(got, "Bearer ", 7)) return 0;
+  got += 7;
+  size_t a = strlen(want), b = strlen(got);
+  unsigned diff = (unsigned)(a ^ b);
+  for (size_t i = 0; i < b; i++) diff |= (unsigned char)got[i] ^ (unsigned char)want[i % (a ? a : 1)];
+  return diff == 0;
+}
+
+/* Checks that need only the headers; queues a rejection and returns 1, or returns 0. */
+static int precheck(struct http_req *r, const char *version, enum MHD_Result *ret) {
+  struct MHD_Connection *c = r->conn;
+  int known;
+  const char *allow;
+  r->route = routes_match(r->url, r->method, &known, &allow);
+  const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+  if (!host && strcmp(version, MHD_HTTP_VERSION_1_0)) {
+    *ret = http_reply_error(r, 400, NULL, "missing_host", "HTTP/1.1 requests need a Host header");
+    return 1;
+  }
+  if (host && !host_ok(host)) {
+    *ret = http_reply_error(r, 403, NULL, "invalid_host",
+                            "Host must name the loopback interface (localhost, 127.0.0.1, [::1])");
+    return 1;
+  }
+  if (!r->route) {
+    if (known) {
+      struct MHD_Response *resp = NULL;
+      json_t *body = errors_json(405, NULL, "method_not_allowed", "method not allowed");
+      char *text = body ? json_dumps(body, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+      json_decref(body);
+      if (text) resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+      if (!resp) { free(text); *ret = MHD_NO; return 1; }
+      MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+      MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+      *ret = queue(r, 405, resp);
+    } else {
+      *ret = http_reply_error(r, 404, NULL, "not_found", "no route for %s %s", r->method,
+                              strcmp(r->method, "GET") && strcmp(r->method, "POST") ? "" : r->url);
+    }
+    return 1;
+  }
+  if (!r->route->open &&
+      !auth_ok(r->srv->opt->api_key,
+               MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION))) {
+    *ret = http_reply_error(r, 401, NULL, "invalid_api_key", "missing or wrong bearer token");
+    return 1;
+  }
+  if (!strcmp(r->method, "POST")) {
+    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+    if (!content_type_json(ct)) {
+      *ret = http_reply_error(r, 415, NULL, "unsupported_media_type",
+                              "Content-Type must be application/json");
+      return 1;
+    }
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl) {
+      char *endp;
+      errno = 0;
+      unsigned long long v = strtoull(cl, &endp, 10);
+      if (errno || *endp || v > r->srv->opt->max_body) {
+        *ret = http_reply_error(r, 413, NULL, "body_too_large", "request body exceeds %zu bytes",
+                                r->srv->opt->max_body);
+        return 1;
+      }
+    }
+  }
+  return 0;
+}
+
+/* ---- the access handler ------------------------------------------------------------------ */
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload,
+                                  size_t *upload_size, void **con_cls) {
+  struct srv *s = cls;
+  struct http_req *r = *con_cls;
+  if (!r) {
+    r = calloc(1, sizeof *r);
+    if (!r) return MHD_NO;
+    r->srv = s;
+    r->conn = conn;
+    r->url = url;
+    r->method = method;
+    r->t0 = http_now();
+    *con_cls = r;
+    enum MHD_Result ret;
+    if (precheck(r, version, &ret)) {
+      r->rejected = 1;
+      return ret;
+    }
+    return MHD_YES; /* come back with the body (or with nothing for GET) */
+  }
+  if (r->rejected) { *upload_size = 0; return MHD_YES; }
+  if (*upload_size) { /* a piece of the body */
+    size_t n = *upload_size;
+    *upload_size = 0;
+    if (r->too_big) return MHD_YES;
+    if (r->n_body + n > s->opt->max_body) {
+      r->too_big = 1;
+      free(r->body);
+      r->body = NULL;
+      r->n_body = 0;
+      return MHD_YES;
+    }
+    if (r->n_body + n + 1 > r->cap_body) {
+      size_t cap = r->cap_body ? r->cap_body : 4096;
+      while (cap < r->n_body + n + 1) cap *= 2;
+      char *b = realloc(r->body, cap);
+      if (!b) return MHD_NO;
+      r->body = b;
+      r->cap_body = cap;
+    }
+    memcpy(r->body + r->n_body, upload, n);
+    r->n_body += n;
+    r->body[r->n_body] = 0;
+    return MHD_YES;
+  }
+  /* the whole request is here */
+  if (r->too_big)
+    return http_reply_error(r, 413, NULL, "body_too_large", "request body exceeds %zu bytes",
+                            s->opt->max_body);
+  if (!strcmp(method, "POST")) {
+    json_error_t je;
+    if (!r->n_body) return http_reply_error(r, 400, NULL, "invalid_json", "empty request body");
+    r->json = json_loadb(r->body, r->n_body, JSON_REJECT_DUPLICATES, &je);
+    if (!r->json)
+      return http_reply_error(r, 400, NULL, "invalid_json", "invalid JSON at line %d column %d: %s",
+                              je.line, je.column, je.text);
+    if (!json_is_object(r->json))
+      return http_reply_error(r, 400, NULL, "invalid_json", "the body must be a JSON object");
+  }
+  atomic_fetch_add(&s->n_requests, 1);
+  atomic_fetch_add(&s->n_active_http, 1);
+  enum MHD_Result ret = r->route->fn(r);
+  atomic_fetch_sub(&s->n_active_http, 1);
+  return ret;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+  struct srv *s = cls;
+  (void)conn;
+  struct http_req *r = *con_cls;
+  if (!r) return;
+  if (s->opt->verbose)
+    fprintf(stderr, "hearth serve: %s %s -> %u (%.1f ms)%s\n", r->method, r->url, r->status,
+            (http_now() - r->t0) * 1e3, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " [aborted]");
+  json_decref(r->json);
+  free(r->body);
+  free(r);
+  *con_cls = NULL;
+}
+
+static void on_log(void *cls, const char *fmt, va_list ap) {
+  struct srv *s = cls;
+  if (!s->opt->verbose) return;
+  fputs("hearth serve (mhd): ", stderr);
+  vfprintf(stderr, fmt, ap);
+}
+
+int http_start(struct srv *s, struct MHD_Daemon **out, int *port_out, struct hearth_err *err) {
+  const struct server_options *o = s->opt;
+  if (!http_is_loopback(o->host))
+    return err_set(err, HEARTH_ERR_ARG,
+                   "--host %s: hearth serves loopback only (127.0.0.1, ::1, localhost)", o->host);
+  if (o->port < 0 || o->port > 65535)
+    return err_set(err, HEARTH_ERR_ARG, "--port %d: out of range", o->port);
+  struct sockaddr_storage ss;
+  memset(&ss, 0, sizeof ss);
+  unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                   MHD_USE_ERROR_LOG | MHD_USE_POLL;
+  const char *h = !strcasecmp(o->host, "localhost") ? "127.0.0.1" : o->host;
+  struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
+  struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
+  if (inet_pton(AF_INET, h, &a4->sin_addr) == 1) {
+    a4->sin_family = AF_INET;
+    a4->sin_port = htons((uint16_t)o->port);
+  } else if (inet_pton(AF_INET6, h, &a6->sin6_addr) == 1) {
+    a6->sin6_family = AF_INET6;
+    a6->sin6_port = htons((uint16_t)o->port);
+    flags |= MHD_USE_IPv6;
+  } else {
+    return err_set(err, HEARTH_ERR_ARG, "--host %s: not an address", o->host);
+  }
+  struct MHD_Daemon *d = MHD_start_daemon(
+      flags, (uint16_t)o->port, NULL, NULL, on_request, s,
+      MHD_OPTION_EXTERNAL_LOGGER, on_log, s,
+      MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+      MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_conns,
+      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->timeout_s,
+      MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
+      MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+      MHD_OPTION_END);
+  if (!d)
+    return err_set(err, HEARTH_ERR_IO, "cannot listen on %s:%d (port in use?)", o->host, o->port);
+  const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+  *port_out = di ? di->port : o->port;
+  *out = d;
+  return 0;
+}
+
+void http_stop(struct MHD_Daemon *d) {
+  if (d) MHD_stop_daemon(d);
+}

@@ -1,0 +1,63 @@
+/* server/http.h — one HTTP request as the route handlers see it, and the reply helpers.
+ *
+ * http.c owns the libmicrohttpd daemon: it runs one thread per connection, so a handler may block
+ * (a non-streamed completion waits for its tokens in the handler). Before a handler runs, http.c
+ * has checked the route and method (404/405), the Host header (403), the bearer token (401), the
+ * Content-Type of POSTs (415), the body size (413) and parsed the body as a JSON object (400).
+ * Every reply helper queues exactly one response and returns what the MHD access handler returns.
+ */
+#ifndef HEARTH_SERVER_HTTP_H
+#define HEARTH_SERVER_HTTP_H
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <stddef.h>
+
+#include "server/srv.h"
+#include "server/validate.h"
+
+struct route;
+
+struct http_req {
+  struct srv *srv;
+  struct MHD_Connection *conn;
+  const char *url;           /* path without the query string (MHD owns it) */
+  const char *method;
+  const struct route *route;
+  int started;               /* the first access-handler call (headers only) is done */
+  int rejected;              /* a response was queued before the body was read */
+  char *body;                /* the request body, NUL-terminated; capped at opt->max_body */
+  size_t n_body, cap_body;
+  int too_big;
+  json_t *json;              /* POST body parsed as an object, owned here */
+  unsigned status;           /* status of the queued reply (for the log) */
+  double t0;                 /* monotonic seconds at arrival */
+};
+
+/* Replies with body (stolen, may be NULL on OOM → 500) as application/json. */
+enum MHD_Result http_reply_json(struct http_req *r, unsigned status, json_t *body);
+/* Replies with an OpenAI error object; param and code may be NULL. */
+enum MHD_Result http_reply_error(struct http_req *r, unsigned status, const char *param,
+                              const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* 400 invalid_request_error naming e->param. */
+enum MHD_Result http_reply_verr(struct http_req *r, const struct verr *e);
+/* Replies 200 text/event-stream whose body comes from cb (chunked on HTTP/1.1); fcb(cls) runs
+ * when the response is done, also after a disconnect. */
+enum MHD_Result http_reply_stream(struct http_req *r, MHD_ContentReaderCallback cb, void *cls,
+                               MHD_ContentReaderFreeCallback fcb);
+
+/* The request's socket, for http_peer_gone; -1 if unknown. */
+int http_conn_fd(struct http_req *r);
+/* 1 when the peer on fd has closed or reset its side (checked without consuming input). */
+int http_peer_gone(int fd);
+/* Monotonic seconds. */
+double http_now(void);
+
+/* Starts the daemon on o->host:o->port; *port_out gets the bound port. */
+int http_start(struct srv *s, struct MHD_Daemon **out, int *port_out, struct hearth_err *err);
+void http_stop(struct MHD_Daemon *d);
+/* 1 if host names the loopback interface (127.0.0.0/8, ::1, localhost). */
+int http_is_loopback(const char *host);
+
+#endif

@@ -1,0 +1,38 @@
+/* server/routes.h — the route table and the endpoint handlers (one file per endpoint).
+ * A handler runs on the connection's thread after http.c's checks (see http.h) and must queue
+ * exactly one reply through the http_reply_* helpers. */
+#ifndef HEARTH_SERVER_ROUTES_H
+#define HEARTH_SERVER_ROUTES_H
+
+#include "server/http.h"
+
+typedef enum MHD_Result (*route_fn)(struct http_req *r);
+
+struct route {
+  const char *path;
+  int prefix;          /* 1: path is a prefix ("/v1/models/" + id) */
+  const char *method;  /* "GET" (HEAD allowed too) or "POST" */
+  route_fn fn;
+  int open;            /* 1: served without the bearer token (health) */
+};
+
+/* The route for url+method, or NULL. On NULL, *path_known says whether another method would match
+ * (→ 405 with *allow as the Allow header) or not (→ 404). */
+const struct route *routes_match(const char *url, const char *method, int *path_known,
+                                 const char **allow);
+
+enum MHD_Result ep_health(struct http_req *r);           /* GET /health */
+enum MHD_Result ep_status(struct http_req *r);           /* GET /status */
+enum MHD_Result ep_models(struct http_req *r);           /* GET /v1/models */
+enum MHD_Result ep_model(struct http_req *r);            /* GET /v1/models/{id} */
+enum MHD_Result ep_chat_completions(struct http_req *r); /* POST /v1/chat/completions */
+enum MHD_Result ep_completions(struct http_req *r);      /* POST /v1/completions */
+enum MHD_Result ep_embeddings(struct http_req *r);       /* POST /v1/embeddings */
+enum MHD_Result ep_tokenize(struct http_req *r);         /* POST /tokenize */
+enum MHD_Result ep_detokenize(struct http_req *r);       /* POST /detokenize */
+
+/* The model named by the request's "model" field, of the wanted kind (embedding or generative).
+ * On failure queues 400 (missing/wrong type, wrong kind) or 404 model_not_found into *ret. */
+struct srv_model *ep_pick_model(struct http_req *r, int embedding, enum MHD_Result *ret);
+
+#endif

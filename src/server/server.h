@@ -1,0 +1,48 @@
+/* server/server.h — the OpenAI-compatible HTTP server: options and the one entry point.
+ *
+ * The server is one process: libmicrohttpd connection threads parse and validate requests, render
+ * chat templates and tokenize; one engine thread per generative model owns the sessions and runs
+ * continuous batching (server/engine.h). It binds to loopback only (127.0.0.1, ::1, localhost);
+ * anything else is refused at start. tools/cmd_serve.c fills the options from the command line.
+ */
+#ifndef HEARTH_SERVER_SERVER_H
+#define HEARTH_SERVER_SERVER_H
+
+#include <signal.h>
+#include <stddef.h>
+
+#include "hearth.h"
+
+#define SERVER_MAX_MODELS 8
+
+struct server_model_opt {
+  const char *id;   /* the name clients pass as "model"; NULL = the directory's base name */
+  const char *path; /* Hugging Face model directory (config.json, safetensors, tokenizer.json) */
+};
+
+struct server_options {
+  const char *host;      /* bind address; must be loopback. default "127.0.0.1" */
+  int port;              /* 0 = an ephemeral port (see port_file). default 8080 */
+  const char *port_file; /* when set, the bound port is written here once listening */
+  const char *api_key;   /* when set, every /v1 request needs "Authorization: Bearer <key>" */
+  struct server_model_opt models[SERVER_MAX_MODELS];
+  int n_models;
+  struct hearth_model_params model; /* dtype, backend, threads, kv_tokens (path is per model) */
+  int n_slots;       /* sequences decoded together per model (continuous batch width). default 16 */
+  int n_ctx;         /* context per sequence; 0 = min(kv_tokens / n_slots rounded, n_ctx_train) */
+  int max_queue;     /* requests waiting for a slot before 503. default 64 */
+  size_t max_body;   /* request body cap in bytes (413 above). default 4 MiB */
+  int max_conns;     /* concurrent connections (MHD limit). default 128 */
+  int timeout_s;     /* idle connection timeout, the slowloris guard. default 15 */
+  int verbose;       /* log each request to stderr */
+};
+
+void server_options_default(struct server_options *o);
+
+/* Loads every model, starts the engines and the HTTP daemon, and serves until *stop becomes
+ * non-zero (set it from a signal handler), then drains and frees everything. Returns 0 after a
+ * clean shutdown or a negative HEARTH_ERR_* with err filled (bad options, non-loopback host,
+ * a model that fails to load, a port in use). Call from the main thread, once. */
+int server_run(const struct server_options *o, volatile sig_atomic_t *stop, struct hearth_err *err);
+
+#endif

@@ -1,0 +1,44 @@
+/* server/srv.h — the server's shared state: loaded models and their engines, counters.
+ * Built once by server_run before the daemon starts and read-only afterwards, except for the
+ * atomic counters and what the engines and the embedding mutex guard themselves. */
+#ifndef HEARTH_SERVER_SRV_H
+#define HEARTH_SERVER_SRV_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+
+#include "hearth.h"
+#include "server/server.h"
+
+struct engine;
+struct textio;
+
+struct srv_model {
+  char id[256];
+  const char *path;
+  struct hearth_model *model;
+  const struct hearth_model_info *info;
+  struct textio *tio;        /* tokenizer + chat template + output parser */
+  struct engine *engine;     /* generative models: the batching engine; NULL for embedding models */
+  /* embedding models: one session, one forward pass at a time */
+  struct hearth_session *embed_session;
+  pthread_mutex_t embed_lock;
+  int n_ctx;                 /* per-sequence context the server enforces */
+  time_t created;
+};
+
+struct srv {
+  const struct server_options *opt;
+  struct srv_model models[SERVER_MAX_MODELS];
+  int n_models;
+  time_t started;
+  atomic_ulong n_requests;   /* requests dispatched to a route */
+  atomic_ulong n_errors;     /* 4xx/5xx replies */
+  atomic_int n_active_http;  /* requests inside a handler right now */
+};
+
+/* The model whose id equals name, or NULL. */
+struct srv_model *srv_find_model(struct srv *s, const char *name);
+
+#endif

@@ -1,0 +1,93 @@
+/* server/tokenize.c — POST /tokenize and POST /detokenize (the vLLM / llama.cpp shapes).
+ *   /tokenize   {model, prompt | messages (+tools), add_special_tokens?} → {tokens, count, max_model_len}
+ *               with messages, the chat template is applied first and the rendered "prompt" is
+ *               returned too, so clients can see exactly what the model reads.
+ *   /detokenize {model, tokens: [ids]} → {prompt}
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/routes.h"
+#include "server/textio.h"
+
+static struct srv_model *any_model(struct http_req *r, enum MHD_Result *ret) {
+  struct verr e;
+  const char *name;
+  if (v_str(r->json, "model", 1, NULL, &name, &e)) { *ret = http_reply_verr(r, &e); return NULL; }
+  struct srv_model *m = srv_find_model(r->srv, name);
+  if (!m) *ret = http_reply_error(r, 404, "model", "model_not_found", "the model '%s' does not exist", name);
+  return m;
+}
+
+enum MHD_Result ep_tokenize(struct http_req *r) {
+  enum MHD_Result ret;
+  struct srv_model *m = any_model(r, &ret);
+  if (!m) return ret;
+  struct verr e = {{0}, {0}};
+  const char *prompt;
+  json_t *msgs, *tools;
+  int add_special;
+  if (v_str(r->json, "prompt", 0, NULL, &prompt, &e) || v_arr(r->json, "messages", &msgs, &e) ||
+      v_arr(r->json, "tools", &tools, &e) ||
+      v_bool(r->json, "add_special_tokens", msgs ? 0 : 1, &add_special, &e))
+    return http_reply_verr(r, &e);
+  if (!prompt == !msgs)
+    return http_reply_error(r, 400, "prompt", "invalid_value", "give exactly one of 'prompt' and 'messages'");
+  char *rendered = NULL;
+  struct hearth_err err = {0};
+  size_t plen = prompt ? json_string_length(json_object_get(r->json, "prompt")) : 0;
+  if (msgs) {
+    if (textio_render_chat(m->tio, msgs, tools, NULL, &rendered, &err))
+      return http_reply_error(r, 400, "messages", "template_error", "%s", err.msg);
+    prompt = rendered;
+    plen = strlen(rendered);
+  }
+  int32_t *ids = NULL;
+  int n = 0;
+  int rc = textio_encode(m->tio, prompt, plen, add_special, &ids, &n, &err);
+  if (rc) {
+    free(rendered);
+    return http_reply_error(r, 500, NULL, NULL, "%s", err.msg);
+  }
+  json_t *toks = json_array();
+  for (int i = 0; i < n; i++) json_array_append_new(toks, json_integer(ids[i]));
+  free(ids);
+  json_t *body = json_pack("{s:o, s:i, s:i}", "tokens", toks, "count", n, "max_model_len", m->n_ctx);
+  if (rendered) json_object_set_new(body, "prompt", json_string(rendered));
+  free(rendered);
+  return http_reply_json(r, 200, body);
+}
+
+enum MHD_Result ep_detokenize(struct http_req *r) {
+  enum MHD_Result ret;
+  struct srv_model *m = any_model(r, &ret);
+  if (!m) return ret;
+  struct verr e = {{0}, {0}};
+  json_t *toks;
+  if (v_arr(r->json, "tokens", &toks, &e)) return http_reply_verr(r, &e);
+  if (!toks) {
+    v_fail(&e, "tokens", "'tokens' is required");
+    return http_reply_verr(r, &e);
+  }
+  size_t n = json_array_size(toks), i;
+  int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
+  if (!ids) return http_reply_error(r, 500, NULL, NULL, "out of memory");
+  json_t *v;
+  json_array_foreach(toks, i, v) {
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= m->info->n_vocab) {
+      free(ids);
+      return http_reply_error(r, 400, "tokens", "invalid_value", "'tokens[%zu]' must be a token id in [0, %d)",
+                              i, m->info->n_vocab);
+    }
+    ids[i] = (int32_t)json_integer_value(v);
+  }
+  char *text = NULL;
+  size_t len = 0;
+  struct hearth_err err = {0};
+  int rc = textio_decode(m->tio, ids, (int)n, 0, &text, &len, &err);
+  free(ids);
+  if (rc) return http_reply_error(r, 400, "tokens", "invalid_value", "%s", err.msg);
+  json_t *body = json_pack("{s:s%}", "prompt", text, len);
+  free(text);
+  return http_reply_json(r, 200, body);
+}

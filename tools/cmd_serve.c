@@ -1,0 +1,116 @@
+/* tools/cmd_serve.c — `hearth serve`: the OpenAI-compatible HTTP server on loopback.
+ * Parses the command line into struct server_options and calls server_run (src/server/). */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+
+#ifdef HEARTH_HAVE_SERVER
+#include "server/server.h"
+
+static volatile sig_atomic_t g_stop;
+static void on_signal(int sig) { (void)sig; g_stop = 1; }
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: hearth serve --model [ID=]DIR [--model ...] [options]\n"
+          "  --model [ID=]DIR   serve this Hugging Face model directory (repeatable); clients name it\n"
+          "                     by ID, default the directory's base name\n"
+          "  --host ADDR        loopback address to bind (127.0.0.1, ::1, localhost) [127.0.0.1]\n"
+          "  --port N           TCP port, 0 = any free port [8080]\n"
+          "  --port-file PATH   write the bound port here once listening\n"
+          "  --api-key KEY      require 'Authorization: Bearer KEY' (also $HEARTH_API_KEY)\n"
+          "  --parallel N       sequences decoded together per model [4]\n"
+          "  --ctx N            context tokens per sequence [4096]\n"
+          "  --kv-tokens N      KV pool per model [parallel * ctx]\n"
+          "  --queue N          requests waiting for a slot before 503 [64]\n"
+          "  --max-body BYTES   request body limit, 413 above [4194304]\n"
+          "  --max-conns N      concurrent connections [128]\n"
+          "  --timeout S        idle connection timeout in seconds [15]\n"
+          "  --dtype int4|bf16|f32   weight format [int4]\n"
+          "  --backend cpu|cuda      [cpu]\n"
+          "  --threads N        CPU threads, 0 = all cores [0]\n"
+          "  -v, --verbose      log every request\n");
+}
+
+static int num(const char *flag, const char *v, long lo, long hi, long *out) {
+  char *end;
+  long x = v ? strtol(v, &end, 10) : 0;
+  if (!v || *end || x < lo || x > hi) {
+    fprintf(stderr, "hearth serve: %s needs a number in [%ld, %ld]\n", flag, lo, hi);
+    return -1;
+  }
+  *out = x;
+  return 0;
+}
+
+int cmd_serve(int argc, char **argv) {
+  struct server_options o;
+  server_options_default(&o);
+  o.api_key = getenv("HEARTH_API_KEY");
+  if (o.api_key && !*o.api_key) o.api_key = NULL;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    long x = 0;
+    int takes = 1;
+    if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
+    else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) { o.verbose = 1; takes = 0; }
+    else if (!v) { fprintf(stderr, "hearth serve: %s needs a value (or is unknown)\n", a); usage(stderr); return 2; }
+    else if (!strcmp(a, "--model")) {
+      if (o.n_models == SERVER_MAX_MODELS) { fprintf(stderr, "hearth serve: at most %d models\n", SERVER_MAX_MODELS); return 2; }
+      char *eq = strchr(v, '=');
+      struct server_model_opt *m = &o.models[o.n_models++];
+      if (eq) { *eq = 0; m->id = v; m->path = eq + 1; } else { m->path = v; }
+    }
+    else if (!strcmp(a, "--host")) o.host = v;
+    else if (!strcmp(a, "--port")) { if (num(a, v, 0, 65535, &x)) return 2; o.port = (int)x; }
+    else if (!strcmp(a, "--port-file")) o.port_file = v;
+    else if (!strcmp(a, "--api-key")) o.api_key = v;
+    else if (!strcmp(a, "--parallel")) { if (num(a, v, 1, 256, &x)) return 2; o.n_slots = (int)x; }
+    else if (!strcmp(a, "--ctx")) { if (num(a, v, 16, 1 << 20, &x)) return 2; o.n_ctx = (int)x; }
+    else if (!strcmp(a, "--kv-tokens")) { if (num(a, v, 16, 1 << 26, &x)) return 2; o.model.kv_tokens = (int)x; }
+    else if (!strcmp(a, "--queue")) { if (num(a, v, 1, 1 << 16, &x)) return 2; o.max_queue = (int)x; }
+    else if (!strcmp(a, "--max-body")) { if (num(a, v, 1024, 1L << 30, &x)) return 2; o.max_body = (size_t)x; }
+    else if (!strcmp(a, "--max-conns")) { if (num(a, v, 1, 65536, &x)) return 2; o.max_conns = (int)x; }
+    else if (!strcmp(a, "--timeout")) { if (num(a, v, 1, 3600, &x)) return 2; o.timeout_s = (int)x; }
+    else if (!strcmp(a, "--threads")) { if (num(a, v, 0, 4096, &x)) return 2; o.model.n_threads = (int)x; }
+    else if (!strcmp(a, "--dtype")) {
+      if (!strcmp(v, "int4")) o.model.dtype = HEARTH_DTYPE_INT4;
+      else if (!strcmp(v, "bf16")) o.model.dtype = HEARTH_DTYPE_BF16;
+      else if (!strcmp(v, "f32")) o.model.dtype = HEARTH_DTYPE_F32;
+      else { fprintf(stderr, "hearth serve: --dtype int4|bf16|f32\n"); return 2; }
+    }
+    else if (!strcmp(a, "--backend")) {
+      if (!strcmp(v, "cpu")) o.model.backend = HEARTH_BACKEND_CPU;
+      else if (!strcmp(v, "cuda")) o.model.backend = HEARTH_BACKEND_CUDA;
+      else { fprintf(stderr, "hearth serve: --backend cpu|cuda\n"); return 2; }
+    }
+    else { fprintf(stderr, "hearth serve: unknown option %s\n", a); usage(stderr); return 2; }
+    i += takes;
+  }
+  if (!o.n_models) { usage(stderr); return 2; }
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  signal(SIGPIPE, SIG_IGN);
+  struct hearth_err err = {0};
+  int rc = server_run(&o, &g_stop, &err);
+  if (rc) {
+    fprintf(stderr, "hearth serve: %s\n", err.msg);
+    return 1;
+  }
+  return 0;
+}
+
+#else
+int cmd_serve(int argc, char **argv) {
+  (void)argc; (void)argv;
+  fprintf(stderr, "hearth serve: this build has no server (libmicrohttpd was not found)\n");
+  return 2;
+}
+#endif
