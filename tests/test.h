@@ -31,7 +31,7 @@ struct test_group { const char *name; void (*fn)(void); };
   int main(int argc, char **argv) { \
     int n = (int)(sizeof test_groups_ / sizeof test_groups_[0]), passed = 0, failed = 0, ran = 0; \
     if (argc > 1 && !strcmp(argv[1], "--list")) { \
-      for (int i = 0; i < n; i++) printf("%s\n", test_groups_[i].name); return 0; } \
+      for (int i = 0; i < n; i++) { printf("%s\n", test_groups_[i].name); } return 0; } \
     for (int i = 0; i < n; i++) { \
       if (argc > 1 && strcmp(argv[1], test_groups_[i].name)) continue; \
       test_failures = 0; ran++; test_groups_[i].fn(); \

@@ -2,6 +2,7 @@
 #include "base/threadpool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -41,7 +42,11 @@ static void *worker_main(void *varg) {
     unsigned g;
     int spins = 0;
     while ((g = __atomic_load_n(&p->gen, __ATOMIC_ACQUIRE)) == seen) {
-      if (++spins < SPIN_ITERS) { CPU_RELAX(); continue; }
+      if (++spins < SPIN_ITERS) {
+        if (spins % 1024 == 0) sched_yield(); /* oversubscribed: let the producer run */
+        else CPU_RELAX();
+        continue;
+      }
       pthread_mutex_lock(&p->mu);
       while (__atomic_load_n(&p->gen, __ATOMIC_ACQUIRE) == seen && !p->stop)
         pthread_cond_wait(&p->cv, &p->mu);
@@ -112,7 +117,11 @@ void threadpool_run(struct threadpool *p, threadpool_fn fn, void *arg) {
   pthread_cond_broadcast(&p->cv);
   pthread_mutex_unlock(&p->mu);
   fn(arg, 0, p->n);
-  while (__atomic_load_n(&p->pending, __ATOMIC_ACQUIRE) > 0) CPU_RELAX();
+  /* spin, then yield: with more threads than free cores the last worker needs our core */
+  for (int spins = 0; __atomic_load_n(&p->pending, __ATOMIC_ACQUIRE) > 0; spins++) {
+    if (spins < 4096) CPU_RELAX();
+    else sched_yield();
+  }
 }
 
 void threadpool_split(long total, int ith, int nth, long align, long *lo, long *hi) {

@@ -1,0 +1,182 @@
+/* tests/unit/test_base.c — half-precision conversions, the int4 quantizer, the thread pool and
+ * the sampler, each against an independent statement of what it must do. */
+#include <math.h>
+#include <stdint.h>
+
+#include "base/half.h"
+#include "base/threadpool.h"
+#include "hearth.h"
+#include "quant/q4.h"
+#include "test.h"
+
+TEST_GROUP(half) {
+  /* every finite fp16 value survives f16 -> f32 -> f16 */
+  int bad = 0;
+  for (uint32_t h = 0; h < 65536; h++) {
+    if (((h >> 10) & 31) == 31) continue;
+    if (f32_to_f16(f16_to_f32((uint16_t)h)) != h) bad++;
+  }
+  CHECKF(bad == 0, "%d fp16 values do not round-trip", bad);
+  CHECK(f16_to_f32(0x3c00) == 1.0f && f16_to_f32(0xc000) == -2.0f && f16_to_f32(0x0001) == ldexpf(1, -24));
+  /* round to nearest even at the midpoint between 1 and 1+2^-10 */
+  CHECK(f32_to_f16(1.0f + ldexpf(1, -11)) == 0x3c00);
+  CHECK(f32_to_f16(1.0f + 3 * ldexpf(1, -11)) == 0x3c02);
+  CHECK(f32_to_f16(70000.0f) == 0x7c00 && f32_to_f16(-70000.0f) == 0xfc00);
+  CHECK(f32_to_f16(ldexpf(1, -26)) == 0); /* below half the smallest subnormal */
+  CHECK(f32_to_f16(ldexpf(3, -26)) == 1);
+  /* bf16 */
+  CHECK(f32_to_bf16(1.0f) == 0x3f80 && bf16_to_f32(0x3f80) == 1.0f);
+  CHECK(f32_to_bf16(1.0f + ldexpf(1, -8)) == 0x3f80);      /* tie -> even */
+  CHECK(f32_to_bf16(1.0f + 3 * ldexpf(1, -8)) == 0x3f82);  /* tie -> even (up) */
+  CHECK(isnan(bf16_to_f32(f32_to_bf16(NAN))));
+}
+
+TEST_GROUP(q4) {
+  float w[256], back[256];
+  uint8_t qs[128];
+  uint16_t d[2];
+  uint64_t s = 12345;
+  for (int i = 0; i < 256; i++) { s ^= s << 13; s ^= s >> 7; s ^= s << 17; w[i] = (float)((int64_t)(s % 20001) - 10000) / 7919.0f; }
+  w[37] = 3.5f;   /* group 0 extreme, positive */
+  w[200] = -2.25f; w[201] = 2.25f; /* group 1: tie in magnitude, first (negative) wins */
+  q4_quantize_row(w, 256, qs, d);
+  CHECK(d[0] == f32_to_f16(3.5f / -8.0f));
+  CHECK(d[1] == f32_to_f16(-2.25f / -8.0f));
+  q4_dequantize_row(qs, d, 256, back);
+  /* extreme weight maps to q = -8 exactly */
+  CHECK((qs[37 / 2] >> 4) == 0);  /* odd index: high nibble, stored q+8 = 0 */
+  CHECK((qs[200 / 2] & 15) == 0);
+  for (int i = 0; i < 256; i++) {
+    float df = fabsf(f16_to_f32(d[i / 128]));
+    int q = (int)lrintf(back[i] / -df * -1.0f);
+    (void)q;
+    CHECKF(fabsf(back[i] - w[i]) <= df * 0.5f + 1e-6f || (w[i] / (f16_to_f32(d[i / 128])) > 7.5f),
+           "w[%d]=%g back=%g d=%g", i, w[i], back[i], df);
+  }
+  /* round half away from zero: w/d = 2.5 -> 3, -2.5 -> -3 */
+  float g[128] = {0};
+  g[0] = -8.0f; g[1] = 2.5f; g[2] = -2.5f; g[3] = 0.5f;
+  q4_quantize_row(g, 128, qs, d);
+  CHECK(f16_to_f32(d[0]) == 1.0f);
+  q4_dequantize_row(qs, d, 128, back);
+  CHECK(back[0] == -8.0f && back[1] == 3.0f && back[2] == -3.0f && back[3] == 1.0f);
+  /* positive extreme: values above 7*d clamp to 7 (d negative flips signs) */
+  g[0] = 8.0f; g[1] = -8.0f; g[2] = 0.0f; g[3] = 0.0f;
+  q4_quantize_row(g, 128, qs, d);
+  q4_dequantize_row(qs, d, 128, back);
+  CHECK(f16_to_f32(d[0]) == -1.0f && back[0] == 8.0f && back[1] == -7.0f);
+  /* all-zero group: d = 0, q = 0 */
+  float z[128] = {0};
+  q4_quantize_row(z, 128, qs, d);
+  q4_dequantize_row(qs, d, 128, back);
+  CHECK(f16_to_f32(d[0]) == 0.0f && back[5] == 0.0f && qs[0] == 0x88);
+}
+
+struct sum_job { long n; double part[64]; };
+static void sum_worker(void *arg, int ith, int nth) {
+  struct sum_job *j = arg;
+  long lo, hi;
+  threadpool_split(j->n, ith, nth, 4, &lo, &hi);
+  double s = 0;
+  for (long i = lo; i < hi; i++) s += (double)i;
+  j->part[ith] = s;
+}
+
+TEST_GROUP(threadpool) {
+  for (int nt = 1; nt <= 5; nt++) {
+    struct threadpool *p = threadpool_create(nt);
+    REQUIRE(p);
+    CHECK(threadpool_size(p) == nt);
+    for (int rep = 0; rep < 200; rep++) {
+      struct sum_job j = {.n = 1000 + rep};
+      threadpool_run(p, sum_worker, &j);
+      double s = 0;
+      for (int i = 0; i < nt; i++) s += j.part[i];
+      CHECKF(s == (double)j.n * (double)(j.n - 1) / 2, "threads %d rep %d", nt, rep);
+    }
+    threadpool_free(p);
+  }
+  long lo, hi, covered = 0;
+  for (int i = 0; i < 3; i++) { threadpool_split(10, i, 3, 4, &lo, &hi); covered += hi - lo; CHECK(lo % 4 == 0); }
+  CHECK(covered == 10);
+}
+
+TEST_GROUP(sampler) {
+  enum { V = 50 };
+  float lg[V];
+  for (int i = 0; i < V; i++) lg[i] = (float)(i % 7) * 0.5f;
+  lg[13] = 9.0f; lg[27] = 9.0f; /* tie: greedy must pick 13 */
+  struct hearth_sampling p;
+  hearth_sampling_default(&p);
+  p.temperature = 0;
+  struct hearth_sampler *s = NULL;
+  struct hearth_err err = {0};
+  REQUIRE(hearth_sampler_new(&p, V, &s, &err) == 0);
+  CHECK(hearth_sampler_sample(s, lg, NULL, 0) == 13);
+  /* repetition penalty (HF): 13 seen -> 9/2 = 4.5 < 9 -> 27 wins */
+  hearth_sampler_free(s);
+  p.repetition_penalty = 2.0f;
+  REQUIRE(hearth_sampler_new(&p, V, &s, &err) == 0);
+  int32_t hist[] = {13, 13};
+  CHECK(hearth_sampler_sample(s, lg, hist, 2) == 27);
+  hearth_sampler_free(s);
+  /* presence penalty 10 on both -> something else (value 3.0 at i%7==6, first i=6) */
+  hearth_sampling_default(&p);
+  p.temperature = 0;
+  p.presence_penalty = 10.0f;
+  REQUIRE(hearth_sampler_new(&p, V, &s, &err) == 0);
+  int32_t hist2[] = {13, 27};
+  CHECK(hearth_sampler_sample(s, lg, hist2, 2) == 6);
+  hearth_sampler_free(s);
+  /* seeded: same seed, same stream; top_k=2 only draws 13 or 27; distribution close to 50/50 */
+  hearth_sampling_default(&p);
+  p.top_k = 2;
+  p.seed = 7;
+  struct hearth_sampler *a = NULL, *b = NULL;
+  REQUIRE(hearth_sampler_new(&p, V, &a, &err) == 0);
+  REQUIRE(hearth_sampler_new(&p, V, &b, &err) == 0);
+  int n13 = 0, same = 1, others = 0;
+  for (int i = 0; i < 4000; i++) {
+    int32_t x = hearth_sampler_sample(a, lg, NULL, 0), y = hearth_sampler_sample(b, lg, NULL, 0);
+    same &= x == y;
+    n13 += x == 13;
+    others += x != 13 && x != 27;
+  }
+  CHECK(same && others == 0);
+  CHECKF(n13 > 1800 && n13 < 2200, "n13 = %d", n13);
+  hearth_sampler_free(a);
+  hearth_sampler_free(b);
+  /* temperature 1 over two tokens with logit gap ln(3): frequencies 3:1 */
+  float two[V];
+  for (int i = 0; i < V; i++) two[i] = -INFINITY;
+  two[3] = logf(3.0f); two[4] = 0.0f;
+  hearth_sampling_default(&p);
+  p.seed = 99;
+  REQUIRE(hearth_sampler_new(&p, V, &a, &err) == 0);
+  int n3 = 0;
+  for (int i = 0; i < 8000; i++) n3 += hearth_sampler_sample(a, two, NULL, 0) == 3;
+  CHECKF(fabs(n3 / 8000.0 - 0.75) < 0.02, "p(3) = %g", n3 / 8000.0);
+  hearth_sampler_free(a);
+  /* min_p 0.5 removes token 4 (p4/p3 = 1/3) */
+  p.min_p = 0.5f;
+  REQUIRE(hearth_sampler_new(&p, V, &a, &err) == 0);
+  n3 = 0;
+  for (int i = 0; i < 500; i++) n3 += hearth_sampler_sample(a, two, NULL, 0) == 3;
+  CHECK(n3 == 500);
+  hearth_sampler_free(a);
+  /* top_p 0.7 keeps only the first token (0.75 >= 0.7) */
+  hearth_sampling_default(&p);
+  p.top_p = 0.7f;
+  REQUIRE(hearth_sampler_new(&p, V, &a, &err) == 0);
+  n3 = 0;
+  for (int i = 0; i < 500; i++) n3 += hearth_sampler_sample(a, two, NULL, 0) == 3;
+  CHECK(n3 == 500);
+  hearth_sampler_free(a);
+  /* bad parameters are refused */
+  p.top_p = 0.0f;
+  CHECK(hearth_sampler_new(&p, V, &a, &err) == HEARTH_ERR_ARG && a == NULL);
+  /* logprob */
+  CHECK(fabsf(hearth_logprob(two, V, 3) - logf(0.75f)) < 1e-5f);
+}
+
+TEST_MAIN(T(half), T(q4), T(threadpool), T(sampler))
