@@ -1,0 +1,418 @@
+/* backend/cuda/attention.cu — KV write and attention over the paged KV cache (causal, optional
+ * sliding window and logit soft-cap), in two kernels:
+ *
+ *   attn_decode   few tokens per sequence (decode, batched decode). Grid (token, kv head, split):
+ *                 each block takes one token, the (up to 8) query heads sharing one kv head, and one
+ *                 slice of the token's keys; 4 warps walk keys, one lane per head_dim/32 dims, online
+ *                 softmax per head. Slices write (m, l, acc) partials; the last slice to finish (an
+ *                 atomic counter per token and kv head, reset by that block) merges them. The number
+ *                 of slices is fixed by shapes and the key count is read on the device, so the launch
+ *                 is graph-safe while the context grows.
+ *   attn_prefill  many tokens per sequence. Grid (32-query tile, head): the tile's rows that share
+ *                 one sequence are processed together over 32-key tiles in shared memory (f32 SIMT
+ *                 FMA, online softmax); a tile that spans sequences loops over them.
+ *
+ * Positions, sequence ids and block tables are the batch's device copies (batch_upload).
+ * Scratch: ctx->attn_part / attn_cnt (cu_scratch). Head dims: 64, 128, 256 (32 * D).
+ */
+#include <math.h>
+
+#include "backend/cuda/cuda_common.cuh"
+
+/* ---- kv_write ------------------------------------------------------------------------------------ */
+
+template <typename T, typename KT>
+__global__ void kv_write_kernel(KT *kc, KT *vc, const T *k, const T *v, const int32_t *pos, const int32_t *seq,
+                                const int32_t *bt, int max_blocks, int bs, int n_tokens, int64_t w) {
+  int64_t total = (int64_t)n_tokens * w;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+    int t = (int)(i / w);
+    int64_t e = i % w;
+    int p = pos[t];
+    int64_t slot = (int64_t)bt[(int64_t)seq[t] * max_blocks + p / bs] * bs + p % bs;
+    stf(kc + slot * w + e, ldf(k + i));
+    stf(vc + slot * w + e, ldf(v + i));
+  }
+}
+
+void cu_kv_write(struct hb_ctx *ctx, struct hb_kv_layer *kv, const struct hb_tensor *k,
+                 const struct hb_tensor *v, const struct hb_batch *b) {
+  int64_t w = (int64_t)kv->n_kv_heads * kv->head_dim;
+  if (b->n_tokens <= 0) return;
+  if (!b->d_pos.data || k->cols != w || v->cols != w || k->dtype != v->dtype || kv->k.dtype != kv->v.dtype) {
+    CU_ARG(ctx, "kv_write: k/v cols %lld/%lld, cache width %lld, or batch not uploaded", (long long)k->cols,
+           (long long)v->cols, (long long)w);
+    return;
+  }
+  int64_t total = (int64_t)b->n_tokens * w, blocks = (total + 255) / 256;
+  unsigned grid = (unsigned)(blocks < ctx->n_sm * 8 ? blocks : ctx->n_sm * 8);
+  const int32_t *pos = (const int32_t *)b->d_pos.data, *seq = (const int32_t *)b->d_seq.data,
+                *bt = (const int32_t *)b->d_block_table.data;
+#define KVW(T, KT)                                                                                             \
+  kv_write_kernel<T, KT><<<grid, 256, 0, ctx->stream>>>((KT *)kv->k.data, (KT *)kv->v.data, (const T *)k->data, \
+                                                        (const T *)v->data, pos, seq, bt, b->max_blocks,         \
+                                                        b->block_size, b->n_tokens, w)
+  if (k->dtype == HB_F16 && kv->k.dtype == HB_F16) KVW(__half, __half);
+  else if (k->dtype == HB_F16 && kv->k.dtype == HB_F32) KVW(__half, float);
+  else if (k->dtype == HB_F32 && kv->k.dtype == HB_F16) KVW(float, __half);
+  else if (k->dtype == HB_F32 && kv->k.dtype == HB_F32) KVW(float, float);
+  else { CU_ARG(ctx, "kv_write: dtypes"); return; }
+#undef KVW
+  CU_LAUNCHED(ctx, "kv_write");
+}
+
+/* ---- decode: split over the keys --------------------------------------------------------------------- */
+
+#define AD_WARPS 4
+#define AD_G 8        /* query heads per block (a GQA group, or a slice of one) */
+#define AD_MINKEYS 64 /* keys per split at least */
+
+template <int D>
+__device__ __forceinline__ void load_row(float f[D], const float *p) {
+#pragma unroll
+  for (int d = 0; d < D; d++) f[d] = p[d];
+}
+template <int D>
+__device__ __forceinline__ void load_row(float f[D], const __half *p) {
+  if (D % 2 == 0) {
+#pragma unroll
+    for (int d = 0; d < D; d += 2) {
+      float2 v = __half22float2(*(const __half2 *)(p + d));
+      f[d] = v.x;
+      f[d + 1] = v.y;
+    }
+  } else {
+#pragma unroll
+    for (int d = 0; d < D; d++) f[d] = __half2float(p[d]);
+  }
+}
+
+__device__ __forceinline__ float softcap_f(float s, float cap) { return cap > 0.0f ? cap * tanhf(s / cap) : s; }
+
+template <typename T, typename KT, int D>
+__global__ __launch_bounds__(128) void attn_decode_kernel(T *out, const T *q, const KT *kc, const KT *vc,
+                                                          const int32_t *pos, const int32_t *seq, const int32_t *bt,
+                                                          int max_blocks, int bs, int n_heads, int n_kv, int G, int HG,
+                                                          float scale, int window, float softcap, float *part,
+                                                          unsigned *cnt, int NS) {
+  constexpr int HD = 32 * D;
+  __shared__ float sm_m[AD_WARPS][AD_G], sm_l[AD_WARPS][AD_G];
+  __shared__ float sm_acc[AD_WARPS][AD_G][HD];
+  __shared__ int sm_last;
+  const int t = blockIdx.x, kh = blockIdx.y / HG, hg = blockIdx.y % HG, s = blockIdx.z;
+  const int h0 = kh * G + hg * AD_G, ng = min(AD_G, G - hg * AD_G);
+  const int p = pos[t], sq = seq[t];
+  const int lo = window > 0 ? max(0, p - window + 1) : 0, len = p - lo + 1;
+  const int ns = min(NS, (len + AD_MINKEYS - 1) / AD_MINKEYS);
+  if (s >= ns) return;
+  const int chunk = (len + ns - 1) / ns, ks = lo + s * chunk, ke = min(p + 1, ks + chunk);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t kvw = (int64_t)n_kv * HD;
+
+  float qv[AD_G][D], m[AD_G], l[AD_G], acc[AD_G][D];
+#pragma unroll
+  for (int g = 0; g < AD_G; g++) {
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int d = 0; d < D; d++) acc[g][d] = 0.0f;
+    if (g < ng) {
+      load_row<D>(qv[g], q + ((int64_t)t * n_heads + h0 + g) * HD + lane * D);
+#pragma unroll
+      for (int d = 0; d < D; d++) qv[g][d] *= scale;
+    } else {
+#pragma unroll
+      for (int d = 0; d < D; d++) qv[g][d] = 0.0f;
+    }
+  }
+  const int32_t *btr = bt + (int64_t)sq * max_blocks;
+  for (int k = ks + warp; k < ke; k += AD_WARPS) {
+    int64_t slot = (int64_t)btr[k / bs] * bs + k % bs;
+    float kf[D], vf[D];
+    load_row<D>(kf, kc + slot * kvw + (int64_t)kh * HD + lane * D);
+    load_row<D>(vf, vc + slot * kvw + (int64_t)kh * HD + lane * D);
+#pragma unroll
+    for (int g = 0; g < AD_G; g++) {
+      if (g >= ng) break;
+      float dot = 0.0f;
+#pragma unroll
+      for (int d = 0; d < D; d++) dot = fmaf(qv[g][d], kf[d], dot);
+      dot = softcap_f(warp_sum(dot), softcap);
+      float mn = fmaxf(m[g], dot), al = expf(m[g] - mn), pe = expf(dot - mn);
+      l[g] = l[g] * al + pe;
+#pragma unroll
+      for (int d = 0; d < D; d++) acc[g][d] = fmaf(acc[g][d], al, pe * vf[d]);
+      m[g] = mn;
+    }
+  }
+#pragma unroll
+  for (int g = 0; g < AD_G; g++) {
+    if (g >= ng) break;
+    if (lane == 0) { sm_m[warp][g] = m[g]; sm_l[warp][g] = l[g]; }
+#pragma unroll
+    for (int d = 0; d < D; d++) sm_acc[warp][g][lane * D + d] = acc[g][d];
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < ng * HD; i += blockDim.x) {
+    int g = i / HD, d = i % HD;
+    float M = -INFINITY;
+    for (int w = 0; w < AD_WARPS; w++) M = fmaxf(M, sm_m[w][g]);
+    float L = 0.0f, A = 0.0f;
+    if (M > -INFINITY)
+      for (int w = 0; w < AD_WARPS; w++) {
+        float f = expf(sm_m[w][g] - M);
+        L += sm_l[w][g] * f;
+        A += sm_acc[w][g][d] * f;
+      }
+    int64_t row = (int64_t)t * n_heads + h0 + g;
+    if (ns == 1) {
+      stf(out + row * HD + d, L > 0.0f ? A / L : 0.0f);
+    } else {
+      float *pp = part + (row * NS + s) * (HD + 2);
+      pp[d] = A;
+      if (d == 0) { pp[HD] = M; pp[HD + 1] = L; }
+    }
+  }
+  if (ns == 1) return;
+  __threadfence();
+  __syncthreads();
+  unsigned *c = cnt + (int64_t)t * n_kv * HG + blockIdx.y;
+  if (threadIdx.x == 0) sm_last = atomicAdd(c, 1u) == (unsigned)(ns - 1);
+  __syncthreads();
+  if (!sm_last) return;
+  __threadfence();
+  for (int i = threadIdx.x; i < ng * HD; i += blockDim.x) {
+    int g = i / HD, d = i % HD;
+    int64_t row = (int64_t)t * n_heads + h0 + g;
+    const float *pp = part + row * NS * (HD + 2);
+    float M = -INFINITY;
+    for (int j = 0; j < ns; j++) M = fmaxf(M, __ldcg(pp + j * (HD + 2) + HD));
+    float L = 0.0f, A = 0.0f;
+    if (M > -INFINITY)
+      for (int j = 0; j < ns; j++) {
+        float mj = __ldcg(pp + j * (HD + 2) + HD);
+        if (mj == -INFINITY) continue;
+        float f = expf(mj - M);
+        L += __ldcg(pp + j * (HD + 2) + HD + 1) * f;
+        A += __ldcg(pp + j * (HD + 2) + d) * f;
+      }
+    stf(out + row * HD + d, L > 0.0f ? A / L : 0.0f);
+  }
+  if (threadIdx.x == 0) *c = 0;
+}
+
+/* ---- prefill: query tiles x key tiles -------------------------------------------------------------- */
+
+#define AP_Q 32
+#define AP_K 32
+
+static size_t prefill_smem(int hd) { return (size_t)(3 * AP_Q * (hd + 4) + AP_Q * (AP_K + 1)) * sizeof(float); }
+
+template <typename T, typename KT, int HD>
+__global__ __launch_bounds__(128) void attn_prefill_kernel(T *out, const T *q, const KT *kc, const KT *vc,
+                                                           const int32_t *pos, const int32_t *seq, const int32_t *bt,
+                                                           int max_blocks, int bs, int n_tokens, int n_heads, int n_kv,
+                                                           int G, float scale, int window, float softcap) {
+  constexpr int LD = HD + 4, NO = HD / 16; /* float4 chunks of the output row per thread */
+  extern __shared__ float sm[];
+  float *Qs = sm, *Ks = Qs + AP_Q * LD, *Vs = Ks + AP_K * LD, *Ps = Vs + AP_K * LD;
+  __shared__ int s_pos[AP_Q], s_lo[AP_Q], s_seq[AP_Q], s_done[AP_Q];
+  __shared__ int s_seg, s_kmin, s_kmax;
+  const int t0 = blockIdx.x * AP_Q, h = blockIdx.y, kh = h / G;
+  const int tid = threadIdx.x, r = tid / 4, c4 = tid % 4;
+  const int64_t kvw = (int64_t)n_kv * HD;
+
+  if (tid < AP_Q) {
+    int t = t0 + tid;
+    if (t < n_tokens) {
+      int p = pos[t];
+      s_pos[tid] = p;
+      s_seq[tid] = seq[t];
+      s_lo[tid] = window > 0 ? max(0, p - window + 1) : 0;
+      s_done[tid] = 0;
+    } else {
+      s_pos[tid] = -1; s_seq[tid] = -1; s_lo[tid] = 0; s_done[tid] = 1;
+    }
+  }
+  for (int i = tid; i < AP_Q * HD; i += 128) {
+    int rr = i / HD, d = i % HD, t = t0 + rr;
+    Qs[rr * LD + d] = t < n_tokens ? ldf(q + ((int64_t)t * n_heads + h) * HD + d) * scale : 0.0f;
+  }
+  __syncthreads();
+
+  for (;;) {
+    if (tid == 0) {
+      int seg = -1, kmin = 0x7fffffff, kmax = -1;
+      for (int i = 0; i < AP_Q; i++)
+        if (!s_done[i]) { seg = s_seq[i]; break; }
+      if (seg >= 0)
+        for (int i = 0; i < AP_Q; i++)
+          if (!s_done[i] && s_seq[i] == seg) { kmin = min(kmin, s_lo[i]); kmax = max(kmax, s_pos[i]); }
+      s_seg = seg; s_kmin = kmin; s_kmax = kmax;
+    }
+    __syncthreads();
+    const int seg = s_seg;
+    if (seg < 0) break;
+    const int kmin = s_kmin, kmax = s_kmax;
+    const bool active = !s_done[r] && s_seq[r] == seg;
+    const int rp = s_pos[r], rlo = s_lo[r];
+    const int32_t *btr = bt + (int64_t)seg * max_blocks;
+    float m = -INFINITY, l = 0.0f, o[NO][4];
+#pragma unroll
+    for (int i = 0; i < NO; i++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) o[i][e] = 0.0f;
+
+    for (int kb = kmin; kb <= kmax; kb += AP_K) {
+      __syncthreads();
+      { /* key jj = tid/4 loads dims [c4*HD/4, +HD/4) of K and V */
+        int jj = tid / 4, key = kb + jj;
+        float *kd = Ks + jj * LD + c4 * (HD / 4), *vd = Vs + jj * LD + c4 * (HD / 4);
+        if (key <= kmax) {
+          int64_t slot = (int64_t)btr[key / bs] * bs + key % bs;
+          const KT *kp = kc + slot * kvw + (int64_t)kh * HD + c4 * (HD / 4);
+          const KT *vp = vc + slot * kvw + (int64_t)kh * HD + c4 * (HD / 4);
+#pragma unroll 8
+          for (int e = 0; e < HD / 4; e++) { kd[e] = ldf(kp + e); vd[e] = ldf(vp + e); }
+        } else {
+#pragma unroll 8
+          for (int e = 0; e < HD / 4; e++) { kd[e] = 0.0f; vd[e] = 0.0f; }
+        }
+      }
+      __syncthreads();
+      float sc[AP_K / 4];
+#pragma unroll
+      for (int j = 0; j < AP_K / 4; j++) sc[j] = 0.0f;
+      const float4 *qr = (const float4 *)(Qs + r * LD);
+#pragma unroll 4
+      for (int d4 = 0; d4 < HD / 4; d4++) {
+        float4 qq = qr[d4];
+#pragma unroll
+        for (int j = 0; j < AP_K / 4; j++) {
+          float4 kk = ((const float4 *)(Ks + (c4 + 4 * j) * LD))[d4];
+          sc[j] = fmaf(qq.x, kk.x, fmaf(qq.y, kk.y, fmaf(qq.z, kk.z, fmaf(qq.w, kk.w, sc[j]))));
+        }
+      }
+      float mx = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < AP_K / 4; j++) {
+        int key = kb + c4 + 4 * j;
+        bool ok = active && key <= rp && key >= rlo && key <= kmax;
+        sc[j] = ok ? softcap_f(sc[j], softcap) : -INFINITY;
+        mx = fmaxf(mx, sc[j]);
+      }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      float mn = fmaxf(m, mx);
+      float al = mn == -INFINITY ? 1.0f : expf(m - mn);
+      float ls = 0.0f;
+#pragma unroll
+      for (int j = 0; j < AP_K / 4; j++) {
+        float pj = sc[j] == -INFINITY ? 0.0f : expf(sc[j] - mn);
+        ls += pj;
+        Ps[r * (AP_K + 1) + c4 + 4 * j] = pj;
+      }
+      ls += __shfl_xor_sync(0xffffffffu, ls, 1);
+      ls += __shfl_xor_sync(0xffffffffu, ls, 2);
+      l = l * al + ls;
+      m = mn;
+#pragma unroll
+      for (int i = 0; i < NO; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) o[i][e] *= al;
+      __syncwarp();
+#pragma unroll 4
+      for (int jj = 0; jj < AP_K; jj++) {
+        float pj = Ps[r * (AP_K + 1) + jj];
+        const float4 *vr = (const float4 *)(Vs + jj * LD);
+#pragma unroll
+        for (int i = 0; i < NO; i++) {
+          float4 vv = vr[c4 + 4 * i];
+          o[i][0] = fmaf(pj, vv.x, o[i][0]);
+          o[i][1] = fmaf(pj, vv.y, o[i][1]);
+          o[i][2] = fmaf(pj, vv.z, o[i][2]);
+          o[i][3] = fmaf(pj, vv.w, o[i][3]);
+        }
+      }
+    }
+    if (active) {
+      T *orow = out + ((int64_t)(t0 + r) * n_heads + h) * HD;
+      float inv = l > 0.0f ? 1.0f / l : 0.0f;
+#pragma unroll
+      for (int i = 0; i < NO; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) stf(orow + (c4 + 4 * i) * 4 + e, o[i][e] * inv);
+    }
+    __syncthreads();
+    if (c4 == 0 && active) s_done[r] = 1;
+    __syncthreads();
+  }
+}
+
+/* ---- dispatch ------------------------------------------------------------------------------------------ */
+
+template <typename T, typename KT, int D>
+static void attn_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *q,
+                        const struct hb_kv_layer *kv, const struct hb_batch *b, const struct hb_attn_params *p) {
+  constexpr int HD = 32 * D;
+  const int nt = b->n_tokens, G = p->n_heads / p->n_kv_heads;
+  const int32_t *pos = (const int32_t *)b->d_pos.data, *seq = (const int32_t *)b->d_seq.data,
+                *bt = (const int32_t *)b->d_block_table.data;
+  if (nt >= 8 * (b->n_seqs > 0 ? b->n_seqs : 1)) {
+    size_t sm = prefill_smem(HD);
+    if (sm > ctx->smem_optin) { CU_ARG(ctx, "attention: head_dim %d needs too much shared memory", HD); return; }
+    if (CU_OK(ctx, cudaFuncSetAttribute(attn_prefill_kernel<T, KT, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)sm)))
+      return;
+    dim3 grid((unsigned)((nt + AP_Q - 1) / AP_Q), (unsigned)p->n_heads);
+    attn_prefill_kernel<T, KT, HD><<<grid, 128, sm, ctx->stream>>>(
+        (T *)out->data, (const T *)q->data, (const KT *)kv->k.data, (const KT *)kv->v.data, pos, seq, bt,
+        b->max_blocks, b->block_size, nt, p->n_heads, p->n_kv_heads, G, p->scale, p->window, p->softcap);
+    CU_LAUNCHED(ctx, "attn_prefill");
+    return;
+  }
+  const int HG = (G + AD_G - 1) / AD_G;
+  const int base = nt * p->n_kv_heads * HG;
+  int NS = (2 * ctx->n_sm + base - 1) / base;
+  NS = NS < 1 ? 1 : (NS > 32 ? 32 : NS);
+  size_t need_part = (size_t)nt * p->n_heads * NS * (HD + 2), need_cnt = (size_t)base;
+  void *pp = ctx->attn_part, *cp = ctx->attn_cnt;
+  if (cu_scratch(ctx, &pp, &ctx->attn_part_cap, need_part, sizeof(float), 0)) return;
+  ctx->attn_part = (float *)pp;
+  if (cu_scratch(ctx, &cp, &ctx->attn_cnt_cap, need_cnt, sizeof(unsigned), 1)) return;
+  ctx->attn_cnt = (unsigned *)cp;
+  dim3 grid((unsigned)nt, (unsigned)(p->n_kv_heads * HG), (unsigned)NS);
+  attn_decode_kernel<T, KT, D><<<grid, 128, 0, ctx->stream>>>(
+      (T *)out->data, (const T *)q->data, (const KT *)kv->k.data, (const KT *)kv->v.data, pos, seq, bt, b->max_blocks,
+      b->block_size, p->n_heads, p->n_kv_heads, G, HG, p->scale, p->window, p->softcap, ctx->attn_part, ctx->attn_cnt,
+      NS);
+  CU_LAUNCHED(ctx, "attn_decode");
+}
+
+template <typename T, typename KT>
+static void attn_hd(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *q,
+                    const struct hb_kv_layer *kv, const struct hb_batch *b, const struct hb_attn_params *p) {
+  switch (p->head_dim) {
+  case 64: attn_launch<T, KT, 2>(ctx, out, q, kv, b, p); break;
+  case 128: attn_launch<T, KT, 4>(ctx, out, q, kv, b, p); break;
+  case 256: attn_launch<T, KT, 8>(ctx, out, q, kv, b, p); break;
+  default: CU_ARG(ctx, "attention: head_dim %d (supported: 64, 128, 256)", p->head_dim);
+  }
+}
+
+void cu_attention(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *q,
+                  const struct hb_kv_layer *kv, const struct hb_batch *b, const struct hb_attn_params *p) {
+  if (b->n_tokens <= 0) return;
+  if (!b->d_pos.data || p->n_kv_heads <= 0 || p->n_heads % p->n_kv_heads || q->dtype != out->dtype ||
+      q->cols != (int64_t)p->n_heads * p->head_dim || out->cols != q->cols || kv->k.dtype != kv->v.dtype ||
+      kv->head_dim != p->head_dim || kv->n_kv_heads != p->n_kv_heads) {
+    CU_ARG(ctx, "attention: shapes/dtypes (q cols %lld, heads %d/%d, hd %d) or batch not uploaded", (long long)q->cols,
+           p->n_heads, p->n_kv_heads, p->head_dim);
+    return;
+  }
+  if (q->dtype == HB_F16 && kv->k.dtype == HB_F16) attn_hd<__half, __half>(ctx, out, q, kv, b, p);
+  else if (q->dtype == HB_F32 && kv->k.dtype == HB_F32) attn_hd<float, float>(ctx, out, q, kv, b, p);
+  else if (q->dtype == HB_F16 && kv->k.dtype == HB_F32) attn_hd<__half, float>(ctx, out, q, kv, b, p);
+  else if (q->dtype == HB_F32 && kv->k.dtype == HB_F16) attn_hd<float, __half>(ctx, out, q, kv, b, p);
+  else CU_ARG(ctx, "attention: dtypes q %d kv %d", (int)q->dtype, (int)kv->k.dtype);
+}

@@ -1,0 +1,458 @@
+/* backend/cuda/cuda_backend.cu — the CUDA op table: device selection, memory, host copies, the
+ * batch upload, graph capture and error mapping. The kernels live in one file per op family
+ * (matmul_q4.cu, attention.cu, norm_rope.cu, elementwise.cu, sample.cu).
+ *
+ * Owns: one stream per context (every op is enqueued on it in order), the sticky error status,
+ * the device copies of each batch's index arrays and the scratch the kernels share.
+ * Does not own: model weights' meaning or the KV block tables (runtime/), host-side sampling.
+ *
+ * Dtypes on the device:
+ *   activations  exact=1: f32;  exact=0: alloc(HB_F32) gives an f16 tensor (dtype reads HB_F16)
+ *   Q4 weights   repacked at upload (cuda_common.cuh, matmul_q4.cu); scales fp16
+ *   dense        BF16/F32 matrices stay as uploaded; 1-row weights (norms, biases) become f32
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_common.cuh"
+
+extern "C" {
+#include "backend/cuda/cuda_backend.h"
+}
+
+/* ---- errors --------------------------------------------------------------------------------- */
+
+void cu_fail(struct hb_ctx *ctx, int code, const char *file, int line, const char *fmt, ...) {
+  if (!ctx || ctx->status) return; /* keep the first error */
+  char m[320];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(m, sizeof m, fmt, ap);
+  va_end(ap);
+  const char *base = strrchr(file, '/');
+  snprintf(ctx->msg, sizeof ctx->msg, "cuda: %s (%s:%d)", m, base ? base + 1 : file, line);
+  ctx->status = code;
+}
+
+static int report(struct hb_ctx *ctx, struct hearth_err *err) {
+  if (!ctx->status) return 0;
+  return err_set(err, ctx->status, "%s", ctx->msg);
+}
+
+int cu_scratch(struct hb_ctx *ctx, void **buf, size_t *cap, size_t need, size_t elem, int zero) {
+  if (need <= *cap) return 0;
+  if (ctx->capturing) {
+    cu_fail(ctx, HEARTH_ERR_ARG, __FILE__, __LINE__,
+            "scratch must grow during graph capture: run this shape once uncaptured first");
+    return 1;
+  }
+  size_t n = need + need / 2;
+  void *p = NULL;
+  if (CU_OK(ctx, cudaStreamSynchronize(ctx->stream))) return 1;
+  if (CU_OK(ctx, cudaMalloc(&p, n * elem))) return 1;
+  if (zero && CU_OK(ctx, cudaMemset(p, 0, n * elem))) { cudaFree(p); return 1; }
+  if (*buf) cudaFree(*buf);
+  ctx->bytes_scratch += (n - *cap) * elem;
+  *buf = p;
+  *cap = n;
+  ctx->gen++;
+  return 0;
+}
+
+/* ---- init / free ------------------------------------------------------------------------------ */
+
+static int cuda_init(const struct hb_config *cfg, struct hb_ctx **out, struct hearth_err *err) {
+  *out = NULL;
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0)
+    return err_set(err, HEARTH_ERR_BACKEND, "cuda: no usable GPU (%s)",
+                   e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device found");
+  int dev = cfg ? cfg->device : 0;
+  if (dev < 0 || dev >= n) return err_set(err, HEARTH_ERR_ARG, "cuda: device %d does not exist (%d found)", dev, n);
+  cudaDeviceProp prop;
+  if ((e = cudaSetDevice(dev)) != cudaSuccess || (e = cudaGetDeviceProperties(&prop, dev)) != cudaSuccess)
+    return err_set(err, HEARTH_ERR_BACKEND, "cuda: cannot open device %d: %s", dev, cudaGetErrorString(e));
+  if (prop.major < 8)
+    return err_set(err, HEARTH_ERR_UNSUPPORTED, "cuda: %s is compute capability %d.%d; hearth needs 8.0 or newer",
+                   prop.name, prop.major, prop.minor);
+  struct hb_ctx *c = (struct hb_ctx *)calloc(1, sizeof *c);
+  if (!c) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
+  c->device = dev;
+  c->exact = cfg ? cfg->exact : 0;
+  c->n_sm = prop.multiProcessorCount;
+  c->smem_optin = prop.sharedMemPerBlockOptin;
+  if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+    free(c);
+    return err_set(err, HEARTH_ERR_BACKEND, "cuda: cannot create a stream: %s", cudaGetErrorString(e));
+  }
+  if (cu_matmul_init(c)) {
+    int rc = report(c, err);
+    cudaStreamDestroy(c->stream);
+    free(c);
+    return rc;
+  }
+  *out = c;
+  return 0;
+}
+
+static void cuda_free(struct hb_ctx *c) {
+  if (!c) return;
+  cudaStreamSynchronize(c->stream);
+  cudaFree(c->b_pos); cudaFree(c->b_seq); cudaFree(c->b_out); cudaFree(c->b_seqlen); cudaFree(c->b_bt);
+  cudaFree(c->attn_part); cudaFree(c->attn_cnt);
+  cudaStreamDestroy(c->stream);
+  free(c);
+}
+
+/* ---- memory ----------------------------------------------------------------------------------- */
+
+static size_t dtype_size(enum hb_dtype dt) {
+  switch (dt) {
+  case HB_F32: case HB_I32: return 4;
+  case HB_F16: case HB_BF16: return 2;
+  default: return 0;
+  }
+}
+
+static int dev_alloc(struct hb_ctx *c, void **p, size_t bytes, const char *what, struct hearth_err *err) {
+  *p = NULL;
+  if (!bytes) return 0;
+  cudaError_t e = cudaMalloc(p, bytes);
+  if (e == cudaSuccess) { c->bytes_alloc += bytes; return 0; }
+  cudaGetLastError(); /* clear */
+  size_t fr = 0, tot = 0;
+  cudaMemGetInfo(&fr, &tot);
+  return err_set(err, e == cudaErrorMemoryAllocation ? HEARTH_ERR_NOMEM : HEARTH_ERR_BACKEND,
+                 "cuda: cannot allocate %.1f MiB for %s (%.1f MiB free of %.1f MiB; this context holds %.1f MiB): %s",
+                 bytes / 1048576.0, what, fr / 1048576.0, tot / 1048576.0,
+                 (c->bytes_alloc + c->bytes_scratch) / 1048576.0, cudaGetErrorString(e));
+}
+
+static int cuda_alloc(struct hb_ctx *c, struct hb_tensor *t, enum hb_dtype dt, int64_t rows, int64_t cols,
+                      struct hearth_err *err) {
+  memset(t, 0, sizeof *t);
+  if (dt == HB_F32 && !c->exact) dt = HB_F16; /* the fast path keeps activations in f16 */
+  size_t es = dtype_size(dt);
+  if (!es || rows < 0 || cols < 0) return err_set(err, HEARTH_ERR_ARG, "cuda alloc: bad dtype or shape");
+  size_t bytes = (size_t)rows * (size_t)cols * es;
+  int rc = dev_alloc(c, &t->data, bytes, "a tensor", err);
+  if (rc) return rc;
+  t->dtype = dt;
+  t->rows = rows;
+  t->cols = cols;
+  t->bytes = bytes;
+  return 0;
+}
+
+static void cuda_release(struct hb_ctx *c, struct hb_tensor *t) {
+  if (!t) return;
+  if (t->bytes) {
+    cudaStreamSynchronize(c->stream);
+    cudaFree(t->data);
+    if (t->aux) cudaFree(t->aux);
+    c->bytes_alloc -= t->bytes < c->bytes_alloc ? t->bytes : c->bytes_alloc;
+  }
+  memset(t, 0, sizeof *t);
+}
+
+static int cuda_weight_upload(struct hb_ctx *c, struct hb_tensor *dst, const struct hb_host_weight *src,
+                              struct hearth_err *err) {
+  memset(dst, 0, sizeof *dst);
+  if (c->status) return report(c, err);
+  int64_t rows = src->rows, cols = src->cols;
+  if (src->dtype == HB_Q4) {
+    if (cols % 128)
+      return err_set(err, HEARTH_ERR_UNSUPPORTED, "cuda: int4 weight %lldx%lld: cols must be a multiple of 128",
+                     (long long)rows, (long long)cols);
+    size_t qb = (size_t)rows * (size_t)cols / 2, sb = (size_t)rows * (size_t)(cols / 128) * 2;
+    void *q = NULL, *s = NULL, *tmp = NULL;
+    int rc = dev_alloc(c, &q, qb, "int4 weights", err);
+    if (!rc) rc = dev_alloc(c, &s, sb, "int4 scales", err);
+    if (!rc) rc = dev_alloc(c, &tmp, qb, "the int4 repack buffer", err);
+    if (rc) { cudaFree(q); cudaFree(s); cudaFree(tmp); return rc; }
+    c->bytes_alloc -= qb; /* tmp is transient */
+    if (!CU_OK(c, cudaMemcpyAsync(tmp, src->data, qb, cudaMemcpyHostToDevice, c->stream)) &&
+        !CU_OK(c, cudaMemcpyAsync(s, src->scales, sb, cudaMemcpyHostToDevice, c->stream))) {
+      cu_q4_repack(c, (uint8_t *)q, (const uint8_t *)tmp, rows, cols);
+      CU_OK(c, cudaStreamSynchronize(c->stream));
+    }
+    cudaFree(tmp);
+    if (c->status) { cudaFree(q); cudaFree(s); return report(c, err); }
+    dst->dtype = HB_Q4;
+    dst->rows = rows;
+    dst->cols = cols;
+    dst->data = q;
+    dst->aux = s;
+    dst->bytes = qb + sb;
+    return 0;
+  }
+  if (src->dtype != HB_BF16 && src->dtype != HB_F32 && src->dtype != HB_F16)
+    return err_set(err, HEARTH_ERR_ARG, "cuda: weight dtype %d cannot be uploaded", (int)src->dtype);
+  size_t n = (size_t)rows * (size_t)cols;
+  enum hb_dtype dt = rows == 1 ? HB_F32 : src->dtype; /* norms and biases: f32 */
+  void *p = NULL;
+  int rc = dev_alloc(c, &p, n * dtype_size(dt), "a dense weight", err);
+  if (rc) return rc;
+  if (dt == src->dtype) {
+    CU_OK(c, cudaMemcpy(p, src->data, n * dtype_size(dt), cudaMemcpyHostToDevice));
+  } else {
+    float *h = (float *)malloc(n * sizeof(float));
+    if (!h) { cudaFree(p); return err_set(err, HEARTH_ERR_NOMEM, "out of memory"); }
+    const uint16_t *s16 = (const uint16_t *)src->data;
+    for (size_t i = 0; i < n; i++) {
+      if (src->dtype == HB_BF16) {
+        uint32_t u = (uint32_t)s16[i] << 16;
+        memcpy(&h[i], &u, 4);
+      } else {
+        __half_raw r;
+        r.x = s16[i];
+        h[i] = __half2float(__half(r));
+      }
+    }
+    CU_OK(c, cudaMemcpy(p, h, n * sizeof(float), cudaMemcpyHostToDevice));
+    free(h);
+  }
+  if (c->status) { cudaFree(p); return report(c, err); }
+  dst->dtype = dt;
+  dst->rows = rows;
+  dst->cols = cols;
+  dst->data = p;
+  dst->bytes = n * dtype_size(dt);
+  return 0;
+}
+
+/* host copies: the host side is always f32 (or i32); f16 tensors convert on the host */
+static int cuda_write(struct hb_ctx *c, struct hb_tensor *t, int64_t row0, int64_t n_rows, const void *host) {
+  if (c->status) return c->status;
+  size_t n = (size_t)n_rows * (size_t)t->cols, es = dtype_size(t->dtype);
+  char *dst = (char *)t->data + (size_t)row0 * (size_t)t->cols * es;
+  if (t->dtype == HB_F16) {
+    __half *h = (__half *)malloc(n * sizeof(__half));
+    if (!h) { cu_fail(c, HEARTH_ERR_NOMEM, __FILE__, __LINE__, "out of host memory"); return c->status; }
+    for (size_t i = 0; i < n; i++) h[i] = __float2half_rn(((const float *)host)[i]);
+    if (!CU_OK(c, cudaMemcpyAsync(dst, h, n * 2, cudaMemcpyHostToDevice, c->stream)))
+      CU_OK(c, cudaStreamSynchronize(c->stream));
+    free(h);
+  } else if (t->dtype == HB_F32 || t->dtype == HB_I32) {
+    if (!CU_OK(c, cudaMemcpyAsync(dst, host, n * es, cudaMemcpyHostToDevice, c->stream)))
+      CU_OK(c, cudaStreamSynchronize(c->stream));
+  } else {
+    cu_fail(c, HEARTH_ERR_ARG, __FILE__, __LINE__, "write: tensor dtype %d is not host-writable", (int)t->dtype);
+  }
+  return c->status;
+}
+
+static int cuda_read(struct hb_ctx *c, const struct hb_tensor *t, int64_t row0, int64_t n_rows, void *host) {
+  if (c->status) return c->status;
+  size_t n = (size_t)n_rows * (size_t)t->cols, es = dtype_size(t->dtype);
+  const char *src = (const char *)t->data + (size_t)row0 * (size_t)t->cols * es;
+  if (t->dtype == HB_F16) {
+    __half *h = (__half *)malloc(n * sizeof(__half));
+    if (!h) { cu_fail(c, HEARTH_ERR_NOMEM, __FILE__, __LINE__, "out of host memory"); return c->status; }
+    if (!CU_OK(c, cudaMemcpyAsync(h, src, n * 2, cudaMemcpyDeviceToHost, c->stream)) &&
+        !CU_OK(c, cudaStreamSynchronize(c->stream)))
+      for (size_t i = 0; i < n; i++) ((float *)host)[i] = __half2float(h[i]);
+    free(h);
+  } else if (t->dtype == HB_F32 || t->dtype == HB_I32) {
+    if (!CU_OK(c, cudaMemcpyAsync(host, src, n * es, cudaMemcpyDeviceToHost, c->stream)))
+      CU_OK(c, cudaStreamSynchronize(c->stream));
+  } else {
+    cu_fail(c, HEARTH_ERR_ARG, __FILE__, __LINE__, "read: tensor dtype %d is not host-readable", (int)t->dtype);
+  }
+  return c->status;
+}
+
+static void view_i32(struct hb_tensor *t, int32_t *p, int64_t n) {
+  memset(t, 0, sizeof *t);
+  t->dtype = HB_I32;
+  t->rows = n;
+  t->cols = 1;
+  t->data = p;
+}
+
+static int grow_i32(struct hb_ctx *c, int32_t **p, int64_t *cap, int64_t need) {
+  if (need <= *cap) return 0;
+  size_t cz = (size_t)*cap;
+  void *vp = *p;
+  int rc = cu_scratch(c, &vp, &cz, (size_t)(need < 256 ? 256 : need), sizeof(int32_t), 1);
+  *p = (int32_t *)vp;
+  *cap = (int64_t)cz;
+  return rc;
+}
+
+static int cuda_batch_upload(struct hb_ctx *c, struct hb_batch *b, struct hearth_err *err) {
+  if (c->status) return report(c, err);
+  if (c->capturing) return err_set(err, HEARTH_ERR_ARG, "cuda: batch_upload inside a graph capture");
+  int64_t nt = b->n_tokens, ns = b->n_seqs, nbt = (int64_t)b->n_seqs * b->max_blocks, no = b->n_out;
+  int64_t ct = c->cap_tok, cs = c->cap_seq, cb = c->cap_bt;
+  int64_t ct0 = ct;
+  if (grow_i32(c, &c->b_pos, &ct, nt)) return report(c, err);
+  ct = ct0;
+  if (grow_i32(c, &c->b_seq, &ct, nt)) return report(c, err);
+  ct = ct0;
+  if (grow_i32(c, &c->b_out, &ct, nt > no ? nt : no)) return report(c, err);
+  c->cap_tok = (int)ct;
+  if (grow_i32(c, &c->b_seqlen, &cs, ns)) return report(c, err);
+  c->cap_seq = (int)cs;
+  if (grow_i32(c, &c->b_bt, &cb, nbt)) return report(c, err);
+  c->cap_bt = cb;
+  cudaMemcpyKind h2d = cudaMemcpyHostToDevice;
+  if (nt && (CU_OK(c, cudaMemcpyAsync(c->b_pos, b->pos, nt * 4, h2d, c->stream)) ||
+             CU_OK(c, cudaMemcpyAsync(c->b_seq, b->seq, nt * 4, h2d, c->stream))))
+    return report(c, err);
+  if (ns && CU_OK(c, cudaMemcpyAsync(c->b_seqlen, b->seq_len, ns * 4, h2d, c->stream))) return report(c, err);
+  if (nbt && CU_OK(c, cudaMemcpyAsync(c->b_bt, b->block_table, nbt * 4, h2d, c->stream))) return report(c, err);
+  if (no && b->out_rows && CU_OK(c, cudaMemcpyAsync(c->b_out, b->out_rows, no * 4, h2d, c->stream)))
+    return report(c, err);
+  view_i32(&b->d_pos, c->b_pos, nt);
+  view_i32(&b->d_seq, c->b_seq, nt);
+  view_i32(&b->d_seq_len, c->b_seqlen, ns);
+  view_i32(&b->d_block_table, c->b_bt, nbt);
+  view_i32(&b->d_out_rows, c->b_out, no);
+  return 0;
+}
+
+static int cuda_sync(struct hb_ctx *c, struct hearth_err *err) {
+  if (!c->status && !c->capturing) CU_OK(c, cudaStreamSynchronize(c->stream));
+  return report(c, err);
+}
+
+/* ---- ops: the sticky status turns every later op into a no-op --------------------------------- */
+
+static void op_embed(struct hb_ctx *c, struct hb_tensor *out, const struct hb_tensor *table,
+                     const struct hb_tensor *ids, int n, float scale) {
+  if (!c->status) cu_embed(c, out, table, ids, n, scale);
+}
+static void op_rmsnorm(struct hb_ctx *c, struct hb_tensor *out, const struct hb_tensor *x,
+                       const struct hb_tensor *w, float eps, float w_offset) {
+  if (!c->status) cu_rmsnorm(c, out, x, w, eps, w_offset);
+}
+static void op_matmul(struct hb_ctx *c, struct hb_tensor *out, const struct hb_tensor *x,
+                      const struct hb_tensor *w, const struct hb_tensor *bias, int n) {
+  if (!c->status) cu_matmul(c, out, x, w, bias, n);
+}
+static void op_rope(struct hb_ctx *c, struct hb_tensor *x, const struct hb_batch *b, int n_heads,
+                    int head_dim, int n_rot, float theta) {
+  if (!c->status) cu_rope_neox(c, x, b, n_heads, head_dim, n_rot, theta);
+}
+static void op_kv_write(struct hb_ctx *c, struct hb_kv_layer *kv, const struct hb_tensor *k,
+                        const struct hb_tensor *v, const struct hb_batch *b) {
+  if (!c->status) cu_kv_write(c, kv, k, v, b);
+}
+static void op_attention(struct hb_ctx *c, struct hb_tensor *out, const struct hb_tensor *q,
+                         const struct hb_kv_layer *kv, const struct hb_batch *b, const struct hb_attn_params *p) {
+  if (!c->status) cu_attention(c, out, q, kv, b, p);
+}
+static void op_silu_mul(struct hb_ctx *c, struct hb_tensor *out, const struct hb_tensor *gate,
+                        const struct hb_tensor *up, int n) {
+  if (!c->status) cu_silu_mul(c, out, gate, up, n);
+}
+static void op_add(struct hb_ctx *c, struct hb_tensor *x, const struct hb_tensor *y, int n) {
+  if (!c->status) cu_add(c, x, y, n);
+}
+static void op_gather_rows(struct hb_ctx *c, struct hb_tensor *out, const struct hb_tensor *x,
+                           const struct hb_batch *b) {
+  if (!c->status) cu_gather_rows(c, out, x, b);
+}
+
+extern "C" const struct hb_ops hb_cuda_ops = {
+  /* .name = */ "cuda",
+  /* .init = */ cuda_init,
+  /* .free = */ cuda_free,
+  /* .alloc = */ cuda_alloc,
+  /* .release = */ cuda_release,
+  /* .weight_upload = */ cuda_weight_upload,
+  /* .write = */ cuda_write,
+  /* .read = */ cuda_read,
+  /* .batch_upload = */ cuda_batch_upload,
+  /* .embed = */ op_embed,
+  /* .rmsnorm = */ op_rmsnorm,
+  /* .matmul = */ op_matmul,
+  /* .rope_neox = */ op_rope,
+  /* .kv_write = */ op_kv_write,
+  /* .attention = */ op_attention,
+  /* .silu_mul = */ op_silu_mul,
+  /* .add = */ op_add,
+  /* .gather_rows = */ op_gather_rows,
+  /* .sync = */ cuda_sync,
+};
+
+/* ---- graphs ----------------------------------------------------------------------------------- */
+
+struct hb_cuda_graph {
+  cudaGraphExec_t exec;
+  unsigned gen;
+};
+
+extern "C" int hb_cuda_capture_begin(struct hb_ctx *c, struct hearth_err *err) {
+  if (c->status) return report(c, err);
+  if (c->capturing) return err_set(err, HEARTH_ERR_ARG, "cuda: a capture is already open");
+  if (CU_OK(c, cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeRelaxed))) return report(c, err);
+  c->capturing = 1;
+  return 0;
+}
+
+extern "C" int hb_cuda_capture_end(struct hb_ctx *c, struct hb_cuda_graph **out, struct hearth_err *err) {
+  *out = NULL;
+  if (!c->capturing) return err_set(err, HEARTH_ERR_ARG, "cuda: no capture is open");
+  cudaGraph_t g = NULL;
+  cudaError_t e = cudaStreamEndCapture(c->stream, &g);
+  c->capturing = 0;
+  if (e != cudaSuccess) cu_ok_(c, e, "cudaStreamEndCapture", __FILE__, __LINE__);
+  if (c->status) {
+    if (g) cudaGraphDestroy(g);
+    return report(c, err);
+  }
+  struct hb_cuda_graph *h = (struct hb_cuda_graph *)calloc(1, sizeof *h);
+  if (!h) { cudaGraphDestroy(g); return err_set(err, HEARTH_ERR_NOMEM, "out of memory"); }
+  e = cudaGraphInstantiate(&h->exec, g, 0);
+  cudaGraphDestroy(g);
+  if (e != cudaSuccess) {
+    free(h);
+    cu_ok_(c, e, "cudaGraphInstantiate", __FILE__, __LINE__);
+    return report(c, err);
+  }
+  h->gen = c->gen;
+  *out = h;
+  return 0;
+}
+
+extern "C" int hb_cuda_graph_launch(struct hb_ctx *c, struct hb_cuda_graph *g, struct hearth_err *err) {
+  if (c->status) return report(c, err);
+  if (g->gen != c->gen) return err_set(err, HEARTH_ERR_ARG, "cuda: stale graph (a scratch buffer moved): capture again");
+  if (CU_OK(c, cudaGraphLaunch(g->exec, c->stream))) return report(c, err);
+  return 0;
+}
+
+extern "C" void hb_cuda_graph_free(struct hb_cuda_graph *g) {
+  if (!g) return;
+  cudaGraphExecDestroy(g->exec);
+  free(g);
+}
+
+extern "C" void hb_cuda_argmax(struct hb_ctx *c, const struct hb_tensor *logits, int n, struct hb_tensor *ids,
+                               struct hb_tensor *logprobs) {
+  if (!c->status) cu_argmax(c, logits, n, ids, logprobs);
+}
+
+extern "C" size_t hb_cuda_mem_free(struct hb_ctx *c) {
+  size_t fr = 0, tot = 0;
+  (void)c;
+  if (cudaMemGetInfo(&fr, &tot) != cudaSuccess) return 0;
+  return fr;
+}
+
+extern "C" void hb_cuda_mem_report(struct hb_ctx *c, char *buf, size_t len) {
+  size_t fr = 0, tot = 0;
+  cudaMemGetInfo(&fr, &tot);
+  cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, c->device) != cudaSuccess) snprintf(prop.name, sizeof prop.name, "?");
+  snprintf(buf, len,
+           "cuda device %d: %s, %d SMs, %.2f GiB total, %.2f GiB free; this context: %.3f GiB tensors+weights, "
+           "%.3f GiB scratch; activations %s",
+           c->device, prop.name, c->n_sm, tot / 1073741824.0, fr / 1073741824.0, c->bytes_alloc / 1073741824.0,
+           c->bytes_scratch / 1073741824.0, c->exact ? "f32 (exact)" : "f16");
+}

@@ -1,0 +1,52 @@
+/* backend/cuda/cuda_backend.h — CUDA-only entry points beside the op table (C linkage).
+ *
+ * The op table (hb_cuda_ops) is all the model code needs. These extras are for the runtime:
+ *   - decode-step graphs: capture the ops of one forward pass once, replay it every step;
+ *   - token selection on the device, so only ids (and requested logprobs) cross the bus;
+ *   - the memory plan print-out.
+ * Activations: with hb_config.exact = 0 an alloc(HB_F32) tensor is held as f16 on the device and
+ * its dtype field reads HB_F16 (write/read still take f32 host data); exact = 1 keeps f32.
+ */
+#ifndef HEARTH_BACKEND_CUDA_BACKEND_H
+#define HEARTH_BACKEND_CUDA_BACKEND_H
+
+#include "backend/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+extern const struct hb_ops hb_cuda_ops;
+
+/* ---- graphs ------------------------------------------------------------------------------------
+ * Usage per decode shape (same n_tokens, n_seqs, max_blocks, block_size, n_out):
+ *   batch_upload(b); capture_begin(); <the forward's ops>; capture_end(&g);  then each later step:
+ *   batch_upload(b); graph_launch(g);  (read/argmax after it as usual)
+ * Rules: run a shape once uncaptured before capturing it (scratch buffers size themselves then);
+ * no write/read/batch_upload/sync between begin and end; graph_launch returns HEARTH_ERR_ARG
+ * ("stale") when a scratch or batch buffer moved since capture: free it and capture again.
+ * Kernels read positions, sequence ids and block tables from the device copies batch_upload made,
+ * and size their grids from shapes only, so one graph serves every step of that shape. */
+struct hb_cuda_graph;
+int hb_cuda_capture_begin(struct hb_ctx *ctx, struct hearth_err *err);
+int hb_cuda_capture_end(struct hb_ctx *ctx, struct hb_cuda_graph **out, struct hearth_err *err);
+int hb_cuda_graph_launch(struct hb_ctx *ctx, struct hb_cuda_graph *g, struct hearth_err *err);
+void hb_cuda_graph_free(struct hb_cuda_graph *g);
+
+/* ---- token selection --------------------------------------------------------------------------
+ * ids[i] (I32 device tensor, >= n rows × 1) = argmax of logits row i (first index on ties);
+ * logprobs (F32 [n × 1] or NULL) = log_softmax of that row at the chosen id. Enqueued; read()
+ * the small tensors afterwards. */
+void hb_cuda_argmax(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, struct hb_tensor *ids,
+                    struct hb_tensor *logprobs);
+
+/* ---- memory -------------------------------------------------------------------------------- */
+/* device name, total/free memory and what this context holds (weights+activations, scratch) */
+void hb_cuda_mem_report(struct hb_ctx *ctx, char *buf, size_t len);
+/* bytes free on the device right now (for planning the KV pool); 0 on error */
+size_t hb_cuda_mem_free(struct hb_ctx *ctx);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

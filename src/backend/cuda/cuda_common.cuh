@@ -1,0 +1,130 @@
+/* backend/cuda/cuda_common.cuh — what every CUDA op file shares: the context struct, the
+ * checked-call macros that turn a cudaError_t into a sticky hearth status (never abort), dtype
+ * load/store helpers, warp reductions and the host wrappers each op file exports to cuda_backend.cu.
+ *
+ * Error model: ops in backend.h return void, so a failing launch or a bad shape records the first
+ * error in ctx->status/ctx->msg ("sticky"); sync() reports it (and later ops become no-ops).
+ */
+#ifndef HEARTH_BACKEND_CUDA_COMMON_CUH
+#define HEARTH_BACKEND_CUDA_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+extern "C" {
+#include "backend/backend.h"
+}
+
+/* ---- the context ---------------------------------------------------------------------------- */
+
+struct hb_ctx {
+  int device, exact, n_sm;
+  size_t smem_optin;      /* largest dynamic shared memory a block may opt in to */
+  cudaStream_t stream;
+  int status;             /* first error (sticky), 0 when fine */
+  char msg[400];
+  size_t bytes_alloc;     /* device bytes held through alloc/weight_upload */
+  size_t bytes_scratch;   /* device bytes of the backend's own scratch */
+  /* batch arrays (batch_upload): fixed addresses while capacities hold, so graphs stay valid */
+  int32_t *b_pos, *b_seq, *b_out, *b_seqlen, *b_bt;
+  int cap_tok, cap_seq;
+  int64_t cap_bt;
+  /* attention split-K scratch: partial (m, l, acc[hd]) per (token, head, split), and counters */
+  float *attn_part;
+  size_t attn_part_cap;   /* floats */
+  unsigned *attn_cnt;
+  size_t attn_cnt_cap;    /* counters */
+  unsigned gen;           /* bumped whenever a scratch buffer moves: captured graphs go stale */
+  int capturing;
+};
+
+void cu_fail(struct hb_ctx *ctx, int code, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+/* a CUDA runtime call whose failure is recorded in ctx; evaluates to 1 on failure */
+#define CU_OK(ctx, call) cu_ok_((ctx), (call), #call, __FILE__, __LINE__)
+static inline int cu_ok_(struct hb_ctx *ctx, cudaError_t e, const char *what, const char *file, int line) {
+  if (e == cudaSuccess) return 0;
+  cu_fail(ctx, e == cudaErrorMemoryAllocation ? HEARTH_ERR_NOMEM : HEARTH_ERR_BACKEND, file, line, "%s: %s",
+          what, cudaGetErrorString(e));
+  return 1;
+}
+/* after every launch */
+#define CU_LAUNCHED(ctx, name) cu_ok_((ctx), cudaGetLastError(), name, __FILE__, __LINE__)
+/* shape/argument errors inside an op */
+#define CU_ARG(ctx, ...) cu_fail((ctx), HEARTH_ERR_ARG, __FILE__, __LINE__, __VA_ARGS__)
+
+/* grows a scratch buffer (never shrinks); bumps ctx->gen when it moves; returns 0 or 1 (failed) */
+int cu_scratch(struct hb_ctx *ctx, void **buf, size_t *cap, size_t need, size_t elem, int zero);
+
+/* ---- dtype helpers -------------------------------------------------------------------------- */
+
+__device__ __forceinline__ float ldf(const float *p) { return *p; }
+__device__ __forceinline__ float ldf(const __half *p) { return __half2float(*p); }
+__device__ __forceinline__ float ldf(const __nv_bfloat16 *p) { return __bfloat162float(*p); }
+__device__ __forceinline__ void stf(float *p, float v) { *p = v; }
+__device__ __forceinline__ void stf(__half *p, float v) { *p = __float2half_rn(v); }
+
+/* a small tensor (norm weights, biases) whose dtype is known only at run time */
+__device__ __forceinline__ float ld_any(const void *p, int dt, int64_t i) {
+  if (dt == HB_F32) return ((const float *)p)[i];
+  if (dt == HB_F16) return __half2float(((const __half *)p)[i]);
+  return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+/* ---- the int4 device layout (see matmul_q4.cu for the picture) ------------------------------
+ * data: [rows][cols/2] bytes, each run of 32 weights (16 bytes) permuted so that 32-bit word t
+ * (t = 0..3) holds weights {2t, 2t+1, 2t+8, 2t+9, 2t+16, 2t+17, 2t+24, 2t+25} at nibbles
+ * {0, 4, 1, 5, 2, 6, 3, 7}; each nibble is q + 8. aux: [rows][cols/128] fp16 scales (unchanged).
+ * Element i of a 32-run sits in word (i/2)%4 at nibble i/8 + 4*(i%2). */
+__device__ __forceinline__ int q4_elem(const uint8_t *q, int64_t row_bytes, int64_t r, int64_t i) {
+  const uint32_t *w = (const uint32_t *)(q + r * row_bytes + (i / 32) * 16);
+  int e = (int)(i % 32);
+  uint32_t word = w[(e / 2) % 4];
+  int nib = e / 8 + 4 * (e % 2);
+  return (int)((word >> (4 * nib)) & 15u) - 8;
+}
+
+/* ---- host wrappers (one per op family file) ------------------------------------------------- */
+
+/* matmul_q4.cu */
+void cu_q4_repack(struct hb_ctx *ctx, uint8_t *dst, const uint8_t *src, int64_t rows, int64_t cols);
+void cu_matmul(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *x,
+               const struct hb_tensor *w, const struct hb_tensor *bias, int n);
+int cu_matmul_init(struct hb_ctx *ctx);
+/* elementwise.cu */
+void cu_embed(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *table,
+              const struct hb_tensor *ids, int n, float scale);
+void cu_silu_mul(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *gate,
+                 const struct hb_tensor *up, int n);
+void cu_add(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *y, int n);
+void cu_gather_rows(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *x,
+                    const struct hb_batch *b);
+/* norm_rope.cu */
+void cu_rmsnorm(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *x,
+                const struct hb_tensor *w, float eps, float w_offset);
+void cu_rope_neox(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_batch *b, int n_heads,
+                  int head_dim, int n_rot, float theta);
+/* attention.cu */
+void cu_kv_write(struct hb_ctx *ctx, struct hb_kv_layer *kv, const struct hb_tensor *k,
+                 const struct hb_tensor *v, const struct hb_batch *b);
+void cu_attention(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *q,
+                  const struct hb_kv_layer *kv, const struct hb_batch *b, const struct hb_attn_params *p);
+/* sample.cu */
+void cu_argmax(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, struct hb_tensor *ids,
+               struct hb_tensor *logprobs);
+
+#endif

@@ -1,0 +1,145 @@
+/* backend/cuda/elementwise.cu — embedding lookup (int4/bf16/f16/f32 tables), SiLU gating, residual
+ * add, row gather. Each kernel is templated on the activation type (float or __half) only.
+ * These are memory-trivial; their cost in a decode step is the launch, which is why the fused
+ * variants listed in bench/NOTES.md matter more than anything here. */
+#include "backend/cuda/cuda_common.cuh"
+
+/* ---- embed ------------------------------------------------------------------------------------ */
+
+template <typename TO>
+__global__ void embed_q4_kernel(TO *out, const uint8_t *q, const __half *sc, const int32_t *ids, int n,
+                                int64_t d, float scale) {
+  int t = blockIdx.y;
+  int64_t r = ids[t];
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < d; i += (int64_t)gridDim.x * blockDim.x) {
+    float v = (float)q4_elem(q, d / 2, r, i) * __half2float(sc[r * (d / 128) + i / 128]);
+    stf(out + (int64_t)t * d + i, v * scale);
+  }
+}
+
+template <typename TO, typename TT>
+__global__ void embed_dense_kernel(TO *out, const TT *tab, const int32_t *ids, int64_t d, float scale) {
+  int t = blockIdx.y;
+  int64_t r = ids[t];
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < d; i += (int64_t)gridDim.x * blockDim.x)
+    stf(out + (int64_t)t * d + i, ldf(tab + r * d + i) * scale);
+}
+
+template <typename TO>
+static void embed_t(struct hb_ctx *ctx, TO *out, const struct hb_tensor *table, const int32_t *ids, int n,
+                    float scale) {
+  int64_t d = table->cols;
+  dim3 grid((unsigned)((d + 255) / 256 < 8 ? (d + 255) / 256 : 8), (unsigned)n);
+  switch (table->dtype) {
+  case HB_Q4:
+    embed_q4_kernel<TO><<<grid, 256, 0, ctx->stream>>>(out, (const uint8_t *)table->data,
+                                                        (const __half *)table->aux, ids, n, d, scale);
+    break;
+  case HB_BF16:
+    embed_dense_kernel<TO, __nv_bfloat16><<<grid, 256, 0, ctx->stream>>>(out, (const __nv_bfloat16 *)table->data,
+                                                                         ids, d, scale);
+    break;
+  case HB_F16:
+    embed_dense_kernel<TO, __half><<<grid, 256, 0, ctx->stream>>>(out, (const __half *)table->data, ids, d, scale);
+    break;
+  case HB_F32:
+    embed_dense_kernel<TO, float><<<grid, 256, 0, ctx->stream>>>(out, (const float *)table->data, ids, d, scale);
+    break;
+  default:
+    CU_ARG(ctx, "embed: table dtype %d", (int)table->dtype);
+    return;
+  }
+  CU_LAUNCHED(ctx, "embed");
+}
+
+void cu_embed(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *table,
+              const struct hb_tensor *ids, int n, float scale) {
+  if (n <= 0) return;
+  if (ids->dtype != HB_I32 || out->cols != table->cols || out->rows < n) {
+    CU_ARG(ctx, "embed: shapes (out %lldx%lld, table cols %lld, n %d)", (long long)out->rows,
+           (long long)out->cols, (long long)table->cols, n);
+    return;
+  }
+  if (out->dtype == HB_F16) embed_t(ctx, (__half *)out->data, table, (const int32_t *)ids->data, n, scale);
+  else if (out->dtype == HB_F32) embed_t(ctx, (float *)out->data, table, (const int32_t *)ids->data, n, scale);
+  else CU_ARG(ctx, "embed: out dtype %d", (int)out->dtype);
+}
+
+/* ---- silu_mul, add ------------------------------------------------------------------------------ */
+
+template <typename T>
+__global__ void silu_mul_kernel(T *out, const T *g, const T *u, int64_t m) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < m; i += (int64_t)gridDim.x * blockDim.x) {
+    float gv = ldf(g + i);
+    stf(out + i, gv / (1.0f + expf(-gv)) * ldf(u + i));
+  }
+}
+
+template <typename T>
+__global__ void add_kernel(T *x, const T *y, int64_t m) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < m; i += (int64_t)gridDim.x * blockDim.x)
+    stf(x + i, ldf(x + i) + ldf(y + i));
+}
+
+static unsigned ew_grid(struct hb_ctx *ctx, int64_t m) {
+  int64_t b = (m + 255) / 256, cap = (int64_t)ctx->n_sm * 8;
+  return (unsigned)(b < cap ? (b > 0 ? b : 1) : cap);
+}
+
+void cu_silu_mul(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *gate,
+                 const struct hb_tensor *up, int n) {
+  int64_t m = (int64_t)n * gate->cols;
+  if (m <= 0) return;
+  if (gate->dtype != up->dtype || gate->dtype != out->dtype || up->cols != gate->cols) {
+    CU_ARG(ctx, "silu_mul: dtype/shape mismatch");
+    return;
+  }
+  if (out->dtype == HB_F16)
+    silu_mul_kernel<__half><<<ew_grid(ctx, m), 256, 0, ctx->stream>>>((__half *)out->data, (const __half *)gate->data,
+                                                                      (const __half *)up->data, m);
+  else
+    silu_mul_kernel<float><<<ew_grid(ctx, m), 256, 0, ctx->stream>>>((float *)out->data, (const float *)gate->data,
+                                                                     (const float *)up->data, m);
+  CU_LAUNCHED(ctx, "silu_mul");
+}
+
+void cu_add(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *y, int n) {
+  int64_t m = (int64_t)n * x->cols;
+  if (m <= 0) return;
+  if (x->dtype != y->dtype || x->cols != y->cols) {
+    CU_ARG(ctx, "add: dtype/shape mismatch");
+    return;
+  }
+  if (x->dtype == HB_F16)
+    add_kernel<__half><<<ew_grid(ctx, m), 256, 0, ctx->stream>>>((__half *)x->data, (const __half *)y->data, m);
+  else
+    add_kernel<float><<<ew_grid(ctx, m), 256, 0, ctx->stream>>>((float *)x->data, (const float *)y->data, m);
+  CU_LAUNCHED(ctx, "add");
+}
+
+/* ---- gather_rows -------------------------------------------------------------------------------- */
+
+template <typename T>
+__global__ void gather_kernel(T *out, const T *x, const int32_t *rows, int64_t cols) {
+  int i = blockIdx.y;
+  int64_t r = rows[i];
+  for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < cols; j += (int64_t)gridDim.x * blockDim.x)
+    out[(int64_t)i * cols + j] = x[r * cols + j];
+}
+
+void cu_gather_rows(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *x,
+                    const struct hb_batch *b) {
+  if (b->n_out <= 0) return;
+  if (out->dtype != x->dtype || out->cols != x->cols || !b->d_out_rows.data) {
+    CU_ARG(ctx, "gather_rows: dtype/shape mismatch or batch not uploaded");
+    return;
+  }
+  dim3 grid((unsigned)((x->cols + 255) / 256 < 8 ? (x->cols + 255) / 256 : 8), (unsigned)b->n_out);
+  if (x->dtype == HB_F16)
+    gather_kernel<__half><<<grid, 256, 0, ctx->stream>>>((__half *)out->data, (const __half *)x->data,
+                                                        (const int32_t *)b->d_out_rows.data, x->cols);
+  else
+    gather_kernel<float><<<grid, 256, 0, ctx->stream>>>((float *)out->data, (const float *)x->data,
+                                                       (const int32_t *)b->d_out_rows.data, x->cols);
+  CU_LAUNCHED(ctx, "gather_rows");
+}

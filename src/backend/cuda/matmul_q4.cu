@@ -1,0 +1,503 @@
+/* backend/cuda/matmul_q4.cu — y = x · Wᵀ + b for int4 group-128 and dense weights.
+ *
+ * Three kernels, picked per call by cu_matmul:
+ *   gemv_q4    decode (n <= 8 rows of f16 activations): each block first quantizes its x rows to int8
+ *              per 32-run into shared memory (scale + offset per run), then every warp streams 2
+ *              weight rows with 16-byte loads (4 in flight per row per lane) and dots them with
+ *              dp4a. Memory-bound: the weight stream is the whole cost.
+ *   gemm_q4    prefill/batches (n > 8, f16 activations): 128x128x64 block tiles, 8 warps of 64x32,
+ *              mma.sync m16n8k16 f16 -> f32; A (activations) by cp.async into padded smem, B (int4)
+ *              by cp.async and dequantized straight into mma B fragments (no f16 scratch copy).
+ *   gemm_simt  everything else (the exact f32 path, dense bf16/f16/f32 weights): 64x64 tiles of f32
+ *              FMA, weights dequantized exactly; it is the reference the fast kernels are held to.
+ *
+ * The int4 layout on the device (repacked at upload by q4_repack_kernel from quant/q4.h's layout):
+ * per row, each run of 32 weights is 16 bytes = 4 words; word t holds weights
+ *     nibble:  0     1      2       3       4      5      6       7
+ *     weight:  2t    2t+8   2t+16   2t+24   2t+1   2t+9   2t+17   2t+25      (stored as q + 8)
+ * so that (w >> 4j) & 0x000F000F, or'ed with 0x6400 per half, is the f16 pair (1024 + q[2t+8j] + 8,
+ * 1024 + q[2t+8j+1] + 8): exactly the m16n8k16 B fragment of thread t (j = 0,1 for the first k16
+ * step, 2,3 for the second). For dp4a, w & 0x0F0F0F0F and (w >> 4) & 0x0F0F0F0F are the bytes of
+ * weights (2t, 2t+16, 2t+1, 2t+17) and (2t+8, 2t+24, 2t+9, 2t+25); the GEMV packs x the same way.
+ * Scales stay [rows][cols/128] fp16.
+ */
+#include "backend/cuda/cuda_common.cuh"
+
+/* ---- repack ------------------------------------------------------------------------------------ */
+
+__global__ void q4_repack_kernel(uint8_t *dst, const uint8_t *src, int64_t nchunks) {
+  for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < nchunks; c += (int64_t)gridDim.x * blockDim.x) {
+    uint4 v = ((const uint4 *)src)[c];
+    uint32_t b[4] = {v.x, v.y, v.z, v.w};
+    uint32_t u[32];
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+      uint32_t byte = (b[j / 4] >> (8 * (j % 4))) & 255u;
+      u[2 * j] = byte & 15u;
+      u[2 * j + 1] = byte >> 4;
+    }
+    uint32_t w[4];
+#pragma unroll
+    for (int t = 0; t < 4; t++)
+      w[t] = u[2 * t] | u[2 * t + 8] << 4 | u[2 * t + 16] << 8 | u[2 * t + 24] << 12 | u[2 * t + 1] << 16 |
+             u[2 * t + 9] << 20 | u[2 * t + 17] << 24 | u[2 * t + 25] << 28;
+    ((uint4 *)dst)[c] = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
+void cu_q4_repack(struct hb_ctx *ctx, uint8_t *dst, const uint8_t *src, int64_t rows, int64_t cols) {
+  int64_t n = rows * cols / 32;
+  if (!n) return;
+  int64_t blocks = (n + 255) / 256;
+  q4_repack_kernel<<<(unsigned)(blocks < 65535 ? blocks : 65535), 256, 0, ctx->stream>>>(dst, src, n);
+  CU_LAUNCHED(ctx, "q4_repack");
+}
+
+/* ---- small PTX helpers ------------------------------------------------------------------------- */
+
+__device__ __forceinline__ uint4 ld_nc_v4(const void *p) {
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  return r;
+}
+
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, int src_bytes) {
+  unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *smem) {
+  unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+}
+
+__device__ __forceinline__ void mma_16816(float c[4], const uint32_t a[4], const uint32_t b[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+/* nibble pair (bits 0-3, 16-19 of v) -> f16 pair (q * scale) */
+__device__ __forceinline__ uint32_t deq2(uint32_t v, __half2 s2) {
+  uint32_t h = (v & 0x000F000Fu) | 0x64006400u;
+  __half2 x = *(__half2 *)&h;
+  x = __hmul2(__hsub2(x, __half2half2(__ushort_as_half((unsigned short)0x6408))), s2); /* 0x6408 = 1032 */
+  return *(uint32_t *)&x;
+}
+
+/* ---- GEMV: decode -------------------------------------------------------------------------------- */
+
+#define GEMV_WARPS 8
+#define GEMV_R 2 /* rows per warp */
+#define GEMV_U 4 /* 16-byte loads per row per lane in flight */
+
+static size_t gemv_smem(int n, int64_t K) { return (size_t)n * (size_t)(K / 32) * (32 + 8); }
+
+template <int N, typename TO>
+__global__ __launch_bounds__(256) void gemv_q4_kernel(TO *__restrict__ out, int64_t ldo, const __half *__restrict__ x,
+                                                      int64_t ldx, const uint8_t *__restrict__ wq,
+                                                      const __half *__restrict__ ws, const float *__restrict__ bias,
+                                                      int rows, int K) {
+  extern __shared__ uint4 smem[];
+  const int nch = K / 32;
+  uint4 *xq = smem;                            /* [N][nch][2] packed int8 */
+  float *dx = (float *)(xq + (size_t)N * nch * 2); /* [N][nch] scale */
+  float *ofs = dx + N * nch;                   /* [N][nch] -8 * scale * sum(q) */
+
+  /* prologue: x rows -> int8 per run of 32, packed to match the weight nibble order */
+  for (int c = threadIdx.x; c < N * nch; c += blockDim.x) {
+    int n = c / nch, ch = c % nch;
+    const uint4 *xp = (const uint4 *)(x + (int64_t)n * ldx + (int64_t)ch * 32);
+    float v[32];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      uint4 u = xp[i];
+      const __half2 *h = (const __half2 *)&u;
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        float2 f = __half22float2(h[j]);
+        v[i * 8 + 2 * j] = f.x;
+        v[i * 8 + 2 * j + 1] = f.y;
+      }
+    }
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(v[i]));
+    float d = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    int q[32], sum = 0;
+#pragma unroll
+    for (int i = 0; i < 32; i++) {
+      q[i] = __float2int_rn(v[i] * inv);
+      sum += q[i];
+    }
+    uint32_t lo[4], hi[4];
+#pragma unroll
+    for (int t = 0; t < 4; t++) {
+      lo[t] = (q[2 * t] & 255) | (q[2 * t + 16] & 255) << 8 | (q[2 * t + 1] & 255) << 16 | (uint32_t)(q[2 * t + 17] & 255) << 24;
+      hi[t] = (q[2 * t + 8] & 255) | (q[2 * t + 24] & 255) << 8 | (q[2 * t + 9] & 255) << 16 | (uint32_t)(q[2 * t + 25] & 255) << 24;
+    }
+    xq[(size_t)c * 2] = make_uint4(lo[0], hi[0], lo[1], hi[1]);
+    xq[(size_t)c * 2 + 1] = make_uint4(lo[2], hi[2], lo[3], hi[3]);
+    dx[c] = d;
+    ofs[c] = -8.0f * d * (float)sum;
+  }
+  __syncthreads();
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t rb = K / 2, gpr = K / 128;
+  for (int rg = blockIdx.x; rg * GEMV_WARPS * GEMV_R < rows; rg += gridDim.x) {
+    const int r0 = (rg * GEMV_WARPS + warp) * GEMV_R;
+    float acc[GEMV_R][N];
+#pragma unroll
+    for (int r = 0; r < GEMV_R; r++)
+#pragma unroll
+      for (int n = 0; n < N; n++) acc[r][n] = 0.0f;
+    for (int c0 = 0; c0 < nch; c0 += 32 * GEMV_U) {
+      uint4 wv[GEMV_U][GEMV_R];
+      float sv[GEMV_U][GEMV_R];
+#pragma unroll
+      for (int u = 0; u < GEMV_U; u++) {
+        int c = c0 + u * 32 + lane;
+#pragma unroll
+        for (int r = 0; r < GEMV_R; r++) {
+          if (c < nch && r0 + r < rows) {
+            wv[u][r] = ld_nc_v4(wq + (int64_t)(r0 + r) * rb + (int64_t)c * 16);
+            sv[u][r] = __half2float(ws[(int64_t)(r0 + r) * gpr + c / 4]);
+          } else {
+            wv[u][r] = make_uint4(0, 0, 0, 0);
+            sv[u][r] = 0.0f;
+          }
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < GEMV_U; u++) {
+        int c = c0 + u * 32 + lane;
+        if (c >= nch) break;
+#pragma unroll
+        for (int n = 0; n < N; n++) {
+          uint4 xa = xq[((size_t)n * nch + c) * 2], xb = xq[((size_t)n * nch + c) * 2 + 1];
+          float d = dx[n * nch + c], o = ofs[n * nch + c];
+#pragma unroll
+          for (int r = 0; r < GEMV_R; r++) {
+            const uint4 w = wv[u][r];
+            int a = 0;
+            a = __dp4a((int)(w.x & 0x0F0F0F0Fu), (int)xa.x, a);
+            a = __dp4a((int)((w.x >> 4) & 0x0F0F0F0Fu), (int)xa.y, a);
+            a = __dp4a((int)(w.y & 0x0F0F0F0Fu), (int)xa.z, a);
+            a = __dp4a((int)((w.y >> 4) & 0x0F0F0F0Fu), (int)xa.w, a);
+            a = __dp4a((int)(w.z & 0x0F0F0F0Fu), (int)xb.x, a);
+            a = __dp4a((int)((w.z >> 4) & 0x0F0F0F0Fu), (int)xb.y, a);
+            a = __dp4a((int)(w.w & 0x0F0F0F0Fu), (int)xb.z, a);
+            a = __dp4a((int)((w.w >> 4) & 0x0F0F0F0Fu), (int)xb.w, a);
+            acc[r][n] = fmaf(sv[u][r], fmaf(d, (float)a, o), acc[r][n]);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < GEMV_R; r++) {
+#pragma unroll
+      for (int n = 0; n < N; n++) {
+        float v = warp_sum(acc[r][n]);
+        if (lane == 0 && r0 + r < rows) stf(out + (int64_t)n * ldo + r0 + r, v + (bias ? bias[r0 + r] : 0.0f));
+      }
+    }
+  }
+}
+
+/* ---- GEMM: prefill on tensor cores ------------------------------------------------------------------ */
+
+#define GM_BM 128
+#define GM_BN 128
+#define GM_BK 64
+#define GM_ST 3
+#define GM_LDA (GM_BK + 8) /* halves per smem A row: 144 bytes, so ldmatrix rows hit distinct banks */
+
+static size_t gemm_smem(int64_t K) {
+  return (size_t)GM_ST * GM_BM * GM_LDA * 2 + (size_t)GM_ST * GM_BN * 32 + (size_t)GM_BN * (K / 128) * 2;
+}
+
+template <typename TO>
+__global__ __launch_bounds__(256) void gemm_q4_kernel(TO *__restrict__ out, int64_t ldo, const __half *__restrict__ x,
+                                                      int64_t ldx, const uint8_t *__restrict__ wq,
+                                                      const __half *__restrict__ ws, const float *__restrict__ bias,
+                                                      int M, int N, int K) {
+  extern __shared__ uint4 smem[];
+  __half *As = (__half *)smem;                                   /* [ST][BM][LDA] */
+  uint8_t *Bs = (uint8_t *)(As + GM_ST * GM_BM * GM_LDA);        /* [ST][BN][32] (two 16-byte runs, swizzled) */
+  __half *Ss = (__half *)(Bs + GM_ST * GM_BN * 32);              /* [BN][K/128] scales */
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int wm = warp / 4, wn = warp % 4, gid = lane / 4, tig = lane % 4;
+  const int m0 = blockIdx.y * GM_BM, n0 = blockIdx.x * GM_BN;
+  const int KT = K / GM_BK, gpr = K / 128;
+  const int64_t rb = K / 2;
+
+  for (int i = tid; i < GM_BN * gpr; i += 256) {
+    int r = i / gpr, g = i % gpr;
+    Ss[i] = n0 + r < N ? ws[(int64_t)(n0 + r) * gpr + g] : __float2half(0.0f);
+  }
+
+  auto load = [&](int stage, int kt) {
+    const int k0 = kt * GM_BK;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      int idx = tid + i * 256, r = idx / 8, cc = idx % 8, gm = m0 + r;
+      cp_async16(As + ((size_t)stage * GM_BM + r) * GM_LDA + cc * 8,
+                 x + (int64_t)(gm < M ? gm : 0) * ldx + k0 + cc * 8, gm < M ? 16 : 0);
+    }
+    int r = tid / 2, kc = tid % 2, gn = n0 + r;
+    cp_async16(Bs + ((size_t)stage * GM_BN + r) * 32 + ((kc ^ ((r >> 2) & 1)) * 16),
+               wq + (int64_t)(gn < N ? gn : 0) * rb + k0 / 2 + kc * 16, gn < N ? 16 : 0);
+  };
+
+  float acc[4][4][4];
+#pragma unroll
+  for (int a = 0; a < 4; a++)
+#pragma unroll
+    for (int b = 0; b < 4; b++)
+#pragma unroll
+      for (int c = 0; c < 4; c++) acc[a][b][c] = 0.0f;
+
+#pragma unroll
+  for (int s = 0; s < GM_ST - 1; s++) {
+    if (s < KT) load(s, s);
+    cp_async_commit();
+  }
+
+  for (int kt = 0; kt < KT; kt++) {
+    cp_async_wait<GM_ST - 2>();
+    __syncthreads();
+    if (kt + GM_ST - 1 < KT) load((kt + GM_ST - 1) % GM_ST, kt + GM_ST - 1);
+    cp_async_commit();
+    const int st = kt % GM_ST;
+    const int g = kt * GM_BK / 128;
+    __half2 s2[4];
+#pragma unroll
+    for (int ni = 0; ni < 4; ni++) s2[ni] = __half2half2(Ss[(wn * 32 + ni * 8 + gid) * gpr + g]);
+#pragma unroll
+    for (int kc = 0; kc < 2; kc++) {
+      uint32_t wb[4];
+#pragma unroll
+      for (int ni = 0; ni < 4; ni++) {
+        int r = wn * 32 + ni * 8 + gid;
+        wb[ni] = *(const uint32_t *)(Bs + ((size_t)st * GM_BN + r) * 32 + ((kc ^ ((r >> 2) & 1)) * 16) + tig * 4);
+      }
+#pragma unroll
+      for (int hf = 0; hf < 2; hf++) {
+        const int kk = kc * 2 + hf;
+        uint32_t a[4][4];
+#pragma unroll
+        for (int mi = 0; mi < 4; mi++)
+          ldmatrix_x4(a[mi], As + ((size_t)st * GM_BM + wm * 64 + mi * 16 + (lane % 16)) * GM_LDA + kk * 16 + (lane / 16) * 8);
+#pragma unroll
+        for (int ni = 0; ni < 4; ni++) {
+          uint32_t b[2];
+          b[0] = deq2(wb[ni] >> (8 * hf), s2[ni]);
+          b[1] = deq2(wb[ni] >> (8 * hf + 4), s2[ni]);
+#pragma unroll
+          for (int mi = 0; mi < 4; mi++) mma_16816(acc[mi][ni], a[mi], b);
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+#pragma unroll
+  for (int mi = 0; mi < 4; mi++) {
+#pragma unroll
+    for (int ni = 0; ni < 4; ni++) {
+      int row = m0 + wm * 64 + mi * 16 + gid, col = n0 + wn * 32 + ni * 8 + tig * 2;
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        int cc = col + e;
+        if (cc >= N) continue;
+        float bv = bias ? bias[cc] : 0.0f;
+        if (row < M) stf(out + (int64_t)row * ldo + cc, acc[mi][ni][e] + bv);
+        if (row + 8 < M) stf(out + (int64_t)(row + 8) * ldo + cc, acc[mi][ni][2 + e] + bv);
+      }
+    }
+  }
+}
+
+/* ---- SIMT GEMM: the exact path and dense weights ------------------------------------------------ */
+
+template <typename TW>
+__device__ __forceinline__ float w_at(const void *w, const __half *ws, int64_t n, int64_t k, int64_t K);
+template <>
+__device__ __forceinline__ float w_at<float>(const void *w, const __half *, int64_t n, int64_t k, int64_t K) {
+  return ((const float *)w)[n * K + k];
+}
+template <>
+__device__ __forceinline__ float w_at<__half>(const void *w, const __half *, int64_t n, int64_t k, int64_t K) {
+  return __half2float(((const __half *)w)[n * K + k]);
+}
+template <>
+__device__ __forceinline__ float w_at<__nv_bfloat16>(const void *w, const __half *, int64_t n, int64_t k, int64_t K) {
+  return __bfloat162float(((const __nv_bfloat16 *)w)[n * K + k]);
+}
+struct q4_tag {};
+template <>
+__device__ __forceinline__ float w_at<q4_tag>(const void *w, const __half *ws, int64_t n, int64_t k, int64_t K) {
+  return (float)q4_elem((const uint8_t *)w, K / 2, n, k) * __half2float(ws[n * (K / 128) + k / 128]);
+}
+
+template <typename TW, typename TX, typename TO>
+__global__ __launch_bounds__(256) void gemm_simt_kernel(TO *out, int64_t ldo, const TX *x, int64_t ldx, const void *w,
+                                                        const __half *ws, const float *bias, int M, int N, int K) {
+  __shared__ float As[16][64 + 4], Bs[16][64 + 4];
+  const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+  const int m0 = blockIdx.y * 64, n0 = blockIdx.x * 64;
+  float acc[4][4] = {};
+  for (int k0 = 0; k0 < K; k0 += 16) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      int idx = tid + i * 256, r = idx / 16, k = idx % 16;
+      int gm = m0 + r, gn = n0 + r, gk = k0 + k;
+      As[k][r] = (gm < M && gk < K) ? ldf(x + (int64_t)gm * ldx + gk) : 0.0f;
+      Bs[k][r] = (gn < N && gk < K) ? w_at<TW>(w, ws, gn, gk, K) : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < 16; k++) {
+      float a[4], b[4];
+#pragma unroll
+      for (int i = 0; i < 4; i++) { a[i] = As[k][ty * 4 + i]; b[i] = Bs[k][tx * 4 + i]; }
+#pragma unroll
+      for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    int gm = m0 + ty * 4 + i;
+    if (gm >= M) continue;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      int gn = n0 + tx * 4 + j;
+      if (gn < N) stf(out + (int64_t)gm * ldo + gn, acc[i][j] + (bias ? bias[gn] : 0.0f));
+    }
+  }
+}
+
+/* ---- dispatch ------------------------------------------------------------------------------------ */
+
+template <int N, typename TO>
+static int gemv_attr(struct hb_ctx *ctx) {
+  return CU_OK(ctx, cudaFuncSetAttribute(gemv_q4_kernel<N, TO>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)ctx->smem_optin));
+}
+
+int cu_matmul_init(struct hb_ctx *ctx) {
+  int bad = gemv_attr<1, __half>(ctx) | gemv_attr<2, __half>(ctx) | gemv_attr<3, __half>(ctx) |
+            gemv_attr<4, __half>(ctx) | gemv_attr<5, __half>(ctx) | gemv_attr<6, __half>(ctx) |
+            gemv_attr<7, __half>(ctx) | gemv_attr<8, __half>(ctx) | gemv_attr<1, float>(ctx) |
+            gemv_attr<2, float>(ctx) | gemv_attr<3, float>(ctx) | gemv_attr<4, float>(ctx) |
+            gemv_attr<5, float>(ctx) | gemv_attr<6, float>(ctx) | gemv_attr<7, float>(ctx) |
+            gemv_attr<8, float>(ctx);
+  bad |= CU_OK(ctx, cudaFuncSetAttribute(gemm_q4_kernel<__half>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)ctx->smem_optin));
+  bad |= CU_OK(ctx, cudaFuncSetAttribute(gemm_q4_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)ctx->smem_optin));
+  return bad;
+}
+
+template <typename TO>
+static void gemv_launch(struct hb_ctx *ctx, int n, TO *out, int64_t ldo, const __half *x, int64_t ldx,
+                        const struct hb_tensor *w, const float *bias) {
+  int rows = (int)w->rows, K = (int)w->cols;
+  size_t sm = gemv_smem(n, K);
+  int groups = (rows + GEMV_WARPS * GEMV_R - 1) / (GEMV_WARPS * GEMV_R);
+  int per_sm = (int)((228 * 1024) / (sm + 1024));
+  per_sm = per_sm < 1 ? 1 : (per_sm > 8 ? 8 : per_sm);
+  int grid = groups < ctx->n_sm * per_sm ? groups : ctx->n_sm * per_sm;
+  const uint8_t *q = (const uint8_t *)w->data;
+  const __half *s = (const __half *)w->aux;
+#define GEMV_CASE(NN) \
+  case NN: gemv_q4_kernel<NN, TO><<<grid, 256, sm, ctx->stream>>>(out, ldo, x, ldx, q, s, bias, rows, K); break;
+  switch (n) {
+    GEMV_CASE(1) GEMV_CASE(2) GEMV_CASE(3) GEMV_CASE(4) GEMV_CASE(5) GEMV_CASE(6) GEMV_CASE(7) GEMV_CASE(8)
+  }
+#undef GEMV_CASE
+  CU_LAUNCHED(ctx, "gemv_q4");
+}
+
+template <typename TX, typename TO>
+static void simt_launch(struct hb_ctx *ctx, TO *out, int64_t ldo, const TX *x, int64_t ldx, const struct hb_tensor *w,
+                        const float *bias, int n) {
+  dim3 grid((unsigned)((w->rows + 63) / 64), (unsigned)((n + 63) / 64));
+  int N = (int)w->rows, K = (int)w->cols;
+  switch (w->dtype) {
+  case HB_Q4:
+    gemm_simt_kernel<q4_tag, TX, TO><<<grid, 256, 0, ctx->stream>>>(out, ldo, x, ldx, w->data, (const __half *)w->aux,
+                                                                    bias, n, N, K);
+    break;
+  case HB_F32:
+    gemm_simt_kernel<float, TX, TO><<<grid, 256, 0, ctx->stream>>>(out, ldo, x, ldx, w->data, NULL, bias, n, N, K);
+    break;
+  case HB_F16:
+    gemm_simt_kernel<__half, TX, TO><<<grid, 256, 0, ctx->stream>>>(out, ldo, x, ldx, w->data, NULL, bias, n, N, K);
+    break;
+  case HB_BF16:
+    gemm_simt_kernel<__nv_bfloat16, TX, TO><<<grid, 256, 0, ctx->stream>>>(out, ldo, x, ldx, w->data, NULL, bias, n,
+                                                                           N, K);
+    break;
+  default:
+    CU_ARG(ctx, "matmul: weight dtype %d", (int)w->dtype);
+    return;
+  }
+  CU_LAUNCHED(ctx, "gemm_simt");
+}
+
+void cu_matmul(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *x,
+               const struct hb_tensor *w, const struct hb_tensor *bias, int n) {
+  if (n <= 0) return;
+  if (x->cols < w->cols || out->cols != w->rows || out->rows < n || x->rows < n ||
+      (bias && (bias->dtype != HB_F32 || bias->rows * bias->cols != w->rows)) ||
+      (x->dtype != HB_F32 && x->dtype != HB_F16) || (out->dtype != HB_F32 && out->dtype != HB_F16)) {
+    CU_ARG(ctx, "matmul: x %lldx%lld (dt %d), w %lldx%lld (dt %d), out %lldx%lld (dt %d), n %d", (long long)x->rows,
+           (long long)x->cols, (int)x->dtype, (long long)w->rows, (long long)w->cols, (int)w->dtype,
+           (long long)out->rows, (long long)out->cols, (int)out->dtype, n);
+    return;
+  }
+  const float *b = bias ? (const float *)bias->data : NULL;
+  int64_t ldo = out->cols, ldx = x->cols;
+  if (x->dtype == HB_F16 && w->dtype == HB_Q4 && ldx % 8 == 0) {
+    if (n <= 8) {
+      if (out->dtype == HB_F16) gemv_launch(ctx, n, (__half *)out->data, ldo, (const __half *)x->data, ldx, w, b);
+      else gemv_launch(ctx, n, (float *)out->data, ldo, (const __half *)x->data, ldx, w, b);
+      return;
+    }
+    dim3 grid((unsigned)((w->rows + GM_BN - 1) / GM_BN), (unsigned)((n + GM_BM - 1) / GM_BM));
+    size_t sm = gemm_smem(w->cols);
+    if (sm <= ctx->smem_optin) {
+      if (out->dtype == HB_F16)
+        gemm_q4_kernel<__half><<<grid, 256, sm, ctx->stream>>>((__half *)out->data, ldo, (const __half *)x->data, ldx,
+                                                               (const uint8_t *)w->data, (const __half *)w->aux, b, n,
+                                                               (int)w->rows, (int)w->cols);
+      else
+        gemm_q4_kernel<float><<<grid, 256, sm, ctx->stream>>>((float *)out->data, ldo, (const __half *)x->data, ldx,
+                                                              (const uint8_t *)w->data, (const __half *)w->aux, b, n,
+                                                              (int)w->rows, (int)w->cols);
+      CU_LAUNCHED(ctx, "gemm_q4");
+      return;
+    }
+  }
+  if (x->dtype == HB_F32) {
+    if (out->dtype == HB_F32) simt_launch(ctx, (float *)out->data, ldo, (const float *)x->data, ldx, w, b, n);
+    else simt_launch(ctx, (__half *)out->data, ldo, (const float *)x->data, ldx, w, b, n);
+  } else {
+    if (out->dtype == HB_F32) simt_launch(ctx, (float *)out->data, ldo, (const __half *)x->data, ldx, w, b, n);
+    else simt_launch(ctx, (__half *)out->data, ldo, (const __half *)x->data, ldx, w, b, n);
+  }
+}

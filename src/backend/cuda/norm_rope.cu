@@ -1,0 +1,89 @@
+/* backend/cuda/norm_rope.cu — RMSNorm (row norms and per-head qk norms) and NeoX rotary embedding.
+ * One warp per row; f32 arithmetic whatever the storage type. Positions come from the batch's
+ * device copy (b->d_pos), so a captured graph replays with the next step's positions. */
+#include "backend/cuda/cuda_common.cuh"
+
+/* out = x / sqrt(mean(x^2) + eps) * (w + w_offset), rows of width d; in place allowed */
+template <typename T>
+__global__ void rmsnorm_kernel(T *out, const T *x, const void *w, int wdt, int64_t rows, int d, float eps,
+                               float w_offset) {
+  int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  int lane = threadIdx.x % 32;
+  if (r >= rows) return;
+  const T *xr = x + r * d;
+  T *o = out + r * d;
+  float ss = 0.0f;
+  for (int j = lane; j < d; j += 32) {
+    float v = ldf(xr + j);
+    ss += v * v;
+  }
+  ss = warp_sum(ss);
+  float inv = rsqrtf(ss / (float)d + eps);
+  for (int j = lane; j < d; j += 32) stf(o + j, ldf(xr + j) * inv * (ld_any(w, wdt, j) + w_offset));
+}
+
+void cu_rmsnorm(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *x,
+                const struct hb_tensor *w, float eps, float w_offset) {
+  int64_t d = w->rows * w->cols;
+  if (d <= 0 || (x->rows * x->cols) % d || out->dtype != x->dtype || out->rows * out->cols < x->rows * x->cols ||
+      w->dtype == HB_Q4 || w->dtype == HB_I32) {
+    CU_ARG(ctx, "rmsnorm: x %lldx%lld, w %lldx%lld", (long long)x->rows, (long long)x->cols, (long long)w->rows,
+           (long long)w->cols);
+    return;
+  }
+  int64_t rows = x->rows * x->cols / d;
+  if (!rows) return;
+  unsigned grid = (unsigned)((rows + 7) / 8);
+  if (x->dtype == HB_F16)
+    rmsnorm_kernel<__half><<<grid, 256, 0, ctx->stream>>>((__half *)out->data, (const __half *)x->data, w->data,
+                                                          (int)w->dtype, rows, (int)d, eps, w_offset);
+  else
+    rmsnorm_kernel<float><<<grid, 256, 0, ctx->stream>>>((float *)out->data, (const float *)x->data, w->data,
+                                                         (int)w->dtype, rows, (int)d, eps, w_offset);
+  CU_LAUNCHED(ctx, "rmsnorm");
+}
+
+/* NeoX rotary: for i < n_rot/2, (a, b) = (v[i], v[i + n_rot/2]) turns by pos * theta^(-2i/n_rot).
+ * One thread per (token, head, i); the angle in f32 as the CPU reference computes it. */
+template <typename T>
+__global__ void rope_neox_kernel(T *x, const int32_t *pos, int n_tokens, int n_heads, int head_dim, int n_rot,
+                                 float theta) {
+  int half = n_rot / 2;
+  int64_t total = (int64_t)n_tokens * n_heads * half;
+  for (int64_t it = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; it < total; it += (int64_t)gridDim.x * blockDim.x) {
+    int i = (int)(it % half);
+    int64_t th = it / half; /* token * n_heads + head */
+    int t = (int)(th / n_heads);
+    float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)n_rot);
+    float ang = (float)pos[t] * inv_freq;
+    float sn, cs;
+    sincosf(ang, &sn, &cs);
+    T *v = x + th * head_dim;
+    float a = ldf(v + i), b = ldf(v + i + half);
+    stf(v + i, a * cs - b * sn);
+    stf(v + i + half, b * cs + a * sn);
+  }
+}
+
+void cu_rope_neox(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_batch *b, int n_heads,
+                  int head_dim, int n_rot, float theta) {
+  if (b->n_tokens <= 0) return;
+  if (!b->d_pos.data || n_rot > head_dim || n_rot % 2 || (int64_t)n_heads * head_dim > x->cols) {
+    CU_ARG(ctx, "rope_neox: bad shape or batch not uploaded");
+    return;
+  }
+  int64_t total = (int64_t)b->n_tokens * n_heads * (n_rot / 2);
+  int64_t blocks = (total + 255) / 256;
+  unsigned grid = (unsigned)(blocks < ctx->n_sm * 8 ? blocks : ctx->n_sm * 8);
+  if (x->cols != (int64_t)n_heads * head_dim) {
+    CU_ARG(ctx, "rope_neox: x cols %lld != n_heads*head_dim", (long long)x->cols);
+    return;
+  }
+  if (x->dtype == HB_F16)
+    rope_neox_kernel<__half><<<grid, 256, 0, ctx->stream>>>((__half *)x->data, (const int32_t *)b->d_pos.data,
+                                                            b->n_tokens, n_heads, head_dim, n_rot, theta);
+  else
+    rope_neox_kernel<float><<<grid, 256, 0, ctx->stream>>>((float *)x->data, (const int32_t *)b->d_pos.data,
+                                                           b->n_tokens, n_heads, head_dim, n_rot, theta);
+  CU_LAUNCHED(ctx, "rope_neox");
+}

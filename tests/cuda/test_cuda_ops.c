@@ -1,0 +1,434 @@
+/* tests/cuda/test_cuda_ops.c — every CUDA op against the scalar CPU op (hb_cpu_ops, exact set).
+ *
+ * Groups: exact (hb_config.exact = 1: f32 activations, f32 KV: must match the CPU to ~1e-5),
+ * fast (f16 activations and KV, int8-activation dp4a GEMV, tensor-core int4 GEMM: bounds per op),
+ * graph (a captured attention step replayed at later positions). Fresh random inputs per case,
+ * device outputs poisoned with NaN before each op, relative L2 error ‖gpu − cpu‖ / ‖cpu‖; a NaN or
+ * unwritten element fails. Needs a GPU: label `cuda` (CI runs ctest -LE cuda). */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "quant/q4.h"
+#include "test.h"
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static float frand(void) { /* uniform [-1, 1) */
+  rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+  return (float)((rng >> 40) & 0xffffff) / 8388608.0f - 1.0f;
+}
+static int irand(int n) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return (int)((rng >> 33) % (uint64_t)n); }
+
+static const struct hb_ops *C = &hb_cpu_ops, *G = &hb_cuda_ops;
+static struct hb_ctx *cc, *gc;
+static int g_exact;
+
+static float *randv(int64_t n, float amp) {
+  float *v = malloc((size_t)n * sizeof *v);
+  for (int64_t i = 0; i < n; i++) v[i] = frand() * amp;
+  return v;
+}
+
+/* a pair of tensors (cpu, gpu) holding the same host data */
+struct pair { struct hb_tensor c, g; int64_t rows, cols; };
+
+static void pair_alloc(struct pair *p, enum hb_dtype dt, int64_t rows, int64_t cols) {
+  struct hearth_err err = {0};
+  p->rows = rows; p->cols = cols;
+  if (C->alloc(cc, &p->c, dt, rows, cols, &err) || G->alloc(gc, &p->g, dt, rows, cols, &err))
+    fprintf(stderr, "alloc: %s\n", err.msg);
+}
+static void pair_set(struct pair *p, const void *host) {
+  C->write(cc, &p->c, 0, p->rows, host);
+  G->write(gc, &p->g, 0, p->rows, host);
+}
+static void pair_rand(struct pair *p, enum hb_dtype dt, int64_t rows, int64_t cols, float amp) {
+  pair_alloc(p, dt, rows, cols);
+  float *h = randv(rows * cols, amp);
+  pair_set(p, h);
+  free(h);
+}
+static void pair_poison(struct pair *p) { /* NaN into the gpu copy */
+  float *h = malloc((size_t)(p->rows * p->cols) * sizeof *h);
+  for (int64_t i = 0; i < p->rows * p->cols; i++) h[i] = NAN;
+  G->write(gc, &p->g, 0, p->rows, h);
+  free(h);
+}
+static void pair_free(struct pair *p) { C->release(cc, &p->c); G->release(gc, &p->g); }
+
+static void weight_pair(struct pair *p, enum hb_dtype dt, int64_t rows, int64_t cols, float amp) {
+  struct hearth_err err = {0};
+  float *w = randv(rows * cols, amp);
+  struct hb_host_weight hw = {dt, rows, cols, NULL, NULL};
+  uint8_t *qs = NULL;
+  uint16_t *d = NULL, *b16 = NULL;
+  if (dt == HB_Q4) {
+    qs = malloc((size_t)(rows * cols / 2));
+    d = malloc((size_t)(rows * cols / 128) * 2);
+    for (int64_t r = 0; r < rows; r++) q4_quantize_row(w + r * cols, cols, qs + r * cols / 2, d + r * cols / 128);
+    hw.data = qs; hw.scales = d;
+  } else if (dt == HB_BF16) {
+    b16 = malloc((size_t)(rows * cols) * 2);
+    for (int64_t i = 0; i < rows * cols; i++) { uint32_t u; memcpy(&u, &w[i], 4); b16[i] = (uint16_t)(u >> 16); }
+    hw.data = b16;
+  } else {
+    hw.data = w;
+  }
+  p->rows = rows; p->cols = cols;
+  if (C->weight_upload(cc, &p->c, &hw, &err) || G->weight_upload(gc, &p->g, &hw, &err))
+    fprintf(stderr, "weight_upload: %s\n", err.msg);
+  free(w); free(qs); free(d); free(b16);
+}
+
+/* relative L2 error over the first n rows; NaN/inf anywhere fails */
+static double cmp(struct pair *p, int64_t n_rows, const char *what, double tol) {
+  struct hearth_err err = {0};
+  int64_t n = n_rows * p->cols;
+  float *a = malloc((size_t)n * sizeof *a), *b = malloc((size_t)n * sizeof *b);
+  C->read(cc, &p->c, 0, n_rows, b);
+  int rc = G->read(gc, &p->g, 0, n_rows, a);
+  if (rc || G->sync(gc, &err)) { fprintf(stderr, "%s: gpu error: %s\n", what, err.msg[0] ? err.msg : "read failed"); test_failures++; free(a); free(b); return INFINITY; }
+  double num = 0, den = 0;
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; i++) {
+    if (!isfinite(a[i])) { bad++; continue; }
+    double dd = (double)a[i] - b[i];
+    num += dd * dd;
+    den += (double)b[i] * b[i];
+  }
+  double rel = bad ? INFINITY : sqrt(num / (den > 0 ? den : 1e-30));
+  printf("  %-44s rel %.2e (tol %.0e)%s\n", what, rel, tol, bad ? "  NON-FINITE" : "");
+  CHECKF(rel <= tol, "%s: rel %.3e > %.1e (%lld non-finite)", what, rel, tol, (long long)bad);
+  free(a); free(b);
+  return rel;
+}
+
+static int setup(int exact) {
+  struct hearth_err err = {0};
+  struct hb_config cfg = {2, 0, 1};
+  g_exact = exact;
+  if (C->init(&cfg, &cc, &err)) { fprintf(stderr, "cpu init: %s\n", err.msg); return 1; }
+  cfg.exact = exact;
+  if (G->init(&cfg, &gc, &err)) {
+    fprintf(stderr, "cuda init: %s\n", err.msg);
+    C->free(cc);
+    test_failures++;
+    return 1;
+  }
+  char buf[512];
+  hb_cuda_mem_report(gc, buf, sizeof buf);
+  printf("  %s\n", buf);
+  return 0;
+}
+static void teardown(void) { G->free(gc); C->free(cc); }
+
+/* ---- per-op checks ---------------------------------------------------------------------------- */
+
+static void check_matmul(enum hb_dtype wdt, int rows, int cols, int n, int with_bias, double tol) {
+  struct pair w, x, o, bias;
+  weight_pair(&w, wdt, rows, cols, 0.5f);
+  if (with_bias) weight_pair(&bias, HB_F32, 1, rows, 0.5f);
+  pair_rand(&x, HB_F32, n, cols, 1.0f);
+  pair_alloc(&o, HB_F32, n, rows);
+  pair_poison(&o);
+  C->matmul(cc, &o.c, &x.c, &w.c, with_bias ? &bias.c : NULL, n);
+  G->matmul(gc, &o.g, &x.g, &w.g, with_bias ? &bias.g : NULL, n);
+  char what[96];
+  snprintf(what, sizeof what, "matmul %s %dx%d n=%d%s", wdt == HB_Q4 ? "q4" : wdt == HB_BF16 ? "bf16" : "f32", rows,
+           cols, n, with_bias ? " +bias" : "");
+  cmp(&o, n, what, tol);
+  pair_free(&w); pair_free(&x); pair_free(&o);
+  if (with_bias) pair_free(&bias);
+}
+
+static void check_embed(enum hb_dtype dt, double tol) {
+  struct pair tab, ids, o;
+  int vocab = 1000, d = 896, n = 7;
+  weight_pair(&tab, dt, vocab, d, 1.0f);
+  pair_alloc(&ids, HB_I32, n, 1);
+  int32_t id[7];
+  for (int i = 0; i < n; i++) id[i] = irand(vocab);
+  pair_set(&ids, id);
+  pair_alloc(&o, HB_F32, n, d);
+  pair_poison(&o);
+  C->embed(cc, &o.c, &tab.c, &ids.c, n, 1.5f);
+  G->embed(gc, &o.g, &tab.g, &ids.g, n, 1.5f);
+  cmp(&o, n, dt == HB_Q4 ? "embed q4" : "embed bf16", tol);
+  pair_free(&tab); pair_free(&ids); pair_free(&o);
+}
+
+static void check_rmsnorm(int rows, int d, int wcols, float off, double tol) {
+  struct pair x, w, o;
+  pair_rand(&x, HB_F32, rows, d, 3.0f);
+  weight_pair(&w, HB_F32, 1, wcols, 1.0f);
+  pair_alloc(&o, HB_F32, rows, d);
+  pair_poison(&o);
+  C->rmsnorm(cc, &o.c, &x.c, &w.c, 1e-6f, off);
+  G->rmsnorm(gc, &o.g, &x.g, &w.g, 1e-6f, off);
+  char what[96];
+  snprintf(what, sizeof what, "rmsnorm %dx%d w=%d off=%g", rows, d, wcols, off);
+  cmp(&o, rows, what, tol);
+  /* in place */
+  C->rmsnorm(cc, &x.c, &x.c, &w.c, 1e-6f, off);
+  G->rmsnorm(gc, &x.g, &x.g, &w.g, 1e-6f, off);
+  cmp(&x, rows, "rmsnorm in place", tol);
+  pair_free(&x); pair_free(&w); pair_free(&o);
+}
+
+static void check_elementwise(double tol) {
+  int n = 5, d = 4864;
+  struct pair g, u, o;
+  pair_rand(&g, HB_F32, n, d, 4.0f);
+  pair_rand(&u, HB_F32, n, d, 2.0f);
+  pair_alloc(&o, HB_F32, n, d);
+  pair_poison(&o);
+  C->silu_mul(cc, &o.c, &g.c, &u.c, n);
+  G->silu_mul(gc, &o.g, &g.g, &u.g, n);
+  cmp(&o, n, "silu_mul", tol);
+  C->add(cc, &g.c, &u.c, n);
+  G->add(gc, &g.g, &u.g, n);
+  cmp(&g, n, "add", tol);
+  pair_free(&g); pair_free(&u); pair_free(&o);
+}
+
+/* a batch over n_seqs sequences: sequence s has ctx[s] tokens already and adds new_tok[s] */
+struct tb {
+  struct hb_batch b;
+  int32_t pos[2048], seq[2048], bt[8 * 128], seq_len[8], out_rows[2048];
+};
+
+static void make_batch(struct tb *t, int n_seqs, const int *ctx, const int *new_tok, int bs, int max_blocks) {
+  memset(t, 0, sizeof *t);
+  int n = 0;
+  int perm[8 * 128];
+  for (int i = 0; i < n_seqs * max_blocks; i++) perm[i] = i;
+  for (int i = n_seqs * max_blocks - 1; i > 0; i--) { int j = irand(i + 1), tmp = perm[i]; perm[i] = perm[j]; perm[j] = tmp; }
+  for (int s = 0; s < n_seqs; s++) {
+    for (int j = 0; j < max_blocks; j++) t->bt[s * max_blocks + j] = perm[s * max_blocks + j];
+    for (int k = 0; k < new_tok[s]; k++) { t->pos[n] = ctx[s] + k; t->seq[n] = s; n++; }
+    t->seq_len[s] = ctx[s] + new_tok[s];
+  }
+  for (int i = 0; i < n; i++) t->out_rows[i] = i;
+  t->b.n_tokens = n; t->b.n_seqs = n_seqs; t->b.max_blocks = max_blocks; t->b.block_size = bs;
+  t->b.pos = t->pos; t->b.seq = t->seq; t->b.block_table = t->bt; t->b.seq_len = t->seq_len;
+  t->b.out_rows = t->out_rows; t->b.n_out = n;
+}
+
+struct kvpair { struct hb_kv_layer c, g; };
+
+static void kv_alloc(struct kvpair *kv, int n_blocks, int bs, int n_kv, int hd) {
+  struct pair k, v;
+  pair_alloc(&k, HB_F32, (int64_t)n_blocks * bs, (int64_t)n_kv * hd);
+  pair_alloc(&v, HB_F32, (int64_t)n_blocks * bs, (int64_t)n_kv * hd);
+  kv->c.k = k.c; kv->c.v = v.c; kv->g.k = k.g; kv->g.v = v.g;
+  kv->c.n_kv_heads = kv->g.n_kv_heads = n_kv;
+  kv->c.head_dim = kv->g.head_dim = hd;
+}
+static void kv_free(struct kvpair *kv) {
+  C->release(cc, &kv->c.k); C->release(cc, &kv->c.v); G->release(gc, &kv->g.k); G->release(gc, &kv->g.v);
+}
+
+/* fills the caches for all context tokens (one prefill batch of random k/v), then runs the
+ * step batch: rope q,k; kv_write; attention; compares rope'd q and the attention output */
+static void check_attention(int n_seqs, const int *ctx, const int *new_tok, int n_heads, int n_kv, int hd, int window,
+                            float softcap, double tol) {
+  struct hearth_err err = {0};
+  int bs = 16, max_blocks = 128;
+  struct kvpair kv;
+  kv_alloc(&kv, n_seqs * max_blocks, bs, n_kv, hd);
+  struct tb pre, st;
+  int zero[8] = {0};
+  make_batch(&pre, n_seqs, zero, ctx, bs, max_blocks);
+  make_batch(&st, n_seqs, ctx, new_tok, bs, max_blocks);
+  memcpy(st.bt, pre.bt, sizeof st.bt); /* same block tables */
+  if (pre.b.n_tokens) {
+    struct pair k, v;
+    pair_rand(&k, HB_F32, pre.b.n_tokens, n_kv * hd, 1.0f);
+    pair_rand(&v, HB_F32, pre.b.n_tokens, n_kv * hd, 1.0f);
+    C->batch_upload(cc, &pre.b, &err);
+    if (G->batch_upload(gc, &pre.b, &err)) fprintf(stderr, "batch_upload: %s\n", err.msg);
+    C->kv_write(cc, &kv.c, &k.c, &v.c, &pre.b);
+    G->kv_write(gc, &kv.g, &k.g, &v.g, &pre.b);
+    pair_free(&k); pair_free(&v);
+  }
+  int n = st.b.n_tokens;
+  struct pair q, k, v, o;
+  pair_rand(&q, HB_F32, n, n_heads * hd, 1.5f);
+  pair_rand(&k, HB_F32, n, n_kv * hd, 1.5f);
+  pair_rand(&v, HB_F32, n, n_kv * hd, 1.0f);
+  pair_alloc(&o, HB_F32, n, n_heads * hd);
+  pair_poison(&o);
+  C->batch_upload(cc, &st.b, &err);
+  G->batch_upload(gc, &st.b, &err);
+  C->rope_neox(cc, &q.c, &st.b, n_heads, hd, hd, 1000000.0f);
+  G->rope_neox(gc, &q.g, &st.b, n_heads, hd, hd, 1000000.0f);
+  C->rope_neox(cc, &k.c, &st.b, n_kv, hd, hd, 1000000.0f);
+  G->rope_neox(gc, &k.g, &st.b, n_kv, hd, hd, 1000000.0f);
+  char what[128];
+  snprintf(what, sizeof what, "rope_neox q (%d tokens, hd %d)", n, hd);
+  cmp(&q, n, what, g_exact ? 1e-5 : 2e-3);
+  C->kv_write(cc, &kv.c, &k.c, &v.c, &st.b);
+  G->kv_write(gc, &kv.g, &k.g, &v.g, &st.b);
+  struct hb_attn_params ap = {n_heads, n_kv, hd, 1.0f / sqrtf((float)hd), window, softcap};
+  C->attention(cc, &o.c, &q.c, &kv.c, &st.b, &ap);
+  G->attention(gc, &o.g, &q.g, &kv.g, &st.b, &ap);
+  snprintf(what, sizeof what, "attention %d seqs %d tok h%d/%d hd%d w%d cap%g", n_seqs, n, n_heads, n_kv, hd, window,
+           softcap);
+  cmp(&o, n, what, tol);
+  /* gather_rows over a few rows */
+  st.b.n_out = 3 < n ? 3 : n;
+  st.out_rows[0] = n - 1;
+  if (n > 2) { st.out_rows[1] = 0; st.out_rows[2] = n / 2; }
+  G->batch_upload(gc, &st.b, &err);
+  struct pair sel;
+  pair_alloc(&sel, HB_F32, st.b.n_out, n_heads * hd);
+  pair_poison(&sel);
+  C->gather_rows(cc, &sel.c, &o.c, &st.b);
+  G->gather_rows(gc, &sel.g, &o.g, &st.b);
+  cmp(&sel, st.b.n_out, "gather_rows", tol);
+  pair_free(&sel);
+  pair_free(&q); pair_free(&k); pair_free(&v); pair_free(&o);
+  kv_free(&kv);
+}
+
+static void check_argmax(void) {
+  struct hearth_err err = {0};
+  int n = 3, vocab = 151936;
+  struct pair lg;
+  pair_rand(&lg, HB_F32, n, vocab, 8.0f);
+  struct hb_tensor ids, lp;
+  G->alloc(gc, &ids, HB_I32, n, 1, &err);
+  G->alloc(gc, &lp, HB_F32, n, 1, &err);
+  hb_cuda_argmax(gc, &lg.g, n, &ids, &lp);
+  int32_t gid[3] = {-1, -1, -1};
+  float glp[3] = {NAN, NAN, NAN};
+  G->read(gc, &ids, 0, n, gid);
+  G->read(gc, &lp, 0, n, glp);
+  float *h = malloc((size_t)vocab * n * sizeof *h);
+  G->read(gc, &lg.g, 0, n, h); /* what the device holds (f16-rounded on the fast path) */
+  for (int r = 0; r < n; r++) {
+    const float *row = h + (int64_t)r * vocab;
+    int best = 0;
+    for (int i = 1; i < vocab; i++) if (row[i] > row[best]) best = i;
+    double s = 0;
+    for (int i = 0; i < vocab; i++) s += exp((double)row[i] - row[best]);
+    double ref = -log(s);
+    printf("  argmax row %d: gpu %d cpu %d, logprob gpu %.5f ref %.5f\n", r, gid[r], best, glp[r], ref);
+    CHECK(gid[r] == best);
+    CHECK(fabs(glp[r] - ref) < 1e-3 + 1e-3 * fabs(ref));
+  }
+  free(h);
+  G->release(gc, &ids); G->release(gc, &lp);
+  pair_free(&lg);
+}
+
+static void run_all(int exact) {
+  if (setup(exact)) return;
+  double mt = exact ? 1e-5 : 1.5e-2;  /* q4: dp4a int8 activations on the fast path */
+  double mg = exact ? 1e-5 : 4e-3;    /* q4: f16 tensor-core GEMM */
+  double md = exact ? 1e-5 : 4e-3;    /* dense weights, f16 activations */
+  double ew = exact ? 1e-6 : 1e-3;    /* elementwise in f16 */
+  double at = exact ? 2e-5 : 4e-3;
+  for (int n = 1; n <= 8; n++) check_matmul(HB_Q4, 384, 1024, n, n == 3, mt);
+  check_matmul(HB_Q4, 2560, 2048, 1, 1, mt);
+  check_matmul(HB_Q4, 2048, 11008, 4, 0, mt);
+  check_matmul(HB_Q4, 136, 896, 2, 0, mt);
+  check_matmul(HB_Q4, 384, 1024, 9, 0, mg);
+  check_matmul(HB_Q4, 1152, 896, 71, 1, mg);
+  check_matmul(HB_Q4, 200, 4864, 300, 0, mg);
+  check_matmul(HB_BF16, 300, 640, 5, 1, md);
+  check_matmul(HB_F32, 130, 256, 70, 0, md);
+  check_embed(HB_Q4, ew);
+  check_embed(HB_BF16, ew);
+  check_rmsnorm(5, 2048, 2048, 0.0f, ew * 2);
+  check_rmsnorm(6, 16 * 128, 128, 1.0f, ew * 2);
+  check_elementwise(ew * 2);
+  { int c[3] = {70, 300, 1}, nt[3] = {1, 1, 1}; check_attention(3, c, nt, 16, 2, 128, 0, 0.0f, at); }
+  { int c[3] = {1100, 5, 17}, nt[3] = {1, 1, 1}; check_attention(3, c, nt, 14, 2, 64, 0, 0.0f, at); }
+  { int c[2] = {500, 40}, nt[2] = {1, 1}; check_attention(2, c, nt, 8, 8, 128, 128, 30.0f, at); }
+  { int c[1] = {0}, nt[1] = {71}; check_attention(1, c, nt, 16, 2, 128, 0, 0.0f, at); }
+  { int c[2] = {30, 100}, nt[2] = {40, 70}; check_attention(2, c, nt, 14, 2, 64, 0, 0.0f, at); }
+  { int c[2] = {0, 64}, nt[2] = {100, 33}; check_attention(2, c, nt, 16, 8, 128, 50, 0.0f, at); }
+  { int c[1] = {9}, nt[1] = {40}; check_attention(1, c, nt, 4, 2, 256, 0, 20.0f, at); }
+  check_argmax();
+  teardown();
+}
+
+TEST_GROUP(exact) { run_all(1); }
+TEST_GROUP(fast) { run_all(0); }
+
+/* a captured kv_write + attention step replayed at three later positions; each replay must equal
+ * the uncaptured CPU result at that position (positions/block tables come from batch_upload) */
+TEST_GROUP(graph) {
+  if (setup(0)) return;
+  struct hearth_err err = {0};
+  int bs = 16, max_blocks = 64, n_heads = 16, n_kv = 2, hd = 128;
+  struct kvpair kv;
+  kv_alloc(&kv, 2 * max_blocks, bs, n_kv, hd);
+  struct tb pre, st;
+  int zero[2] = {0, 0}, ctx0[2] = {100, 300}, one[2] = {1, 1};
+  make_batch(&pre, 2, zero, ctx0, bs, max_blocks);
+  struct pair k, v, q, o;
+  pair_rand(&k, HB_F32, pre.b.n_tokens, n_kv * hd, 1.0f);
+  pair_rand(&v, HB_F32, pre.b.n_tokens, n_kv * hd, 1.0f);
+  C->batch_upload(cc, &pre.b, &err);
+  G->batch_upload(gc, &pre.b, &err);
+  C->kv_write(cc, &kv.c, &k.c, &v.c, &pre.b);
+  G->kv_write(gc, &kv.g, &k.g, &v.g, &pre.b);
+  pair_free(&k); pair_free(&v);
+  struct hb_attn_params ap = {n_heads, n_kv, hd, 1.0f / sqrtf((float)hd), 0, 0.0f};
+  struct hb_cuda_graph *gr = NULL;
+  pair_alloc(&q, HB_F32, 2, n_heads * hd);
+  pair_alloc(&k, HB_F32, 2, n_kv * hd);
+  pair_alloc(&v, HB_F32, 2, n_kv * hd);
+  pair_alloc(&o, HB_F32, 2, n_heads * hd);
+  for (int step = 0; step < 4; step++) {
+    int c2[2] = {100 + step, 300 + step};
+    make_batch(&st, 2, c2, one, bs, max_blocks);
+    memcpy(st.bt, pre.bt, sizeof st.bt);
+    float *h = randv(2 * n_heads * hd, 1.0f);
+    pair_set(&q, h); free(h);
+    h = randv(2 * n_kv * hd, 1.0f); pair_set(&k, h); free(h);
+    h = randv(2 * n_kv * hd, 1.0f); pair_set(&v, h); free(h);
+    pair_poison(&o);
+    C->batch_upload(cc, &st.b, &err);
+    CHECK(G->batch_upload(gc, &st.b, &err) == 0);
+    C->kv_write(cc, &kv.c, &k.c, &v.c, &st.b);
+    C->attention(cc, &o.c, &q.c, &kv.c, &st.b, &ap);
+    if (step == 0) { /* uncaptured first (sizes scratch), then capture for the next steps */
+      G->kv_write(gc, &kv.g, &k.g, &v.g, &st.b);
+      G->attention(gc, &o.g, &q.g, &kv.g, &st.b, &ap);
+    } else {
+      if (!gr) {
+        CHECK(hb_cuda_capture_begin(gc, &err) == 0);
+        G->kv_write(gc, &kv.g, &k.g, &v.g, &st.b);
+        G->attention(gc, &o.g, &q.g, &kv.g, &st.b, &ap);
+        if (hb_cuda_capture_end(gc, &gr, &err)) { fprintf(stderr, "capture: %s\n", err.msg); test_failures++; break; }
+      }
+      if (hb_cuda_graph_launch(gc, gr, &err)) { fprintf(stderr, "launch: %s\n", err.msg); test_failures++; break; }
+    }
+    char what[64];
+    snprintf(what, sizeof what, "graph step %d attention", step);
+    cmp(&o, 2, what, 4e-3);
+  }
+  hb_cuda_graph_free(gr);
+  pair_free(&q); pair_free(&k); pair_free(&v); pair_free(&o);
+  kv_free(&kv);
+  teardown();
+}
+
+/* no GPU: init must fail with a message, not crash (runs anywhere) */
+TEST_GROUP(init_error) {
+  struct hearth_err err = {0};
+  struct hb_config cfg = {1, 99, 0};
+  struct hb_ctx *x = NULL;
+  int rc = G->init(&cfg, &x, &err);
+  printf("  init(device 99): rc %d: %s\n", rc, err.msg);
+  CHECK(rc != 0 && x == NULL && err.msg[0]);
+}
+
+TEST_MAIN(T(exact), T(fast), T(graph), T(init_error))
