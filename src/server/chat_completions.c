@@ -15,9 +15,7 @@
 
 static const char *const ROLES[] = {"system", "developer", "user", "assistant", "tool", NULL};
 
-/* A copy of the messages with every content turned into a string (or null for an assistant turn
- * that only calls tools). NULL with *e filled on a malformed message. */
-static json_t *normalize_messages(json_t *msgs, struct verr *e) {
+json_t *chat_messages_normalize(json_t *msgs, struct verr *e) {
   if (!msgs) { v_fail(e, "messages", "'messages' is required"); return NULL; }
   if (!json_array_size(msgs)) { v_fail(e, "messages", "'messages' must not be empty"); return NULL; }
   json_t *out = json_array();
@@ -301,7 +299,7 @@ enum MHD_Result ep_chat_completions(struct http_req *r) {
     v_fail(&e, "messages", "'messages' must be an array");
     return http_reply_verr(r, &e);
   }
-  json_t *norm = normalize_messages(msgs, &e);
+  json_t *norm = chat_messages_normalize(msgs, &e);
   if (!norm) { free(c); return http_reply_verr(r, &e); }
   char *prompt_text = NULL;
   struct hearth_err err = {0};
@@ -309,7 +307,7 @@ enum MHD_Result ep_chat_completions(struct http_req *r) {
   json_decref(norm);
   if (rc) {
     free(c);
-    return http_reply_error(r, rc == HEARTH_ERR_NOMEM ? 500 : 400, "messages", "template_error",
+    return http_reply_error(r, 400, "messages", "template_error",
                             "%s", err.msg);
   }
   int32_t *ids = NULL;

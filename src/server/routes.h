@@ -35,4 +35,9 @@ enum MHD_Result ep_detokenize(struct http_req *r);       /* POST /detokenize */
  * On failure queues 400 (missing/wrong type, wrong kind) or 404 model_not_found into *ret. */
 struct srv_model *ep_pick_model(struct http_req *r, int embedding, enum MHD_Result *ret);
 
+/* A copy of a chat request's messages as templates expect them: text parts joined into one string,
+ * tool-call arguments parsed from their JSON string into an object. NULL with *e filled on a
+ * malformed message (chat_completions.c; /tokenize uses it too, so counts agree). */
+json_t *chat_messages_normalize(json_t *msgs, struct verr *e);
+
 #endif

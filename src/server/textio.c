@@ -38,7 +38,7 @@ int textio_load(const char *dir, struct textio **out, struct hearth_err *err) {
 #ifdef TEXTIO_HAVE_TEMPLATE
   if (!rc) {
     struct hearth_err e2;
-    if (chat_template_load_dir(dir, &t->tmpl, &e2)) t->tmpl = NULL; /* embedding models have none */
+    if (chat_template_load_dir(dir, NULL, &t->tmpl, &e2)) t->tmpl = NULL; /* embedding models have none */
   }
 #endif
   if (rc) { textio_free(t); return rc; }
@@ -104,7 +104,7 @@ int textio_render_chat(const struct textio *t, json_t *messages, json_t *tools, 
                        char **out, struct hearth_err *err) {
 #ifdef TEXTIO_HAVE_TEMPLATE
   if (!t->tmpl) return err_set(err, HEARTH_ERR_UNSUPPORTED, "this model has no chat template");
-  return chat_template_render(t->tmpl, messages, tools, kwargs, 1, out, err);
+  return chat_template_render(t->tmpl, messages, tools, 1, kwargs, out, err);
 #else
   (void)t; (void)tools; (void)kwargs;
   return render_chatml(messages, out, err);

@@ -37,8 +37,11 @@ enum MHD_Result ep_tokenize(struct http_req *r) {
   struct hearth_err err = {0};
   size_t plen = prompt ? json_string_length(json_object_get(r->json, "prompt")) : 0;
   if (msgs) {
-    if (textio_render_chat(m->tio, msgs, tools, NULL, &rendered, &err))
-      return http_reply_error(r, 400, "messages", "template_error", "%s", err.msg);
+    json_t *norm = chat_messages_normalize(msgs, &e);
+    if (!norm) return http_reply_verr(r, &e);
+    int rc = textio_render_chat(m->tio, norm, tools, NULL, &rendered, &err);
+    json_decref(norm);
+    if (rc) return http_reply_error(r, 400, "messages", "template_error", "%s", err.msg);
     prompt = rendered;
     plen = strlen(rendered);
   }

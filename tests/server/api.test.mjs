@@ -1,0 +1,278 @@
+// tests/server/api.test.mjs — the OpenAI surface of `hearth serve`, through the official client.
+// The fixture weights are random, so the text is gibberish: these tests check protocol behaviour
+// (shapes, usage = token counts, finish reasons, stop strings, determinism, independence of
+// concurrent streams, cancellation), never the words.
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+
+import { CHAT, EMBED, getJSON, postJSON, requirePrereqs, sleep, startServer } from './harness.mjs';
+
+requirePrereqs();
+const { default: OpenAI } = await import('openai');
+
+let srv, client;
+before(async () => {
+  srv = await startServer();
+  client = new OpenAI({ baseURL: `${srv.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 120000 });
+});
+after(async () => {
+  const r = await srv.stop();
+  assert.equal(r.code, 0, `server exit status ${JSON.stringify(r)}`);
+});
+
+const USER = [{ role: 'user', content: 'Write a haiku about the sea.' }];
+const greedy = (extra = {}) => ({ model: CHAT, messages: USER, temperature: 0, max_tokens: 12,
+  ignore_eos: true, ...extra });
+
+async function streamText(params) {
+  const s = await client.chat.completions.create({ ...params, stream: true });
+  let text = '', finish = null, usage = null, role = null, chunks = 0;
+  for await (const c of s) {
+    chunks++;
+    if (c.usage) usage = c.usage;
+    if (!c.choices.length) continue;
+    const ch = c.choices[0];
+    if (ch.delta.role) role = ch.delta.role;
+    if (ch.delta.content) text += ch.delta.content;
+    if (ch.finish_reason) finish = ch.finish_reason;
+  }
+  return { text, finish, usage, role, chunks };
+}
+
+async function chatTokens(messages, tools) {
+  const r = await postJSON(srv, '/tokenize', { model: CHAT, messages, ...(tools ? { tools } : {}) });
+  assert.equal(r.status, 200, r.text);
+  return r.body;
+}
+
+describe('models', () => {
+  test('list and retrieve', async () => {
+    const ids = [];
+    for await (const m of client.models.list()) ids.push(m.id);
+    assert.deepEqual(ids.sort(), [CHAT, EMBED].sort());
+    const m = await client.models.retrieve(CHAT);
+    assert.equal(m.id, CHAT);
+    assert.equal(m.object, 'model');
+  });
+  test('unknown model is a 404', async () => {
+    await assert.rejects(client.models.retrieve('nope'), (e) => e.status === 404);
+    await assert.rejects(client.chat.completions.create({ ...greedy(), model: 'nope' }),
+      (e) => e.status === 404 && e.code === 'model_not_found');
+  });
+  test('health and status', async () => {
+    assert.deepEqual((await getJSON(srv, '/health')).body, { status: 'ok' });
+    const st = (await getJSON(srv, '/status')).body;
+    assert.equal(st.models.find((m) => m.id === CHAT).slots, 20);
+  });
+});
+
+describe('chat completions', () => {
+  test('plain: shape, usage, finish_reason, determinism', async () => {
+    const r = await client.chat.completions.create(greedy());
+    assert.equal(r.object, 'chat.completion');
+    assert.equal(r.choices.length, 1);
+    assert.equal(r.choices[0].message.role, 'assistant');
+    assert.equal(typeof r.choices[0].message.content, 'string');
+    assert.equal(r.choices[0].finish_reason, 'length');
+    assert.equal(r.usage.completion_tokens, 12);
+    assert.equal(r.usage.prompt_tokens, (await chatTokens(USER)).count);
+    assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + 12);
+    const again = await client.chat.completions.create(greedy());
+    assert.equal(again.choices[0].message.content, r.choices[0].message.content);
+    assert.ok(again.usage.prompt_tokens_details.cached_tokens > 0, 'prefix reuse across requests');
+  });
+  test('streamed equals plain; role first, usage last', async () => {
+    const plain = await client.chat.completions.create(greedy());
+    const s = await streamText({ ...greedy(), stream_options: { include_usage: true } });
+    assert.equal(s.role, 'assistant');
+    assert.equal(s.text, plain.choices[0].message.content);
+    assert.equal(s.finish, 'length');
+    assert.equal(s.usage.completion_tokens, 12);
+    assert.equal(s.usage.prompt_tokens, plain.usage.prompt_tokens);
+  });
+  test('seeded sampling is reproducible', async () => {
+    const p = greedy({ temperature: 1.0, top_p: 0.9, seed: 1234 });
+    const a = await client.chat.completions.create(p);
+    const b = await client.chat.completions.create(p);
+    assert.equal(a.choices[0].message.content, b.choices[0].message.content);
+  });
+  test('array content parts', async () => {
+    const r = await client.chat.completions.create(greedy({
+      messages: [{ role: 'user', content: [{ type: 'text', text: 'Write a haiku ' }, { type: 'text', text: 'about the sea.' }] }],
+    }));
+    const plain = await client.chat.completions.create(greedy());
+    assert.equal(r.choices[0].message.content, plain.choices[0].message.content);
+  });
+  test('logprobs: one entry per token, top alternatives sorted, greedy picks the top', async () => {
+    const r = await client.chat.completions.create(greedy({ logprobs: true, top_logprobs: 3, max_tokens: 6 }));
+    const lp = r.choices[0].logprobs.content;
+    assert.equal(lp.length, r.usage.completion_tokens);
+    for (const e of lp) {
+      assert.ok(e.logprob <= 0);
+      assert.equal(e.top_logprobs.length, 3);
+      assert.ok(e.top_logprobs[0].logprob >= e.top_logprobs[1].logprob);
+      assert.ok(e.top_logprobs[1].logprob >= e.top_logprobs[2].logprob);
+      assert.equal(e.top_logprobs[0].token, e.token);
+      assert.ok(Math.abs(e.top_logprobs[0].logprob - e.logprob) < 1e-5);
+      assert.deepEqual(e.bytes, [...Buffer.from(e.token, 'utf8')]);
+    }
+    assert.equal(lp.map((e) => e.token).join(''), r.choices[0].message.content);
+  });
+  test('stop strings split across tokens are honoured and never leaked', async () => {
+    const full = await client.chat.completions.create(greedy({ logprobs: true, max_tokens: 16 }));
+    const toks = full.choices[0].logprobs.content.map((e) => e.token);
+    const text = full.choices[0].message.content;
+    // a boundary between two tokens with at least two characters on each side
+    let k = -1;
+    for (let i = 2; i + 1 < toks.length; i++) {
+      if ([...toks[i]].length >= 2 && [...toks[i + 1]].length >= 2) { k = i; break; }
+    }
+    assert.ok(k > 0, `no usable token boundary in ${JSON.stringify(toks)}`);
+    const stop = [...toks[k]].slice(-2).join('') + [...toks[k + 1]].slice(0, 2).join('');
+    const want = text.slice(0, text.indexOf(stop));
+    const r = await client.chat.completions.create(greedy({ max_tokens: 16, stop: [stop, 'zzzzzzzz'] }));
+    assert.equal(r.choices[0].finish_reason, 'stop');
+    assert.equal(r.choices[0].message.content, want);
+    const s = await streamText(greedy({ max_tokens: 16, stop }));
+    assert.equal(s.finish, 'stop');
+    assert.equal(s.text, want);
+    assert.ok(!s.text.includes(stop));
+  });
+  test('a tool-call round trip renders through the real template', async () => {
+    const tools = [{ type: 'function', function: { name: 'get_weather', description: 'Weather for a city',
+      parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } }];
+    const first = await client.chat.completions.create(greedy({ tools, max_tokens: 4 }));
+    assert.ok(['length', 'stop', 'tool_calls'].includes(first.choices[0].finish_reason));
+    const messages = [...USER,
+      { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function',
+        function: { name: 'get_weather', arguments: '{"city":"Oslo"}' } }] },
+      { role: 'tool', tool_call_id: 'call_1', content: 'sunny, 21 C' }];
+    const second = await client.chat.completions.create(greedy({ tools, messages, max_tokens: 4 }));
+    assert.equal(second.choices[0].finish_reason, 'length');
+    const t = await chatTokens(messages, tools);
+    assert.equal(second.usage.prompt_tokens, t.count);
+    assert.match(t.prompt, /get_weather/);
+    assert.match(t.prompt, /<tool_call>\n\{"name": "get_weather", "arguments": \{"city": "Oslo"\}\}\n<\/tool_call>/);
+    assert.match(t.prompt, /<tool_response>\nsunny, 21 C\n<\/tool_response>/);
+  });
+  test('validation errors name the parameter', async () => {
+    await assert.rejects(client.chat.completions.create(greedy({ temperature: 9 })),
+      (e) => e.status === 400 && e.param === 'temperature');
+    await assert.rejects(client.chat.completions.create(greedy({ messages: [] })),
+      (e) => e.status === 400 && e.param === 'messages');
+    await assert.rejects(client.chat.completions.create({ ...greedy(), model: EMBED }),
+      (e) => e.status === 400 && e.param === 'model');
+  });
+});
+
+describe('completions', () => {
+  const base = { model: CHAT, prompt: 'The quick brown fox', temperature: 0, max_tokens: 10, ignore_eos: true };
+  test('plain and streamed agree; usage counts tokens', async () => {
+    const r = await client.completions.create(base);
+    assert.equal(r.object, 'text_completion');
+    assert.equal(r.choices[0].finish_reason, 'length');
+    assert.equal(r.usage.completion_tokens, 10);
+    const tk = await postJSON(srv, '/tokenize', { model: CHAT, prompt: base.prompt });
+    assert.equal(r.usage.prompt_tokens, tk.body.count);
+    const s = await client.completions.create({ ...base, stream: true });
+    let text = '', finish = null;
+    for await (const c of s) { text += c.choices[0]?.text ?? ''; finish = c.choices[0]?.finish_reason ?? finish; }
+    assert.equal(text, r.choices[0].text);
+    assert.equal(finish, 'length');
+  });
+  test('token-id prompts and legacy logprobs', async () => {
+    const tk = await postJSON(srv, '/tokenize', { model: CHAT, prompt: base.prompt });
+    const a = await client.completions.create(base);
+    const b = await client.completions.create({ ...base, prompt: tk.body.tokens, logprobs: 2 });
+    assert.equal(b.choices[0].text, a.choices[0].text);
+    const lp = b.choices[0].logprobs;
+    assert.equal(lp.tokens.length, 10);
+    assert.equal(lp.token_logprobs.length, 10);
+    assert.equal(lp.tokens.join(''), b.choices[0].text);
+    assert.equal(lp.text_offset[0], 0);
+    for (const t of lp.top_logprobs) assert.ok(Object.keys(t).length >= 1 && Object.keys(t).length <= 2);
+  });
+  test('max_tokens defaults to 16', async () => {
+    const r = await client.completions.create({ model: CHAT, prompt: 'Hi', temperature: 0, ignore_eos: true });
+    assert.equal(r.usage.completion_tokens, 16);
+  });
+});
+
+describe('embeddings', () => {
+  const norm = (v) => Math.sqrt(v.reduce((s, x) => s + x * x, 0));
+  test('float: one unit vector per input, usage counts tokens', async () => {
+    const input = ['hello world', 'a second, longer input sentence'];
+    const r = await client.embeddings.create({ model: EMBED, input, encoding_format: 'float' });
+    assert.equal(r.data.length, 2);
+    for (const [i, d] of r.data.entries()) {
+      assert.equal(d.index, i);
+      assert.equal(d.embedding.length, 64);
+      assert.ok(Math.abs(norm(d.embedding) - 1) < 1e-4);
+    }
+    let n = 0;
+    for (const s of input) n += (await postJSON(srv, '/tokenize', { model: EMBED, prompt: s })).body.count;
+    assert.equal(r.usage.prompt_tokens, n);
+  });
+  test('base64 decodes to the float vector', async () => {
+    const f = await client.embeddings.create({ model: EMBED, input: 'hello', encoding_format: 'float' });
+    const raw = await postJSON(srv, '/v1/embeddings', { model: EMBED, input: 'hello', encoding_format: 'base64' });
+    assert.equal(typeof raw.body.data[0].embedding, 'string');
+    const buf = Buffer.from(raw.body.data[0].embedding, 'base64');
+    const v = new Float32Array(buf.buffer, buf.byteOffset, buf.length / 4);
+    assert.equal(v.length, 64);
+    for (let i = 0; i < 64; i++) assert.ok(Math.abs(v[i] - f.data[0].embedding[i]) < 1e-6);
+    // the client's default (base64, decoded by the client) gives the same numbers
+    const c = await client.embeddings.create({ model: EMBED, input: 'hello' });
+    for (let i = 0; i < 64; i++) assert.ok(Math.abs(c.data[0].embedding[i] - f.data[0].embedding[i]) < 1e-6);
+  });
+  test('dimensions truncates and renormalises', async () => {
+    const f = await client.embeddings.create({ model: EMBED, input: 'hello', encoding_format: 'float' });
+    const d = await client.embeddings.create({ model: EMBED, input: 'hello', encoding_format: 'float', dimensions: 16 });
+    const v = d.data[0].embedding, full = f.data[0].embedding.slice(0, 16);
+    assert.equal(v.length, 16);
+    assert.ok(Math.abs(norm(v) - 1) < 1e-4);
+    const s = norm(full);
+    for (let i = 0; i < 16; i++) assert.ok(Math.abs(v[i] - full[i] / s) < 1e-4);
+    await assert.rejects(client.embeddings.create({ model: EMBED, input: 'x', dimensions: 65 }),
+      (e) => e.status === 400 && e.param === 'dimensions');
+  });
+});
+
+describe('concurrency and cancellation', () => {
+  test('20 concurrent streams are correct and independent', async () => {
+    const prompts = Array.from({ length: 20 }, (_, i) => `Request number ${i}: tell me about ${['cats', 'dogs', 'rivers', 'stars', 'bread'][i % 5]}.`);
+    const params = (p) => ({ model: CHAT, messages: [{ role: 'user', content: p }], temperature: 0, max_tokens: 16, ignore_eos: true });
+    const alone = [];
+    for (const p of prompts) alone.push((await client.chat.completions.create(params(p))).choices[0].message.content);
+    const together = await Promise.all(prompts.map((p) => streamText(params(p))));
+    for (let i = 0; i < prompts.length; i++) {
+      assert.equal(together[i].text, alone[i], `stream ${i} differs from the same request alone`);
+      assert.equal(together[i].finish, 'length');
+    }
+    assert.ok(new Set(alone).size > 1, 'distinct prompts should give distinct outputs');
+  });
+  test('a disconnect frees its slot', async () => {
+    const chatStatus = async () => (await getJSON(srv, '/status')).body.models.find((m) => m.id === CHAT);
+    const before = await chatStatus();
+    const ac = new AbortController();
+    const res = await fetch(`${srv.url}/v1/chat/completions`, {
+      method: 'POST', signal: ac.signal, headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ ...greedy(), max_tokens: 400, stream: true }),
+    });
+    const reader = res.body.getReader();
+    for (let got = 0; got < 3;) { const { value } = await reader.read(); got += value ? 1 : 0; }
+    assert.equal((await chatStatus()).slots_busy, 1);
+    ac.abort();
+    let st;
+    for (let i = 0; i < 100; i++) {
+      st = await chatStatus();
+      if (st.slots_busy === 0 && st.cancelled > before.cancelled) break;
+      await sleep(50);
+    }
+    assert.equal(st.slots_busy, 0);
+    assert.equal(st.cancelled, before.cancelled + 1);
+    assert.ok(st.generated_tokens - before.generated_tokens < 400, 'generation stopped early');
+    const r = await client.chat.completions.create(greedy({ max_tokens: 2 }));
+    assert.equal(r.usage.completion_tokens, 2);
+  });
+});
