@@ -185,6 +185,8 @@ int chat_template_render(const struct chat_template *t, json_t *messages, json_t
   if (tools && !json_is_array(tools) && !json_is_null(tools))
     return err_set(err, HEARTH_ERR_ARG, "tools must be a JSON array");
   if (kwargs && !json_is_object(kwargs)) return err_set(err, HEARTH_ERR_ARG, "template kwargs must be a JSON object");
+  if (json_array_size(messages) == 0) /* transformers refuses before rendering */
+    return err_set(err, HEARTH_ERR_ARG, "Cannot apply chat template to an empty conversation. Provide at least one message.");
   json_t *vars = json_object();
   if (!vars) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
   /* order as transformers: special tokens, then kwargs (which override them), then the fixed ones */

@@ -259,8 +259,13 @@ def compile_fn(replica):
     if replica:
         env = replica_env()
         return lambda src: env.from_string(src)
-    from transformers.utils.chat_template_utils import _compile_jinja_template
-    return _compile_jinja_template
+    try:
+        from transformers.utils.chat_template_utils import _compile_jinja_template
+        return _compile_jinja_template
+    except ImportError as e:  # recorded in oracle_meta.json
+        print("constructs fall back to the replica environment:", e)
+        env = replica_env()
+        return lambda src: env.from_string(src)
 
 def make_tokenizer(src, tokens):
     from tokenizers import Tokenizer, models
@@ -294,7 +299,10 @@ def render(tpl_dir, replica):
         src = open(os.path.join(tpl_dir, fname), encoding="utf-8").read()
         if not replica:
             tok = make_tokenizer(src, tokens)
-            meta.setdefault("special_tokens_map", {})[name] = {k: str(v) for k, v in tok.special_tokens_map.items()}
+            try:
+                meta.setdefault("special_tokens_map", {})[name] = {k: str(v) for k, v in tok.special_tokens_map.items()}
+            except Exception as e:
+                meta.setdefault("special_tokens_map", {})[name] = repr(e)
         else:
             tmpl = compile_fn(True)(src)
         out = []
