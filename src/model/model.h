@@ -11,6 +11,7 @@
 #include "hearth.h"
 #include "load/hf_config.h"
 #include "load/safetensors.h"
+#include "runtime/prefix_cache.h"
 
 struct layer_weights {
   struct hb_tensor attn_norm;            /* [1, d] f32 */
@@ -49,6 +50,7 @@ struct kv_pool {
   int32_t *free_list;   /* stack of free block ids */
   int n_free;
   int32_t *refs;        /* [n_blocks] reference counts (prefix sharing) */
+  struct prefix_cache pc; /* full blocks shared between sessions */
   pthread_mutex_t mu;
 };
 

@@ -25,6 +25,7 @@ int kv_pool_init(struct hearth_model *m, int n_tokens, int block_size, struct he
     if (!rc) rc = m->be->alloc(m->bctx, &kl->v, HB_F32, (int64_t)p->n_blocks * block_size, w, err);
     if (rc) return err_prefix(err, "KV pool (%d tokens)", n_tokens);
   }
+  if (prefix_cache_init(&p->pc, p->n_blocks, block_size)) return err_set(err, HEARTH_ERR_NOMEM, "out of memory for the prefix cache");
   for (int i = 0; i < p->n_blocks; i++) p->free_list[i] = p->n_blocks - 1 - i;
   p->n_free = p->n_blocks;
   return 0;
@@ -37,6 +38,7 @@ void kv_pool_free(struct hearth_model *m) {
       m->be->release(m->bctx, &p->layers[i].k);
       m->be->release(m->bctx, &p->layers[i].v);
     }
+  prefix_cache_free(&p->pc);
   free(p->layers);
   free(p->free_list);
   free(p->refs);
@@ -47,6 +49,10 @@ void kv_pool_free(struct hearth_model *m) {
 int32_t kv_block_alloc(struct kv_pool *p) {
   pthread_mutex_lock(&p->mu);
   int32_t id = -1;
+  if (p->n_free == 0) { /* reclaim the least recently used prefix no session holds */
+    int32_t victim = prefix_cache_evict(&p->pc, p->refs);
+    if (victim >= 0 && --p->refs[victim] == 0) p->free_list[p->n_free++] = victim;
+  }
   if (p->n_free > 0) {
     id = p->free_list[--p->n_free];
     p->refs[id] = 1;
@@ -72,4 +78,33 @@ int kv_pool_free_blocks(struct kv_pool *p) {
   int n = p->n_free;
   pthread_mutex_unlock(&p->mu);
   return n;
+}
+
+int kv_block_shared(struct kv_pool *p, int32_t id) {
+  pthread_mutex_lock(&p->mu);
+  int shared = p->refs[id] > 1;
+  pthread_mutex_unlock(&p->mu);
+  return shared;
+}
+
+int32_t kv_prefix_attach(struct kv_pool *p, uint64_t key, uint64_t parent, const int32_t *tokens) {
+  pthread_mutex_lock(&p->mu);
+  int32_t id = prefix_cache_lookup(&p->pc, key, parent, tokens);
+  if (id >= 0) p->refs[id]++;
+  pthread_mutex_unlock(&p->mu);
+  return id;
+}
+
+void kv_prefix_register(struct kv_pool *p, uint64_t key, uint64_t parent, const int32_t *tokens, int32_t id) {
+  pthread_mutex_lock(&p->mu);
+  if (prefix_cache_insert(&p->pc, key, parent, tokens, id)) p->refs[id]++;
+  pthread_mutex_unlock(&p->mu);
+}
+
+void kv_prefix_stats(struct kv_pool *p, uint64_t *hits, uint64_t *misses, int *entries) {
+  pthread_mutex_lock(&p->mu);
+  *hits = p->pc.hits;
+  *misses = p->pc.misses;
+  *entries = p->pc.n_entries;
+  pthread_mutex_unlock(&p->mu);
 }

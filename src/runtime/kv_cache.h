@@ -12,4 +12,11 @@ void kv_block_ref(struct kv_pool *p, int32_t id);
 /* Drops a reference; the block returns to the free list at zero. */
 void kv_block_unref(struct kv_pool *p, int32_t id);
 int kv_pool_free_blocks(struct kv_pool *p);
+/* 1 when more than one holder (a session and/or the prefix cache) references the block. */
+int kv_block_shared(struct kv_pool *p, int32_t id);
+/* Prefix cache under the pool lock: attach takes a reference on the cached block (or returns -1);
+ * register adds the cache's reference on a newly full block (no-op if the key is known). */
+int32_t kv_prefix_attach(struct kv_pool *p, uint64_t key, uint64_t parent, const int32_t *tokens);
+void kv_prefix_register(struct kv_pool *p, uint64_t key, uint64_t parent, const int32_t *tokens, int32_t id);
+void kv_prefix_stats(struct kv_pool *p, uint64_t *hits, uint64_t *misses, int *entries);
 #endif

@@ -16,7 +16,9 @@ struct hearth_session {
   int32_t *tokens;   /* [n_ctx] */
   int n_tokens;      /* tokens whose KV is in the cache */
   int32_t *blocks;   /* [max_blocks] block ids */
+  uint64_t *bhash;   /* [max_blocks] prefix-cache key of each full block (hash chain) */
   int n_blocks;
+  int n_keyed;       /* leading full blocks whose bhash is set (and registered in the cache) */
   float *out;        /* [max(vocab, d)] last logits or hidden state */
   int has_out;
 };
@@ -33,9 +35,10 @@ int hearth_session_new(struct hearth_model *m, const struct hearth_session_param
   s->n_ctx = n_ctx;
   s->tokens = malloc((size_t)n_ctx * sizeof *s->tokens);
   s->blocks = malloc((size_t)m->max_blocks_per_seq * sizeof *s->blocks);
+  s->bhash = malloc((size_t)m->max_blocks_per_seq * sizeof *s->bhash);
   int w = m->cfg.vocab_size > m->cfg.hidden_size ? m->cfg.vocab_size : m->cfg.hidden_size;
   s->out = malloc((size_t)w * sizeof *s->out);
-  if (!s->tokens || !s->blocks || !s->out) {
+  if (!s->tokens || !s->blocks || !s->bhash || !s->out) {
     hearth_session_free(s);
     return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
   }
@@ -43,12 +46,48 @@ int hearth_session_new(struct hearth_model *m, const struct hearth_session_param
   return 0;
 }
 
-/* Keeps the first n tokens; returns blocks no longer needed to the pool. */
-static void truncate_to(struct hearth_session *s, int n) {
-  if (n < s->n_tokens) s->n_tokens = n;
-  int keep = (n + s->m->kv.block_size - 1) / s->m->kv.block_size;
+/* Keeps the first min(n, held) tokens and returns how many were kept. Blocks no longer needed go
+ * back to the pool. A shared block is immutable, so a cut inside one falls back to its start. */
+static int truncate_to(struct hearth_session *s, int n) {
+  int bs = s->m->kv.block_size;
+  if (n > s->n_tokens) n = s->n_tokens;
+  if (n % bs && n / bs < s->n_blocks && kv_block_shared(&s->m->kv, s->blocks[n / bs])) n -= n % bs;
+  s->n_tokens = n;
+  int keep = (n + bs - 1) / bs;
   while (s->n_blocks > keep) kv_block_unref(&s->m->kv, s->blocks[--s->n_blocks]);
+  if (s->n_keyed > n / bs) s->n_keyed = n / bs;
   s->has_out = 0;
+  return n;
+}
+
+/* Registers the session's newly completed full blocks in the prefix cache. */
+static void key_full_blocks(struct hearth_session *s) {
+  int bs = s->m->kv.block_size;
+  for (int b = s->n_keyed; b < s->n_tokens / bs; b++) {
+    uint64_t parent = b ? s->bhash[b - 1] : 0;
+    s->bhash[b] = prefix_hash(parent, s->tokens + (size_t)b * bs, bs);
+    kv_prefix_register(&s->m->kv, s->bhash[b], parent, s->tokens + (size_t)b * bs, s->blocks[b]);
+    s->n_keyed = b + 1;
+  }
+}
+
+/* Attaches cached full blocks that continue the held prefix with tokens[n_tokens..), stopping
+ * before the block that holds position n-1 (that one must be evaluated for its logits). */
+static void attach_cached(struct hearth_session *s, const int32_t *tokens, int n) {
+  int bs = s->m->kv.block_size;
+  while (s->n_tokens % bs == 0 && s->n_tokens + bs <= n - 1 && s->n_keyed == s->n_blocks) {
+    int b = s->n_tokens / bs;
+    uint64_t parent = b ? s->bhash[b - 1] : 0;
+    const int32_t *t = tokens + s->n_tokens;
+    uint64_t key = prefix_hash(parent, t, bs);
+    int32_t id = kv_prefix_attach(&s->m->kv, key, parent, t);
+    if (id < 0) break;
+    s->blocks[s->n_blocks++] = id;
+    s->bhash[b] = key;
+    s->n_keyed = b + 1;
+    memcpy(s->tokens + s->n_tokens, t, (size_t)bs * sizeof *t);
+    s->n_tokens += bs;
+  }
 }
 
 void hearth_session_free(struct hearth_session *s) {
@@ -56,6 +95,7 @@ void hearth_session_free(struct hearth_session *s) {
   if (s->blocks) truncate_to(s, 0);
   free(s->tokens);
   free(s->blocks);
+  free(s->bhash);
   free(s->out);
   free(s);
 }
@@ -148,6 +188,7 @@ static int session_forward(struct hearth_session **ss, int n, const int32_t *con
   }
   pthread_mutex_unlock(&m->forward_mu);
   if (rc) for (int i = 0; i < n; i++) truncate_to(ss[i], start[i]); /* KV past start is unreliable */
+  if (!rc && !want_hidden) for (int i = 0; i < n; i++) key_full_blocks(ss[i]);
 out:
   free(ids);
   free(slot_of);
@@ -171,7 +212,9 @@ int hearth_session_sync(struct hearth_session *s, const int32_t *tokens, int n, 
   int common = 0;
   while (common < s->n_tokens && common < n && s->tokens[common] == tokens[common]) common++;
   if (common == n) common = n - 1; /* re-evaluate the last position so its logits are current */
-  truncate_to(s, common);
+  common = truncate_to(s, common);
+  attach_cached(s, tokens, n);
+  common = s->n_tokens;
   int rest = n - common;
   const int32_t *p = tokens + common;
   return session_forward(&s, 1, &p, &rest, 0, err);

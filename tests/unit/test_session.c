@@ -1,0 +1,165 @@
+/* tests/unit/test_session.c — sessions over the shared KV pool: prefix reuse through the prefix
+ * cache, divergence inside a shared block, eviction when the pool is full, and multi-session
+ * steps. Every result is compared with the same tokens evaluated from scratch on a model that
+ * has no cached prefixes. Uses the tiny qwen2 oracle fixture. */
+#include <math.h>
+
+#include "hearth.h"
+#include "model/model.h"
+#include "runtime/kv_cache.h"
+#include "test.h"
+
+#define FIXTURE HEARTH_SOURCE_DIR "/tests/fixtures/model/qwen2"
+
+static struct hearth_model *load(int kv_tokens) {
+  struct hearth_model_params p;
+  hearth_model_params_default(&p);
+  p.path = FIXTURE;
+  p.n_threads = 2;
+  p.kv_tokens = kv_tokens;
+  struct hearth_model *m = NULL;
+  struct hearth_err err = {0};
+  if (hearth_model_load(&p, &m, &err)) fprintf(stderr, "load: %s\n", err.msg);
+  return m;
+}
+
+static void prompt(int32_t *t, int n, int salt) {
+  for (int i = 0; i < n; i++) t[i] = (int32_t)((i * 37 + salt * 101 + 11) % 997);
+}
+
+/* Logits of `tokens` computed from nothing on a fresh session of model `ref`. */
+static void reference_logits(struct hearth_model *ref, const int32_t *tokens, int n, float *out) {
+  struct hearth_session *s = NULL;
+  struct hearth_err err = {0};
+  hearth_session_new(ref, NULL, &s, &err);
+  /* evaluate token by token from an empty session: no prefix cache entries exist for this order */
+  hearth_session_sync(s, tokens, n, &err);
+  memcpy(out, hearth_session_logits(s), (size_t)hearth_model_info(ref)->n_vocab * sizeof *out);
+  hearth_session_free(s);
+}
+
+static float max_diff(const float *a, const float *b, int n) {
+  float d = 0;
+  for (int i = 0; i < n; i++) d = fmaxf(d, fabsf(a[i] - b[i]));
+  return d;
+}
+
+TEST_GROUP(prefix_reuse) {
+  struct hearth_model *m = load(1024), *ref = load(1024);
+  REQUIRE(m && ref);
+  int V = hearth_model_info(m)->n_vocab;
+  float *want = malloc((size_t)V * sizeof *want);
+  int32_t t[80], u[80];
+  prompt(t, 80, 1);
+  struct hearth_session *a = NULL, *b = NULL;
+  struct hearth_err err = {0};
+  REQUIRE(hearth_session_new(m, NULL, &a, &err) == 0 && hearth_session_new(m, NULL, &b, &err) == 0);
+  REQUIRE(hearth_session_sync(a, t, 70, &err) == 0);
+  uint64_t h0, m0, h1, m1;
+  int e0, e1;
+  kv_prefix_stats(&m->kv, &h0, &m0, &e0);
+  CHECK(e0 == 70 / 16); /* every full block of a registered */
+  /* b: same 70 tokens -> 4 cached blocks reused, only the tail evaluated */
+  REQUIRE(hearth_session_sync(b, t, 70, &err) == 0);
+  kv_prefix_stats(&m->kv, &h1, &m1, &e1);
+  CHECKF(h1 - h0 == 4, "hits %llu", (unsigned long long)(h1 - h0));
+  reference_logits(ref, t, 70, want);
+  CHECKF(max_diff(hearth_session_logits(b), want, V) < 1e-4f, "shared prefix changed the logits");
+  CHECKF(max_diff(hearth_session_logits(a), want, V) < 1e-4f, "a");
+  /* b diverges at position 37, inside shared block 2: must not corrupt a's block */
+  memcpy(u, t, sizeof u);
+  u[37] = 5;
+  REQUIRE(hearth_session_sync(b, u, 60, &err) == 0);
+  reference_logits(ref, u, 60, want);
+  CHECKF(max_diff(hearth_session_logits(b), want, V) < 1e-4f, "divergence inside a shared block");
+  /* a continues: its cached blocks must be intact */
+  REQUIRE(hearth_session_append(a, &t[70], 10, &err) == 0);
+  reference_logits(ref, t, 80, want);
+  CHECKF(max_diff(hearth_session_logits(a), want, V) < 1e-4f, "a after b diverged");
+  /* a syncs back to a shorter prefix ending inside its own registered block */
+  REQUIRE(hearth_session_sync(a, t, 20, &err) == 0);
+  reference_logits(ref, t, 20, want);
+  CHECKF(max_diff(hearth_session_logits(a), want, V) < 1e-4f, "a truncated into a shared block");
+  hearth_session_free(a);
+  hearth_session_free(b);
+  free(want);
+  hearth_model_free(m);
+  hearth_model_free(ref);
+}
+
+TEST_GROUP(eviction) {
+  struct hearth_model *m = load(96); /* 6 blocks of 16 */
+  REQUIRE(m);
+  struct hearth_err err = {0};
+  int32_t t[64];
+  for (int k = 0; k < 20; k++) {
+    struct hearth_session *s = NULL;
+    prompt(t, 64, k + 10);
+    REQUIRE(hearth_session_new(m, NULL, &s, &err) == 0);
+    CHECKF(hearth_session_sync(s, t, 64, &err) == 0, "round %d: %s", k, err.msg);
+    hearth_session_free(s);
+  }
+  /* two live sessions of 48 tokens need 6 blocks: the cache must give all its blocks back */
+  struct hearth_session *a = NULL, *b = NULL;
+  REQUIRE(hearth_session_new(m, NULL, &a, &err) == 0 && hearth_session_new(m, NULL, &b, &err) == 0);
+  prompt(t, 64, 99);
+  CHECKF(hearth_session_sync(a, t, 48, &err) == 0, "%s", err.msg);
+  prompt(t, 64, 98);
+  CHECKF(hearth_session_sync(b, t, 48, &err) == 0, "%s", err.msg);
+  /* and a third cannot fit: a clear error, not a crash */
+  struct hearth_session *c = NULL;
+  REQUIRE(hearth_session_new(m, NULL, &c, &err) == 0);
+  prompt(t, 64, 97);
+  CHECK(hearth_session_sync(c, t, 40, &err) == HEARTH_ERR_CTX_FULL);
+  hearth_session_free(a);
+  hearth_session_free(b);
+  hearth_session_free(c);
+  hearth_model_free(m);
+}
+
+TEST_GROUP(multi_session_step) {
+  struct hearth_model *m = load(2048), *ref = load(2048);
+  REQUIRE(m && ref);
+  int V = hearth_model_info(m)->n_vocab;
+  float *want = malloc((size_t)V * sizeof *want);
+  enum { N = 5 };
+  struct hearth_session *ss[N];
+  int32_t toks[N][40];
+  const int32_t *tp[N];
+  int cnt[N];
+  struct hearth_err err = {0};
+  for (int i = 0; i < N; i++) {
+    prompt(toks[i], 40, 200 + i);
+    REQUIRE(hearth_session_new(m, NULL, &ss[i], &err) == 0);
+    tp[i] = toks[i];
+    cnt[i] = 10 + 5 * i; /* different prompt lengths in one batch */
+  }
+  REQUIRE(hearth_sessions_step(ss, N, tp, cnt, &err) == 0);
+  for (int i = 0; i < N; i++) {
+    reference_logits(ref, toks[i], cnt[i], want);
+    CHECKF(max_diff(hearth_session_logits(ss[i]), want, V) < 1e-4f, "session %d", i);
+  }
+  /* one decode token each */
+  for (int i = 0; i < N; i++) { tp[i] = &toks[i][cnt[i]]; cnt[i] = 1; }
+  REQUIRE(hearth_sessions_step(ss, N, tp, cnt, &err) == 0);
+  for (int i = 0; i < N; i++) {
+    reference_logits(ref, toks[i], 10 + 5 * i + 1, want);
+    CHECKF(max_diff(hearth_session_logits(ss[i]), want, V) < 1e-4f, "decode session %d", i);
+    hearth_session_free(ss[i]);
+  }
+  /* the same session twice in one step is refused */
+  struct hearth_session *x = NULL;
+  REQUIRE(hearth_session_new(m, NULL, &x, &err) == 0);
+  struct hearth_session *dup[2] = {x, x};
+  int one[2] = {1, 1};
+  const int32_t *dt[2] = {toks[0], toks[0]};
+  CHECK(hearth_sessions_step(dup, 2, dt, one, &err) == HEARTH_ERR_ARG);
+  int32_t bad = 100000;
+  CHECK(hearth_session_append(x, &bad, 1, &err) == HEARTH_ERR_ARG);
+  hearth_session_free(x);
+  free(want);
+  hearth_model_free(m);
+  hearth_model_free(ref);
+}
+
+TEST_MAIN(T(prefix_reuse), T(eviction), T(multi_session_step))
