@@ -422,7 +422,7 @@ int chat_parser_finish(struct chat_parser *p, struct chat_delta *d, struct heart
 
 int chat_parse_all(const struct chat_parser_opts *opts, const char *text, size_t n, struct chat_delta *d,
                    struct hearth_err *err) {
-  struct chat_parser *p;
+  struct chat_parser *p = NULL;
   int rc = chat_parser_new(opts, &p, err);
   if (rc) return rc;
   sb_put(&p->pend, text, n);
