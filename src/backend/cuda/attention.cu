@@ -61,6 +61,76 @@ void cu_kv_write(struct hb_ctx *ctx, struct hb_kv_layer *kv, const struct hb_ten
   CU_LAUNCHED(ctx, "kv_write");
 }
 
+/* ---- rope + kv_write in one launch ---------------------------------------------------------------- */
+
+/* per token: n_heads*half rotations of q in place, then every element of k (rotated on the fly,
+ * read-only) and v into the cache */
+template <typename T, typename KT>
+__global__ void rope_kv_kernel(T *q, const T *k, const T *v, KT *kc, KT *vc, const int32_t *pos, const int32_t *seq,
+                               const int32_t *bt, int max_blocks, int bs, int n_tokens, int n_heads, int n_kv, int hd,
+                               int n_rot, float theta) {
+  const int half = n_rot / 2;
+  const int64_t per = (int64_t)n_heads * half + 2 * (int64_t)n_kv * hd, total = per * n_tokens, w = (int64_t)n_kv * hd;
+  for (int64_t it = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; it < total; it += (int64_t)gridDim.x * blockDim.x) {
+    int t = (int)(it / per);
+    int64_t j = it % per;
+    int p = pos[t];
+    if (j < (int64_t)n_heads * half) {
+      int i = (int)(j % half);
+      T *x = q + (int64_t)t * n_heads * hd + (j / half) * hd;
+      float sn, cs;
+      sincosf((float)p * (1.0f / powf(theta, (float)(2 * i) / (float)n_rot)), &sn, &cs);
+      float a = ldf(x + i), bb = ldf(x + i + half);
+      stf(x + i, a * cs - bb * sn);
+      stf(x + i + half, bb * cs + a * sn);
+      continue;
+    }
+    j -= (int64_t)n_heads * half;
+    int64_t slot = (int64_t)bt[(int64_t)seq[t] * max_blocks + p / bs] * bs + p % bs;
+    if (j >= w) { /* v */
+      j -= w;
+      stf(vc + slot * w + j, ldf(v + (int64_t)t * w + j));
+      continue;
+    }
+    int d = (int)(j % hd);
+    const T *x = k + (int64_t)t * w + (j - d);
+    float val = ldf(x + d);
+    if (d < n_rot) {
+      int i = d < half ? d : d - half;
+      float sn, cs;
+      sincosf((float)p * (1.0f / powf(theta, (float)(2 * i) / (float)n_rot)), &sn, &cs);
+      float a = ldf(x + i), bb = ldf(x + i + half);
+      val = d < half ? a * cs - bb * sn : bb * cs + a * sn;
+    }
+    stf(kc + slot * w + j, val);
+  }
+}
+
+void cu_rope_kv_write(struct hb_ctx *ctx, struct hb_tensor *q, struct hb_tensor *k, const struct hb_tensor *v,
+                      struct hb_kv_layer *kv, const struct hb_batch *b, int n_heads, int n_rot, float theta) {
+  const int n_kv = kv->n_kv_heads, hd = kv->head_dim, nt = b->n_tokens;
+  if (nt <= 0) return;
+  if (!b->d_pos.data || q->cols != (int64_t)n_heads * hd || k->cols != (int64_t)n_kv * hd || v->cols != k->cols ||
+      q->dtype != k->dtype || k->dtype != v->dtype || kv->k.dtype != kv->v.dtype || n_rot > hd || n_rot % 2) {
+    CU_ARG(ctx, "rope_kv_write: shapes/dtypes or batch not uploaded");
+    return;
+  }
+  int64_t total = (int64_t)nt * ((int64_t)n_heads * (n_rot / 2) + 2 * (int64_t)n_kv * hd), blocks = (total + 255) / 256;
+  unsigned grid = (unsigned)(blocks < ctx->n_sm * 8 ? blocks : ctx->n_sm * 8);
+  const int32_t *pos = (const int32_t *)b->d_pos.data, *seq = (const int32_t *)b->d_seq.data,
+                *bt = (const int32_t *)b->d_block_table.data;
+#define RKV(T, KT)                                                                                                 \
+  rope_kv_kernel<T, KT><<<grid, 256, 0, ctx->stream>>>((T *)q->data, (const T *)k->data, (const T *)v->data,        \
+                                                       (KT *)kv->k.data, (KT *)kv->v.data, pos, seq, bt,             \
+                                                       b->max_blocks, b->block_size, nt, n_heads, n_kv, hd, n_rot, theta)
+  if (q->dtype == HB_F16 && kv->k.dtype == HB_F16) RKV(__half, __half);
+  else if (q->dtype == HB_F32 && kv->k.dtype == HB_F32) RKV(float, float);
+  else if (q->dtype == HB_F16 && kv->k.dtype == HB_F32) RKV(__half, float);
+  else RKV(float, __half);
+#undef RKV
+  CU_LAUNCHED(ctx, "rope_kv_write");
+}
+
 /* ---- decode: split over the keys --------------------------------------------------------------------- */
 
 #define AD_WARPS 4

@@ -24,6 +24,17 @@ extern "C" {
 
 /* ---- errors --------------------------------------------------------------------------------- */
 
+/* base/err.c's err_set, kept local so that libhearth_cuda links after libhearth in any order */
+__attribute__((format(printf, 3, 4))) static int cu_err_set(struct hearth_err *err, int code, const char *fmt, ...) {
+  if (!err) return code;
+  err->code = code;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
 void cu_fail(struct hb_ctx *ctx, int code, const char *file, int line, const char *fmt, ...) {
   if (!ctx || ctx->status) return; /* keep the first error */
   char m[320];
@@ -38,7 +49,7 @@ void cu_fail(struct hb_ctx *ctx, int code, const char *file, int line, const cha
 
 static int report(struct hb_ctx *ctx, struct hearth_err *err) {
   if (!ctx->status) return 0;
-  return err_set(err, ctx->status, "%s", ctx->msg);
+  return cu_err_set(err, ctx->status, "%s", ctx->msg);
 }
 
 int cu_scratch(struct hb_ctx *ctx, void **buf, size_t *cap, size_t need, size_t elem, int zero) {
@@ -68,25 +79,25 @@ static int cuda_init(const struct hb_config *cfg, struct hb_ctx **out, struct he
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess || n == 0)
-    return err_set(err, HEARTH_ERR_BACKEND, "cuda: no usable GPU (%s)",
+    return cu_err_set(err, HEARTH_ERR_BACKEND, "cuda: no usable GPU (%s)",
                    e != cudaSuccess ? cudaGetErrorString(e) : "no CUDA device found");
   int dev = cfg ? cfg->device : 0;
-  if (dev < 0 || dev >= n) return err_set(err, HEARTH_ERR_ARG, "cuda: device %d does not exist (%d found)", dev, n);
+  if (dev < 0 || dev >= n) return cu_err_set(err, HEARTH_ERR_ARG, "cuda: device %d does not exist (%d found)", dev, n);
   cudaDeviceProp prop;
   if ((e = cudaSetDevice(dev)) != cudaSuccess || (e = cudaGetDeviceProperties(&prop, dev)) != cudaSuccess)
-    return err_set(err, HEARTH_ERR_BACKEND, "cuda: cannot open device %d: %s", dev, cudaGetErrorString(e));
+    return cu_err_set(err, HEARTH_ERR_BACKEND, "cuda: cannot open device %d: %s", dev, cudaGetErrorString(e));
   if (prop.major < 8)
-    return err_set(err, HEARTH_ERR_UNSUPPORTED, "cuda: %s is compute capability %d.%d; hearth needs 8.0 or newer",
+    return cu_err_set(err, HEARTH_ERR_UNSUPPORTED, "cuda: %s is compute capability %d.%d; hearth needs 8.0 or newer",
                    prop.name, prop.major, prop.minor);
   struct hb_ctx *c = (struct hb_ctx *)calloc(1, sizeof *c);
-  if (!c) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
+  if (!c) return cu_err_set(err, HEARTH_ERR_NOMEM, "out of memory");
   c->device = dev;
   c->exact = cfg ? cfg->exact : 0;
   c->n_sm = prop.multiProcessorCount;
   c->smem_optin = prop.sharedMemPerBlockOptin;
   if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {
     free(c);
-    return err_set(err, HEARTH_ERR_BACKEND, "cuda: cannot create a stream: %s", cudaGetErrorString(e));
+    return cu_err_set(err, HEARTH_ERR_BACKEND, "cuda: cannot create a stream: %s", cudaGetErrorString(e));
   }
   if (cu_matmul_init(c)) {
     int rc = report(c, err);
@@ -102,7 +113,7 @@ static void cuda_free(struct hb_ctx *c) {
   if (!c) return;
   cudaStreamSynchronize(c->stream);
   cudaFree(c->b_pos); cudaFree(c->b_seq); cudaFree(c->b_out); cudaFree(c->b_seqlen); cudaFree(c->b_bt);
-  cudaFree(c->attn_part); cudaFree(c->attn_cnt);
+  cudaFree(c->attn_part); cudaFree(c->attn_cnt); cudaFree(c->tmp[0]); cudaFree(c->tmp[1]);
   cudaStreamDestroy(c->stream);
   free(c);
 }
@@ -125,7 +136,7 @@ static int dev_alloc(struct hb_ctx *c, void **p, size_t bytes, const char *what,
   cudaGetLastError(); /* clear */
   size_t fr = 0, tot = 0;
   cudaMemGetInfo(&fr, &tot);
-  return err_set(err, e == cudaErrorMemoryAllocation ? HEARTH_ERR_NOMEM : HEARTH_ERR_BACKEND,
+  return cu_err_set(err, e == cudaErrorMemoryAllocation ? HEARTH_ERR_NOMEM : HEARTH_ERR_BACKEND,
                  "cuda: cannot allocate %.1f MiB for %s (%.1f MiB free of %.1f MiB; this context holds %.1f MiB): %s",
                  bytes / 1048576.0, what, fr / 1048576.0, tot / 1048576.0,
                  (c->bytes_alloc + c->bytes_scratch) / 1048576.0, cudaGetErrorString(e));
@@ -136,7 +147,7 @@ static int cuda_alloc(struct hb_ctx *c, struct hb_tensor *t, enum hb_dtype dt, i
   memset(t, 0, sizeof *t);
   if (dt == HB_F32 && !c->exact) dt = HB_F16; /* the fast path keeps activations in f16 */
   size_t es = dtype_size(dt);
-  if (!es || rows < 0 || cols < 0) return err_set(err, HEARTH_ERR_ARG, "cuda alloc: bad dtype or shape");
+  if (!es || rows < 0 || cols < 0) return cu_err_set(err, HEARTH_ERR_ARG, "cuda alloc: bad dtype or shape");
   size_t bytes = (size_t)rows * (size_t)cols * es;
   int rc = dev_alloc(c, &t->data, bytes, "a tensor", err);
   if (rc) return rc;
@@ -165,7 +176,7 @@ static int cuda_weight_upload(struct hb_ctx *c, struct hb_tensor *dst, const str
   int64_t rows = src->rows, cols = src->cols;
   if (src->dtype == HB_Q4) {
     if (cols % 128)
-      return err_set(err, HEARTH_ERR_UNSUPPORTED, "cuda: int4 weight %lldx%lld: cols must be a multiple of 128",
+      return cu_err_set(err, HEARTH_ERR_UNSUPPORTED, "cuda: int4 weight %lldx%lld: cols must be a multiple of 128",
                      (long long)rows, (long long)cols);
     size_t qb = (size_t)rows * (size_t)cols / 2, sb = (size_t)rows * (size_t)(cols / 128) * 2;
     void *q = NULL, *s = NULL, *tmp = NULL;
@@ -190,7 +201,7 @@ static int cuda_weight_upload(struct hb_ctx *c, struct hb_tensor *dst, const str
     return 0;
   }
   if (src->dtype != HB_BF16 && src->dtype != HB_F32 && src->dtype != HB_F16)
-    return err_set(err, HEARTH_ERR_ARG, "cuda: weight dtype %d cannot be uploaded", (int)src->dtype);
+    return cu_err_set(err, HEARTH_ERR_ARG, "cuda: weight dtype %d cannot be uploaded", (int)src->dtype);
   size_t n = (size_t)rows * (size_t)cols;
   enum hb_dtype dt = rows == 1 ? HB_F32 : src->dtype; /* norms and biases: f32 */
   void *p = NULL;
@@ -200,7 +211,7 @@ static int cuda_weight_upload(struct hb_ctx *c, struct hb_tensor *dst, const str
     CU_OK(c, cudaMemcpy(p, src->data, n * dtype_size(dt), cudaMemcpyHostToDevice));
   } else {
     float *h = (float *)malloc(n * sizeof(float));
-    if (!h) { cudaFree(p); return err_set(err, HEARTH_ERR_NOMEM, "out of memory"); }
+    if (!h) { cudaFree(p); return cu_err_set(err, HEARTH_ERR_NOMEM, "out of memory"); }
     const uint16_t *s16 = (const uint16_t *)src->data;
     for (size_t i = 0; i < n; i++) {
       if (src->dtype == HB_BF16) {
@@ -285,7 +296,7 @@ static int grow_i32(struct hb_ctx *c, int32_t **p, int64_t *cap, int64_t need) {
 
 static int cuda_batch_upload(struct hb_ctx *c, struct hb_batch *b, struct hearth_err *err) {
   if (c->status) return report(c, err);
-  if (c->capturing) return err_set(err, HEARTH_ERR_ARG, "cuda: batch_upload inside a graph capture");
+  if (c->capturing) return cu_err_set(err, HEARTH_ERR_ARG, "cuda: batch_upload inside a graph capture");
   int64_t nt = b->n_tokens, ns = b->n_seqs, nbt = (int64_t)b->n_seqs * b->max_blocks, no = b->n_out;
   int64_t ct = c->cap_tok, cs = c->cap_seq, cb = c->cap_bt;
   int64_t ct0 = ct;
@@ -389,7 +400,7 @@ struct hb_cuda_graph {
 
 extern "C" int hb_cuda_capture_begin(struct hb_ctx *c, struct hearth_err *err) {
   if (c->status) return report(c, err);
-  if (c->capturing) return err_set(err, HEARTH_ERR_ARG, "cuda: a capture is already open");
+  if (c->capturing) return cu_err_set(err, HEARTH_ERR_ARG, "cuda: a capture is already open");
   if (CU_OK(c, cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeRelaxed))) return report(c, err);
   c->capturing = 1;
   return 0;
@@ -397,7 +408,7 @@ extern "C" int hb_cuda_capture_begin(struct hb_ctx *c, struct hearth_err *err) {
 
 extern "C" int hb_cuda_capture_end(struct hb_ctx *c, struct hb_cuda_graph **out, struct hearth_err *err) {
   *out = NULL;
-  if (!c->capturing) return err_set(err, HEARTH_ERR_ARG, "cuda: no capture is open");
+  if (!c->capturing) return cu_err_set(err, HEARTH_ERR_ARG, "cuda: no capture is open");
   cudaGraph_t g = NULL;
   cudaError_t e = cudaStreamEndCapture(c->stream, &g);
   c->capturing = 0;
@@ -407,7 +418,7 @@ extern "C" int hb_cuda_capture_end(struct hb_ctx *c, struct hb_cuda_graph **out,
     return report(c, err);
   }
   struct hb_cuda_graph *h = (struct hb_cuda_graph *)calloc(1, sizeof *h);
-  if (!h) { cudaGraphDestroy(g); return err_set(err, HEARTH_ERR_NOMEM, "out of memory"); }
+  if (!h) { cudaGraphDestroy(g); return cu_err_set(err, HEARTH_ERR_NOMEM, "out of memory"); }
   e = cudaGraphInstantiate(&h->exec, g, 0);
   cudaGraphDestroy(g);
   if (e != cudaSuccess) {
@@ -422,7 +433,7 @@ extern "C" int hb_cuda_capture_end(struct hb_ctx *c, struct hb_cuda_graph **out,
 
 extern "C" int hb_cuda_graph_launch(struct hb_ctx *c, struct hb_cuda_graph *g, struct hearth_err *err) {
   if (c->status) return report(c, err);
-  if (g->gen != c->gen) return err_set(err, HEARTH_ERR_ARG, "cuda: stale graph (a scratch buffer moved): capture again");
+  if (g->gen != c->gen) return cu_err_set(err, HEARTH_ERR_ARG, "cuda: stale graph (a scratch buffer moved): capture again");
   if (CU_OK(c, cudaGraphLaunch(g->exec, c->stream))) return report(c, err);
   return 0;
 }
@@ -436,6 +447,67 @@ extern "C" void hb_cuda_graph_free(struct hb_cuda_graph *g) {
 extern "C" void hb_cuda_argmax(struct hb_ctx *c, const struct hb_tensor *logits, int n, struct hb_tensor *ids,
                                struct hb_tensor *logprobs) {
   if (!c->status) cu_argmax(c, logits, n, ids, logprobs);
+}
+
+/* ---- fused ops --------------------------------------------------------------------------------- */
+
+/* a temporary activation tensor shaped like `like` (n rows × cols) in scratch slot i */
+static int tmp_tensor(struct hb_ctx *c, int i, const struct hb_tensor *like, int64_t n, int64_t cols,
+                      struct hb_tensor *t) {
+  size_t es = like->dtype == HB_F16 ? 2 : 4;
+  if (cu_scratch(c, &c->tmp[i], &c->tmp_cap[i], (size_t)(n * cols) * es, 1, 0)) return 1;
+  memset(t, 0, sizeof *t);
+  t->dtype = like->dtype == HB_F16 ? HB_F16 : HB_F32;
+  t->rows = n;
+  t->cols = cols;
+  t->data = c->tmp[i];
+  return 0;
+}
+
+extern "C" void hb_cuda_norm_matmul(struct hb_ctx *c, const struct hb_tensor *x, const struct hb_tensor *norm_w,
+                                    float eps, float w_offset, int n_mm, struct hb_tensor *const *outs,
+                                    const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, int n,
+                                    int add) {
+  if (c->status || n <= 0) return;
+  if (n_mm < 1 || n_mm > 3 || (add && n_mm != 1)) { CU_ARG(c, "norm_matmul: n_mm %d add %d", n_mm, add); return; }
+  if (!cu_gemv_fused(c, norm_w ? PRO_NORM : PRO_PLAIN, x, NULL, norm_w, eps, w_offset, n_mm, outs, ws, biases, n, add))
+    return;
+  struct hb_tensor xn = *x;
+  xn.rows = n;
+  if (norm_w) {
+    if (tmp_tensor(c, 0, x, n, x->cols, &xn)) return;
+    cu_rmsnorm(c, &xn, x, norm_w, eps, w_offset);
+  }
+  for (int i = 0; i < n_mm; i++) {
+    const struct hb_tensor *b = biases ? biases[i] : NULL;
+    if (!add) { cu_matmul(c, outs[i], &xn, ws[i], b, n); continue; }
+    struct hb_tensor t;
+    if (tmp_tensor(c, 1, outs[i], n, outs[i]->cols, &t)) return;
+    cu_matmul(c, &t, &xn, ws[i], b, n);
+    cu_add(c, outs[i], &t, n);
+  }
+}
+
+extern "C" void hb_cuda_silu_matmul(struct hb_ctx *c, const struct hb_tensor *gate, const struct hb_tensor *up,
+                                    struct hb_tensor *out, const struct hb_tensor *w, int n, int add) {
+  if (c->status || n <= 0) return;
+  struct hb_tensor *o1[1] = {out};
+  const struct hb_tensor *w1[1] = {w};
+  if (!cu_gemv_fused(c, PRO_SILU, gate, up, NULL, 0.0f, 0.0f, 1, o1, w1, NULL, n, add)) return;
+  struct hb_tensor g;
+  if (tmp_tensor(c, 0, gate, n, gate->cols, &g)) return;
+  cu_silu_mul(c, &g, gate, up, n);
+  if (!add) { cu_matmul(c, out, &g, w, NULL, n); return; }
+  struct hb_tensor t;
+  if (tmp_tensor(c, 1, out, n, out->cols, &t)) return;
+  cu_matmul(c, &t, &g, w, NULL, n);
+  cu_add(c, out, &t, n);
+}
+
+extern "C" void hb_cuda_rope_kv_write(struct hb_ctx *c, struct hb_tensor *q, struct hb_tensor *k,
+                                      const struct hb_tensor *v, struct hb_kv_layer *kv, const struct hb_batch *b,
+                                      int n_heads, int n_rot, float theta) {
+  if (!c->status) cu_rope_kv_write(c, q, k, v, kv, b, n_heads, n_rot, theta);
 }
 
 extern "C" size_t hb_cuda_mem_free(struct hb_ctx *c) {

@@ -40,6 +40,24 @@ void hb_cuda_graph_free(struct hb_cuda_graph *g);
 void hb_cuda_argmax(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, struct hb_tensor *ids,
                     struct hb_tensor *logprobs);
 
+/* ---- fused decode ops ----------------------------------------------------------------------------
+ * Each equals a short sequence of table ops (the comment gives it) and is one launch on the fast
+ * path for n <= 8 int4 rows; other cases (exact, n > 8, dense weights) run that sequence.
+ * norm_matmul: xn = rmsnorm(x, norm_w, eps, w_offset) (skipped when norm_w is NULL); then for
+ *   i < n_mm (1..3 weights of equal cols): outs[i] = xn · ws[i]ᵀ + biases[i] (biases or entries
+ *   may be NULL); add != 0 (n_mm == 1 only): outs[0] += instead of =. x is not modified.
+ *   Decode use: norm+QKV in one launch; norm+gate+up in one; o_proj+residual (norm_w NULL, add).
+ * silu_matmul: out (+)= (silu(gate) * up) · wᵀ — SwiGLU + down_proj (+ residual).
+ * rope_kv_write: rope_neox(q, n_heads), rope_neox(k, kv->n_kv_heads), kv_write(kv, k, v); k itself
+ *   is left un-rotated (only its cache copy is). */
+void hb_cuda_norm_matmul(struct hb_ctx *ctx, const struct hb_tensor *x, const struct hb_tensor *norm_w, float eps,
+                         float w_offset, int n_mm, struct hb_tensor *const *outs, const struct hb_tensor *const *ws,
+                         const struct hb_tensor *const *biases, int n, int add);
+void hb_cuda_silu_matmul(struct hb_ctx *ctx, const struct hb_tensor *gate, const struct hb_tensor *up,
+                         struct hb_tensor *out, const struct hb_tensor *w, int n, int add);
+void hb_cuda_rope_kv_write(struct hb_ctx *ctx, struct hb_tensor *q, struct hb_tensor *k, const struct hb_tensor *v,
+                           struct hb_kv_layer *kv, const struct hb_batch *b, int n_heads, int n_rot, float theta);
+
 /* ---- memory -------------------------------------------------------------------------------- */
 /* device name, total/free memory and what this context holds (weights+activations, scratch) */
 void hb_cuda_mem_report(struct hb_ctx *ctx, char *buf, size_t len);

@@ -36,6 +36,8 @@ struct hb_ctx {
   size_t attn_part_cap;   /* floats */
   unsigned *attn_cnt;
   size_t attn_cnt_cap;    /* counters */
+  void *tmp[2];           /* activation temporaries of the fused ops' fallback paths */
+  size_t tmp_cap[2];      /* bytes */
   unsigned gen;           /* bumped whenever a scratch buffer moves: captured graphs go stale */
   int capturing;
 };
@@ -105,6 +107,12 @@ void cu_q4_repack(struct hb_ctx *ctx, uint8_t *dst, const uint8_t *src, int64_t 
 void cu_matmul(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *x,
                const struct hb_tensor *w, const struct hb_tensor *bias, int n);
 int cu_matmul_init(struct hb_ctx *ctx);
+#define PRO_PLAIN 0 /* x */
+#define PRO_NORM 1  /* rmsnorm(x) * (nw + off) */
+#define PRO_SILU 2  /* silu(x) * x2 */
+int cu_gemv_fused(struct hb_ctx *ctx, int pro, const struct hb_tensor *x, const struct hb_tensor *x2,
+                  const struct hb_tensor *nw, float eps, float off, int n_mm, struct hb_tensor *const *outs,
+                  const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, int n, int add);
 /* elementwise.cu */
 void cu_embed(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *table,
               const struct hb_tensor *ids, int n, float scale);
@@ -121,6 +129,8 @@ void cu_rope_neox(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_batch
 /* attention.cu */
 void cu_kv_write(struct hb_ctx *ctx, struct hb_kv_layer *kv, const struct hb_tensor *k,
                  const struct hb_tensor *v, const struct hb_batch *b);
+void cu_rope_kv_write(struct hb_ctx *ctx, struct hb_tensor *q, struct hb_tensor *k, const struct hb_tensor *v,
+                      struct hb_kv_layer *kv, const struct hb_batch *b, int n_heads, int n_rot, float theta);
 void cu_attention(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *q,
                   const struct hb_kv_layer *kv, const struct hb_batch *b, const struct hb_attn_params *p);
 /* sample.cu */

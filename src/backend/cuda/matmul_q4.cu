@@ -21,6 +21,8 @@
  * weights (2t, 2t+16, 2t+1, 2t+17) and (2t+8, 2t+24, 2t+9, 2t+25); the GEMV packs x the same way.
  * Scales stay [rows][cols/128] fp16.
  */
+#include <string.h>
+
 #include "backend/cuda/cuda_common.cuh"
 
 /* ---- repack ------------------------------------------------------------------------------------ */
@@ -99,25 +101,60 @@ __device__ __forceinline__ uint32_t deq2(uint32_t v, __half2 s2) {
 #define GEMV_WARPS 8
 #define GEMV_R 2 /* rows per warp */
 #define GEMV_U 4 /* 16-byte loads per row per lane in flight */
+#define GEMV_ROWS (GEMV_WARPS * GEMV_R)
+
+
+/* up to three weights sharing one x, concatenated in row space (each but the last a multiple of
+ * GEMV_ROWS rows, so a warp's rows never straddle two); add: out += instead of out = */
+struct gemv_args {
+  const __half *x, *x2;
+  int64_t ldx;
+  const void *nw;
+  int nwdt;
+  float eps, off;
+  int n_mm, K, rows_total, add;
+  int row0[4];
+  const uint8_t *wq[3];
+  const __half *ws[3];
+  const float *bias[3];
+  void *out[3];
+  int64_t ldo[3];
+};
 
 static size_t gemv_smem(int n, int64_t K) { return (size_t)n * (size_t)(K / 32) * (32 + 8); }
 
-template <int N, typename TO>
-__global__ __launch_bounds__(256) void gemv_q4_kernel(TO *__restrict__ out, int64_t ldo, const __half *__restrict__ x,
-                                                      int64_t ldx, const uint8_t *__restrict__ wq,
-                                                      const __half *__restrict__ ws, const float *__restrict__ bias,
-                                                      int rows, int K) {
+template <int N, typename TO, int PRO>
+__global__ __launch_bounds__(256) void gemv_q4_kernel(const __grid_constant__ gemv_args a) {
   extern __shared__ uint4 smem[];
-  const int nch = K / 32;
-  uint4 *xq = smem;                            /* [N][nch][2] packed int8 */
+  __shared__ float s_inv[8];
+  const int K = a.K, nch = K / 32;
+  uint4 *xq = smem;                                /* [N][nch][2] packed int8 */
   float *dx = (float *)(xq + (size_t)N * nch * 2); /* [N][nch] scale */
-  float *ofs = dx + N * nch;                   /* [N][nch] -8 * scale * sum(q) */
+  float *ofs = dx + N * nch;                       /* [N][nch] -8 * scale * sum(q) */
 
-  /* prologue: x rows -> int8 per run of 32, packed to match the weight nibble order */
+  if (PRO == PRO_NORM) {
+    if (threadIdx.x < N) s_inv[threadIdx.x] = 0.0f;
+    __syncthreads();
+    for (int n = 0; n < N; n++) {
+      const __half2 *xr = (const __half2 *)(a.x + (int64_t)n * a.ldx);
+      float ss = 0.0f;
+      for (int i = threadIdx.x; i < K / 2; i += blockDim.x) {
+        float2 f = __half22float2(xr[i]);
+        ss += f.x * f.x + f.y * f.y;
+      }
+      ss = warp_sum(ss);
+      if (threadIdx.x % 32 == 0) atomicAdd(&s_inv[n], ss);
+    }
+    __syncthreads();
+    if (threadIdx.x < N) s_inv[threadIdx.x] = rsqrtf(s_inv[threadIdx.x] / (float)K + a.eps);
+    __syncthreads();
+  }
+
+  /* x rows -> int8 per run of 32, packed to match the weight nibble order */
   for (int c = threadIdx.x; c < N * nch; c += blockDim.x) {
     int n = c / nch, ch = c % nch;
-    const uint4 *xp = (const uint4 *)(x + (int64_t)n * ldx + (int64_t)ch * 32);
     float v[32];
+    const uint4 *xp = (const uint4 *)(a.x + (int64_t)n * a.ldx + (int64_t)ch * 32);
 #pragma unroll
     for (int i = 0; i < 4; i++) {
       uint4 u = xp[i];
@@ -127,6 +164,25 @@ __global__ __launch_bounds__(256) void gemv_q4_kernel(TO *__restrict__ out, int6
         float2 f = __half22float2(h[j]);
         v[i * 8 + 2 * j] = f.x;
         v[i * 8 + 2 * j + 1] = f.y;
+      }
+    }
+    if (PRO == PRO_NORM) {
+      float inv = s_inv[n];
+#pragma unroll
+      for (int i = 0; i < 32; i++) v[i] *= inv * (ld_any(a.nw, a.nwdt, ch * 32 + i) + a.off);
+    } else if (PRO == PRO_SILU) {
+      const uint4 *up = (const uint4 *)(a.x2 + (int64_t)n * a.ldx + (int64_t)ch * 32);
+#pragma unroll
+      for (int i = 0; i < 4; i++) {
+        uint4 u = up[i];
+        const __half2 *h = (const __half2 *)&u;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+          float2 f = __half22float2(h[j]);
+          float g0 = v[i * 8 + 2 * j], g1 = v[i * 8 + 2 * j + 1];
+          v[i * 8 + 2 * j] = g0 / (1.0f + expf(-g0)) * f.x;
+          v[i * 8 + 2 * j + 1] = g1 / (1.0f + expf(-g1)) * f.y;
+        }
       }
     }
     float amax = 0.0f;
@@ -154,8 +210,13 @@ __global__ __launch_bounds__(256) void gemv_q4_kernel(TO *__restrict__ out, int6
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t rb = K / 2, gpr = K / 128;
-  for (int rg = blockIdx.x; rg * GEMV_WARPS * GEMV_R < rows; rg += gridDim.x) {
-    const int r0 = (rg * GEMV_WARPS + warp) * GEMV_R;
+  for (int rg = blockIdx.x; rg * GEMV_ROWS < a.rows_total; rg += gridDim.x) {
+    const int gr = rg * GEMV_ROWS + warp * GEMV_R;
+    const int m = gr >= a.row0[1] ? (gr >= a.row0[2] ? 2 : 1) : 0;
+    if (m >= a.n_mm) break;
+    const int r0 = gr - a.row0[m], rows = a.row0[m + 1] - a.row0[m];
+    const uint8_t *wq = a.wq[m];
+    const __half *ws = a.ws[m];
     float acc[GEMV_R][N];
 #pragma unroll
     for (int r = 0; r < GEMV_R; r++)
@@ -189,26 +250,34 @@ __global__ __launch_bounds__(256) void gemv_q4_kernel(TO *__restrict__ out, int6
 #pragma unroll
           for (int r = 0; r < GEMV_R; r++) {
             const uint4 w = wv[u][r];
-            int a = 0;
-            a = __dp4a((int)(w.x & 0x0F0F0F0Fu), (int)xa.x, a);
-            a = __dp4a((int)((w.x >> 4) & 0x0F0F0F0Fu), (int)xa.y, a);
-            a = __dp4a((int)(w.y & 0x0F0F0F0Fu), (int)xa.z, a);
-            a = __dp4a((int)((w.y >> 4) & 0x0F0F0F0Fu), (int)xa.w, a);
-            a = __dp4a((int)(w.z & 0x0F0F0F0Fu), (int)xb.x, a);
-            a = __dp4a((int)((w.z >> 4) & 0x0F0F0F0Fu), (int)xb.y, a);
-            a = __dp4a((int)(w.w & 0x0F0F0F0Fu), (int)xb.z, a);
-            a = __dp4a((int)((w.w >> 4) & 0x0F0F0F0Fu), (int)xb.w, a);
-            acc[r][n] = fmaf(sv[u][r], fmaf(d, (float)a, o), acc[r][n]);
+            int s = 0;
+            s = __dp4a((int)(w.x & 0x0F0F0F0Fu), (int)xa.x, s);
+            s = __dp4a((int)((w.x >> 4) & 0x0F0F0F0Fu), (int)xa.y, s);
+            s = __dp4a((int)(w.y & 0x0F0F0F0Fu), (int)xa.z, s);
+            s = __dp4a((int)((w.y >> 4) & 0x0F0F0F0Fu), (int)xa.w, s);
+            s = __dp4a((int)(w.z & 0x0F0F0F0Fu), (int)xb.x, s);
+            s = __dp4a((int)((w.z >> 4) & 0x0F0F0F0Fu), (int)xb.y, s);
+            s = __dp4a((int)(w.w & 0x0F0F0F0Fu), (int)xb.z, s);
+            s = __dp4a((int)((w.w >> 4) & 0x0F0F0F0Fu), (int)xb.w, s);
+            acc[r][n] = fmaf(sv[u][r], fmaf(d, (float)s, o), acc[r][n]);
           }
         }
       }
     }
+    TO *out = (TO *)a.out[m];
+    const float *bias = a.bias[m];
+    const int64_t ldo = a.ldo[m];
 #pragma unroll
     for (int r = 0; r < GEMV_R; r++) {
 #pragma unroll
       for (int n = 0; n < N; n++) {
         float v = warp_sum(acc[r][n]);
-        if (lane == 0 && r0 + r < rows) stf(out + (int64_t)n * ldo + r0 + r, v + (bias ? bias[r0 + r] : 0.0f));
+        if (lane == 0 && r0 + r < rows) {
+          TO *o = out + (int64_t)n * ldo + r0 + r;
+          v += bias ? bias[r0 + r] : 0.0f;
+          if (a.add) v += ldf(o);
+          stf(o, v);
+        }
       }
     }
   }
@@ -392,19 +461,21 @@ __global__ __launch_bounds__(256) void gemm_simt_kernel(TO *out, int64_t ldo, co
 
 /* ---- dispatch ------------------------------------------------------------------------------------ */
 
-template <int N, typename TO>
-static int gemv_attr(struct hb_ctx *ctx) {
-  return CU_OK(ctx, cudaFuncSetAttribute(gemv_q4_kernel<N, TO>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+template <int N, typename TO, int PRO>
+static int gemv_attr1(struct hb_ctx *ctx) {
+  return CU_OK(ctx, cudaFuncSetAttribute(gemv_q4_kernel<N, TO, PRO>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)ctx->smem_optin));
+}
+template <int N>
+static int gemv_attr(struct hb_ctx *ctx) {
+  return gemv_attr1<N, __half, PRO_PLAIN>(ctx) | gemv_attr1<N, __half, PRO_NORM>(ctx) |
+         gemv_attr1<N, __half, PRO_SILU>(ctx) | gemv_attr1<N, float, PRO_PLAIN>(ctx) |
+         gemv_attr1<N, float, PRO_NORM>(ctx) | gemv_attr1<N, float, PRO_SILU>(ctx);
 }
 
 int cu_matmul_init(struct hb_ctx *ctx) {
-  int bad = gemv_attr<1, __half>(ctx) | gemv_attr<2, __half>(ctx) | gemv_attr<3, __half>(ctx) |
-            gemv_attr<4, __half>(ctx) | gemv_attr<5, __half>(ctx) | gemv_attr<6, __half>(ctx) |
-            gemv_attr<7, __half>(ctx) | gemv_attr<8, __half>(ctx) | gemv_attr<1, float>(ctx) |
-            gemv_attr<2, float>(ctx) | gemv_attr<3, float>(ctx) | gemv_attr<4, float>(ctx) |
-            gemv_attr<5, float>(ctx) | gemv_attr<6, float>(ctx) | gemv_attr<7, float>(ctx) |
-            gemv_attr<8, float>(ctx);
+  int bad = gemv_attr<1>(ctx) | gemv_attr<2>(ctx) | gemv_attr<3>(ctx) | gemv_attr<4>(ctx) | gemv_attr<5>(ctx) |
+            gemv_attr<6>(ctx) | gemv_attr<7>(ctx) | gemv_attr<8>(ctx);
   bad |= CU_OK(ctx, cudaFuncSetAttribute(gemm_q4_kernel<__half>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)ctx->smem_optin));
   bad |= CU_OK(ctx, cudaFuncSetAttribute(gemm_q4_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -412,24 +483,70 @@ int cu_matmul_init(struct hb_ctx *ctx) {
   return bad;
 }
 
-template <typename TO>
-static void gemv_launch(struct hb_ctx *ctx, int n, TO *out, int64_t ldo, const __half *x, int64_t ldx,
-                        const struct hb_tensor *w, const float *bias) {
-  int rows = (int)w->rows, K = (int)w->cols;
-  size_t sm = gemv_smem(n, K);
-  int groups = (rows + GEMV_WARPS * GEMV_R - 1) / (GEMV_WARPS * GEMV_R);
+template <typename TO, int PRO>
+static void gemv_launch_t(struct hb_ctx *ctx, int n, const gemv_args &a) {
+  size_t sm = gemv_smem(n, a.K);
+  int groups = (a.rows_total + GEMV_ROWS - 1) / GEMV_ROWS;
   int per_sm = (int)((228 * 1024) / (sm + 1024));
   per_sm = per_sm < 1 ? 1 : (per_sm > 8 ? 8 : per_sm);
   int grid = groups < ctx->n_sm * per_sm ? groups : ctx->n_sm * per_sm;
-  const uint8_t *q = (const uint8_t *)w->data;
-  const __half *s = (const __half *)w->aux;
 #define GEMV_CASE(NN) \
-  case NN: gemv_q4_kernel<NN, TO><<<grid, 256, sm, ctx->stream>>>(out, ldo, x, ldx, q, s, bias, rows, K); break;
+  case NN: gemv_q4_kernel<NN, TO, PRO><<<grid, 256, sm, ctx->stream>>>(a); break;
   switch (n) {
     GEMV_CASE(1) GEMV_CASE(2) GEMV_CASE(3) GEMV_CASE(4) GEMV_CASE(5) GEMV_CASE(6) GEMV_CASE(7) GEMV_CASE(8)
   }
 #undef GEMV_CASE
   CU_LAUNCHED(ctx, "gemv_q4");
+}
+
+/* the fused decode GEMV: returns 0 when it launched, 1 when the shapes need the general path */
+int cu_gemv_fused(struct hb_ctx *ctx, int pro, const struct hb_tensor *x, const struct hb_tensor *x2,
+                  const struct hb_tensor *nw, float eps, float off, int n_mm, struct hb_tensor *const *outs,
+                  const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, int n, int add) {
+  if (ctx->exact || n < 1 || n > 8 || n_mm < 1 || n_mm > 3 || x->dtype != HB_F16 || x->cols % 8) return 1;
+  if (x2 && (x2->dtype != HB_F16 || x2->cols != x->cols)) return 1;
+  gemv_args a;
+  memset(&a, 0, sizeof a);
+  a.x = (const __half *)x->data;
+  a.x2 = x2 ? (const __half *)x2->data : NULL;
+  a.ldx = x->cols;
+  a.nw = nw ? nw->data : NULL;
+  a.nwdt = nw ? (int)nw->dtype : 0;
+  a.eps = eps;
+  a.off = off;
+  a.n_mm = n_mm;
+  a.K = (int)ws[0]->cols;
+  a.add = add;
+  enum hb_dtype odt = outs[0]->dtype;
+  int r = 0;
+  for (int i = 0; i < n_mm; i++) {
+    const struct hb_tensor *w = ws[i];
+    if (w->dtype != HB_Q4 || w->cols != a.K || outs[i]->dtype != odt || outs[i]->cols != w->rows ||
+        (i < n_mm - 1 && w->rows % GEMV_ROWS) || (biases && biases[i] && biases[i]->dtype != HB_F32))
+      return 1;
+    a.row0[i] = r;
+    r += (int)w->rows;
+    a.wq[i] = (const uint8_t *)w->data;
+    a.ws[i] = (const __half *)w->aux;
+    a.bias[i] = biases && biases[i] ? (const float *)biases[i]->data : NULL;
+    a.out[i] = outs[i]->data;
+    a.ldo[i] = outs[i]->cols;
+  }
+  for (int i = n_mm; i < 4; i++) a.row0[i] = r;
+  a.rows_total = r;
+  if (x->cols < a.K || (nw && nw->rows * nw->cols != a.K)) return 1;
+  if (odt == HB_F16) {
+    if (pro == PRO_NORM) gemv_launch_t<__half, PRO_NORM>(ctx, n, a);
+    else if (pro == PRO_SILU) gemv_launch_t<__half, PRO_SILU>(ctx, n, a);
+    else gemv_launch_t<__half, PRO_PLAIN>(ctx, n, a);
+  } else if (odt == HB_F32) {
+    if (pro == PRO_NORM) gemv_launch_t<float, PRO_NORM>(ctx, n, a);
+    else if (pro == PRO_SILU) gemv_launch_t<float, PRO_SILU>(ctx, n, a);
+    else gemv_launch_t<float, PRO_PLAIN>(ctx, n, a);
+  } else {
+    return 1;
+  }
+  return 0;
 }
 
 template <typename TX, typename TO>
@@ -474,9 +591,9 @@ void cu_matmul(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor
   int64_t ldo = out->cols, ldx = x->cols;
   if (x->dtype == HB_F16 && w->dtype == HB_Q4 && ldx % 8 == 0) {
     if (n <= 8) {
-      if (out->dtype == HB_F16) gemv_launch(ctx, n, (__half *)out->data, ldo, (const __half *)x->data, ldx, w, b);
-      else gemv_launch(ctx, n, (float *)out->data, ldo, (const __half *)x->data, ldx, w, b);
-      return;
+      struct hb_tensor *o1[1] = {out};
+      const struct hb_tensor *w1[1] = {w}, *b1[1] = {bias};
+      if (!cu_gemv_fused(ctx, PRO_PLAIN, x, NULL, NULL, 0.0f, 0.0f, 1, o1, w1, b1, n, 0)) return;
     }
     dim3 grid((unsigned)((w->rows + GM_BN - 1) / GM_BN), (unsigned)((n + GM_BM - 1) / GM_BM));
     size_t sm = gemm_smem(w->cols);
