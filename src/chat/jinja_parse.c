@@ -624,7 +624,11 @@ static int parse_body(struct parser *P, struct jnodes *body, const char *const *
   for (;;) {
     struct jtok *t = cur(P);
     if (t->kind == JT_EOF) {
-      if (ends) pfail(P, "unexpected end of template, expected '{%% %s %%}'", ends[0][0] == 'e' && ends[1] == NULL ? ends[0] : ends[0]);
+      if (ends) {
+        int last = 0;
+        while (ends[last + 1]) last++;
+        pfail(P, "unexpected end of template, expected '{%% %s %%}'", ends[last]);
+      }
       return -1;
     }
     if (t->kind == JT_TEXT) {
