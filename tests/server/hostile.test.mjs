@@ -1,0 +1,197 @@
+// tests/server/hostile.test.mjs — a raw-socket table of hostile and malformed requests. Each row
+// is sent on its own connection and must get its documented status (or, where noted, a closed
+// connection without a response); afterwards the server must still answer /health and shut down
+// cleanly. This table is the documentation of those statuses (README, "Errors and limits").
+import assert from 'node:assert/strict';
+import net from 'node:net';
+import { after, before, test } from 'node:test';
+
+import { CHAT, EMBED, getJSON, requirePrereqs, sleep, startServer } from './harness.mjs';
+
+requirePrereqs({ openai: false });
+
+const MAX_BODY = 65536;
+let srv;
+before(async () => {
+  srv = await startServer(['--timeout', '2', '--max-body', String(MAX_BODY), '--max-conns', '200']);
+});
+after(async () => {
+  const r = await srv.stop();
+  assert.equal(r.code, 0, `server exit status ${JSON.stringify(r)}`);
+});
+
+// Sends pieces (strings/Buffers, or numbers = pauses in ms) and collects the reply until the server
+// closes or waitMs passes. Returns the statuses seen and whether the server closed.
+function raw(pieces, { waitMs = 6000, halfClose = false } = {}) {
+  return new Promise((resolve) => {
+    const s = net.connect(srv.port, '127.0.0.1');
+    const bufs = [];
+    let done = false;
+    const finish = (closed) => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      s.destroy();
+      const text = Buffer.concat(bufs).toString('latin1');
+      const statuses = [...text.matchAll(/HTTP\/1\.[01] (\d{3}) [A-Z]/g)].map((m) => Number(m[1]));
+      resolve({ statuses, closed, text });
+    };
+    const timer = setTimeout(() => finish(false), waitMs);
+    s.on('data', (d) => bufs.push(d));
+    s.on('close', () => finish(true));
+    s.on('error', () => finish(true));
+    s.on('connect', async () => {
+      for (const p of [].concat(pieces)) {
+        if (typeof p === 'number') await sleep(p);
+        else if (!s.destroyed) s.write(p);
+      }
+      if (halfClose && !s.destroyed) s.end();
+    });
+  });
+}
+
+const H = () => `127.0.0.1:${srv.port}`;
+function req(method, path, { body, headers = {}, version = '1.1', host = true, ct = 'application/json' } = {}) {
+  const h = { ...(host ? { Host: H() } : {}), Connection: 'close', ...headers };
+  if (body !== undefined) {
+    if (ct) h['Content-Type'] = ct;
+    h['Content-Length'] = Buffer.byteLength(body);
+  }
+  let head = `${method} ${path} HTTP/${version}\r\n`;
+  for (const [k, v] of Object.entries(h)) if (v !== null) head += `${k}: ${v}\r\n`;
+  const b = Buffer.concat([Buffer.from(head + '\r\n', 'latin1'), Buffer.isBuffer(body) ? body : Buffer.from(body ?? '')]);
+  return b;
+}
+const chat = (o) => JSON.stringify({ model: CHAT, messages: [{ role: 'user', content: 'hi' }], max_tokens: 2, ...o });
+const post = (path, body, opt = {}) => req('POST', path, { body, ...opt });
+const C = '/v1/chat/completions';
+
+// [name, pieces (or a function returning them), expected status | 'close', options]
+const TABLE = [
+  ['bad JSON', () => post(C, '{"model":'), 400],
+  ['JSON array body', () => post(C, '[]'), 400],
+  ['JSON string body', () => post(C, '"hello"'), 400],
+  ['empty body', () => post(C, ''), 400],
+  ['NaN literal', () => post(C, '{"model":"tiny-chat","max_tokens":NaN}'), 400],
+  ['duplicate keys', () => post(C, '{"model":"tiny-chat","model":"x","messages":[]}'), 400],
+  ['deeply nested JSON', () => post(C, '['.repeat(5000) + ']'.repeat(5000)), 400],
+  ['invalid UTF-8 in a string', () => post(C, Buffer.concat([Buffer.from('{"model":"tiny-chat","messages":[{"role":"user","content":"'), Buffer.from([0xc3, 0x28, 0xff]), Buffer.from('"}]}')])), 400],
+  ['model missing', () => post(C, JSON.stringify({ messages: [{ role: 'user', content: 'hi' }] })), 400],
+  ['model is a number', () => post(C, chat({ model: 7 })), 400],
+  ['unknown model', () => post(C, chat({ model: 'gpt-17' })), 404],
+  ['embedding model for chat', () => post(C, chat({ model: EMBED })), 400],
+  ['messages not an array', () => post(C, chat({ messages: 'hi' })), 400],
+  ['messages empty', () => post(C, chat({ messages: [] })), 400],
+  ['message without role', () => post(C, chat({ messages: [{ content: 'hi' }] })), 400],
+  ['message with unknown role', () => post(C, chat({ messages: [{ role: 'wizard', content: 'hi' }] })), 400],
+  ['content is a number', () => post(C, chat({ messages: [{ role: 'user', content: 5 }] })), 400],
+  ['image content part', () => post(C, chat({ messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }] })), 400],
+  ['max_tokens is a string', () => post(C, chat({ max_tokens: '5' })), 400],
+  ['max_tokens negative', () => post(C, chat({ max_tokens: -1 })), 400],
+  ['max_tokens 1e300', () => post(C, chat({ max_tokens: 1e300 })), 400],
+  ['max_tokens beyond int64', () => post(C, chat().replace('"max_tokens":2', '"max_tokens":99999999999999999999999')), 400],
+  ['temperature too high', () => post(C, chat({ temperature: 5 })), 400],
+  ['temperature a string', () => post(C, chat({ temperature: 'hot' })), 400],
+  ['top_p zero', () => post(C, chat({ top_p: 0 })), 400],
+  ['n = 2', () => post(C, chat({ n: 2 })), 400],
+  ['five stop strings', () => post(C, chat({ stop: ['a', 'b', 'c', 'd', 'e'] })), 400],
+  ['stop is a number', () => post(C, chat({ stop: 3 })), 400],
+  ['logit_bias key not a number', () => post(C, chat({ logit_bias: { abc: 1 } })), 400],
+  ['logit_bias id outside the vocabulary', () => post(C, chat({ logit_bias: { 99999999: 1 } })), 400],
+  ['top_logprobs without logprobs', () => post(C, chat({ top_logprobs: 3 })), 400],
+  ['tools malformed', () => post(C, chat({ tools: [{ type: 'function' }] })), 400],
+  ['response_format json_schema', () => post(C, chat({ response_format: { type: 'json_schema' } })), 400],
+  ['prompt longer than the context', () => post('/v1/completions', JSON.stringify({ model: CHAT, prompt: Array(600).fill(9707) })), 400],
+  ['completion prompt token out of range', () => post('/v1/completions', JSON.stringify({ model: CHAT, prompt: [1, 2, 999999] })), 400],
+  ['completion prompt missing', () => post('/v1/completions', JSON.stringify({ model: CHAT })), 400],
+  ['completion echo', () => post('/v1/completions', JSON.stringify({ model: CHAT, prompt: 'x', echo: true })), 400],
+  ['embeddings dimensions 0', () => post('/v1/embeddings', JSON.stringify({ model: EMBED, input: 'x', dimensions: 0 })), 400],
+  ['embeddings encoding hex', () => post('/v1/embeddings', JSON.stringify({ model: EMBED, input: 'x', encoding_format: 'hex' })), 400],
+  ['embeddings input object', () => post('/v1/embeddings', JSON.stringify({ model: EMBED, input: {} })), 400],
+  ['embeddings with the chat model', () => post('/v1/embeddings', JSON.stringify({ model: CHAT, input: 'x' })), 400],
+  ['detokenize out of range', () => post('/detokenize', JSON.stringify({ model: CHAT, tokens: [-1] })), 400],
+  ['missing Content-Type', () => post(C, chat(), { ct: null }), 415],
+  ['text/plain Content-Type', () => post(C, chat(), { ct: 'text/plain' }), 415],
+  ['form Content-Type', () => post(C, chat(), { ct: 'application/x-www-form-urlencoded' }), 415],
+  ['charset parameter accepted', () => post('/tokenize', JSON.stringify({ model: CHAT, prompt: 'hi' }), { ct: 'application/json; charset=utf-8' }), 200],
+  ['Content-Length above the cap', () => req('POST', C, { headers: { 'Content-Type': 'application/json', 'Content-Length': '10000000' } }), 413],
+  ['chunked body above the cap', () => {
+    const chunk = 'x'.repeat(16384);
+    let s = `POST ${C} HTTP/1.1\r\nHost: ${H()}\r\nConnection: close\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n`;
+    for (let i = 0; i < 6; i++) s += `${chunk.length.toString(16)}\r\n${chunk}\r\n`;
+    return s + '0\r\n\r\n';
+  }, 413],
+  ['body just above the cap', () => post('/tokenize', JSON.stringify({ model: CHAT, prompt: 'y'.repeat(MAX_BODY) })), 413],
+  ['truncated body, then close', () => [req('POST', C, { headers: { 'Content-Type': 'application/json', 'Content-Length': '100' } }), '{"model":'], 'close', { halfClose: true }],
+  ['truncated body, then silence (timeout)', () => [req('POST', C, { headers: { 'Content-Type': 'application/json', 'Content-Length': '100' } }), '{"model":'], 'close'],
+  ['wrong Host', () => req('GET', '/health', { headers: { Host: 'evil.example.com' } }), 403],
+  ['wrong Host with loopback port', () => req('GET', '/health', { headers: { Host: `attacker.test:${srv.port}` } }), 403],
+  ['Host localhost', () => req('GET', '/health', { headers: { Host: `localhost:${srv.port}` } }), 200],
+  ['Host [::1]', () => req('GET', '/health', { headers: { Host: `[::1]:${srv.port}` } }), 200],
+  ['HTTP/1.1 without Host', () => req('GET', '/health', { host: false }), 400],
+  ['HTTP/1.0 without Host', () => req('GET', '/health', { host: false, version: '1.0' }), 200],
+  ['HTTP/1.0 chat', () => post(C, chat(), { version: '1.0' }), 200],
+  ['unknown route', () => req('GET', '/v2/everything'), 404],
+  ['unknown route, POST', () => post('/v1/assistants', '{}'), 404],
+  ['GET on a POST route', () => req('GET', C), 405],
+  ['DELETE a model', () => req('DELETE', `/v1/models/${CHAT}`), 405],
+  ['PUT /health', () => req('PUT', '/health', { body: '{}' }), 405],
+  ['OPTIONS preflight', () => req('OPTIONS', C), 405],
+  ['invalid UTF-8 in the path', () => Buffer.concat([Buffer.from('GET /v1/\xff\xfe HTTP/1.1\r\n', 'latin1'), Buffer.from(`Host: ${H()}\r\nConnection: close\r\n\r\n`)]), 404],
+  ['garbage request line', () => 'GARBAGE\r\n\r\n', 'close'],
+  ['HTTP/2.0 in the request line', () => req('GET', '/health', { version: '2.0' }), 505],
+  ['bad Content-Length', () => `POST ${C} HTTP/1.1\r\nHost: ${H()}\r\nContent-Type: application/json\r\nContent-Length: abc\r\n\r\n{}`, 400],
+  ['header flood (3000 headers)', () => {
+    let s = `GET /health HTTP/1.1\r\nHost: ${H()}\r\n`;
+    for (let i = 0; i < 3000; i++) s += `X-Flood-${i}: ${'a'.repeat(20)}\r\n`;
+    return s + '\r\n';
+  }, 431],
+  ['one 100 KB header', () => `GET /health HTTP/1.1\r\nHost: ${H()}\r\nX-Big: ${'b'.repeat(100000)}\r\n\r\n`, 431],
+  ['100 KB URL', () => `GET /${'u'.repeat(100000)} HTTP/1.1\r\nHost: ${H()}\r\n\r\n`, 414],
+  ['pipelined GETs', () => req('GET', '/health', { headers: { Connection: 'keep-alive' } }).toString() + req('GET', '/v1/models').toString(), [200, 200]],
+  ['pipelined POST then GET', () => post('/tokenize', JSON.stringify({ model: CHAT, prompt: 'a b c' }), { headers: { Connection: 'keep-alive' } }).toString('latin1') + req('GET', '/health').toString(), [200, 200]],
+  ['slowloris: partial headers, then silence', () => [`GET /health HTTP/1.1\r\nHost: ${H()}\r\n`, 'X-Slow: 1\r\n'], 'close'],
+  ['slowloris: a byte every 300 ms (completes)', () => [...`GET /health HTTP/1.1\r\nHost: ${H()}\r\nConnection: close\r\n\r\n`.slice(0, 12)].flatMap((c) => [c, 300]).concat([`${`GET /health HTTP/1.1\r\nHost: ${H()}\r\nConnection: close\r\n\r\n`.slice(12)}`]), 200, { waitMs: 9000 }],
+];
+
+test(`hostile table has >= 40 rows (${TABLE.length})`, () => assert.ok(TABLE.length >= 40));
+
+for (const [name, make, want, opt] of TABLE) {
+  test(`${name} -> ${Array.isArray(want) ? want.join(',') : want}`, async () => {
+    const r = await raw(make(), opt);
+    if (want === 'close') {
+      assert.equal(r.statuses.length, 0, `unexpected response: ${r.text.slice(0, 200)}`);
+      assert.ok(r.closed, 'the server should have closed the connection');
+    } else if (Array.isArray(want)) {
+      assert.deepEqual(r.statuses, want, r.text.slice(0, 300));
+    } else {
+      assert.equal(r.statuses[0], want, r.text.slice(0, 300));
+      if (want >= 400 && want !== 431 && want !== 414 && want !== 505 && !(want === 400 && /GARBAGE|Content-Length: abc|Host/.test(name))) {
+        const body = r.text.slice(r.text.indexOf('\r\n\r\n') + 4);
+        if (body.trim().startsWith('{')) assert.ok(JSON.parse(body).error.message, 'OpenAI error object');
+      }
+    }
+  });
+}
+
+test('100 idle half-open connections do not starve /health', async () => {
+  const socks = [];
+  for (let i = 0; i < 100; i++) {
+    const s = net.connect(srv.port, '127.0.0.1');
+    s.on('error', () => {});
+    s.write(`GET /health HTTP/1.1\r\nHost: ${H()}\r\n`);
+    socks.push(s);
+  }
+  await sleep(200);
+  const h = await getJSON(srv, '/health');
+  assert.equal(h.status, 200);
+  for (const s of socks) s.destroy();
+});
+
+test('still healthy after the table', async () => {
+  const h = await getJSON(srv, '/health');
+  assert.equal(h.status, 200);
+  assert.deepEqual(h.body, { status: 'ok' });
+  const st = await getJSON(srv, '/status');
+  assert.equal(st.body.models.find((m) => m.id === CHAT).slots_busy, 0);
+});
