@@ -174,6 +174,10 @@ float hearth_logprob(const float *logits, int n_vocab, int32_t id);
 
 /* ---- misc -------------------------------------------------------------------------- */
 
+/* A model directory as given, or a Hugging Face repo id ("Org/Name") found in the local Hub cache
+ * ($HF_HUB_CACHE, $HF_HOME/hub or ~/.cache/huggingface/hub; snapshot of refs/main). No downloads. */
+int hearth_resolve_model_dir(const char *path_or_repo, char *out, size_t cap, struct hearth_err *err);
+
 const char *hearth_status_name(int code);
 const char *hearth_version(void);
 

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "load/hub.h"
 #include "model/model.h"
 #include "runtime/kv_cache.h"
 
@@ -132,7 +133,10 @@ int hearth_model_load(const struct hearth_model_params *p, struct hearth_model *
   struct hearth_model *m = calloc(1, sizeof *m);
   if (!m) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
   pthread_mutex_init(&m->forward_mu, NULL);
-  int rc = hf_config_load(p->path, &m->cfg, err);
+  char dir[4096];
+  int rc = hub_resolve(p->path, dir, sizeof dir, err);
+  if (rc) goto fail;
+  rc = hf_config_load(dir, &m->cfg, err);
   if (rc) goto fail;
   switch (m->cfg.family) {
   case HEARTH_FAMILY_QWEN2: m->fam = &family_qwen2; break;
@@ -146,7 +150,7 @@ int hearth_model_load(const struct hearth_model_params *p, struct hearth_model *
   m->w.layers = calloc((size_t)m->cfg.num_hidden_layers, sizeof *m->w.layers);
   if (!m->w.layers) { rc = err_set(err, HEARTH_ERR_NOMEM, "out of memory"); goto fail; }
   struct st_set *st = NULL;
-  if ((rc = st_open_dir(p->path, &st, err))) goto fail;
+  if ((rc = st_open_dir(dir, &st, err))) goto fail;
   rc = m->fam->bind(m, st, p->dtype, err);
   st_close(st);
   if (rc) goto fail;

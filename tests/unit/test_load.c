@@ -176,6 +176,28 @@ TEST_GROUP(model_binding_errors) {
   CHECKF(strstr(err.msg, "config.json"), "%s", err.msg);
 }
 
+TEST_GROUP(hub_cache) {
+  char d[512], p[600], out[1024], cmd[1400];
+  struct hearth_err err = {0};
+  snprintf(d, sizeof d, "%s/hub/models--Org--Tiny/snapshots/abc123", g_dir);
+
+  snprintf(cmd, sizeof cmd, "mkdir -p %s %s/hub/models--Org--Tiny/refs", d, g_dir);
+  REQUIRE(system(cmd) == 0);
+  snprintf(p, sizeof p, "%s/hub/models--Org--Tiny/refs/main", g_dir);
+  FILE *f = fopen(p, "w");
+  REQUIRE(f);
+  fputs("abc123\n", f);
+  fclose(f);
+  snprintf(p, sizeof p, "%s/hub", g_dir);
+  setenv("HF_HUB_CACHE", p, 1);
+  CHECKF(hearth_resolve_model_dir("Org/Tiny", out, sizeof out, &err) == 0, "%s", err.msg);
+  CHECKF(!strcmp(out, d), "%s", out);
+  CHECK(hearth_resolve_model_dir("Org/Missing", out, sizeof out, &err) == HEARTH_ERR_IO && strstr(err.msg, "Org/Missing"));
+  CHECK(hearth_resolve_model_dir(g_dir, out, sizeof out, &err) == 0 && !strcmp(out, g_dir));
+  CHECK(hearth_resolve_model_dir("/nonexistent/dir/x", out, sizeof out, &err) == HEARTH_ERR_IO);
+  unsetenv("HF_HUB_CACHE");
+}
+
 static void setup(void) {
   snprintf(g_dir, sizeof g_dir, "/tmp/hearth_test_load_%d", (int)getpid());
   mkdir(g_dir, 0700);
@@ -185,6 +207,8 @@ static void all_setup_corrupt_safetensors(void) { setup(); corrupt_safetensors()
 static void all_setup_corrupt_index(void) { setup(); corrupt_index(); }
 static void all_setup_config_errors(void) { setup(); config_errors(); }
 static void all_setup_model_binding_errors(void) { setup(); model_binding_errors(); }
+static void all_setup_hub_cache(void) { setup(); hub_cache(); }
 
 TEST_MAIN({"corrupt_safetensors", all_setup_corrupt_safetensors}, {"corrupt_index", all_setup_corrupt_index},
-          {"config_errors", all_setup_config_errors}, {"model_binding_errors", all_setup_model_binding_errors})
+          {"config_errors", all_setup_config_errors}, {"model_binding_errors", all_setup_model_binding_errors},
+          {"hub_cache", all_setup_hub_cache})
