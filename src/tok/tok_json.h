@@ -11,9 +11,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* hearth.h uses these tags in prototypes before declaring them; declare them first. */
-struct hearth_model;
-struct hearth_session;
 #include "hearth.h"
 
 enum tj_type { TJ_NULL, TJ_FALSE, TJ_TRUE, TJ_NUM, TJ_STR, TJ_ARR, TJ_OBJ };

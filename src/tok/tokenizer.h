@@ -24,9 +24,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* hearth.h uses these tags in prototypes before declaring them; declare them first. */
-struct hearth_model;
-struct hearth_session;
 #include "hearth.h"
 
 struct tok;
