@@ -68,6 +68,8 @@ struct hearth_model {
   pthread_mutex_t forward_mu; /* one forward pass at a time */
   /* host staging for a batch */
   int32_t *b_pos, *b_seq, *b_bt, *b_len, *b_out;
+  int32_t *b_ids;   /* [max_tokens] token ids of the batch */
+  float *b_outbuf;  /* [max_seqs × max(vocab, d)] host copy of the batch's outputs */
   int max_seqs, max_blocks_per_seq;
   char family_name[16];
 };

@@ -45,7 +45,10 @@ static int alloc_scratch(struct hearth_model *m, struct hearth_err *err) {
   m->b_out = malloc(O * sizeof(int32_t));
   m->b_len = malloc(O * sizeof(int32_t));
   m->b_bt = malloc((size_t)O * (size_t)m->max_blocks_per_seq * sizeof(int32_t));
-  if (!m->b_pos || !m->b_seq || !m->b_out || !m->b_len || !m->b_bt) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
+  m->b_ids = malloc(T * sizeof(int32_t));
+  size_t outw = (size_t)(c->vocab_size > c->hidden_size ? c->vocab_size : c->hidden_size);
+  m->b_outbuf = malloc((size_t)O * outw * sizeof(float));
+  if (!m->b_pos || !m->b_seq || !m->b_out || !m->b_len || !m->b_bt || !m->b_ids || !m->b_outbuf) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
   return 0;
 }
 
@@ -55,6 +58,7 @@ static void free_scratch(struct hearth_model *m) {
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     if (all[i]->data) m->be->release(m->bctx, all[i]);
   free(m->b_pos); free(m->b_seq); free(m->b_out); free(m->b_len); free(m->b_bt);
+  free(m->b_ids); free(m->b_outbuf);
 }
 
 static void release_weights(struct hearth_model *m) {

@@ -139,14 +139,12 @@ static int session_forward(struct hearth_session **ss, int n, const int32_t *con
   int done[64];
   if (n > m->max_seqs) return err_set(err, HEARTH_ERR_ARG, "at most %d sessions per step", m->max_seqs);
   memset(done, 0, sizeof done);
-  int32_t *ids = malloc((size_t)T * sizeof *ids);
-  int32_t *slot_of = malloc((size_t)n * sizeof *slot_of); /* session -> batch sequence index */
   int outw = want_hidden ? m->cfg.hidden_size : m->cfg.vocab_size;
-  float *outbuf = malloc((size_t)m->max_seqs * (size_t)outw * sizeof *outbuf);
   int rc = 0, start[64];
   for (int i = 0; i < n; i++) start[i] = ss[i]->n_tokens;
-  if (!ids || !slot_of || !outbuf) { rc = err_set(err, HEARTH_ERR_NOMEM, "out of memory"); goto out; }
-  pthread_mutex_lock(&m->forward_mu);
+  pthread_mutex_lock(&m->forward_mu); /* guards the model's batch staging (b_*, b_ids, b_outbuf) */
+  int32_t *ids = m->b_ids;
+  float *outbuf = m->b_outbuf;
   for (;;) {
     int nt = 0, nseq = 0, nout = 0;
     int owner[64];
@@ -156,7 +154,6 @@ static int session_forward(struct hearth_session **ss, int n, const int32_t *con
       int take = left < T - nt ? left : T - nt;
       struct hearth_session *s = ss[i];
       int sq = nseq++;
-      slot_of[i] = sq;
       memcpy(m->b_bt + (size_t)sq * MB, s->blocks, (size_t)s->n_blocks * sizeof(int32_t));
       for (int t = 0; t < take; t++) {
         int p = s->n_tokens + t;
@@ -189,10 +186,6 @@ static int session_forward(struct hearth_session **ss, int n, const int32_t *con
   pthread_mutex_unlock(&m->forward_mu);
   if (rc) for (int i = 0; i < n; i++) truncate_to(ss[i], start[i]); /* KV past start is unreliable */
   if (!rc && !want_hidden) for (int i = 0; i < n; i++) key_full_blocks(ss[i]);
-out:
-  free(ids);
-  free(slot_of);
-  free(outbuf);
   return rc;
 }
 
