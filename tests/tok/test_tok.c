@@ -363,6 +363,7 @@ TEST_GROUP(invalid_utf8) {
 
 TEST_GROUP(api) {
   struct tok *q = load_named("qwen3"), *g = load_named("gemma3"), *g4 = load_named("gemma4");
+  if (!q || !g || !g4) tok_free(q), tok_free(g), tok_free(g4);
   REQUIRE(q && g && g4);
   CHECK(tok_vocab_size(q) == 151669);
   CHECK(tok_find_token(q, "<|im_start|>", 12) == 151644);
