@@ -350,6 +350,7 @@ static struct jv sorted(struct jctx *c, int line, struct jv list, struct jv *key
   struct jarena *a = jctx_arena(c);
   size_t n = list.u.l->n;
   struct jv out = jv_list_new(a, n);
+  if (n == 0) return out;
   memcpy(out.u.l->v, list.u.l->v, n * sizeof(struct jv));
   out.u.l->n = n;
   struct jv *k = jarena_alloc(a, (n + 1) * sizeof *k);

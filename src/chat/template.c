@@ -39,7 +39,7 @@ static int load_common(const char *source, size_t len, json_t *tokens, struct ch
     chat_template_free(t);
     return err_set(err, HEARTH_ERR_NOMEM, "out of memory loading a chat template");
   }
-  memcpy(t->source, source, len);
+  if (len) memcpy(t->source, source, len);
   t->source[len] = 0;
   int rc = jinja_parse(source, len, &t->prog, err);
   if (rc) {
