@@ -187,8 +187,11 @@ static int chat_produce(void *ctx, struct sbuf *out) {
     json_object_set_new(delta, "reasoning_content", json_stringn(c->d.reasoning.p, c->d.reasoning.n));
   if (c->d.content.n)
     json_object_set_new(delta, "content", json_stringn(c->d.content.p, c->d.content.n));
-  if (c->d.tool_calls) {
-    c->n_tool_calls += (int)json_array_size(c->d.tool_calls);
+  if (c->d.tool_calls) { /* streamed tool calls carry their index */
+    size_t i;
+    json_t *call;
+    json_array_foreach(c->d.tool_calls, i, call)
+      json_object_set_new(call, "index", json_integer(c->n_tool_calls++));
     json_object_set(delta, "tool_calls", c->d.tool_calls);
   }
   json_t *lp = c->o.logprobs && c->g.n_ev ? json_pack("{s:o}", "content", events_logprobs(c)) : NULL;
@@ -313,12 +316,18 @@ enum MHD_Result ep_chat_completions(struct http_req *r) {
   int32_t *ids = NULL;
   int n = 0;
   rc = textio_encode(m->tio, prompt_text, strlen(prompt_text), 0, &ids, &n, &err);
+  if (!rc) rc = textio_parser_new(m->tio, tools != NULL, prompt_text, &c->parser, &err);
   free(prompt_text);
-  if (rc) { free(c); return http_reply_error(r, 500, NULL, NULL, "%s", err.msg); }
-  if (gen_start(r, m, ids, n, &c->o, &c->g, &ret)) { free(c); return ret; }
-  if (textio_parser_new(m->tio, tools != NULL, &c->parser, &err)) {
-    chat_free(c);
+  if (rc) {
+    free(ids);
+    textio_parser_free(c->parser);
+    free(c);
     return http_reply_error(r, 500, NULL, NULL, "%s", err.msg);
+  }
+  if (gen_start(r, m, ids, n, &c->o, &c->g, &ret)) {
+    textio_parser_free(c->parser);
+    free(c);
+    return ret;
   }
   gen_id(c->id, sizeof c->id, "chatcmpl");
   snprintf(c->model, sizeof c->model, "%s", m->id);

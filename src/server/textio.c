@@ -155,13 +155,61 @@ int textio_detok_flush(struct textio_detok *d, struct sbuf *out, struct hearth_e
 
 /* ---- output parsing ---------------------------------------------------------------------- */
 
+#ifdef TEXTIO_HAVE_PARSE
+struct textio_parser {
+  struct chat_parser *p;
+};
+
+int textio_parser_new(const struct textio *t, int tools, const char *prompt,
+                      struct textio_parser **out, struct hearth_err *err) {
+  struct textio_parser *p = calloc(1, sizeof *p);
+  if (!p) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
+  struct chat_parser_opts o;
+  memset(&o, 0, sizeof o);
+  if (t->tmpl) chat_parser_opts_for(t->tmpl, prompt ? prompt : "", &o);
+  o.no_tools = !tools;
+  int rc = chat_parser_new(&o, &p->p, err);
+  if (rc) { free(p); return rc; }
+  *out = p;
+  return 0;
+}
+
+void textio_parser_free(struct textio_parser *p) {
+  if (!p) return;
+  chat_parser_free(p->p);
+  free(p);
+}
+
+int textio_parser_feed(struct textio_parser *p, const char *text, size_t len, int final,
+                       struct textio_delta *d, struct hearth_err *err) {
+  struct chat_delta cd = {0}, fd = {0};
+  int rc = chat_parser_push(p->p, text, len, &cd, err);
+  if (!rc && final) rc = chat_parser_finish(p->p, &fd, err);
+  if (!rc) {
+    if (sbuf_adds(&d->content, cd.content ? cd.content : "") ||
+        sbuf_adds(&d->content, fd.content ? fd.content : "") ||
+        sbuf_adds(&d->reasoning, cd.reasoning ? cd.reasoning : "") ||
+        sbuf_adds(&d->reasoning, fd.reasoning ? fd.reasoning : ""))
+      rc = err_set(err, HEARTH_ERR_NOMEM, "out of memory");
+    size_t n = json_array_size(cd.tool_calls) + json_array_size(fd.tool_calls);
+    if (!rc && n) {
+      if (!d->tool_calls) d->tool_calls = json_array();
+      json_array_extend(d->tool_calls, cd.tool_calls);
+      if (fd.tool_calls) json_array_extend(d->tool_calls, fd.tool_calls);
+    }
+  }
+  chat_delta_clear(&cd);
+  chat_delta_clear(&fd);
+  return rc;
+}
+#else
 struct textio_parser {
   int tools;
 };
 
-int textio_parser_new(const struct textio *t, int tools, struct textio_parser **out,
-                      struct hearth_err *err) {
-  (void)t;
+int textio_parser_new(const struct textio *t, int tools, const char *prompt,
+                      struct textio_parser **out, struct hearth_err *err) {
+  (void)t; (void)prompt;
   struct textio_parser *p = calloc(1, sizeof *p);
   if (!p) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
   p->tools = tools;
@@ -177,6 +225,7 @@ int textio_parser_feed(struct textio_parser *p, const char *text, size_t len, in
   if (sbuf_add(&d->content, text, len)) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
   return 0;
 }
+#endif
 
 void textio_delta_reset(struct textio_delta *d) {
   sbuf_reset(&d->content);

@@ -53,9 +53,10 @@ struct textio_delta {
                              function: {name?, arguments}} completed or extended by this feed */
 };
 struct textio_parser;
-/* tools: the request declared tools (tool-call markup is parsed only then). */
-int textio_parser_new(const struct textio *t, int tools, struct textio_parser **out,
-                      struct hearth_err *err);
+/* tools: the request declared tools (tool-call markup is parsed only then). prompt: the rendered
+ * prompt (a prompt ending inside an open <think> starts the output in reasoning). */
+int textio_parser_new(const struct textio *t, int tools, const char *prompt,
+                      struct textio_parser **out, struct hearth_err *err);
 void textio_parser_free(struct textio_parser *p);
 /* Feeds model text; fills d (the caller resets it between feeds). final: the text has ended,
  * flush everything held back. */
