@@ -58,7 +58,7 @@ struct gen_req {
   struct gen_event *ev;
   int n_ev, cap_ev;
   enum gen_finish finish;
-  char errmsg[256];
+  char errmsg[600];
   int n_cached;                  /* prompt tokens found in the slot's session (prefix reuse) */
   /* control */
   atomic_int cancel;             /* set by the reader: stop generating */

@@ -48,7 +48,7 @@ struct gen_reader {
   int fd;                  /* client socket (disconnect check); -1 = none */
   int done;
   const char *finish;      /* "stop" | "length" once done; NULL with errmsg on failure */
-  char errmsg[256];
+  char errmsg[600];
   /* tokens taken by the last gen_reader_next */
   struct gen_event ev[64];
   int n_ev;

@@ -78,7 +78,7 @@ int v_str(json_t *obj, const char *key, int required, const char *def, const cha
 
 int v_enum(json_t *obj, const char *key, const char *const *allowed, const char *def,
            const char **out, struct verr *e) {
-  const char *s;
+  const char *s = NULL;
   if (v_str(obj, key, 0, def, &s, e)) return -1;
   if (!s) { *out = NULL; return 0; }
   for (int i = 0; allowed[i]; i++)
