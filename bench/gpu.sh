@@ -50,10 +50,16 @@ CC="gcc -std=c11 -O2 -D_GNU_SOURCE -fno-strict-aliasing -DHEARTH_HAVE_CUDA=1 -Ii
 echo "build: $(( $(date +%s) - t0 )) s"
 rc=0
 if [ "$what" = all ] || [ "$what" = tests ]; then
-  $B/test_cuda_ops 2>&1 | tee "$OUT/test.log" | grep -v "^  \(matmul\|rope\|gather\)" ; rc=${PIPESTATUS[0]}
+  timeout 80 $B/test_cuda_ops 2>&1 | tee "$OUT/test.log" | grep -v "^  \(matmul\|rope\|gather\)" ; rc=${PIPESTATUS[0]}
   grep -E "FAIL|CHECK failed" "$OUT/test.log" | head -40
 fi
 if [ "$what" = all ] || [ "$what" = bench ]; then
-  $B/bench_cuda $bargs 2>&1 | tee "$OUT/bench.log" || rc=1
+  : >"$OUT/bench.log"
+  # one process per part, each time-boxed, so that a failure in one still leaves the others' numbers
+  parts=$bargs; [ "$bargs" = all ] && parts="3b 0.5b gemv"
+  for p in $parts; do
+    case $p in 3b) tl=120 ;; 0.5b) tl=70 ;; *) tl=50 ;; esac
+    timeout $tl $B/bench_cuda "$p" 2>&1 | tee -a "$OUT/bench.log" || rc=1
+  done
 fi
 exit $rc

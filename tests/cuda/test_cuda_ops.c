@@ -270,7 +270,7 @@ static void check_attention(int n_seqs, const int *ctx, const int *new_tok, int 
   G->rope_neox(gc, &k.g, &st.b, n_kv, hd, hd, 1000000.0f);
   char what[128];
   snprintf(what, sizeof what, "rope_neox q (%d tokens, hd %d)", n, hd);
-  cmp(&q, n, what, g_exact ? 1e-5 : 2e-3);
+  cmp(&q, n, what, g_exact ? 2e-5 : 2e-3);
   C->kv_write(cc, &kv.c, &k.c, &v.c, &st.b);
   G->kv_write(gc, &kv.g, &k.g, &v.g, &st.b);
   struct hb_attn_params ap = {n_heads, n_kv, hd, 1.0f / sqrtf((float)hd), window, softcap};
@@ -332,7 +332,7 @@ static void run_all(int exact) {
   double mg = exact ? 1e-5 : 4e-3;    /* q4: f16 tensor-core GEMM */
   double md = exact ? 1e-5 : 4e-3;    /* dense weights, f16 activations */
   double ew = exact ? 1e-6 : 1e-3;    /* elementwise in f16 */
-  double at = exact ? 2e-5 : 4e-3;
+  double at = exact ? 5e-5 : 4e-3;
   for (int n = 1; n <= 8; n++) check_matmul(HB_Q4, 384, 1024, n, n == 3, mt);
   check_matmul(HB_Q4, 2560, 2048, 1, 1, mt);
   check_matmul(HB_Q4, 2048, 11008, 4, 0, mt);
@@ -421,6 +421,92 @@ TEST_GROUP(graph) {
   teardown();
 }
 
+/* the fused decode entry points of cuda_backend.h against the CPU op sequences they stand for */
+TEST_GROUP(fused) {
+  if (setup(0)) return;
+  struct hearth_err err = {0};
+  for (int n = 1; n <= 8; n += 7) {
+    int K = 1024, rows[3] = {512, 128, 72};
+    struct pair x, nw, w[3], b[3], o[3], xn, t;
+    pair_rand(&x, HB_F32, n, K, 3.0f);
+    weight_pair(&nw, HB_F32, 1, K, 1.0f);
+    pair_alloc(&xn, HB_F32, n, K);
+    for (int i = 0; i < 3; i++) {
+      weight_pair(&w[i], HB_Q4, rows[i], K, 0.5f);
+      weight_pair(&b[i], HB_F32, 1, rows[i], 0.5f);
+      pair_alloc(&o[i], HB_F32, n, rows[i]);
+      pair_poison(&o[i]);
+    }
+    C->rmsnorm(cc, &xn.c, &x.c, &nw.c, 1e-6f, 0.0f);
+    for (int i = 0; i < 3; i++) C->matmul(cc, &o[i].c, &xn.c, &w[i].c, &b[i].c, n);
+    struct hb_tensor *og[3] = {&o[0].g, &o[1].g, &o[2].g};
+    const struct hb_tensor *wg[3] = {&w[0].g, &w[1].g, &w[2].g}, *bg[3] = {&b[0].g, &b[1].g, &b[2].g};
+    hb_cuda_norm_matmul(gc, &x.g, &nw.g, 1e-6f, 0.0f, 3, og, wg, bg, n, 0);
+    for (int i = 0; i < 3; i++) {
+      char what[64];
+      snprintf(what, sizeof what, "norm_matmul n=%d out %d", n, i);
+      cmp(&o[i], n, what, 1.5e-2);
+    }
+    /* o[0] += xn · w0ᵀ (no norm, add) */
+    pair_alloc(&t, HB_F32, n, rows[0]);
+    C->matmul(cc, &t.c, &xn.c, &w[0].c, NULL, n);
+    C->add(cc, &o[0].c, &t.c, n);
+    C->rmsnorm(cc, &xn.c, &x.c, &nw.c, 1e-6f, 0.0f);
+    G->rmsnorm(gc, &xn.g, &x.g, &nw.g, 1e-6f, 0.0f);
+    struct hb_tensor *o1[1] = {&o[0].g};
+    const struct hb_tensor *w1[1] = {&w[0].g};
+    hb_cuda_norm_matmul(gc, &xn.g, NULL, 0.0f, 0.0f, 1, o1, w1, NULL, n, 1);
+    cmp(&o[0], n, n == 1 ? "matmul+add n=1" : "matmul+add n=8", 1.5e-2);
+    /* silu(gate) * up -> down (+ residual) */
+    struct pair gt, up, wd, r;
+    pair_rand(&gt, HB_F32, n, 1536, 3.0f);
+    pair_rand(&up, HB_F32, n, 1536, 2.0f);
+    weight_pair(&wd, HB_Q4, 256, 1536, 0.5f);
+    pair_rand(&r, HB_F32, n, 256, 5.0f);
+    struct pair h, t2;
+    pair_alloc(&h, HB_F32, n, 1536);
+    pair_alloc(&t2, HB_F32, n, 256);
+    C->silu_mul(cc, &h.c, &gt.c, &up.c, n);
+    C->matmul(cc, &t2.c, &h.c, &wd.c, NULL, n);
+    C->add(cc, &r.c, &t2.c, n);
+    hb_cuda_silu_matmul(gc, &gt.g, &up.g, &r.g, &wd.g, n, 1);
+    cmp(&r, n, n == 1 ? "silu_matmul+add n=1" : "silu_matmul+add n=8", 1.5e-2);
+    pair_free(&gt); pair_free(&up); pair_free(&wd); pair_free(&r); pair_free(&h); pair_free(&t2);
+    pair_free(&x); pair_free(&nw); pair_free(&xn); pair_free(&t);
+    for (int i = 0; i < 3; i++) { pair_free(&w[i]); pair_free(&b[i]); pair_free(&o[i]); }
+  }
+  /* rope + kv_write in one launch, checked through attention over the written cache */
+  {
+    int bs = 16, max_blocks = 64, n_heads = 16, n_kv = 2, hd = 128;
+    struct kvpair kv;
+    kv_alloc(&kv, 2 * max_blocks, bs, n_kv, hd);
+    struct tb pre;
+    int zero[2] = {0, 0}, nt[2] = {37, 90};
+    make_batch(&pre, 2, zero, nt, bs, max_blocks);
+    int n = pre.b.n_tokens;
+    struct pair q, k, v, o;
+    pair_rand(&q, HB_F32, n, n_heads * hd, 1.5f);
+    pair_rand(&k, HB_F32, n, n_kv * hd, 1.5f);
+    pair_rand(&v, HB_F32, n, n_kv * hd, 1.0f);
+    pair_alloc(&o, HB_F32, n, n_heads * hd);
+    pair_poison(&o);
+    C->batch_upload(cc, &pre.b, &err);
+    G->batch_upload(gc, &pre.b, &err);
+    C->rope_neox(cc, &q.c, &pre.b, n_heads, hd, hd, 1000000.0f);
+    C->rope_neox(cc, &k.c, &pre.b, n_kv, hd, hd, 1000000.0f);
+    C->kv_write(cc, &kv.c, &k.c, &v.c, &pre.b);
+    hb_cuda_rope_kv_write(gc, &q.g, &k.g, &v.g, &kv.g, &pre.b, n_heads, hd, 1000000.0f);
+    cmp(&q, n, "rope_kv_write: q", 2e-3);
+    struct hb_attn_params ap = {n_heads, n_kv, hd, 1.0f / sqrtf((float)hd), 0, 0.0f};
+    C->attention(cc, &o.c, &q.c, &kv.c, &pre.b, &ap);
+    G->attention(gc, &o.g, &q.g, &kv.g, &pre.b, &ap);
+    cmp(&o, n, "rope_kv_write: attention over the cache", 4e-3);
+    pair_free(&q); pair_free(&k); pair_free(&v); pair_free(&o);
+    kv_free(&kv);
+  }
+  teardown();
+}
+
 /* no GPU: init must fail with a message, not crash (runs anywhere) */
 TEST_GROUP(init_error) {
   struct hearth_err err = {0};
@@ -431,4 +517,4 @@ TEST_GROUP(init_error) {
   CHECK(rc != 0 && x == NULL && err.msg[0]);
 }
 
-TEST_MAIN(T(exact), T(fast), T(graph), T(init_error))
+TEST_MAIN(T(exact), T(fast), T(fused), T(graph), T(init_error))

@@ -79,7 +79,7 @@ __global__ void rope_kv_kernel(T *q, const T *k, const T *v, KT *kc, KT *vc, con
       int i = (int)(j % half);
       T *x = q + (int64_t)t * n_heads * hd + (j / half) * hd;
       float sn, cs;
-      sincosf((float)p * (1.0f / powf(theta, (float)(2 * i) / (float)n_rot)), &sn, &cs);
+      sincosf((float)p * (1.0f / rope_pow(theta, (float)(2 * i) / (float)n_rot)), &sn, &cs);
       float a = ldf(x + i), bb = ldf(x + i + half);
       stf(x + i, a * cs - bb * sn);
       stf(x + i + half, bb * cs + a * sn);
@@ -98,7 +98,7 @@ __global__ void rope_kv_kernel(T *q, const T *k, const T *v, KT *kc, KT *vc, con
     if (d < n_rot) {
       int i = d < half ? d : d - half;
       float sn, cs;
-      sincosf((float)p * (1.0f / powf(theta, (float)(2 * i) / (float)n_rot)), &sn, &cs);
+      sincosf((float)p * (1.0f / rope_pow(theta, (float)(2 * i) / (float)n_rot)), &sn, &cs);
       float a = ldf(x + i), bb = ldf(x + i + half);
       val = d < half ? a * cs - bb * sn : bb * cs + a * sn;
     }

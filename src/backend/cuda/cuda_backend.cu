@@ -299,12 +299,12 @@ static int cuda_batch_upload(struct hb_ctx *c, struct hb_batch *b, struct hearth
   if (c->capturing) return cu_err_set(err, HEARTH_ERR_ARG, "cuda: batch_upload inside a graph capture");
   int64_t nt = b->n_tokens, ns = b->n_seqs, nbt = (int64_t)b->n_seqs * b->max_blocks, no = b->n_out;
   int64_t ct = c->cap_tok, cs = c->cap_seq, cb = c->cap_bt;
-  int64_t ct0 = ct;
-  if (grow_i32(c, &c->b_pos, &ct, nt)) return report(c, err);
+  int64_t ct0 = ct, need_tok = nt > no ? nt : no; /* pos, seq and out_rows share one capacity */
+  if (grow_i32(c, &c->b_pos, &ct, need_tok)) return report(c, err);
   ct = ct0;
-  if (grow_i32(c, &c->b_seq, &ct, nt)) return report(c, err);
+  if (grow_i32(c, &c->b_seq, &ct, need_tok)) return report(c, err);
   ct = ct0;
-  if (grow_i32(c, &c->b_out, &ct, nt > no ? nt : no)) return report(c, err);
+  if (grow_i32(c, &c->b_out, &ct, need_tok)) return report(c, err);
   c->cap_tok = (int)ct;
   if (grow_i32(c, &c->b_seqlen, &cs, ns)) return report(c, err);
   c->cap_seq = (int)cs;

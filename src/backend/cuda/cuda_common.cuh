@@ -87,6 +87,10 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+/* powf(b, e) rounded as the host's correctly rounded powf: computed in double, then rounded, so
+ * rotary frequencies match the CPU reference bit for bit (CUDA's powf is within 2 ulp) */
+__device__ __forceinline__ float rope_pow(float b, float e) { return (float)pow((double)b, (double)e); }
+
 /* ---- the int4 device layout (see matmul_q4.cu for the picture) ------------------------------
  * data: [rows][cols/2] bytes, each run of 32 weights (16 bytes) permuted so that 32-bit word t
  * (t = 0..3) holds weights {2t, 2t+1, 2t+8, 2t+9, 2t+16, 2t+17, 2t+24, 2t+25} at nibbles

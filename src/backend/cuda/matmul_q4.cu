@@ -461,10 +461,17 @@ __global__ __launch_bounds__(256) void gemm_simt_kernel(TO *out, int64_t ldo, co
 
 /* ---- dispatch ------------------------------------------------------------------------------------ */
 
+/* raises a kernel's dynamic shared memory limit to what the device allows beside its static part */
+template <typename KERN>
+static int smem_attr(struct hb_ctx *ctx, KERN kern) {
+  cudaFuncAttributes fa;
+  if (CU_OK(ctx, cudaFuncGetAttributes(&fa, kern))) return 1;
+  return CU_OK(ctx, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)(ctx->smem_optin - fa.sharedSizeBytes)));
+}
 template <int N, typename TO, int PRO>
 static int gemv_attr1(struct hb_ctx *ctx) {
-  return CU_OK(ctx, cudaFuncSetAttribute(gemv_q4_kernel<N, TO, PRO>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)ctx->smem_optin));
+  return smem_attr(ctx, gemv_q4_kernel<N, TO, PRO>);
 }
 template <int N>
 static int gemv_attr(struct hb_ctx *ctx) {
@@ -476,10 +483,7 @@ static int gemv_attr(struct hb_ctx *ctx) {
 int cu_matmul_init(struct hb_ctx *ctx) {
   int bad = gemv_attr<1>(ctx) | gemv_attr<2>(ctx) | gemv_attr<3>(ctx) | gemv_attr<4>(ctx) | gemv_attr<5>(ctx) |
             gemv_attr<6>(ctx) | gemv_attr<7>(ctx) | gemv_attr<8>(ctx);
-  bad |= CU_OK(ctx, cudaFuncSetAttribute(gemm_q4_kernel<__half>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)ctx->smem_optin));
-  bad |= CU_OK(ctx, cudaFuncSetAttribute(gemm_q4_kernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)ctx->smem_optin));
+  bad |= smem_attr(ctx, gemm_q4_kernel<__half>) | smem_attr(ctx, gemm_q4_kernel<float>);
   return bad;
 }
 
@@ -504,6 +508,7 @@ int cu_gemv_fused(struct hb_ctx *ctx, int pro, const struct hb_tensor *x, const 
                   const struct hb_tensor *nw, float eps, float off, int n_mm, struct hb_tensor *const *outs,
                   const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, int n, int add) {
   if (ctx->exact || n < 1 || n > 8 || n_mm < 1 || n_mm > 3 || x->dtype != HB_F16 || x->cols % 8) return 1;
+  if (gemv_smem(n, ws[0]->cols) + 256 > ctx->smem_optin) return 1;
   if (x2 && (x2->dtype != HB_F16 || x2->cols != x->cols)) return 1;
   gemv_args a;
   memset(&a, 0, sizeof a);
@@ -597,7 +602,7 @@ void cu_matmul(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor
     }
     dim3 grid((unsigned)((w->rows + GM_BN - 1) / GM_BN), (unsigned)((n + GM_BM - 1) / GM_BM));
     size_t sm = gemm_smem(w->cols);
-    if (sm <= ctx->smem_optin) {
+    if (sm + 256 <= ctx->smem_optin) {
       if (out->dtype == HB_F16)
         gemm_q4_kernel<__half><<<grid, 256, sm, ctx->stream>>>((__half *)out->data, ldo, (const __half *)x->data, ldx,
                                                                (const uint8_t *)w->data, (const __half *)w->aux, b, n,

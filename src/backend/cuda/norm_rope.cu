@@ -54,7 +54,7 @@ __global__ void rope_neox_kernel(T *x, const int32_t *pos, int n_tokens, int n_h
     int i = (int)(it % half);
     int64_t th = it / half; /* token * n_heads + head */
     int t = (int)(th / n_heads);
-    float inv_freq = 1.0f / powf(theta, (float)(2 * i) / (float)n_rot);
+    float inv_freq = 1.0f / rope_pow(theta, (float)(2 * i) / (float)n_rot);
     float ang = (float)pos[t] * inv_freq;
     float sn, cs;
     sincosf(ang, &sn, &cs);
