@@ -3,8 +3,17 @@
  * Owns: splitting each op over the pool's threads and walking KV block tables. Does not own the
  * inner loops of matmuls (cpu_kernels.h: a scalar reference set plus per-ISA sets chosen at init).
  * With hb_config.exact the scalar set is used, which is the f32-activation int4 path that matches
- * the oracle's quantize->dequantize references exactly. */
+ * the oracle's quantize->dequantize references exactly.
+ *
+ * With a SIMD set, an int4 matmul is one pool job in two phases: the threads quantize the
+ * activations to int8 (struct cpu_q8) once, split by tokens, meet at a barrier, then each
+ * multiplies its own range of output rows (16-row aligned) for all tokens. Splitting by output
+ * rows, never by the reduction dimension, keeps results identical for any thread count. Attention
+ * is split into (token tile, KV head) items taken dynamically, longest first; each item is
+ * computed whole by one thread, so it is deterministic as well. Scratch (the int8 activations,
+ * the attention tile list) grows on first use to the largest batch seen and is then reused. */
 #include <math.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,12 +21,31 @@
 #include "backend/cpu/cpu_kernels.h"
 #include "base/half.h"
 #include "base/threadpool.h"
+#include "backend/cpu/kern_limits.h"
 #include "quant/q4.h"
 
 struct hb_ctx {
   struct threadpool *pool;
   const struct cpu_kernels *k;
+  /* int8 activations of the current matmul (SIMD sets); grown on demand */
+  void *q8buf;
+  size_t q8cap;
+  /* attention work items: (t0, t1) token ranges of one sequence */
+  int32_t *tiles;
+  int tilecap;
 };
+
+/* Grows *buf to at least `need` bytes (64-aligned, contents dropped). 0 or -1 on OOM. */
+static int grow(void **buf, size_t *cap, size_t need) {
+  if (need <= *cap) return 0;
+  size_t n = need + need / 4 + 4096;
+  void *b = aligned_alloc(64, (n + 63) & ~(size_t)63);
+  if (!b) return -1;
+  free(*buf);
+  *buf = b;
+  *cap = n;
+  return 0;
+}
 
 static int cpu_init(const struct hb_config *cfg, struct hb_ctx **out, struct hearth_err *err) {
   struct hb_ctx *c = calloc(1, sizeof *c);
@@ -32,6 +60,8 @@ static int cpu_init(const struct hb_config *cfg, struct hb_ctx **out, struct hea
 static void cpu_free(struct hb_ctx *c) {
   if (!c) return;
   threadpool_free(c->pool);
+  free(c->q8buf);
+  free(c->tiles);
   free(c);
 }
 
@@ -98,7 +128,7 @@ static int cpu_weight_upload(struct hb_ctx *c, struct hb_tensor *dst, const stru
     dst->rows = src->rows;
     dst->cols = src->cols;
     dst->data = q;
-    dst->bytes = qb + db;
+    dst->bytes = q->packed ? (size_t)((q->rows + 15) / 16 * 16) * (size_t)q->cols / 2 + db : qb + db;
     return 0;
   }
   int rc = cpu_alloc(c, dst, src->dtype, src->rows, src->cols, err);
@@ -168,32 +198,90 @@ struct mm_job {
   struct hb_tensor *out;
   const struct hb_tensor *x, *w, *bias;
   int n;
+  struct cpu_q8 a; /* a.q == NULL: the f32-activation path */
+  /* dynamic work: token chunks to quantize, then row chunks (multiples of 16 rows) */
+  int q_chunk, q_chunks, r_chunks;
+  int64_t r_chunk;
+  _Alignas(64) int q_next;
+  _Alignas(64) int q_done;
+  _Alignas(64) int r_next;
 };
 
+static inline void spin_pause(int *spins) {
+#if defined(__x86_64__)
+  if (++*spins < 4096) { __builtin_ia32_pause(); return; }
+#else
+  ++*spins;
+#endif
+  sched_yield();
+}
+
 static void mm_worker(void *arg, int ith, int nth) {
+  (void)ith; (void)nth;
   struct mm_job *j = arg;
-  long lo, hi;
-  threadpool_split((long)j->w->rows, ith, nth, 16, &lo, &hi);
-  if (lo >= hi) return;
   float *out = j->out->data;
   const float *x = j->x->data;
-  int64_t ldo = j->w->rows, ldx = j->x->cols, cols = j->w->cols;
-  switch (j->w->dtype) {
-  case HB_Q4: j->k->matmul_q4(j->w->data, x, ldx, j->n, lo, hi, out, ldo); break;
-  case HB_BF16: j->k->matmul_bf16(j->w->data, cols, x, ldx, j->n, lo, hi, out, ldo); break;
-  default: j->k->matmul_f32(j->w->data, cols, x, ldx, j->n, lo, hi, out, ldo); break;
+  int64_t ldo = j->w->rows, ldx = j->x->cols, cols = j->w->cols, rows = j->w->rows;
+  if (j->a.q) {
+    for (;;) {
+      int c = __atomic_fetch_add(&j->q_next, 1, __ATOMIC_RELAXED);
+      if (c >= j->q_chunks) break;
+      int t0 = c * j->q_chunk, t1 = t0 + j->q_chunk < j->n ? t0 + j->q_chunk : j->n;
+      j->k->q8_quantize(x, ldx, t0, t1, &j->a);
+      __atomic_add_fetch(&j->q_done, 1, __ATOMIC_RELEASE);
+    }
+    for (int spins = 0; __atomic_load_n(&j->q_done, __ATOMIC_ACQUIRE) < j->q_chunks;) spin_pause(&spins);
   }
-  if (j->bias) {
-    const float *b = j->bias->data;
-    for (int t = 0; t < j->n; t++)
-      for (long r = lo; r < hi; r++) out[t * ldo + r] += b[r];
+  for (;;) {
+    int c = __atomic_fetch_add(&j->r_next, 1, __ATOMIC_RELAXED);
+    if (c >= j->r_chunks) break;
+    int64_t lo = c * j->r_chunk, hi = lo + j->r_chunk < rows ? lo + j->r_chunk : rows;
+    switch (j->w->dtype) {
+    case HB_Q4:
+      if (j->a.q) j->k->matmul_q4q8(j->w->data, &j->a, j->n, lo, hi, out, ldo);
+      else j->k->matmul_q4(j->w->data, x, ldx, j->n, lo, hi, out, ldo);
+      break;
+    case HB_BF16:
+      (j->k->matmul_bf16 ? j->k->matmul_bf16 : cpu_kernels_ref.matmul_bf16)(j->w->data, cols, x, ldx, j->n, lo, hi, out, ldo);
+      break;
+    default:
+      (j->k->matmul_f32 ? j->k->matmul_f32 : cpu_kernels_ref.matmul_f32)(j->w->data, cols, x, ldx, j->n, lo, hi, out, ldo);
+      break;
+    }
+    if (j->bias) {
+      const float *b = j->bias->data;
+      for (int t = 0; t < j->n; t++)
+        for (int64_t r = lo; r < hi; r++) out[t * ldo + r] += b[r];
+    }
   }
 }
 
 static void cpu_matmul(struct hb_ctx *c, struct hb_tensor *out, const struct hb_tensor *x,
                        const struct hb_tensor *w, const struct hb_tensor *bias, int n) {
-  struct mm_job j = {c->k, out, x, w, bias, n};
-  threadpool_run(c->pool, mm_worker, &j);
+  struct mm_job j = {.k = c->k, .out = out, .x = x, .w = w, .bias = bias, .n = n};
+  int nth = threadpool_size(c->pool);
+  if (w->dtype == HB_Q4 && c->k->matmul_q4q8) {
+    int64_t cols = w->cols, G = cols / Q4_GROUP;
+    size_t qb = ((size_t)n * (size_t)cols + 63) & ~(size_t)63, sb = ((size_t)n * (size_t)G * 4 + 63) & ~(size_t)63;
+    if (grow(&c->q8buf, &c->q8cap, qb + 2 * sb)) {
+      /* no scratch for the int8 activations (a few MiB; cannot happen in practice) and no
+       * f32-activation kernel for the packed layout: a zero output rather than garbage */
+      memset(out->data, 0, (size_t)n * (size_t)w->rows * sizeof(float));
+      return;
+    }
+    j.a.q = c->q8buf;
+    j.a.s = (float *)((char *)c->q8buf + qb);
+    j.a.c = (int32_t *)((char *)c->q8buf + qb + sb);
+    j.a.cols = cols;
+    j.q_chunk = n / (4 * nth) > 1 ? n / (4 * nth) : 1;
+    j.q_chunks = (n + j.q_chunk - 1) / j.q_chunk;
+  }
+  /* row chunks: whole 16-row blocks, about 8 per thread, so a late or descheduled thread
+   * leaves its share to the others; which thread computes a row never changes its value */
+  int64_t nblk = (w->rows + 15) / 16, per = nblk / (8 * nth);
+  j.r_chunk = 16 * (per > 1 ? per : 1);
+  j.r_chunks = (int)((w->rows + j.r_chunk - 1) / j.r_chunk);
+  threadpool_run_dynamic(c->pool, mm_worker, &j);
 }
 
 /* ---- rope, kv, attention ---------------------------------------------------------------- */
@@ -285,21 +373,95 @@ static void attn_worker(void *arg, int ith, int nth) {
   }
 }
 
+/* Fast path: (token tile, KV head) items, taken dynamically from the end (longest first). */
+struct fattn_job {
+  struct cpu_attn_job a;
+  const struct cpu_kernels *k;
+  const int32_t *tiles; /* [n_tiles][2] */
+  int n_tiles, n_items;
+  int next; /* atomic: items handed out */
+};
+
+static void fattn_worker(void *arg, int ith, int nth) {
+  (void)ith; (void)nth;
+  struct fattn_job *j = arg;
+  for (;;) {
+    int it = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
+    if (it >= j->n_items) return;
+    int idx = j->n_items - 1 - it, tile = idx / j->a.n_kv_heads, kvh = idx % j->a.n_kv_heads;
+    j->k->attn_tile(&j->a, j->tiles[2 * tile], j->tiles[2 * tile + 1], kvh);
+  }
+}
+
 static void cpu_attention(struct hb_ctx *c, struct hb_tensor *out, const struct hb_tensor *q,
                           const struct hb_kv_layer *kv, const struct hb_batch *b,
                           const struct hb_attn_params *p) {
+  int G = p->n_heads / p->n_kv_heads;
+  if (c->k->attn_tile && p->head_dim % 16 == 0 && p->head_dim <= 256 && G * p->head_dim <= KERN_ATT_OBUF) {
+    /* tiles: runs of consecutive tokens of one sequence, at most tq tokens each */
+    int tq = KERN_ATT_OBUF / (G * p->head_dim);
+    if (tq > 16) tq = 16;
+    if (b->n_tokens > c->tilecap) {
+      int32_t *t = malloc((size_t)b->n_tokens * 2 * sizeof *t);
+      if (t) { free(c->tiles); c->tiles = t; c->tilecap = b->n_tokens; }
+    }
+    if (b->n_tokens <= c->tilecap) {
+      int nt = 0;
+      for (int t0 = 0; t0 < b->n_tokens;) {
+        int t1 = t0 + 1;
+        while (t1 < b->n_tokens && t1 - t0 < tq && b->seq[t1] == b->seq[t0]) t1++;
+        c->tiles[2 * nt] = t0;
+        c->tiles[2 * nt + 1] = t1;
+        nt++;
+        t0 = t1;
+      }
+      struct fattn_job j = {
+        .a = {.q = q->data, .out = out->data, .k = kv->k.data, .v = kv->v.data, .pos = b->pos,
+              .seq = b->seq, .block_table = b->block_table, .max_blocks = b->max_blocks,
+              .block_size = b->block_size, .n_heads = p->n_heads, .n_kv_heads = p->n_kv_heads,
+              .head_dim = p->head_dim, .window = p->window, .scale = p->scale, .softcap = p->softcap},
+        .k = c->k, .tiles = c->tiles, .n_tiles = nt, .n_items = nt * p->n_kv_heads, .next = 0,
+      };
+      threadpool_run_dynamic(c->pool, fattn_worker, &j);
+      return;
+    }
+  }
   struct attn_job j = {out, q, kv, b, p};
   threadpool_run(c->pool, attn_worker, &j);
 }
 
 /* ---- elementwise ------------------------------------------------------------------------- */
 
+struct ew_job {
+  const struct cpu_kernels *k;
+  float *o;
+  const float *g, *u;
+  int64_t n, chunk;
+  int next;
+};
+
+static void silu_worker(void *arg, int ith, int nth) {
+  (void)ith; (void)nth;
+  struct ew_job *j = arg;
+  for (;;) {
+    int64_t lo = (int64_t)__atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED) * j->chunk;
+    if (lo >= j->n) return;
+    int64_t hi = lo + j->chunk < j->n ? lo + j->chunk : j->n;
+    j->k->silu_mul(j->o + lo, j->g + lo, j->u + lo, hi - lo);
+  }
+}
+
 static void cpu_silu_mul(struct hb_ctx *c, struct hb_tensor *out, const struct hb_tensor *gate,
                          const struct hb_tensor *up, int n) {
-  (void)c;
   int64_t m = (int64_t)n * gate->cols;
   const float *g = gate->data, *u = up->data;
   float *o = out->data;
+  if (c->k->silu_mul) {
+    struct ew_job j = {c->k, o, g, u, m, 16384, 0};
+    if (m > 16384) threadpool_run_dynamic(c->pool, silu_worker, &j);
+    else c->k->silu_mul(o, g, u, m);
+    return;
+  }
   for (int64_t i = 0; i < m; i++) o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 

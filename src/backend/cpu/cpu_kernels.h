@@ -2,19 +2,47 @@
  *
  * The op table in cpu_backend.c does the bookkeeping (threads, shapes, paging) and calls these for
  * the inner work. ops_ref.c holds the scalar versions: the specification every SIMD variant
- * (ops_avx2.c, ops_avx512.c) is tested against. cpu_kernels_select() picks one set by cpuid. */
+ * (ops_avx2.c, ops_avx512.c) is tested against. cpu_kernels_select() picks one set by cpuid.
+ *
+ * Two int4 paths exist:
+ *   - matmul_q4: f32 activations against the reference layout (the exact path; scalar set only).
+ *   - q8_quantize + matmul_q4q8: activations quantized once per matmul to int8 per 128-block
+ *     (struct cpu_q8), weights repacked at upload into the x16 layout of q4x16.h, integer dot
+ *     products (VPDPBUSD / PMADDUBSW). Used by the SIMD sets; q4x16.c has the generic C version
+ *     of the same arithmetic that the SIMD kernels are tested against. */
 #ifndef HEARTH_BACKEND_CPU_KERNELS_H
 #define HEARTH_BACKEND_CPU_KERNELS_H
 #include <stdint.h>
 
 /* An int4 weight as the CPU backend holds it: the reference layout of quant/q4.h
  * (qs [rows][cols/2], d [rows][cols/128] fp16). A SIMD set may repack into `packed` at upload
- * (its own layout, described in its file); then qs/d may be NULL. */
+ * (its own layout, described in its file); then qs/d are NULL. */
 struct cpu_q4 {
   int64_t rows, cols;
   uint8_t *qs;
   uint16_t *d;
   void *packed;
+};
+
+/* Activations of n tokens quantized per 128-block: x[t][k] ~= s[t][g] * q[t][k] (g = k / 128),
+ * q in [-127, 127]; c[t][g] = -8 * sum of q over the block (the offset of the unsigned-nibble
+ * trick: a weight nibble u = w + 8, so sum(w*q) = sum(u*q) + c). Row strides are cols and cols/128. */
+struct cpu_q8 {
+  int8_t *q;
+  float *s;
+  int32_t *c;
+  int64_t cols;
+};
+
+/* Flash-style attention over the paged f32 KV cache (see backend.h for the semantics). */
+struct cpu_attn_job {
+  const float *q;          /* [n_tokens][n_heads*hd] */
+  float *out;              /* [n_tokens][n_heads*hd] */
+  const float *k, *v;      /* cache [slot][n_kv_heads*hd] */
+  const int32_t *pos, *seq, *block_table;
+  int max_blocks, block_size;
+  int n_heads, n_kv_heads, head_dim, window;
+  float scale, softcap;
 };
 
 struct cpu_kernels {
@@ -31,11 +59,24 @@ struct cpu_kernels {
   void (*q4_free_packed)(struct cpu_q4 *w);
   /* dequantize row r of w into out[cols] (for embedding lookups) */
   void (*q4_row)(const struct cpu_q4 *w, int64_t r, float *out);
+
+  /* ---- the quantized-activation path (all NULL in the scalar set) ---- */
+  /* quantizes tokens [t0, t1) of x (row stride ldx) into a (rows t of a) */
+  void (*q8_quantize)(const float *x, int64_t ldx, int t0, int t1, const struct cpu_q8 *a);
+  /* out[t*ldo + r] = W row r . x_t for t in [0, n), r in [r0, r1); w repacked (q4x16) */
+  void (*matmul_q4q8)(const struct cpu_q4 *w, const struct cpu_q8 *a, int n, int64_t r0,
+                      int64_t r1, float *out, int64_t ldo);
+  /* attention outputs of tokens [t0, t1) (one sequence) for the query heads of kv head kvh;
+   * NULL = the backend's scalar attention */
+  void (*attn_tile)(const struct cpu_attn_job *j, int t0, int t1, int kvh);
+  /* o[i] = g[i] * sigmoid(g[i]) * u[i] for i in [0, n) (fast exp); NULL = scalar expf */
+  void (*silu_mul)(float *o, const float *g, const float *u, int64_t n);
 };
 
 extern const struct cpu_kernels cpu_kernels_ref;
+extern const struct cpu_kernels cpu_kernels_generic; /* q4x16 path in plain C (tests, fallback) */
+extern const struct cpu_kernels cpu_kernels_avx2;
+extern const struct cpu_kernels cpu_kernels_avx512;
 /* The fastest set this CPU supports (HEARTH_CPU=scalar|avx2 caps it). */
 const struct cpu_kernels *cpu_kernels_select(void);
-
-/* Exactness switch: 1 = always use cpu_kernels_ref (the f32-activation int4 path). */
 #endif

@@ -1,9 +1,17 @@
-/* backend/cpu/kernels_select.c — run-time choice of the CPU kernel set. SIMD sets register here
- * as they land (ops_avx2.c, ops_avx512.c); until then the scalar set serves every CPU. */
+/* backend/cpu/kernels_select.c — run-time choice of the CPU kernel set, once per backend init:
+ * AVX-512 with VNNI (F/BW/VL/VNNI + F16C/FMA) > AVX2 (+FMA, F16C) > the scalar reference.
+ * HEARTH_CPU=scalar|avx2 caps the choice (base/cpu_features.c). */
 #include "backend/cpu/cpu_kernels.h"
 #include "base/cpu_features.h"
 
 const struct cpu_kernels *cpu_kernels_select(void) {
-  (void)cpu_features_get();
+  const struct cpu_features *f = cpu_features_get();
+#if defined(__x86_64__)
+  if (f->avx512f && f->avx512bw && f->avx512vl && f->avx512vnni && f->fma && f->f16c)
+    return &cpu_kernels_avx512;
+  if (f->avx2 && f->fma && f->f16c) return &cpu_kernels_avx2;
+#else
+  (void)f;
+#endif
   return &cpu_kernels_ref;
 }

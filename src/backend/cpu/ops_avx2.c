@@ -1,0 +1,157 @@
+/* backend/cpu/ops_avx2.c — AVX2 (+FMA, F16C) kernels over the q4x16 layout: the same arithmetic as
+ * ops_avx512.c with 8-row half blocks (one ymm = rows 0-7 or rows 8-15 of a 64-byte chunk) and
+ * PMADDUBSW + PMADDWD in place of VPDPBUSD (u8 nibbles <= 15 times s8 activations: the 16-bit
+ * pair sums cannot saturate). No AVX-VNNI instruction is used, so the set runs on every AVX2 CPU.
+ * Also the flash attention and SiLU of kern_impl.h vectorized with AVX2. */
+#if defined(__x86_64__)
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/q4x16.h"
+
+#define KERN_NAME(x) avx2_##x
+#include "backend/cpu/kern_impl.h"
+
+static inline float hmax8(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+  return _mm_cvtss_f32(m);
+}
+
+static inline int32_t hsum8i(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+
+static void avx2_q8_quantize(const float *x, int64_t ldx, int t0, int t1, const struct cpu_q8 *a) {
+  const int64_t cols = a->cols, G = cols / 128;
+  const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  for (int t = t0; t < t1; t++) {
+    const float *xt = x + t * ldx;
+    int8_t *q = a->q + t * cols;
+    for (int64_t g = 0; g < G; g++) {
+      const float *xg = xt + g * 128;
+      __m256 m = _mm256_setzero_ps();
+      for (int i = 0; i < 16; i++) m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(xg + 8 * i), absmask));
+      float amax = hmax8(m);
+      float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+      __m256 vid = _mm256_set1_ps(id);
+      __m256i sum = _mm256_setzero_si256();
+      const __m256i lim = _mm256_set1_epi32(127), nlim = _mm256_set1_epi32(-127);
+      for (int i = 0; i < 16; i += 4) {
+        __m256i qi[4];
+        for (int k = 0; k < 4; k++) {
+          qi[k] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xg + 8 * (i + k)), vid));
+          qi[k] = _mm256_max_epi32(_mm256_min_epi32(qi[k], lim), nlim);
+          sum = _mm256_add_epi32(sum, qi[k]);
+        }
+        /* 32 int32 -> 32 int8 in order: packs work per 128-bit lane, then fix the lane order */
+        __m256i p01 = _mm256_packs_epi32(qi[0], qi[1]), p23 = _mm256_packs_epi32(qi[2], qi[3]);
+        __m256i b = _mm256_packs_epi16(p01, p23);
+        b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256((__m256i *)(q + g * 128 + 8 * i), b);
+      }
+      a->s[t * G + g] = amax / 127.0f;
+      a->c[t * G + g] = -8 * hsum8i(sum);
+    }
+  }
+}
+
+static inline int32_t ld32(const int8_t *p) {
+  int32_t v;
+  memcpy(&v, p, 4);
+  return v;
+}
+
+/* One 8-row half block (h = 0 or 1) of a 16-row block against T <= 4 tokens. */
+static inline __attribute__((always_inline)) void half_tile(const uint8_t *qp, const uint16_t *dp,
+                                                            const struct cpu_q8 *a, int t0, const int T,
+                                                            int64_t G, int h, __m256 *res) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+  const int64_t cols = a->cols;
+  __m256 facc[4];
+  for (int t = 0; t < T; t++) facc[t] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < G; g++) {
+    __m256i acc[4];
+    const int8_t *xq[4];
+    for (int t = 0; t < T; t++) {
+      acc[t] = _mm256_set1_epi32(a->c[(t0 + t) * G + g]);
+      xq[t] = a->q + (t0 + t) * cols + g * 128;
+    }
+    const uint8_t *qg = qp + g * 1024 + h * 32;
+    for (int c = 0; c < 16; c++) {
+      __m256i v = _mm256_loadu_si256((const __m256i *)(qg + c * 64));
+      __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+      for (int t = 0; t < T; t++) {
+        __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_set1_epi32(ld32(xq[t] + c * 8))),
+                                     _mm256_maddubs_epi16(hi, _mm256_set1_epi32(ld32(xq[t] + c * 8 + 4))));
+        acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(p, ones));
+      }
+    }
+    __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dp + g * 16 + h * 8)));
+    for (int t = 0; t < T; t++) {
+      __m256 sc = _mm256_mul_ps(d, _mm256_set1_ps(a->s[(t0 + t) * G + g]));
+      facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[t]), sc, facc[t]);
+    }
+  }
+  for (int t = 0; t < T; t++) res[t] = facc[t];
+}
+
+static void avx2_matmul_q4q8(const struct cpu_q4 *w, const struct cpu_q8 *a, int n, int64_t r0,
+                             int64_t r1, float *out, int64_t ldo) {
+  if (r0 >= r1 || n <= 0) return;
+  const int64_t G = w->cols / 128, b0 = r0 / 16, b1 = (r1 + 15) / 16;
+  int64_t panel = (256 * 1024) / (w->cols * 8);
+  if (panel < 1) panel = 1;
+  __m256 res[4];
+  float tmp[8];
+  for (int64_t p0 = b0; p0 < b1; p0 += panel) {
+    int64_t p1 = p0 + panel < b1 ? p0 + panel : b1;
+    for (int t0 = 0; t0 < n; t0 += 4) {
+      int T = n - t0 < 4 ? n - t0 : 4;
+      for (int64_t b = p0; b < p1; b++)
+        for (int h = 0; h < 2; h++) {
+          int64_t base = b * 16 + h * 8;
+          if (base + 8 <= r0 || base >= r1) continue;
+          const uint8_t *qp = q4x16_quants(w, b);
+          const uint16_t *dp = q4x16_scales(w, b);
+          switch (T) {
+          case 1: half_tile(qp, dp, a, t0, 1, G, h, res); break;
+          case 2: half_tile(qp, dp, a, t0, 2, G, h, res); break;
+          case 3: half_tile(qp, dp, a, t0, 3, G, h, res); break;
+          default: half_tile(qp, dp, a, t0, 4, G, h, res); break;
+          }
+          for (int t = 0; t < T; t++) {
+            float *o = out + (int64_t)(t0 + t) * ldo;
+            if (base >= r0 && base + 8 <= r1) {
+              _mm256_storeu_ps(o + base, res[t]);
+            } else {
+              _mm256_storeu_ps(tmp, res[t]);
+              for (int l = 0; l < 8; l++)
+                if (base + l >= r0 && base + l < r1) o[base + l] = tmp[l];
+            }
+          }
+        }
+    }
+  }
+}
+
+const struct cpu_kernels cpu_kernels_avx2 = {
+  .name = "avx2",
+  .matmul_q4 = NULL,
+  .matmul_bf16 = NULL,
+  .matmul_f32 = NULL,
+  .q4_repack = q4x16_repack,
+  .q4_free_packed = q4x16_free,
+  .q4_row = q4x16_row,
+  .q8_quantize = avx2_q8_quantize,
+  .matmul_q4q8 = avx2_matmul_q4q8,
+  .attn_tile = avx2_attn_tile,
+  .silu_mul = avx2_silu_mul,
+};
+#endif /* __x86_64__ */

@@ -1,0 +1,300 @@
+/* backend/cpu/ops_avx512.c — AVX-512 (F/BW/VL + VNNI) kernels: int8 activation quantization and
+ * the int4 x int8 matmul over the q4x16 layout, plus the flash attention and SiLU of kern_impl.h
+ * vectorized with this file's flags.
+ *
+ * matmul: one 16-row block of W against T tokens at a time (T <= 8). Per 64-byte chunk (16 rows x
+ * 8 columns), the nibbles are split into two vectors of unsigned bytes and VPDPBUSD multiplies
+ * them with 4 activation bytes broadcast from memory, so the unpacked weights are reused for all
+ * T tokens. The int32 sums start at c = -8*sum(q) (the unsigned-nibble offset), so at the end of
+ * each 128-group the lane holds the exact integer dot of the signed weights; one convert and one
+ * FMA with (weight scale x activation scale) folds it into the f32 result. Row blocks are taken
+ * in panels of ~256 KiB so the panel stays in L2 while every token tile passes over it.
+ * Integer sums are exact and the f32 accumulation order per output is fixed, so the result does
+ * not depend on how rows are split among threads. */
+#if defined(__x86_64__)
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/q4x16.h"
+
+#define KERN_NAME(x) avx512_##x
+#include "backend/cpu/kern_impl.h"
+
+/* ---- attention (intrinsics; same algorithm as kern_impl.h's) ------------------------------ */
+
+/* exp(x), Cephes range reduction + degree-5 polynomial, scaled with VSCALEFPS */
+static inline __m512 exp512(__m512 x) {
+  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.3f)), _mm512_set1_ps(-87.3f));
+  __m512 fn = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(fn, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(fn, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(y, fn);
+}
+
+/* one query row against one block of <= 16 keys (transposed in kt[hd][16]); NV = hd / 16 */
+static inline __attribute__((always_inline)) void attn_row(const float *q, const __m512 *kt,
+                                                           const float *const *vrow, int nk,
+                                                           __mmask16 valid, float scale, float softcap,
+                                                           float *m_io, float *l_io, float *o,
+                                                           const int NV) {
+  __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+  for (int d = 0; d < NV * 16; d += 4) {
+    s0 = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), kt[d], s0);
+    s1 = _mm512_fmadd_ps(_mm512_set1_ps(q[d + 1]), kt[d + 1], s1);
+    s2 = _mm512_fmadd_ps(_mm512_set1_ps(q[d + 2]), kt[d + 2], s2);
+    s3 = _mm512_fmadd_ps(_mm512_set1_ps(q[d + 3]), kt[d + 3], s3);
+  }
+  __m512 s = _mm512_mul_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)), _mm512_set1_ps(scale));
+  if (softcap > 0.0f) {
+    float t[16];
+    _mm512_storeu_ps(t, s);
+    for (int jj = 0; jj < 16; jj++) t[jj] = softcap * tanhf(t[jj] / softcap);
+    s = _mm512_loadu_ps(t);
+  }
+  float mold = *m_io;
+  float mx = _mm512_mask_reduce_max_ps(valid, s);
+  if (mold > mx) mx = mold;
+  __m512 p = _mm512_maskz_mov_ps(valid, exp512(_mm512_sub_ps(s, _mm512_set1_ps(mx))));
+  float f = mold == -INFINITY ? 0.0f : expf(mold - mx);
+  *l_io = *l_io * f + _mm512_reduce_add_ps(p);
+  *m_io = mx;
+  float pr[16] __attribute__((aligned(64)));
+  _mm512_store_ps(pr, p);
+  __m512 acc[16];
+  __m512 vf = _mm512_set1_ps(f);
+  for (int v = 0; v < NV; v++) acc[v] = _mm512_mul_ps(_mm512_loadu_ps(o + 16 * v), vf);
+  for (int jj = 0; jj < nk; jj++) {
+    __m512 pj = _mm512_set1_ps(pr[jj]);
+    const float *vr = vrow[jj];
+    for (int v = 0; v < NV; v++) acc[v] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vr + 16 * v), acc[v]);
+  }
+  for (int v = 0; v < NV; v++) _mm512_storeu_ps(o + 16 * v, acc[v]);
+}
+
+static void avx512_attn_tile_fast(const struct cpu_attn_job *j, int t0, int t1, int kvh) {
+  const int hd = j->head_dim, G = j->n_heads / j->n_kv_heads, M = (t1 - t0) * G, NV = hd / 16;
+  const int64_t ldq = (int64_t)j->n_heads * hd, ldkv = (int64_t)j->n_kv_heads * hd;
+  const int seq = j->seq[t0];
+  float O[KERN_ATT_OBUF] __attribute__((aligned(64)));
+  __m512 kt[256];
+  const float *vrow[16];
+  float mrow[KERN_ATT_OBUF / 16], lrow[KERN_ATT_OBUF / 16];
+  int lo[KERN_ATT_OBUF / 16], hi[KERN_ATT_OBUF / 16];
+  const float *qrow[KERN_ATT_OBUF / 16];
+  int kmin = 1 << 30, kmax = -1;
+  for (int i = 0; i < M; i++) {
+    int t = t0 + i / G, h = kvh * G + i % G, p = j->pos[t];
+    lo[i] = j->window > 0 && p - j->window + 1 > 0 ? p - j->window + 1 : 0;
+    hi[i] = p;
+    if (lo[i] < kmin) kmin = lo[i];
+    if (hi[i] > kmax) kmax = hi[i];
+    mrow[i] = -INFINITY;
+    lrow[i] = 0.0f;
+    qrow[i] = j->q + t * ldq + (int64_t)h * hd;
+  }
+  memset(O, 0, (size_t)M * hd * sizeof *O);
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  for (int kb = kmin; kb <= kmax; kb += 16) {
+    int nk = kmax - kb + 1 < 16 ? kmax - kb + 1 : 16;
+    int32_t off[16];
+    for (int jj = 0; jj < 16; jj++) {
+      if (jj < nk) {
+        int p = kb + jj;
+        int64_t s = (int64_t)j->block_table[seq * j->max_blocks + p / j->block_size] * j->block_size + p % j->block_size;
+        off[jj] = (int32_t)(s * ldkv + (int64_t)kvh * hd);
+        vrow[jj] = j->v + off[jj];
+      } else {
+        off[jj] = 0;
+        vrow[jj] = NULL;
+      }
+    }
+    __m512i voff = _mm512_loadu_si512((const void *)off);
+    __mmask16 km = (__mmask16)((1u << nk) - 1);
+    for (int d = 0; d < hd; d++)
+      kt[d] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), km, _mm512_add_epi32(voff, _mm512_set1_epi32(d)), j->k, 4);
+    __m512i kidx = _mm512_add_epi32(lane, _mm512_set1_epi32(kb));
+    for (int i = 0; i < M; i++) {
+      if (kb > hi[i] || kb + nk - 1 < lo[i]) continue;
+      __mmask16 valid = km & _mm512_cmpge_epi32_mask(kidx, _mm512_set1_epi32(lo[i])) &
+                        _mm512_cmple_epi32_mask(kidx, _mm512_set1_epi32(hi[i]));
+      float *o = O + (int64_t)i * hd;
+      switch (NV) {
+      case 4: attn_row(qrow[i], kt, vrow, nk, valid, j->scale, j->softcap, &mrow[i], &lrow[i], o, 4); break;
+      case 8: attn_row(qrow[i], kt, vrow, nk, valid, j->scale, j->softcap, &mrow[i], &lrow[i], o, 8); break;
+      default: attn_row(qrow[i], kt, vrow, nk, valid, j->scale, j->softcap, &mrow[i], &lrow[i], o, NV); break;
+      }
+    }
+  }
+  for (int i = 0; i < M; i++) {
+    float *out = j->out + (qrow[i] - j->q);
+    __m512 inv = _mm512_set1_ps(lrow[i] > 0.0f ? 1.0f / lrow[i] : 0.0f);
+    for (int v = 0; v < NV; v++) _mm512_storeu_ps(out + 16 * v, _mm512_mul_ps(_mm512_loadu_ps(O + (int64_t)i * hd + 16 * v), inv));
+  }
+}
+
+static void avx512_q8_quantize(const float *x, int64_t ldx, int t0, int t1, const struct cpu_q8 *a) {
+  const int64_t cols = a->cols, G = cols / 128;
+  const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  for (int t = t0; t < t1; t++) {
+    const float *xt = x + t * ldx;
+    int8_t *q = a->q + t * cols;
+    for (int64_t g = 0; g < G; g++) {
+      const float *xg = xt + g * 128;
+      __m512 v[8], m = _mm512_setzero_ps();
+      for (int i = 0; i < 8; i++) {
+        v[i] = _mm512_loadu_ps(xg + 16 * i);
+        m = _mm512_max_ps(m, _mm512_and_ps(v[i], absmask));
+      }
+      float amax = _mm512_reduce_max_ps(m);
+      float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+      __m512 vid = _mm512_set1_ps(id);
+      __m512i sum = _mm512_setzero_si512();
+      const __m512i lim = _mm512_set1_epi32(127), nlim = _mm512_set1_epi32(-127);
+      for (int i = 0; i < 8; i++) {
+        __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(v[i], vid));
+        qi = _mm512_max_epi32(_mm512_min_epi32(qi, lim), nlim);
+        sum = _mm512_add_epi32(sum, qi);
+        _mm_storeu_si128((__m128i *)(q + g * 128 + 16 * i), _mm512_cvtepi32_epi8(qi));
+      }
+      a->s[t * G + g] = amax / 127.0f;
+      a->c[t * G + g] = -8 * _mm512_reduce_add_epi32(sum);
+    }
+  }
+}
+
+static inline int32_t ld32(const int8_t *p) {
+  int32_t v;
+  memcpy(&v, p, 4);
+  return v;
+}
+
+/* One 16-row block against T tokens (T a compile-time constant after inlining). */
+static inline __attribute__((always_inline)) void blk_tile(const uint8_t *qp, const uint16_t *dp,
+                                                           const struct cpu_q8 *a, int t0, const int T,
+                                                           int64_t G, __m512 *res) {
+  const __m512i m4 = _mm512_set1_epi8(0x0f);
+  const int64_t cols = a->cols;
+  __m512 facc[8];
+  for (int t = 0; t < T; t++) facc[t] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < G; g++) {
+    __m512i alo[8], ahi[8];
+    const int8_t *xq[8];
+    for (int t = 0; t < T; t++) {
+      alo[t] = _mm512_set1_epi32(a->c[(t0 + t) * G + g]);
+      ahi[t] = _mm512_setzero_si512();
+      xq[t] = a->q + (t0 + t) * cols + g * 128;
+    }
+    const uint8_t *qg = qp + g * 1024;
+    for (int c = 0; c < 16; c++) {
+      __m512i v = _mm512_loadu_si512((const void *)(qg + c * 64));
+      __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+      for (int t = 0; t < T; t++) {
+        alo[t] = _mm512_dpbusd_epi32(alo[t], lo, _mm512_set1_epi32(ld32(xq[t] + c * 8)));
+        ahi[t] = _mm512_dpbusd_epi32(ahi[t], hi, _mm512_set1_epi32(ld32(xq[t] + c * 8 + 4)));
+      }
+    }
+    __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dp + g * 16)));
+    for (int t = 0; t < T; t++) {
+      __m512 sc = _mm512_mul_ps(d, _mm512_set1_ps(a->s[(t0 + t) * G + g]));
+      facc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(alo[t], ahi[t])), sc, facc[t]);
+    }
+  }
+  for (int t = 0; t < T; t++) res[t] = facc[t];
+}
+
+/* Decode (one token): four independent accumulator chains per block. */
+static inline void blk_one(const uint8_t *qp, const uint16_t *dp, const struct cpu_q8 *a, int t0,
+                           int64_t G, __m512 *res) {
+  const __m512i m4 = _mm512_set1_epi8(0x0f);
+  const int8_t *x = a->q + t0 * a->cols;
+  __m512 facc = _mm512_setzero_ps();
+  for (int64_t g = 0; g < G; g++) {
+    __m512i a0 = _mm512_set1_epi32(a->c[t0 * G + g]), a1 = _mm512_setzero_si512(),
+            a2 = _mm512_setzero_si512(), a3 = _mm512_setzero_si512();
+    const uint8_t *qg = qp + g * 1024;
+    const int8_t *xg = x + g * 128;
+    _mm_prefetch((const char *)(qg + 4096), _MM_HINT_T0);
+    _mm_prefetch((const char *)(qg + 4096 + 512), _MM_HINT_T0);
+    for (int c = 0; c < 16; c += 2) {
+      __m512i v0 = _mm512_loadu_si512((const void *)(qg + c * 64));
+      __m512i v1 = _mm512_loadu_si512((const void *)(qg + c * 64 + 64));
+      a0 = _mm512_dpbusd_epi32(a0, _mm512_and_si512(v0, m4), _mm512_set1_epi32(ld32(xg + c * 8)));
+      a1 = _mm512_dpbusd_epi32(a1, _mm512_and_si512(_mm512_srli_epi16(v0, 4), m4),
+                               _mm512_set1_epi32(ld32(xg + c * 8 + 4)));
+      a2 = _mm512_dpbusd_epi32(a2, _mm512_and_si512(v1, m4), _mm512_set1_epi32(ld32(xg + c * 8 + 8)));
+      a3 = _mm512_dpbusd_epi32(a3, _mm512_and_si512(_mm512_srli_epi16(v1, 4), m4),
+                               _mm512_set1_epi32(ld32(xg + c * 8 + 12)));
+    }
+    __m512i s = _mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3));
+    __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dp + g * 16)));
+    facc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, _mm512_set1_ps(a->s[t0 * G + g])), facc);
+  }
+  res[0] = facc;
+}
+
+static inline void store_rows(float *out, int64_t ldo, int T, int64_t blk, int64_t r0, int64_t r1,
+                              const __m512 *res) {
+  int64_t base = blk * 16;
+  if (base >= r0 && base + 16 <= r1) {
+    for (int t = 0; t < T; t++) _mm512_storeu_ps(out + t * ldo + base, res[t]);
+  } else {
+    int64_t lo = base > r0 ? base : r0, hi = base + 16 < r1 ? base + 16 : r1;
+    __mmask16 m = (__mmask16)(((1u << (hi - base)) - 1) & ~((1u << (lo - base)) - 1));
+    for (int t = 0; t < T; t++) _mm512_mask_storeu_ps(out + t * ldo + base, m, res[t]);
+  }
+}
+
+static void avx512_matmul_q4q8(const struct cpu_q4 *w, const struct cpu_q8 *a, int n, int64_t r0,
+                               int64_t r1, float *out, int64_t ldo) {
+  if (r0 >= r1 || n <= 0) return;
+  const int64_t G = w->cols / 128, b0 = r0 / 16, b1 = (r1 + 15) / 16;
+  int64_t panel = (256 * 1024) / (w->cols * 8);
+  if (panel < 1) panel = 1;
+  __m512 res[8];
+  for (int64_t p0 = b0; p0 < b1; p0 += panel) {
+    int64_t p1 = p0 + panel < b1 ? p0 + panel : b1;
+    for (int t0 = 0; t0 < n; t0 += 8) {
+      int T = n - t0 < 8 ? n - t0 : 8;
+      for (int64_t b = p0; b < p1; b++) {
+        const uint8_t *qp = q4x16_quants(w, b);
+        const uint16_t *dp = q4x16_scales(w, b);
+        switch (T) {
+        case 1: blk_one(qp, dp, a, t0, G, res); break;
+        case 2: blk_tile(qp, dp, a, t0, 2, G, res); break;
+        case 3: blk_tile(qp, dp, a, t0, 3, G, res); break;
+        case 4: blk_tile(qp, dp, a, t0, 4, G, res); break;
+        case 5: blk_tile(qp, dp, a, t0, 5, G, res); break;
+        case 6: blk_tile(qp, dp, a, t0, 6, G, res); break;
+        case 7: blk_tile(qp, dp, a, t0, 7, G, res); break;
+        default: blk_tile(qp, dp, a, t0, 8, G, res); break;
+        }
+        store_rows(out + (int64_t)t0 * ldo, ldo, T, b, r0, r1, res);
+      }
+    }
+  }
+}
+
+const struct cpu_kernels cpu_kernels_avx512 = {
+  .name = "avx512-vnni",
+  .matmul_q4 = NULL,
+  .matmul_bf16 = NULL,
+  .matmul_f32 = NULL,
+  .q4_repack = q4x16_repack,
+  .q4_free_packed = q4x16_free,
+  .q4_row = q4x16_row,
+  .q8_quantize = avx512_q8_quantize,
+  .matmul_q4q8 = avx512_matmul_q4q8,
+  .attn_tile = avx512_attn_tile_fast,
+  .silu_mul = avx512_silu_mul,
+};
+#endif /* __x86_64__ */

@@ -1,0 +1,108 @@
+/* backend/cpu/q4x16.c — repack into the x16 int4 layout (q4x16.h), row dequantization from it, and
+ * the generic C int8-activation kernels that define what the SIMD kernels compute. */
+#include "backend/cpu/q4x16.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/half.h"
+
+int q4x16_repack(struct cpu_q4 *w) {
+  int64_t nblk = q4x16_nblk(w), cols = w->cols, G = cols / 128;
+  size_t qbytes = (size_t)(nblk * cols * 8), dbytes = (size_t)(nblk * G * 16 * 2);
+  uint8_t *p = aligned_alloc(64, (qbytes + dbytes + 63) & ~(size_t)63);
+  if (!p) return -1;
+  uint16_t *dp = (uint16_t *)(p + qbytes);
+  for (int64_t b = 0; b < nblk; b++)
+    for (int l = 0; l < 16; l++) {
+      int64_t r = b * 16 + l;
+      const uint8_t *src = r < w->rows ? w->qs + r * (cols / 2) : NULL;
+      for (int64_t g = 0; g < G; g++) {
+        dp[(b * G + g) * 16 + l] = src ? w->d[r * G + g] : 0;
+        for (int c = 0; c < 16; c++) {
+          uint8_t *o = p + b * cols * 8 + (g * 16 + c) * 64 + 4 * l;
+          for (int j = 0; j < 4; j++) {
+            int k0 = (int)(g * 128 + c * 8 + j), k1 = k0 + 4;
+            int u0 = src ? (src[k0 / 2] >> (4 * (k0 & 1))) & 15 : 8;
+            int u1 = src ? (src[k1 / 2] >> (4 * (k1 & 1))) & 15 : 8;
+            o[j] = (uint8_t)(u0 | u1 << 4);
+          }
+        }
+      }
+    }
+  free(w->qs);
+  free(w->d);
+  w->qs = NULL;
+  w->d = NULL;
+  w->packed = p;
+  return 0;
+}
+
+void q4x16_free(struct cpu_q4 *w) {
+  free(w->packed);
+  w->packed = NULL;
+}
+
+void q4x16_row(const struct cpu_q4 *w, int64_t r, float *out) {
+  int64_t b = r / 16, G = w->cols / 128;
+  int l = (int)(r % 16);
+  const uint8_t *qp = q4x16_quants(w, b);
+  const uint16_t *dp = q4x16_scales(w, b);
+  for (int64_t g = 0; g < G; g++) {
+    float d = f16_to_f32(dp[g * 16 + l]);
+    for (int c = 0; c < 16; c++) {
+      const uint8_t *o = qp + (g * 16 + c) * 64 + 4 * l;
+      for (int j = 0; j < 4; j++) {
+        out[g * 128 + c * 8 + j] = (float)((o[j] & 15) - 8) * d;
+        out[g * 128 + c * 8 + 4 + j] = (float)((o[j] >> 4) - 8) * d;
+      }
+    }
+  }
+}
+
+void q4x16_q8_quantize_generic(const float *x, int64_t ldx, int t0, int t1, const struct cpu_q8 *a) {
+  int64_t cols = a->cols, G = cols / 128;
+  for (int t = t0; t < t1; t++) {
+    const float *xt = x + t * ldx;
+    int8_t *q = a->q + t * cols;
+    for (int64_t g = 0; g < G; g++) {
+      float amax = 0.0f;
+      for (int i = 0; i < 128; i++) amax = fmaxf(amax, fabsf(xt[g * 128 + i]));
+      float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+      int sum = 0;
+      for (int i = 0; i < 128; i++) {
+        int v = (int)nearbyintf(xt[g * 128 + i] * id);
+        v = v > 127 ? 127 : v < -127 ? -127 : v;
+        q[g * 128 + i] = (int8_t)v;
+        sum += v;
+      }
+      a->s[t * G + g] = amax / 127.0f;
+      a->c[t * G + g] = -8 * sum;
+    }
+  }
+}
+
+void q4x16_matmul_generic(const struct cpu_q4 *w, const struct cpu_q8 *a, int n, int64_t r0,
+                          int64_t r1, float *out, int64_t ldo) {
+  int64_t G = w->cols / 128;
+  for (int64_t r = r0; r < r1; r++) {
+    const uint8_t *qp = q4x16_quants(w, r / 16);
+    const uint16_t *dp = q4x16_scales(w, r / 16);
+    int l = (int)(r % 16);
+    for (int t = 0; t < n; t++) {
+      const int8_t *q = a->q + t * a->cols;
+      float acc = 0.0f;
+      for (int64_t g = 0; g < G; g++) {
+        int32_t S = a->c[t * G + g];
+        for (int c = 0; c < 16; c++) {
+          const uint8_t *o = qp + (g * 16 + c) * 64 + 4 * l;
+          const int8_t *qq = q + g * 128 + c * 8;
+          for (int j = 0; j < 4; j++) S += (o[j] & 15) * qq[j] + (o[j] >> 4) * qq[4 + j];
+        }
+        acc += (float)S * (f16_to_f32(dp[g * 16 + l]) * a->s[t * G + g]);
+      }
+      out[t * ldo + r] = acc;
+    }
+  }
+}

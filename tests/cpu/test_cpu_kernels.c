@@ -1,0 +1,397 @@
+/* test_cpu_kernels.c — the CPU hot kernels against their specifications, on random inputs with odd
+ * sizes and tails:
+ *   repack:    q4x16 repack + row dequantization is bit-identical to quant/q4.c's.
+ *   quantize:  every set's int8 activation quantization is bit-identical to the generic C one.
+ *   matmul:    generic int8 path vs the scalar f32 reference within the int8 error bound; every
+ *              SIMD set vs the generic path within float rounding; any row range / token count.
+ *   attention: each set's attn_tile vs a naive double-precision softmax (GQA, windows, tiles).
+ *   silu:      fast exp vs expf.
+ *   threadpool: barrier and run under 1..4 threads.
+ *   backend_ops: the op table with the selected set vs the exact (scalar) op table.
+ * Sets the CPU cannot run are skipped with a note. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/q4x16.h"
+#include "base/cpu_features.h"
+#include "base/half.h"
+#include "base/threadpool.h"
+#include "quant/q4.h"
+#include "test.h"
+
+static uint64_t rng = 0x1234567;
+static float frand(void) { /* uniform [-1, 1) */
+  rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+  return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+static const struct cpu_kernels *sets[3];
+static int n_sets;
+static void init_sets(void) {
+  if (n_sets) return;
+  const struct cpu_features *f = cpu_features_get();
+  sets[n_sets++] = &cpu_kernels_generic;
+#if defined(__x86_64__)
+  if (f->avx2 && f->fma && f->f16c) sets[n_sets++] = &cpu_kernels_avx2;
+  else printf("  (skipping avx2: not supported here)\n");
+  if (f->avx512f && f->avx512bw && f->avx512vl && f->avx512vnni) sets[n_sets++] = &cpu_kernels_avx512;
+  else printf("  (skipping avx512: not supported here)\n");
+#else
+  (void)f;
+#endif
+}
+
+/* a random int4 weight in the reference layout (quantized from random f32 rows) */
+static struct cpu_q4 make_q4(int64_t rows, int64_t cols) {
+  struct cpu_q4 w = {rows, cols, malloc((size_t)(rows * cols / 2)), malloc((size_t)(rows * cols / 128 * 2)), NULL};
+  float *row = malloc((size_t)cols * sizeof *row);
+  for (int64_t r = 0; r < rows; r++) {
+    float amp = 0.01f + (float)(r % 7) * 0.3f;
+    for (int64_t c = 0; c < cols; c++) row[c] = frand() * amp;
+    if (r == 3) for (int64_t c = 0; c < 128 && c < cols; c++) row[c] = 0.0f; /* a zero group */
+    q4_quantize_row(row, cols, w.qs + r * cols / 2, w.d + r * cols / 128);
+  }
+  free(row);
+  return w;
+}
+
+static struct cpu_q4 clone_q4(const struct cpu_q4 *s) {
+  struct cpu_q4 w = {s->rows, s->cols, malloc((size_t)(s->rows * s->cols / 2)), malloc((size_t)(s->rows * s->cols / 128 * 2)), NULL};
+  memcpy(w.qs, s->qs, (size_t)(s->rows * s->cols / 2));
+  memcpy(w.d, s->d, (size_t)(s->rows * s->cols / 128 * 2));
+  return w;
+}
+
+static void free_q4(struct cpu_q4 *w) {
+  free(w->qs);
+  free(w->d);
+  free(w->packed);
+}
+
+static struct cpu_q8 make_q8(int n, int64_t cols) {
+  struct cpu_q8 a = {malloc((size_t)(n * cols)), malloc((size_t)(n * cols / 128) * 4), malloc((size_t)(n * cols / 128) * 4), cols};
+  return a;
+}
+static void free_q8(struct cpu_q8 *a) { free(a->q); free(a->s); free(a->c); }
+
+TEST_GROUP(repack) {
+  const int64_t shapes[][2] = {{1, 128}, {16, 128}, {17, 256}, {37, 384}, {64, 896}, {5, 1024}};
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    int64_t rows = shapes[s][0], cols = shapes[s][1];
+    struct cpu_q4 ref = make_q4(rows, cols), pk = clone_q4(&ref);
+    REQUIRE(q4x16_repack(&pk) == 0);
+    CHECK(pk.qs == NULL && pk.d == NULL && pk.packed != NULL);
+    float *a = malloc((size_t)cols * 4), *b = malloc((size_t)cols * 4);
+    int bad = 0;
+    for (int64_t r = 0; r < rows; r++) {
+      q4_dequantize_row(ref.qs + r * cols / 2, ref.d + r * cols / 128, cols, a);
+      q4x16_row(&pk, r, b);
+      if (memcmp(a, b, (size_t)cols * 4)) bad++;
+    }
+    CHECKF(bad == 0, "%lldx%lld: %d rows differ", (long long)rows, (long long)cols, bad);
+    free(a); free(b);
+    free_q4(&ref); free_q4(&pk);
+  }
+}
+
+TEST_GROUP(quantize) {
+  init_sets();
+  const int64_t colss[] = {128, 896, 4864};
+  for (size_t ci = 0; ci < 3; ci++) {
+    int64_t cols = colss[ci], ldx = cols + 5;
+    int n = 7;
+    float *x = malloc((size_t)(n * ldx) * 4);
+    for (int64_t i = 0; i < n * ldx; i++) x[i] = frand() * (i % 3 ? 1.0f : 40.0f);
+    for (int64_t i = 0; i < 128; i++) x[2 * ldx + i] = 0.0f; /* an all-zero block */
+    struct cpu_q8 ref = make_q8(n, cols);
+    q4x16_q8_quantize_generic(x, ldx, 0, n, &ref);
+    /* bound: |x - s*q| <= s/2 */
+    int bad = 0;
+    for (int t = 0; t < n; t++)
+      for (int64_t k = 0; k < cols; k++) {
+        float s = ref.s[t * (cols / 128) + k / 128];
+        if (fabsf(x[t * ldx + k] - s * ref.q[t * cols + k]) > s * 0.5001f + 1e-30f) bad++;
+      }
+    CHECKF(bad == 0, "generic quantization error out of bound at %d places", bad);
+    for (int si = 1; si < n_sets; si++) {
+      struct cpu_q8 a = make_q8(n, cols);
+      memset(a.q, 0x55, (size_t)(n * cols));
+      sets[si]->q8_quantize(x, ldx, 0, 3, &a);
+      sets[si]->q8_quantize(x, ldx, 3, n, &a);
+      CHECKF(!memcmp(a.q, ref.q, (size_t)(n * cols)), "%s: q differs (cols %lld)", sets[si]->name, (long long)cols);
+      CHECKF(!memcmp(a.s, ref.s, (size_t)(n * cols / 128) * 4), "%s: s differs", sets[si]->name);
+      CHECKF(!memcmp(a.c, ref.c, (size_t)(n * cols / 128) * 4), "%s: c differs", sets[si]->name);
+      free_q8(&a);
+    }
+    free_q8(&ref);
+    free(x);
+  }
+}
+
+/* one case: rows x cols weight, n tokens, output rows [r0, r1) */
+static void check_matmul(int64_t rows, int64_t cols, int n, int64_t r0, int64_t r1) {
+  struct cpu_q4 ref = make_q4(rows, cols), pk = clone_q4(&ref);
+  REQUIRE(q4x16_repack(&pk) == 0);
+  int64_t ldx = cols + 3, ldo = rows + 2;
+  float *x = malloc((size_t)(n * ldx) * 4), *o_ref = malloc((size_t)(n * ldo) * 4),
+        *o_gen = malloc((size_t)(n * ldo) * 4), *o = malloc((size_t)(n * ldo) * 4);
+  for (int64_t i = 0; i < n * ldx; i++) x[i] = frand();
+  for (int64_t i = 0; i < n * ldo; i++) o_ref[i] = o_gen[i] = -7.0f;
+  cpu_kernels_ref.matmul_q4(&ref, x, ldx, n, r0, r1, o_ref, ldo);
+  struct cpu_q8 a = make_q8(n, cols);
+  q4x16_q8_quantize_generic(x, ldx, 0, n, &a);
+  q4x16_matmul_generic(&pk, &a, n, r0, r1, o_gen, ldo);
+  /* int8 error: |sum w (x - x')| <= sum |w| * s/2 per group; bound with the dequantized row */
+  float *wr = malloc((size_t)cols * 4);
+  int bad = 0, untouched = 1;
+  for (int64_t r = 0; r < rows; r++) {
+    q4_dequantize_row(ref.qs + r * cols / 2, ref.d + r * cols / 128, cols, wr);
+    for (int t = 0; t < n; t++) {
+      float got = o_gen[t * ldo + r], want = o_ref[t * ldo + r];
+      if (r < r0 || r >= r1) { if (got != -7.0f) untouched = 0; continue; }
+      double bound = 1e-4;
+      for (int64_t k = 0; k < cols; k++) bound += fabs(wr[k]) * a.s[t * (cols / 128) + k / 128] * 0.5 + fabs(wr[k] * x[t * ldx + k]) * 1e-6;
+      if (fabs(got - want) > bound) {
+        if (bad++ < 3) fprintf(stderr, "  generic r %lld t %d: %g vs ref %g (bound %g)\n", (long long)r, t, got, want, bound);
+      }
+    }
+  }
+  CHECKF(bad == 0, "generic vs ref: %d outputs out of the int8 bound (%lldx%lld n %d)", bad, (long long)rows, (long long)cols, n);
+  CHECK(untouched);
+  for (int si = 1; si < n_sets; si++) {
+    for (int64_t i = 0; i < n * ldo; i++) o[i] = -7.0f;
+    sets[si]->matmul_q4q8(&pk, &a, n, r0, r1, o, ldo);
+    int bad2 = 0, wrote_outside = 0;
+    for (int t = 0; t < n; t++)
+      for (int64_t r = 0; r < ldo; r++) {
+        float got = o[t * ldo + r], want = o_gen[t * ldo + r];
+        if (r < r0 || r >= r1) { if (got != -7.0f) wrote_outside++; continue; }
+        if (fabsf(got - want) > 1e-5f * (1.0f + fabsf(want))) {
+          if (bad2++ < 3) fprintf(stderr, "  %s r %lld t %d: %.9g vs generic %.9g\n", sets[si]->name, (long long)r, t, got, want);
+        }
+      }
+    CHECKF(bad2 == 0 && wrote_outside == 0, "%s: %d mismatches, %d writes outside [r0,r1) (%lldx%lld n %d rows %lld..%lld)",
+           sets[si]->name, bad2, wrote_outside, (long long)rows, (long long)cols, n, (long long)r0, (long long)r1);
+  }
+  free(wr); free_q8(&a);
+  free(x); free(o_ref); free(o_gen); free(o);
+  free_q4(&ref); free_q4(&pk);
+}
+
+TEST_GROUP(matmul) {
+  init_sets();
+  check_matmul(16, 128, 1, 0, 16);
+  check_matmul(1, 128, 1, 0, 1);
+  check_matmul(37, 256, 1, 0, 37);
+  check_matmul(37, 256, 3, 5, 29);
+  check_matmul(64, 896, 1, 16, 48);
+  for (int n = 1; n <= 13; n++) check_matmul(48, 384, n, n % 3, 48 - n % 5);
+  check_matmul(130, 1024, 17, 0, 130);
+  check_matmul(96, 4864, 2, 0, 96);
+}
+
+/* ---- attention ---- */
+
+struct attn_case {
+  int n_heads, n_kv, hd, window, block_size, n_seqs;
+  int n_tok[3];  /* new tokens per sequence in this batch */
+  int past[3];   /* positions already in the cache per sequence */
+};
+
+static void naive_attn(const struct cpu_attn_job *j, int n_tokens, float *out) {
+  int hd = j->head_dim, G = j->n_heads / j->n_kv_heads;
+  int64_t ldq = (int64_t)j->n_heads * hd, ldkv = (int64_t)j->n_kv_heads * hd;
+  double *sc = malloc(sizeof(double) * 8192);
+  for (int t = 0; t < n_tokens; t++)
+    for (int h = 0; h < j->n_heads; h++) {
+      int pos = j->pos[t], seq = j->seq[t], kvh = h / G;
+      int start = j->window > 0 && pos - j->window + 1 > 0 ? pos - j->window + 1 : 0;
+      double mx = -1e300, sum = 0;
+      for (int p = start; p <= pos; p++) {
+        int64_t s = (int64_t)j->block_table[seq * j->max_blocks + p / j->block_size] * j->block_size + p % j->block_size;
+        double d = 0;
+        for (int e = 0; e < hd; e++) d += (double)j->q[t * ldq + h * hd + e] * j->k[s * ldkv + kvh * hd + e];
+        sc[p - start] = d * j->scale;
+        if (sc[p - start] > mx) mx = sc[p - start];
+      }
+      for (int p = start; p <= pos; p++) { sc[p - start] = exp(sc[p - start] - mx); sum += sc[p - start]; }
+      for (int e = 0; e < hd; e++) {
+        double acc = 0;
+        for (int p = start; p <= pos; p++) {
+          int64_t s = (int64_t)j->block_table[seq * j->max_blocks + p / j->block_size] * j->block_size + p % j->block_size;
+          acc += sc[p - start] * j->v[s * ldkv + kvh * hd + e];
+        }
+        out[t * ldq + h * hd + e] = (float)(acc / sum);
+      }
+    }
+  free(sc);
+}
+
+static void check_attn(const struct attn_case *c) {
+  int hd = c->hd, G = c->n_heads / c->n_kv;
+  int max_blocks = 0, n_tokens = 0, n_blocks = 0;
+  for (int s = 0; s < c->n_seqs; s++) {
+    int nb = (c->past[s] + c->n_tok[s] + c->block_size - 1) / c->block_size;
+    if (nb > max_blocks) max_blocks = nb;
+    n_tokens += c->n_tok[s];
+  }
+  n_blocks = max_blocks * c->n_seqs;
+  int32_t *bt = malloc(sizeof(int32_t) * (size_t)n_blocks), *pos = malloc(sizeof(int32_t) * (size_t)n_tokens),
+          *seq = malloc(sizeof(int32_t) * (size_t)n_tokens);
+  /* a scrambled block assignment: block i of seq s -> a permutation */
+  for (int i = 0; i < n_blocks; i++) bt[i] = (i * 7 + 3) % n_blocks;
+  int64_t ldkv = (int64_t)c->n_kv * hd, ldq = (int64_t)c->n_heads * hd;
+  float *k = malloc(sizeof(float) * (size_t)(n_blocks * c->block_size * ldkv)),
+        *v = malloc(sizeof(float) * (size_t)(n_blocks * c->block_size * ldkv));
+  for (int64_t i = 0; i < n_blocks * c->block_size * ldkv; i++) { k[i] = frand(); v[i] = frand(); }
+  int t = 0;
+  for (int s = 0; s < c->n_seqs; s++)
+    for (int i = 0; i < c->n_tok[s]; i++, t++) { seq[t] = s; pos[t] = c->past[s] + i; }
+  float *q = malloc(sizeof(float) * (size_t)(n_tokens * ldq)), *o_ref = malloc(sizeof(float) * (size_t)(n_tokens * ldq)),
+        *o = malloc(sizeof(float) * (size_t)(n_tokens * ldq));
+  for (int64_t i = 0; i < n_tokens * ldq; i++) q[i] = frand() * 2.0f;
+  struct cpu_attn_job j = {q, o, k, v, pos, seq, bt, max_blocks, c->block_size, c->n_heads, c->n_kv, hd, c->window,
+                           1.0f / sqrtf((float)hd), 0.0f};
+  naive_attn(&j, n_tokens, o_ref);
+  int tq = 8192 / (G * hd);
+  if (tq > 16) tq = 16;
+  for (int si = 0; si < n_sets; si++) {
+    for (int64_t i = 0; i < n_tokens * ldq; i++) o[i] = NAN;
+    for (int kvh = 0; kvh < c->n_kv; kvh++)
+      for (int t0 = 0; t0 < n_tokens;) {
+        int t1 = t0 + 1;
+        while (t1 < n_tokens && t1 - t0 < tq && seq[t1] == seq[t0]) t1++;
+        sets[si]->attn_tile(&j, t0, t1, kvh);
+        t0 = t1;
+      }
+    int bad = 0;
+    for (int64_t i = 0; i < n_tokens * ldq; i++)
+      if (!(fabsf(o[i] - o_ref[i]) <= 2e-5f)) {
+        if (bad++ < 3) fprintf(stderr, "  %s [%lld]: %g vs %g\n", sets[si]->name, (long long)i, o[i], o_ref[i]);
+      }
+    CHECKF(bad == 0, "%s: %d of %d attention outputs differ (heads %d/%d hd %d window %d)", sets[si]->name, bad,
+           (int)(n_tokens * ldq), c->n_heads, c->n_kv, hd, c->window);
+  }
+  free(bt); free(pos); free(seq); free(k); free(v); free(q); free(o_ref); free(o);
+}
+
+TEST_GROUP(attention) {
+  init_sets();
+  const struct attn_case cases[] = {
+    {14, 2, 64, 0, 16, 1, {37, 0, 0}, {0, 0, 0}},      /* 0.5B shape, prefill with a tail */
+    {14, 2, 64, 0, 16, 1, {1, 0, 0}, {70, 0, 0}},      /* decode */
+    {16, 2, 128, 0, 32, 1, {19, 0, 0}, {40, 0, 0}},    /* 3B shape, chunked prefill */
+    {4, 4, 16, 5, 4, 3, {3, 1, 9}, {10, 0, 2}},        /* MHA, sliding window, three sequences */
+    {8, 1, 32, 0, 8, 2, {1, 1, 0}, {100, 3, 0}},       /* MQA, two decoding sequences */
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_attn(&cases[i]);
+}
+
+TEST_GROUP(silu) {
+  init_sets();
+  int n = 1001;
+  float *g = malloc(sizeof(float) * (size_t)n), *u = malloc(sizeof(float) * (size_t)n), *o = malloc(sizeof(float) * (size_t)n);
+  for (int i = 0; i < n; i++) { g[i] = frand() * 30.0f; u[i] = frand(); }
+  g[0] = -100.0f; g[1] = 100.0f; g[2] = 0.0f;
+  for (int si = 0; si < n_sets; si++) {
+    sets[si]->silu_mul(o, g, u, n);
+    int bad = 0;
+    for (int i = 0; i < n; i++) {
+      float want = g[i] / (1.0f + expf(-g[i])) * u[i];
+      if (!(fabsf(o[i] - want) <= 4e-6f * fabsf(want) + 1e-30f)) {
+        if (bad++ < 3) fprintf(stderr, "  %s silu(%g)*%g = %g vs %g\n", sets[si]->name, g[i], u[i], o[i], want);
+      }
+    }
+    CHECKF(bad == 0, "%s: %d silu outputs differ", sets[si]->name, bad);
+  }
+  free(g); free(u); free(o);
+}
+
+/* ---- threadpool ---- */
+
+struct tp_job { struct threadpool *p; int *slots; int n; long sum; int rounds; };
+static void tp_worker(void *arg, int ith, int nth) {
+  struct tp_job *j = arg;
+  for (int r = 0; r < j->rounds; r++) {
+    j->slots[ith] = r * 100 + ith;
+    threadpool_barrier(j->p);
+    /* everyone sees every slot of this round */
+    long s = 0;
+    for (int i = 0; i < nth; i++) s += j->slots[i] - r * 100;
+    if (ith == 0) j->sum += s;
+    threadpool_barrier(j->p);
+  }
+}
+
+TEST_GROUP(threadpool) {
+  for (int nt = 1; nt <= 4; nt++) {
+    struct threadpool *p = threadpool_create(nt);
+    REQUIRE(p != NULL);
+    CHECK(threadpool_size(p) == nt);
+    int slots[4] = {0};
+    for (int rep = 0; rep < 50; rep++) {
+      struct tp_job j = {p, slots, nt, 0, 20};
+      threadpool_run(p, tp_worker, &j);
+      CHECKF(j.sum == 20L * nt * (nt - 1) / 2, "threads %d: barrier sum %ld", nt, j.sum);
+    }
+    threadpool_free(p);
+  }
+}
+
+/* ---- the op table: selected SIMD set vs the exact scalar path ---- */
+
+TEST_GROUP(backend_ops) {
+  struct hearth_err err = {0};
+  struct hb_ctx *fast = NULL, *exact = NULL;
+  struct hb_config cf = {.n_threads = 3, .exact = 0}, ce = {.n_threads = 2, .exact = 1};
+  REQUIRE(hb_cpu_ops.init(&cf, &fast, &err) == 0);
+  REQUIRE(hb_cpu_ops.init(&ce, &exact, &err) == 0);
+  const struct hb_ops *be = &hb_cpu_ops;
+  int64_t rows = 200, cols = 384;
+  int n = 11;
+  struct cpu_q4 w = make_q4(rows, cols);
+  struct hb_host_weight hw = {HB_Q4, rows, cols, w.qs, w.d};
+  struct hb_tensor wf, we, x, of, oe;
+  REQUIRE(be->weight_upload(fast, &wf, &hw, &err) == 0);
+  REQUIRE(be->weight_upload(exact, &we, &hw, &err) == 0);
+  REQUIRE(be->alloc(fast, &x, HB_F32, n, cols, &err) == 0);
+  REQUIRE(be->alloc(fast, &of, HB_F32, n, rows, &err) == 0);
+  REQUIRE(be->alloc(fast, &oe, HB_F32, n, rows, &err) == 0);
+  for (int64_t i = 0; i < n * cols; i++) ((float *)x.data)[i] = frand();
+  /* int8 activations: the error of one output has std ~ sqrt(cols) * rms(w) * (1/127) / sqrt(12)
+   * ~ 0.05 here; the kernel-level bound is checked exactly in `matmul` */
+  for (int nn = 1; nn <= n; nn += 5) {
+    be->matmul(fast, &of, &x, &wf, NULL, nn);
+    be->matmul(exact, &oe, &x, &we, NULL, nn);
+    int bad = 0;
+    for (int64_t i = 0; i < nn * rows; i++) {
+      float a = ((float *)of.data)[i], b = ((float *)oe.data)[i];
+      if (!(fabsf(a - b) <= 0.35f + 0.01f * fabsf(b))) { if (bad++ < 5) fprintf(stderr, "  [%lld] %g vs %g\n", (long long)i, a, b); }
+    }
+    CHECKF(bad == 0, "matmul n=%d: %d outputs differ beyond the int8 tolerance", nn, bad);
+  }
+  /* embedding rows from the packed layout equal the reference rows */
+  struct hb_tensor ids, ef, ee;
+  REQUIRE(be->alloc(fast, &ids, HB_I32, 1, 4, &err) == 0);
+  REQUIRE(be->alloc(fast, &ef, HB_F32, 4, cols, &err) == 0);
+  REQUIRE(be->alloc(fast, &ee, HB_F32, 4, cols, &err) == 0);
+  int32_t idv[4] = {0, 199, 17, 3};
+  memcpy(ids.data, idv, sizeof idv);
+  be->embed(fast, &ef, &wf, &ids, 4, 1.0f);
+  be->embed(exact, &ee, &we, &ids, 4, 1.0f);
+  CHECK(!memcmp(ef.data, ee.data, (size_t)(4 * cols) * 4));
+  /* silu_mul */
+  be->silu_mul(fast, &of, &oe, &of, n); /* out aliases up: allowed elementwise */
+  be->release(fast, &wf); be->release(exact, &we);
+  be->release(fast, &x); be->release(fast, &of); be->release(fast, &oe);
+  be->release(fast, &ids); be->release(fast, &ef); be->release(fast, &ee);
+  free(w.qs); free(w.d);
+  be->free(fast);
+  be->free(exact);
+}
+
+TEST_MAIN(T(repack), T(quantize), T(matmul), T(attention), T(silu), T(threadpool), T(backend_ops))
