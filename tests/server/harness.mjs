@@ -1,6 +1,6 @@
 // tests/server/harness.mjs — starts `hearth serve` on an ephemeral loopback port for a test file.
 // HEARTH_BIN: the hearth executable; HEARTH_SERVER_FIXTURES: the directory make-fixtures.sh filled.
-// Exits the process with 77 (CTest SKIP) when the prerequisites are missing.
+// Fails the test (exit 1) when the prerequisites are missing: a test that cannot run never passes.
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -20,8 +20,8 @@ export function requirePrereqs({ openai = true } = {}) {
   if (openai && !fs.existsSync(path.join(here, 'node_modules', 'openai')))
     missing.push('node_modules/openai (run tests/server/setup.sh)');
   if (missing.length) {
-    console.log(`SKIP: missing ${missing.join(', ')}`);
-    process.exit(77);
+    console.error(`FAIL: missing ${missing.join(', ')}`);
+    process.exit(1);
   }
 }
 
