@@ -36,6 +36,8 @@ static int parse_list(const char *s, long *v, int max) {
 
 struct result { char test[32]; double med, min, max; int tokens; };
 
+static double g_probe_gbs; /* the measured read floor (GB/s), 0 = not probed */
+
 static void report(const struct result *r, const struct hearth_model_info *mi, int json, int decode) {
   double gbs = decode ? r->med * (double)mi->weight_bytes_per_token / 1e9 : 0;
   if (json)
@@ -44,7 +46,12 @@ static void report(const struct result *r, const struct hearth_model_info *mi, i
            decode ? ", \"weight_gb_per_s\": " : ", \"ms\": ", decode ? gbs : 1000.0 * r->tokens / r->med);
   else
     printf("| %-12s | %10.2f | %10.2f | %10.2f |\n", r->test, r->med, r->min, r->max);
-  if (!json && decode) printf("|              |   weights %.1f MB/token -> %.1f GB/s at the median\n", (double)mi->weight_bytes_per_token / 1e6, gbs);
+  if (!json && decode) {
+    printf("|              |   weights %.1f MB/token -> %.1f GB/s at the median", (double)mi->weight_bytes_per_token / 1e6, gbs);
+    if (g_probe_gbs > 0) printf(" = %.0f%% of the probed floor (%.1f GB/s, %.1f tok/s)", 100.0 * gbs / g_probe_gbs, g_probe_gbs,
+                                g_probe_gbs * 1e9 / (double)mi->weight_bytes_per_token);
+    printf("\n");
+  }
 }
 
 static void summarize(struct result *r, double *tps, int reps) {
@@ -98,6 +105,7 @@ int cmd_bench(int argc, char **argv) {
            (double)mi->weight_bytes_per_token / 1e6, mi->backend == HEARTH_BACKEND_CUDA ? "cuda" : "cpu");
     if (probe && mi->backend == HEARTH_BACKEND_CPU) {
       double bw = bench_bandwidth_probe(mp.n_threads, 1024);
+      g_probe_gbs = bw;
       printf("memory read probe: %.1f GB/s -> decode floor %.1f tok/s\n", bw, bw * 1e9 / (double)mi->weight_bytes_per_token);
     }
     printf("| %-12s | %10s | %10s | %10s |\n|--------------|------------|------------|------------|\n", "test", "tok/s med", "min", "max");
