@@ -182,10 +182,18 @@ int hf_config_load(const char *dir, struct hf_config *c, struct hearth_err *err)
   free(text);
   if (rc) return rc;
   snprintf(path, sizeof path, "%s/generation_config.json", dir);
-  json_t *g = json_load_file(path, 0, NULL);
-  if (g) { /* optional: adds stop ids; a malformed file is ignored as transformers would fail later anyway */
-    read_eos(g, c);
+  FILE *gf = fopen(path, "rb");
+  if (!gf) return 0; /* optional: it only adds stop ids */
+  fclose(gf);
+  json_error_t jerr;
+  json_t *g = json_load_file(path, 0, &jerr);
+  if (!g) return err_set(err, HEARTH_ERR_FORMAT, "generation_config.json: not valid JSON: %s (line %d)", jerr.text, jerr.line);
+  json_t *e = json_object_get(g, "eos_token_id");
+  if (e && !json_is_null(e) && !json_is_integer(e) && !json_is_array(e)) {
     json_decref(g);
+    return err_set(err, HEARTH_ERR_FORMAT, "generation_config.json: field 'eos_token_id' must be an integer or a list");
   }
+  read_eos(g, c);
+  json_decref(g);
   return 0;
 }
