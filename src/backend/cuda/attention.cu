@@ -13,7 +13,7 @@
  *                 FMA, online softmax); a tile that spans sequences loops over them.
  *
  * Positions, sequence ids and block tables are the batch's device copies (batch_upload).
- * Scratch: ctx->attn_part / attn_cnt (cu_scratch). Head dims: 64, 128, 256 (32 * D).
+ * Scratch: ctx->attn_part / attn_cnt (cu_scratch). Head dims: 32, 64, 128, 256 (32 * D).
  */
 #include <math.h>
 
@@ -463,10 +463,11 @@ template <typename T, typename KT>
 static void attn_hd(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *q,
                     const struct hb_kv_layer *kv, const struct hb_batch *b, const struct hb_attn_params *p) {
   switch (p->head_dim) {
+  case 32: attn_launch<T, KT, 1>(ctx, out, q, kv, b, p); break;
   case 64: attn_launch<T, KT, 2>(ctx, out, q, kv, b, p); break;
   case 128: attn_launch<T, KT, 4>(ctx, out, q, kv, b, p); break;
   case 256: attn_launch<T, KT, 8>(ctx, out, q, kv, b, p); break;
-  default: CU_ARG(ctx, "attention: head_dim %d (supported: 64, 128, 256)", p->head_dim);
+  default: CU_ARG(ctx, "attention: head_dim %d (supported: 32, 64, 128, 256)", p->head_dim);
   }
 }
 
