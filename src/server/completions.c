@@ -18,7 +18,7 @@
 struct cmpl_choice {
   struct sbuf text;        /* whole text (non-streamed) */
   json_t *lp;              /* legacy logprobs object being built */
-  size_t offset;           /* text_offset of the next token */
+  size_t offset;           /* text_offset of the next token, in characters */
   int echoed;              /* the echo (streamed) has been sent */
 };
 
@@ -49,6 +49,13 @@ static json_t *lp_new(void) {
                    "text_offset");
 }
 
+/* Characters (code points) in UTF-8 text: text_offset counts characters, as Python clients index. */
+static size_t u8len(const char *s, size_t n) {
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) k += ((unsigned char)s[i] & 0xC0) != 0x80;
+  return k;
+}
+
 /* Appends one token to a legacy logprobs object; ev NULL = the unscored first prompt token. */
 static void lp_add(const struct textio *tio, json_t *into, int32_t id, const struct gen_event *ev,
                    size_t *offset) {
@@ -60,7 +67,7 @@ static void lp_add(const struct textio *tio, json_t *into, int32_t id, const str
   json_array_append_new(json_object_get(into, "token_logprobs"),
                         ev ? json_real(ev->logprob) : json_null());
   json_array_append_new(json_object_get(into, "text_offset"), json_integer((json_int_t)*offset));
-  *offset += n;
+  *offset += u8len(s ? s : "", n);
   free(s);
   json_t *top = ev ? json_object() : json_null();
   for (int k = 0; ev && k < ev->n_top; k++) {
@@ -90,7 +97,9 @@ static void echo_prompt(struct cmpl *c, int k, struct sbuf *text, json_t **lp) {
   char *s = NULL;
   size_t n = 0;
   struct hearth_err err;
-  if (!textio_decode(g->tio, ids, g->n_prompt, 0, &s, &n, &err)) sbuf_add(text, s, n);
+  if (textio_decode(g->tio, ids, g->n_prompt, 0, &s, &n, &err)) { s = NULL; n = 0; }
+  sbuf_add(text, s ? s : "", n);
+  c->ch[k].offset = u8len(s ? s : "", n);
   free(s);
   if (c->o.logprobs) {
     const struct gen_event *pev = gen_reader_prompt_logprobs(g);
@@ -99,7 +108,6 @@ static void echo_prompt(struct cmpl *c, int k, struct sbuf *text, json_t **lp) {
     for (int i = 0; i < g->n_prompt; i++)
       lp_add(g->tio, *lp, ids[i], i && pev ? &pev[i] : NULL, &off);
   }
-  c->ch[k].offset = n;
 }
 
 static json_t *chunk(struct cmpl *c, int index, const char *text, size_t n, const char *finish,
