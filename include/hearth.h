@@ -126,6 +126,16 @@ void hearth_session_free(struct hearth_session *s);
  * On error the session holds some prefix of tokens (possibly empty). */
 int hearth_session_sync(struct hearth_session *s, const int32_t *tokens, int n,
                         struct hearth_err *err);
+/* The first half of hearth_session_sync, for batching prefill with other sessions' work: keeps
+ * the longest common prefix with tokens[0..n), takes further full blocks from the model's prefix
+ * cache, evaluates nothing, and returns how many leading tokens the session now holds (< n, so at
+ * least the last token is left to evaluate) or a negative status. Pass the rest, in chunks if
+ * wanted, to hearth_sessions_step. */
+int hearth_session_prepare(struct hearth_session *s, const int32_t *tokens, int n,
+                           struct hearth_err *err);
+/* Tokens the last prepare/sync did not have to evaluate (held prefix plus cached blocks): the
+ * `cached_tokens` of an OpenAI usage report. */
+int hearth_session_n_reused(const struct hearth_session *s);
 /* Appends tokens and evaluates them (= sync to held + tokens). */
 int hearth_session_append(struct hearth_session *s, const int32_t *tokens, int n,
                           struct hearth_err *err);

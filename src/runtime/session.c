@@ -19,6 +19,7 @@ struct hearth_session {
   uint64_t *bhash;   /* [max_blocks] prefix-cache key of each full block (hash chain) */
   int n_blocks;
   int n_keyed;       /* leading full blocks whose bhash is set (and registered in the cache) */
+  int n_reused;      /* tokens the last prepare/sync kept or took from the prefix cache */
   int32_t greedy_id; /* after a greedy step: argmax of the last logits and its logprob */
   float greedy_logprob;
   float *out;        /* [max(vocab, d)] last logits or hidden state */
@@ -275,15 +276,23 @@ int hearth_session_append(struct hearth_session *s, const int32_t *tokens, int n
   return session_forward(&s, 1, &tokens, &n, OUT_LOGITS, err);
 }
 
-int hearth_session_sync(struct hearth_session *s, const int32_t *tokens, int n, struct hearth_err *err) {
+int hearth_session_prepare(struct hearth_session *s, const int32_t *tokens, int n, struct hearth_err *err) {
   if (n <= 0) return err_set(err, HEARTH_ERR_ARG, "sync needs at least one token");
   if (n > s->n_ctx) return err_set(err, HEARTH_ERR_CTX_FULL, "%d tokens exceed n_ctx %d", n, s->n_ctx);
   int common = 0;
   while (common < s->n_tokens && common < n && s->tokens[common] == tokens[common]) common++;
   if (common == n) common = n - 1; /* re-evaluate the last position so its logits are current */
-  common = truncate_to(s, common);
+  truncate_to(s, common);
   attach_cached(s, tokens, n);
-  common = s->n_tokens;
+  s->n_reused = s->n_tokens;
+  return s->n_tokens;
+}
+
+int hearth_session_n_reused(const struct hearth_session *s) { return s->n_reused; }
+
+int hearth_session_sync(struct hearth_session *s, const int32_t *tokens, int n, struct hearth_err *err) {
+  int common = hearth_session_prepare(s, tokens, n, err);
+  if (common < 0) return common;
   int rest = n - common;
   const int32_t *p = tokens + common;
   return session_forward(&s, 1, &p, &rest, OUT_LOGITS, err);

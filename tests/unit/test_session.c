@@ -63,12 +63,14 @@ TEST_GROUP(prefix_reuse) {
   REQUIRE(hearth_session_sync(b, t, 70, &err) == 0);
   kv_prefix_stats(&m->kv, &h1, &m1, &e1);
   CHECKF(h1 - h0 == 4, "hits %llu", (unsigned long long)(h1 - h0));
+  CHECK(hearth_session_n_reused(b) == 64);
   reference_logits(ref, t, 70, want);
   CHECKF(max_diff(hearth_session_logits(b), want, V) < 1e-4f, "shared prefix changed the logits");
   CHECKF(max_diff(hearth_session_logits(a), want, V) < 1e-4f, "a");
   /* b diverges at position 37, inside shared block 2: must not corrupt a's block */
   memcpy(u, t, sizeof u);
   u[37] = 5;
+  CHECK(hearth_session_prepare(b, u, 60, &err) == 32); /* the cut at 37 falls back to block 2's start */
   REQUIRE(hearth_session_sync(b, u, 60, &err) == 0);
   reference_logits(ref, u, 60, want);
   CHECKF(max_diff(hearth_session_logits(b), want, V) < 1e-4f, "divergence inside a shared block");
