@@ -1,6 +1,6 @@
 // tests/server/limits.test.mjs — admission limits and stream liveness on a deliberately small server:
 // one slot (--parallel 1), one queue place (--queue 1), prompts evaluated one token per engine step
-// (--prefill-chunk 1, so a 500-token prompt takes a visible while even on the tiny model) and a
+// (--prefill-chunk 1, so a long prompt takes a visible while even on the tiny model) and a
 // 100 ms SSE keep-alive interval. Checks: a full queue answers 503 with Retry-After and an OpenAI
 // error; a request needing more queue places than exist is a 400 naming n; a stream whose prompt is
 // still being evaluated receives ": keep-alive" comments before its first token, and its text is
@@ -66,9 +66,16 @@ test('more choices than queue places is a 400 naming n', async () => {
 });
 
 test('keep-alive comments flow while a long prompt is evaluated, then the tokens', async () => {
+  // calibrate: time a 40-token prompt at one token per step, then size the streamed prompt for
+  // about 600 ms of prefill (40..500 tokens: about 500 in Release, 40 under ASan)
+  let t0 = Date.now();
+  const cal = await postJSON(srv, '/v1/completions', cmpl({ prompt: Array.from({ length: 40 }, (_, i) => 5000 + i), max_tokens: 1 }));
+  assert.equal(cal.status, 200, cal.text);
+  const perToken = (Date.now() - t0) / 40;
+  const len = Math.max(40, Math.min(500, Math.ceil(600 / perToken)));
   // the stream goes first: the slot's session must not already hold this prompt (prefix reuse)
-  const prompt = Array.from({ length: 500 }, (_, i) => 1000 + i);
-  const t0 = Date.now();
+  const prompt = Array.from({ length: len }, (_, i) => 1000 + i);
+  t0 = Date.now();
   const res = await fetch(`${srv.url}/v1/completions`, {
     method: 'POST', headers: { 'content-type': 'application/json' },
     body: JSON.stringify(cmpl({ prompt, stream: true })),
@@ -78,7 +85,7 @@ test('keep-alive comments flow while a long prompt is evaluated, then the tokens
   const ms = Date.now() - t0;
   const first = raw.indexOf('data: ');
   const before = raw.slice(0, first).match(/^: keep-alive\n\n/gm) ?? [];
-  console.log(`keep-alive: ${before.length} comments before the first token; stream ${ms} ms`);
+  console.log(`keep-alive: ${before.length} comments before the first token; ${len}-token prompt, stream ${ms} ms`);
   assert.ok(first > 0 && before.length >= 1,
     `expected keep-alive comments before the first token (stream took ${ms} ms): ${raw.slice(0, 200)}`);
   assert.equal(raw.slice(0, first), ': keep-alive\n\n'.repeat(before.length), 'only whole comments before data');
