@@ -1,20 +1,29 @@
 // tests/server/limits.test.mjs — admission limits and stream liveness on a deliberately small server:
 // one slot (--parallel 1), one queue place (--queue 1), prompts evaluated one token per engine step
-// (--prefill-chunk 1, so a long prompt takes a visible while even on the tiny model) and a
-// 100 ms SSE keep-alive interval. Checks: a full queue answers 503 with Retry-After and an OpenAI
+// (--prefill-chunk 1, so a long prompt takes a visible while even on the tiny model), a 100 ms SSE
+// keep-alive interval and a bearer token (--api-key). Checks: the token is required (401 with
+// WWW-Authenticate; /health stays open); a full queue answers 503 with Retry-After and an OpenAI
 // error; a request needing more queue places than exist is a 400 naming n; a stream whose prompt is
 // still being evaluated receives ": keep-alive" comments before its first token, and its text is
 // unaffected by them.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 
-import { CHAT, getJSON, postJSON, requirePrereqs, sleep, startServer } from './harness.mjs';
+import { CHAT, postJSON as postRaw, requirePrereqs, sleep, startServer } from './harness.mjs';
 
 requirePrereqs({ openai: false });
 
+const KEY = 'test-key-0123456789';
+const AUTH = { authorization: `Bearer ${KEY}` };
+const postJSON = (srv, p, body) => postRaw(srv, p, body, AUTH);
+const getJSON = async (srv, p) => {
+  const r = await fetch(srv.url + p, { headers: AUTH });
+  return { status: r.status, body: await r.json() };
+};
 let srv;
 before(async () => {
-  srv = await startServer(['--parallel', '1', '--queue', '1', '--prefill-chunk', '1', '--keepalive-ms', '100']);
+  srv = await startServer(['--parallel', '1', '--queue', '1', '--prefill-chunk', '1', '--keepalive-ms', '100',
+    '--api-key', KEY]);
 });
 after(async () => {
   const r = await srv.stop();
@@ -31,11 +40,27 @@ async function until(cond, what) {
 }
 const cmpl = (extra = {}) => ({ model: CHAT, prompt: 'Hello', temperature: 0, max_tokens: 4, ignore_eos: true, ...extra });
 
+test('the bearer token is required; /health is open', async () => {
+  for (const h of [{}, { authorization: 'Bearer wrong' }, { authorization: `Bearer ${KEY.replace('0', '1')}` },
+    { authorization: `Basic ${KEY}` }, { authorization: `Bearer ${KEY}x` }]) {
+    const r = await postRaw(srv, '/v1/completions', cmpl(), h);
+    assert.equal(r.status, 401, JSON.stringify(h));
+    assert.equal(r.body.error.type, 'authentication_error');
+    assert.ok(!r.text.includes(KEY), 'the key is never echoed');
+    const m = await fetch(`${srv.url}/v1/models`, { headers: h });
+    assert.equal(m.status, 401);
+    assert.equal(m.headers.get('www-authenticate'), 'Bearer');
+  }
+  assert.equal((await fetch(`${srv.url}/health`)).status, 200);
+  assert.equal((await postJSON(srv, '/v1/completions', cmpl())).status, 200);
+  assert.equal((await getJSON(srv, '/v1/models')).status, 200);
+});
+
 test('a full queue answers 503 with Retry-After; the queued request still completes', async () => {
   // A holds the only slot with a long stream
   const ac = new AbortController();
   const a = await fetch(`${srv.url}/v1/completions`, {
-    method: 'POST', signal: ac.signal, headers: { 'content-type': 'application/json' },
+    method: 'POST', signal: ac.signal, headers: { 'content-type': 'application/json', ...AUTH },
     body: JSON.stringify(cmpl({ max_tokens: 400, stream: true })),
   });
   const reader = a.body.getReader();
@@ -46,7 +71,7 @@ test('a full queue answers 503 with Retry-After; the queued request still comple
   await until(async () => (await chatStatus()).queued === 1, 'B to be queued');
   // C finds the queue full
   const c = await fetch(`${srv.url}/v1/completions`, {
-    method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(cmpl()),
+    method: 'POST', headers: { 'content-type': 'application/json', ...AUTH }, body: JSON.stringify(cmpl()),
   });
   assert.equal(c.status, 503);
   assert.equal(c.headers.get('retry-after'), '1');
@@ -77,7 +102,7 @@ test('keep-alive comments flow while a long prompt is evaluated, then the tokens
   const prompt = Array.from({ length: len }, (_, i) => 1000 + i);
   t0 = Date.now();
   const res = await fetch(`${srv.url}/v1/completions`, {
-    method: 'POST', headers: { 'content-type': 'application/json' },
+    method: 'POST', headers: { 'content-type': 'application/json', ...AUTH },
     body: JSON.stringify(cmpl({ prompt, stream: true })),
   });
   assert.equal(res.status, 200);
