@@ -65,6 +65,7 @@ struct hearth_model_params {
   int n_threads;                 /* CPU threads; 0 = all online cores */
   int kv_tokens;                 /* KV pool capacity in tokens over all sessions; 0 = 8192 */
   int verbose;                   /* print the memory plan on load */
+  const char *kv_cache_dir;      /* persist shared KV prefixes here across runs; NULL = memory only */
   int exact;                     /* 1: reference kernels only (int4 with f32 activations, no
                                     activation quantization): the path tested for exact parity */
 };

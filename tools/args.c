@@ -101,6 +101,11 @@ int arg_model_option(int argc, char **argv, int *i, struct hearth_model_params *
     p->kv_tokens = (int)x;
     return 1;
   }
+  if (!strcmp(a, "--kv-cache-dir")) {
+    if (!(v = arg_value(argc, argv, i))) return -1;
+    p->kv_cache_dir = v;
+    return 1;
+  }
   if (!strcmp(a, "--exact")) { p->exact = 1; return 1; }
   if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) { p->verbose = 1; return 1; }
   return 0;

@@ -12,7 +12,7 @@ int arg_int(const char *opt, const char *s, long lo, long hi, long *out);
 int arg_float(const char *opt, const char *s, double *out);
 /* Parses "ID ID ..." (spaces or commas). Caller frees *ids. */
 int arg_ids(const char *s, int32_t **ids, int *n);
-/* Handles --model/--dtype/--backend/--threads/--exact/--kv-tokens; returns 1 if consumed,
+/* Handles --model/--dtype/--backend/--threads/--exact/--kv-tokens/--kv-cache-dir/--verbose; returns 1 if consumed,
  * 0 if not a model option, -1 on a bad value. */
 int arg_model_option(int argc, char **argv, int *i, struct hearth_model_params *p);
 #endif

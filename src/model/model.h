@@ -84,6 +84,8 @@ struct hearth_model {
   struct model_graph graphs[MODEL_MAX_GRAPHS];
   int max_seqs, max_blocks_per_seq;
   char family_name[16];
+  uint64_t fingerprint; /* what the KV contents depend on (runtime/prefix_store.h) */
+  char *store_dir;      /* on-disk prefix cache directory, or NULL */
 };
 
 /* What a family file provides (model/qwen2.c, model/qwen3.c). */

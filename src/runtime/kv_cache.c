@@ -95,10 +95,12 @@ int32_t kv_prefix_attach(struct kv_pool *p, uint64_t key, uint64_t parent, const
   return id;
 }
 
-void kv_prefix_register(struct kv_pool *p, uint64_t key, uint64_t parent, const int32_t *tokens, int32_t id) {
+int kv_prefix_register(struct kv_pool *p, uint64_t key, uint64_t parent, const int32_t *tokens, int32_t id) {
   pthread_mutex_lock(&p->mu);
-  if (prefix_cache_insert(&p->pc, key, parent, tokens, id)) p->refs[id]++;
+  int added = prefix_cache_insert(&p->pc, key, parent, tokens, id);
+  if (added) p->refs[id]++;
   pthread_mutex_unlock(&p->mu);
+  return added;
 }
 
 void kv_prefix_stats(struct kv_pool *p, uint64_t *hits, uint64_t *misses, int *entries) {

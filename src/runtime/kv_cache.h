@@ -17,6 +17,6 @@ int kv_block_shared(struct kv_pool *p, int32_t id);
 /* Prefix cache under the pool lock: attach takes a reference on the cached block (or returns -1);
  * register adds the cache's reference on a newly full block (no-op if the key is known). */
 int32_t kv_prefix_attach(struct kv_pool *p, uint64_t key, uint64_t parent, const int32_t *tokens);
-void kv_prefix_register(struct kv_pool *p, uint64_t key, uint64_t parent, const int32_t *tokens, int32_t id);
+int kv_prefix_register(struct kv_pool *p, uint64_t key, uint64_t parent, const int32_t *tokens, int32_t id); /* 1 if new */
 void kv_prefix_stats(struct kv_pool *p, uint64_t *hits, uint64_t *misses, int *entries);
 #endif

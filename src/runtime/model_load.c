@@ -7,6 +7,7 @@
 #include "load/hub.h"
 #include "model/model.h"
 #include "runtime/kv_cache.h"
+#include "runtime/prefix_store.h"
 
 enum { MAX_BATCH_TOKENS = 512, MAX_BATCH_SEQS = 64, KV_BLOCK = 16 };
 
@@ -93,6 +94,7 @@ void hearth_model_free(struct hearth_model *m) {
     m->be->free(m->bctx);
   }
   pthread_mutex_destroy(&m->forward_mu);
+  free(m->store_dir);
   free(m);
 }
 
@@ -162,6 +164,7 @@ int hearth_model_load(const struct hearth_model_params *p, struct hearth_model *
   struct st_set *st = NULL;
   if ((rc = st_open_dir(dir, &st, err))) goto fail;
   rc = m->fam->bind(m, st, p->dtype, err);
+  m->fingerprint = prefix_store_fingerprint(dir, st, p->dtype, m->be->name, KV_BLOCK);
   st_close(st);
   if (rc) goto fail;
   int kv_tokens = p->kv_tokens > 0 ? p->kv_tokens : 8192;
@@ -170,6 +173,7 @@ int hearth_model_load(const struct hearth_model_params *p, struct hearth_model *
   int per_seq = kv_tokens < m->cfg.max_position_embeddings ? kv_tokens : m->cfg.max_position_embeddings;
   m->max_blocks_per_seq = (per_seq + KV_BLOCK - 1) / KV_BLOCK;
   if ((rc = alloc_scratch(m, err))) goto fail;
+  if (p->kv_cache_dir && (rc = prefix_store_open(m, p->kv_cache_dir, err))) goto fail;
   fill_info(m, p);
   if (p->verbose) {
     const struct hearth_model_info *i = &m->info;

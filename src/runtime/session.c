@@ -9,6 +9,7 @@
 
 #include "model/model.h"
 #include "runtime/kv_cache.h"
+#include "runtime/prefix_store.h"
 
 struct hearth_session {
   struct hearth_model *m;
@@ -68,8 +69,13 @@ static void key_full_blocks(struct hearth_session *s) {
   int bs = s->m->kv.block_size;
   for (int b = s->n_keyed; b < s->n_tokens / bs; b++) {
     uint64_t parent = b ? s->bhash[b - 1] : 0;
-    s->bhash[b] = prefix_hash(parent, s->tokens + (size_t)b * bs, bs);
-    kv_prefix_register(&s->m->kv, s->bhash[b], parent, s->tokens + (size_t)b * bs, s->blocks[b]);
+    const int32_t *t = s->tokens + (size_t)b * bs;
+    s->bhash[b] = prefix_hash(parent, t, bs);
+    if (kv_prefix_register(&s->m->kv, s->bhash[b], parent, t, s->blocks[b]) && s->m->store_dir) {
+      pthread_mutex_lock(&s->m->forward_mu); /* the backend is used by one thread at a time */
+      prefix_store_save(s->m, s->bhash[b], parent, t, s->blocks[b]);
+      pthread_mutex_unlock(&s->m->forward_mu);
+    }
     s->n_keyed = b + 1;
   }
 }
@@ -84,6 +90,11 @@ static void attach_cached(struct hearth_session *s, const int32_t *tokens, int n
     const int32_t *t = tokens + s->n_tokens;
     uint64_t key = prefix_hash(parent, t, bs);
     int32_t id = kv_prefix_attach(&s->m->kv, key, parent, t);
+    if (id < 0 && s->m->store_dir) { /* not in memory: maybe on disk from an earlier run */
+      pthread_mutex_lock(&s->m->forward_mu);
+      id = prefix_store_load(s->m, key, parent, t);
+      pthread_mutex_unlock(&s->m->forward_mu);
+    }
     if (id < 0) break;
     s->blocks[s->n_blocks++] = id;
     s->bhash[b] = key;

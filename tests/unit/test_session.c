@@ -3,6 +3,7 @@
  * steps. Every result is compared with the same tokens evaluated from scratch on a model that
  * has no cached prefixes. Uses the tiny qwen2 oracle fixture. */
 #include <math.h>
+#include <unistd.h>
 
 #include "hearth.h"
 #include "model/model.h"
@@ -180,4 +181,64 @@ TEST_GROUP(multi_session_step) {
   hearth_model_free(ref);
 }
 
-TEST_MAIN(T(prefix_reuse), T(eviction), T(multi_session_step))
+/* The prefix cache on disk: a second model instance (a "restart") reuses blocks the first wrote,
+ * with identical logits; a damaged file is ignored; another model never sees them. */
+TEST_GROUP(disk_prefix_cache) {
+  char dir[256];
+  snprintf(dir, sizeof dir, "/tmp/hearth_test_kvstore_%d", (int)getpid());
+  struct hearth_model_params p;
+  hearth_model_params_default(&p);
+  p.path = FIXTURE;
+  p.n_threads = 2;
+  p.kv_tokens = 512;
+  p.kv_cache_dir = dir;
+  struct hearth_err err = {0};
+  struct hearth_model *m1 = NULL, *m2 = NULL, *ref = load(512);
+  REQUIRE(ref);
+  REQUIRE(hearth_model_load(&p, &m1, &err) == 0);
+  int V = hearth_model_info(m1)->n_vocab;
+  float *want = malloc((size_t)V * sizeof *want);
+  int32_t t[70];
+  prompt(t, 70, 7);
+  struct hearth_session *s = NULL;
+  REQUIRE(hearth_session_new(m1, NULL, &s, &err) == 0);
+  REQUIRE(hearth_session_sync(s, t, 70, &err) == 0);
+  hearth_session_free(s);
+  hearth_model_free(m1);
+  /* restart */
+  REQUIRE(hearth_model_load(&p, &m2, &err) == 0);
+  REQUIRE(hearth_session_new(m2, NULL, &s, &err) == 0);
+  REQUIRE(hearth_session_sync(s, t, 70, &err) == 0);
+  CHECKF(hearth_session_n_reused(s) == 64, "reused %d", hearth_session_n_reused(s));
+  reference_logits(ref, t, 70, want);
+  CHECKF(max_diff(hearth_session_logits(s), want, V) < 1e-4f, "logits from disk blocks differ");
+  hearth_session_free(s);
+  hearth_model_free(m2);
+  /* damage every file: the next run must ignore them and still be right */
+  char cmd[600];
+  snprintf(cmd, sizeof cmd, "for f in %s/*/*.kv; do printf 'garbage' | dd of=$f bs=1 seek=200 conv=notrunc 2>/dev/null; done", dir);
+  REQUIRE(system(cmd) == 0);
+  m2 = NULL;
+  REQUIRE(hearth_model_load(&p, &m2, &err) == 0);
+  REQUIRE(hearth_session_new(m2, NULL, &s, &err) == 0);
+  REQUIRE(hearth_session_sync(s, t, 70, &err) == 0);
+  CHECKF(hearth_session_n_reused(s) == 0, "damaged blocks were used (%d)", hearth_session_n_reused(s));
+  CHECKF(max_diff(hearth_session_logits(s), want, V) < 1e-4f, "after damage");
+  hearth_session_free(s);
+  hearth_model_free(m2);
+  /* another dtype is another fingerprint: nothing reused */
+  p.dtype = HEARTH_DTYPE_F32;
+  m2 = NULL;
+  REQUIRE(hearth_model_load(&p, &m2, &err) == 0);
+  REQUIRE(hearth_session_new(m2, NULL, &s, &err) == 0);
+  REQUIRE(hearth_session_sync(s, t, 70, &err) == 0);
+  CHECK(hearth_session_n_reused(s) == 0);
+  hearth_session_free(s);
+  hearth_model_free(m2);
+  hearth_model_free(ref);
+  free(want);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  CHECK(system(cmd) == 0);
+}
+
+TEST_MAIN(T(prefix_reuse), T(eviction), T(multi_session_step), T(disk_prefix_cache))
