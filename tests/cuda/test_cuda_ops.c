@@ -339,7 +339,9 @@ static void run_all(int exact) {
   check_matmul(HB_Q4, 136, 896, 2, 0, mt);
   check_matmul(HB_Q4, 384, 1024, 9, 0, mg);
   check_matmul(HB_Q4, 1152, 896, 71, 1, mg);
-  check_matmul(HB_Q4, 200, 4864, 300, 0, mg);
+  check_matmul(HB_Q4, 200, 4864, 300, 0, mg);  /* split-K (grid under one wave) */
+  check_matmul(HB_Q4, 2048, 512, 1100, 1, mg);  /* 16 x 9 tiles: no split */
+  check_matmul(HB_Q4, 256, 11008, 32, 0, mg);   /* decode x32 down_proj-like: deep split-K */
   check_matmul(HB_BF16, 300, 640, 5, 1, md);
   check_matmul(HB_F32, 130, 256, 70, 0, md);
   check_embed(HB_Q4, ew);
@@ -349,6 +351,8 @@ static void run_all(int exact) {
   check_elementwise(ew * 2);
   { int c[3] = {70, 300, 1}, nt[3] = {1, 1, 1}; check_attention(3, c, nt, 16, 2, 128, 0, 0.0f, at); }
   { int c[3] = {1100, 5, 17}, nt[3] = {1, 1, 1}; check_attention(3, c, nt, 14, 2, 64, 0, 0.0f, at); }
+  { int c[3] = {128, 31, 64}, nt[3] = {1, 1, 1}; check_attention(3, c, nt, 16, 2, 128, 0, 0.0f, at); }
+  { int c[2] = {1500, 257}, nt[2] = {1, 1}; check_attention(2, c, nt, 16, 2, 256, 0, 0.0f, at); }
   { int c[2] = {500, 40}, nt[2] = {1, 1}; check_attention(2, c, nt, 8, 8, 128, 128, 30.0f, at); }
   { int c[1] = {0}, nt[1] = {71}; check_attention(1, c, nt, 16, 2, 128, 0, 0.0f, at); }
   { int c[2] = {30, 100}, nt[2] = {40, 70}; check_attention(2, c, nt, 14, 2, 64, 0, 0.0f, at); }
@@ -382,6 +386,13 @@ TEST_GROUP(graph) {
   pair_free(&k); pair_free(&v);
   struct hb_attn_params ap = {n_heads, n_kv, hd, 1.0f / sqrtf((float)hd), 0, 0.0f};
   struct hb_cuda_graph *gr = NULL;
+  /* and a fused norm+GEMV (launched with programmatic dependent launch) on an input rewritten each step */
+  struct pair gx, gnw, gw, gxn, go;
+  pair_alloc(&gx, HB_F32, 2, 1024);
+  weight_pair(&gnw, HB_F32, 1, 1024, 1.0f);
+  weight_pair(&gw, HB_Q4, 384, 1024, 0.5f);
+  pair_alloc(&gxn, HB_F32, 2, 1024);
+  pair_alloc(&go, HB_F32, 2, 384);
   pair_alloc(&q, HB_F32, 2, n_heads * hd);
   pair_alloc(&k, HB_F32, 2, n_kv * hd);
   pair_alloc(&v, HB_F32, 2, n_kv * hd);
@@ -395,6 +406,12 @@ TEST_GROUP(graph) {
     h = randv(2 * n_kv * hd, 1.0f); pair_set(&k, h); free(h);
     h = randv(2 * n_kv * hd, 1.0f); pair_set(&v, h); free(h);
     pair_poison(&o);
+    h = randv(2 * 1024, 2.0f); pair_set(&gx, h); free(h);
+    pair_poison(&go);
+    C->rmsnorm(cc, &gxn.c, &gx.c, &gnw.c, 1e-6f, 0.0f);
+    C->matmul(cc, &go.c, &gxn.c, &gw.c, NULL, 2);
+    struct hb_tensor *gop[1] = {&go.g};
+    const struct hb_tensor *gwp[1] = {&gw.g};
     C->batch_upload(cc, &st.b, &err);
     CHECK(G->batch_upload(gc, &st.b, &err) == 0);
     C->kv_write(cc, &kv.c, &k.c, &v.c, &st.b);
@@ -402,11 +419,13 @@ TEST_GROUP(graph) {
     if (step == 0) { /* uncaptured first (sizes scratch), then capture for the next steps */
       G->kv_write(gc, &kv.g, &k.g, &v.g, &st.b);
       G->attention(gc, &o.g, &q.g, &kv.g, &st.b, &ap);
+      hb_cuda_norm_matmul(gc, &gx.g, &gnw.g, 1e-6f, 0.0f, 1, gop, gwp, NULL, 2, 0);
     } else {
       if (!gr) {
         CHECK(hb_cuda_capture_begin(gc, &err) == 0);
         G->kv_write(gc, &kv.g, &k.g, &v.g, &st.b);
         G->attention(gc, &o.g, &q.g, &kv.g, &st.b, &ap);
+        hb_cuda_norm_matmul(gc, &gx.g, &gnw.g, 1e-6f, 0.0f, 1, gop, gwp, NULL, 2, 0);
         if (hb_cuda_capture_end(gc, &gr, &err)) { fprintf(stderr, "capture: %s\n", err.msg); test_failures++; break; }
       }
       if (hb_cuda_graph_launch(gc, gr, &err)) { fprintf(stderr, "launch: %s\n", err.msg); test_failures++; break; }
@@ -414,8 +433,11 @@ TEST_GROUP(graph) {
     char what[64];
     snprintf(what, sizeof what, "graph step %d attention", step);
     cmp(&o, 2, what, 4e-3);
+    snprintf(what, sizeof what, "graph step %d norm+GEMV (PDL)", step);
+    cmp(&go, 2, what, 1.5e-2);
   }
   hb_cuda_graph_free(gr);
+  pair_free(&gx); pair_free(&gnw); pair_free(&gw); pair_free(&gxn); pair_free(&go);
   pair_free(&q); pair_free(&k); pair_free(&v); pair_free(&o);
   kv_free(&kv);
   teardown();

@@ -113,7 +113,7 @@ static void cuda_free(struct hb_ctx *c) {
   if (!c) return;
   cudaStreamSynchronize(c->stream);
   cudaFree(c->b_pos); cudaFree(c->b_seq); cudaFree(c->b_out); cudaFree(c->b_seqlen); cudaFree(c->b_bt);
-  cudaFree(c->attn_part); cudaFree(c->attn_cnt); cudaFree(c->tmp[0]); cudaFree(c->tmp[1]);
+  cudaFree(c->attn_part); cudaFree(c->attn_cnt); cudaFree(c->tmp[0]); cudaFree(c->tmp[1]); cudaFree(c->gemm_part);
   cudaStreamDestroy(c->stream);
   free(c);
 }

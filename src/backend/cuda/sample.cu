@@ -7,6 +7,7 @@
 
 template <typename T>
 __global__ __launch_bounds__(1024) void argmax_kernel(const T *logits, int64_t vocab, int32_t *ids, void *lp, int lp_half) {
+  pdl_trigger();
   __shared__ float s_v[32];
   __shared__ int s_i[32];
   __shared__ float s_sum[32];
