@@ -358,6 +358,8 @@ static void run_all(int exact) {
   { int c[2] = {30, 100}, nt[2] = {40, 70}; check_attention(2, c, nt, 14, 2, 64, 0, 0.0f, at); }
   { int c[2] = {0, 64}, nt[2] = {100, 33}; check_attention(2, c, nt, 16, 8, 128, 50, 0.0f, at); }
   { int c[1] = {9}, nt[1] = {40}; check_attention(1, c, nt, 4, 2, 256, 0, 20.0f, at); }
+  { int c[2] = {300, 7}, nt[2] = {1, 1}; check_attention(2, c, nt, 4, 2, 32, 0, 0.0f, at); }  /* hd 32 (tiny fixtures) */
+  { int c[1] = {5}, nt[1] = {30}; check_attention(1, c, nt, 4, 2, 32, 0, 0.0f, at); }
   check_argmax();
   teardown();
 }

@@ -13,7 +13,7 @@
  *                 FMA, online softmax); a tile that spans sequences loops over them.
  *
  * Positions, sequence ids and block tables are the batch's device copies (batch_upload).
- * Scratch: ctx->attn_part / attn_cnt (cu_scratch). Head dims: 64, 128, 256 (32 * D).
+ * Scratch: ctx->attn_part / attn_cnt (cu_scratch). Head dims: 32, 64, 128, 256 (32 * D).
  */
 #include <math.h>
 
@@ -227,18 +227,19 @@ __global__ __launch_bounds__(128) void attn_decode_kernel(T *out, const T *q, co
     for (int g = 0; g < AD_G; g++) sc[g] = 0.0f;
     if (valid) {
       const KT *kp = kc + slot * kvw + (int64_t)kh * HD;
+      constexpr int CH = HD < 64 ? HD : 64; /* dims per register chunk */
 #pragma unroll
-      for (int c = 0; c < HD; c += 64) {
-        float kf[64];
+      for (int c = 0; c < HD; c += CH) {
+        float kf[CH];
 #pragma unroll
-        for (int j = 0; j < 64; j += 8) load8(kf + j, kp + c + j);
+        for (int j = 0; j < CH; j += 8) load8(kf + j, kp + c + j);
 #pragma unroll
         for (int g = 0; g < AD_G; g++) {
           if (g < ng) {
             const float4 *qv = (const float4 *)&q_s[g][c];
             float a = 0.0f;
 #pragma unroll
-            for (int j = 0; j < 16; j++) {
+            for (int j = 0; j < CH / 4; j++) {
               float4 qq = qv[j];
               a = fmaf(qq.x, kf[4 * j], fmaf(qq.y, kf[4 * j + 1], fmaf(qq.z, kf[4 * j + 2], fmaf(qq.w, kf[4 * j + 3], a))));
             }
@@ -535,10 +536,11 @@ template <typename T, typename KT>
 static void attn_hd(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *q,
                     const struct hb_kv_layer *kv, const struct hb_batch *b, const struct hb_attn_params *p) {
   switch (p->head_dim) {
+  case 32: attn_launch<T, KT, 1>(ctx, out, q, kv, b, p); break;
   case 64: attn_launch<T, KT, 2>(ctx, out, q, kv, b, p); break;
   case 128: attn_launch<T, KT, 4>(ctx, out, q, kv, b, p); break;
   case 256: attn_launch<T, KT, 8>(ctx, out, q, kv, b, p); break;
-  default: CU_ARG(ctx, "attention: head_dim %d (supported: 64, 128, 256)", p->head_dim);
+  default: CU_ARG(ctx, "attention: head_dim %d (supported: 32, 64, 128, 256)", p->head_dim);
   }
 }
 
