@@ -53,6 +53,16 @@ if [ "$what" = all ] || [ "$what" = tests ]; then
   timeout 80 $B/test_cuda_ops 2>&1 | tee "$OUT/test.log" | grep -v "^  \(matmul\|rope\|gather\)" ; rc=${PIPESTATUS[0]}
   grep -E "FAIL|CHECK failed" "$OUT/test.log" | head -40
 fi
+if [ "$what" = all ] || [ "$what" = tests ]; then
+  # whole-model checks through the public API need the full library (jansson etc. from .deps)
+  if cmake -S . -B build-gpu/cmake -DCMAKE_BUILD_TYPE=Release -DHEARTH_SERVER=OFF -DHEARTH_WERROR=OFF \
+       -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$PREFIX" >"$OUT/cmake.log" 2>&1 &&
+     cmake --build build-gpu/cmake -j"$(nproc)" --target test_cuda_model >>"$OUT/cmake.log" 2>&1; then
+    timeout 60 build-gpu/cmake/tests/cuda/test_cuda_model 2>&1 | tee "$OUT/test_model.log" || rc=1
+  else
+    echo "test_cuda_model: full build failed (see cmake.log)"; grep -E "error|Error" "$OUT/cmake.log" | head -20
+  fi
+fi
 if [ "$what" = all ] || [ "$what" = bench ]; then
   : >"$OUT/bench.log"
   # one process per part, each time-boxed, so that a failure in one still leaves the others' numbers

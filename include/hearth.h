@@ -140,6 +140,13 @@ const float *hearth_session_logits(const struct hearth_session *s);
 int hearth_sessions_step(struct hearth_session **sessions, int n_sessions,
                          const int32_t *const *tokens, const int *n_tokens, struct hearth_err *err);
 
+/* Like hearth_sessions_step, for greedy decoding: writes each session's argmax (lowest id on ties)
+ * to ids[i] and its log-probability to logprobs[i] (either may be NULL). Backends that select on
+ * the device bring back only these; hearth_session_logits is then NULL until the next step. */
+int hearth_sessions_step_greedy(struct hearth_session **sessions, int n_sessions,
+                                const int32_t *const *tokens, const int *n_tokens, int32_t *ids,
+                                float *logprobs, struct hearth_err *err);
+
 /* Embedding models: evaluates tokens[0..n) from position 0 (the session is reset), pools the last
  * token's final hidden state and L2-normalises it into out[0..n_embd). */
 int hearth_session_embed(struct hearth_session *s, const int32_t *tokens, int n, float *out,

@@ -21,7 +21,9 @@ static void usage(FILE *f) {
           "  --host ADDR        loopback address to bind (127.0.0.1, ::1, localhost) [127.0.0.1]\n"
           "  --port N           TCP port, 0 = any free port [8080]\n"
           "  --port-file PATH   write the bound port here once listening\n"
-          "  --api-key KEY      require 'Authorization: Bearer KEY' (also $HEARTH_API_KEY)\n"
+          "  --embedding-model [ID=]DIR   an embedding model to serve beside the chat model\n"
+          "  --api-key-file F   require 'Authorization: Bearer <first line of F>'\n"
+          "  --api-key KEY      the same with the key inline (also $HEARTH_API_KEY)\n"
           "  --parallel N       sequences decoded together per model [4]\n"
           "  --ctx N            context tokens per sequence [4096]\n"
           "  --kv-tokens N      KV pool per model [parallel * ctx]\n"
@@ -33,6 +35,18 @@ static void usage(FILE *f) {
           "  --backend cpu|cuda      [cpu]\n"
           "  --threads N        CPU threads, 0 = all cores [0]\n"
           "  -v, --verbose      log every request\n");
+}
+
+/* Reads the first line of path into buf (trailing whitespace stripped); 0 on success. */
+static int read_key_file(const char *path, char *buf, size_t cap) {
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  int ok = fgets(buf, (int)cap, f) != NULL;
+  fclose(f);
+  if (!ok) return -1;
+  size_t n = strlen(buf);
+  while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' || buf[n - 1] == '\t')) buf[--n] = 0;
+  return n ? 0 : -1;
 }
 
 static int num(const char *flag, const char *v, long lo, long hi, long *out) {
@@ -59,7 +73,7 @@ int cmd_serve(int argc, char **argv) {
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
     else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) { o.verbose = 1; takes = 0; }
     else if (!v) { fprintf(stderr, "hearth serve: %s needs a value (or is unknown)\n", a); usage(stderr); return 2; }
-    else if (!strcmp(a, "--model")) {
+    else if (!strcmp(a, "--model") || !strcmp(a, "--embedding-model")) {
       if (o.n_models == SERVER_MAX_MODELS) { fprintf(stderr, "hearth serve: at most %d models\n", SERVER_MAX_MODELS); return 2; }
       char *eq = strchr(v, '=');
       struct server_model_opt *m = &o.models[o.n_models++];
@@ -69,6 +83,11 @@ int cmd_serve(int argc, char **argv) {
     else if (!strcmp(a, "--port")) { if (num(a, v, 0, 65535, &x)) return 2; o.port = (int)x; }
     else if (!strcmp(a, "--port-file")) o.port_file = v;
     else if (!strcmp(a, "--api-key")) o.api_key = v;
+    else if (!strcmp(a, "--api-key-file")) {
+      static char key[512];
+      if (read_key_file(v, key, sizeof key)) { fprintf(stderr, "hearth serve: cannot read a key from %s\n", v); return 2; }
+      o.api_key = key;
+    }
     else if (!strcmp(a, "--parallel")) { if (num(a, v, 1, 256, &x)) return 2; o.n_slots = (int)x; }
     else if (!strcmp(a, "--ctx")) { if (num(a, v, 16, 1 << 20, &x)) return 2; o.n_ctx = (int)x; }
     else if (!strcmp(a, "--kv-tokens")) { if (num(a, v, 16, 1 << 26, &x)) return 2; o.model.kv_tokens = (int)x; }

@@ -136,6 +136,31 @@ struct hb_ops {
                       const struct hb_batch *b);
   /* waits for queued work; returns 0 or a negative status with err filled */
   int (*sync)(struct hb_ctx *ctx, struct hearth_err *err);
+
+  /* ---- optional: NULL when a backend does not provide them; callers then use the plain ops ----
+   * Fused ops, each equal to the sequence in its comment (fewer launches per decode step). */
+  /* xn = rmsnorm(x, norm_w, eps, w_offset) (skipped when norm_w is NULL); outs[i] = xn·ws[i]ᵀ +
+   * biases[i] for i < n_mm (1..3); add (n_mm == 1 only): outs[0] += instead of =. x unchanged. */
+  void (*norm_matmul)(struct hb_ctx *ctx, const struct hb_tensor *x, const struct hb_tensor *norm_w, float eps,
+                      float w_offset, int n_mm, struct hb_tensor *const *outs, const struct hb_tensor *const *ws,
+                      const struct hb_tensor *const *biases, int n, int add);
+  /* out (+)= (silu(gate) * up) · wᵀ */
+  void (*silu_matmul)(struct hb_ctx *ctx, const struct hb_tensor *gate, const struct hb_tensor *up,
+                      struct hb_tensor *out, const struct hb_tensor *w, int n, int add);
+  /* rope_neox(q, n_heads); rope_neox(k, kv->n_kv_heads); kv_write(kv, k, v) (k's scratch copy may
+   * stay un-rotated) */
+  void (*rope_kv_write)(struct hb_ctx *ctx, struct hb_tensor *q, struct hb_tensor *k, const struct hb_tensor *v,
+                        struct hb_kv_layer *kv, const struct hb_batch *b, int n_heads, int n_rot, float theta);
+  /* ids[i] = argmax of logits row i (lowest index on ties); logprobs[i] (or NULL) = its log-softmax */
+  void (*argmax)(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, struct hb_tensor *ids,
+                 struct hb_tensor *logprobs);
+  /* Graph capture of the ops enqueued between begin and end; replayed by graph_launch, which
+   * returns HEARTH_ERR_ARG when the graph went stale (capture again). No write/read/batch_upload/
+   * sync inside a capture; a shape must have run once uncaptured before it is captured. */
+  int (*capture_begin)(struct hb_ctx *ctx, struct hearth_err *err);
+  int (*capture_end)(struct hb_ctx *ctx, void **graph, struct hearth_err *err);
+  int (*graph_launch)(struct hb_ctx *ctx, void *graph, struct hearth_err *err);
+  void (*graph_free)(void *graph);
 };
 
 /* Backends compiled into this build. hb_cuda_ops is NULL-safe: hb_get returns NULL when absent. */

@@ -114,6 +114,10 @@ int hf_config_parse(const char *text, size_t len, const char *path, struct hf_co
   int def_hd = c->hidden_size / c->num_attention_heads;
   if ((rc = get_int(root, path, "head_dim", 0, def_hd, 2, 4096, &c->head_dim, err))) goto done;
   if (c->head_dim % 2) { rc = err_set(err, HEARTH_ERR_FORMAT, "%s: field 'head_dim' must be even", path); goto done; }
+  if (c->head_dim > HF_MAX_HEAD_DIM) { /* kernels keep one head's accumulator on the stack */
+    rc = err_set(err, HEARTH_ERR_UNSUPPORTED, "%s: field 'head_dim' = %d exceeds hearth's limit of %d", path, c->head_dim, HF_MAX_HEAD_DIM);
+    goto done;
+  }
   if ((rc = get_int(root, path, "max_position_embeddings", 0, 32768, 1, 1 << 24, &c->max_position_embeddings, err))) goto done;
   if ((rc = get_num(root, path, "rms_norm_eps", 1e-6, 0, 1, &c->rms_norm_eps, err))) goto done;
   c->rope_theta = 10000.0f;
@@ -178,10 +182,18 @@ int hf_config_load(const char *dir, struct hf_config *c, struct hearth_err *err)
   free(text);
   if (rc) return rc;
   snprintf(path, sizeof path, "%s/generation_config.json", dir);
-  json_t *g = json_load_file(path, 0, NULL);
-  if (g) { /* optional: adds stop ids; a malformed file is ignored as transformers would fail later anyway */
-    read_eos(g, c);
+  FILE *gf = fopen(path, "rb");
+  if (!gf) return 0; /* optional: it only adds stop ids */
+  fclose(gf);
+  json_error_t jerr;
+  json_t *g = json_load_file(path, 0, &jerr);
+  if (!g) return err_set(err, HEARTH_ERR_FORMAT, "generation_config.json: not valid JSON: %s (line %d)", jerr.text, jerr.line);
+  json_t *e = json_object_get(g, "eos_token_id");
+  if (e && !json_is_null(e) && !json_is_integer(e) && !json_is_array(e)) {
     json_decref(g);
+    return err_set(err, HEARTH_ERR_FORMAT, "generation_config.json: field 'eos_token_id' must be an integer or a list");
   }
+  read_eos(g, c);
+  json_decref(g);
   return 0;
 }

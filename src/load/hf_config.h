@@ -8,6 +8,8 @@
 #include "base/err.h"
 #include "hearth.h"
 
+#define HF_MAX_HEAD_DIM 1024 /* largest head_dim the kernels accept (Gemma 4 global layers: 512) */
+
 struct hf_config {
   enum hearth_family family;
   char arch[64];           /* architectures[0], or model_type when absent */

@@ -12,11 +12,11 @@ static inline struct hb_tensor rows_view(const struct hb_tensor *t, int n) {
   return v;
 }
 
-/* Embeds the batch's ids into scratch.x (ids copied to the backend first). */
-int block_embed(struct hearth_model *m, const int32_t *ids, int n, float scale, struct hearth_err *err);
-/* Final norm, row selection (the batch's out_rows), LM head or hidden copy-out to host `out`. */
-int block_head(struct hearth_model *m, struct hb_batch *b, float *out, int want_hidden,
-               struct hearth_err *err);
+/* Embeds scratch.ids (already on the backend) into scratch.x, times scale. */
+void block_embed(struct hearth_model *m, int n, float scale);
+/* Row selection (the batch's out_rows) into scratch.sel, final norm, then the LM head into
+ * scratch.logits unless want_hidden (then scratch.sel holds the final hidden states). */
+void block_head(struct hearth_model *m, struct hb_batch *b, int want_hidden);
 /* h += down(silu(gate(xn)) * up(xn)) for the first n rows, xn = rmsnorm(h) with ffn_norm. */
 void block_mlp_swiglu(struct hearth_model *m, const struct layer_weights *L, int n);
 /* Standard GQA self-attention with NeoX RoPE over the paged cache, qk-norm optional.

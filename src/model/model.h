@@ -40,6 +40,15 @@ struct model_scratch {
   struct hb_tensor gate, up;             /* [T, ff] */
   struct hb_tensor sel;                  /* [max_out, d] rows picked for the head */
   struct hb_tensor logits;               /* [max_out, vocab] */
+  struct hb_tensor gid, glp;             /* [max_out, 1] i32 / f32: greedy ids and their logprobs */
+};
+
+#define MODEL_MAX_GRAPHS 65 /* decode graphs by batch width 1..64 */
+
+/* A captured decode step of one batch width (backends with graphs). */
+struct model_graph {
+  int seen;    /* this shape ran once uncaptured (scratch sized), so it may be captured */
+  void *graph; /* backend graph handle or NULL */
 };
 
 /* KV blocks shared by all sessions of a model. */
@@ -70,6 +79,9 @@ struct hearth_model {
   int32_t *b_pos, *b_seq, *b_bt, *b_len, *b_out;
   int32_t *b_ids;   /* [max_tokens] token ids of the batch */
   float *b_outbuf;  /* [max_seqs × max(vocab, d)] host copy of the batch's outputs */
+  int32_t *b_gid;   /* [max_seqs] greedy ids of the last batch */
+  float *b_glp;     /* [max_seqs] their logprobs */
+  struct model_graph graphs[MODEL_MAX_GRAPHS];
   int max_seqs, max_blocks_per_seq;
   char family_name[16];
 };
@@ -80,10 +92,10 @@ struct family_ops {
   /* Binds and uploads every tensor (quantizing per dtype). */
   int (*bind)(struct hearth_model *m, const struct st_set *st, enum hearth_dtype dtype,
               struct hearth_err *err);
-  /* Runs the batch; writes n_out rows of logits [vocab] (or final hidden [d] when want_hidden)
-   * to out (host). */
-  int (*forward)(struct hearth_model *m, struct hb_batch *b, const int32_t *ids, float *out,
-                 int want_hidden, struct hearth_err *err);
+  /* Enqueues the forward pass of a batch whose ids are in scratch.ids and whose batch tables are
+   * uploaded; leaves n_out rows of logits in scratch.logits (or final hidden states in
+   * scratch.sel when want_hidden). Only enqueues device work, so it can be graph-captured. */
+  void (*forward)(struct hearth_model *m, struct hb_batch *b, int want_hidden);
 };
 
 extern const struct family_ops family_qwen2, family_qwen3;

@@ -71,16 +71,14 @@ static int qwen2_bind(struct hearth_model *m, const struct st_set *st, enum hear
   return qwen_bind_common(m, st, dtype, 1, 0, err);
 }
 
-static int qwen2_forward(struct hearth_model *m, struct hb_batch *b, const int32_t *ids, float *out,
-                         int want_hidden, struct hearth_err *err) {
-  int rc = block_embed(m, ids, b->n_tokens, 1.0f, err);
-  if (rc) return rc;
+static void qwen2_forward(struct hearth_model *m, struct hb_batch *b, int want_hidden) {
+  block_embed(m, b->n_tokens, 1.0f);
   for (int i = 0; i < m->cfg.num_hidden_layers; i++) {
     const struct layer_weights *L = &m->w.layers[i];
     block_attention(m, L, i, b, /*qk_norm=*/0, /*bias=*/1);
     block_mlp_swiglu(m, L, b->n_tokens);
   }
-  return block_head(m, b, out, want_hidden, err);
+  block_head(m, b, want_hidden);
 }
 
 const struct family_ops family_qwen2 = {"qwen2", qwen2_bind, qwen2_forward};

@@ -12,16 +12,14 @@ static int qwen3_bind(struct hearth_model *m, const struct st_set *st, enum hear
   return qwen_bind_common(m, st, dtype, m->cfg.attention_bias, 1, err);
 }
 
-static int qwen3_forward(struct hearth_model *m, struct hb_batch *b, const int32_t *ids, float *out,
-                         int want_hidden, struct hearth_err *err) {
-  int rc = block_embed(m, ids, b->n_tokens, 1.0f, err);
-  if (rc) return rc;
+static void qwen3_forward(struct hearth_model *m, struct hb_batch *b, int want_hidden) {
+  block_embed(m, b->n_tokens, 1.0f);
   for (int i = 0; i < m->cfg.num_hidden_layers; i++) {
     const struct layer_weights *L = &m->w.layers[i];
-    block_attention(m, L, i, b, /*qk_norm=*/1, m->cfg.attention_bias);
+    block_attention(m, L, i, b, /*qk_norm=*/1, /*bias=*/m->cfg.attention_bias);
     block_mlp_swiglu(m, L, b->n_tokens);
   }
-  return block_head(m, b, out, want_hidden, err);
+  block_head(m, b, want_hidden);
 }
 
 const struct family_ops family_qwen3 = {"qwen3", qwen3_bind, qwen3_forward};

@@ -38,6 +38,8 @@ static int alloc_scratch(struct hearth_model *m, struct hearth_err *err) {
   if (!rc) rc = be->alloc(x, &s->up, HB_F32, T, c->intermediate_size, err);
   if (!rc) rc = be->alloc(x, &s->sel, HB_F32, O, c->hidden_size, err);
   if (!rc && !c->is_embedding) rc = be->alloc(x, &s->logits, HB_F32, O, c->vocab_size, err);
+  if (!rc) rc = be->alloc(x, &s->gid, HB_I32, O, 1, err);
+  if (!rc) rc = be->alloc(x, &s->glp, HB_F32, O, 1, err);
   if (rc) return err_prefix(err, "activation scratch");
   m->max_seqs = O;
   m->b_pos = malloc(T * sizeof(int32_t));
@@ -48,17 +50,21 @@ static int alloc_scratch(struct hearth_model *m, struct hearth_err *err) {
   m->b_ids = malloc(T * sizeof(int32_t));
   size_t outw = (size_t)(c->vocab_size > c->hidden_size ? c->vocab_size : c->hidden_size);
   m->b_outbuf = malloc((size_t)O * outw * sizeof(float));
-  if (!m->b_pos || !m->b_seq || !m->b_out || !m->b_len || !m->b_bt || !m->b_ids || !m->b_outbuf) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
+  m->b_gid = malloc(O * sizeof(int32_t));
+  m->b_glp = malloc(O * sizeof(float));
+  if (!m->b_gid || !m->b_glp || !m->b_pos || !m->b_seq || !m->b_out || !m->b_len || !m->b_bt || !m->b_ids || !m->b_outbuf) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
   return 0;
 }
 
 static void free_scratch(struct hearth_model *m) {
   struct model_scratch *s = &m->scratch;
-  struct hb_tensor *all[] = {&s->ids, &s->x, &s->xn, &s->q, &s->k, &s->v, &s->attn, &s->o, &s->gate, &s->up, &s->sel, &s->logits};
+  for (int i = 0; i < MODEL_MAX_GRAPHS; i++)
+    if (m->graphs[i].graph) m->be->graph_free(m->graphs[i].graph);
+  struct hb_tensor *all[] = {&s->ids, &s->x, &s->xn, &s->q, &s->k, &s->v, &s->attn, &s->o, &s->gate, &s->up, &s->sel, &s->logits, &s->gid, &s->glp};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     if (all[i]->data) m->be->release(m->bctx, all[i]);
   free(m->b_pos); free(m->b_seq); free(m->b_out); free(m->b_len); free(m->b_bt);
-  free(m->b_ids); free(m->b_outbuf);
+  free(m->b_ids); free(m->b_outbuf); free(m->b_gid); free(m->b_glp);
 }
 
 static void release_weights(struct hearth_model *m) {

@@ -19,6 +19,8 @@ struct hearth_session {
   uint64_t *bhash;   /* [max_blocks] prefix-cache key of each full block (hash chain) */
   int n_blocks;
   int n_keyed;       /* leading full blocks whose bhash is set (and registered in the cache) */
+  int32_t greedy_id; /* after a greedy step: argmax of the last logits and its logprob */
+  float greedy_logprob;
   float *out;        /* [max(vocab, d)] last logits or hidden state */
   int has_out;
 };
@@ -117,8 +119,65 @@ static int ensure_blocks(struct hearth_session *s, int n_tokens, struct hearth_e
 }
 
 /* Evaluates new tokens for n sessions; tokens[i][0..counts[i]) are appended to sessions[i]. */
+enum out_mode { OUT_LOGITS, OUT_HIDDEN, OUT_GREEDY };
+
+/* Runs one forward pass over the staged batch (ids and tables already in m->b_*): uploads inputs,
+ * enqueues the family forward — replayed from a captured graph for decode-shaped batches when
+ * the backend offers graphs — and brings back what `mode` asks for into m->b_outbuf (logits or
+ * hidden rows) or m->b_gid/b_glp (greedy ids and logprobs). */
+static int run_batch(struct hearth_model *m, struct hb_batch *b, enum out_mode mode, struct hearth_err *err) {
+  const struct hb_ops *be = m->be;
+  struct hb_ctx *c = m->bctx;
+  struct model_scratch *sc = &m->scratch;
+  if (be->write(c, &sc->ids, 0, b->n_tokens, m->b_ids)) return err_set(err, HEARTH_ERR_BACKEND, "%s: cannot copy token ids", be->name);
+  int rc = be->batch_upload(c, b, err);
+  if (rc) return rc;
+  int want_hidden = mode == OUT_HIDDEN;
+  int decode_shape = b->n_tokens == b->n_seqs && b->n_out == b->n_tokens && !want_hidden;
+  struct model_graph *g = decode_shape && be->capture_begin && b->n_tokens < MODEL_MAX_GRAPHS ? &m->graphs[b->n_tokens] : NULL;
+  int ran = 0;
+  if (g && g->graph) {
+    rc = be->graph_launch(c, g->graph, err);
+    if (rc == 0) ran = 1;
+    else { be->graph_free(g->graph); g->graph = NULL; g->seen = 0; rc = 0; } /* stale: run plainly, capture later */
+  } else if (g && g->seen) {
+    if (be->capture_begin(c, err) == 0) {
+      m->fam->forward(m, b, want_hidden);
+      void *graph = NULL;
+      if (be->capture_end(c, &graph, err) == 0 && graph) {
+        g->graph = graph;
+        if (be->graph_launch(c, graph, err) == 0) ran = 1;
+      }
+    }
+  }
+  if (!ran) {
+    m->fam->forward(m, b, want_hidden);
+    if (g) g->seen = 1;
+  }
+  if (b->n_out == 0) return be->sync(c, err);
+  if (mode == OUT_GREEDY && be->argmax) {
+    be->argmax(c, &sc->logits, b->n_out, &sc->gid, &sc->glp);
+    if (be->read(c, &sc->gid, 0, b->n_out, m->b_gid) || be->read(c, &sc->glp, 0, b->n_out, m->b_glp))
+      return err_set(err, HEARTH_ERR_BACKEND, "%s: read failed", be->name);
+    return be->sync(c, err);
+  }
+  const struct hb_tensor *src = want_hidden ? &sc->sel : &sc->logits;
+  if (be->read(c, src, 0, b->n_out, m->b_outbuf)) return err_set(err, HEARTH_ERR_BACKEND, "%s: read failed", be->name);
+  rc = be->sync(c, err);
+  if (rc || mode != OUT_GREEDY) return rc;
+  for (int k = 0; k < b->n_out; k++) { /* host selection when the backend has no argmax op */
+    const float *lg = m->b_outbuf + (size_t)k * m->cfg.vocab_size;
+    int32_t best = 0;
+    for (int i = 1; i < m->cfg.vocab_size; i++) if (lg[i] > lg[best]) best = i;
+    m->b_gid[k] = best;
+    m->b_glp[k] = hearth_logprob(lg, m->cfg.vocab_size, best);
+  }
+  return 0;
+}
+
 static int session_forward(struct hearth_session **ss, int n, const int32_t *const *tokens, const int *counts,
-                           int want_hidden, struct hearth_err *err) {
+                           enum out_mode mode, struct hearth_err *err) {
+  int want_hidden = mode == OUT_HIDDEN;
   if (n <= 0) return 0;
   struct hearth_model *m = ss[0]->m;
   for (int i = 0; i < n; i++) {
@@ -174,13 +233,18 @@ static int session_forward(struct hearth_session **ss, int n, const int32_t *con
       .pos = m->b_pos, .seq = m->b_seq, .block_table = m->b_bt, .seq_len = m->b_len,
       .out_rows = m->b_out, .n_out = nout,
     };
-    rc = m->be->batch_upload(m->bctx, &b, err);
-    if (!rc) rc = m->fam->forward(m, &b, ids, outbuf, want_hidden, err);
+    rc = run_batch(m, &b, mode, err);
     if (rc) break;
     for (int k = 0; k < nout; k++) {
       struct hearth_session *s = ss[owner[k]];
-      memcpy(s->out, outbuf + (size_t)k * outw, (size_t)outw * sizeof(float));
-      s->has_out = 1;
+      if (mode == OUT_GREEDY) {
+        s->greedy_id = m->b_gid[k];
+        s->greedy_logprob = m->b_glp[k];
+      }
+      if (mode != OUT_GREEDY || !m->be->argmax) {
+        memcpy(s->out, outbuf + (size_t)k * outw, (size_t)outw * sizeof(float));
+        s->has_out = 1;
+      }
     }
   }
   pthread_mutex_unlock(&m->forward_mu);
@@ -191,12 +255,24 @@ static int session_forward(struct hearth_session **ss, int n, const int32_t *con
 
 int hearth_sessions_step(struct hearth_session **sessions, int n_sessions, const int32_t *const *tokens,
                          const int *n_tokens, struct hearth_err *err) {
-  return session_forward(sessions, n_sessions, tokens, n_tokens, 0, err);
+  return session_forward(sessions, n_sessions, tokens, n_tokens, OUT_LOGITS, err);
+}
+
+int hearth_sessions_step_greedy(struct hearth_session **sessions, int n_sessions, const int32_t *const *tokens,
+                                const int *n_tokens, int32_t *ids, float *logprobs, struct hearth_err *err) {
+  for (int i = 0; i < n_sessions; i++) sessions[i]->has_out = 0;
+  int rc = session_forward(sessions, n_sessions, tokens, n_tokens, OUT_GREEDY, err);
+  if (rc) return rc;
+  for (int i = 0; i < n_sessions; i++) {
+    if (ids) ids[i] = sessions[i]->greedy_id;
+    if (logprobs) logprobs[i] = sessions[i]->greedy_logprob;
+  }
+  return 0;
 }
 
 int hearth_session_append(struct hearth_session *s, const int32_t *tokens, int n, struct hearth_err *err) {
   if (n <= 0) return err_set(err, HEARTH_ERR_ARG, "append needs at least one token");
-  return session_forward(&s, 1, &tokens, &n, 0, err);
+  return session_forward(&s, 1, &tokens, &n, OUT_LOGITS, err);
 }
 
 int hearth_session_sync(struct hearth_session *s, const int32_t *tokens, int n, struct hearth_err *err) {
@@ -210,13 +286,13 @@ int hearth_session_sync(struct hearth_session *s, const int32_t *tokens, int n, 
   common = s->n_tokens;
   int rest = n - common;
   const int32_t *p = tokens + common;
-  return session_forward(&s, 1, &p, &rest, 0, err);
+  return session_forward(&s, 1, &p, &rest, OUT_LOGITS, err);
 }
 
 int hearth_session_embed(struct hearth_session *s, const int32_t *tokens, int n, float *out, struct hearth_err *err) {
   if (n <= 0) return err_set(err, HEARTH_ERR_ARG, "embed needs at least one token");
   truncate_to(s, 0);
-  int rc = session_forward(&s, 1, &tokens, &n, 1, err);
+  int rc = session_forward(&s, 1, &tokens, &n, OUT_HIDDEN, err);
   if (rc) return rc;
   int d = s->m->cfg.hidden_size;
   double ss = 0;

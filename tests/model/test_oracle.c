@@ -40,7 +40,9 @@ static struct hearth_model *load_model(const char *fixture, enum hearth_dtype dt
   hearth_model_params_default(&p);
   p.path = path;
   p.dtype = dtype;
-  p.backend = HEARTH_BACKEND_CPU;
+  /* HEARTH_TEST_BACKEND=cuda runs the same checks on the GPU (CTest label `cuda`) */
+  const char *be = getenv("HEARTH_TEST_BACKEND");
+  p.backend = be && !strcmp(be, "cuda") ? HEARTH_BACKEND_CUDA : HEARTH_BACKEND_CPU;
   p.n_threads = 2;
   struct hearth_model *m = NULL;
   struct hearth_err err = {0};

@@ -147,6 +147,22 @@ TEST_GROUP(multi_session_step) {
     CHECKF(max_diff(hearth_session_logits(ss[i]), want, V) < 1e-4f, "decode session %d", i);
     hearth_session_free(ss[i]);
   }
+  /* the greedy step returns the argmax of what the logits step would have produced */
+  struct hearth_session *g1 = NULL, *g2 = NULL;
+  REQUIRE(hearth_session_new(m, NULL, &g1, &err) == 0 && hearth_session_new(ref, NULL, &g2, &err) == 0);
+  int32_t gid[1];
+  float glp[1];
+  const int32_t *gp[1] = {toks[0]};
+  int gc[1] = {12};
+  REQUIRE(hearth_sessions_step_greedy(&g1, 1, gp, gc, gid, glp, &err) == 0);
+  REQUIRE(hearth_session_sync(g2, toks[0], 12, &err) == 0);
+  const float *lg = hearth_session_logits(g2);
+  int32_t best = 0;
+  for (int i = 1; i < V; i++) if (lg[i] > lg[best]) best = i;
+  CHECK(gid[0] == best);
+  CHECK(fabsf(glp[0] - hearth_logprob(lg, V, best)) < 1e-4f);
+  hearth_session_free(g1);
+  hearth_session_free(g2);
   /* the same session twice in one step is refused */
   struct hearth_session *x = NULL;
   REQUIRE(hearth_session_new(m, NULL, &x, &err) == 0);

@@ -41,6 +41,71 @@ static inline __m512 exp512(__m512 x) {
   return _mm512_scalef_ps(y, fn);
 }
 
+static void avx512_silu_mul_fast(float *o, const float *g, const float *u, int64_t n) {
+  int64_t i = 0;
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (; i + 16 <= n; i += 16) {
+    __m512 gv = _mm512_loadu_ps(g + i), uv = _mm512_loadu_ps(u + i);
+    __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), gv));
+    _mm512_storeu_ps(o + i, _mm512_mul_ps(_mm512_div_ps(gv, _mm512_add_ps(one, e)), uv));
+  }
+  if (i < n) {
+    __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+    __m512 gv = _mm512_maskz_loadu_ps(m, g + i), uv = _mm512_maskz_loadu_ps(m, u + i);
+    __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), gv));
+    _mm512_mask_storeu_ps(o + i, m, _mm512_mul_ps(_mm512_div_ps(gv, _mm512_add_ps(one, e)), uv));
+  }
+}
+
+/* two query rows (both with keys in this block) against one block: shared key/value loads and
+ * twice the independent FMA chains of attn_row */
+static inline __attribute__((always_inline)) void attn_row2(const float *qa, const float *qb, const __m512 *kt,
+                                                            const float *const *vrow, int nk,
+                                                            __mmask16 va, __mmask16 vb, float scale,
+                                                            float *m_a, float *l_a, float *oa,
+                                                            float *m_b, float *l_b, float *ob, const int NV) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, b0 = a0, b1 = a0;
+  for (int d = 0; d < NV * 16; d += 2) {
+    a0 = _mm512_fmadd_ps(_mm512_set1_ps(qa[d]), kt[d], a0);
+    b0 = _mm512_fmadd_ps(_mm512_set1_ps(qb[d]), kt[d], b0);
+    a1 = _mm512_fmadd_ps(_mm512_set1_ps(qa[d + 1]), kt[d + 1], a1);
+    b1 = _mm512_fmadd_ps(_mm512_set1_ps(qb[d + 1]), kt[d + 1], b1);
+  }
+  __m512 sa = _mm512_mul_ps(_mm512_add_ps(a0, a1), _mm512_set1_ps(scale));
+  __m512 sb = _mm512_mul_ps(_mm512_add_ps(b0, b1), _mm512_set1_ps(scale));
+  float ma = _mm512_mask_reduce_max_ps(va, sa), mb = _mm512_mask_reduce_max_ps(vb, sb);
+  if (*m_a > ma) ma = *m_a;
+  if (*m_b > mb) mb = *m_b;
+  __m512 pa = _mm512_maskz_mov_ps(va, exp512(_mm512_sub_ps(sa, _mm512_set1_ps(ma))));
+  __m512 pb = _mm512_maskz_mov_ps(vb, exp512(_mm512_sub_ps(sb, _mm512_set1_ps(mb))));
+  float fa = *m_a == -INFINITY ? 0.0f : expf(*m_a - ma), fb = *m_b == -INFINITY ? 0.0f : expf(*m_b - mb);
+  *l_a = *l_a * fa + _mm512_reduce_add_ps(pa);
+  *l_b = *l_b * fb + _mm512_reduce_add_ps(pb);
+  *m_a = ma;
+  *m_b = mb;
+  float pra[16] __attribute__((aligned(64))), prb[16] __attribute__((aligned(64)));
+  _mm512_store_ps(pra, pa);
+  _mm512_store_ps(prb, pb);
+  __m512 acca[16], accb[16];
+  for (int v = 0; v < NV; v++) {
+    acca[v] = _mm512_mul_ps(_mm512_loadu_ps(oa + 16 * v), _mm512_set1_ps(fa));
+    accb[v] = _mm512_mul_ps(_mm512_loadu_ps(ob + 16 * v), _mm512_set1_ps(fb));
+  }
+  for (int jj = 0; jj < nk; jj++) {
+    __m512 pja = _mm512_set1_ps(pra[jj]), pjb = _mm512_set1_ps(prb[jj]);
+    const float *vr = vrow[jj];
+    for (int v = 0; v < NV; v++) {
+      __m512 vv = _mm512_loadu_ps(vr + 16 * v);
+      acca[v] = _mm512_fmadd_ps(pja, vv, acca[v]);
+      accb[v] = _mm512_fmadd_ps(pjb, vv, accb[v]);
+    }
+  }
+  for (int v = 0; v < NV; v++) {
+    _mm512_storeu_ps(oa + 16 * v, acca[v]);
+    _mm512_storeu_ps(ob + 16 * v, accb[v]);
+  }
+}
+
 /* one query row against one block of <= 16 keys (transposed in kt[hd][16]); NV = hd / 16 */
 static inline __attribute__((always_inline)) void attn_row(const float *q, const __m512 *kt,
                                                            const float *const *vrow, int nk,
@@ -123,16 +188,36 @@ static void avx512_attn_tile_fast(const struct cpu_attn_job *j, int t0, int t1, 
     for (int d = 0; d < hd; d++)
       kt[d] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), km, _mm512_add_epi32(voff, _mm512_set1_epi32(d)), j->k, 4);
     __m512i kidx = _mm512_add_epi32(lane, _mm512_set1_epi32(kb));
+    int pend = -1; /* a row waiting for a partner */
     for (int i = 0; i < M; i++) {
       if (kb > hi[i] || kb + nk - 1 < lo[i]) continue;
       __mmask16 valid = km & _mm512_cmpge_epi32_mask(kidx, _mm512_set1_epi32(lo[i])) &
                         _mm512_cmple_epi32_mask(kidx, _mm512_set1_epi32(hi[i]));
+      if (j->softcap == 0.0f && (NV == 4 || NV == 8)) {
+        if (pend < 0) { pend = i; continue; }
+        int a = pend;
+        pend = -1;
+        __mmask16 va = km & _mm512_cmpge_epi32_mask(kidx, _mm512_set1_epi32(lo[a])) &
+                       _mm512_cmple_epi32_mask(kidx, _mm512_set1_epi32(hi[a]));
+        float *oa = O + (int64_t)a * hd, *ob = O + (int64_t)i * hd;
+        if (NV == 4) attn_row2(qrow[a], qrow[i], kt, vrow, nk, va, valid, j->scale, &mrow[a], &lrow[a], oa, &mrow[i], &lrow[i], ob, 4);
+        else attn_row2(qrow[a], qrow[i], kt, vrow, nk, va, valid, j->scale, &mrow[a], &lrow[a], oa, &mrow[i], &lrow[i], ob, 8);
+        continue;
+      }
       float *o = O + (int64_t)i * hd;
       switch (NV) {
       case 4: attn_row(qrow[i], kt, vrow, nk, valid, j->scale, j->softcap, &mrow[i], &lrow[i], o, 4); break;
       case 8: attn_row(qrow[i], kt, vrow, nk, valid, j->scale, j->softcap, &mrow[i], &lrow[i], o, 8); break;
       default: attn_row(qrow[i], kt, vrow, nk, valid, j->scale, j->softcap, &mrow[i], &lrow[i], o, NV); break;
       }
+    }
+    if (pend >= 0) {
+      int i = pend;
+      __mmask16 valid = km & _mm512_cmpge_epi32_mask(kidx, _mm512_set1_epi32(lo[i])) &
+                        _mm512_cmple_epi32_mask(kidx, _mm512_set1_epi32(hi[i]));
+      float *o = O + (int64_t)i * hd;
+      if (NV == 4) attn_row(qrow[i], kt, vrow, nk, valid, j->scale, 0.0f, &mrow[i], &lrow[i], o, 4);
+      else attn_row(qrow[i], kt, vrow, nk, valid, j->scale, 0.0f, &mrow[i], &lrow[i], o, 8);
     }
   }
   for (int i = 0; i < M; i++) {
@@ -187,6 +272,8 @@ static inline __attribute__((always_inline)) void blk_tile(const uint8_t *qp, co
   __m512 facc[8];
   for (int t = 0; t < T; t++) facc[t] = _mm512_setzero_ps();
   for (int64_t g = 0; g < G; g++) {
+    /* T >= 4: one accumulator per token (T independent chains are enough and leave registers
+     * for the float sums); T < 4: separate low/high-nibble chains */
     __m512i alo[8], ahi[8];
     const int8_t *xq[8];
     for (int t = 0; t < T; t++) {
@@ -200,7 +287,8 @@ static inline __attribute__((always_inline)) void blk_tile(const uint8_t *qp, co
       __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
       for (int t = 0; t < T; t++) {
         alo[t] = _mm512_dpbusd_epi32(alo[t], lo, _mm512_set1_epi32(ld32(xq[t] + c * 8)));
-        ahi[t] = _mm512_dpbusd_epi32(ahi[t], hi, _mm512_set1_epi32(ld32(xq[t] + c * 8 + 4)));
+        if (T >= 4) alo[t] = _mm512_dpbusd_epi32(alo[t], hi, _mm512_set1_epi32(ld32(xq[t] + c * 8 + 4)));
+        else ahi[t] = _mm512_dpbusd_epi32(ahi[t], hi, _mm512_set1_epi32(ld32(xq[t] + c * 8 + 4)));
       }
     }
     __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dp + g * 16)));
@@ -295,6 +383,6 @@ const struct cpu_kernels cpu_kernels_avx512 = {
   .q8_quantize = avx512_q8_quantize,
   .matmul_q4q8 = avx512_matmul_q4q8,
   .attn_tile = avx512_attn_tile_fast,
-  .silu_mul = avx512_silu_mul,
+  .silu_mul = avx512_silu_mul_fast,
 };
 #endif /* __x86_64__ */

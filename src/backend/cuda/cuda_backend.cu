@@ -369,27 +369,6 @@ static void op_gather_rows(struct hb_ctx *c, struct hb_tensor *out, const struct
   if (!c->status) cu_gather_rows(c, out, x, b);
 }
 
-extern "C" const struct hb_ops hb_cuda_ops = {
-  /* .name = */ "cuda",
-  /* .init = */ cuda_init,
-  /* .free = */ cuda_free,
-  /* .alloc = */ cuda_alloc,
-  /* .release = */ cuda_release,
-  /* .weight_upload = */ cuda_weight_upload,
-  /* .write = */ cuda_write,
-  /* .read = */ cuda_read,
-  /* .batch_upload = */ cuda_batch_upload,
-  /* .embed = */ op_embed,
-  /* .rmsnorm = */ op_rmsnorm,
-  /* .matmul = */ op_matmul,
-  /* .rope_neox = */ op_rope,
-  /* .kv_write = */ op_kv_write,
-  /* .attention = */ op_attention,
-  /* .silu_mul = */ op_silu_mul,
-  /* .add = */ op_add,
-  /* .gather_rows = */ op_gather_rows,
-  /* .sync = */ cuda_sync,
-};
 
 /* ---- graphs ----------------------------------------------------------------------------------- */
 
@@ -528,3 +507,46 @@ extern "C" void hb_cuda_mem_report(struct hb_ctx *c, char *buf, size_t len) {
            c->device, prop.name, c->n_sm, tot / 1073741824.0, fr / 1073741824.0, c->bytes_alloc / 1073741824.0,
            c->bytes_scratch / 1073741824.0, c->exact ? "f32 (exact)" : "f16");
 }
+
+/* ---- the table ---------------------------------------------------------------------------------- */
+
+static int op_capture_end(struct hb_ctx *c, void **graph, struct hearth_err *err) {
+  struct hb_cuda_graph *g = NULL;
+  int rc = hb_cuda_capture_end(c, &g, err);
+  *graph = g;
+  return rc;
+}
+static int op_graph_launch(struct hb_ctx *c, void *graph, struct hearth_err *err) {
+  return hb_cuda_graph_launch(c, (struct hb_cuda_graph *)graph, err);
+}
+static void op_graph_free(void *graph) { hb_cuda_graph_free((struct hb_cuda_graph *)graph); }
+
+extern "C" const struct hb_ops hb_cuda_ops = {
+  /* .name = */ "cuda",
+  /* .init = */ cuda_init,
+  /* .free = */ cuda_free,
+  /* .alloc = */ cuda_alloc,
+  /* .release = */ cuda_release,
+  /* .weight_upload = */ cuda_weight_upload,
+  /* .write = */ cuda_write,
+  /* .read = */ cuda_read,
+  /* .batch_upload = */ cuda_batch_upload,
+  /* .embed = */ op_embed,
+  /* .rmsnorm = */ op_rmsnorm,
+  /* .matmul = */ op_matmul,
+  /* .rope_neox = */ op_rope,
+  /* .kv_write = */ op_kv_write,
+  /* .attention = */ op_attention,
+  /* .silu_mul = */ op_silu_mul,
+  /* .add = */ op_add,
+  /* .gather_rows = */ op_gather_rows,
+  /* .sync = */ cuda_sync,
+  /* .norm_matmul = */ hb_cuda_norm_matmul,
+  /* .silu_matmul = */ hb_cuda_silu_matmul,
+  /* .rope_kv_write = */ hb_cuda_rope_kv_write,
+  /* .argmax = */ hb_cuda_argmax,
+  /* .capture_begin = */ hb_cuda_capture_begin,
+  /* .capture_end = */ op_capture_end,
+  /* .graph_launch = */ op_graph_launch,
+  /* .graph_free = */ op_graph_free,
+};

@@ -1,0 +1,210 @@
+/* tests/cuda/test_cuda_model.c — whole-model checks of the CUDA backend through the public API, on
+ * the transformers fixtures of tests/fixtures/model/ (tests/oracle/README.md). Criteria (issue 6):
+ *   f32 (the exact path: f32 activations on the GPU): free-running greedy tokens equal the f32
+ *     reference up to the first step whose reference top-1/top-2 margin is below 1e-3; top-k
+ *     logits of the last prompt position within 1e-4 relative (as the CPU is held to).
+ *   int4 (the default fast path: f16 activations, dp4a GEMV, tensor-core GEMM, f16 KV):
+ *     teacher-forced on the int4 reference's tokens, argmax equals the reference's next token on
+ *     >= 90 % of steps before its first margin < 1e-2 (the foundation criterion), and equals the
+ *     CPU backend's int4 argmax at >= 98 % of those positions.
+ *   embeddings: cosine with the reference >= 0.9999 (f32) / 0.999 (int4).
+ * Needs a GPU: label `cuda`. */
+#include <jansson.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "hearth.h"
+#include "test.h"
+
+#define MAXTOK 256
+
+static json_t *load_ref(const char *fx) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/tests/fixtures/model/%s/reference.json", HEARTH_SOURCE_DIR, fx);
+  json_error_t je;
+  json_t *r = json_load_file(path, 0, &je);
+  if (!r) fprintf(stderr, "%s: %s\n", path, je.text);
+  return r;
+}
+
+static struct hearth_model *load(const char *fx, enum hearth_dtype dt, enum hearth_backend_kind be) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/tests/fixtures/model/%s", HEARTH_SOURCE_DIR, fx);
+  struct hearth_model_params p;
+  hearth_model_params_default(&p);
+  p.path = path;
+  p.dtype = dt;
+  p.backend = be;
+  p.n_threads = 2;
+  struct hearth_model *m = NULL;
+  struct hearth_err err = {0};
+  if (hearth_model_load(&p, &m, &err)) fprintf(stderr, "load %s (backend %d): %s\n", fx, (int)be, err.msg);
+  return m;
+}
+
+static struct hearth_session *sess(struct hearth_model *m) {
+  struct hearth_session_params sp = {0};
+  struct hearth_session *s = NULL;
+  struct hearth_err err = {0};
+  if (hearth_session_new(m, &sp, &s, &err)) fprintf(stderr, "session: %s\n", err.msg);
+  return s;
+}
+
+static int ints(const json_t *a, int32_t *o, int max) {
+  int n = json_is_array(a) ? (int)json_array_size(a) : -1;
+  if (n > max) return -1;
+  for (int i = 0; i < n; i++) o[i] = (int32_t)json_integer_value(json_array_get(a, (size_t)i));
+  return n;
+}
+static int reals(const json_t *a, double *o, int max) {
+  int n = json_is_array(a) ? (int)json_array_size(a) : -1;
+  if (n > max) return -1;
+  for (int i = 0; i < n; i++) o[i] = json_number_value(json_array_get(a, (size_t)i));
+  return n;
+}
+static int argmax(const float *l, int n) {
+  int b = 0;
+  for (int i = 1; i < n; i++) if (l[i] > l[b]) b = i;
+  return b;
+}
+static int first_below(const double *m, int n, double thr) {
+  for (int i = 0; i < n; i++) if (m[i] < thr) return i;
+  return n;
+}
+
+static void lm_f32(const char *fx) {
+  json_t *ref = load_ref(fx);
+  REQUIRE(ref);
+  struct hearth_model *m = load(fx, HEARTH_DTYPE_F32, HEARTH_BACKEND_CUDA);
+  if (!m) { json_decref(ref); REQUIRE(m); }
+  struct hearth_session *s = sess(m);
+  int nv = hearth_model_info(m)->n_vocab, steps = 0, total = 0;
+  double worst = 0;
+  struct hearth_err err = {0};
+  const json_t *cases = json_object_get(ref, "cases");
+  for (size_t c = 0; s && c < json_array_size(cases); c++) {
+    const json_t *cs = json_array_get(cases, c), *r = json_object_get(cs, "f32");
+    int32_t pr[MAXTOK], tk[MAXTOK], ids[64];
+    double mg[MAXTOK], vals[64];
+    int np = ints(json_object_get(cs, "prompt"), pr, MAXTOK), nt = ints(json_object_get(r, "tokens"), tk, MAXTOK);
+    int nm = reals(json_object_get(r, "margins"), mg, MAXTOK), nk = ints(json_object_get(r, "topk_ids"), ids, 64);
+    int nvl = reals(json_object_get(r, "topk_logits"), vals, 64);
+    if (!(np >= 1 && nt >= 1 && nm == nt && nk >= 1 && nvl == nk)) { CHECK(0); continue; }
+    int rc = hearth_session_sync(s, pr, np, &err);
+    CHECKF(rc == 0, "%s case %zu sync: %s", fx, c, err.msg);
+    if (rc) continue;
+    const float *lg = hearth_session_logits(s);
+    for (int j = 0; lg && j < nk; j++) {
+      double den = fabs(vals[j]) > 1 ? fabs(vals[j]) : 1, rel = fabs(lg[ids[j]] - vals[j]) / den;
+      if (!(rel <= worst)) worst = rel;
+      CHECKF(rel <= 1e-4, "%s case %zu top-%d id %d: cuda %.7g ref %.7g", fx, c, j + 1, ids[j], lg[ids[j]], vals[j]);
+    }
+    int lim = first_below(mg, nt, 1e-3);
+    total += lim;
+    for (int i = 0; i < lim; i++) {
+      lg = hearth_session_logits(s);
+      if (!lg) break;
+      int t = argmax(lg, nv);
+      CHECKF(t == tk[i], "%s case %zu step %d: cuda %d ref %d (margin %.3g)", fx, c, i, t, tk[i], mg[i]);
+      if (t != tk[i]) break;
+      steps++;
+      if (i + 1 < lim && hearth_session_append(s, &tk[i], 1, &err)) { CHECKF(0, "append: %s", err.msg); break; }
+    }
+  }
+  printf("  %s f32 on cuda: %d/%d greedy steps equal before near-ties, worst top-k rel err %.3g\n", fx, steps,
+         total, worst);
+  hearth_session_free(s);
+  hearth_model_free(m);
+  json_decref(ref);
+}
+
+/* teacher-forced on the int4 reference's tokens, the CUDA model and the CPU model side by side */
+static void lm_int4(const char *fx) {
+  json_t *ref = load_ref(fx);
+  REQUIRE(ref);
+  struct hearth_model *g = load(fx, HEARTH_DTYPE_INT4, HEARTH_BACKEND_CUDA);
+  struct hearth_model *c = load(fx, HEARTH_DTYPE_INT4, HEARTH_BACKEND_CPU);
+  if (!g || !c) { hearth_model_free(g); hearth_model_free(c); json_decref(ref); REQUIRE(g && c); }
+  struct hearth_session *sg = sess(g), *sc = sess(c);
+  int nv = hearth_model_info(g)->n_vocab, match_ref = 0, match_cpu = 0, total = 0;
+  struct hearth_err err = {0};
+  const json_t *cases = json_object_get(ref, "cases");
+  for (size_t k = 0; sg && sc && k < json_array_size(cases); k++) {
+    const json_t *cs = json_object_get(json_array_get(cases, k), "int4");
+    int32_t pr[MAXTOK], tk[MAXTOK];
+    double mg[MAXTOK];
+    int np = ints(json_object_get(json_array_get(cases, k), "prompt"), pr, MAXTOK);
+    int nt = ints(json_object_get(cs, "tokens"), tk, MAXTOK), nm = reals(json_object_get(cs, "margins"), mg, MAXTOK);
+    if (!(np >= 1 && nt >= 1 && nm == nt)) { CHECK(0); continue; }
+    if (hearth_session_sync(sg, pr, np, &err) || hearth_session_sync(sc, pr, np, &err)) {
+      CHECKF(0, "%s case %zu sync: %s", fx, k, err.msg);
+      continue;
+    }
+    int lim = first_below(mg, nt, 1e-2);
+    for (int i = 0; i < lim; i++) {
+      const float *lg = hearth_session_logits(sg), *lc = hearth_session_logits(sc);
+      if (!lg || !lc) break;
+      int t = argmax(lg, nv), u = argmax(lc, nv);
+      total++;
+      match_ref += t == tk[i];
+      match_cpu += t == u;
+      if (i + 1 < lim && (hearth_session_append(sg, &tk[i], 1, &err) || hearth_session_append(sc, &tk[i], 1, &err))) {
+        CHECKF(0, "append: %s", err.msg);
+        break;
+      }
+    }
+  }
+  double rr = total ? (double)match_ref / total : 0, rc = total ? (double)match_cpu / total : 0;
+  printf("  %s int4 on cuda: teacher-forced %d/%d = %.1f%% vs the int4 reference, %d/%d = %.1f%% vs the CPU "
+         "backend\n", fx, match_ref, total, 100 * rr, match_cpu, total, 100 * rc);
+  CHECK(total > 0);
+  CHECKF(rr >= 0.90, "vs reference %.3f < 0.90", rr);
+  CHECKF(rc >= 0.98, "vs cpu %.3f < 0.98", rc);
+  hearth_session_free(sg);
+  hearth_session_free(sc);
+  hearth_model_free(g);
+  hearth_model_free(c);
+  json_decref(ref);
+}
+
+static void embed(const char *fx, enum hearth_dtype dt, const char *kind, double min_cos) {
+  json_t *ref = load_ref(fx);
+  REQUIRE(ref);
+  struct hearth_model *m = load(fx, dt, HEARTH_BACKEND_CUDA);
+  if (!m) { json_decref(ref); REQUIRE(m); }
+  struct hearth_session *s = sess(m);
+  int d = hearth_model_info(m)->n_embd;
+  float *o = calloc((size_t)d, sizeof *o);
+  double *e = calloc((size_t)d, sizeof *e), worst = 1;
+  struct hearth_err err = {0};
+  const json_t *cases = json_object_get(ref, "cases");
+  for (size_t c = 0; s && o && e && c < json_array_size(cases); c++) {
+    int32_t pr[MAXTOK];
+    int np = ints(json_object_get(json_array_get(cases, c), "prompt"), pr, MAXTOK);
+    int ne = reals(json_object_get(json_object_get(json_array_get(cases, c), kind), "embedding"), e, d);
+    if (!(np >= 1 && ne == d)) { CHECK(0); continue; }
+    if (hearth_session_embed(s, pr, np, o, &err)) { CHECKF(0, "embed: %s", err.msg); continue; }
+    double dot = 0, na = 0, nb = 0;
+    for (int i = 0; i < d; i++) { dot += o[i] * e[i]; na += (double)o[i] * o[i]; nb += e[i] * e[i]; }
+    double cs = dot / (sqrt(na) * sqrt(nb) + 1e-300);
+    if (!(cs >= worst)) worst = cs;
+    CHECKF(cs >= min_cos, "%s case %zu: cosine %.7f < %g", fx, c, cs, min_cos);
+  }
+  printf("  %s dtype %d on cuda: worst cosine %.7f\n", fx, (int)dt, worst);
+  free(o);
+  free(e);
+  hearth_session_free(s);
+  hearth_model_free(m);
+  json_decref(ref);
+}
+
+TEST_GROUP(qwen2_f32) { lm_f32("qwen2"); }
+TEST_GROUP(qwen3_f32) { lm_f32("qwen3"); }
+TEST_GROUP(qwen2_int4) { lm_int4("qwen2"); }
+TEST_GROUP(qwen3_int4) { lm_int4("qwen3"); }
+TEST_GROUP(qwen3emb) { embed("qwen3emb", HEARTH_DTYPE_F32, "f32", 0.9999); embed("qwen3emb", HEARTH_DTYPE_INT4, "int4", 0.999); }
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmisleading-indentation"
+#endif
+TEST_MAIN(T(qwen2_f32), T(qwen3_f32), T(qwen2_int4), T(qwen3_int4), T(qwen3emb))
