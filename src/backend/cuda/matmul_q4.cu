@@ -540,8 +540,7 @@ static void gemv_launch_t(struct hb_ctx *ctx, int n, const gemv_args &a) {
   int per_sm = (int)((228 * 1024) / (sm + 1024));
   per_sm = per_sm < 1 ? 1 : (per_sm > 2 ? 2 : per_sm);
   int grid = groups < ctx->n_sm * per_sm ? groups : ctx->n_sm * per_sm;
-  cudaLaunchConfig_t cfg;
-  memset(&cfg, 0, sizeof cfg);
+  cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3((unsigned)grid);
   cfg.blockDim = dim3(256);
   cfg.dynamicSmemBytes = sm;
