@@ -6,7 +6,9 @@
 # name it in `carry`); fetch them here once with
 #   mkdir -p .deps && cd .deps && apt-get download libjansson-dev libjansson4 libpcre2-dev \
 #     libpcre2-8-0 libutf8proc-dev libutf8proc2
-# Usage: bench/gpu.sh [tests|bench|all] [bench_cuda args: all|3b|0.5b|gemv]
+# Usage: bench/gpu.sh [tests|bench|all|e2e] [bench_cuda args: all|3b|0.5b|gemv]
+#   tests: kernel tests (standalone build) + ctest -L cuda (full build); bench: tests/cuda/bench_cuda;
+#   all: both; e2e: full build + `hearth bench --backend cuda` W1/W2 on mkmodel checkpoints (MODELS="3b 0.5b")
 set -uo pipefail
 what=${1:-all}
 bargs=${2:-all}
@@ -53,15 +55,30 @@ if [ "$what" = all ] || [ "$what" = tests ]; then
   timeout 80 $B/test_cuda_ops 2>&1 | tee "$OUT/test.log" | grep -v "^  \(matmul\|rope\|gather\)" ; rc=${PIPESTATUS[0]}
   grep -E "FAIL|CHECK failed" "$OUT/test.log" | head -40
 fi
-if [ "$what" = all ] || [ "$what" = tests ]; then
-  # whole-model checks through the public API need the full library (jansson etc. from .deps)
+if [ "$what" = all ] || [ "$what" = tests ] || [ "$what" = e2e ]; then
+  # the full library (jansson etc. from .deps): `ctest -L cuda` runs test_cuda_ops, test_cuda_model
+  # and tests/model's oracle checks on the GPU (test_oracle_cuda.*)
   if cmake -S . -B build-gpu/cmake -DCMAKE_BUILD_TYPE=Release -DHEARTH_SERVER=OFF -DHEARTH_WERROR=OFF \
        -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$PREFIX" >"$OUT/cmake.log" 2>&1 &&
-     cmake --build build-gpu/cmake -j"$(nproc)" --target test_cuda_model >>"$OUT/cmake.log" 2>&1; then
-    timeout 60 build-gpu/cmake/tests/cuda/test_cuda_model 2>&1 | tee "$OUT/test_model.log" || rc=1
+     cmake --build build-gpu/cmake -j"$(nproc)" >>"$OUT/cmake.log" 2>&1; then
+    if [ "$what" != e2e ]; then
+      (cd build-gpu/cmake && timeout 150 ctest -L cuda -E test_cuda_ops --output-on-failure) 2>&1 | tee "$OUT/ctest.log" |
+        grep -E "Test +#|tests passed|tests failed|CHECK|FAIL|on cuda" ; [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+    fi
   else
-    echo "test_cuda_model: full build failed (see cmake.log)"; grep -E "error|Error" "$OUT/cmake.log" | head -20
+    echo "full build failed (see cmake.log)"; grep -E "error|Error" "$OUT/cmake.log" | head -20; rc=1
   fi
+fi
+if [ "$what" = e2e ]; then
+  # W1/W2 through the public CLI on random-weight checkpoints of the real configs
+  H=build-gpu/cmake/hearth
+  for m in ${MODELS:-3b 0.5b}; do
+    case $m in 0.5b) cfg=configs/qwen2.5-0.5b-instruct.json ;; 3b) cfg=configs/qwen2.5-3b-instruct.json ;; esac
+    dir=/tmp/hearth-bench-$m
+    [ -f "$dir/model.safetensors" ] || timeout 120 "$H" mkmodel --config "$cfg" --out "$dir" >/dev/null
+    timeout 150 "$H" bench --model "$dir" --backend cuda -p 71,512,1570 -n 128 -r 3 --tg-ctx 71,1570 --batch 8,32 \
+      2>&1 | tee -a "$OUT/e2e.log" || rc=1
+  done
 fi
 if [ "$what" = all ] || [ "$what" = bench ]; then
   : >"$OUT/bench.log"

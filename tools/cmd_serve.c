@@ -28,7 +28,10 @@ static void usage(FILE *f) {
           "  --ctx N            context tokens per sequence [4096]\n"
           "  --kv-tokens N      KV pool per model [parallel * ctx]\n"
           "  --queue N          requests waiting for a slot before 503 [64]\n"
-          "  --max-body BYTES   request body limit, 413 above [4194304]\n"
+          "  --max-body BYTES   request body limit, 413 above [8388608]\n"
+          "  --max-depth N      JSON nesting limit, 400 above [64]\n"
+          "  --keepalive-ms N   SSE ': keep-alive' comment after N ms without data [3000]\n"
+          "  --prefill-chunk N  prompt tokens per sequence per engine step [512]\n"
           "  --max-conns N      concurrent connections [128]\n"
           "  --timeout S        idle connection timeout in seconds [15]\n"
           "  --dtype int4|bf16|f32   weight format [int4]\n"
@@ -93,6 +96,9 @@ int cmd_serve(int argc, char **argv) {
     else if (!strcmp(a, "--kv-tokens")) { if (num(a, v, 16, 1 << 26, &x)) return 2; o.model.kv_tokens = (int)x; }
     else if (!strcmp(a, "--queue")) { if (num(a, v, 1, 1 << 16, &x)) return 2; o.max_queue = (int)x; }
     else if (!strcmp(a, "--max-body")) { if (num(a, v, 1024, 1L << 30, &x)) return 2; o.max_body = (size_t)x; }
+    else if (!strcmp(a, "--max-depth")) { if (num(a, v, 1, 10000, &x)) return 2; o.max_depth = (int)x; }
+    else if (!strcmp(a, "--keepalive-ms")) { if (num(a, v, 50, 600000, &x)) return 2; o.keepalive_ms = (int)x; }
+    else if (!strcmp(a, "--prefill-chunk")) { if (num(a, v, 1, 1 << 20, &x)) return 2; o.prefill_chunk = (int)x; }
     else if (!strcmp(a, "--max-conns")) { if (num(a, v, 1, 65536, &x)) return 2; o.max_conns = (int)x; }
     else if (!strcmp(a, "--timeout")) { if (num(a, v, 1, 3600, &x)) return 2; o.timeout_s = (int)x; }
     else if (!strcmp(a, "--threads")) { if (num(a, v, 0, 4096, &x)) return 2; o.model.n_threads = (int)x; }

@@ -4,11 +4,20 @@
  * → tokens → engine. Output text goes through the chat output parser (tool calls, reasoning)
  * before it reaches the client. tool_choice "none" hides the tools from the template; any other
  * value offers them (hearth does not force a call).
+ *
+ * n > 1: n independent choices (engine requests) of the same prompt, streamed interleaved, each
+ * chunk naming its choice's index. response_format: "text", or "json_object", which OpenAI accepts
+ * only when a message mentions JSON (checked the same way, 400 otherwise); hearth does not
+ * constrain decoding, so json_object is an instruction to the model through the prompt and the
+ * output is not guaranteed to parse. "json_schema" is refused with 400.
  */
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
+#include "base/err.h"
+#include "server/errors.h"
 #include "server/gen.h"
 #include "server/routes.h"
 #include "server/sse.h"
@@ -112,9 +121,7 @@ static int check_tools(json_t *tools, struct verr *e) {
 
 /* ---- one request's state ----------------------------------------------------------------- */
 
-struct chat {
-  struct gen_reader g;
-  struct gen_opts o;
+struct chat_choice {
   struct textio_parser *parser;
   struct textio_delta d;
   struct sbuf text;          /* whole visible text (non-streamed) */
@@ -122,6 +129,13 @@ struct chat {
   json_t *tool_calls;        /* accumulated (non-streamed) */
   json_t *logprobs;          /* accumulated (non-streamed): array of entries */
   int n_tool_calls;
+};
+
+struct chat {
+  struct gen_opts o;
+  int n;                     /* choices */
+  struct gen_reader *g;      /* [n] */
+  struct chat_choice *ch;    /* [n] */
   char id[64];
   char model[256];
   time_t created;
@@ -130,18 +144,23 @@ struct chat {
 
 static void chat_free(void *p) {
   struct chat *c = p;
-  gen_reader_free(&c->g);
-  textio_parser_free(c->parser);
-  textio_delta_free(&c->d);
-  sbuf_free(&c->text);
-  sbuf_free(&c->reasoning);
-  json_decref(c->tool_calls);
-  json_decref(c->logprobs);
+  for (int k = 0; k < c->n; k++) {
+    struct chat_choice *ch = &c->ch[k];
+    gen_reader_free(&c->g[k]);
+    textio_parser_free(ch->parser);
+    textio_delta_free(&ch->d);
+    sbuf_free(&ch->text);
+    sbuf_free(&ch->reasoning);
+    json_decref(ch->tool_calls);
+    json_decref(ch->logprobs);
+  }
+  free(c->g);
+  free(c->ch);
   free(c);
 }
 
-static json_t *chunk(struct chat *c, json_t *delta, const char *finish, json_t *logprobs) {
-  json_t *choice = json_pack("{s:i, s:o, s:o, s:o}", "index", 0, "delta", delta, "logprobs",
+static json_t *chunk(struct chat *c, int index, json_t *delta, const char *finish, json_t *logprobs) {
+  json_t *choice = json_pack("{s:i, s:o, s:o, s:o}", "index", index, "delta", delta, "logprobs",
                              logprobs ? logprobs : json_null(), "finish_reason",
                              finish ? json_string(finish) : json_null());
   json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o]}", "id", c->id, "object",
@@ -151,117 +170,187 @@ static json_t *chunk(struct chat *c, json_t *delta, const char *finish, json_t *
   return o;
 }
 
-/* Feeds newly released text (final: the end) through the parser into c->d. */
-static int parse_text(struct chat *c, struct sbuf *text, int final) {
+/* Feeds newly released text (final: the end) through the choice's parser into ch->d. */
+static int parse_text(struct chat_choice *ch, struct sbuf *text, int final) {
   struct hearth_err err = {0};
-  textio_delta_reset(&c->d);
-  return textio_parser_feed(c->parser, text->p ? text->p : "", text->n, final, &c->d, &err);
+  textio_delta_reset(&ch->d);
+  return textio_parser_feed(ch->parser, text->p ? text->p : "", text->n, final, &ch->d, &err);
 }
 
-static json_t *events_logprobs(struct chat *c) {
+static json_t *events_logprobs(struct chat *c, const struct gen_reader *g) {
   json_t *a = json_array();
-  for (int i = 0; i < c->g.n_ev; i++)
-    json_array_append_new(a, gen_logprob_chat(c->g.tio, &c->g.ev[i], c->o.top_logprobs > 0));
+  for (int i = 0; i < g->n_ev; i++)
+    json_array_append_new(a, gen_logprob_chat(g->tio, &g->ev[i], c->o.top_logprobs > 0));
   return a;
 }
 
-static const char *finish_reason(struct chat *c) {
-  return c->n_tool_calls && !strcmp(c->g.finish, "stop") ? "tool_calls" : c->g.finish;
+static const char *finish_reason(const struct chat_choice *ch, const struct gen_reader *g) {
+  return ch->n_tool_calls && !strcmp(g->finish, "stop") ? "tool_calls" : g->finish;
 }
 
-static int chat_produce(void *ctx, struct sbuf *out) {
-  struct chat *c = ctx;
-  if (!c->sent_role) {
-    c->sent_role = 1;
-    return sse_event(out, chunk(c, json_pack("{s:s, s:s}", "role", "assistant", "content", ""),
-                                NULL, NULL)) ? -1 : 0;
-  }
+static json_t *usage(struct chat *c) { return gen_usage(c->g, c->n, c->n); }
+
+/* Streams whatever choice k has; on its end, the finish chunk. Returns 0, 1 (an error event and
+ * [DONE] were written: the stream ends) or -1 (client gone / OOM). */
+static int produce_choice(struct chat *c, int k, struct sbuf *out) {
+  struct gen_reader *g = &c->g[k];
+  struct chat_choice *ch = &c->ch[k];
   struct sbuf text = {0};
-  int rc = gen_reader_next(&c->g, 1000, &text);
+  int rc = gen_reader_next(g, 0, &text);
   if (rc < 0) { sbuf_free(&text); return -1; }
-  int prc = parse_text(c, &text, rc == 1);
+  int prc = parse_text(ch, &text, rc == 1);
   sbuf_free(&text);
   if (prc) return -1;
   json_t *delta = json_object();
-  if (c->d.reasoning.n)
-    json_object_set_new(delta, "reasoning_content", json_stringn(c->d.reasoning.p, c->d.reasoning.n));
-  if (c->d.content.n)
-    json_object_set_new(delta, "content", json_stringn(c->d.content.p, c->d.content.n));
-  if (c->d.tool_calls) { /* streamed tool calls carry their index */
+  if (ch->d.reasoning.n)
+    json_object_set_new(delta, "reasoning_content", json_stringn(ch->d.reasoning.p, ch->d.reasoning.n));
+  if (ch->d.content.n)
+    json_object_set_new(delta, "content", json_stringn(ch->d.content.p, ch->d.content.n));
+  if (ch->d.tool_calls) { /* streamed tool calls carry their index */
     size_t i;
     json_t *call;
-    json_array_foreach(c->d.tool_calls, i, call)
-      json_object_set_new(call, "index", json_integer(c->n_tool_calls++));
-    json_object_set(delta, "tool_calls", c->d.tool_calls);
+    json_array_foreach(ch->d.tool_calls, i, call)
+      json_object_set_new(call, "index", json_integer(ch->n_tool_calls++));
+    json_object_set(delta, "tool_calls", ch->d.tool_calls);
   }
-  json_t *lp = c->o.logprobs && c->g.n_ev ? json_pack("{s:o}", "content", events_logprobs(c)) : NULL;
+  json_t *lp = c->o.logprobs && g->n_ev ? json_pack("{s:o}", "content", events_logprobs(c, g)) : NULL;
   if (json_object_size(delta) || lp) {
-    if (sse_event(out, chunk(c, delta, NULL, lp))) return -1;
+    if (sse_event(out, chunk(c, k, delta, NULL, lp))) return -1;
   } else {
     json_decref(delta);
   }
   if (rc == 0) return 0;
-  if (!c->g.finish) { /* failed mid-stream: an error event, then the end */
-    sse_event(out, json_pack("{s:{s:s, s:s, s:n, s:n}}", "error", "message", c->g.errmsg, "type",
+  g->reported = 1;
+  if (!g->finish) { /* failed mid-stream: an error event, then the end */
+    sse_event(out, json_pack("{s:{s:s, s:s, s:n, s:n}}", "error", "message", g->errmsg, "type",
                              "server_error", "param", "code"));
     sse_done(out);
     return 1;
   }
-  if (sse_event(out, chunk(c, json_object(), finish_reason(c), NULL))) return -1;
+  return sse_event(out, chunk(c, k, json_object(), finish_reason(ch, g), NULL)) ? -1 : 0;
+}
+
+static int chat_produce(void *ctx, struct sbuf *out, int timeout_ms) {
+  struct chat *c = ctx;
+  if (!c->sent_role) {
+    c->sent_role = 1;
+    for (int k = 0; k < c->n; k++)
+      if (sse_event(out, chunk(c, k, json_pack("{s:s, s:s}", "role", "assistant", "content", ""),
+                               NULL, NULL)))
+        return -1;
+    return 0;
+  }
+  if (gen_wait_any(c->g, c->n, timeout_ms) < 0) return -1;
+  int live = 0;
+  for (int k = 0; k < c->n; k++) {
+    if (c->g[k].reported) continue;
+    int rc = produce_choice(c, k, out);
+    if (rc) return rc;
+    live += !c->g[k].reported;
+  }
+  if (live) return 0;
   if (c->o.include_usage) {
     json_t *u = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[], s:o}", "id", c->id, "object",
                           "chat.completion.chunk", "created", (json_int_t)c->created, "model",
-                          c->model, "system_fingerprint", "hearth", "choices", "usage",
-                          gen_usage(&c->g));
+                          c->model, "system_fingerprint", "hearth", "choices", "usage", usage(c));
     if (sse_event(out, u)) return -1;
   }
   return sse_done(out) ? -1 : 1;
 }
 
-static enum MHD_Result chat_whole(struct http_req *r, struct chat *c) {
+/* Reads choice k to its end. Returns 0, or -1 when the client has gone. */
+static int read_choice(struct chat *c, int k) {
+  struct gen_reader *g = &c->g[k];
+  struct chat_choice *ch = &c->ch[k];
   for (;;) {
     struct sbuf text = {0};
-    int rc = gen_reader_next(&c->g, 1000, &text);
-    if (rc < 0) { sbuf_free(&text); chat_free(c); return MHD_NO; } /* client gone: drop it */
-    int prc = parse_text(c, &text, rc == 1);
+    int rc = gen_reader_next(g, 1000, &text);
+    if (rc < 0) { sbuf_free(&text); return -1; }
+    int prc = parse_text(ch, &text, rc == 1);
     sbuf_free(&text);
     if (prc) break;
-    sbuf_add(&c->text, c->d.content.p ? c->d.content.p : "", c->d.content.n);
-    sbuf_add(&c->reasoning, c->d.reasoning.p ? c->d.reasoning.p : "", c->d.reasoning.n);
-    if (c->d.tool_calls) {
-      if (!c->tool_calls) c->tool_calls = json_array();
-      json_array_extend(c->tool_calls, c->d.tool_calls);
+    sbuf_add(&ch->text, ch->d.content.p ? ch->d.content.p : "", ch->d.content.n);
+    sbuf_add(&ch->reasoning, ch->d.reasoning.p ? ch->d.reasoning.p : "", ch->d.reasoning.n);
+    if (ch->d.tool_calls) {
+      if (!ch->tool_calls) ch->tool_calls = json_array();
+      json_array_extend(ch->tool_calls, ch->d.tool_calls);
     }
     if (c->o.logprobs) {
-      if (!c->logprobs) c->logprobs = json_array();
-      json_t *a = events_logprobs(c);
-      json_array_extend(c->logprobs, a);
+      if (!ch->logprobs) ch->logprobs = json_array();
+      json_t *a = events_logprobs(c, g);
+      json_array_extend(ch->logprobs, a);
       json_decref(a);
     }
     if (rc == 1) break;
   }
-  if (!c->g.finish) {
-    enum MHD_Result ret = http_reply_error(r, 500, NULL, "generation_failed", "%s",
-                                           c->g.errmsg[0] ? c->g.errmsg : "generation failed");
-    chat_free(c);
-    return ret;
-  }
-  c->n_tool_calls = c->tool_calls ? (int)json_array_size(c->tool_calls) : 0;
+  ch->n_tool_calls = ch->tool_calls ? (int)json_array_size(ch->tool_calls) : 0;
+  return 0;
+}
+
+static json_t *choice_json(struct chat *c, int k) {
+  struct chat_choice *ch = &c->ch[k];
   json_t *msg = json_pack("{s:s, s:o}", "role", "assistant", "content",
-                          c->text.n || !c->n_tool_calls ? json_stringn(c->text.p ? c->text.p : "", c->text.n)
-                                                         : json_null());
-  if (c->reasoning.n)
-    json_object_set_new(msg, "reasoning_content", json_stringn(c->reasoning.p, c->reasoning.n));
-  if (c->n_tool_calls) json_object_set(msg, "tool_calls", c->tool_calls);
-  json_t *lp = c->o.logprobs ? json_pack("{s:O}", "content", c->logprobs ? c->logprobs : json_array())
-                             : json_null();
-  json_t *body = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[{s:i, s:o, s:o, s:s}], s:o}", "id", c->id,
-                           "object", "chat.completion", "created", (json_int_t)c->created, "model",
-                           c->model, "system_fingerprint", "hearth", "choices", "index", 0,
-                           "message", msg, "logprobs", lp, "finish_reason", finish_reason(c),
-                           "usage", gen_usage(&c->g));
+                          ch->text.n || !ch->n_tool_calls
+                              ? json_stringn(ch->text.p ? ch->text.p : "", ch->text.n)
+                              : json_null());
+  if (ch->reasoning.n)
+    json_object_set_new(msg, "reasoning_content", json_stringn(ch->reasoning.p, ch->reasoning.n));
+  if (ch->n_tool_calls) json_object_set(msg, "tool_calls", ch->tool_calls);
+  json_t *lp = c->o.logprobs
+                   ? json_pack("{s:O}", "content", ch->logprobs ? ch->logprobs : json_array())
+                   : json_null();
+  return json_pack("{s:i, s:o, s:o, s:s}", "index", k, "message", msg, "logprobs", lp,
+                   "finish_reason", finish_reason(ch, &c->g[k]));
+}
+
+static enum MHD_Result chat_whole(struct http_req *r, struct chat *c) {
+  for (int k = 0; k < c->n; k++) {
+    if (read_choice(c, k)) { chat_free(c); return MHD_NO; } /* client gone: drop it */
+    if (!c->g[k].finish) {
+      enum MHD_Result ret = http_reply_error(r, 500, NULL, "generation_failed", "%s",
+                                             c->g[k].errmsg[0] ? c->g[k].errmsg : "generation failed");
+      chat_free(c);
+      return ret;
+    }
+  }
+  json_t *choices = json_array();
+  for (int k = 0; k < c->n; k++) json_array_append_new(choices, choice_json(c, k));
+  json_t *body = json_pack("{s:s, s:s, s:I, s:s, s:s, s:o, s:o}", "id", c->id, "object",
+                           "chat.completion", "created", (json_int_t)c->created, "model", c->model,
+                           "system_fingerprint", "hearth", "choices", choices, "usage", usage(c));
   chat_free(c);
   return http_reply_json(r, 200, body);
+}
+
+/* 1 if some message's text mentions "json" (any case): OpenAI's condition for json_object mode. */
+static int mentions_json(json_t *msgs) {
+  size_t i;
+  json_t *m;
+  json_array_foreach(msgs, i, m) {
+    const char *t = json_string_value(json_object_get(m, "content"));
+    for (; t && *t; t++)
+      if (!strncasecmp(t, "json", 4)) return 1;
+  }
+  return 0;
+}
+
+/* response_format: absent, {"type":"text"} or {"type":"json_object"}; json_schema is refused.
+ * *json_mode is set for json_object. Returns 0 or -1 with *e filled. */
+static int check_response_format(json_t *rf, int *json_mode, struct verr *e) {
+  static const char *const TYPES[] = {"text", "json_object", "json_schema", NULL};
+  const char *type;
+  *json_mode = 0;
+  if (!rf) return 0;
+  if (v_enum(rf, "type", TYPES, NULL, &type, e) || !type) {
+    return v_fail(e, "response_format",
+                  "'response_format.type' must be one of 'text', 'json_object', 'json_schema'");
+  }
+  if (!strcmp(type, "json_schema"))
+    return v_fail(e, "response_format",
+                  "'response_format' of type 'json_schema' is not supported (hearth does not "
+                  "constrain decoding); use 'json_object' or 'text'");
+  *json_mode = !strcmp(type, "json_object");
+  return 0;
 }
 
 enum MHD_Result ep_chat_completions(struct http_req *r) {
@@ -274,9 +363,11 @@ enum MHD_Result ep_chat_completions(struct http_req *r) {
   if (gen_parse(r->json, 1, &c->o, &e)) { free(c); return http_reply_verr(r, &e); }
   json_t *tools, *kwargs, *rf;
   const char *tool_choice = NULL;
+  int json_mode = 0;
   json_t *tc = json_object_get(r->json, "tool_choice");
   if (v_arr(r->json, "tools", &tools, &e) || v_obj(r->json, "chat_template_kwargs", &kwargs, &e) ||
-      v_obj(r->json, "response_format", &rf, &e) || (tools && check_tools(tools, &e))) {
+      v_obj(r->json, "response_format", &rf, &e) || (tools && check_tools(tools, &e)) ||
+      check_response_format(rf, &json_mode, &e)) {
     free(c);
     return http_reply_verr(r, &e);
   }
@@ -285,14 +376,6 @@ enum MHD_Result ep_chat_completions(struct http_req *r) {
     free(c);
     v_fail(&e, "tool_choice", "'tool_choice' must be a string or an object");
     return http_reply_verr(r, &e);
-  }
-  if (rf) {
-    const char *type = json_string_value(json_object_get(rf, "type"));
-    if (!type || strcmp(type, "text")) {
-      free(c);
-      return http_reply_error(r, 400, "response_format", "unsupported_value",
-                              "only response_format {\"type\":\"text\"} is supported");
-    }
   }
   if (tools && (!json_array_size(tools) || (tool_choice && !strcmp(tool_choice, "none"))))
     tools = NULL;
@@ -304,31 +387,39 @@ enum MHD_Result ep_chat_completions(struct http_req *r) {
   }
   json_t *norm = chat_messages_normalize(msgs, &e);
   if (!norm) { free(c); return http_reply_verr(r, &e); }
+  if (json_mode && !mentions_json(norm)) {
+    json_decref(norm);
+    free(c);
+    v_fail(&e, "messages", "'messages' must contain the word 'json' in some form, to use "
+                           "'response_format' of type 'json_object'");
+    return http_reply_verr(r, &e);
+  }
   char *prompt_text = NULL;
   struct hearth_err err = {0};
   int rc = textio_render_chat(m->tio, norm, tools, kwargs, &prompt_text, &err);
   json_decref(norm);
   if (rc) {
     free(c);
-    return http_reply_error(r, 400, "messages", "template_error",
-                            "%s", err.msg);
+    return http_reply_error(r, 400, "messages", "template_error", "%s", errors_scrub(err.msg));
   }
-  int32_t *ids = NULL;
-  int n = 0;
-  rc = textio_encode(m->tio, prompt_text, strlen(prompt_text), 0, &ids, &n, &err);
-  if (!rc) rc = textio_parser_new(m->tio, tools != NULL, prompt_text, &c->parser, &err);
+  struct gen_prompt gp = {NULL, 0};
+  rc = textio_encode(m->tio, prompt_text, strlen(prompt_text), 0, &gp.ids, &gp.n, &err);
+  c->n = c->o.n;
+  c->g = calloc((size_t)c->n, sizeof *c->g);
+  c->ch = calloc((size_t)c->n, sizeof *c->ch);
+  if (!rc && (!c->g || !c->ch)) rc = err_set(&err, HEARTH_ERR_NOMEM, "out of memory");
+  for (int k = 0; !rc && k < c->n; k++)
+    rc = textio_parser_new(m->tio, tools != NULL, prompt_text, &c->ch[k].parser, &err);
   free(prompt_text);
   if (rc) {
-    free(ids);
-    textio_parser_free(c->parser);
-    free(c);
-    return http_reply_error(r, 500, NULL, NULL, "%s", err.msg);
+    free(gp.ids);
+    if (!c->g || !c->ch) c->n = 0;
+    chat_free(c);
+    return http_reply_error(r, 500, NULL, NULL, "%s", errors_scrub(err.msg));
   }
-  if (gen_start(r, m, ids, n, &c->o, &c->g, &ret)) {
-    textio_parser_free(c->parser);
-    free(c);
-    return ret;
-  }
+  rc = gen_start(r, m, &gp, 1, &c->o, c->g, &ret);
+  free(gp.ids);
+  if (rc) { chat_free(c); return ret; }
   gen_id(c->id, sizeof c->id, "chatcmpl");
   snprintf(c->model, sizeof c->model, "%s", m->id);
   c->created = time(NULL);

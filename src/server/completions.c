@@ -1,20 +1,32 @@
 /* server/completions.c — POST /v1/completions (legacy text completion), plain and streamed.
- * prompt: a string, an array of one string, an array of token ids, or an array of one such array.
- * Several prompts in one request (n, best_of > 1, echo, suffix) are refused with 400. */
+ *
+ * prompt: a string, an array of token ids, or an array of either (several prompts). Every prompt
+ * gets n choices; choice index = prompt index * n + j, as OpenAI orders them. echo: the prompt's
+ * text comes before the completion (streamed: as the choice's first chunk); with logprobs the
+ * prompt tokens are scored too, the first one null (the legacy shape), and max_tokens may be 0 to
+ * score a text without generating. best_of > 1 and suffix are refused with 400.
+ */
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "server/errors.h"
 #include "server/gen.h"
 #include "server/routes.h"
 #include "server/sse.h"
 
-struct cmpl {
-  struct gen_reader g;
-  struct gen_opts o;
+struct cmpl_choice {
   struct sbuf text;        /* whole text (non-streamed) */
   json_t *lp;              /* legacy logprobs object being built */
-  size_t offset;           /* text_offset of the next token */
+  size_t offset;           /* text_offset of the next token, in characters */
+  int echoed;              /* the echo (streamed) has been sent */
+};
+
+struct cmpl {
+  struct gen_opts o;
+  int n;                   /* choices = prompts x o.n */
+  struct gen_reader *g;    /* [n] */
+  struct cmpl_choice *ch;  /* [n] */
   char id[64];
   char model[256];
   time_t created;
@@ -22,130 +34,250 @@ struct cmpl {
 
 static void cmpl_free(void *p) {
   struct cmpl *c = p;
-  gen_reader_free(&c->g);
-  sbuf_free(&c->text);
-  json_decref(c->lp);
+  for (int k = 0; k < c->n; k++) {
+    gen_reader_free(&c->g[k]);
+    sbuf_free(&c->ch[k].text);
+    json_decref(c->ch[k].lp);
+  }
+  free(c->g);
+  free(c->ch);
   free(c);
 }
 
-/* Legacy logprobs of the tokens just taken: {tokens, token_logprobs, top_logprobs, text_offset}. */
-static json_t *legacy_logprobs(struct cmpl *c, json_t *into) {
-  if (!into) into = json_pack("{s:[], s:[], s:[], s:[]}", "tokens", "token_logprobs", "top_logprobs",
-                              "text_offset");
-  for (int i = 0; i < c->g.n_ev; i++) {
-    const struct gen_event *ev = &c->g.ev[i];
-    char *s = NULL;
-    size_t n = 0;
-    struct hearth_err err;
-    if (textio_decode(c->g.tio, &ev->id, 1, 0, &s, &n, &err)) { s = NULL; n = 0; }
-    json_array_append_new(json_object_get(into, "tokens"), json_stringn(s ? s : "", n));
-    json_array_append_new(json_object_get(into, "token_logprobs"), json_real(ev->logprob));
-    json_array_append_new(json_object_get(into, "text_offset"), json_integer((json_int_t)c->offset));
-    c->offset += n;
-    free(s);
-    json_t *top = json_object();
-    for (int k = 0; k < ev->n_top; k++) {
-      char *t = NULL;
-      size_t tn = 0;
-      if (textio_decode(c->g.tio, &ev->top_id[k], 1, 0, &t, &tn, &err)) continue;
-      if (!json_object_get(top, t)) json_object_set_new(top, t, json_real(ev->top_lp[k]));
-      free(t);
-    }
-    json_array_append_new(json_object_get(into, "top_logprobs"), top);
+static json_t *lp_new(void) {
+  return json_pack("{s:[], s:[], s:[], s:[]}", "tokens", "token_logprobs", "top_logprobs",
+                   "text_offset");
+}
+
+/* Characters (code points) in UTF-8 text: text_offset counts characters, as Python clients index. */
+static size_t u8len(const char *s, size_t n) {
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) k += ((unsigned char)s[i] & 0xC0) != 0x80;
+  return k;
+}
+
+/* Appends one token to a legacy logprobs object; ev NULL = the unscored first prompt token. */
+static void lp_add(const struct textio *tio, json_t *into, int32_t id, const struct gen_event *ev,
+                   size_t *offset) {
+  char *s = NULL;
+  size_t n = 0;
+  struct hearth_err err;
+  if (textio_decode(tio, &id, 1, 0, &s, &n, &err)) { s = NULL; n = 0; }
+  json_array_append_new(json_object_get(into, "tokens"), json_stringn(s ? s : "", n));
+  json_array_append_new(json_object_get(into, "token_logprobs"),
+                        ev ? json_real(ev->logprob) : json_null());
+  json_array_append_new(json_object_get(into, "text_offset"), json_integer((json_int_t)*offset));
+  *offset += u8len(s ? s : "", n);
+  free(s);
+  json_t *top = ev ? json_object() : json_null();
+  for (int k = 0; ev && k < ev->n_top; k++) {
+    char *t = NULL;
+    size_t tn = 0;
+    if (textio_decode(tio, &ev->top_id[k], 1, 0, &t, &tn, &err)) continue;
+    if (!json_object_get(top, t)) json_object_set_new(top, t, json_real(ev->top_lp[k]));
+    free(t);
   }
+  json_array_append_new(json_object_get(into, "top_logprobs"), top);
+}
+
+/* Legacy logprobs of the tokens just taken by choice k: {tokens, token_logprobs, top_logprobs,
+ * text_offset}, appended to into (a new object when NULL). */
+static json_t *legacy_logprobs(struct cmpl *c, int k, json_t *into) {
+  if (!into) into = lp_new();
+  for (int i = 0; i < c->g[k].n_ev; i++)
+    lp_add(c->g[k].tio, into, c->g[k].ev[i].id, &c->g[k].ev[i], &c->ch[k].offset);
   return into;
 }
 
-static json_t *chunk(struct cmpl *c, const char *text, size_t n, const char *finish, json_t *lp) {
+/* The echo of choice k's prompt: its text into text and, with logprobs, its scored tokens into
+ * *lp (created). Moves the choice's text_offset past the prompt. */
+static void echo_prompt(struct cmpl *c, int k, struct sbuf *text, json_t **lp) {
+  const struct gen_reader *g = &c->g[k];
+  const int32_t *ids = gen_reader_prompt(g);
+  char *s = NULL;
+  size_t n = 0;
+  struct hearth_err err;
+  if (textio_decode(g->tio, ids, g->n_prompt, 0, &s, &n, &err)) { s = NULL; n = 0; }
+  sbuf_add(text, s ? s : "", n);
+  c->ch[k].offset = u8len(s ? s : "", n);
+  free(s);
+  if (c->o.logprobs) {
+    const struct gen_event *pev = gen_reader_prompt_logprobs(g);
+    size_t off = 0;
+    if (!*lp) *lp = lp_new();
+    for (int i = 0; i < g->n_prompt; i++)
+      lp_add(g->tio, *lp, ids[i], i && pev ? &pev[i] : NULL, &off);
+  }
+}
+
+static json_t *chunk(struct cmpl *c, int index, const char *text, size_t n, const char *finish,
+                     json_t *lp) {
   json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[{s:s%, s:i, s:o, s:o}]}", "id", c->id,
                         "object", "text_completion", "created", (json_int_t)c->created, "model",
                         c->model, "system_fingerprint", "hearth", "choices", "text", text, n,
-                        "index", 0, "logprobs", lp ? lp : json_null(), "finish_reason",
+                        "index", index, "logprobs", lp ? lp : json_null(), "finish_reason",
                         finish ? json_string(finish) : json_null());
   if (o && c->o.include_usage) json_object_set_new(o, "usage", json_null());
   return o;
 }
 
-static int cmpl_produce(void *ctx, struct sbuf *out) {
-  struct cmpl *c = ctx;
+static json_t *usage(struct cmpl *c) { return gen_usage(c->g, c->n, c->o.n); }
+
+/* Streams whatever choice k has (its echo first). Returns 0, 1 (the stream ended with an error
+ * event) or -1 (client gone / OOM). */
+static int produce_choice(struct cmpl *c, int k, struct sbuf *out) {
+  struct gen_reader *g = &c->g[k];
+  struct cmpl_choice *ch = &c->ch[k];
   struct sbuf text = {0};
-  int rc = gen_reader_next(&c->g, 1000, &text);
+  int rc = gen_reader_next(g, 0, &text);
   if (rc < 0) { sbuf_free(&text); return -1; }
-  json_t *lp = c->o.logprobs && c->g.n_ev ? legacy_logprobs(c, NULL) : NULL;
   int fail = 0;
-  if (text.n || lp) fail = sse_event(out, chunk(c, text.p ? text.p : "", text.n, NULL, lp));
+  if (c->o.echo && !ch->echoed && (rc == 0 || g->finish) &&
+      (!c->o.logprobs || gen_reader_prompt_logprobs(g))) {
+    struct sbuf et = {0};
+    json_t *elp = NULL;
+    echo_prompt(c, k, &et, &elp);
+    ch->echoed = 1;
+    fail = sse_event(out, chunk(c, k, et.p ? et.p : "", et.n, NULL, elp));
+    sbuf_free(&et);
+  }
+  json_t *lp = !fail && c->o.logprobs && g->n_ev ? legacy_logprobs(c, k, NULL) : NULL;
+  if (!fail && (text.n || lp)) fail = sse_event(out, chunk(c, k, text.p ? text.p : "", text.n, NULL, lp));
   sbuf_free(&text);
   if (fail) return -1;
   if (rc == 0) return 0;
-  if (!c->g.finish) {
-    sse_event(out, json_pack("{s:{s:s, s:s, s:n, s:n}}", "error", "message", c->g.errmsg, "type",
+  g->reported = 1;
+  if (!g->finish) {
+    sse_event(out, json_pack("{s:{s:s, s:s, s:n, s:n}}", "error", "message", g->errmsg, "type",
                              "server_error", "param", "code"));
     sse_done(out);
     return 1;
   }
-  if (sse_event(out, chunk(c, "", 0, c->g.finish, NULL))) return -1;
+  return sse_event(out, chunk(c, k, "", 0, g->finish, NULL)) ? -1 : 0;
+}
+
+static int cmpl_produce(void *ctx, struct sbuf *out, int timeout_ms) {
+  struct cmpl *c = ctx;
+  if (gen_wait_any(c->g, c->n, timeout_ms) < 0) return -1;
+  int live = 0;
+  for (int k = 0; k < c->n; k++) {
+    if (c->g[k].reported) continue;
+    int rc = produce_choice(c, k, out);
+    if (rc) return rc;
+    live += !c->g[k].reported;
+  }
+  if (live) return 0;
   if (c->o.include_usage) {
     json_t *u = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[], s:o}", "id", c->id, "object",
                           "text_completion", "created", (json_int_t)c->created, "model", c->model,
-                          "system_fingerprint", "hearth", "choices", "usage", gen_usage(&c->g));
+                          "system_fingerprint", "hearth", "choices", "usage", usage(c));
     if (sse_event(out, u)) return -1;
   }
   return sse_done(out) ? -1 : 1;
 }
 
 static enum MHD_Result cmpl_whole(struct http_req *r, struct cmpl *c) {
-  for (;;) {
-    int rc = gen_reader_next(&c->g, 1000, &c->text);
-    if (rc < 0) { cmpl_free(c); return MHD_NO; }
-    if (c->o.logprobs && c->g.n_ev) c->lp = legacy_logprobs(c, c->lp);
-    if (rc == 1) break;
+  json_t *choices = json_array();
+  for (int k = 0; k < c->n; k++) {
+    struct gen_reader *g = &c->g[k];
+    struct cmpl_choice *ch = &c->ch[k];
+    struct sbuf gen = {0};
+    json_t *glp = NULL;
+    for (;;) {
+      int rc = gen_reader_next(g, 1000, &gen);
+      if (rc < 0) { sbuf_free(&gen); json_decref(glp); json_decref(choices); cmpl_free(c); return MHD_NO; }
+      if (c->o.logprobs && g->n_ev) glp = legacy_logprobs(c, k, glp);
+      if (rc == 1) break;
+    }
+    if (!g->finish) {
+      enum MHD_Result ret = http_reply_error(r, 500, NULL, "generation_failed", "%s", g->errmsg);
+      sbuf_free(&gen);
+      json_decref(glp);
+      json_decref(choices);
+      cmpl_free(c);
+      return ret;
+    }
+    /* echo: the prompt first; the generated tokens' offsets move past it */
+    if (c->o.echo) {
+      echo_prompt(c, k, &ch->text, &ch->lp);
+      if (glp) {
+        static const char *const KEYS[] = {"tokens", "token_logprobs", "top_logprobs"};
+        for (int i = 0; i < 3; i++)
+          json_array_extend(json_object_get(ch->lp, KEYS[i]), json_object_get(glp, KEYS[i]));
+        size_t j;
+        json_t *v;
+        json_array_foreach(json_object_get(glp, "text_offset"), j, v)
+          json_array_append_new(json_object_get(ch->lp, "text_offset"),
+                                json_integer(json_integer_value(v) + (json_int_t)ch->offset));
+      }
+    } else {
+      ch->lp = glp ? json_incref(glp) : NULL;
+    }
+    json_decref(glp);
+    sbuf_add(&ch->text, gen.p ? gen.p : "", gen.n);
+    sbuf_free(&gen);
+    json_t *lp = c->o.logprobs ? (ch->lp ? json_incref(ch->lp) : lp_new()) : json_null();
+    json_array_append_new(choices, json_pack("{s:s%, s:i, s:o, s:s}", "text",
+                                             ch->text.p ? ch->text.p : "", ch->text.n, "index", k,
+                                             "logprobs", lp, "finish_reason", g->finish));
   }
-  if (!c->g.finish) {
-    enum MHD_Result ret = http_reply_error(r, 500, NULL, "generation_failed", "%s", c->g.errmsg);
-    cmpl_free(c);
-    return ret;
-  }
-  json_t *lp = c->o.logprobs ? (c->lp ? json_incref(c->lp) : legacy_logprobs(c, NULL)) : json_null();
-  json_t *body = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[{s:s%, s:i, s:o, s:s}], s:o}", "id", c->id,
-                           "object", "text_completion", "created", (json_int_t)c->created, "model",
-                           c->model, "system_fingerprint", "hearth", "choices", "text",
-                           c->text.p ? c->text.p : "", c->text.n, "index", 0, "logprobs", lp,
-                           "finish_reason", c->g.finish, "usage", gen_usage(&c->g));
+  json_t *body = json_pack("{s:s, s:s, s:I, s:s, s:s, s:o, s:o}", "id", c->id, "object",
+                           "text_completion", "created", (json_int_t)c->created, "model", c->model,
+                           "system_fingerprint", "hearth", "choices", choices, "usage", usage(c));
   cmpl_free(c);
   return http_reply_json(r, 200, body);
 }
 
-/* The prompt as token ids (*ids malloc'd). Returns 0 or -1 with *e filled. */
-static int read_prompt(struct srv_model *m, json_t *p, int32_t **ids, int *n, struct verr *e) {
-  if (json_is_array(p) && json_array_size(p) == 1 &&
-      (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
-    p = json_array_get(p, 0);
+/* One prompt (a string or an array of token ids) as ids (*ids malloc'd). name: for messages. */
+static int one_prompt(struct srv_model *m, json_t *p, const char *name, struct gen_prompt *out,
+                      struct verr *e) {
   if (json_is_string(p)) {
     struct hearth_err err = {0};
-    if (textio_encode(m->tio, json_string_value(p), json_string_length(p), 1, ids, n, &err))
-      return v_fail(e, "prompt", "cannot tokenize the prompt: %s", err.msg);
+    if (textio_encode(m->tio, json_string_value(p), json_string_length(p), 1, &out->ids, &out->n, &err))
+      return v_fail(e, "prompt", "cannot tokenize '%s': %s", name, errors_scrub(err.msg));
     return 0;
   }
-  if (json_is_array(p) && json_array_size(p) > 0) {
-    size_t k = json_array_size(p), i;
-    json_t *v;
-    int32_t *out = malloc(k * sizeof *out);
-    if (!out) return v_fail(e, "prompt", "out of memory");
-    json_array_foreach(p, i, v) {
-      if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-          json_integer_value(v) >= m->info->n_vocab) {
-        free(out);
-        if (json_is_string(v))
-          return v_fail(e, "prompt", "'prompt' may hold only one string (batched prompts are not supported)");
-        return v_fail(e, "prompt", "'prompt[%zu]' must be a token id in [0, %d)", i, m->info->n_vocab);
-      }
-      out[i] = (int32_t)json_integer_value(v);
+  if (!json_is_array(p) || !json_array_size(p))
+    return v_fail(e, "prompt", "'%s' must be a string or a non-empty array of token ids", name);
+  size_t k = json_array_size(p), i;
+  json_t *v;
+  out->ids = malloc(k * sizeof *out->ids);
+  if (!out->ids) return v_fail(e, "prompt", "out of memory");
+  json_array_foreach(p, i, v) {
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= m->info->n_vocab) {
+      free(out->ids);
+      out->ids = NULL;
+      return v_fail(e, "prompt", "'%s[%zu]' must be a token id in [0, %d)", name, i, m->info->n_vocab);
     }
-    *ids = out;
-    *n = (int)k;
-    return 0;
+    out->ids[i] = (int32_t)json_integer_value(v);
   }
-  return v_fail(e, "prompt", "'prompt' must be a string, an array of token ids, or an array of one of those");
+  out->n = (int)k;
+  return 0;
+}
+
+/* The request's prompts into ps[0..*n) (each .ids malloc'd; the caller frees them, also after a
+ * failure). A string or a flat token array is one prompt; an array of those is several. */
+static int read_prompts(struct srv_model *m, json_t *p, struct gen_prompt *ps, int *n, struct verr *e) {
+  *n = 0;
+  if (!p || json_is_null(p)) return v_fail(e, "prompt", "'prompt' is required");
+  if (json_is_string(p) || (json_is_array(p) && json_is_integer(json_array_get(p, 0)))) {
+    *n = 1;
+    return one_prompt(m, p, "prompt", &ps[0], e);
+  }
+  if (!json_is_array(p) || !json_array_size(p))
+    return v_fail(e, "prompt", "'prompt' must be a string, an array of token ids, or a non-empty "
+                               "array of those");
+  if (json_array_size(p) > GEN_MAX_CHOICES)
+    return v_fail(e, "prompt", "'prompt' may hold at most %d prompts", GEN_MAX_CHOICES);
+  size_t i;
+  json_t *v;
+  json_array_foreach(p, i, v) {
+    char name[32];
+    snprintf(name, sizeof name, "prompt[%zu]", i);
+    *n = (int)i + 1;
+    if (one_prompt(m, v, name, &ps[i], e)) return -1;
+  }
+  return 0;
 }
 
 enum MHD_Result ep_completions(struct http_req *r) {
@@ -156,16 +288,30 @@ enum MHD_Result ep_completions(struct http_req *r) {
   struct cmpl *c = calloc(1, sizeof *c);
   if (!c) return http_reply_error(r, 500, NULL, NULL, "out of memory");
   if (gen_parse(r->json, 0, &c->o, &e)) { free(c); return http_reply_verr(r, &e); }
-  json_t *p = json_object_get(r->json, "prompt");
-  if (!p || json_is_null(p)) {
+  struct gen_prompt ps[GEN_MAX_CHOICES];
+  memset(ps, 0, sizeof ps);
+  int np = 0;
+  int rc = read_prompts(m, json_object_get(r->json, "prompt"), ps, &np, &e);
+  if (!rc && np * c->o.n > GEN_MAX_CHOICES)
+    rc = v_fail(&e, "n", "%d prompts x n = %d choices; at most %d per request", np, np * c->o.n,
+                GEN_MAX_CHOICES);
+  if (rc) {
+    for (int i = 0; i < np; i++) free(ps[i].ids);
     free(c);
-    v_fail(&e, "prompt", "'prompt' is required");
     return http_reply_verr(r, &e);
   }
-  int32_t *ids = NULL;
-  int n = 0;
-  if (read_prompt(m, p, &ids, &n, &e)) { free(c); return http_reply_verr(r, &e); }
-  if (gen_start(r, m, ids, n, &c->o, &c->g, &ret)) { free(c); return ret; }
+  c->n = np * c->o.n;
+  c->g = calloc((size_t)c->n, sizeof *c->g);
+  c->ch = calloc((size_t)c->n, sizeof *c->ch);
+  if (!c->g || !c->ch) {
+    for (int i = 0; i < np; i++) free(ps[i].ids);
+    c->n = 0;
+    cmpl_free(c);
+    return http_reply_error(r, 500, NULL, NULL, "out of memory");
+  }
+  rc = gen_start(r, m, ps, np, &c->o, c->g, &ret);
+  for (int i = 0; i < np; i++) free(ps[i].ids);
+  if (rc) { cmpl_free(c); return ret; }
   gen_id(c->id, sizeof c->id, "cmpl");
   snprintf(c->model, sizeof c->model, "%s", m->id);
   c->created = time(NULL);

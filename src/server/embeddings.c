@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/errors.h"
 #include "server/routes.h"
 #include "server/sbuf.h"
 #include "server/textio.h"
@@ -42,7 +43,7 @@ static int input_tokens(struct srv_model *m, json_t *in, size_t k, int32_t **ids
   if (json_is_string(in)) {
     struct hearth_err err = {0};
     if (textio_encode(m->tio, json_string_value(in), json_string_length(in), 1, ids, n, &err))
-      return v_fail(e, "input", "input[%zu]: %s", k, err.msg);
+      return v_fail(e, "input", "input[%zu]: %s", k, errors_scrub(err.msg));
   } else if (json_is_array(in) && json_array_size(in)) {
     size_t i;
     json_t *v;
@@ -123,7 +124,7 @@ enum MHD_Result ep_embeddings(struct http_req *r) {
       free(vec);
       json_decref(data);
       json_decref(list);
-      return http_reply_error(r, 500, NULL, "embedding_failed", "%s", err.msg);
+      return http_reply_error(r, 500, NULL, "embedding_failed", "%s", errors_scrub(err.msg));
     }
     total += n;
     if (dims < nd) { /* truncate and re-normalise */

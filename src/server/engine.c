@@ -36,6 +36,7 @@ void gen_req_unref(struct gen_req *q) {
   free(q->prompt);
   free(q->bias_id);
   free(q->bias);
+  free(q->pev);
   free(q->ev);
   free(q);
 }
@@ -63,6 +64,18 @@ int gen_req_take(struct gen_req *q, int from, struct gen_event *out, int max, in
   *fin = (from + n == q->n_ev) ? q->finish : GEN_RUNNING;
   pthread_mutex_unlock(&q->mu);
   return n;
+}
+
+int gen_req_ready(struct gen_req *q, int from, int timeout_ms) {
+  struct timespec ts;
+  deadline(&ts, timeout_ms);
+  pthread_mutex_lock(&q->mu);
+  while (q->n_ev <= from && q->finish == GEN_RUNNING && timeout_ms > 0) {
+    if (pthread_cond_timedwait(&q->cv, &q->mu, &ts) == ETIMEDOUT) break;
+  }
+  int ready = q->n_ev > from || q->finish != GEN_RUNNING;
+  pthread_mutex_unlock(&q->mu);
+  return ready;
 }
 
 /* engine side: append one event and/or finish; wakes the reader */
@@ -201,6 +214,24 @@ static void lse(const float *x, int n, double *mx, double *lsum) {
   *lsum = log(s);
 }
 
+/* The logprob of id under logits[nv] and the k most likely alternatives, into ev. */
+static void score(const float *logits, int nv, int32_t id, int k, struct gen_event *ev) {
+  double mx, ls;
+  lse(logits, nv, &mx, &ls);
+  ev->id = id;
+  ev->logprob = (float)((double)logits[id] - mx - ls);
+  ev->n_top = 0;
+  for (int i = 0; i < nv && k > 0; i++) { /* insertion into a sorted top-k (k <= 20) */
+    float v = logits[i];
+    if (ev->n_top == k && v <= logits[ev->top_id[k - 1]]) continue;
+    int j = ev->n_top < k ? ev->n_top++ : k - 1;
+    while (j > 0 && logits[ev->top_id[j - 1]] < v) { ev->top_id[j] = ev->top_id[j - 1]; j--; }
+    ev->top_id[j] = i;
+  }
+  for (int i = 0; i < ev->n_top; i++)
+    ev->top_lp[i] = (float)((double)logits[ev->top_id[i]] - mx - ls);
+}
+
 /* Samples the next token of sl from logits, appends it to the request, and decides whether the
  * sequence goes on. Returns 1 if it continues (sl->pending is set), 0 if it was released. */
 static int emit(struct engine *e, struct slot *sl, const float *logits) {
@@ -213,21 +244,7 @@ static int emit(struct engine *e, struct slot *sl, const float *logits) {
   }
   struct gen_event ev = {0};
   ev.id = hearth_sampler_sample(sl->smp, logits, sl->hist, sl->n_gen);
-  if (q->top_logprobs >= 0) {
-    double mx, ls;
-    lse(logits, nv, &mx, &ls);
-    ev.logprob = (float)((double)logits[ev.id] - mx - ls);
-    int k = q->top_logprobs;
-    for (int i = 0; i < nv && k > 0; i++) { /* insertion into a sorted top-k (k <= 20) */
-      float v = logits[i];
-      if (ev.n_top == k && v <= logits[ev.top_id[k - 1]]) continue;
-      int j = ev.n_top < k ? ev.n_top++ : k - 1;
-      while (j > 0 && logits[ev.top_id[j - 1]] < v) { ev.top_id[j] = ev.top_id[j - 1]; j--; }
-      ev.top_id[j] = i;
-    }
-    for (int i = 0; i < ev.n_top; i++)
-      ev.top_lp[i] = (float)((double)logits[ev.top_id[i]] - mx - ls);
-  }
+  if (q->top_logprobs >= 0) score(logits, nv, ev.id, q->top_logprobs, &ev);
   sl->hist[sl->n_gen++] = ev.id;
   enum gen_finish fin = GEN_RUNNING;
   if (!q->ignore_eos)
@@ -267,11 +284,13 @@ static void admit(struct engine *e) {
     e->q_n--;
     e->n_busy++;
     e->st.n_prompt_tokens += (unsigned long)q->n_prompt;
-    e->st.n_cached_tokens += (unsigned long)(common < q->n_prompt ? common : q->n_prompt - 1);
+    int reuse = q->pev ? 0 /* every prompt position must be scored */
+                       : common < q->n_prompt ? common : q->n_prompt - 1;
+    e->st.n_cached_tokens += (unsigned long)reuse;
     pthread_mutex_unlock(&e->mu);
     sl->q = q;
     sl->state = SLOT_PREFILL;
-    sl->prefilled = common < q->n_prompt ? common : q->n_prompt - 1;
+    sl->prefilled = reuse;
     q->n_cached = sl->prefilled;
     sl->n_gen = 0;
     struct hearth_err err;
@@ -282,21 +301,39 @@ static void admit(struct engine *e) {
   pthread_mutex_unlock(&e->mu);
 }
 
+/* Syncs sl's session to q->prompt[0..target), evicting idle sessions once if the KV pool is full. */
+static int sync_to(struct engine *e, struct slot *sl, int target, struct hearth_err *err) {
+  int rc = hearth_session_sync(sl->s, sl->q->prompt, target, err);
+  if (rc == HEARTH_ERR_CTX_FULL && evict_idle(e) > 0)
+    rc = hearth_session_sync(sl->s, sl->q->prompt, target, err);
+  return rc;
+}
+
+/* Evaluates the next chunk of sl's prompt; at its end, the first token (or the finish, when
+ * max_tokens is 0). With prompt logprobs the chunk is evaluated one position at a time (the
+ * session API leaves only the last position's logits), at most 32 positions per step. */
 static void prefill(struct engine *e, struct slot *sl) {
   struct gen_req *q = sl->q;
   if (atomic_load(&q->cancel)) { slot_release(e, sl, GEN_FIN_CANCELLED, NULL); return; }
-  int target = sl->prefilled + e->p.prefill_chunk;
-  if (target > q->n_prompt) target = q->n_prompt;
   struct hearth_err err = {0};
-  int rc = hearth_session_sync(sl->s, q->prompt, target, &err);
-  if (rc == HEARTH_ERR_CTX_FULL && evict_idle(e) > 0)
-    rc = hearth_session_sync(sl->s, q->prompt, target, &err);
-  if (rc) {
-    slot_release(e, sl, GEN_FIN_ERROR, err.msg);
-    return;
+  if (q->pev) {
+    for (int k = 0; k < 32 && sl->prefilled < q->n_prompt; k++) {
+      int target = sl->prefilled + 1;
+      if (sync_to(e, sl, target, &err)) { slot_release(e, sl, GEN_FIN_ERROR, err.msg); return; }
+      sl->prefilled = target;
+      if (target < q->n_prompt)
+        score(hearth_session_logits(sl->s), e->info->n_vocab, q->prompt[target],
+              q->top_logprobs > 0 ? q->top_logprobs : 0, &q->pev[target]);
+    }
+  } else {
+    int target = sl->prefilled + e->p.prefill_chunk;
+    if (target > q->n_prompt) target = q->n_prompt;
+    if (sync_to(e, sl, target, &err)) { slot_release(e, sl, GEN_FIN_ERROR, err.msg); return; }
+    sl->prefilled = target;
   }
-  sl->prefilled = target;
-  if (target == q->n_prompt) emit(e, sl, hearth_session_logits(sl->s));
+  if (sl->prefilled < q->n_prompt) return;
+  if (q->max_tokens == 0) slot_release(e, sl, GEN_FIN_LENGTH, NULL);
+  else emit(e, sl, hearth_session_logits(sl->s));
 }
 
 /* One decode step for every running sequence: one forward pass over all of them. */
@@ -420,27 +457,38 @@ void engine_free(struct engine *e) {
   free(e);
 }
 
-int engine_submit(struct engine *e, struct gen_req *q, struct hearth_err *err) {
-  if (q->n_prompt < 1 || q->n_prompt >= e->p.n_ctx)
-    return err_set(err, HEARTH_ERR_ARG, "the prompt has %d tokens; this server's context is %d",
-                   q->n_prompt, e->p.n_ctx);
-  for (int i = 0; i < q->n_bias; i++)
-    if (q->bias_id[i] < 0 || q->bias_id[i] >= e->info->n_vocab)
-      return err_set(err, HEARTH_ERR_ARG, "logit_bias: token %d is outside the vocabulary",
-                     q->bias_id[i]);
+int engine_submit_many(struct engine *e, struct gen_req *const *qs, int n, struct hearth_err *err) {
+  for (int k = 0; k < n; k++) {
+    const struct gen_req *q = qs[k];
+    if (q->n_prompt < 1 || q->n_prompt >= e->p.n_ctx)
+      return err_set(err, HEARTH_ERR_ARG, "the prompt has %d tokens; this server's context is %d",
+                     q->n_prompt, e->p.n_ctx);
+    for (int i = 0; i < q->n_bias; i++)
+      if (q->bias_id[i] < 0 || q->bias_id[i] >= e->info->n_vocab)
+        return err_set(err, HEARTH_ERR_ARG, "logit_bias: token %d is outside the vocabulary",
+                       q->bias_id[i]);
+  }
   pthread_mutex_lock(&e->mu);
-  if (e->q_n >= e->p.max_queue || e->stop) {
+  if (e->q_n + n > e->p.max_queue || e->stop) {
     pthread_mutex_unlock(&e->mu);
     return err_set(err, HEARTH_ERR_CTX_FULL, "the server is busy (%d requests waiting)",
                    e->p.max_queue);
   }
-  atomic_fetch_add(&q->refs, 1);
-  e->queue[(e->q_head + e->q_n) % e->p.max_queue] = q;
-  e->q_n++;
+  for (int k = 0; k < n; k++) {
+    atomic_fetch_add(&qs[k]->refs, 1);
+    e->queue[(e->q_head + e->q_n) % e->p.max_queue] = qs[k];
+    e->q_n++;
+  }
   pthread_cond_signal(&e->cv);
   pthread_mutex_unlock(&e->mu);
   return 0;
 }
+
+int engine_submit(struct engine *e, struct gen_req *q, struct hearth_err *err) {
+  return engine_submit_many(e, &q, 1, err);
+}
+
+int engine_max_queue(const struct engine *e) { return e->p.max_queue; }
 
 void engine_stats(struct engine *e, struct engine_stats *st) {
   pthread_mutex_lock(&e->mu);

@@ -10,6 +10,11 @@
  * cancel flag is set (client gone, or the reader saw a stop string) is dropped at the next step and
  * its slot returns to the pool.
  *
+ * A request may also ask for the logprobs of its prompt tokens (completions with echo): the
+ * engine then evaluates the prompt one token at a time from position 0 (no prefix reuse) and fills
+ * q->pev before the first generated token is appended. max_tokens 0 ends the request right after
+ * the prompt (scoring only).
+ *
  * Lifetime: a gen_req is reference counted; the submitter and the engine each hold a reference.
  */
 #ifndef HEARTH_SERVER_ENGINE_H
@@ -46,12 +51,16 @@ struct gen_req {
   int32_t *prompt;               /* owned, malloc'd */
   int n_prompt;                  /* >= 1 */
   struct hearth_sampling sampling;
-  int max_tokens;                /* >= 1 */
+  int max_tokens;                /* >= 0; 0 = evaluate the prompt only (finishes GEN_FIN_LENGTH) */
   int ignore_eos;
   int top_logprobs;              /* -1: no logprobs; 0..GEN_MAX_TOP: also the top alternatives */
   int n_bias;                    /* logit_bias entries */
   int32_t *bias_id;              /* owned */
   float *bias;                   /* owned */
+  struct gen_event *pev;         /* owned; NULL or [n_prompt]: prompt-token logprobs. pev[i] scores
+                                    prompt[i] given prompt[0..i) (i >= 1; pev[0] is unused), with
+                                    top_logprobs alternatives. Written by the engine before it
+                                    appends the first event or finishes; read it after that. */
   /* output: guarded by mu; the engine appends, the reader copies with gen_req_take */
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -73,6 +82,10 @@ void gen_req_unref(struct gen_req *q);
  * state (GEN_RUNNING while more may come). Called by the reader's thread only. */
 int gen_req_take(struct gen_req *q, int from, struct gen_event *out, int max, int timeout_ms,
                  enum gen_finish *fin);
+
+/* 1 when the request has more than from events or has finished, waiting up to timeout_ms for
+ * that (0 = just look); consumes nothing. */
+int gen_req_ready(struct gen_req *q, int from, int timeout_ms);
 
 struct engine_params {
   int n_slots;     /* sequences decoded together */
@@ -98,6 +111,11 @@ void engine_free(struct engine *e);
 /* Queues q (takes a reference). Returns 0, or HEARTH_ERR_CTX_FULL when the queue is full (503),
  * HEARTH_ERR_ARG when the prompt does not fit n_ctx. Thread-safe. */
 int engine_submit(struct engine *e, struct gen_req *q, struct hearth_err *err);
+/* Queues all n requests or none (the choices of one HTTP request): HEARTH_ERR_CTX_FULL when fewer
+ * than n queue places are free, HEARTH_ERR_ARG when one of them is invalid. Thread-safe. */
+int engine_submit_many(struct engine *e, struct gen_req *const *qs, int n, struct hearth_err *err);
+/* The queue capacity (engine_params.max_queue). */
+int engine_max_queue(const struct engine *e);
 void engine_stats(struct engine *e, struct engine_stats *st);
 
 #endif

@@ -1,6 +1,8 @@
 /* server/errors.c — OpenAI error objects (see errors.h). */
 #include "server/errors.h"
 
+#include <string.h>
+
 const char *errors_type(unsigned status) {
   switch (status) {
   case 401: return "authentication_error";
@@ -21,4 +23,33 @@ json_t *errors_json(unsigned status, const char *param, const char *code, const 
                   "param", "code");
   if (!e) return NULL;
   return json_pack("{s:o}", "error", e);
+}
+
+/* A path ends at whitespace, a quote, or punctuation that follows a file name in a message. */
+static int path_end(char c) {
+  return c == 0 || c == ' ' || c == '\t' || c == '\n' || c == '\'' || c == '"' || c == ')' ||
+         c == ',' || c == ';' || (c == ':');
+}
+
+char *errors_scrub(char *msg) {
+  char *w = msg;
+  for (const char *p = msg; *p;) {
+    int starts = *p == '/' && (p == msg || strchr(" \t'\"(=:[", p[-1]));
+    if (starts) {
+      const char *e = p, *last = p;
+      while (!path_end(*e)) {
+        if (*e == '/') last = e;
+        e++;
+      }
+      if (last - p >= 3) { /* a directory part of 3+ bytes: "..." is never longer */
+        memcpy(w, "...", 3);
+        w += 3;
+        p = last;
+        continue;
+      }
+    }
+    *w++ = *p++;
+  }
+  *w = 0;
+  return msg;
 }

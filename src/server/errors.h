@@ -12,4 +12,9 @@ const char *errors_type(unsigned status);
 /* A new error object; param and code may be NULL (JSON null). Returns NULL only on OOM. */
 json_t *errors_json(unsigned status, const char *param, const char *code, const char *msg);
 
+/* Rewrites, in place, every absolute file path in msg (a '/' that starts a word and contains
+ * another '/') to ".../<last component>", so that messages from the loaders and templates never
+ * reveal where files live. Returns msg. */
+char *errors_scrub(char *msg);
+
 #endif

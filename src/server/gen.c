@@ -10,6 +10,7 @@
 
 #include "base/err.h"
 #include "server/engine.h"
+#include "server/errors.h"
 
 /* ---- request parameters ------------------------------------------------------------------ */
 
@@ -25,13 +26,16 @@ int gen_parse(json_t *b, int chat, struct gen_opts *o, struct verr *e) {
     snprintf(e->param, sizeof e->param, "stream_options.include_usage");
     return -1;
   }
+  o->prompt_param = chat ? "messages" : "prompt";
   if (chat) {
     long long a, c;
-    if (v_int(b, "max_tokens", 1, INT_MAX, 0, &a, e)) return -1;
-    if (v_int(b, "max_completion_tokens", 1, INT_MAX, 0, &c, e)) return -1;
-    o->max_tokens = (int)(c ? c : a);
+    if (v_int(b, "max_tokens", 1, INT_MAX, -1, &a, e)) return -1;
+    if (v_int(b, "max_completion_tokens", 1, INT_MAX, -1, &c, e)) return -1;
+    o->max_tokens = (int)(c > 0 ? c : a);
   } else {
-    if (v_int(b, "max_tokens", 1, INT_MAX, 16, &ll, e)) return -1;
+    if (v_bool(b, "echo", 0, &o->echo, e)) return -1;
+    /* max_tokens 0 with echo: score the prompt only (the classic use of echo + logprobs) */
+    if (v_int(b, "max_tokens", o->echo ? 0 : 1, INT_MAX, 16, &ll, e)) return -1;
     o->max_tokens = (int)ll;
   }
   if (v_num(b, "temperature", 0, 2, 1.0, &d, e)) return -1;
@@ -57,7 +61,8 @@ int gen_parse(json_t *b, int chat, struct gen_opts *o, struct verr *e) {
     clock_gettime(CLOCK_REALTIME, &ts);
     o->sampling.seed = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)ts.tv_sec;
   }
-  if (v_int(b, "n", 1, 1, 1, &ll, e)) return -1;
+  if (v_int(b, "n", 1, GEN_MAX_N, 1, &ll, e)) return -1;
+  o->n = (int)ll;
   if (v_bool(b, "ignore_eos", 0, &o->ignore_eos, e)) return -1;
   if (v_stop(b, "stop", o->stop, &o->n_stop, e)) return -1;
   if (v_obj(b, "logit_bias", &lb, e)) return -1;
@@ -91,9 +96,6 @@ int gen_parse(json_t *b, int chat, struct gen_opts *o, struct verr *e) {
       o->logprobs = 1;
       o->top_logprobs = (int)ll;
     }
-    int echo;
-    if (v_bool(b, "echo", 0, &echo, e)) return -1;
-    if (echo) return v_fail(e, "echo", "'echo' is not supported");
     if (v_int(b, "best_of", 1, 1, 1, &ll, e)) return -1;
     const char *suffix;
     if (v_str(b, "suffix", 0, NULL, &suffix, e)) return -1;
@@ -104,73 +106,102 @@ int gen_parse(json_t *b, int chat, struct gen_opts *o, struct verr *e) {
 
 /* ---- starting a generation ------------------------------------------------------------------ */
 
-int gen_start(struct http_req *r, struct srv_model *m, int32_t *prompt, int n_prompt,
-              const struct gen_opts *o, struct gen_reader *g, enum MHD_Result *ret) {
-  memset(g, 0, sizeof *g);
-  g->fd = -1;
-  if (n_prompt < 1) {
-    free(prompt);
-    *ret = http_reply_error(r, 400, "prompt", "invalid_value", "the prompt is empty");
-    return -1;
-  }
-  if (n_prompt >= m->n_ctx) {
-    free(prompt);
-    *ret = http_reply_error(r, 400, "messages", "context_length_exceeded",
-                            "the prompt has %d tokens but this server's context is %d tokens",
-                            n_prompt, m->n_ctx);
-    return -1;
-  }
+/* One engine request for prompt p, choice j. NULL on OOM. */
+static struct gen_req *make_req(const struct gen_prompt *p, int j, const struct gen_opts *o,
+                                int n_ctx) {
   struct gen_req *q = gen_req_new();
-  if (!q) {
-    free(prompt);
-    *ret = http_reply_error(r, 500, NULL, NULL, "out of memory");
-    return -1;
-  }
-  q->prompt = prompt;
-  q->n_prompt = n_prompt;
+  if (!q) return NULL;
+  q->prompt = malloc((size_t)p->n * sizeof *q->prompt);
+  q->n_prompt = p->n;
   q->sampling = o->sampling;
-  q->max_tokens = o->max_tokens ? o->max_tokens : m->n_ctx;
+  q->sampling.seed = o->sampling.seed + (uint64_t)j * 0x9E3779B97F4A7C15ull;
+  q->max_tokens = o->max_tokens >= 0 ? o->max_tokens : n_ctx;
   q->ignore_eos = o->ignore_eos;
   q->top_logprobs = o->logprobs ? o->top_logprobs : -1;
+  if (o->echo && o->logprobs) q->pev = calloc((size_t)p->n, sizeof *q->pev);
   if (o->n_bias) {
     q->bias_id = malloc((size_t)o->n_bias * sizeof *q->bias_id);
     q->bias = malloc((size_t)o->n_bias * sizeof *q->bias);
-    if (!q->bias_id || !q->bias) {
-      gen_req_unref(q);
-      *ret = http_reply_error(r, 500, NULL, NULL, "out of memory");
-      return -1;
-    }
+  }
+  if (!q->prompt || (o->echo && o->logprobs && !q->pev) ||
+      (o->n_bias && (!q->bias_id || !q->bias))) {
+    gen_req_unref(q);
+    return NULL;
+  }
+  memcpy(q->prompt, p->ids, (size_t)p->n * sizeof *q->prompt);
+  if (o->n_bias) {
     memcpy(q->bias_id, o->bias_id, (size_t)o->n_bias * sizeof *q->bias_id);
     memcpy(q->bias, o->bias, (size_t)o->n_bias * sizeof *q->bias);
     q->n_bias = o->n_bias;
   }
-  struct hearth_err err = {0};
-  if (textio_detok_new(m->tio, &g->dt, &err)) {
-    gen_req_unref(q);
-    *ret = http_reply_error(r, 500, NULL, NULL, "%s", err.msg);
+  return q;
+}
+
+int gen_start(struct http_req *r, struct srv_model *m, const struct gen_prompt *prompts,
+              int n_prompts, const struct gen_opts *o, struct gen_reader *g, enum MHD_Result *ret) {
+  int per = o->n > 0 ? o->n : 1, total = n_prompts * per;
+  for (int k = 0; k < total; k++) {
+    memset(&g[k], 0, sizeof g[k]);
+    g[k].fd = -1;
+  }
+  for (int p = 0; p < n_prompts; p++) {
+    if (prompts[p].n < 1) {
+      *ret = http_reply_error(r, 400, o->prompt_param, "invalid_value", "the prompt is empty");
+      return -1;
+    }
+    if (prompts[p].n >= m->n_ctx) {
+      *ret = http_reply_error(r, 400, o->prompt_param, "context_length_exceeded",
+                              "the prompt has %d tokens but this server's context is %d tokens",
+                              prompts[p].n, m->n_ctx);
+      return -1;
+    }
+  }
+  if (total > GEN_MAX_CHOICES || total > engine_max_queue(m->engine)) {
+    *ret = http_reply_error(r, 400, "n", "invalid_value",
+                            "this request asks for %d choices; the most this server takes at once is %d",
+                            total, GEN_MAX_CHOICES < engine_max_queue(m->engine)
+                                       ? GEN_MAX_CHOICES : engine_max_queue(m->engine));
     return -1;
   }
-  int rc = engine_submit(m->engine, q, &err);
+  struct gen_req *qs[GEN_MAX_CHOICES];
+  struct hearth_err err = {0};
+  int rc = 0;
+  for (int k = 0; k < total; k++) {
+    qs[k] = NULL;
+    g[k].index = k;
+    if (!rc && !(qs[k] = make_req(&prompts[k / per], k % per, o, m->n_ctx)))
+      rc = err_set(&err, HEARTH_ERR_NOMEM, "out of memory");
+    if (!rc) rc = textio_detok_new(m->tio, &g[k].dt, &err);
+  }
+  if (!rc) rc = engine_submit_many(m->engine, qs, total, &err);
   if (rc) {
-    gen_req_unref(q);
-    textio_detok_free(g->dt);
-    g->dt = NULL;
+    for (int k = 0; k < total; k++) {
+      gen_req_unref(qs[k]);
+      textio_detok_free(g[k].dt);
+      g[k].dt = NULL;
+    }
     if (rc == HEARTH_ERR_CTX_FULL)
       *ret = http_reply_error(r, 503, NULL, "server_busy", "%s", err.msg);
-    else
+    else if (rc == HEARTH_ERR_ARG)
       *ret = http_reply_error(r, 400, "logit_bias", "invalid_value", "%s", err.msg);
+    else
+      *ret = http_reply_error(r, 500, NULL, NULL, "%s", errors_scrub(err.msg));
     return -1;
   }
-  g->q = q;
-  g->tio = m->tio;
-  g->n_stop = o->n_stop;
-  for (int i = 0; i < o->n_stop; i++) {
-    g->stop[i] = o->stop[i];
-    size_t l = strlen(o->stop[i]);
-    if (l > g->max_stop) g->max_stop = l;
+  int fd = http_conn_fd(r);
+  for (int k = 0; k < total; k++) {
+    struct gen_reader *gk = &g[k];
+    gk->q = qs[k];
+    gk->tio = m->tio;
+    gk->n_stop = o->n_stop;
+    for (int i = 0; i < o->n_stop; i++) {
+      gk->stop[i] = o->stop[i];
+      size_t l = strlen(o->stop[i]);
+      if (l > gk->max_stop) gk->max_stop = l;
+    }
+    gk->n_prompt = qs[k]->n_prompt;
+    gk->fd = fd;
   }
-  g->n_prompt = n_prompt;
-  g->fd = http_conn_fd(r);
   return 0;
 }
 
@@ -200,7 +231,10 @@ static size_t stop_holdback(const struct gen_reader *g, const char *s, size_t n)
 static void finish_with(struct gen_reader *g, const char *reason, const char *msg) {
   g->done = 1;
   g->finish = reason;
-  if (msg) snprintf(g->errmsg, sizeof g->errmsg, "%s", msg);
+  if (msg) {
+    snprintf(g->errmsg, sizeof g->errmsg, "%s", msg);
+    errors_scrub(g->errmsg);
+  }
   if (!reason) atomic_store(&g->q->cancel, 1);
 }
 
@@ -261,6 +295,38 @@ int gen_reader_next(struct gen_reader *g, int timeout_ms, struct sbuf *text) {
   return 1;
 }
 
+int gen_wait_any(struct gen_reader *g, int n, int timeout_ms) {
+  double t0 = http_now();
+  for (;;) {
+    int live = 0, first = -1;
+    for (int k = 0; k < n; k++) {
+      if (g[k].reported) continue;
+      live++;
+      if (g[k].done || gen_req_ready(g[k].q, g[k].n_taken, 0)) return 1;
+      if (first < 0) first = k;
+    }
+    if (!live) return 1;
+    if (http_peer_gone(g[first].fd)) {
+      for (int k = 0; k < n; k++)
+        if (g[k].q) atomic_store(&g[k].q->cancel, 1);
+      return -1;
+    }
+    int left = timeout_ms - (int)((http_now() - t0) * 1e3);
+    if (left <= 0) return 0;
+    /* one choice: sleep on it; several: a short slice on the first, then look at all again */
+    int slice = live == 1 ? 250 : 20;
+    gen_req_ready(g[first].q, g[first].n_taken, left < slice ? left : slice);
+  }
+}
+
+const struct gen_event *gen_reader_prompt_logprobs(const struct gen_reader *g) {
+  /* the engine fills pev before the first event or the finish; both pass through q->mu */
+  if (!g->q || !g->q->pev || !(g->n_taken > 0 || (g->done && g->finish))) return NULL;
+  return g->q->pev;
+}
+
+const int32_t *gen_reader_prompt(const struct gen_reader *g) { return g->q ? g->q->prompt : NULL; }
+
 void gen_reader_free(struct gen_reader *g) {
   if (g->q) {
     atomic_store(&g->q->cancel, 1);
@@ -308,8 +374,20 @@ void gen_id(char *buf, size_t n, const char *prefix) {
            (unsigned long)(ts.tv_nsec / 10000) & 0xfffff, c & 0xffff);
 }
 
-json_t *gen_usage(const struct gen_reader *g) {
-  return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", g->n_prompt, "completion_tokens",
-                   g->n_taken, "total_tokens", g->n_prompt + g->n_taken, "prompt_tokens_details",
-                   "cached_tokens", g->n_cached);
+json_t *gen_usage(const struct gen_reader *g, int n, int n_per) {
+  long long prompt = 0, completion = 0, cached = 0, best = 0;
+  for (int k = 0; k < n; k++) {
+    if (k % n_per == 0) {
+      prompt += g[k].n_prompt;
+      cached += best;
+      best = 0;
+    }
+    completion += g[k].n_taken;
+    if (g[k].n_cached > best) best = g[k].n_cached;
+  }
+  cached += best;
+  return json_pack("{s:I, s:I, s:I, s:{s:I}}", "prompt_tokens", (json_int_t)prompt,
+                   "completion_tokens", (json_int_t)completion, "total_tokens",
+                   (json_int_t)(prompt + completion), "prompt_tokens_details", "cached_tokens",
+                   (json_int_t)cached);
 }

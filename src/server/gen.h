@@ -1,6 +1,11 @@
 /* server/gen.h — what chat completions and completions share: the sampling parameters of a
  * request, submitting it to the engine, and reading its tokens back as text.
  *
+ * One HTTP request becomes n_prompts x n engine requests ("choices"), submitted all or none.
+ * Choice k = p * n + j generates for prompt p with seed + j * 0x9E3779B97F4A7C15, so choice 0 of a
+ * request with n > 1 is the same as the request with n = 1 and the same seed. Usage counts each
+ * prompt once and every choice's completion tokens (as OpenAI does).
+ *
  * The reader runs on the connection's thread: it detokenizes incrementally (complete UTF-8 only),
  * holds back text that could be the start of a stop string so a stop string split across tokens is
  * never leaked, stops the engine when a stop string appears, and notices a vanished client.
@@ -16,9 +21,15 @@
 #include "server/textio.h"
 #include "server/validate.h"
 
+#define GEN_MAX_N 16        /* "n": choices per prompt */
+#define GEN_MAX_CHOICES 64  /* prompts x n in one request */
+
 struct gen_opts {
   int stream, include_usage;
-  int max_tokens;               /* 0 = until the context is full */
+  int max_tokens;               /* -1 = until the context is full; 0 = score the prompt only */
+  int n;                        /* choices per prompt, 1..GEN_MAX_N */
+  int echo;                     /* completions: prepend the prompt (and its logprobs) */
+  const char *prompt_param;     /* "messages" or "prompt": the field a too-long prompt names */
   const char *stop[V_MAX_STOP]; /* point into the request JSON */
   int n_stop;
   int logprobs;                 /* 1: per-token logprobs */
@@ -31,8 +42,8 @@ struct gen_opts {
 };
 
 /* Reads the fields both endpoints share. chat: max_completion_tokens|max_tokens (default:
- * unbounded), logprobs bool + top_logprobs 0..20; otherwise max_tokens (default 16) and logprobs
- * as an integer 0..5. Returns 0 or -1 with *e filled. */
+ * unbounded), logprobs bool + top_logprobs 0..20; otherwise max_tokens (default 16; 0 only with
+ * echo), logprobs as an integer 0..5 and echo. n: 1..GEN_MAX_N. Returns 0 or -1 with *e filled. */
 int gen_parse(json_t *body, int chat, struct gen_opts *o, struct verr *e);
 
 struct gen_reader {
@@ -46,6 +57,8 @@ struct gen_reader {
   int n_taken;             /* tokens consumed = completion_tokens */
   int n_prompt, n_cached;
   int fd;                  /* client socket (disconnect check); -1 = none */
+  int index;               /* the choice's index in the response */
+  int reported;            /* the endpoint's flag: this choice's end has been sent */
   int done;
   const char *finish;      /* "stop" | "length" once done; NULL with errmsg on failure */
   char errmsg[600];
@@ -54,14 +67,31 @@ struct gen_reader {
   int n_ev;
 };
 
-/* Validates the prompt length, submits, and sets up g. On failure queues the error reply (400
- * context_length_exceeded, 503 busy, 500) into *ret and returns -1. Takes ownership of prompt. */
-int gen_start(struct http_req *r, struct srv_model *m, int32_t *prompt, int n_prompt,
-              const struct gen_opts *o, struct gen_reader *g, enum MHD_Result *ret);
+/* A prompt as token ids; the caller keeps ownership. */
+struct gen_prompt {
+  int32_t *ids;
+  int n;
+};
+
+/* Validates the prompt lengths and the choice count, submits n_prompts x o->n requests (all or
+ * none) and sets up g[0 .. n_prompts * o->n), which the caller allocated. With o->echo and
+ * o->logprobs the engine also scores the prompt tokens. On failure queues the error reply (400
+ * context_length_exceeded or naming "n", 503 busy with Retry-After, 500) into *ret, leaves every
+ * g[k] safe to gen_reader_free, and returns -1. */
+int gen_start(struct http_req *r, struct srv_model *m, const struct gen_prompt *prompts,
+              int n_prompts, const struct gen_opts *o, struct gen_reader *g, enum MHD_Result *ret);
+/* Waits up to timeout_ms until one of g[0..n) not yet reported has tokens or has finished.
+ * Returns 1 when one has, 0 on timeout, -1 when the client has gone (all are told to stop). */
+int gen_wait_any(struct gen_reader *g, int n, int timeout_ms);
 /* Waits up to timeout_ms for tokens; appends released text to text and leaves the consumed tokens
- * in g->ev[0..g->n_ev). Returns 0 while running, 1 when done (g->finish or g->errmsg set), -1 when
- * the client has gone (the engine is told to stop). */
+ * in g->ev[0..g->n_ev). timeout_ms 0 polls. Returns 0 while running, 1 when done (g->finish or
+ * g->errmsg set), -1 when the client has gone (the engine is told to stop). */
 int gen_reader_next(struct gen_reader *g, int timeout_ms, struct sbuf *text);
+/* The prompt-token logprobs of a finished or producing choice: NULL when not asked for or not
+ * (yet) available. Entry i >= 1 scores prompt token i; entry 0 is unused. */
+const struct gen_event *gen_reader_prompt_logprobs(const struct gen_reader *g);
+/* The prompt token ids of g's request. */
+const int32_t *gen_reader_prompt(const struct gen_reader *g);
 /* Cancels the request if still running and frees everything. */
 void gen_reader_free(struct gen_reader *g);
 
@@ -69,7 +99,8 @@ void gen_reader_free(struct gen_reader *g);
 json_t *gen_logprob_chat(const struct textio *tio, const struct gen_event *ev, int with_top);
 /* A fresh id like "chatcmpl-<hex>". */
 void gen_id(char *buf, size_t n, const char *prefix);
-/* {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details":{cached_tokens}} */
-json_t *gen_usage(const struct gen_reader *g);
+/* {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details":{cached_tokens}}
+ * over the choices g[0..n), n_per choices per prompt (each prompt counted once). */
+json_t *gen_usage(const struct gen_reader *g, int n, int n_per);
 
 #endif

@@ -10,6 +10,7 @@
  *   auth        bearer token when --api-key is set → 401
  *   type        POST needs Content-Type application/json → 415
  *   size        Content-Length or streamed body above max_body → 413
+ *   depth       JSON nesting deeper than max_depth → 400 (checked before parsing)
  *   JSON        body must parse (strict UTF-8) to an object → 400
  * Every rejection is an OpenAI error object. Not here: anything about models or tokens.
  */
@@ -67,6 +68,7 @@ enum MHD_Result http_reply_json(struct http_req *r, unsigned status, json_t *bod
   if (!resp) { free(text); return MHD_NO; }
   MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
   if (status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
+  if (status == 503 || status == 429) MHD_add_response_header(resp, "Retry-After", "1");
   return queue(r, status, resp);
 }
 
@@ -236,6 +238,25 @@ static int precheck(struct http_req *r, const char *version, enum MHD_Result *re
   return 0;
 }
 
+/* The deepest nesting of [ and { in a JSON text, outside strings (stops counting past cap). */
+static int json_depth(const char *p, size_t n, int cap) {
+  int depth = 0, max = 0, in_str = 0;
+  for (size_t i = 0; i < n; i++) {
+    char c = p[i];
+    if (in_str) {
+      if (c == '\\') i++;
+      else if (c == '"') in_str = 0;
+    } else if (c == '"') {
+      in_str = 1;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max && (max = depth) > cap) return max;
+    } else if (c == ']' || c == '}') {
+      depth--;
+    }
+  }
+  return max;
+}
+
 /* ---- the access handler ------------------------------------------------------------------ */
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
@@ -291,6 +312,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   if (!strcmp(method, "POST")) {
     json_error_t je;
     if (!r->n_body) return http_reply_error(r, 400, NULL, "invalid_json", "empty request body");
+    if (json_depth(r->body, r->n_body, s->opt->max_depth) > s->opt->max_depth)
+      return http_reply_error(r, 400, NULL, "invalid_json", "JSON nested deeper than %d levels",
+                              s->opt->max_depth);
     r->json = json_loadb(r->body, r->n_body, JSON_REJECT_DUPLICATES, &je);
     if (!r->json)
       return http_reply_error(r, 400, NULL, "invalid_json", "invalid JSON at line %d column %d: %s",

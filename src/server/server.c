@@ -22,7 +22,10 @@ void server_options_default(struct server_options *o) {
   o->n_slots = 4;
   o->n_ctx = 4096;
   o->max_queue = 64;
-  o->max_body = 4u << 20;
+  o->max_body = 8u << 20;
+  o->max_depth = 64;
+  o->keepalive_ms = 3000;
+  o->prefill_chunk = 512;
   o->max_conns = 128;
   o->timeout_s = 15;
 }
@@ -66,7 +69,8 @@ static int model_open(const struct server_options *o, const struct server_model_
     struct hearth_session_params sp = {.n_ctx = m->n_ctx};
     rc = hearth_session_new(m->model, &sp, &m->embed_session, err);
   } else if (!rc) {
-    struct engine_params ep = {.n_slots = o->n_slots, .n_ctx = m->n_ctx, .max_queue = o->max_queue};
+    struct engine_params ep = {.n_slots = o->n_slots, .n_ctx = m->n_ctx, .max_queue = o->max_queue,
+                               .prefill_chunk = o->prefill_chunk};
     rc = engine_new(m->model, &ep, &m->engine, err);
   }
   if (rc) {
@@ -79,7 +83,8 @@ static int model_open(const struct server_options *o, const struct server_model_
 int server_run(const struct server_options *o, volatile sig_atomic_t *stop, struct hearth_err *err) {
   if (o->n_models < 1) return err_set(err, HEARTH_ERR_ARG, "no model given (--model DIR)");
   if (o->n_slots < 1 || o->n_ctx < 16 || o->max_queue < 1 || o->max_body < 1024 ||
-      o->max_conns < 1 || o->timeout_s < 1)
+      o->max_conns < 1 || o->timeout_s < 1 || o->max_depth < 1 || o->keepalive_ms < 1 ||
+      o->prefill_chunk < 1)
     return err_set(err, HEARTH_ERR_ARG, "server options out of range");
   struct srv *s = calloc(1, sizeof *s);
   if (!s) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");

@@ -31,7 +31,10 @@ struct server_options {
   int n_slots;       /* sequences decoded together per model (continuous batch width). default 16 */
   int n_ctx;         /* context per sequence; 0 = min(kv_tokens / n_slots rounded, n_ctx_train) */
   int max_queue;     /* requests waiting for a slot before 503. default 64 */
-  size_t max_body;   /* request body cap in bytes (413 above). default 4 MiB */
+  size_t max_body;   /* request body cap in bytes (413 above). default 8 MiB */
+  int max_depth;     /* JSON nesting depth cap (400 above). default 64 */
+  int keepalive_ms;  /* SSE ": keep-alive" comment after this long without data. default 3000 */
+  int prefill_chunk; /* prompt tokens evaluated per sequence per engine step. default 512 */
   int max_conns;     /* concurrent connections (MHD limit). default 128 */
   int timeout_s;     /* idle connection timeout, the slowloris guard. default 15 */
   int verbose;       /* log each request to stderr */

@@ -11,7 +11,8 @@ struct sse {
   struct sbuf out;   /* frames produced, not yet handed to MHD */
   size_t sent;       /* bytes of out already handed over */
   int finished;
-  int idle_ms;
+  int keepalive_ms;  /* a comment after this long without a frame */
+  double last;       /* when the last bytes were produced (monotonic s) */
 };
 
 static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max) {
@@ -21,13 +22,15 @@ static ssize_t reader(void *cls, uint64_t pos, char *buf, size_t max) {
     sbuf_reset(&s->out);
     s->sent = 0;
     if (s->finished) return MHD_CONTENT_READER_END_OF_STREAM;
-    int rc = s->produce(s->ctx, &s->out);
+    double now = http_now();
+    int left = s->keepalive_ms - (int)((now - s->last) * 1e3);
+    int rc = s->produce(s->ctx, &s->out, left < 1000 ? (left > 0 ? left : 0) : 1000);
     if (rc < 0) return MHD_CONTENT_READER_END_WITH_ERROR;
     if (rc > 0) s->finished = 1;
-    if (s->out.n) { s->idle_ms = 0; break; }
-    s->idle_ms += 1000; /* produce waits about a second when there is nothing */
-    if (s->idle_ms >= 10000) {
-      s->idle_ms = 0;
+    now = http_now();
+    if (s->out.n) { s->last = now; break; }
+    if ((now - s->last) * 1e3 >= s->keepalive_ms) {
+      s->last = now;
       if (sbuf_adds(&s->out, ": keep-alive\n\n")) return MHD_CONTENT_READER_END_WITH_ERROR;
     }
   }
@@ -55,6 +58,8 @@ enum MHD_Result sse_reply(struct http_req *r, sse_produce_fn produce, sse_free_f
   s->produce = produce;
   s->free_ctx = free_ctx;
   s->ctx = ctx;
+  s->keepalive_ms = r->srv->opt->keepalive_ms > 0 ? r->srv->opt->keepalive_ms : 3000;
+  s->last = http_now();
   return http_reply_stream(r, reader, s, release);
 }
 

@@ -1,10 +1,12 @@
 /* server/sse.h — server-sent events over a libmicrohttpd callback response.
  *
- * A streaming endpoint supplies produce(ctx, out): it blocks for at most about a second, appends
- * zero or more complete frames to out and returns 0 (more to come), 1 (finished: out holds the
- * last frames) or -1 (abort the connection: the client has gone). While produce yields nothing
- * for 10 s a ": keep-alive" comment is sent, which also detects a vanished client. free_ctx(ctx)
- * runs exactly once when the response is done or the connection dies.
+ * A streaming endpoint supplies produce(ctx, out, timeout_ms): it blocks for at most about
+ * timeout_ms, appends zero or more complete frames to out and returns 0 (more to come), 1
+ * (finished: out holds the last frames) or -1 (abort the connection: the client has gone). While
+ * produce yields nothing for --keepalive-ms (default 3 s; a long prefill, a wait in the queue) a
+ * ": keep-alive" comment is sent, which keeps proxies and clients from timing out and also detects
+ * a vanished client. free_ctx(ctx) runs exactly once when the response is done or the connection
+ * dies.
  */
 #ifndef HEARTH_SERVER_SSE_H
 #define HEARTH_SERVER_SSE_H
@@ -14,7 +16,7 @@
 #include "server/http.h"
 #include "server/sbuf.h"
 
-typedef int (*sse_produce_fn)(void *ctx, struct sbuf *out);
+typedef int (*sse_produce_fn)(void *ctx, struct sbuf *out, int timeout_ms);
 typedef void (*sse_free_fn)(void *ctx);
 
 enum MHD_Result sse_reply(struct http_req *r, sse_produce_fn produce, sse_free_fn free_ctx,

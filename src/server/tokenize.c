@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/errors.h"
 #include "server/routes.h"
 #include "server/textio.h"
 
@@ -41,7 +42,7 @@ enum MHD_Result ep_tokenize(struct http_req *r) {
     if (!norm) return http_reply_verr(r, &e);
     int rc = textio_render_chat(m->tio, norm, tools, NULL, &rendered, &err);
     json_decref(norm);
-    if (rc) return http_reply_error(r, 400, "messages", "template_error", "%s", err.msg);
+    if (rc) return http_reply_error(r, 400, "messages", "template_error", "%s", errors_scrub(err.msg));
     prompt = rendered;
     plen = strlen(rendered);
   }
@@ -50,7 +51,7 @@ enum MHD_Result ep_tokenize(struct http_req *r) {
   int rc = textio_encode(m->tio, prompt, plen, add_special, &ids, &n, &err);
   if (rc) {
     free(rendered);
-    return http_reply_error(r, 500, NULL, NULL, "%s", err.msg);
+    return http_reply_error(r, 500, NULL, NULL, "%s", errors_scrub(err.msg));
   }
   json_t *toks = json_array();
   for (int i = 0; i < n; i++) json_array_append_new(toks, json_integer(ids[i]));
@@ -89,7 +90,7 @@ enum MHD_Result ep_detokenize(struct http_req *r) {
   struct hearth_err err = {0};
   int rc = textio_decode(m->tio, ids, (int)n, 0, &text, &len, &err);
   free(ids);
-  if (rc) return http_reply_error(r, 400, "tokens", "invalid_value", "%s", err.msg);
+  if (rc) return http_reply_error(r, 400, "tokens", "invalid_value", "%s", errors_scrub(err.msg));
   json_t *body = json_pack("{s:s%}", "prompt", text, len);
   free(text);
   return http_reply_json(r, 200, body);

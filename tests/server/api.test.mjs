@@ -3,6 +3,7 @@
 // (shapes, usage = token counts, finish reasons, stop strings, determinism, independence of
 // concurrent streams, cancellation), never the words.
 import assert from 'node:assert/strict';
+import net from 'node:net';
 import { after, before, describe, test } from 'node:test';
 
 import { CHAT, EMBED, getJSON, postJSON, requirePrereqs, sleep, startServer } from './harness.mjs';
@@ -165,6 +166,80 @@ describe('chat completions', () => {
   });
 });
 
+describe('n choices', () => {
+  // collects a streamed chat per choice index
+  async function streamChoices(params) {
+    const s = await client.chat.completions.create({ ...params, stream: true, stream_options: { include_usage: true } });
+    const text = {}, finish = {};
+    let usage = null;
+    for await (const c of s) {
+      if (c.usage) usage = c.usage;
+      for (const ch of c.choices) {
+        text[ch.index] = (text[ch.index] ?? '') + (ch.delta.content ?? '');
+        if (ch.finish_reason) finish[ch.index] = ch.finish_reason;
+      }
+    }
+    return { text, finish, usage };
+  }
+  const sampled = (extra = {}) => greedy({ temperature: 1.0, seed: 77, max_tokens: 8, ...extra });
+
+  test('chat n=3: three choices in order, choice 0 = the n=1 request, usage counts the prompt once', async () => {
+    const r = await client.chat.completions.create(sampled({ n: 3 }));
+    assert.deepEqual(r.choices.map((c) => c.index), [0, 1, 2]);
+    for (const c of r.choices) assert.equal(c.finish_reason, 'length');
+    const one = await client.chat.completions.create(sampled());
+    assert.equal(r.choices[0].message.content, one.choices[0].message.content);
+    assert.ok(new Set(r.choices.map((c) => c.message.content)).size > 1, 'seeds differ per choice');
+    assert.equal(r.usage.prompt_tokens, (await chatTokens(USER)).count);
+    assert.equal(r.usage.completion_tokens, 3 * 8);
+    assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + 24);
+    const again = await client.chat.completions.create(sampled({ n: 3 }));
+    assert.deepEqual(again.choices.map((c) => c.message.content), r.choices.map((c) => c.message.content));
+  });
+  test('chat n=3 streamed: every index streams its own text and finish; usage once at the end', async () => {
+    const plain = await client.chat.completions.create(sampled({ n: 3 }));
+    const s = await streamChoices(sampled({ n: 3 }));
+    for (let k = 0; k < 3; k++) {
+      assert.equal(s.text[k], plain.choices[k].message.content, `choice ${k}`);
+      assert.equal(s.finish[k], 'length');
+    }
+    assert.deepEqual(s.usage.completion_tokens, 24);
+    assert.deepEqual(s.usage.prompt_tokens, plain.usage.prompt_tokens);
+  });
+  test('greedy n=2 gives two identical choices; n=17 is refused naming n', async () => {
+    const r = await client.chat.completions.create(greedy({ n: 2, max_tokens: 5 }));
+    assert.equal(r.choices.length, 2);
+    assert.equal(r.choices[0].message.content, r.choices[1].message.content);
+    await assert.rejects(client.chat.completions.create(greedy({ n: 17 })),
+      (e) => e.status === 400 && e.param === 'n');
+  });
+  test('chat n=2 with a stop string: each choice stops on its own', async () => {
+    const full = await client.chat.completions.create(sampled({ n: 2, max_tokens: 12 }));
+    const t0 = full.choices[0].message.content;
+    const stop = [...t0].slice(3, 5).join('');
+    const r = await client.chat.completions.create(sampled({ n: 2, max_tokens: 12, stop }));
+    assert.equal(r.choices[0].message.content, t0.slice(0, t0.indexOf(stop)));
+    assert.equal(r.choices[0].finish_reason, 'stop');
+    const t1 = full.choices[1].message.content;
+    assert.equal(r.choices[1].message.content, t1.includes(stop) ? t1.slice(0, t1.indexOf(stop)) : t1);
+  });
+});
+
+describe('response_format', () => {
+  test('json_object is accepted when a message mentions JSON; json_schema is refused', async () => {
+    const messages = [{ role: 'user', content: 'Reply with a JSON object.' }];
+    const r = await client.chat.completions.create(greedy({ messages, response_format: { type: 'json_object' } }));
+    assert.equal(r.choices[0].finish_reason, 'length');
+    await assert.rejects(client.chat.completions.create(greedy({ response_format: { type: 'json_object' } })),
+      (e) => e.status === 400 && e.param === 'messages' && /json/i.test(e.message));
+    await assert.rejects(client.chat.completions.create(greedy({ messages,
+      response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object' } } } })),
+    (e) => e.status === 400 && e.param === 'response_format' && /not supported/.test(e.message));
+    const t = await client.chat.completions.create(greedy({ response_format: { type: 'text' } }));
+    assert.equal(t.choices[0].message.content, (await client.chat.completions.create(greedy())).choices[0].message.content);
+  });
+});
+
 describe('completions', () => {
   const base = { model: CHAT, prompt: 'The quick brown fox', temperature: 0, max_tokens: 10, ignore_eos: true };
   test('plain and streamed agree; usage counts tokens', async () => {
@@ -191,6 +266,79 @@ describe('completions', () => {
     assert.equal(lp.tokens.join(''), b.choices[0].text);
     assert.equal(lp.text_offset[0], 0);
     for (const t of lp.top_logprobs) assert.ok(Object.keys(t).length >= 1 && Object.keys(t).length <= 2);
+  });
+  test('an array of prompts: one choice per prompt and n, in order; usage sums the prompts once', async () => {
+    const prompts = ['The quick brown fox', 'Once upon a time'];
+    const p = { model: CHAT, temperature: 1.0, seed: 5, max_tokens: 6, ignore_eos: true };
+    const r = await client.completions.create({ ...p, prompt: prompts, n: 2 });
+    assert.deepEqual(r.choices.map((c) => c.index), [0, 1, 2, 3]);
+    for (const [i, prompt] of prompts.entries()) {
+      const one = await client.completions.create({ ...p, prompt });
+      assert.equal(r.choices[i * 2].text, one.choices[0].text, `prompt ${i}, choice 0`);
+    }
+    let n = 0;
+    for (const prompt of prompts) n += (await postJSON(srv, '/tokenize', { model: CHAT, prompt })).body.count;
+    assert.equal(r.usage.prompt_tokens, n);
+    assert.equal(r.usage.completion_tokens, 4 * 6);
+    // token-id arrays give the same choices; streamed choices carry their index
+    const ids = [];
+    for (const prompt of prompts) ids.push((await postJSON(srv, '/tokenize', { model: CHAT, prompt })).body.tokens);
+    const t = await client.completions.create({ ...p, prompt: ids, n: 2 });
+    assert.deepEqual(t.choices.map((c) => c.text), r.choices.map((c) => c.text));
+    const s = await client.completions.create({ ...p, prompt: prompts, n: 2, stream: true });
+    const text = {}, finish = {};
+    for await (const c of s) for (const ch of c.choices) {
+      text[ch.index] = (text[ch.index] ?? '') + ch.text;
+      if (ch.finish_reason) finish[ch.index] = ch.finish_reason;
+    }
+    for (let k = 0; k < 4; k++) {
+      assert.equal(text[k], r.choices[k].text);
+      assert.equal(finish[k], 'length');
+    }
+  });
+  test('echo prepends the prompt, plain and streamed', async () => {
+    const plain = await client.completions.create(base);
+    const r = await client.completions.create({ ...base, echo: true });
+    assert.equal(r.choices[0].text, base.prompt + plain.choices[0].text);
+    assert.equal(r.usage.completion_tokens, 10);
+    const s = await client.completions.create({ ...base, echo: true, stream: true });
+    const parts = [];
+    for await (const c of s) if (c.choices[0]?.text) parts.push(c.choices[0].text);
+    assert.equal(parts[0], base.prompt, 'the echo is the first chunk');
+    assert.equal(parts.join(''), r.choices[0].text);
+  });
+  test('echo + logprobs scores the prompt tokens (first null), then the completion', async () => {
+    const tk = (await postJSON(srv, '/tokenize', { model: CHAT, prompt: base.prompt })).body;
+    const plain = await client.completions.create({ ...base, logprobs: 2 });
+    const r = await client.completions.create({ ...base, echo: true, logprobs: 2 });
+    const lp = r.choices[0].logprobs;
+    const np = tk.count;
+    assert.equal(lp.tokens.length, np + 10);
+    assert.equal(lp.tokens.join(''), r.choices[0].text);
+    assert.equal(lp.token_logprobs[0], null);
+    assert.equal(lp.top_logprobs[0], null);
+    for (let i = 1; i < lp.tokens.length; i++) {
+      assert.ok(lp.token_logprobs[i] <= 0, `token ${i}`);
+      assert.equal(Object.keys(lp.top_logprobs[i]).length, 2);
+    }
+    assert.equal(lp.text_offset[0], 0);
+    for (let i = 1; i < lp.tokens.length; i++)
+      assert.equal(lp.text_offset[i], lp.text_offset[i - 1] + [...lp.tokens[i - 1]].length);
+    assert.deepEqual(lp.tokens.slice(np), plain.choices[0].logprobs.tokens);
+    for (let i = 0; i < 10; i++)
+      assert.ok(Math.abs(lp.token_logprobs[np + i] - plain.choices[0].logprobs.token_logprobs[i]) < 1e-3);
+    // oracle for the prompt scores: score prompt + the greedy next token with max_tokens 0; its last
+    // logprob must be the logprob the greedy completion reported for that token
+    const next = await client.completions.create({ ...base, max_tokens: 1, logprobs: 1, prompt: tk.tokens });
+    const g = (await postJSON(srv, '/tokenize', { model: CHAT, prompt: base.prompt + next.choices[0].text })).body.tokens;
+    const scored = await client.completions.create({ ...base, prompt: [...tk.tokens, g[g.length - 1]], echo: true, logprobs: 1, max_tokens: 0 });
+    const sl = scored.choices[0].logprobs;
+    assert.equal(scored.choices[0].finish_reason, 'length');
+    assert.equal(scored.usage.completion_tokens, 0);
+    assert.equal(scored.choices[0].text, base.prompt + next.choices[0].text);
+    assert.ok(Math.abs(sl.token_logprobs[np] - next.choices[0].logprobs.token_logprobs[0]) < 1e-3,
+      `${sl.token_logprobs[np]} vs ${next.choices[0].logprobs.token_logprobs[0]}`);
+    for (let i = 1; i < np; i++) assert.ok(Math.abs(sl.token_logprobs[i] - lp.token_logprobs[i]) < 1e-3);
   });
   test('max_tokens defaults to 16', async () => {
     const r = await client.completions.create({ model: CHAT, prompt: 'Hi', temperature: 0, ignore_eos: true });
@@ -235,6 +383,23 @@ describe('embeddings', () => {
     for (let i = 0; i < 16; i++) assert.ok(Math.abs(v[i] - full[i] / s) < 1e-4);
     await assert.rejects(client.embeddings.create({ model: EMBED, input: 'x', dimensions: 65 }),
       (e) => e.status === 400 && e.param === 'dimensions');
+  });
+});
+
+describe('limits', () => {
+  test('the default body cap is 8 MiB: 5 MiB is read, Content-Length above 8 MiB is 413', async () => {
+    const r = await postJSON(srv, '/tokenize', { model: CHAT, prompt: 'hi', pad: 'x'.repeat(5 << 20) });
+    assert.equal(r.status, 200, r.text.slice(0, 200));
+    const status = await new Promise((resolve) => {
+      const s = net.connect(srv.port, '127.0.0.1');
+      let text = '';
+      s.on('data', (d) => { text += d; });
+      s.on('close', () => resolve(Number(/HTTP\/1\.1 (\d+)/.exec(text)?.[1])));
+      s.on('error', () => resolve(-1));
+      s.write(`POST /tokenize HTTP/1.1\r\nHost: 127.0.0.1:${srv.port}\r\nConnection: close\r\n` +
+        `Content-Type: application/json\r\nContent-Length: ${(8 << 20) + 1}\r\n\r\n`);
+    });
+    assert.equal(status, 413);
   });
 });
 

@@ -4,9 +4,10 @@
 // cleanly. This table is the documentation of those statuses (README, "Errors and limits").
 import assert from 'node:assert/strict';
 import net from 'node:net';
+import os from 'node:os';
 import { after, before, test } from 'node:test';
 
-import { CHAT, EMBED, getJSON, requirePrereqs, sleep, startServer } from './harness.mjs';
+import { CHAT, EMBED, FIX, getJSON, requirePrereqs, sleep, startServer } from './harness.mjs';
 
 requirePrereqs({ openai: false });
 
@@ -75,6 +76,9 @@ const TABLE = [
   ['NaN literal', () => post(C, '{"model":"tiny-chat","max_tokens":NaN}'), 400],
   ['duplicate keys', () => post(C, '{"model":"tiny-chat","model":"x","messages":[]}'), 400],
   ['deeply nested JSON', () => post(C, '['.repeat(5000) + ']'.repeat(5000)), 400],
+  ['JSON nested 65 levels (cap 64)', () => post('/tokenize', `{"model":"${CHAT}","prompt":"hi","x":${'['.repeat(64)}${']'.repeat(64)}}`), 400],
+  ['JSON nested 64 levels', () => post('/tokenize', `{"model":"${CHAT}","prompt":"hi","x":${'['.repeat(63)}${']'.repeat(63)}}`), 200],
+  ['brackets inside strings do not count', () => post('/tokenize', JSON.stringify({ model: CHAT, prompt: '[{'.repeat(500) + '\\"' })), 200],
   ['invalid UTF-8 in a string', () => post(C, Buffer.concat([Buffer.from('{"model":"tiny-chat","messages":[{"role":"user","content":"'), Buffer.from([0xc3, 0x28, 0xff]), Buffer.from('"}]}')])), 400],
   ['model missing', () => post(C, JSON.stringify({ messages: [{ role: 'user', content: 'hi' }] })), 400],
   ['model is a number', () => post(C, chat({ model: 7 })), 400],
@@ -93,18 +97,37 @@ const TABLE = [
   ['temperature too high', () => post(C, chat({ temperature: 5 })), 400],
   ['temperature a string', () => post(C, chat({ temperature: 'hot' })), 400],
   ['top_p zero', () => post(C, chat({ top_p: 0 })), 400],
-  ['n = 2', () => post(C, chat({ n: 2 })), 400],
+  ['n = 17 (above 16)', () => post(C, chat({ n: 17 })), 400, { param: 'n' }],
+  ['n = 0', () => post(C, chat({ n: 0 })), 400, { param: 'n' }],
+  ['n = 1.5', () => post(C, chat({ n: 1.5 })), 400, { param: 'n' }],
+  ['n = 2', () => post(C, chat({ n: 2 })), 200],
   ['five stop strings', () => post(C, chat({ stop: ['a', 'b', 'c', 'd', 'e'] })), 400],
   ['stop is a number', () => post(C, chat({ stop: 3 })), 400],
   ['logit_bias key not a number', () => post(C, chat({ logit_bias: { abc: 1 } })), 400],
   ['logit_bias id outside the vocabulary', () => post(C, chat({ logit_bias: { 99999999: 1 } })), 400],
   ['top_logprobs without logprobs', () => post(C, chat({ top_logprobs: 3 })), 400],
   ['tools malformed', () => post(C, chat({ tools: [{ type: 'function' }] })), 400],
-  ['response_format json_schema', () => post(C, chat({ response_format: { type: 'json_schema' } })), 400],
-  ['prompt longer than the context', () => post('/v1/completions', JSON.stringify({ model: CHAT, prompt: Array(600).fill(9707) })), 400],
+  ['response_format json_schema', () => post(C, chat({ response_format: { type: 'json_schema' } })), 400, { param: 'response_format' }],
+  ['response_format type unknown', () => post(C, chat({ response_format: { type: 'xml' } })), 400, { param: 'response_format' }],
+  ['response_format not an object', () => post(C, chat({ response_format: 'json_object' })), 400, { param: 'response_format' }],
+  ['response_format json_object, no JSON in messages', () => post(C, chat({ response_format: { type: 'json_object' } })), 400, { param: 'messages' }],
+  ['response_format json_object, JSON in a message', () => post(C, chat({ response_format: { type: 'json_object' }, messages: [{ role: 'user', content: 'answer in Json' }] })), 200],
+  ['response_format text', () => post(C, chat({ response_format: { type: 'text' } })), 200],
+  ['prompt longer than the context', () => post('/v1/completions', JSON.stringify({ model: CHAT, prompt: Array(600).fill(9707) })), 400, { param: 'prompt' }],
+  ['chat longer than the context', () => post(C, chat({ messages: [{ role: 'user', content: 'hello '.repeat(600) }] })), 400, { param: 'messages' }],
   ['completion prompt token out of range', () => post('/v1/completions', JSON.stringify({ model: CHAT, prompt: [1, 2, 999999] })), 400],
   ['completion prompt missing', () => post('/v1/completions', JSON.stringify({ model: CHAT })), 400],
-  ['completion echo', () => post('/v1/completions', JSON.stringify({ model: CHAT, prompt: 'x', echo: true })), 400],
+  ['completion echo', () => post('/v1/completions', JSON.stringify({ model: CHAT, prompt: 'x', echo: true, max_tokens: 1 })), 200],
+  ['completion max_tokens 0 without echo', () => post('/v1/completions', JSON.stringify({ model: CHAT, prompt: 'x', max_tokens: 0 })), 400, { param: 'max_tokens' }],
+  ['completion echo, max_tokens -1', () => post('/v1/completions', JSON.stringify({ model: CHAT, prompt: 'x', echo: true, max_tokens: -1 })), 400, { param: 'max_tokens' }],
+  ['completion echo not a boolean', () => post('/v1/completions', JSON.stringify({ model: CHAT, prompt: 'x', echo: 'yes' })), 400, { param: 'echo' }],
+  ['completion best_of 2', () => post('/v1/completions', JSON.stringify({ model: CHAT, prompt: 'x', best_of: 2 })), 400, { param: 'best_of' }],
+  ['completion 65 prompts', () => post('/v1/completions', JSON.stringify({ model: CHAT, prompt: Array(65).fill('x') })), 400, { param: 'prompt' }],
+  ['completion 5 prompts x n 16 (80 choices)', () => post('/v1/completions', JSON.stringify({ model: CHAT, prompt: Array(5).fill('x'), n: 16 })), 400, { param: 'n' }],
+  ['completion prompts: one empty array', () => post('/v1/completions', JSON.stringify({ model: CHAT, prompt: [[1, 2], []] })), 400, { param: 'prompt' }],
+  ['completion prompts: a number among strings', () => post('/v1/completions', JSON.stringify({ model: CHAT, prompt: ['a', 5] })), 400, { param: 'prompt' }],
+  ['completion prompts: second one too long', () => post('/v1/completions', JSON.stringify({ model: CHAT, prompt: [[1, 2], Array(600).fill(9707)] })), 400, { param: 'prompt' }],
+  ['completion two prompts', () => post('/v1/completions', JSON.stringify({ model: CHAT, prompt: ['a', [1, 2]], max_tokens: 1 })), 200],
   ['embeddings dimensions 0', () => post('/v1/embeddings', JSON.stringify({ model: EMBED, input: 'x', dimensions: 0 })), 400],
   ['embeddings encoding hex', () => post('/v1/embeddings', JSON.stringify({ model: EMBED, input: 'x', encoding_format: 'hex' })), 400],
   ['embeddings input object', () => post('/v1/embeddings', JSON.stringify({ model: EMBED, input: {} })), 400],
@@ -156,9 +179,11 @@ const TABLE = [
 
 test(`hostile table has >= 40 rows (${TABLE.length})`, () => assert.ok(TABLE.length >= 40));
 
-for (const [name, make, want, opt] of TABLE) {
+const replies = []; // every reply's text, checked for file paths at the end
+for (const [name, make, want, opt = {}] of TABLE) {
   test(`${name} -> ${Array.isArray(want) ? want.join(',') : want}`, async () => {
     const r = await raw(make(), opt);
+    replies.push(r.text);
     if (want === 'close') {
       assert.equal(r.statuses.length, 0, `unexpected response: ${r.text.slice(0, 200)}`);
       assert.ok(r.closed, 'the server should have closed the connection');
@@ -169,6 +194,10 @@ for (const [name, make, want, opt] of TABLE) {
       if (want >= 400 && want !== 431 && want !== 414 && want !== 505 && !(want === 400 && /GARBAGE|Content-Length: abc|Host/.test(name))) {
         const body = r.text.slice(r.text.indexOf('\r\n\r\n') + 4);
         if (body.trim().startsWith('{')) assert.ok(JSON.parse(body).error.message, 'OpenAI error object');
+      }
+      if (opt.param) {
+        const body = r.text.slice(r.text.indexOf('\r\n\r\n') + 4);
+        assert.equal(JSON.parse(body).error.param, opt.param, body);
       }
     }
   });
@@ -186,6 +215,14 @@ test('100 idle half-open connections do not starve /health', async () => {
   const h = await getJSON(srv, '/health');
   assert.equal(h.status, 200);
   for (const s of socks) s.destroy();
+});
+
+test('no reply reveals a file path', () => {
+  assert.ok(replies.length > 40);
+  for (const t of replies) {
+    assert.ok(!t.includes(FIX), `a reply names the fixture directory: ${t.slice(0, 300)}`);
+    assert.ok(!t.includes(os.homedir() + '/'), `a reply names the home directory: ${t.slice(0, 300)}`);
+  }
 });
 
 test('still healthy after the table', async () => {
