@@ -83,9 +83,9 @@ fi
 if [ "$what" = all ] || [ "$what" = bench ]; then
   : >"$OUT/bench.log"
   # one process per part, each time-boxed, so that a failure in one still leaves the others' numbers
-  parts=$bargs; [ "$bargs" = all ] && parts="3b 0.5b gemv"
+  parts=$bargs; [ "$bargs" = all ] && parts="3b 0.5b gemv breakdown"
   for p in $parts; do
-    case $p in 3b) tl=120 ;; 0.5b) tl=70 ;; *) tl=50 ;; esac
+    case $p in 3b) tl=120 ;; 0.5b) tl=70 ;; breakdown*) tl=60 ;; *) tl=50 ;; esac
     timeout $tl $B/bench_cuda "$p" 2>&1 | tee -a "$OUT/bench.log" || rc=1
   done
 fi

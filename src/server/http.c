@@ -6,7 +6,8 @@
  *   limits      MHD: connection limit (max_conns), idle timeout (timeout_s, the slowloris guard),
  *               per-connection memory (header floods → 431 from MHD)
  *   route       unknown path 404, known path with another method 405 + Allow
- *   Host        must name loopback (DNS-rebinding guard) → 403; HTTP/1.1 without Host → 400
+ *   Host        must name loopback and the bound port (DNS-rebinding guard) → 403; HTTP/1.1
+ *               without Host → 400
  *   auth        bearer token when --api-key is set → 401
  *   type        POST needs Content-Type application/json → 415
  *   size        Content-Length or streamed body above max_body → 413
@@ -127,8 +128,9 @@ int http_is_loopback(const char *host) {
   return 0;
 }
 
-/* Host header: "localhost", "127.x.y.z" or "[::1]", each with an optional ":port". */
-static int host_ok(const char *h) {
+/* Host header: "localhost", "127.x.y.z" or "[::1]", with ":port" equal to the bound port (a
+ * missing port means 80, as HTTP says). */
+static int host_ok(const char *h, int port) {
   char name[128];
   size_t n = strlen(h);
   if (n == 0 || n >= sizeof name) return 0;
@@ -150,13 +152,16 @@ static int host_ok(const char *h) {
     memcpy(name, h, (size_t)(end - h));
     name[end - h] = 0;
   }
+  int given = 80;
   if (*end == ':') {
     const char *p = end + 1;
     if (!*p || strlen(p) > 5) return 0;
-    for (; *p; p++)
+    for (given = 0; *p; p++) {
       if (!isdigit((unsigned char)*p)) return 0;
+      given = given * 10 + (*p - '0');
+    }
   }
-  return http_is_loopback(name);
+  return given == port && http_is_loopback(name);
 }
 
 static int content_type_json(const char *ct) {
@@ -188,9 +193,10 @@ static int precheck(struct http_req *r, const char *version, enum MHD_Result *re
     *ret = http_reply_error(r, 400, NULL, "missing_host", "HTTP/1.1 requests need a Host header");
     return 1;
   }
-  if (host && !host_ok(host)) {
+  if (host && !host_ok(host, atomic_load(&r->srv->port))) {
     *ret = http_reply_error(r, 403, NULL, "invalid_host",
-                            "Host must name the loopback interface (localhost, 127.0.0.1, [::1])");
+                            "Host must name the loopback interface (localhost, 127.0.0.1, [::1]) "
+                            "and this server's port");
     return 1;
   }
   if (!r->route) {
@@ -375,6 +381,7 @@ int http_start(struct srv *s, struct MHD_Daemon **out, int *port_out, struct hea
   } else {
     return err_set(err, HEARTH_ERR_ARG, "--host %s: not an address", o->host);
   }
+  atomic_store(&s->port, o->port);
   struct MHD_Daemon *d = MHD_start_daemon(
       flags, (uint16_t)o->port, NULL, NULL, on_request, s,
       MHD_OPTION_EXTERNAL_LOGGER, on_log, s,
@@ -388,6 +395,7 @@ int http_start(struct srv *s, struct MHD_Daemon **out, int *port_out, struct hea
     return err_set(err, HEARTH_ERR_IO, "cannot listen on %s:%d (port in use?)", o->host, o->port);
   const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
   *port_out = di ? di->port : o->port;
+  atomic_store(&s->port, *port_out); /* was o->port: the same unless o->port is 0 */
   *out = d;
   return 0;
 }

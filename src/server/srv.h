@@ -33,6 +33,7 @@ struct srv {
   struct srv_model models[SERVER_MAX_MODELS];
   int n_models;
   time_t started;
+  atomic_int port;           /* the bound port (Host headers must name it) */
   atomic_ulong n_requests;   /* requests dispatched to a route */
   atomic_ulong n_errors;     /* 4xx/5xx replies */
   atomic_int n_active_http;  /* requests inside a handler right now */

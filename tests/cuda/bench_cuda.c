@@ -5,7 +5,7 @@
  * once and replayed; the next token id stays on the device (argmax -> embed); per step the host
  * uploads the batch (positions) and reads back 4 bytes per sequence.
  *
- * usage: bench_cuda [3b|0.5b|all]   prints one markdown table per model (W1/W2 rows), plus a
+ * usage: bench_cuda [3b|0.5b|gemv|breakdown|breakdown0.5b|all]   prints one markdown table per model (W1/W2 rows), plus a
  * per-matrix GEMV bandwidth table. Not a test: it times, and only sanity-checks for NaN-free ids. */
 #include <math.h>
 #include <stdint.h>
@@ -141,6 +141,11 @@ static void model_free(struct model *m) {
   free(m->l);
 }
 
+/* per-op timing marks (bench_cuda breakdown): MARK(name) after each op when g_mark >= 0 */
+static int g_mark = -1;
+static const char *g_mark_name[1024];
+#define MARK(name) do { if (g_mark >= 0 && g_mark < 1024) { g_mark_name[g_mark] = (name); hb_cuda_mark(gc, g_mark++); } } while (0)
+
 static struct hb_tensor rv(const struct hb_tensor *t, int n) { struct hb_tensor v = *t; v.rows = n; v.bytes = 0; return v; }
 
 /* one forward pass over the batch; ids tensor holds the input ids (n rows) and receives the
@@ -151,53 +156,83 @@ static void forward(struct model *m, struct hb_batch *b, int fused) {
   struct hb_tensor x = rv(&m->x, n), xn = rv(&m->xn, n), q = rv(&m->q, n), k = rv(&m->k, n), v = rv(&m->v, n),
                    a = rv(&m->a, n), o = rv(&m->o, n), g = rv(&m->g, n), u = rv(&m->u, n);
   struct hb_attn_params ap = {c->nh, c->nkv, c->hd, 1.0f / sqrtf((float)c->hd), 0, 0.0f};
+  MARK("start");
   G->embed(gc, &x, &m->emb, &m->ids, n, 1.0f);
+  MARK("embed");
   for (int i = 0; i < c->L; i++) {
     struct layer *L = &m->l[i];
     if (fused) {
       struct hb_tensor *o3[3] = {&q, &k, &v};
       const struct hb_tensor *w3[3] = {&L->wq, &L->wk, &L->wv}, *b3[3] = {&L->bq, &L->bk, &L->bv};
       hb_cuda_norm_matmul(gc, &x, &L->an, 1e-6f, 0.0f, 3, o3, w3, b3, n, 0);
+      MARK("norm+qkv gemv");
       hb_cuda_rope_kv_write(gc, &q, &k, &v, &L->kv, b, c->nh, c->hd, 1000000.0f);
+      MARK("rope+kv_write");
       G->attention(gc, &a, &q, &L->kv, b, &ap);
+      MARK("attention");
       struct hb_tensor *o1[1] = {&x};
       const struct hb_tensor *w1[1] = {&L->wo};
       hb_cuda_norm_matmul(gc, &a, NULL, 0.0f, 0.0f, 1, o1, w1, NULL, n, 1);
+      MARK("o gemv+residual");
       struct hb_tensor *o2[2] = {&g, &u};
       const struct hb_tensor *w2[2] = {&L->wg, &L->wu};
       hb_cuda_norm_matmul(gc, &x, &L->fn, 1e-6f, 0.0f, 2, o2, w2, NULL, n, 0);
+      MARK("norm+gate/up gemv");
       hb_cuda_silu_matmul(gc, &g, &u, &x, &L->wd, n, 1);
+      MARK("silu+down gemv+residual");
     } else {
       G->rmsnorm(gc, &xn, &x, &L->an, 1e-6f, 0.0f);
+      MARK("rmsnorm");
       G->matmul(gc, &q, &xn, &L->wq, &L->bq, n);
+      MARK("q/k/v matmul");
       G->matmul(gc, &k, &xn, &L->wk, &L->bk, n);
+      MARK("q/k/v matmul");
       G->matmul(gc, &v, &xn, &L->wv, &L->bv, n);
+      MARK("q/k/v matmul");
       G->rope_neox(gc, &q, b, c->nh, c->hd, c->hd, 1000000.0f);
+      MARK("rope");
       G->rope_neox(gc, &k, b, c->nkv, c->hd, c->hd, 1000000.0f);
+      MARK("rope");
       G->kv_write(gc, &L->kv, &k, &v, b);
+      MARK("kv_write");
       G->attention(gc, &a, &q, &L->kv, b, &ap);
+      MARK("attention");
       G->matmul(gc, &o, &a, &L->wo, NULL, n);
+      MARK("o matmul");
       G->add(gc, &x, &o, n);
+      MARK("add");
       G->rmsnorm(gc, &xn, &x, &L->fn, 1e-6f, 0.0f);
+      MARK("rmsnorm");
       G->matmul(gc, &g, &xn, &L->wg, NULL, n);
+      MARK("gate/up matmul");
       G->matmul(gc, &u, &xn, &L->wu, NULL, n);
+      MARK("gate/up matmul");
       G->silu_mul(gc, &g, &g, &u, n);
+      MARK("silu_mul");
       G->matmul(gc, &o, &g, &L->wd, NULL, n);
+      MARK("down matmul");
       G->add(gc, &x, &o, n);
+      MARK("add");
     }
   }
   struct hb_tensor sel = rv(&m->sel, b->n_out), lg = rv(&m->logits, b->n_out);
   if (fused) {
     G->gather_rows(gc, &sel, &x, b);
+    MARK("head: gather/norm");
     struct hb_tensor *o1[1] = {&lg};
     const struct hb_tensor *w1[1] = {&m->emb};
     hb_cuda_norm_matmul(gc, &sel, &m->onorm, 1e-6f, 0.0f, 1, o1, w1, NULL, b->n_out, 0);
+    MARK("head: lm_head");
   } else {
     G->rmsnorm(gc, &xn, &x, &m->onorm, 1e-6f, 0.0f);
+    MARK("head: gather/norm");
     G->gather_rows(gc, &sel, &xn, b);
+    MARK("head: gather/norm");
     G->matmul(gc, &lg, &sel, &m->emb, NULL, b->n_out);
+    MARK("head: lm_head");
   }
   hb_cuda_argmax(gc, &lg, b->n_out, &m->ids, &m->lp);
+  MARK("head: argmax");
 }
 
 struct bb {
@@ -370,6 +405,64 @@ static void bench_gemv(void) {
   }
 }
 
+/* Where a decode step's device time goes: one step of batch 1 at contexts 71 and 1570, the forward
+ * captured into a graph with a timestamp after every op, replayed 20 times; per op kind the median
+ * over replays of the summed intervals (event nodes between kernels remove any overlap, so the
+ * total is a little above the unmarked graph's). */
+static void breakdown(const struct cfg *c) {
+  struct model m;
+  model_init(&m, c, 1570, 1, 1570 + 64);
+  struct bb t;
+  bb_init(&t, &m);
+  printf("\n### %s decode step breakdown (batch 1, graph with a timestamp after every op)\n", c->name);
+  int ctxs[2] = {71, 1570};
+  for (int ci = 0; ci < 2; ci++) {
+    prefill(&m, &t, 0, 0, ctxs[ci]);
+    for (int fused = 1; fused >= 0; fused--) {
+      t.b.n_tokens = 1; t.b.n_seqs = 1; t.b.n_out = 1;
+      t.seq[0] = 0; t.out[0] = 0; t.pos[0] = ctxs[ci]; t.seq_len[0] = ctxs[ci] + 1;
+      if (G->batch_upload(gc, &t.b, &err)) DIE("batch_upload");
+      g_mark = 0;
+      forward(&m, &t.b, fused); /* uncaptured once: sizes scratch, creates the events */
+      int nmarks = g_mark;
+      g_mark = -1;
+      struct hb_cuda_graph *gr = NULL;
+      if (hb_cuda_capture_begin(gc, &err)) DIE("capture_begin");
+      g_mark = 0;
+      forward(&m, &t.b, fused);
+      g_mark = -1;
+      if (hb_cuda_capture_end(gc, &gr, &err)) DIE("capture_end");
+      enum { NK = 24, REPS = 20 };
+      const char *kinds[NK];
+      int nk = 0;
+      double per[NK][REPS], tot[REPS];
+      memset(per, 0, sizeof per);
+      for (int r = 0; r < REPS; r++) {
+        if (hb_cuda_graph_launch(gc, gr, &err) || G->sync(gc, &err)) DIE("replay");
+        tot[r] = hb_cuda_mark_ms(gc, 0, nmarks - 1) * 1e3;
+        for (int i = 1; i < nmarks; i++) {
+          int k = 0;
+          while (k < nk && strcmp(kinds[k], g_mark_name[i])) k++;
+          if (k == nk && nk < NK) kinds[nk++] = g_mark_name[i];
+          if (k < NK) per[k][r] += hb_cuda_mark_ms(gc, i - 1, i) * 1e3;
+        }
+      }
+      hb_cuda_graph_free(gr);
+      printf("\n%s @%d, %s (%d ops): median step %.0f us\n\n| op | us/step | us/layer | share |\n|---|---|---|---|\n",
+             c->name, ctxs[ci], fused ? "fused" : "ops", nmarks - 1, median(tot, REPS));
+      double mt = median(tot, REPS);
+      for (int k = 0; k < nk; k++) {
+        double md = median(per[k], REPS);
+        int per_layer = strncmp(kinds[k], "head", 4) && strcmp(kinds[k], "embed");
+        if (per_layer) printf("| %s | %.1f | %.2f | %.1f%% |\n", kinds[k], md, md / c->L, 100 * md / mt);
+        else printf("| %s | %.1f | – | %.1f%% |\n", kinds[k], md, 100 * md / mt);
+      }
+    }
+  }
+  bb_free(&t);
+  model_free(&m);
+}
+
 int main(int argc, char **argv) {
   const char *which = argc > 1 ? argv[1] : "all";
   struct hb_config cfg = {1, 0, 0};
@@ -377,6 +470,8 @@ int main(int argc, char **argv) {
   if (!strcmp(which, "gemv") || !strcmp(which, "all")) bench_gemv();
   if (!strcmp(which, "0.5b") || !strcmp(which, "all")) bench_model(&CFG_05B);
   if (!strcmp(which, "3b") || !strcmp(which, "all")) bench_model(&CFG_3B);
+  if (!strcmp(which, "breakdown") || !strcmp(which, "all")) breakdown(&CFG_3B);
+  if (!strcmp(which, "breakdown0.5b")) breakdown(&CFG_05B);
   if (G->sync(gc, &err)) { fprintf(stderr, "bench_cuda: %s\n", err.msg); return 1; }
   G->free(gc);
   return 0;

@@ -113,6 +113,10 @@ static void cuda_free(struct hb_ctx *c) {
   if (!c) return;
   cudaStreamSynchronize(c->stream);
   cudaFree(c->b_pos); cudaFree(c->b_seq); cudaFree(c->b_out); cudaFree(c->b_seqlen); cudaFree(c->b_bt);
+  if (c->marks) {
+    for (int i = 0; i < 1024; i++) if (c->marks[i]) cudaEventDestroy(c->marks[i]);
+    free(c->marks);
+  }
   cudaFree(c->attn_part); cudaFree(c->attn_cnt); cudaFree(c->tmp[0]); cudaFree(c->tmp[1]); cudaFree(c->gemm_part);
   cudaStreamDestroy(c->stream);
   free(c);
@@ -506,6 +510,22 @@ extern "C" void hb_cuda_mem_report(struct hb_ctx *c, char *buf, size_t len) {
            "%.3f GiB scratch; activations %s",
            c->device, prop.name, c->n_sm, tot / 1073741824.0, fr / 1073741824.0, c->bytes_alloc / 1073741824.0,
            c->bytes_scratch / 1073741824.0, c->exact ? "f32 (exact)" : "f16");
+}
+
+/* ---- timing marks ------------------------------------------------------------------------------ */
+
+extern "C" void hb_cuda_mark(struct hb_ctx *c, int i) {
+  if (c->status || i < 0 || i >= 1024) return;
+  if (!c->marks && !(c->marks = (cudaEvent_t *)calloc(1024, sizeof(cudaEvent_t)))) return;
+  if (!c->marks[i] && CU_OK(c, cudaEventCreate(&c->marks[i]))) return;
+  CU_OK(c, cudaEventRecord(c->marks[i], c->stream));
+}
+
+extern "C" float hb_cuda_mark_ms(struct hb_ctx *c, int i, int j) {
+  float ms = -1.0f;
+  if (!c->marks || i < 0 || j < 0 || i >= 1024 || j >= 1024 || !c->marks[i] || !c->marks[j]) return -1.0f;
+  if (cudaEventElapsedTime(&ms, c->marks[i], c->marks[j]) != cudaSuccess) { cudaGetLastError(); return -1.0f; }
+  return ms;
 }
 
 /* ---- the table ---------------------------------------------------------------------------------- */

@@ -64,6 +64,13 @@ void hb_cuda_mem_report(struct hb_ctx *ctx, char *buf, size_t len);
 /* bytes free on the device right now (for planning the KV pool); 0 on error */
 size_t hb_cuda_mem_free(struct hb_ctx *ctx);
 
+/* ---- timing (benchmarks only) -----------------------------------------------------------------
+ * mark(i) enqueues a timestamp into slot i (0..1023; allowed inside a capture, so a replayed graph
+ * re-records it); after sync, mark_ms(i, j) is the device time from mark i to mark j in ms
+ * (negative when either was never recorded). */
+void hb_cuda_mark(struct hb_ctx *ctx, int i);
+float hb_cuda_mark_ms(struct hb_ctx *ctx, int i, int j);
+
 #ifdef __cplusplus
 }
 #endif
