@@ -531,6 +531,98 @@ TEST_GROUP(fused) {
   teardown();
 }
 
+/* ---- device sampling vs the host algorithm of runtime/sampler.c (copied here, given u) ---------- */
+
+struct rcand { float logit; int32_t id; };
+static int rcand_cmp(const void *a, const void *b) {
+  const struct rcand *x = a, *y = b;
+  if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
+  return x->id < y->id ? -1 : x->id > y->id;
+}
+static int32_t ref_sample(const float *lg, int V, const struct hb_cuda_sample_row *p) {
+  struct rcand *c = malloc((size_t)V * sizeof *c);
+  int n = 0;
+  for (int i = 0; i < V; i++) {
+    if (isnan(lg[i]) || lg[i] == -INFINITY) continue;
+    c[n].logit = lg[i] / p->temperature; c[n].id = i; n++;
+  }
+  int k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
+  qsort(c, (size_t)n, sizeof *c, rcand_cmp);
+  n = k;
+  float mx = c[0].logit;
+  double sum = 0;
+  for (int i = 0; i < n; i++) sum += exp((double)(c[i].logit - mx));
+  if (p->top_p < 1.0f) {
+    double cum = 0; int keep = n;
+    for (int i = 0; i < n; i++) { cum += exp((double)(c[i].logit - mx)) / sum; if (cum >= p->top_p) { keep = i + 1; break; } }
+    n = keep;
+  }
+  if (p->min_p > 0.0f) {
+    double thr = log((double)p->min_p); int keep = 1;
+    while (keep < n && (double)(c[keep].logit - mx) >= thr) keep++;
+    n = keep;
+  }
+  sum = 0;
+  for (int i = 0; i < n; i++) sum += exp((double)(c[i].logit - mx));
+  double u = (double)p->u * sum, acc = 0;
+  int32_t r = c[n - 1].id;
+  for (int i = 0; i < n; i++) { acc += exp((double)(c[i].logit - mx)); if (u < acc) { r = c[i].id; break; } }
+  free(c);
+  return r;
+}
+
+TEST_GROUP(sample) {
+  if (setup(1)) return;
+  struct hearth_err err = {0};
+  int V = 151936, n = 8;
+  float *h = malloc((size_t)V * n * sizeof *h);
+  for (int r = 0; r < n; r++) {
+    float *row = h + (int64_t)r * V;
+    for (int i = 0; i < V; i++) row[i] = frand() * 2.0f;
+    for (int j = 0; j < 40; j++) row[irand(V)] += 14.0f + frand(); /* a peaked head: top-p 0.9 and min-p cut inside it */
+    row[irand(V)] = row[irand(V)] = 12.5f;                          /* a tie */
+    row[irand(V)] = -INFINITY;
+    row[irand(V)] = NAN;
+  }
+  struct pair lg;
+  pair_alloc(&lg, HB_F32, n, V);
+  G->write(gc, &lg.g, 0, n, h);
+  struct hb_tensor ids, lp;
+  G->alloc(gc, &ids, HB_I32, n, 1, &err);
+  G->alloc(gc, &lp, HB_F32, n, 1, &err);
+  struct hb_cuda_sample_row P[8] = {
+    {0.8f, 50, 1.0f, 0.0f, 0.0f}, {1.0f, 0, 0.9f, 0.0f, 0.0f}, {1.3f, 0, 1.0f, 0.05f, 0.0f},
+    {0.5f, 10, 0.5f, 0.1f, 0.0f}, {1.0f, 0, 1.0f, 0.0f, 0.0f} /* plain: host */, {1.0f, 2000, 1.0f, 0.0f, 0.0f} /* > cap */,
+    {2.0f, 1000, 0.95f, 0.0f, 0.0f}, {0.3f, 1, 1.0f, 0.0f, 0.0f}};
+  for (int rep = 0; rep < 3; rep++) {
+    for (int r = 0; r < n; r++) P[r].u = (float)((frand() + 1.0f) * 0.5f * 0.999f);
+    hb_cuda_sample(gc, &lg.g, n, P, &ids, &lp);
+    int32_t gid[8];
+    float glp[8];
+    G->read(gc, &ids, 0, n, gid);
+    G->read(gc, &lp, 0, n, glp);
+    if (G->sync(gc, &err)) { fprintf(stderr, "sample: %s\n", err.msg); test_failures++; break; }
+    for (int r = 0; r < n; r++) {
+      const float *row = h + (int64_t)r * V;
+      int32_t want = (r == 4 || r == 5) ? -1 : ref_sample(row, V, &P[r]);
+      printf("  sample row %d (T %.1f k %d p %.2f minp %.2f u %.3f): gpu %d host %d\n", r, P[r].temperature, P[r].top_k,
+             P[r].top_p, P[r].min_p, P[r].u, gid[r], want);
+      CHECKF(gid[r] == want, "row %d: gpu %d host %d", r, gid[r], want);
+      if (gid[r] >= 0) {
+        double mx = -INFINITY, s = 0;
+        for (int i = 0; i < V; i++) if (isfinite(row[i]) && row[i] > mx) mx = row[i];
+        for (int i = 0; i < V; i++) if (isfinite(row[i])) s += exp(row[i] - mx);
+        double ref = row[gid[r]] - mx - log(s);
+        CHECKF(fabs(glp[r] - ref) < 1e-4 + 1e-5 * fabs(ref), "row %d logprob %.6f ref %.6f", r, glp[r], ref);
+      }
+    }
+  }
+  free(h);
+  G->release(gc, &ids); G->release(gc, &lp);
+  pair_free(&lg);
+  teardown();
+}
+
 /* no GPU: init must fail with a message, not crash (runs anywhere) */
 TEST_GROUP(init_error) {
   struct hearth_err err = {0};
@@ -541,4 +633,4 @@ TEST_GROUP(init_error) {
   CHECK(rc != 0 && x == NULL && err.msg[0]);
 }
 
-TEST_MAIN(T(exact), T(fast), T(fused), T(graph), T(init_error))
+TEST_MAIN(T(exact), T(fast), T(fused), T(graph), T(sample), T(init_error))

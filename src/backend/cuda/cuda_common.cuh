@@ -15,6 +15,7 @@
 
 extern "C" {
 #include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
 }
 
 /* ---- the context ---------------------------------------------------------------------------- */
@@ -40,6 +41,8 @@ struct hb_ctx {
   size_t gemm_part_cap;   /* floats */
   void *tmp[2];           /* activation temporaries of the fused ops' fallback paths */
   size_t tmp_cap[2];      /* bytes */
+  struct hb_cuda_sample_row *sample_rows; /* device copy of hb_cuda_sample's parameters */
+  size_t sample_rows_cap;
   cudaEvent_t *marks;     /* [1024] timing marks (hb_cuda_mark), created on first use */
   unsigned gen;           /* bumped whenever a scratch buffer moves: captured graphs go stale */
   int capturing;
@@ -157,5 +160,7 @@ void cu_attention(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_ten
 /* sample.cu */
 void cu_argmax(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, struct hb_tensor *ids,
                struct hb_tensor *logprobs);
+void cu_sample(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, const struct hb_cuda_sample_row *rows,
+               struct hb_tensor *ids, struct hb_tensor *logprobs);
 
 #endif
