@@ -339,7 +339,9 @@ static void run_all(int exact) {
   check_matmul(HB_Q4, 136, 896, 2, 0, mt);
   check_matmul(HB_Q4, 384, 1024, 9, 0, mg);
   check_matmul(HB_Q4, 1152, 896, 71, 1, mg);
-  check_matmul(HB_Q4, 200, 4864, 300, 0, mg);
+  check_matmul(HB_Q4, 200, 4864, 300, 0, mg);  /* split-K (grid under one wave) */
+  check_matmul(HB_Q4, 2048, 512, 1100, 1, mg);  /* 16 x 9 tiles: no split */
+  check_matmul(HB_Q4, 256, 11008, 32, 0, mg);   /* decode x32 down_proj-like: deep split-K */
   check_matmul(HB_BF16, 300, 640, 5, 1, md);
   check_matmul(HB_F32, 130, 256, 70, 0, md);
   check_embed(HB_Q4, ew);
@@ -349,6 +351,8 @@ static void run_all(int exact) {
   check_elementwise(ew * 2);
   { int c[3] = {70, 300, 1}, nt[3] = {1, 1, 1}; check_attention(3, c, nt, 16, 2, 128, 0, 0.0f, at); }
   { int c[3] = {1100, 5, 17}, nt[3] = {1, 1, 1}; check_attention(3, c, nt, 14, 2, 64, 0, 0.0f, at); }
+  { int c[3] = {128, 31, 64}, nt[3] = {1, 1, 1}; check_attention(3, c, nt, 16, 2, 128, 0, 0.0f, at); }
+  { int c[2] = {1500, 257}, nt[2] = {1, 1}; check_attention(2, c, nt, 16, 2, 256, 0, 0.0f, at); }
   { int c[2] = {500, 40}, nt[2] = {1, 1}; check_attention(2, c, nt, 8, 8, 128, 128, 30.0f, at); }
   { int c[1] = {0}, nt[1] = {71}; check_attention(1, c, nt, 16, 2, 128, 0, 0.0f, at); }
   { int c[2] = {30, 100}, nt[2] = {40, 70}; check_attention(2, c, nt, 14, 2, 64, 0, 0.0f, at); }
@@ -384,6 +388,13 @@ TEST_GROUP(graph) {
   pair_free(&k); pair_free(&v);
   struct hb_attn_params ap = {n_heads, n_kv, hd, 1.0f / sqrtf((float)hd), 0, 0.0f};
   struct hb_cuda_graph *gr = NULL;
+  /* and a fused norm+GEMV (launched with programmatic dependent launch) on an input rewritten each step */
+  struct pair gx, gnw, gw, gxn, go;
+  pair_alloc(&gx, HB_F32, 2, 1024);
+  weight_pair(&gnw, HB_F32, 1, 1024, 1.0f);
+  weight_pair(&gw, HB_Q4, 384, 1024, 0.5f);
+  pair_alloc(&gxn, HB_F32, 2, 1024);
+  pair_alloc(&go, HB_F32, 2, 384);
   pair_alloc(&q, HB_F32, 2, n_heads * hd);
   pair_alloc(&k, HB_F32, 2, n_kv * hd);
   pair_alloc(&v, HB_F32, 2, n_kv * hd);
@@ -397,6 +408,12 @@ TEST_GROUP(graph) {
     h = randv(2 * n_kv * hd, 1.0f); pair_set(&k, h); free(h);
     h = randv(2 * n_kv * hd, 1.0f); pair_set(&v, h); free(h);
     pair_poison(&o);
+    h = randv(2 * 1024, 2.0f); pair_set(&gx, h); free(h);
+    pair_poison(&go);
+    C->rmsnorm(cc, &gxn.c, &gx.c, &gnw.c, 1e-6f, 0.0f);
+    C->matmul(cc, &go.c, &gxn.c, &gw.c, NULL, 2);
+    struct hb_tensor *gop[1] = {&go.g};
+    const struct hb_tensor *gwp[1] = {&gw.g};
     C->batch_upload(cc, &st.b, &err);
     CHECK(G->batch_upload(gc, &st.b, &err) == 0);
     C->kv_write(cc, &kv.c, &k.c, &v.c, &st.b);
@@ -404,11 +421,13 @@ TEST_GROUP(graph) {
     if (step == 0) { /* uncaptured first (sizes scratch), then capture for the next steps */
       G->kv_write(gc, &kv.g, &k.g, &v.g, &st.b);
       G->attention(gc, &o.g, &q.g, &kv.g, &st.b, &ap);
+      hb_cuda_norm_matmul(gc, &gx.g, &gnw.g, 1e-6f, 0.0f, 1, gop, gwp, NULL, 2, 0);
     } else {
       if (!gr) {
         CHECK(hb_cuda_capture_begin(gc, &err) == 0);
         G->kv_write(gc, &kv.g, &k.g, &v.g, &st.b);
         G->attention(gc, &o.g, &q.g, &kv.g, &st.b, &ap);
+        hb_cuda_norm_matmul(gc, &gx.g, &gnw.g, 1e-6f, 0.0f, 1, gop, gwp, NULL, 2, 0);
         if (hb_cuda_capture_end(gc, &gr, &err)) { fprintf(stderr, "capture: %s\n", err.msg); test_failures++; break; }
       }
       if (hb_cuda_graph_launch(gc, gr, &err)) { fprintf(stderr, "launch: %s\n", err.msg); test_failures++; break; }
@@ -416,8 +435,11 @@ TEST_GROUP(graph) {
     char what[64];
     snprintf(what, sizeof what, "graph step %d attention", step);
     cmp(&o, 2, what, 4e-3);
+    snprintf(what, sizeof what, "graph step %d norm+GEMV (PDL)", step);
+    cmp(&go, 2, what, 1.5e-2);
   }
   hb_cuda_graph_free(gr);
+  pair_free(&gx); pair_free(&gnw); pair_free(&gw); pair_free(&gxn); pair_free(&go);
   pair_free(&q); pair_free(&k); pair_free(&v); pair_free(&o);
   kv_free(&kv);
   teardown();
@@ -509,6 +531,98 @@ TEST_GROUP(fused) {
   teardown();
 }
 
+/* ---- device sampling vs the host algorithm of runtime/sampler.c (copied here, given u) ---------- */
+
+struct rcand { float logit; int32_t id; };
+static int rcand_cmp(const void *a, const void *b) {
+  const struct rcand *x = a, *y = b;
+  if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
+  return x->id < y->id ? -1 : x->id > y->id;
+}
+static int32_t ref_sample(const float *lg, int V, const struct hb_cuda_sample_row *p) {
+  struct rcand *c = malloc((size_t)V * sizeof *c);
+  int n = 0;
+  for (int i = 0; i < V; i++) {
+    if (isnan(lg[i]) || lg[i] == -INFINITY) continue;
+    c[n].logit = lg[i] / p->temperature; c[n].id = i; n++;
+  }
+  int k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
+  qsort(c, (size_t)n, sizeof *c, rcand_cmp);
+  n = k;
+  float mx = c[0].logit;
+  double sum = 0;
+  for (int i = 0; i < n; i++) sum += exp((double)(c[i].logit - mx));
+  if (p->top_p < 1.0f) {
+    double cum = 0; int keep = n;
+    for (int i = 0; i < n; i++) { cum += exp((double)(c[i].logit - mx)) / sum; if (cum >= p->top_p) { keep = i + 1; break; } }
+    n = keep;
+  }
+  if (p->min_p > 0.0f) {
+    double thr = log((double)p->min_p); int keep = 1;
+    while (keep < n && (double)(c[keep].logit - mx) >= thr) keep++;
+    n = keep;
+  }
+  sum = 0;
+  for (int i = 0; i < n; i++) sum += exp((double)(c[i].logit - mx));
+  double u = (double)p->u * sum, acc = 0;
+  int32_t r = c[n - 1].id;
+  for (int i = 0; i < n; i++) { acc += exp((double)(c[i].logit - mx)); if (u < acc) { r = c[i].id; break; } }
+  free(c);
+  return r;
+}
+
+TEST_GROUP(sample) {
+  if (setup(1)) return;
+  struct hearth_err err = {0};
+  int V = 151936, n = 8;
+  float *h = malloc((size_t)V * n * sizeof *h);
+  for (int r = 0; r < n; r++) {
+    float *row = h + (int64_t)r * V;
+    for (int i = 0; i < V; i++) row[i] = frand() * 2.0f;
+    for (int j = 0; j < 40; j++) row[irand(V)] += 14.0f + frand(); /* a peaked head: top-p 0.9 and min-p cut inside it */
+    row[irand(V)] = row[irand(V)] = 12.5f;                          /* a tie */
+    row[irand(V)] = -INFINITY;
+    row[irand(V)] = NAN;
+  }
+  struct pair lg;
+  pair_alloc(&lg, HB_F32, n, V);
+  G->write(gc, &lg.g, 0, n, h);
+  struct hb_tensor ids, lp;
+  G->alloc(gc, &ids, HB_I32, n, 1, &err);
+  G->alloc(gc, &lp, HB_F32, n, 1, &err);
+  struct hb_cuda_sample_row P[8] = {
+    {0.8f, 50, 1.0f, 0.0f, 0.0f}, {1.0f, 0, 0.9f, 0.0f, 0.0f}, {1.3f, 0, 1.0f, 0.05f, 0.0f},
+    {0.5f, 10, 0.5f, 0.1f, 0.0f}, {1.0f, 0, 1.0f, 0.0f, 0.0f} /* plain: host */, {1.0f, 2000, 1.0f, 0.0f, 0.0f} /* > cap */,
+    {2.0f, 1000, 0.95f, 0.0f, 0.0f}, {0.3f, 1, 1.0f, 0.0f, 0.0f}};
+  for (int rep = 0; rep < 3; rep++) {
+    for (int r = 0; r < n; r++) P[r].u = (float)((frand() + 1.0f) * 0.5f * 0.999f);
+    hb_cuda_sample(gc, &lg.g, n, P, &ids, &lp);
+    int32_t gid[8];
+    float glp[8];
+    G->read(gc, &ids, 0, n, gid);
+    G->read(gc, &lp, 0, n, glp);
+    if (G->sync(gc, &err)) { fprintf(stderr, "sample: %s\n", err.msg); test_failures++; break; }
+    for (int r = 0; r < n; r++) {
+      const float *row = h + (int64_t)r * V;
+      int32_t want = (r == 4 || r == 5) ? -1 : ref_sample(row, V, &P[r]);
+      printf("  sample row %d (T %.1f k %d p %.2f minp %.2f u %.3f): gpu %d host %d\n", r, P[r].temperature, P[r].top_k,
+             P[r].top_p, P[r].min_p, P[r].u, gid[r], want);
+      CHECKF(gid[r] == want, "row %d: gpu %d host %d", r, gid[r], want);
+      if (gid[r] >= 0) {
+        double mx = -INFINITY, s = 0;
+        for (int i = 0; i < V; i++) if (isfinite(row[i]) && row[i] > mx) mx = row[i];
+        for (int i = 0; i < V; i++) if (isfinite(row[i])) s += exp(row[i] - mx);
+        double ref = row[gid[r]] - mx - log(s);
+        CHECKF(fabs(glp[r] - ref) < 1e-4 + 1e-5 * fabs(ref), "row %d logprob %.6f ref %.6f", r, glp[r], ref);
+      }
+    }
+  }
+  free(h);
+  G->release(gc, &ids); G->release(gc, &lp);
+  pair_free(&lg);
+  teardown();
+}
+
 /* no GPU: init must fail with a message, not crash (runs anywhere) */
 TEST_GROUP(init_error) {
   struct hearth_err err = {0};
@@ -519,4 +633,4 @@ TEST_GROUP(init_error) {
   CHECK(rc != 0 && x == NULL && err.msg[0]);
 }
 
-TEST_MAIN(T(exact), T(fast), T(fused), T(graph), T(init_error))
+TEST_MAIN(T(exact), T(fast), T(fused), T(graph), T(sample), T(init_error))

@@ -24,6 +24,7 @@
 template <typename T, typename KT>
 __global__ void kv_write_kernel(KT *kc, KT *vc, const T *k, const T *v, const int32_t *pos, const int32_t *seq,
                                 const int32_t *bt, int max_blocks, int bs, int n_tokens, int64_t w) {
+  pdl_trigger();
   int64_t total = (int64_t)n_tokens * w;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
     int t = (int)(i / w);
@@ -69,6 +70,7 @@ template <typename T, typename KT>
 __global__ void rope_kv_kernel(T *q, const T *k, const T *v, KT *kc, KT *vc, const int32_t *pos, const int32_t *seq,
                                const int32_t *bt, int max_blocks, int bs, int n_tokens, int n_heads, int n_kv, int hd,
                                int n_rot, float theta) {
+  pdl_trigger();
   const int half = n_rot / 2;
   const int64_t per = (int64_t)n_heads * half + 2 * (int64_t)n_kv * hd, total = per * n_tokens, w = (int64_t)n_kv * hd;
   for (int64_t it = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; it < total; it += (int64_t)gridDim.x * blockDim.x) {
@@ -134,8 +136,9 @@ void cu_rope_kv_write(struct hb_ctx *ctx, struct hb_tensor *q, struct hb_tensor 
 /* ---- decode: split over the keys --------------------------------------------------------------------- */
 
 #define AD_WARPS 4
-#define AD_G 8        /* query heads per block (a GQA group, or a slice of one) */
-#define AD_MINKEYS 64 /* keys per split at least */
+#define AD_G 8         /* query heads per block (a GQA group, or a slice of one) */
+#define AD_TILE 32     /* keys per warp step: one per lane */
+#define AD_MINKEYS 128 /* keys per split at least: one tile per warp */
 
 template <int D>
 __device__ __forceinline__ void load_row(float f[D], const float *p) {
@@ -156,16 +159,37 @@ __device__ __forceinline__ void load_row(float f[D], const __half *p) {
     for (int d = 0; d < D; d++) f[d] = __half2float(p[d]);
   }
 }
+/* 8 consecutive elements (16-byte aligned for f16, 32 for f32) */
+__device__ __forceinline__ void load8(float f[8], const __half *p) {
+  uint4 u = *(const uint4 *)p;
+  const __half2 *h = (const __half2 *)&u;
+#pragma unroll
+  for (int j = 0; j < 4; j++) {
+    float2 v = __half22float2(h[j]);
+    f[2 * j] = v.x;
+    f[2 * j + 1] = v.y;
+  }
+}
+__device__ __forceinline__ void load8(float f[8], const float *p) {
+  float4 a = *(const float4 *)p, b = *(const float4 *)(p + 4);
+  f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w; f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
+}
 
 __device__ __forceinline__ float softcap_f(float s, float cap) { return cap > 0.0f ? cap * tanhf(s / cap) : s; }
 
+/* One key per lane: a warp scores 32 keys at once against the block's (up to 8) query heads held
+ * in shared memory, does one max/sum reduction per head per 32 keys, then accumulates P·V with
+ * lanes owning head_dim/32 output dims each. */
 template <typename T, typename KT, int D>
 __global__ __launch_bounds__(128) void attn_decode_kernel(T *out, const T *q, const KT *kc, const KT *vc,
                                                           const int32_t *pos, const int32_t *seq, const int32_t *bt,
                                                           int max_blocks, int bs, int n_heads, int n_kv, int G, int HG,
                                                           float scale, int window, float softcap, float *part,
                                                           unsigned *cnt, int NS) {
+  pdl_trigger();
   constexpr int HD = 32 * D;
+  __shared__ __align__(16) float q_s[AD_G][HD];
+  __shared__ float p_s[AD_WARPS][AD_G][AD_TILE];
   __shared__ float sm_m[AD_WARPS][AD_G], sm_l[AD_WARPS][AD_G];
   __shared__ float sm_acc[AD_WARPS][AD_G][HD];
   __shared__ int sm_last;
@@ -179,41 +203,90 @@ __global__ __launch_bounds__(128) void attn_decode_kernel(T *out, const T *q, co
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t kvw = (int64_t)n_kv * HD;
 
-  float qv[AD_G][D], m[AD_G], l[AD_G], acc[AD_G][D];
+  for (int i = threadIdx.x; i < AD_G * HD; i += blockDim.x) {
+    int g = i / HD, d = i % HD;
+    q_s[g][d] = g < ng ? ldf(q + ((int64_t)t * n_heads + h0 + g) * HD + d) * scale : 0.0f;
+  }
+  __syncthreads();
+
+  float m[AD_G], l[AD_G], acc[AD_G][D];
 #pragma unroll
   for (int g = 0; g < AD_G; g++) {
     m[g] = -INFINITY;
     l[g] = 0.0f;
 #pragma unroll
     for (int d = 0; d < D; d++) acc[g][d] = 0.0f;
-    if (g < ng) {
-      load_row<D>(qv[g], q + ((int64_t)t * n_heads + h0 + g) * HD + lane * D);
-#pragma unroll
-      for (int d = 0; d < D; d++) qv[g][d] *= scale;
-    } else {
-#pragma unroll
-      for (int d = 0; d < D; d++) qv[g][d] = 0.0f;
-    }
   }
   const int32_t *btr = bt + (int64_t)sq * max_blocks;
-  for (int k = ks + warp; k < ke; k += AD_WARPS) {
-    int64_t slot = (int64_t)btr[k / bs] * bs + k % bs;
-    float kf[D], vf[D];
-    load_row<D>(kf, kc + slot * kvw + (int64_t)kh * HD + lane * D);
-    load_row<D>(vf, vc + slot * kvw + (int64_t)kh * HD + lane * D);
+  for (int kb = ks + warp * AD_TILE; kb < ke; kb += AD_WARPS * AD_TILE) {
+    const int k = kb + lane;
+    const bool valid = k < ke;
+    const int64_t slot = valid ? (int64_t)btr[k / bs] * bs + k % bs : 0;
+    float sc[AD_G];
+#pragma unroll
+    for (int g = 0; g < AD_G; g++) sc[g] = 0.0f;
+    if (valid) {
+      const KT *kp = kc + slot * kvw + (int64_t)kh * HD;
+      constexpr int CH = HD < 64 ? HD : 64; /* dims per register chunk */
+#pragma unroll
+      for (int c = 0; c < HD; c += CH) {
+        float kf[CH];
+#pragma unroll
+        for (int j = 0; j < CH; j += 8) load8(kf + j, kp + c + j);
+#pragma unroll
+        for (int g = 0; g < AD_G; g++) {
+          if (g < ng) {
+            const float4 *qv = (const float4 *)&q_s[g][c];
+            float a = 0.0f;
+#pragma unroll
+            for (int j = 0; j < CH / 4; j++) {
+              float4 qq = qv[j];
+              a = fmaf(qq.x, kf[4 * j], fmaf(qq.y, kf[4 * j + 1], fmaf(qq.z, kf[4 * j + 2], fmaf(qq.w, kf[4 * j + 3], a))));
+            }
+            sc[g] += a;
+          }
+        }
+      }
+    }
 #pragma unroll
     for (int g = 0; g < AD_G; g++) {
-      if (g >= ng) break;
-      float dot = 0.0f;
+      if (g < ng) {
+        float sv = valid ? softcap_f(sc[g], softcap) : -INFINITY;
+        float mn = fmaxf(m[g], warp_max(sv)); /* lane 0's key is valid: finite */
+        float al = expf(m[g] - mn), pe = valid ? expf(sv - mn) : 0.0f;
+        l[g] = l[g] * al + warp_sum(pe);
+        m[g] = mn;
+        p_s[warp][g][lane] = pe;
 #pragma unroll
-      for (int d = 0; d < D; d++) dot = fmaf(qv[g][d], kf[d], dot);
-      dot = softcap_f(warp_sum(dot), softcap);
-      float mn = fmaxf(m[g], dot), al = expf(m[g] - mn), pe = expf(dot - mn);
-      l[g] = l[g] * al + pe;
-#pragma unroll
-      for (int d = 0; d < D; d++) acc[g][d] = fmaf(acc[g][d], al, pe * vf[d]);
-      m[g] = mn;
+        for (int d = 0; d < D; d++) acc[g][d] *= al;
+      }
     }
+    __syncwarp();
+    const int nk = min(AD_TILE, ke - kb);
+    for (int j0 = 0; j0 < nk; j0 += 8) {
+      float vf[8][D];
+#pragma unroll
+      for (int j = 0; j < 8; j++) {
+        int64_t sj = __shfl_sync(0xffffffffu, (long long)slot, j0 + j);
+        if (j0 + j < nk) load_row<D>(vf[j], vc + sj * kvw + (int64_t)kh * HD + lane * D);
+        else {
+#pragma unroll
+          for (int d = 0; d < D; d++) vf[j][d] = 0.0f;
+        }
+      }
+#pragma unroll
+      for (int g = 0; g < AD_G; g++) {
+        if (g < ng) {
+#pragma unroll
+          for (int j = 0; j < 8; j++) {
+            float pj = j0 + j < nk ? p_s[warp][g][j0 + j] : 0.0f;
+#pragma unroll
+            for (int d = 0; d < D; d++) acc[g][d] = fmaf(pj, vf[j][d], acc[g][d]);
+          }
+        }
+      }
+    }
+    __syncwarp();
   }
 #pragma unroll
   for (int g = 0; g < AD_G; g++) {

@@ -117,7 +117,8 @@ static void cuda_free(struct hb_ctx *c) {
     for (int i = 0; i < 1024; i++) if (c->marks[i]) cudaEventDestroy(c->marks[i]);
     free(c->marks);
   }
-  cudaFree(c->attn_part); cudaFree(c->attn_cnt); cudaFree(c->tmp[0]); cudaFree(c->tmp[1]);
+  cudaFree(c->attn_part); cudaFree(c->attn_cnt); cudaFree(c->tmp[0]); cudaFree(c->tmp[1]); cudaFree(c->gemm_part);
+  cudaFree(c->sample_rows);
   cudaStreamDestroy(c->stream);
   free(c);
 }
@@ -491,6 +492,11 @@ extern "C" void hb_cuda_rope_kv_write(struct hb_ctx *c, struct hb_tensor *q, str
                                       const struct hb_tensor *v, struct hb_kv_layer *kv, const struct hb_batch *b,
                                       int n_heads, int n_rot, float theta) {
   if (!c->status) cu_rope_kv_write(c, q, k, v, kv, b, n_heads, n_rot, theta);
+}
+
+extern "C" void hb_cuda_sample(struct hb_ctx *c, const struct hb_tensor *logits, int n,
+                               const struct hb_cuda_sample_row *rows, struct hb_tensor *ids, struct hb_tensor *logprobs) {
+  if (!c->status) cu_sample(c, logits, n, rows, ids, logprobs);
 }
 
 extern "C" size_t hb_cuda_mem_free(struct hb_ctx *c) {

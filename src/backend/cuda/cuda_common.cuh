@@ -15,6 +15,7 @@
 
 extern "C" {
 #include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
 }
 
 /* ---- the context ---------------------------------------------------------------------------- */
@@ -36,8 +37,12 @@ struct hb_ctx {
   size_t attn_part_cap;   /* floats */
   unsigned *attn_cnt;
   size_t attn_cnt_cap;    /* counters */
+  float *gemm_part;       /* split-K partial sums of the tensor-core GEMM [M × N] f32 */
+  size_t gemm_part_cap;   /* floats */
   void *tmp[2];           /* activation temporaries of the fused ops' fallback paths */
   size_t tmp_cap[2];      /* bytes */
+  struct hb_cuda_sample_row *sample_rows; /* device copy of hb_cuda_sample's parameters */
+  size_t sample_rows_cap;
   cudaEvent_t *marks;     /* [1024] timing marks (hb_cuda_mark), created on first use */
   unsigned gen;           /* bumped whenever a scratch buffer moves: captured graphs go stale */
   int capturing;
@@ -75,6 +80,20 @@ __device__ __forceinline__ float ld_any(const void *p, int dt, int64_t i) {
   if (dt == HB_F32) return ((const float *)p)[i];
   if (dt == HB_F16) return __half2float(((const __half *)p)[i]);
   return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+}
+
+/* programmatic dependent launch: let the next kernel (if launched with programmatic stream
+ * serialization: the GEMVs) start its prologue now; it still waits for this grid's completion before
+ * touching anything this grid writes */
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
 }
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -141,5 +160,7 @@ void cu_attention(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_ten
 /* sample.cu */
 void cu_argmax(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, struct hb_tensor *ids,
                struct hb_tensor *logprobs);
+void cu_sample(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, const struct hb_cuda_sample_row *rows,
+               struct hb_tensor *ids, struct hb_tensor *logprobs);
 
 #endif

@@ -9,6 +9,7 @@
 template <typename TO>
 __global__ void embed_q4_kernel(TO *out, const uint8_t *q, const __half *sc, const int32_t *ids, int n,
                                 int64_t d, float scale) {
+  pdl_trigger();
   int t = blockIdx.y;
   int64_t r = ids[t];
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < d; i += (int64_t)gridDim.x * blockDim.x) {
@@ -19,6 +20,7 @@ __global__ void embed_q4_kernel(TO *out, const uint8_t *q, const __half *sc, con
 
 template <typename TO, typename TT>
 __global__ void embed_dense_kernel(TO *out, const TT *tab, const int32_t *ids, int64_t d, float scale) {
+  pdl_trigger();
   int t = blockIdx.y;
   int64_t r = ids[t];
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < d; i += (int64_t)gridDim.x * blockDim.x)
@@ -69,6 +71,7 @@ void cu_embed(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor 
 
 template <typename T>
 __global__ void silu_mul_kernel(T *out, const T *g, const T *u, int64_t m) {
+  pdl_trigger();
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < m; i += (int64_t)gridDim.x * blockDim.x) {
     float gv = ldf(g + i);
     stf(out + i, gv / (1.0f + expf(-gv)) * ldf(u + i));
@@ -77,6 +80,7 @@ __global__ void silu_mul_kernel(T *out, const T *g, const T *u, int64_t m) {
 
 template <typename T>
 __global__ void add_kernel(T *x, const T *y, int64_t m) {
+  pdl_trigger();
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < m; i += (int64_t)gridDim.x * blockDim.x)
     stf(x + i, ldf(x + i) + ldf(y + i));
 }
@@ -121,6 +125,7 @@ void cu_add(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *y, 
 
 template <typename T>
 __global__ void gather_kernel(T *out, const T *x, const int32_t *rows, int64_t cols) {
+  pdl_trigger();
   int i = blockIdx.y;
   int64_t r = rows[i];
   for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < cols; j += (int64_t)gridDim.x * blockDim.x)

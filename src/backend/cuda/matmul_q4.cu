@@ -131,6 +131,37 @@ __global__ __launch_bounds__(256) void gemv_q4_kernel(const __grid_constant__ ge
   uint4 *xq = smem;                                /* [N][nch][2] packed int8 */
   float *dx = (float *)(xq + (size_t)N * nch * 2); /* [N][nch] scale */
   float *ofs = dx + N * nch;                       /* [N][nch] -8 * scale * sum(q) */
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t rb = K / 2, gpr = K / 128;
+
+  /* The weight stream is software-pipelined over "steps" (row group rg, 32*U-run window c0): the
+   * loads of step i+1 are issued before step i is computed, and the very first step's loads before
+   * the x prologue, which is also before griddepcontrol.wait: under programmatic dependent launch
+   * this kernel's weights start streaming while the previous kernel drains. Nothing that the
+   * previous kernel writes (x, out) is touched before the wait. */
+  uint4 wa[GEMV_U][GEMV_R];
+  float sa[GEMV_U][GEMV_R];
+#define GEMV_LOAD(W, SV, RG, C0)                                                                         \
+  do {                                                                                                   \
+    const int gr_ = (RG) * GEMV_ROWS + warp * GEMV_R;                                                    \
+    const int m_ = gr_ >= a.row0[1] ? (gr_ >= a.row0[2] ? 2 : 1) : 0;                                    \
+    const int rows_ = m_ < a.n_mm ? a.row0[m_ + 1] - a.row0[m_] : 0, r0_ = gr_ - a.row0[m_];             \
+    _Pragma("unroll") for (int u = 0; u < GEMV_U; u++) {                                                 \
+      const int c = (C0) + u * 32 + lane;                                                                \
+      _Pragma("unroll") for (int r = 0; r < GEMV_R; r++) {                                               \
+        if (c < nch && r0_ + r < rows_) {                                                                \
+          W[u][r] = ld_nc_v4(a.wq[m_] + (int64_t)(r0_ + r) * rb + (int64_t)c * 16);                      \
+          SV[u][r] = __half2float(a.ws[m_][(int64_t)(r0_ + r) * gpr + c / 4]);                           \
+        } else {                                                                                         \
+          W[u][r] = make_uint4(0, 0, 0, 0);                                                              \
+          SV[u][r] = 0.0f;                                                                               \
+        }                                                                                                \
+      }                                                                                                  \
+    }                                                                                                    \
+  } while (0)
+  GEMV_LOAD(wa, sa, (int)blockIdx.x, 0);
+  pdl_wait();
+  pdl_trigger();
 
   if (PRO == PRO_NORM) {
     if (threadIdx.x < N) s_inv[threadIdx.x] = 0.0f;
@@ -208,79 +239,72 @@ __global__ __launch_bounds__(256) void gemv_q4_kernel(const __grid_constant__ ge
   }
   __syncthreads();
 
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t rb = K / 2, gpr = K / 128;
-  for (int rg = blockIdx.x; rg * GEMV_ROWS < a.rows_total; rg += gridDim.x) {
-    const int gr = rg * GEMV_ROWS + warp * GEMV_R;
-    const int m = gr >= a.row0[1] ? (gr >= a.row0[2] ? 2 : 1) : 0;
-    if (m >= a.n_mm) break;
-    const int r0 = gr - a.row0[m], rows = a.row0[m + 1] - a.row0[m];
-    const uint8_t *wq = a.wq[m];
-    const __half *ws = a.ws[m];
-    float acc[GEMV_R][N];
+  float acc[GEMV_R][N];
 #pragma unroll
-    for (int r = 0; r < GEMV_R; r++)
+  for (int r = 0; r < GEMV_R; r++)
 #pragma unroll
-      for (int n = 0; n < N; n++) acc[r][n] = 0.0f;
-    for (int c0 = 0; c0 < nch; c0 += 32 * GEMV_U) {
-      uint4 wv[GEMV_U][GEMV_R];
-      float sv[GEMV_U][GEMV_R];
+    for (int n = 0; n < N; n++) acc[r][n] = 0.0f;
+  int rg = blockIdx.x, c0 = 0;
+  while (rg * GEMV_ROWS < a.rows_total) {
+    int nrg = rg, nc0 = c0 + 32 * GEMV_U;
+    if (nc0 >= nch) { nc0 = 0; nrg += gridDim.x; }
+    uint4 wb[GEMV_U][GEMV_R];
+    float sb[GEMV_U][GEMV_R];
+    GEMV_LOAD(wb, sb, nrg, nc0); /* next step in flight while this one computes */
 #pragma unroll
-      for (int u = 0; u < GEMV_U; u++) {
-        int c = c0 + u * 32 + lane;
-#pragma unroll
-        for (int r = 0; r < GEMV_R; r++) {
-          if (c < nch && r0 + r < rows) {
-            wv[u][r] = ld_nc_v4(wq + (int64_t)(r0 + r) * rb + (int64_t)c * 16);
-            sv[u][r] = __half2float(ws[(int64_t)(r0 + r) * gpr + c / 4]);
-          } else {
-            wv[u][r] = make_uint4(0, 0, 0, 0);
-            sv[u][r] = 0.0f;
-          }
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < GEMV_U; u++) {
-        int c = c0 + u * 32 + lane;
-        if (c >= nch) break;
-#pragma unroll
-        for (int n = 0; n < N; n++) {
-          uint4 xa = xq[((size_t)n * nch + c) * 2], xb = xq[((size_t)n * nch + c) * 2 + 1];
-          float d = dx[n * nch + c], o = ofs[n * nch + c];
-#pragma unroll
-          for (int r = 0; r < GEMV_R; r++) {
-            const uint4 w = wv[u][r];
-            int s = 0;
-            s = __dp4a((int)(w.x & 0x0F0F0F0Fu), (int)xa.x, s);
-            s = __dp4a((int)((w.x >> 4) & 0x0F0F0F0Fu), (int)xa.y, s);
-            s = __dp4a((int)(w.y & 0x0F0F0F0Fu), (int)xa.z, s);
-            s = __dp4a((int)((w.y >> 4) & 0x0F0F0F0Fu), (int)xa.w, s);
-            s = __dp4a((int)(w.z & 0x0F0F0F0Fu), (int)xb.x, s);
-            s = __dp4a((int)((w.z >> 4) & 0x0F0F0F0Fu), (int)xb.y, s);
-            s = __dp4a((int)(w.w & 0x0F0F0F0Fu), (int)xb.z, s);
-            s = __dp4a((int)((w.w >> 4) & 0x0F0F0F0Fu), (int)xb.w, s);
-            acc[r][n] = fmaf(sv[u][r], fmaf(d, (float)s, o), acc[r][n]);
-          }
-        }
-      }
-    }
-    TO *out = (TO *)a.out[m];
-    const float *bias = a.bias[m];
-    const int64_t ldo = a.ldo[m];
-#pragma unroll
-    for (int r = 0; r < GEMV_R; r++) {
+    for (int u = 0; u < GEMV_U; u++) {
+      int c = c0 + u * 32 + lane;
+      if (c >= nch) break;
 #pragma unroll
       for (int n = 0; n < N; n++) {
-        float v = warp_sum(acc[r][n]);
-        if (lane == 0 && r0 + r < rows) {
-          TO *o = out + (int64_t)n * ldo + r0 + r;
-          v += bias ? bias[r0 + r] : 0.0f;
-          if (a.add) v += ldf(o);
-          stf(o, v);
+        uint4 xa = xq[((size_t)n * nch + c) * 2], xb = xq[((size_t)n * nch + c) * 2 + 1];
+        float d = dx[n * nch + c], o = ofs[n * nch + c];
+#pragma unroll
+        for (int r = 0; r < GEMV_R; r++) {
+          const uint4 w = wa[u][r];
+          int sacc = 0;
+          sacc = __dp4a((int)(w.x & 0x0F0F0F0Fu), (int)xa.x, sacc);
+          sacc = __dp4a((int)((w.x >> 4) & 0x0F0F0F0Fu), (int)xa.y, sacc);
+          sacc = __dp4a((int)(w.y & 0x0F0F0F0Fu), (int)xa.z, sacc);
+          sacc = __dp4a((int)((w.y >> 4) & 0x0F0F0F0Fu), (int)xa.w, sacc);
+          sacc = __dp4a((int)(w.z & 0x0F0F0F0Fu), (int)xb.x, sacc);
+          sacc = __dp4a((int)((w.z >> 4) & 0x0F0F0F0Fu), (int)xb.y, sacc);
+          sacc = __dp4a((int)(w.w & 0x0F0F0F0Fu), (int)xb.z, sacc);
+          sacc = __dp4a((int)((w.w >> 4) & 0x0F0F0F0Fu), (int)xb.w, sacc);
+          acc[r][n] = fmaf(sa[u][r], fmaf(d, (float)sacc, o), acc[r][n]);
         }
       }
     }
+    if (nc0 == 0) { /* row group rg done: reduce and store */
+      const int gr = rg * GEMV_ROWS + warp * GEMV_R;
+      const int m = gr >= a.row0[1] ? (gr >= a.row0[2] ? 2 : 1) : 0;
+      const int rows = m < a.n_mm ? a.row0[m + 1] - a.row0[m] : 0, r0 = gr - a.row0[m];
+      TO *out = (TO *)a.out[m < 3 ? m : 0];
+      const float *bias = a.bias[m < 3 ? m : 0];
+      const int64_t ldo = a.ldo[m < 3 ? m : 0];
+#pragma unroll
+      for (int r = 0; r < GEMV_R; r++) {
+#pragma unroll
+        for (int n = 0; n < N; n++) {
+          float v = warp_sum(acc[r][n]);
+          acc[r][n] = 0.0f;
+          if (lane == 0 && r0 + r < rows) {
+            TO *o = out + (int64_t)n * ldo + r0 + r;
+            v += bias ? bias[r0 + r] : 0.0f;
+            if (a.add) v += ldf(o);
+            stf(o, v);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < GEMV_U; u++)
+#pragma unroll
+      for (int r = 0; r < GEMV_R; r++) { wa[u][r] = wb[u][r]; sa[u][r] = sb[u][r]; }
+    rg = nrg;
+    c0 = nc0;
   }
+#undef GEMV_LOAD
 }
 
 /* ---- GEMM: prefill on tensor cores ------------------------------------------------------------------ */
@@ -299,7 +323,7 @@ template <typename TO>
 __global__ __launch_bounds__(256) void gemm_q4_kernel(TO *__restrict__ out, int64_t ldo, const __half *__restrict__ x,
                                                       int64_t ldx, const uint8_t *__restrict__ wq,
                                                       const __half *__restrict__ ws, const float *__restrict__ bias,
-                                                      int M, int N, int K) {
+                                                      int M, int N, int K, int kt_per, float *__restrict__ part) {
   extern __shared__ uint4 smem[];
   __half *As = (__half *)smem;                                   /* [ST][BM][LDA] */
   uint8_t *Bs = (uint8_t *)(As + GM_ST * GM_BM * GM_LDA);        /* [ST][BN][32] (two 16-byte runs, swizzled) */
@@ -307,7 +331,10 @@ __global__ __launch_bounds__(256) void gemm_q4_kernel(TO *__restrict__ out, int6
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int wm = warp / 4, wn = warp % 4, gid = lane / 4, tig = lane % 4;
   const int m0 = blockIdx.y * GM_BM, n0 = blockIdx.x * GM_BN;
-  const int KT = K / GM_BK, gpr = K / 128;
+  const int gpr = K / 128;
+  /* split-K: this block takes k-tiles [kt0, kt0 + KT) and, when part != NULL, adds its f32 partial
+   * tile into part[M][N] (zeroed before; gemm_finish adds the bias and converts) */
+  const int kt0 = blockIdx.z * kt_per, KT = min(K / GM_BK - kt0, kt_per);
   const int64_t rb = K / 2;
 
   for (int i = tid; i < GM_BN * gpr; i += 256) {
@@ -316,7 +343,7 @@ __global__ __launch_bounds__(256) void gemm_q4_kernel(TO *__restrict__ out, int6
   }
 
   auto load = [&](int stage, int kt) {
-    const int k0 = kt * GM_BK;
+    const int k0 = (kt0 + kt) * GM_BK;
 #pragma unroll
     for (int i = 0; i < 4; i++) {
       int idx = tid + i * 256, r = idx / 8, cc = idx % 8, gm = m0 + r;
@@ -348,7 +375,7 @@ __global__ __launch_bounds__(256) void gemm_q4_kernel(TO *__restrict__ out, int6
     if (kt + GM_ST - 1 < KT) load((kt + GM_ST - 1) % GM_ST, kt + GM_ST - 1);
     cp_async_commit();
     const int st = kt % GM_ST;
-    const int g = kt * GM_BK / 128;
+    const int g = (kt0 + kt) * GM_BK / 128;
     __half2 s2[4];
 #pragma unroll
     for (int ni = 0; ni < 4; ni++) s2[ni] = __half2half2(Ss[(wn * 32 + ni * 8 + gid) * gpr + g]);
@@ -389,11 +416,27 @@ __global__ __launch_bounds__(256) void gemm_q4_kernel(TO *__restrict__ out, int6
       for (int e = 0; e < 2; e++) {
         int cc = col + e;
         if (cc >= N) continue;
+        if (part) {
+          if (row < M) atomicAdd(part + (int64_t)row * N + cc, acc[mi][ni][e]);
+          if (row + 8 < M) atomicAdd(part + (int64_t)(row + 8) * N + cc, acc[mi][ni][2 + e]);
+          continue;
+        }
         float bv = bias ? bias[cc] : 0.0f;
         if (row < M) stf(out + (int64_t)row * ldo + cc, acc[mi][ni][e] + bv);
         if (row + 8 < M) stf(out + (int64_t)(row + 8) * ldo + cc, acc[mi][ni][2 + e] + bv);
       }
     }
+  }
+}
+
+/* split-K epilogue: out[m][n] = part[m][n] + bias[n] */
+template <typename TO>
+__global__ void gemm_finish_kernel(TO *out, int64_t ldo, const float *part, const float *bias, int M, int N) {
+  pdl_trigger();
+  int64_t total = (int64_t)M * N;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
+    int m = (int)(i / N), n = (int)(i % N);
+    stf(out + (int64_t)m * ldo + n, part[i] + (bias ? bias[n] : 0.0f));
   }
 }
 
@@ -487,20 +530,34 @@ int cu_matmul_init(struct hb_ctx *ctx) {
   return bad;
 }
 
+/* one resident wave (about 128 registers x 256 threads: 2 blocks per SM), launched with
+ * programmatic stream serialization so that it may start while the previous kernel drains (the
+ * kernel waits with griddepcontrol.wait before it reads x or writes out) */
 template <typename TO, int PRO>
 static void gemv_launch_t(struct hb_ctx *ctx, int n, const gemv_args &a) {
   size_t sm = gemv_smem(n, a.K);
   int groups = (a.rows_total + GEMV_ROWS - 1) / GEMV_ROWS;
   int per_sm = (int)((228 * 1024) / (sm + 1024));
-  per_sm = per_sm < 1 ? 1 : (per_sm > 8 ? 8 : per_sm);
+  per_sm = per_sm < 1 ? 1 : (per_sm > 2 ? 2 : per_sm);
   int grid = groups < ctx->n_sm * per_sm ? groups : ctx->n_sm * per_sm;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)grid);
+  cfg.blockDim = dim3(256);
+  cfg.dynamicSmemBytes = sm;
+  cfg.stream = ctx->stream;
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = at;
+  cfg.numAttrs = 1;
+  cudaError_t e = cudaSuccess;
 #define GEMV_CASE(NN) \
-  case NN: gemv_q4_kernel<NN, TO, PRO><<<grid, 256, sm, ctx->stream>>>(a); break;
+  case NN: e = cudaLaunchKernelEx(&cfg, gemv_q4_kernel<NN, TO, PRO>, a); break;
   switch (n) {
     GEMV_CASE(1) GEMV_CASE(2) GEMV_CASE(3) GEMV_CASE(4) GEMV_CASE(5) GEMV_CASE(6) GEMV_CASE(7) GEMV_CASE(8)
   }
 #undef GEMV_CASE
-  CU_LAUNCHED(ctx, "gemv_q4");
+  if (!cu_ok_(ctx, e, "cudaLaunchKernelEx(gemv_q4)", __FILE__, __LINE__)) CU_LAUNCHED(ctx, "gemv_q4");
 }
 
 /* the fused decode GEMV: returns 0 when it launched, 1 when the shapes need the general path */
@@ -600,17 +657,44 @@ void cu_matmul(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor
       const struct hb_tensor *w1[1] = {w}, *b1[1] = {bias};
       if (!cu_gemv_fused(ctx, PRO_PLAIN, x, NULL, NULL, 0.0f, 0.0f, 1, o1, w1, b1, n, 0)) return;
     }
-    dim3 grid((unsigned)((w->rows + GM_BN - 1) / GM_BN), (unsigned)((n + GM_BM - 1) / GM_BM));
+    const int N = (int)w->rows, K = (int)w->cols, KT = K / GM_BK;
+    const int gx = (N + GM_BN - 1) / GM_BN, gy = (n + GM_BM - 1) / GM_BM;
+    /* split-K when the tile grid is under one wave (small M, few output rows), so that every
+     * GEMM keeps >= 2 blocks per SM streaming weights; at least 2 k-tiles per split */
+    int S = 1;
+    if (gx * gy < ctx->n_sm) {
+      S = (2 * ctx->n_sm + gx * gy - 1) / (gx * gy);
+      if (S > KT / 2) S = KT / 2 > 0 ? KT / 2 : 1;
+    }
+    const int kt_per = (KT + S - 1) / S;
+    S = (KT + kt_per - 1) / kt_per;
+    float *part = NULL;
+    if (S > 1) {
+      void *pp = ctx->gemm_part;
+      if (cu_scratch(ctx, &pp, &ctx->gemm_part_cap, (size_t)n * N, sizeof(float), 0)) return;
+      ctx->gemm_part = (float *)pp;
+      part = ctx->gemm_part;
+      if (CU_OK(ctx, cudaMemsetAsync(part, 0, (size_t)n * N * sizeof(float), ctx->stream))) return;
+    }
+    dim3 grid((unsigned)gx, (unsigned)gy, (unsigned)S);
     size_t sm = gemm_smem(w->cols);
     if (sm + 256 <= ctx->smem_optin) {
       if (out->dtype == HB_F16)
         gemm_q4_kernel<__half><<<grid, 256, sm, ctx->stream>>>((__half *)out->data, ldo, (const __half *)x->data, ldx,
                                                                (const uint8_t *)w->data, (const __half *)w->aux, b, n,
-                                                               (int)w->rows, (int)w->cols);
+                                                               N, K, kt_per, part);
       else
         gemm_q4_kernel<float><<<grid, 256, sm, ctx->stream>>>((float *)out->data, ldo, (const __half *)x->data, ldx,
                                                               (const uint8_t *)w->data, (const __half *)w->aux, b, n,
-                                                              (int)w->rows, (int)w->cols);
+                                                              N, K, kt_per, part);
+      if (part && !CU_LAUNCHED(ctx, "gemm_q4 split-K")) {
+        int64_t tot = (int64_t)n * N, blocks = (tot + 255) / 256;
+        unsigned fg = (unsigned)(blocks < ctx->n_sm * 8 ? blocks : ctx->n_sm * 8);
+        if (out->dtype == HB_F16)
+          gemm_finish_kernel<__half><<<fg, 256, 0, ctx->stream>>>((__half *)out->data, ldo, part, b, n, N);
+        else
+          gemm_finish_kernel<float><<<fg, 256, 0, ctx->stream>>>((float *)out->data, ldo, part, b, n, N);
+      }
       CU_LAUNCHED(ctx, "gemm_q4");
       return;
     }

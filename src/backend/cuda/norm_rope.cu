@@ -7,6 +7,7 @@
 template <typename T>
 __global__ void rmsnorm_kernel(T *out, const T *x, const void *w, int wdt, int64_t rows, int d, float eps,
                                float w_offset) {
+  pdl_trigger();
   int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   int lane = threadIdx.x % 32;
   if (r >= rows) return;
@@ -48,6 +49,7 @@ void cu_rmsnorm(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tenso
 template <typename T>
 __global__ void rope_neox_kernel(T *x, const int32_t *pos, int n_tokens, int n_heads, int head_dim, int n_rot,
                                  float theta) {
+  pdl_trigger();
   int half = n_rot / 2;
   int64_t total = (int64_t)n_tokens * n_heads * half;
   for (int64_t it = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; it < total; it += (int64_t)gridDim.x * blockDim.x) {

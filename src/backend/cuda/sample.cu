@@ -7,6 +7,7 @@
 
 template <typename T>
 __global__ __launch_bounds__(1024) void argmax_kernel(const T *logits, int64_t vocab, int32_t *ids, void *lp, int lp_half) {
+  pdl_trigger();
   __shared__ float s_v[32];
   __shared__ int s_i[32];
   __shared__ float s_sum[32];
@@ -75,4 +76,229 @@ void cu_argmax(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, struct
                                                       lp, lph);
   else { CU_ARG(ctx, "argmax: logits dtype %d", (int)logits->dtype); return; }
   CU_LAUNCHED(ctx, "argmax");
+}
+
+/* ---- sampling: temperature, top-k, top-p, min-p on the device -----------------------------------
+ * The same algorithm as runtime/sampler.c (after its penalties): candidates are the finite logits
+ * divided by the temperature, ordered by (logit desc, id asc); top-k keeps the first k; top-p keeps
+ * the shortest prefix whose probability mass (over the top-k set) reaches top_p; min-p keeps those
+ * with logit >= max + log(min_p); the draw is the first candidate whose running sum of
+ * exp(logit - max) exceeds u * (sum over the kept), in double, in that order. u in [0,1) comes from
+ * the caller's seeded RNG, so host and device draw the same token.
+ * The device holds at most SAMPLE_CAP candidates: when top_k is 0 or larger than that and top-p /
+ * min-p do not cut inside the first SAMPLE_CAP, ids[i] = -1 and the caller samples on the host. */
+#define SAMPLE_CAP 1024
+
+__device__ __forceinline__ uint32_t fkey(float x) { /* monotonic: larger float -> larger key; NaN/-inf -> 0 */
+  if (x != x || x == -INFINITY) return 0u;
+  uint32_t u = __float_as_uint(x);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+template <typename T>
+__global__ __launch_bounds__(1024) void sample_kernel(const T *logits, int64_t vocab, const struct hb_cuda_sample_row *rows,
+                                                      int32_t *ids, void *lp, int lp_half) {
+  __shared__ unsigned hist[256];
+  __shared__ float c_val[SAMPLE_CAP];
+  __shared__ int c_id[SAMPLE_CAP];
+  __shared__ int s_cnt, s_eq_prefix[1024 / 32 + 1];
+  __shared__ uint32_t s_prefix;
+  __shared__ int s_need;
+  __shared__ float s_red[32];
+  __shared__ double s_dred[32];
+  const T *row = logits + (int64_t)blockIdx.x * vocab;
+  const struct hb_cuda_sample_row P = rows[blockIdx.x];
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, nthr = blockDim.x;
+  const float temp = P.temperature; /* the host divides each logit by it (float), then subtracts the max */
+
+  /* log-softmax normaliser of the raw logits (for the chosen id's logprob) and the max of the
+   * scaled ones; plus the number of finite candidates */
+  float mx = -INFINITY;
+  int nfin = 0;
+  for (int64_t i = tid; i < vocab; i += nthr) {
+    float v = ldf(row + i);
+    if (fkey(v)) { mx = fmaxf(mx, v); nfin++; }
+  }
+  mx = warp_max(mx);
+  for (int o = 16; o > 0; o >>= 1) nfin += __shfl_xor_sync(0xffffffffu, nfin, o);
+  if (lane == 0) { s_red[warp] = mx; hist[warp] = (unsigned)nfin; }
+  __syncthreads();
+  if (tid == 0) {
+    float m = -INFINITY;
+    int c = 0;
+    for (int w = 0; w < nthr / 32; w++) { m = fmaxf(m, s_red[w]); c += (int)hist[w]; }
+    s_red[0] = m;
+    s_cnt = c;
+  }
+  __syncthreads();
+  const float rawmax = s_red[0];
+  const int n_fin = s_cnt;
+  double se = 0.0, ses = 0.0; /* sum exp(raw - rawmax), sum exp(raw/T - rawmax/T) (double, as the host) */
+  for (int64_t i = tid; i < vocab; i += nthr) {
+    float v = ldf(row + i);
+    if (!fkey(v)) continue;
+    se += exp((double)(v - rawmax));
+    ses += exp((double)(v / temp - rawmax / temp));
+  }
+  for (int o = 16; o > 0; o >>= 1) { se += __shfl_xor_sync(0xffffffffu, se, o); ses += __shfl_xor_sync(0xffffffffu, ses, o); }
+  __syncthreads();
+  if (lane == 0) s_dred[warp] = se;
+  __syncthreads();
+  double lse_raw = 0.0;
+  if (tid == 0) { for (int w = 0; w < nthr / 32; w++) lse_raw += s_dred[w]; s_dred[0] = lse_raw; }
+  __syncthreads();
+  lse_raw = s_dred[0];
+  __syncthreads();
+  if (lane == 0) s_dred[warp] = ses;
+  __syncthreads();
+  if (tid == 0) { double t = 0; for (int w = 0; w < nthr / 32; w++) t += s_dred[w]; s_dred[1] = t; }
+  __syncthreads();
+  const double sum_all = s_dred[1];
+
+  /* how many candidates the device keeps: C = min(k, cap, finite) */
+  const int K = P.top_k > 0 && P.top_k < n_fin ? P.top_k : n_fin;
+  const int C = K < SAMPLE_CAP ? K : SAMPLE_CAP;
+  if (C <= 0) { if (tid == 0) { ids[blockIdx.x] = 0; } return; }
+
+  /* radix select of the C-th largest key, 8 bits at a time */
+  uint32_t prefix = 0, mask = 0;
+  int need = C; /* rank (1-based) of the wanted key among those matching prefix */
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int b = tid; b < 256; b += nthr) hist[b] = 0;
+    __syncthreads();
+    for (int64_t i = tid; i < vocab; i += nthr) {
+      uint32_t k = fkey(ldf(row + i));
+      if (k && (k & mask) == prefix) atomicAdd(&hist[(k >> shift) & 255u], 1u);
+    }
+    __syncthreads();
+    if (tid == 0) {
+      int acc = 0, b = 255;
+      for (; b > 0; b--) { if (acc + (int)hist[b] >= need) break; acc += (int)hist[b]; }
+      s_prefix = prefix | ((uint32_t)b << shift);
+      s_need = need - acc;
+    }
+    __syncthreads();
+    prefix = s_prefix;
+    need = s_need;
+    mask |= 255u << shift;
+    __syncthreads();
+  }
+  const uint32_t kth = prefix; /* keys > kth: all in; keys == kth: the lowest ids, `need` of them */
+
+  /* collect: greater ones anywhere, equal ones in id order (contiguous id chunks per thread) */
+  if (tid == 0) s_cnt = 0;
+  __syncthreads();
+  const int64_t chunk = (vocab + nthr - 1) / nthr, i0 = tid * chunk, i1 = i0 + chunk < vocab ? i0 + chunk : vocab;
+  int my_eq = 0;
+  for (int64_t i = i0; i < i1; i++) {
+    float v = ldf(row + i);
+    uint32_t k = fkey(v);
+    if (k > kth) { int p = atomicAdd(&s_cnt, 1); c_val[p] = v / temp; c_id[p] = (int)i; }
+    else if (k == kth && k) my_eq++;
+  }
+  /* exclusive prefix of my_eq over threads (warp scan + warp totals) */
+  int x = my_eq;
+  for (int o = 1; o < 32; o <<= 1) { int y = __shfl_up_sync(0xffffffffu, x, o); if (lane >= o) x += y; }
+  if (lane == 31) s_eq_prefix[warp] = x;
+  __syncthreads();
+  if (tid == 0) { int a = 0; for (int w = 0; w < nthr / 32; w++) { int t = s_eq_prefix[w]; s_eq_prefix[w] = a; a += t; } }
+  __syncthreads();
+  int before = s_eq_prefix[warp] + x - my_eq;
+  const int n_gt = s_cnt; /* final after the barrier above */
+  for (int64_t i = i0; i < i1 && before < need; i++) {
+    float v = ldf(row + i);
+    if (fkey(v) == kth) { c_val[n_gt + before] = v / temp; c_id[n_gt + before] = (int)i; before++; }
+  }
+  __syncthreads();
+  /* pad to 1024 and bitonic-sort by (value desc, id asc) */
+  for (int i = tid; i < SAMPLE_CAP; i += nthr) if (i >= C) { c_val[i] = -INFINITY; c_id[i] = 0x7fffffff; }
+  __syncthreads();
+  for (int size = 2; size <= SAMPLE_CAP; size <<= 1) {
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      for (int i = tid; i < SAMPLE_CAP; i += nthr) {
+        int j = i ^ stride;
+        if (j > i) {
+          bool desc = (i & size) == 0; /* this pair's run sorts "first = best" */
+          float vi = c_val[i], vj = c_val[j];
+          int ii = c_id[i], ij = c_id[j];
+          bool j_better = vj > vi || (vj == vi && ij < ii);
+          if (j_better == desc) { c_val[i] = vj; c_val[j] = vi; c_id[i] = ij; c_id[j] = ii; }
+        }
+      }
+      __syncthreads();
+    }
+  }
+  if (tid != 0) return;
+  /* the host's arithmetic, in its order; -1 where the device's C candidates cannot decide */
+  const int plain = K == n_fin && !(P.top_p < 1.0f) && !(P.min_p > 0.0f);
+  int n = C, fallback = plain; /* plain sampling walks all candidates in id order on the host */
+  double sum = 0.0;
+  if (!fallback && P.top_p < 1.0f) {
+    if (K == n_fin) sum = sum_all; /* mass over every finite candidate */
+    else if (C == K) for (int i = 0; i < n; i++) sum += exp((double)(c_val[i] - c_val[0]));
+    else fallback = 1;             /* top_k above the cap: its mass is not here */
+    double cum = 0;
+    int keep = -1;
+    for (int i = 0; !fallback && i < n; i++) {
+      cum += exp((double)(c_val[i] - c_val[0])) / sum;
+      if (cum >= P.top_p) { keep = i + 1; break; }
+    }
+    if (!fallback) {
+      if (keep < 0 && C < K) fallback = 1;
+      else n = keep < 0 ? n : keep;
+    }
+  }
+  if (!fallback && P.min_p > 0.0f) {
+    double thr = log((double)P.min_p);
+    int keep = 1;
+    while (keep < n && (double)(c_val[keep] - c_val[0]) >= thr) keep++;
+    if (keep == n && n == C && C < K && !(P.top_p < 1.0f)) fallback = 1; /* the cut may lie past the cap */
+    n = keep;
+  }
+  if (!fallback && C < K && !(P.top_p < 1.0f) && !(P.min_p > 0.0f)) fallback = 1; /* top-k above the cap */
+  if (fallback) { ids[blockIdx.x] = -1; return; }
+  sum = 0;
+  for (int i = 0; i < n; i++) sum += exp((double)(c_val[i] - c_val[0]));
+  double u = (double)P.u * sum, acc = 0;
+  int pick = c_id[n - 1];
+  for (int i = 0; i < n; i++) {
+    acc += exp((double)(c_val[i] - c_val[0]));
+    if (u < acc) { pick = c_id[i]; break; }
+  }
+  ids[blockIdx.x] = pick;
+  if (lp) {
+    float v = (float)((double)ldf(row + pick) - rawmax - log(lse_raw));
+    if (lp_half) ((__half *)lp)[blockIdx.x] = __float2half_rn(v);
+    else ((float *)lp)[blockIdx.x] = v;
+  }
+}
+
+void cu_sample(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, const struct hb_cuda_sample_row *rows,
+               struct hb_tensor *ids, struct hb_tensor *logprobs) {
+  if (n <= 0) return;
+  if (ids->dtype != HB_I32 || ids->rows * ids->cols < n || logits->rows < n ||
+      (logprobs && ((logprobs->dtype != HB_F32 && logprobs->dtype != HB_F16) || logprobs->rows * logprobs->cols < n))) {
+    CU_ARG(ctx, "sample: ids must be I32 and logprobs F32/F16 with >= %d elements", n);
+    return;
+  }
+  for (int i = 0; i < n; i++)
+    if (!(rows[i].temperature > 0.0f) || !(rows[i].u >= 0.0f && rows[i].u < 1.0f)) {
+      CU_ARG(ctx, "sample: row %d: temperature must be > 0 (use argmax for greedy) and u in [0, 1)", i);
+      return;
+    }
+  void *pp = ctx->sample_rows;
+  if (cu_scratch(ctx, &pp, &ctx->sample_rows_cap, (size_t)n, sizeof(struct hb_cuda_sample_row), 0)) return;
+  ctx->sample_rows = (struct hb_cuda_sample_row *)pp;
+  if (CU_OK(ctx, cudaMemcpyAsync(ctx->sample_rows, rows, (size_t)n * sizeof *rows, cudaMemcpyHostToDevice, ctx->stream)))
+    return;
+  void *lp = logprobs ? logprobs->data : NULL;
+  int lph = logprobs && logprobs->dtype == HB_F16;
+  if (logits->dtype == HB_F16)
+    sample_kernel<__half><<<n, 1024, 0, ctx->stream>>>((const __half *)logits->data, logits->cols, ctx->sample_rows,
+                                                       (int32_t *)ids->data, lp, lph);
+  else if (logits->dtype == HB_F32)
+    sample_kernel<float><<<n, 1024, 0, ctx->stream>>>((const float *)logits->data, logits->cols, ctx->sample_rows,
+                                                      (int32_t *)ids->data, lp, lph);
+  else { CU_ARG(ctx, "sample: logits dtype %d", (int)logits->dtype); return; }
+  CU_LAUNCHED(ctx, "sample");
 }
