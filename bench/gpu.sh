@@ -6,7 +6,9 @@
 # name it in `carry`); fetch them here once with
 #   mkdir -p .deps && cd .deps && apt-get download libjansson-dev libjansson4 libpcre2-dev \
 #     libpcre2-8-0 libutf8proc-dev libutf8proc2
-# Usage: bench/gpu.sh [tests|bench|all|e2e] [bench_cuda args: all|3b|0.5b|gemv]
+# Usage: bench/gpu.sh [tests|bench|all|e2e|full] [bench_cuda args: all|3b|0.5b|gemv]
+#   full: ONE cmake build (-j nproc), then by priority under a deadline (DEADLINE_S, default 380 s
+#   from the start): test_cuda_ops, bench_cuda breakdown, e2e 3B + 0.5B, ctest -L cuda, bench_cuda 3b/0.5b/gemv
 #   tests: kernel tests (standalone build) + ctest -L cuda (full build); bench: tests/cuda/bench_cuda;
 #   all: both; e2e: full build + `hearth bench --backend cuda` W1/W2 on mkmodel checkpoints (MODELS="3b 0.5b")
 set -uo pipefail
@@ -25,6 +27,37 @@ export LD_LIBRARY_PATH=$PREFIX/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 { nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,clocks.sm,clocks.mem --format=csv;
   nvcc --version | tail -1; git log --oneline -1 2>/dev/null; } 2>&1 | tee "$OUT/machine.txt"
 t0=$(date +%s)
+if [ "$what" = full ]; then
+  end=$(( t0 + ${DEADLINE_S:-380} ))
+  left() { echo $(( end - $(date +%s) )); }
+  # run NAME SECONDS CMD...: time-boxed to min(SECONDS, time left - 5); skipped when under 15 s remain
+  run() { local n=$1 s=$2; shift 2; local l; l=$(left); [ "$l" -lt 15 ] && { echo "SKIP $n (deadline)"; return 1; }
+    [ "$s" -gt $(( l - 5 )) ] && s=$(( l - 5 )); local a; a=$(date +%s); timeout "$s" "$@"; local r=$?
+    echo "== $n: rc $r, $(( $(date +%s) - a )) s"; return $r; }
+  B=build-gpu/cmake
+  if ! { cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DHEARTH_SERVER=OFF -DHEARTH_WERROR=OFF \
+       -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$PREFIX" >"$OUT/cmake.log" 2>&1 &&
+       cmake --build $B -j"$(nproc)" >>"$OUT/cmake.log" 2>&1; }; then
+    echo "full build failed"; grep -E "error|Error" "$OUT/cmake.log" | head -30; exit 1
+  fi
+  echo "build: $(( $(date +%s) - t0 )) s"
+  rc=0
+  run test_cuda_ops 60 $B/tests/cuda/test_cuda_ops >"$OUT/test.log" 2>&1 || rc=1
+  grep -vE "^  (matmul|rope|gather)" "$OUT/test.log" | tail -25
+  run breakdown 45 $B/tests/cuda/bench_cuda breakdown 2>&1 | tee "$OUT/bench.log"
+  for m in ${MODELS:-3b 0.5b}; do
+    case $m in 0.5b) cfg=configs/qwen2.5-0.5b-instruct.json ;; 3b) cfg=configs/qwen2.5-3b-instruct.json ;; esac
+    dir=/tmp/hearth-bench-$m
+    [ -f "$dir/model.safetensors" ] || run mkmodel-$m 90 $B/hearth mkmodel --config "$cfg" --out "$dir" >/dev/null
+    run e2e-$m 120 $B/hearth bench --model "$dir" --backend cuda -p 71,512,1570 -n 128 -r 3 --tg-ctx 71,1570 \
+      --batch 8,32 2>&1 | tee -a "$OUT/e2e.log" || rc=1
+  done
+  (cd $B && run ctest 150 ctest -L cuda -E test_cuda_ops --output-on-failure) >"$OUT/ctest.log" 2>&1 || rc=1
+  grep -E "Test +#|tests passed|tests failed|CHECK|FAIL|on cuda|== " "$OUT/ctest.log" | tail -30
+  for p in ${BENCH_PARTS:-3b 0.5b gemv}; do run bench-$p 60 $B/tests/cuda/bench_cuda "$p" 2>&1 | tee -a "$OUT/bench.log"; done
+  echo "total: $(( $(date +%s) - t0 )) s"
+  exit $rc
+fi
 # A standalone build of just what the CUDA tests and benchmarks need (the CUDA files, the CPU
 # backend they are checked against, base/ and quant/): other modules' work in progress in the same
 # tree cannot break it. (The full CMake build is `cmake -DCMAKE_CUDA_ARCHITECTURES=90 ...`.)
