@@ -339,6 +339,9 @@ static void run_all(int exact) {
   check_matmul(HB_Q4, 136, 896, 2, 0, mt);
   check_matmul(HB_Q4, 384, 1024, 9, 0, mg);
   check_matmul(HB_Q4, 1152, 896, 71, 1, mg);
+  check_matmul(HB_Q4, 1152, 896, 50, 1, mg);   /* BM = 64 tiles */
+  check_matmul(HB_Q4, 640, 2048, 64, 0, mg);    /* BM = 64, full */
+  check_matmul(HB_Q4, 2048, 2048, 17, 1, mg);   /* BM = 32 tiles, split-K */
   check_matmul(HB_Q4, 200, 4864, 300, 0, mg);  /* split-K (grid under one wave) */
   check_matmul(HB_Q4, 2048, 512, 1100, 1, mg);  /* 16 x 9 tiles: no split */
   check_matmul(HB_Q4, 256, 11008, 32, 0, mg);   /* decode x32 down_proj-like: deep split-K */

@@ -71,6 +71,7 @@ __global__ void rope_kv_kernel(T *q, const T *k, const T *v, KT *kc, KT *vc, con
                                const int32_t *bt, int max_blocks, int bs, int n_tokens, int n_heads, int n_kv, int hd,
                                int n_rot, float theta) {
   pdl_trigger();
+  pdl_wait();
   const int half = n_rot / 2;
   const int64_t per = (int64_t)n_heads * half + 2 * (int64_t)n_kv * hd, total = per * n_tokens, w = (int64_t)n_kv * hd;
   for (int64_t it = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; it < total; it += (int64_t)gridDim.x * blockDim.x) {
@@ -122,9 +123,9 @@ void cu_rope_kv_write(struct hb_ctx *ctx, struct hb_tensor *q, struct hb_tensor 
   const int32_t *pos = (const int32_t *)b->d_pos.data, *seq = (const int32_t *)b->d_seq.data,
                 *bt = (const int32_t *)b->d_block_table.data;
 #define RKV(T, KT)                                                                                                 \
-  rope_kv_kernel<T, KT><<<grid, 256, 0, ctx->stream>>>((T *)q->data, (const T *)k->data, (const T *)v->data,        \
-                                                       (KT *)kv->k.data, (KT *)kv->v.data, pos, seq, bt,             \
-                                                       b->max_blocks, b->block_size, nt, n_heads, n_kv, hd, n_rot, theta)
+  cu_launch_pdl(ctx, "rope_kv_write", rope_kv_kernel<T, KT>, dim3(grid), dim3(256), 0, (T *)q->data, (const T *)k->data, \
+                (const T *)v->data, (KT *)kv->k.data, (KT *)kv->v.data, pos, seq, bt, b->max_blocks, b->block_size, nt,  \
+                n_heads, n_kv, hd, n_rot, theta)
   if (q->dtype == HB_F16 && kv->k.dtype == HB_F16) RKV(__half, __half);
   else if (q->dtype == HB_F32 && kv->k.dtype == HB_F32) RKV(float, float);
   else if (q->dtype == HB_F16 && kv->k.dtype == HB_F32) RKV(__half, float);
@@ -187,6 +188,7 @@ __global__ __launch_bounds__(128) void attn_decode_kernel(T *out, const T *q, co
                                                           float scale, int window, float softcap, float *part,
                                                           unsigned *cnt, int NS) {
   pdl_trigger();
+  pdl_wait(); /* launched with programmatic stream serialization: q, the cache and the counters are ready */
   constexpr int HD = 32 * D;
   __shared__ __align__(16) float q_s[AD_G][HD];
   __shared__ float p_s[AD_WARPS][AD_G][AD_TILE];
@@ -324,22 +326,37 @@ __global__ __launch_bounds__(128) void attn_decode_kernel(T *out, const T *q, co
   __syncthreads();
   if (!sm_last) return;
   __threadfence();
-  for (int i = threadIdx.x; i < ng * HD; i += blockDim.x) {
-    int g = i / HD, d = i % HD;
-    int64_t row = (int64_t)t * n_heads + h0 + g;
-    const float *pp = part + row * NS * (HD + 2);
-    float M = -INFINITY;
-    for (int j = 0; j < ns; j++) M = fmaxf(M, __ldcg(pp + j * (HD + 2) + HD));
-    float L = 0.0f, A = 0.0f;
-    if (M > -INFINITY)
-      for (int j = 0; j < ns; j++) {
-        float mj = __ldcg(pp + j * (HD + 2) + HD);
-        if (mj == -INFINITY) continue;
-        float f = expf(mj - M);
-        L += __ldcg(pp + j * (HD + 2) + HD + 1) * f;
-        A += __ldcg(pp + j * (HD + 2) + d) * f;
-      }
-    stf(out + row * HD + d, L > 0.0f ? A / L : 0.0f);
+  /* the last block merges: one warp per head computes every split's weight exp(m_j - M) / L with
+   * its lanes in parallel (NS <= 32), then each thread sums its dims over the splits with all loads
+   * of one split independent (no chain of dependent L2 loads per output element) */
+  __shared__ float sw[AD_G][32];
+  for (int g = warp; g < AD_G; g += AD_WARPS) {
+    float mj = -INFINITY, lj = 0.0f;
+    if (g < ng && lane < ns) {
+      const float *pp = part + (((int64_t)t * n_heads + h0 + g) * NS + lane) * (HD + 2);
+      mj = __ldcg(pp + HD);
+      lj = __ldcg(pp + HD + 1);
+    }
+    const float M = warp_max(mj);
+    const float f = mj > -INFINITY ? expf(mj - M) : 0.0f;
+    const float L = warp_sum(lj * f);
+    sw[g][lane] = L > 0.0f ? f / L : 0.0f;
+  }
+  __syncthreads();
+  for (int d = threadIdx.x; d < HD; d += blockDim.x) {
+    float A[AD_G];
+#pragma unroll
+    for (int g = 0; g < AD_G; g++) A[g] = 0.0f;
+    const float *pp = part + ((int64_t)t * n_heads + h0) * NS * (HD + 2) + d;
+#pragma unroll 4
+    for (int j = 0; j < ns; j++) {
+#pragma unroll
+      for (int g = 0; g < AD_G; g++)
+        if (g < ng) A[g] = fmaf(sw[g][j], __ldcg(pp + ((int64_t)g * NS + j) * (HD + 2)), A[g]);
+    }
+#pragma unroll
+    for (int g = 0; g < AD_G; g++)
+      if (g < ng) stf(out + ((int64_t)t * n_heads + h0 + g) * HD + d, A[g]);
   }
   if (threadIdx.x == 0) *c = 0;
 }
@@ -525,10 +542,10 @@ static void attn_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct 
   if (cu_scratch(ctx, &cp, &ctx->attn_cnt_cap, need_cnt, sizeof(unsigned), 1)) return;
   ctx->attn_cnt = (unsigned *)cp;
   dim3 grid((unsigned)nt, (unsigned)(p->n_kv_heads * HG), (unsigned)NS);
-  attn_decode_kernel<T, KT, D><<<grid, 128, 0, ctx->stream>>>(
-      (T *)out->data, (const T *)q->data, (const KT *)kv->k.data, (const KT *)kv->v.data, pos, seq, bt, b->max_blocks,
-      b->block_size, p->n_heads, p->n_kv_heads, G, HG, p->scale, p->window, p->softcap, ctx->attn_part, ctx->attn_cnt,
-      NS);
+  cu_launch_pdl(ctx, "attn_decode", attn_decode_kernel<T, KT, D>, grid, dim3(128), 0, (T *)out->data,
+                (const T *)q->data, (const KT *)kv->k.data, (const KT *)kv->v.data, pos, seq, bt, b->max_blocks,
+                b->block_size, p->n_heads, p->n_kv_heads, G, HG, p->scale, p->window, p->softcap, ctx->attn_part,
+                ctx->attn_cnt, NS);
   CU_LAUNCHED(ctx, "attn_decode");
 }
 

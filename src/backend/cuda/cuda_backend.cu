@@ -524,7 +524,8 @@ extern "C" void hb_cuda_mark(struct hb_ctx *c, int i) {
   if (c->status || i < 0 || i >= 1024) return;
   if (!c->marks && !(c->marks = (cudaEvent_t *)calloc(1024, sizeof(cudaEvent_t)))) return;
   if (!c->marks[i] && CU_OK(c, cudaEventCreate(&c->marks[i]))) return;
-  CU_OK(c, cudaEventRecord(c->marks[i], c->stream));
+  /* under stream capture a plain record only adds a dependency; External makes it a timing node */
+  CU_OK(c, cudaEventRecordWithFlags(c->marks[i], c->stream, c->capturing ? cudaEventRecordExternal : cudaEventRecordDefault));
 }
 
 extern "C" float hb_cuda_mark_ms(struct hb_ctx *c, int i, int j) {

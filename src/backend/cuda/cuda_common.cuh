@@ -96,6 +96,24 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
+/* launches kern with programmatic stream serialization (it must pdl_wait() before it reads what
+ * the kernel before it writes); a failure is recorded in ctx under name */
+template <typename... P, typename... A>
+static inline void cu_launch_pdl(struct hb_ctx *ctx, const char *name, void (*kern)(P...), dim3 grid, dim3 block,
+                                 size_t smem, A... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = ctx->stream;
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = at;
+  cfg.numAttrs = 1;
+  cu_ok_(ctx, cudaLaunchKernelEx(&cfg, kern, ((P)args)...), name, __FILE__, __LINE__);
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -5,7 +5,8 @@
  *              per 32-run into shared memory (scale + offset per run), then every warp streams 2
  *              weight rows with 16-byte loads (4 in flight per row per lane) and dots them with
  *              dp4a. Memory-bound: the weight stream is the whole cost.
- *   gemm_q4    prefill/batches (n > 8, f16 activations): 128x128x64 block tiles, 8 warps of 64x32,
+ *   gemm_q4    prefill/batches (n > 8, f16 activations): BMx128x64 block tiles (BM = 128, or 64/32 for
+ *              n <= 64/32), 8 warps of (BM/2)x32, split-K when the tile grid is under a wave,
  *              mma.sync m16n8k16 f16 -> f32; A (activations) by cp.async into padded smem, B (int4)
  *              by cp.async and dequantized straight into mma B fragments (no f16 scratch copy).
  *   gemm_simt  everything else (the exact f32 path, dense bf16/f16/f32 weights): 64x64 tiles of f32
@@ -309,28 +310,31 @@ __global__ __launch_bounds__(256) void gemv_q4_kernel(const __grid_constant__ ge
 
 /* ---- GEMM: prefill on tensor cores ------------------------------------------------------------------ */
 
-#define GM_BM 128
+/* block tile BM x 128 x 64 with BM = 32 * MI (MI = 16-row mma tiles per warp: 4, 2 or 1): small M
+ * (decode batches of 9..64 rows, short prompts) takes BM = 32 or 64 so that the tensor cores do not
+ * multiply 128 - M rows of zero padding */
 #define GM_BN 128
 #define GM_BK 64
 #define GM_ST 3
 #define GM_LDA (GM_BK + 8) /* halves per smem A row: 144 bytes, so ldmatrix rows hit distinct banks */
 
-static size_t gemm_smem(int64_t K) {
-  return (size_t)GM_ST * GM_BM * GM_LDA * 2 + (size_t)GM_ST * GM_BN * 32 + (size_t)GM_BN * (K / 128) * 2;
+static size_t gemm_smem(int64_t K, int BM) {
+  return (size_t)GM_ST * BM * GM_LDA * 2 + (size_t)GM_ST * GM_BN * 32 + (size_t)GM_BN * (K / 128) * 2;
 }
 
-template <typename TO>
+template <int MI, typename TO>
 __global__ __launch_bounds__(256) void gemm_q4_kernel(TO *__restrict__ out, int64_t ldo, const __half *__restrict__ x,
                                                       int64_t ldx, const uint8_t *__restrict__ wq,
                                                       const __half *__restrict__ ws, const float *__restrict__ bias,
                                                       int M, int N, int K, int kt_per, float *__restrict__ part) {
+  constexpr int BM = 32 * MI;
   extern __shared__ uint4 smem[];
   __half *As = (__half *)smem;                                   /* [ST][BM][LDA] */
-  uint8_t *Bs = (uint8_t *)(As + GM_ST * GM_BM * GM_LDA);        /* [ST][BN][32] (two 16-byte runs, swizzled) */
+  uint8_t *Bs = (uint8_t *)(As + GM_ST * BM * GM_LDA);        /* [ST][BN][32] (two 16-byte runs, swizzled) */
   __half *Ss = (__half *)(Bs + GM_ST * GM_BN * 32);              /* [BN][K/128] scales */
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int wm = warp / 4, wn = warp % 4, gid = lane / 4, tig = lane % 4;
-  const int m0 = blockIdx.y * GM_BM, n0 = blockIdx.x * GM_BN;
+  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * GM_BN;
   const int gpr = K / 128;
   /* split-K: this block takes k-tiles [kt0, kt0 + KT) and, when part != NULL, adds its f32 partial
    * tile into part[M][N] (zeroed before; gemm_finish adds the bias and converts) */
@@ -345,9 +349,9 @@ __global__ __launch_bounds__(256) void gemm_q4_kernel(TO *__restrict__ out, int6
   auto load = [&](int stage, int kt) {
     const int k0 = (kt0 + kt) * GM_BK;
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < MI; i++) {
       int idx = tid + i * 256, r = idx / 8, cc = idx % 8, gm = m0 + r;
-      cp_async16(As + ((size_t)stage * GM_BM + r) * GM_LDA + cc * 8,
+      cp_async16(As + ((size_t)stage * BM + r) * GM_LDA + cc * 8,
                  x + (int64_t)(gm < M ? gm : 0) * ldx + k0 + cc * 8, gm < M ? 16 : 0);
     }
     int r = tid / 2, kc = tid % 2, gn = n0 + r;
@@ -355,9 +359,9 @@ __global__ __launch_bounds__(256) void gemm_q4_kernel(TO *__restrict__ out, int6
                wq + (int64_t)(gn < N ? gn : 0) * rb + k0 / 2 + kc * 16, gn < N ? 16 : 0);
   };
 
-  float acc[4][4][4];
+  float acc[MI][4][4];
 #pragma unroll
-  for (int a = 0; a < 4; a++)
+  for (int a = 0; a < MI; a++)
 #pragma unroll
     for (int b = 0; b < 4; b++)
 #pragma unroll
@@ -390,17 +394,17 @@ __global__ __launch_bounds__(256) void gemm_q4_kernel(TO *__restrict__ out, int6
 #pragma unroll
       for (int hf = 0; hf < 2; hf++) {
         const int kk = kc * 2 + hf;
-        uint32_t a[4][4];
+        uint32_t a[MI][4];
 #pragma unroll
-        for (int mi = 0; mi < 4; mi++)
-          ldmatrix_x4(a[mi], As + ((size_t)st * GM_BM + wm * 64 + mi * 16 + (lane % 16)) * GM_LDA + kk * 16 + (lane / 16) * 8);
+        for (int mi = 0; mi < MI; mi++)
+          ldmatrix_x4(a[mi], As + ((size_t)st * BM + wm * 16 * MI + mi * 16 + (lane % 16)) * GM_LDA + kk * 16 + (lane / 16) * 8);
 #pragma unroll
         for (int ni = 0; ni < 4; ni++) {
           uint32_t b[2];
           b[0] = deq2(wb[ni] >> (8 * hf), s2[ni]);
           b[1] = deq2(wb[ni] >> (8 * hf + 4), s2[ni]);
 #pragma unroll
-          for (int mi = 0; mi < 4; mi++) mma_16816(acc[mi][ni], a[mi], b);
+          for (int mi = 0; mi < MI; mi++) mma_16816(acc[mi][ni], a[mi], b);
         }
       }
     }
@@ -408,10 +412,10 @@ __global__ __launch_bounds__(256) void gemm_q4_kernel(TO *__restrict__ out, int6
   cp_async_wait<0>();
 
 #pragma unroll
-  for (int mi = 0; mi < 4; mi++) {
+  for (int mi = 0; mi < MI; mi++) {
 #pragma unroll
     for (int ni = 0; ni < 4; ni++) {
-      int row = m0 + wm * 64 + mi * 16 + gid, col = n0 + wn * 32 + ni * 8 + tig * 2;
+      int row = m0 + wm * 16 * MI + mi * 16 + gid, col = n0 + wn * 32 + ni * 8 + tig * 2;
 #pragma unroll
       for (int e = 0; e < 2; e++) {
         int cc = col + e;
@@ -526,7 +530,9 @@ static int gemv_attr(struct hb_ctx *ctx) {
 int cu_matmul_init(struct hb_ctx *ctx) {
   int bad = gemv_attr<1>(ctx) | gemv_attr<2>(ctx) | gemv_attr<3>(ctx) | gemv_attr<4>(ctx) | gemv_attr<5>(ctx) |
             gemv_attr<6>(ctx) | gemv_attr<7>(ctx) | gemv_attr<8>(ctx);
-  bad |= smem_attr(ctx, gemm_q4_kernel<__half>) | smem_attr(ctx, gemm_q4_kernel<float>);
+  bad |= smem_attr(ctx, gemm_q4_kernel<4, __half>) | smem_attr(ctx, gemm_q4_kernel<4, float>) |
+         smem_attr(ctx, gemm_q4_kernel<2, __half>) | smem_attr(ctx, gemm_q4_kernel<2, float>) |
+         smem_attr(ctx, gemm_q4_kernel<1, __half>) | smem_attr(ctx, gemm_q4_kernel<1, float>);
   return bad;
 }
 
@@ -658,13 +664,14 @@ void cu_matmul(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor
       if (!cu_gemv_fused(ctx, PRO_PLAIN, x, NULL, NULL, 0.0f, 0.0f, 1, o1, w1, b1, n, 0)) return;
     }
     const int N = (int)w->rows, K = (int)w->cols, KT = K / GM_BK;
-    const int gx = (N + GM_BN - 1) / GM_BN, gy = (n + GM_BM - 1) / GM_BM;
+    const int MI = n <= 32 ? 1 : (n <= 64 ? 2 : 4), BM = 32 * MI;
+    const int gx = (N + GM_BN - 1) / GM_BN, gy = (n + BM - 1) / BM;
     /* split-K when the tile grid is under one wave (small M, few output rows), so that every
-     * GEMM keeps >= 2 blocks per SM streaming weights; at least 2 k-tiles per split */
+     * GEMM keeps >= 2 blocks per SM streaming weights; at least 4 k-tiles per split */
     int S = 1;
     if (gx * gy < ctx->n_sm) {
       S = (2 * ctx->n_sm + gx * gy - 1) / (gx * gy);
-      if (S > KT / 2) S = KT / 2 > 0 ? KT / 2 : 1;
+      if (S > KT / 4) S = KT / 4 > 0 ? KT / 4 : 1;
     }
     const int kt_per = (KT + S - 1) / S;
     S = (KT + kt_per - 1) / kt_per;
@@ -677,16 +684,22 @@ void cu_matmul(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor
       if (CU_OK(ctx, cudaMemsetAsync(part, 0, (size_t)n * N * sizeof(float), ctx->stream))) return;
     }
     dim3 grid((unsigned)gx, (unsigned)gy, (unsigned)S);
-    size_t sm = gemm_smem(w->cols);
+    size_t sm = gemm_smem(w->cols, BM);
     if (sm + 256 <= ctx->smem_optin) {
-      if (out->dtype == HB_F16)
-        gemm_q4_kernel<__half><<<grid, 256, sm, ctx->stream>>>((__half *)out->data, ldo, (const __half *)x->data, ldx,
-                                                               (const uint8_t *)w->data, (const __half *)w->aux, b, n,
-                                                               N, K, kt_per, part);
-      else
-        gemm_q4_kernel<float><<<grid, 256, sm, ctx->stream>>>((float *)out->data, ldo, (const __half *)x->data, ldx,
-                                                              (const uint8_t *)w->data, (const __half *)w->aux, b, n,
-                                                              N, K, kt_per, part);
+#define GQ(MM, TO)                                                                                                  \
+  gemm_q4_kernel<MM, TO><<<grid, 256, sm, ctx->stream>>>((TO *)out->data, ldo, (const __half *)x->data, ldx,          \
+                                                         (const uint8_t *)w->data, (const __half *)w->aux, b, n, N, K, \
+                                                         kt_per, part)
+      if (out->dtype == HB_F16) {
+        if (MI == 1) GQ(1, __half);
+        else if (MI == 2) GQ(2, __half);
+        else GQ(4, __half);
+      } else {
+        if (MI == 1) GQ(1, float);
+        else if (MI == 2) GQ(2, float);
+        else GQ(4, float);
+      }
+#undef GQ
       if (part && !CU_LAUNCHED(ctx, "gemm_q4 split-K")) {
         int64_t tot = (int64_t)n * N, blocks = (tot + 255) / 256;
         unsigned fg = (unsigned)(blocks < ctx->n_sm * 8 ? blocks : ctx->n_sm * 8);
