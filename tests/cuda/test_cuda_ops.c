@@ -350,6 +350,7 @@ static void run_all(int exact) {
   check_embed(HB_Q4, ew);
   check_embed(HB_BF16, ew);
   check_rmsnorm(5, 2048, 2048, 0.0f, ew * 2);
+  check_rmsnorm(3, 1100, 1100, 0.5f, ew * 2);  /* block-per-row kernel, scalar loads */
   check_rmsnorm(6, 16 * 128, 128, 1.0f, ew * 2);
   check_elementwise(ew * 2);
   { int c[3] = {70, 300, 1}, nt[3] = {1, 1, 1}; check_attention(3, c, nt, 16, 2, 128, 0, 0.0f, at); }

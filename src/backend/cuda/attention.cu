@@ -137,7 +137,8 @@ void cu_rope_kv_write(struct hb_ctx *ctx, struct hb_tensor *q, struct hb_tensor 
 /* ---- decode: split over the keys --------------------------------------------------------------------- */
 
 #define AD_WARPS 4
-#define AD_G 8         /* query heads per block (a GQA group, or a slice of one) */
+#define AD_G 4         /* query heads per block (a GQA group, or a slice of one): 4, not 8, halves the
+                        * serial per-warp work of a 32-key tile (latency-bound at short context) */
 #define AD_TILE 32     /* keys per warp step: one per lane */
 #define AD_MINKEYS 128 /* keys per split at least: one tile per warp */
 

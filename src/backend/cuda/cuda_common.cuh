@@ -38,6 +38,10 @@ struct hb_ctx {
   unsigned *attn_cnt;
   size_t attn_cnt_cap;    /* counters */
   float *gemm_part;       /* split-K partial sums of the tensor-core GEMM [M × N] f32 */
+  float *am_part;         /* argmax: (max, sum of exp, index) per (row, vocab chunk) */
+  size_t am_part_cap;     /* floats */
+  unsigned *am_cnt;       /* argmax: finished chunks per row (the last one merges and resets it) */
+  size_t am_cnt_cap;
   size_t gemm_part_cap;   /* floats */
   void *tmp[2];           /* activation temporaries of the fused ops' fallback paths */
   size_t tmp_cap[2];      /* bytes */

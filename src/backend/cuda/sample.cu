@@ -58,6 +58,80 @@ __global__ __launch_bounds__(1024) void argmax_kernel(const T *logits, int64_t v
   }
 }
 
+/* ---- argmax over many blocks: one row is split into AM_C chunks (one block each), every block
+ * keeps an online (max, sum of exp relative to it, first index of the max) and the last block of the
+ * row to finish merges the AM_C partials; a 151,936-entry row then takes a few microseconds
+ * instead of one block walking it alone */
+#define AM_C 32
+
+struct am_acc { float m, s; int i; };
+__device__ __forceinline__ am_acc am_merge(am_acc a, am_acc b) {
+  if (b.m > a.m || (b.m == a.m && b.i < a.i)) { am_acc t = a; a = b; b = t; } /* a holds the winner */
+  if (b.m > -INFINITY) a.s += b.s * expf(b.m - a.m);
+  return a;
+}
+__device__ __forceinline__ am_acc am_warp(am_acc a) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    am_acc b;
+    b.m = __shfl_xor_sync(0xffffffffu, a.m, o);
+    b.s = __shfl_xor_sync(0xffffffffu, a.s, o);
+    b.i = __shfl_xor_sync(0xffffffffu, a.i, o);
+    a = am_merge(a, b);
+  }
+  return a;
+}
+
+template <typename T>
+__global__ __launch_bounds__(1024) void argmax_split_kernel(const T *logits, int64_t vocab, int32_t *ids, void *lp,
+                                                            int lp_half, float *part, unsigned *cnt) {
+  pdl_trigger();
+  __shared__ am_acc s_a[32];
+  __shared__ int s_last;
+  const T *row = logits + (int64_t)blockIdx.x * vocab;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t chunk = (vocab + AM_C - 1) / AM_C, lo = blockIdx.y * chunk, hi = min(vocab, lo + chunk);
+  am_acc a = {-INFINITY, 0.0f, 0x7fffffff};
+  for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+    float v = ldf(row + i);
+    if (!(v > -INFINITY)) continue; /* -inf (and NaN) never win and add nothing */
+    if (v > a.m) { a.s = a.s * expf(a.m - v) + 1.0f; a.m = v; a.i = (int)i; } /* i increases: the first max stays */
+    else a.s += expf(v - a.m);
+  }
+  a = am_warp(a);
+  if (lane == 0) s_a[warp] = a;
+  __syncthreads();
+  if (warp == 0) {
+    a = lane < (int)blockDim.x / 32 ? s_a[lane] : am_acc{-INFINITY, 0.0f, 0x7fffffff};
+    a = am_warp(a);
+    if (lane == 0) {
+      float *pp = part + ((int64_t)blockIdx.x * AM_C + blockIdx.y) * 3;
+      pp[0] = a.m;
+      pp[1] = a.s;
+      pp[2] = __int_as_float(a.i);
+      __threadfence();
+      s_last = atomicAdd(cnt + blockIdx.x, 1u) == AM_C - 1;
+    }
+  }
+  __syncthreads();
+  if (!s_last || warp != 0) return;
+  __threadfence();
+  const float *pp = part + ((int64_t)blockIdx.x * AM_C + lane) * 3; /* AM_C == 32: one lane per chunk */
+  a.m = __ldcg(pp);
+  a.s = __ldcg(pp + 1);
+  a.i = __float_as_int(__ldcg(pp + 2));
+  a = am_warp(a);
+  if (lane == 0) {
+    ids[blockIdx.x] = a.i == 0x7fffffff ? 0 : a.i;
+    if (lp) {
+      float v = a.s > 0.0f ? -logf(a.s) : 0.0f; /* log_softmax at the max: (mx - mx) - log(sum) */
+      if (lp_half) ((__half *)lp)[blockIdx.x] = __float2half_rn(v);
+      else ((float *)lp)[blockIdx.x] = v;
+    }
+    cnt[blockIdx.x] = 0;
+  }
+}
+
 void cu_argmax(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, struct hb_tensor *ids,
                struct hb_tensor *logprobs) {
   if (n <= 0) return;
@@ -68,6 +142,22 @@ void cu_argmax(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, struct
   }
   void *lp = logprobs ? logprobs->data : NULL;
   int lph = logprobs && logprobs->dtype == HB_F16;
+  if (logits->cols >= 4096 * AM_C && n <= 65535 && (logits->dtype == HB_F16 || logits->dtype == HB_F32)) {
+    void *pp = ctx->am_part, *cp = ctx->am_cnt;
+    if (cu_scratch(ctx, &pp, &ctx->am_part_cap, (size_t)n * AM_C * 3, sizeof(float), 0)) return;
+    ctx->am_part = (float *)pp;
+    if (cu_scratch(ctx, &cp, &ctx->am_cnt_cap, (size_t)n, sizeof(unsigned), 1)) return;
+    ctx->am_cnt = (unsigned *)cp;
+    dim3 grid((unsigned)n, AM_C);
+    if (logits->dtype == HB_F16)
+      argmax_split_kernel<__half><<<grid, 1024, 0, ctx->stream>>>((const __half *)logits->data, logits->cols,
+                                                                  (int32_t *)ids->data, lp, lph, ctx->am_part, ctx->am_cnt);
+    else
+      argmax_split_kernel<float><<<grid, 1024, 0, ctx->stream>>>((const float *)logits->data, logits->cols,
+                                                                 (int32_t *)ids->data, lp, lph, ctx->am_part, ctx->am_cnt);
+    CU_LAUNCHED(ctx, "argmax");
+    return;
+  }
   if (logits->dtype == HB_F16)
     argmax_kernel<__half><<<n, 1024, 0, ctx->stream>>>((const __half *)logits->data, logits->cols,
                                                        (int32_t *)ids->data, lp, lph);
@@ -293,6 +383,22 @@ void cu_sample(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, const 
     return;
   void *lp = logprobs ? logprobs->data : NULL;
   int lph = logprobs && logprobs->dtype == HB_F16;
+  if (logits->cols >= 4096 * AM_C && n <= 65535 && (logits->dtype == HB_F16 || logits->dtype == HB_F32)) {
+    void *pp = ctx->am_part, *cp = ctx->am_cnt;
+    if (cu_scratch(ctx, &pp, &ctx->am_part_cap, (size_t)n * AM_C * 3, sizeof(float), 0)) return;
+    ctx->am_part = (float *)pp;
+    if (cu_scratch(ctx, &cp, &ctx->am_cnt_cap, (size_t)n, sizeof(unsigned), 1)) return;
+    ctx->am_cnt = (unsigned *)cp;
+    dim3 grid((unsigned)n, AM_C);
+    if (logits->dtype == HB_F16)
+      argmax_split_kernel<__half><<<grid, 1024, 0, ctx->stream>>>((const __half *)logits->data, logits->cols,
+                                                                  (int32_t *)ids->data, lp, lph, ctx->am_part, ctx->am_cnt);
+    else
+      argmax_split_kernel<float><<<grid, 1024, 0, ctx->stream>>>((const float *)logits->data, logits->cols,
+                                                                 (int32_t *)ids->data, lp, lph, ctx->am_part, ctx->am_cnt);
+    CU_LAUNCHED(ctx, "argmax");
+    return;
+  }
   if (logits->dtype == HB_F16)
     sample_kernel<__half><<<n, 1024, 0, ctx->stream>>>((const __half *)logits->data, logits->cols, ctx->sample_rows,
                                                        (int32_t *)ids->data, lp, lph);
