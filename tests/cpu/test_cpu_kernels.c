@@ -1,8 +1,9 @@
 /* test_cpu_kernels.c — the CPU hot kernels against their specifications, on random inputs with odd
  * sizes and tails:
  *   repack:    q4x16 repack + row dequantization is bit-identical to quant/q4.c's.
- *   quantize:  every set's int8 activation quantization is bit-identical to the generic C one.
- *   matmul:    generic int8 path vs the scalar f32 reference within the int8 error bound; every
+ *   quantize:  every set's activation quantization (16-bit two-plane and 8-bit modes) is
+ *              bit-identical to the generic C one.
+ *   matmul:    generic path (both modes) vs the scalar f32 reference within the quantization bound; every
  *              SIMD set vs the generic path within float rounding; any row range / token count.
  *   attention: each set's attn_tile vs a naive double-precision softmax (GQA, windows, tiles).
  *   silu:      fast exp vs expf.
@@ -72,11 +73,13 @@ static void free_q4(struct cpu_q4 *w) {
   free(w->packed);
 }
 
+static int wide = 1; /* 16-bit activations (two planes); 0: the 8-bit mode (lo == NULL) */
 static struct cpu_q8 make_q8(int n, int64_t cols) {
-  struct cpu_q8 a = {malloc((size_t)(n * cols)), malloc((size_t)(n * cols / 128) * 4), malloc((size_t)(n * cols / 128) * 4), cols};
+  struct cpu_q8 a = {malloc((size_t)(n * cols)), wide ? malloc((size_t)(n * cols)) : NULL, malloc((size_t)(n * cols / 128) * 4),
+                     malloc((size_t)(n * cols / 128) * 4), cols};
   return a;
 }
-static void free_q8(struct cpu_q8 *a) { free(a->q); free(a->s); free(a->c); }
+static void free_q8(struct cpu_q8 *a) { free(a->q); free(a->lo); free(a->s); free(a->c); }
 
 TEST_GROUP(repack) {
   const int64_t shapes[][2] = {{1, 128}, {16, 128}, {17, 256}, {37, 384}, {64, 896}, {5, 1024}};
@@ -98,8 +101,13 @@ TEST_GROUP(repack) {
   }
 }
 
+static void quantize_cases(void);
 TEST_GROUP(quantize) {
   init_sets();
+  for (wide = 1; wide >= 0; wide--) quantize_cases();
+  wide = 1;
+}
+static void quantize_cases(void) {
   const int64_t colss[] = {128, 896, 4864};
   for (size_t ci = 0; ci < 3; ci++) {
     int64_t cols = colss[ci], ldx = cols + 5;
@@ -109,20 +117,33 @@ TEST_GROUP(quantize) {
     for (int64_t i = 0; i < 128; i++) x[2 * ldx + i] = 0.0f; /* an all-zero block */
     struct cpu_q8 ref = make_q8(n, cols);
     q4x16_q8_quantize_generic(x, ldx, 0, n, &ref);
-    /* bound: |x - s*q| <= s/2 */
-    int bad = 0;
+    /* bound: |x - s*v| <= s/2, v = 256*hi + lo; hi in [-127, 127]; c = -8 * sum(v) */
+    int bad = 0, badsplit = 0, badc = 0;
     for (int t = 0; t < n; t++)
       for (int64_t k = 0; k < cols; k++) {
         float s = ref.s[t * (cols / 128) + k / 128];
-        if (fabsf(x[t * ldx + k] - s * ref.q[t * cols + k]) > s * 0.5001f + 1e-30f) bad++;
+        int v = wide ? 256 * ref.q[t * cols + k] + ref.lo[t * cols + k] : ref.q[t * cols + k];
+        if (fabsf(x[t * ldx + k] - s * (float)v) > s * 0.505f + 1e-30f) bad++; /* 0.5 + rounding of x*id and s*v */
+        if (ref.q[t * cols + k] < -127 || v < -Q8_VMAX || v > Q8_VMAX) badsplit++;
+        if (!wide && (v < -127 || v > 127)) badsplit++;
+      }
+    for (int t = 0; t < n; t++)
+      for (int64_t g = 0; g < cols / 128; g++) {
+        int sum = 0;
+        for (int i = 0; i < 128; i++)
+          sum += wide ? 256 * ref.q[t * cols + g * 128 + i] + ref.lo[t * cols + g * 128 + i] : ref.q[t * cols + g * 128 + i];
+        if (ref.c[t * (cols / 128) + g] != -8 * sum) badc++;
       }
     CHECKF(bad == 0, "generic quantization error out of bound at %d places", bad);
+    CHECKF(badsplit == 0 && badc == 0, "generic split out of range at %d places, c wrong in %d blocks", badsplit, badc);
     for (int si = 1; si < n_sets; si++) {
       struct cpu_q8 a = make_q8(n, cols);
       memset(a.q, 0x55, (size_t)(n * cols));
+      if (wide) memset(a.lo, 0x55, (size_t)(n * cols));
       sets[si]->q8_quantize(x, ldx, 0, 3, &a);
       sets[si]->q8_quantize(x, ldx, 3, n, &a);
       CHECKF(!memcmp(a.q, ref.q, (size_t)(n * cols)), "%s: q differs (cols %lld)", sets[si]->name, (long long)cols);
+      if (wide) CHECKF(!memcmp(a.lo, ref.lo, (size_t)(n * cols)), "%s: lo differs (cols %lld)", sets[si]->name, (long long)cols);
       CHECKF(!memcmp(a.s, ref.s, (size_t)(n * cols / 128) * 4), "%s: s differs", sets[si]->name);
       CHECKF(!memcmp(a.c, ref.c, (size_t)(n * cols / 128) * 4), "%s: c differs", sets[si]->name);
       free_q8(&a);
@@ -182,8 +203,13 @@ static void check_matmul(int64_t rows, int64_t cols, int n, int64_t r0, int64_t 
   free_q4(&ref); free_q4(&pk);
 }
 
+static void matmul_cases(void);
 TEST_GROUP(matmul) {
   init_sets();
+  for (wide = 1; wide >= 0; wide--) matmul_cases();
+  wide = 1;
+}
+static void matmul_cases(void) {
   check_matmul(16, 128, 1, 0, 16);
   check_matmul(1, 128, 1, 0, 1);
   check_matmul(37, 256, 1, 0, 37);

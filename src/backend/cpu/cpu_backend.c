@@ -6,11 +6,11 @@
  * the oracle's quantize->dequantize references exactly.
  *
  * With a SIMD set, an int4 matmul is one pool job in two phases: the threads quantize the
- * activations to int8 (struct cpu_q8) once, split by tokens, meet at a barrier, then each
+ * activations to 16-bit integers (struct cpu_q8: two int8 planes) once, split by tokens, meet at a barrier, then each
  * multiplies its own range of output rows (16-row aligned) for all tokens. Splitting by output
  * rows, never by the reduction dimension, keeps results identical for any thread count. Attention
  * is split into (token tile, KV head) items taken dynamically, longest first; each item is
- * computed whole by one thread, so it is deterministic as well. Scratch (the int8 activations,
+ * computed whole by one thread, so it is deterministic as well. Scratch (the quantized activations,
  * the attention tile list) grows on first use to the largest batch seen and is then reused. */
 #include <math.h>
 #include <sched.h>
@@ -27,7 +27,7 @@
 struct hb_ctx {
   struct threadpool *pool;
   const struct cpu_kernels *k;
-  /* int8 activations of the current matmul (SIMD sets); grown on demand */
+  /* quantized activations of the current matmul (SIMD sets); grown on demand */
   void *q8buf;
   size_t q8cap;
   /* attention work items: (t0, t1) token ranges of one sequence */
@@ -263,15 +263,16 @@ static void cpu_matmul(struct hb_ctx *c, struct hb_tensor *out, const struct hb_
   if (w->dtype == HB_Q4 && c->k->matmul_q4q8) {
     int64_t cols = w->cols, G = cols / Q4_GROUP;
     size_t qb = ((size_t)n * (size_t)cols + 63) & ~(size_t)63, sb = ((size_t)n * (size_t)G * 4 + 63) & ~(size_t)63;
-    if (grow(&c->q8buf, &c->q8cap, qb + 2 * sb)) {
-      /* no scratch for the int8 activations (a few MiB; cannot happen in practice) and no
+    if (grow(&c->q8buf, &c->q8cap, 2 * qb + 2 * sb)) {
+      /* no scratch for the quantized activations (a few MiB; cannot happen in practice) and no
        * f32-activation kernel for the packed layout: a zero output rather than garbage */
       memset(out->data, 0, (size_t)n * (size_t)w->rows * sizeof(float));
       return;
     }
     j.a.q = c->q8buf;
-    j.a.s = (float *)((char *)c->q8buf + qb);
-    j.a.c = (int32_t *)((char *)c->q8buf + qb + sb);
+    j.a.lo = n <= Q8_WIDE_MAX ? (int8_t *)c->q8buf + qb : NULL; /* cpu_kernels.h */
+    j.a.s = (float *)((char *)c->q8buf + 2 * qb);
+    j.a.c = (int32_t *)((char *)c->q8buf + 2 * qb + sb);
     j.a.cols = cols;
     j.q_chunk = n / (4 * nth) > 1 ? n / (4 * nth) : 1;
     j.q_chunks = (n + j.q_chunk - 1) / j.q_chunk;

@@ -6,9 +6,10 @@
  *
  * Two int4 paths exist:
  *   - matmul_q4: f32 activations against the reference layout (the exact path; scalar set only).
- *   - q8_quantize + matmul_q4q8: activations quantized once per matmul to int8 per 128-block
- *     (struct cpu_q8), weights repacked at upload into the x16 layout of q4x16.h, integer dot
- *     products (VPDPBUSD / PMADDUBSW). Used by the SIMD sets; q4x16.c has the generic C version
+ *   - q8_quantize + matmul_q4q8: activations quantized once per matmul to 16-bit integers per
+ *     128-block (struct cpu_q8, held as two int8 planes), weights repacked at upload into the x16
+ *     layout of q4x16.h, exact integer dot products (VPDPBUSD / PMADDUBSW, one pass per plane).
+ *     Used by the SIMD sets; q4x16.c has the generic C version
  *     of the same arithmetic that the SIMD kernels are tested against. */
 #ifndef HEARTH_BACKEND_CPU_KERNELS_H
 #define HEARTH_BACKEND_CPU_KERNELS_H
@@ -24,11 +25,25 @@ struct cpu_q4 {
   void *packed;
 };
 
-/* Activations of n tokens quantized per 128-block: x[t][k] ~= s[t][g] * q[t][k] (g = k / 128),
- * q in [-127, 127]; c[t][g] = -8 * sum of q over the block (the offset of the unsigned-nibble
- * trick: a weight nibble u = w + 8, so sum(w*q) = sum(u*q) + c). Row strides are cols and cols/128. */
+/* Activations of n tokens quantized per 128-block to 16-bit integers:
+ *   x[t][k] ~= s[t][g] * v[t][k]   (g = k / 128), v = round(x / s) in [-Q8_VMAX, Q8_VMAX],
+ *   s = max|x over the block| / Q8_VMAX,
+ * stored split into two int8 planes, v = 256 * hi + lo with hi = floor((v + 128) / 256) in
+ * [-127, 127] and lo in [-128, 127], so each plane goes through the int8 dot-product instructions
+ * and the two integer sums combine exactly (256 * sum(w*hi) + sum(w*lo) = sum(w*v)).
+ * c[t][g] = -8 * sum of v over the block (the offset of the unsigned-nibble trick: a weight nibble
+ * u = w + 8, so sum(w*v) = sum(u*v) + c). Row strides are cols (hi, lo) and cols/128 (s, c).
+ * Why 16 bits: with 8-bit activations (v = hi only) the whole-model top-1 agreement against the
+ * f32-activation path was 90-96 % on the tiny fixtures; 11-12 bits are needed for ~100 %
+ * (bench/RESULTS.md, issue 7 accuracy entry). */
+#define Q8_VMAX 32512 /* 127 * 256: hi stays within [-127, 127] */
+/* 8-bit mode, lo == NULL: v = q in [-127, 127], s = max|x| / 127 (one int8 plane, half the dot
+ * products). The backend uses it for matmuls over more than Q8_WIDE_MAX tokens, where the kernels
+ * are bound by the dot-product rate (long prefills); decode and short batches get 16 bits. */
+#define Q8_WIDE_MAX 64
 struct cpu_q8 {
-  int8_t *q;
+  int8_t *q;  /* hi plane */
+  int8_t *lo; /* lo plane */
   float *s;
   int32_t *c;
   int64_t cols;

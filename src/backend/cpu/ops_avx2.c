@@ -1,6 +1,6 @@
 /* backend/cpu/ops_avx2.c — AVX2 (+FMA, F16C) kernels over the q4x16 layout: the same arithmetic as
  * ops_avx512.c with 8-row half blocks (one ymm = rows 0-7 or rows 8-15 of a 64-byte chunk) and
- * PMADDUBSW + PMADDWD in place of VPDPBUSD (u8 nibbles <= 15 times s8 activations: the 16-bit
+ * PMADDUBSW + PMADDWD in place of VPDPBUSD (u8 nibbles <= 15 times s8 activation planes: the 16-bit
  * pair sums cannot saturate). No AVX-VNNI instruction is used, so the set runs on every AVX2 CPU.
  * Also the flash attention and SiLU of kern_impl.h vectorized with AVX2. */
 #if defined(__x86_64__)
@@ -28,38 +28,97 @@ static inline int32_t hsum8i(__m256i v) {
   return _mm_cvtsi128_si32(s);
 }
 
+/* 32 int32 -> 32 int8 in order: packs work per 128-bit lane, then fix the lane order */
+static inline void store32_i8(int8_t *o, const __m256i *q) {
+  __m256i p01 = _mm256_packs_epi32(q[0], q[1]), p23 = _mm256_packs_epi32(q[2], q[3]);
+  __m256i b = _mm256_packs_epi16(p01, p23);
+  b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  _mm256_storeu_si256((__m256i *)o, b);
+}
+
 static void avx2_q8_quantize(const float *x, int64_t ldx, int t0, int t1, const struct cpu_q8 *a) {
   const int64_t cols = a->cols, G = cols / 128;
   const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256i lim = _mm256_set1_epi32(Q8_VMAX), nlim = _mm256_set1_epi32(-Q8_VMAX),
+                half = _mm256_set1_epi32(128);
+  const int wide = a->lo != NULL;
+  const float vmax = wide ? (float)Q8_VMAX : 127.0f;
+  const __m256i lim8 = _mm256_set1_epi32(127), nlim8 = _mm256_set1_epi32(-127);
   for (int t = t0; t < t1; t++) {
     const float *xt = x + t * ldx;
-    int8_t *q = a->q + t * cols;
+    int8_t *q = a->q + t * cols, *lo = wide ? a->lo + t * cols : NULL;
     for (int64_t g = 0; g < G; g++) {
       const float *xg = xt + g * 128;
       __m256 m = _mm256_setzero_ps();
       for (int i = 0; i < 16; i++) m = _mm256_max_ps(m, _mm256_and_ps(_mm256_loadu_ps(xg + 8 * i), absmask));
       float amax = hmax8(m);
-      float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+      float id = amax > 0.0f ? vmax / amax : 0.0f;
       __m256 vid = _mm256_set1_ps(id);
       __m256i sum = _mm256_setzero_si256();
-      const __m256i lim = _mm256_set1_epi32(127), nlim = _mm256_set1_epi32(-127);
       for (int i = 0; i < 16; i += 4) {
-        __m256i qi[4];
+        __m256i qh[4], ql[4];
         for (int k = 0; k < 4; k++) {
-          qi[k] = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xg + 8 * (i + k)), vid));
-          qi[k] = _mm256_max_epi32(_mm256_min_epi32(qi[k], lim), nlim);
-          sum = _mm256_add_epi32(sum, qi[k]);
+          __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xg + 8 * (i + k)), vid));
+          v = wide ? _mm256_max_epi32(_mm256_min_epi32(v, lim), nlim) : _mm256_max_epi32(_mm256_min_epi32(v, lim8), nlim8);
+          sum = _mm256_add_epi32(sum, v);
+          if (!wide) { qh[k] = v; continue; }
+          qh[k] = _mm256_srai_epi32(_mm256_add_epi32(v, half), 8);
+          ql[k] = _mm256_sub_epi32(v, _mm256_slli_epi32(qh[k], 8));
         }
-        /* 32 int32 -> 32 int8 in order: packs work per 128-bit lane, then fix the lane order */
-        __m256i p01 = _mm256_packs_epi32(qi[0], qi[1]), p23 = _mm256_packs_epi32(qi[2], qi[3]);
-        __m256i b = _mm256_packs_epi16(p01, p23);
-        b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-        _mm256_storeu_si256((__m256i *)(q + g * 128 + 8 * i), b);
+        store32_i8(q + g * 128 + 8 * i, qh);
+        if (wide) store32_i8(lo + g * 128 + 8 * i, ql);
       }
-      a->s[t * G + g] = amax / 127.0f;
+      a->s[t * G + g] = amax / vmax;
       a->c[t * G + g] = -8 * hsum8i(sum);
     }
   }
+}
+
+static inline __m256i bc32(const int8_t *p) {
+  int32_t v;
+  memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+/* One 8-row half block (h = 0 or 1) of a 16-row block against T <= 4 tokens; per token one int32
+ * accumulator per activation plane (the 16-bit pair sums of PMADDUBSW stay below 2 * 2 * 15 * 128). */
+static inline __attribute__((always_inline)) void half_tile(const uint8_t *qp, const uint16_t *dp,
+                                                            const struct cpu_q8 *a, int t0, const int T,
+                                                            int64_t G, int h, __m256 *res) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+  const int64_t cols = a->cols;
+  __m256 facc[4];
+  for (int t = 0; t < T; t++) facc[t] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < G; g++) {
+    __m256i ah[4], al[4];
+    const int8_t *xh[4], *xl[4];
+    for (int t = 0; t < T; t++) {
+      al[t] = _mm256_set1_epi32(a->c[(t0 + t) * G + g]);
+      ah[t] = _mm256_setzero_si256();
+      xh[t] = a->q + (t0 + t) * cols + g * 128;
+      xl[t] = a->lo + (t0 + t) * cols + g * 128;
+    }
+    const uint8_t *qg = qp + g * 1024 + h * 32;
+    for (int c = 0; c < 16; c++) {
+      __m256i v = _mm256_loadu_si256((const __m256i *)(qg + c * 64));
+      __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+      for (int t = 0; t < T; t++) {
+        __m256i ph = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bc32(xh[t] + c * 8)),
+                                      _mm256_maddubs_epi16(hi, bc32(xh[t] + c * 8 + 4)));
+        __m256i pl = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bc32(xl[t] + c * 8)),
+                                      _mm256_maddubs_epi16(hi, bc32(xl[t] + c * 8 + 4)));
+        ah[t] = _mm256_add_epi32(ah[t], _mm256_madd_epi16(ph, ones));
+        al[t] = _mm256_add_epi32(al[t], _mm256_madd_epi16(pl, ones));
+      }
+    }
+    __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dp + g * 16 + h * 8)));
+    for (int t = 0; t < T; t++) {
+      __m256i S = _mm256_add_epi32(_mm256_slli_epi32(ah[t], 8), al[t]);
+      __m256 sc = _mm256_mul_ps(d, _mm256_set1_ps(a->s[(t0 + t) * G + g]));
+      facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S), sc, facc[t]);
+    }
+  }
+  for (int t = 0; t < T; t++) res[t] = facc[t];
 }
 
 static inline int32_t ld32(const int8_t *p) {
@@ -68,8 +127,9 @@ static inline int32_t ld32(const int8_t *p) {
   return v;
 }
 
-/* One 8-row half block (h = 0 or 1) of a 16-row block against T <= 4 tokens. */
-static inline __attribute__((always_inline)) void half_tile(const uint8_t *qp, const uint16_t *dp,
+/* 8-bit mode (a->lo == NULL): one plane.
+ * One 8-row half block (h = 0 or 1) of a 16-row block against T <= 4 tokens. */
+static inline __attribute__((always_inline)) void half_tile8(const uint8_t *qp, const uint16_t *dp,
                                                             const struct cpu_q8 *a, int t0, const int T,
                                                             int64_t G, int h, __m256 *res) {
   const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
@@ -120,7 +180,14 @@ static void avx2_matmul_q4q8(const struct cpu_q4 *w, const struct cpu_q8 *a, int
           if (base + 8 <= r0 || base >= r1) continue;
           const uint8_t *qp = q4x16_quants(w, b);
           const uint16_t *dp = q4x16_scales(w, b);
-          switch (T) {
+          if (!a->lo) {
+            switch (T) {
+            case 1: half_tile8(qp, dp, a, t0, 1, G, h, res); break;
+            case 2: half_tile8(qp, dp, a, t0, 2, G, h, res); break;
+            case 3: half_tile8(qp, dp, a, t0, 3, G, h, res); break;
+            default: half_tile8(qp, dp, a, t0, 4, G, h, res); break;
+            }
+          } else switch (T) {
           case 1: half_tile(qp, dp, a, t0, 1, G, h, res); break;
           case 2: half_tile(qp, dp, a, t0, 2, G, h, res); break;
           case 3: half_tile(qp, dp, a, t0, 3, G, h, res); break;

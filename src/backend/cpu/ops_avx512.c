@@ -1,12 +1,13 @@
-/* backend/cpu/ops_avx512.c — AVX-512 (F/BW/VL + VNNI) kernels: int8 activation quantization and
- * the int4 x int8 matmul over the q4x16 layout, plus the flash attention and SiLU of kern_impl.h
+/* backend/cpu/ops_avx512.c — AVX-512 (F/BW/VL + VNNI) kernels: 16-bit activation quantization and
+ * the int4 x (2 x int8) matmul over the q4x16 layout, plus the flash attention and SiLU of kern_impl.h
  * vectorized with this file's flags.
  *
  * matmul: one 16-row block of W against T tokens at a time (T <= 8). Per 64-byte chunk (16 rows x
  * 8 columns), the nibbles are split into two vectors of unsigned bytes and VPDPBUSD multiplies
- * them with 4 activation bytes broadcast from memory, so the unpacked weights are reused for all
- * T tokens. The int32 sums start at c = -8*sum(q) (the unsigned-nibble offset), so at the end of
- * each 128-group the lane holds the exact integer dot of the signed weights; one convert and one
+ * them with 4 activation bytes broadcast from memory, once per activation plane (hi, lo: struct
+ * cpu_q8), so the unpacked weights are reused for all T tokens and both planes. The int32 sums
+ * start at c = -8*sum(v) (the unsigned-nibble offset), and 256*hi_sum + lo_sum at the end of each
+ * 128-group is the exact integer dot of the signed weights with the 16-bit activations; one convert and one
  * FMA with (weight scale x activation scale) folds it into the f32 result. Row blocks are taken
  * in panels of ~256 KiB so the panel stays in L2 while every token tile passes over it.
  * Integer sums are exact and the f32 accumulation order per output is fixed, so the result does
@@ -230,9 +231,13 @@ static void avx512_attn_tile_fast(const struct cpu_attn_job *j, int t0, int t1, 
 static void avx512_q8_quantize(const float *x, int64_t ldx, int t0, int t1, const struct cpu_q8 *a) {
   const int64_t cols = a->cols, G = cols / 128;
   const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+  const __m512i lim = _mm512_set1_epi32(Q8_VMAX), nlim = _mm512_set1_epi32(-Q8_VMAX),
+                half = _mm512_set1_epi32(128);
+  const int wide = a->lo != NULL;
+  const float vmax = wide ? (float)Q8_VMAX : 127.0f;
   for (int t = t0; t < t1; t++) {
     const float *xt = x + t * ldx;
-    int8_t *q = a->q + t * cols;
+    int8_t *q = a->q + t * cols, *lo = wide ? a->lo + t * cols : NULL;
     for (int64_t g = 0; g < G; g++) {
       const float *xg = xt + g * 128;
       __m512 v[8], m = _mm512_setzero_ps();
@@ -241,20 +246,120 @@ static void avx512_q8_quantize(const float *x, int64_t ldx, int t0, int t1, cons
         m = _mm512_max_ps(m, _mm512_and_ps(v[i], absmask));
       }
       float amax = _mm512_reduce_max_ps(m);
-      float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+      float id = amax > 0.0f ? vmax / amax : 0.0f;
       __m512 vid = _mm512_set1_ps(id);
       __m512i sum = _mm512_setzero_si512();
-      const __m512i lim = _mm512_set1_epi32(127), nlim = _mm512_set1_epi32(-127);
       for (int i = 0; i < 8; i++) {
         __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(v[i], vid));
+        if (!wide) {
+          qi = _mm512_max_epi32(_mm512_min_epi32(qi, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
+          sum = _mm512_add_epi32(sum, qi);
+          _mm_storeu_si128((__m128i *)(q + g * 128 + 16 * i), _mm512_cvtepi32_epi8(qi));
+          continue;
+        }
         qi = _mm512_max_epi32(_mm512_min_epi32(qi, lim), nlim);
         sum = _mm512_add_epi32(sum, qi);
-        _mm_storeu_si128((__m128i *)(q + g * 128 + 16 * i), _mm512_cvtepi32_epi8(qi));
+        __m512i h = _mm512_srai_epi32(_mm512_add_epi32(qi, half), 8);
+        __m512i l = _mm512_sub_epi32(qi, _mm512_slli_epi32(h, 8));
+        _mm_storeu_si128((__m128i *)(q + g * 128 + 16 * i), _mm512_cvtepi32_epi8(h));
+        _mm_storeu_si128((__m128i *)(lo + g * 128 + 16 * i), _mm512_cvtepi32_epi8(l));
       }
-      a->s[t * G + g] = amax / 127.0f;
+      a->s[t * G + g] = amax / vmax;
       a->c[t * G + g] = -8 * _mm512_reduce_add_epi32(sum);
     }
   }
+}
+
+static inline __m512i bc32(const int8_t *p) {
+  int32_t v;
+  memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+/* One 16-row block against T tokens (T a compile-time constant after inlining). Per token two
+ * integer accumulators, one per activation plane (hi, lo); the offset c starts the lo one. */
+static inline __attribute__((always_inline)) void blk_tile(const uint8_t *qp, const uint16_t *dp,
+                                                           const struct cpu_q8 *a, int t0, const int T,
+                                                           int64_t G, __m512 *res) {
+  const __m512i m4 = _mm512_set1_epi8(0x0f);
+  const int64_t cols = a->cols;
+  __m512 facc[8];
+  for (int t = 0; t < T; t++) facc[t] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < G; g++) {
+    __m512i ah[8], al[8];
+    const int8_t *xh[8], *xl[8];
+    for (int t = 0; t < T; t++) {
+      al[t] = _mm512_set1_epi32(a->c[(t0 + t) * G + g]);
+      ah[t] = _mm512_setzero_si512();
+      xh[t] = a->q + (t0 + t) * cols + g * 128;
+      xl[t] = a->lo + (t0 + t) * cols + g * 128;
+    }
+    const uint8_t *qg = qp + g * 1024;
+    for (int c = 0; c < 16; c++) {
+      __m512i v = _mm512_loadu_si512((const void *)(qg + c * 64));
+      __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+      for (int t = 0; t < T; t++) {
+        ah[t] = _mm512_dpbusd_epi32(ah[t], lo, bc32(xh[t] + c * 8));
+        al[t] = _mm512_dpbusd_epi32(al[t], lo, bc32(xl[t] + c * 8));
+        ah[t] = _mm512_dpbusd_epi32(ah[t], hi, bc32(xh[t] + c * 8 + 4));
+        al[t] = _mm512_dpbusd_epi32(al[t], hi, bc32(xl[t] + c * 8 + 4));
+      }
+    }
+    __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dp + g * 16)));
+    for (int t = 0; t < T; t++) {
+      __m512i S = _mm512_add_epi32(_mm512_slli_epi32(ah[t], 8), al[t]);
+      __m512 sc = _mm512_mul_ps(d, _mm512_set1_ps(a->s[(t0 + t) * G + g]));
+      facc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), sc, facc[t]);
+    }
+  }
+  for (int t = 0; t < T; t++) res[t] = facc[t];
+}
+
+typedef int32_t i32u __attribute__((may_alias, aligned(1)));
+
+/* Decode (one token): two 16-row blocks at a time, so each activation broadcast (a memory operand
+ * of VPDPBUSD) serves 32 rows; per block four chains (hi/lo plane x low/high nibble). High nibbles
+ * are taken as 16*u (mask 0xF0, no shift): those sums are exact multiples of 16 and are divided
+ * back at the end of the group. nb = 1 or 2 blocks. */
+static inline __attribute__((always_inline)) void blk_one(const uint8_t *qp, int64_t bstride,
+                                                          const uint16_t *dp, int64_t dstride,
+                                                          const struct cpu_q8 *a, int t0, int64_t G,
+                                                          const int nb, __m512 *res) {
+  const __m512i m4 = _mm512_set1_epi8(0x0f), m4h = _mm512_set1_epi8((char)0xf0);
+  const int8_t *xh = a->q + t0 * a->cols, *xl = a->lo + t0 * a->cols;
+  __m512 facc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+  for (int64_t g = 0; g < G; g++) {
+    __m512i hl[2], hh[2], ll[2], lh[2];
+    for (int b = 0; b < nb; b++) {
+      hl[b] = hh[b] = lh[b] = _mm512_setzero_si512();
+      ll[b] = _mm512_set1_epi32(a->c[t0 * G + g]);
+    }
+    const int8_t *gh = xh + g * 128, *gl = xl + g * 128;
+    for (int b = 0; b < nb; b++) {
+      _mm_prefetch((const char *)(qp + b * bstride + g * 1024 + 4096), _MM_HINT_T0);
+      _mm_prefetch((const char *)(qp + b * bstride + g * 1024 + 4096 + 512), _MM_HINT_T0);
+    }
+    for (int c = 0; c < 16; c++) {
+      __m512i bh0 = _mm512_set1_epi32(*(const i32u *)(gh + c * 8)), bh1 = _mm512_set1_epi32(*(const i32u *)(gh + c * 8 + 4));
+      __m512i bl0 = _mm512_set1_epi32(*(const i32u *)(gl + c * 8)), bl1 = _mm512_set1_epi32(*(const i32u *)(gl + c * 8 + 4));
+      for (int b = 0; b < nb; b++) {
+        __m512i v = _mm512_loadu_si512((const void *)(qp + b * bstride + g * 1024 + c * 64));
+        __m512i n0 = _mm512_and_si512(v, m4), n1 = _mm512_and_si512(v, m4h);
+        hl[b] = _mm512_dpbusd_epi32(hl[b], n0, bh0);
+        ll[b] = _mm512_dpbusd_epi32(ll[b], n0, bl0);
+        hh[b] = _mm512_dpbusd_epi32(hh[b], n1, bh1);
+        lh[b] = _mm512_dpbusd_epi32(lh[b], n1, bl1);
+      }
+    }
+    for (int b = 0; b < nb; b++) {
+      __m512i sh = _mm512_add_epi32(hl[b], _mm512_srai_epi32(hh[b], 4));
+      __m512i sl = _mm512_add_epi32(ll[b], _mm512_srai_epi32(lh[b], 4));
+      __m512i s = _mm512_add_epi32(_mm512_slli_epi32(sh, 8), sl);
+      __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dp + b * dstride + g * 16)));
+      facc[b] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, _mm512_set1_ps(a->s[t0 * G + g])), facc[b]);
+    }
+  }
+  for (int b = 0; b < nb; b++) res[b] = facc[b];
 }
 
 static inline int32_t ld32(const int8_t *p) {
@@ -263,8 +368,9 @@ static inline int32_t ld32(const int8_t *p) {
   return v;
 }
 
-/* One 16-row block against T tokens (T a compile-time constant after inlining). */
-static inline __attribute__((always_inline)) void blk_tile(const uint8_t *qp, const uint16_t *dp,
+/* 8-bit mode (a->lo == NULL, batches over Q8_WIDE_MAX tokens): one plane.
+ * One 16-row block against T tokens (T a compile-time constant after inlining). */
+static inline __attribute__((always_inline)) void blk_tile8(const uint8_t *qp, const uint16_t *dp,
                                                            const struct cpu_q8 *a, int t0, const int T,
                                                            int64_t G, __m512 *res) {
   const __m512i m4 = _mm512_set1_epi8(0x0f);
@@ -301,7 +407,7 @@ static inline __attribute__((always_inline)) void blk_tile(const uint8_t *qp, co
 }
 
 /* Decode (one token): four independent accumulator chains per block. */
-static inline void blk_one(const uint8_t *qp, const uint16_t *dp, const struct cpu_q8 *a, int t0,
+static inline void blk_one8(const uint8_t *qp, const uint16_t *dp, const struct cpu_q8 *a, int t0,
                            int64_t G, __m512 *res) {
   const __m512i m4 = _mm512_set1_epi8(0x0f);
   const int8_t *x = a->q + t0 * a->cols;
@@ -346,9 +452,17 @@ static void avx512_matmul_q4q8(const struct cpu_q4 *w, const struct cpu_q8 *a, i
                                int64_t r1, float *out, int64_t ldo) {
   if (r0 >= r1 || n <= 0) return;
   const int64_t G = w->cols / 128, b0 = r0 / 16, b1 = (r1 + 15) / 16;
+  __m512 res[8];
+  if (n == 1 && a->lo) {
+    const int64_t bstride = w->cols * 8, dstride = G * 16;
+    for (int64_t b = b0; b < b1; b++) {
+      blk_one(q4x16_quants(w, b), bstride, q4x16_scales(w, b), dstride, a, 0, G, 1, res);
+      store_rows(out, ldo, 1, b, r0, r1, res);
+    }
+    return;
+  }
   int64_t panel = (256 * 1024) / (w->cols * 8);
   if (panel < 1) panel = 1;
-  __m512 res[8];
   for (int64_t p0 = b0; p0 < b1; p0 += panel) {
     int64_t p1 = p0 + panel < b1 ? p0 + panel : b1;
     for (int t0 = 0; t0 < n; t0 += 8) {
@@ -356,8 +470,19 @@ static void avx512_matmul_q4q8(const struct cpu_q4 *w, const struct cpu_q8 *a, i
       for (int64_t b = p0; b < p1; b++) {
         const uint8_t *qp = q4x16_quants(w, b);
         const uint16_t *dp = q4x16_scales(w, b);
-        switch (T) {
-        case 1: blk_one(qp, dp, a, t0, G, res); break;
+        if (!a->lo) {
+          switch (T) {
+          case 1: blk_one8(qp, dp, a, t0, G, res); break;
+          case 2: blk_tile8(qp, dp, a, t0, 2, G, res); break;
+          case 3: blk_tile8(qp, dp, a, t0, 3, G, res); break;
+          case 4: blk_tile8(qp, dp, a, t0, 4, G, res); break;
+          case 5: blk_tile8(qp, dp, a, t0, 5, G, res); break;
+          case 6: blk_tile8(qp, dp, a, t0, 6, G, res); break;
+          case 7: blk_tile8(qp, dp, a, t0, 7, G, res); break;
+          default: blk_tile8(qp, dp, a, t0, 8, G, res); break;
+          }
+        } else switch (T) {
+        case 1: blk_tile(qp, dp, a, t0, 1, G, res); break;
         case 2: blk_tile(qp, dp, a, t0, 2, G, res); break;
         case 3: blk_tile(qp, dp, a, t0, 3, G, res); break;
         case 4: blk_tile(qp, dp, a, t0, 4, G, res); break;

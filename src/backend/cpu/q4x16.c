@@ -61,23 +61,30 @@ void q4x16_row(const struct cpu_q4 *w, int64_t r, float *out) {
   }
 }
 
+/* hi = floor((v + 128) / 256) without shifting a negative number */
+static inline int split_hi(int v) { return ((v + 128 + 65536) >> 8) - 256; }
+
 void q4x16_q8_quantize_generic(const float *x, int64_t ldx, int t0, int t1, const struct cpu_q8 *a) {
   int64_t cols = a->cols, G = cols / 128;
   for (int t = t0; t < t1; t++) {
     const float *xt = x + t * ldx;
-    int8_t *q = a->q + t * cols;
+    int8_t *q = a->q + t * cols, *lo = a->lo ? a->lo + t * cols : NULL;
+    const int vmax = lo ? Q8_VMAX : 127;
     for (int64_t g = 0; g < G; g++) {
       float amax = 0.0f;
       for (int i = 0; i < 128; i++) amax = fmaxf(amax, fabsf(xt[g * 128 + i]));
-      float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+      float id = amax > 0.0f ? (float)vmax / amax : 0.0f;
       int sum = 0;
       for (int i = 0; i < 128; i++) {
         int v = (int)nearbyintf(xt[g * 128 + i] * id);
-        v = v > 127 ? 127 : v < -127 ? -127 : v;
-        q[g * 128 + i] = (int8_t)v;
+        v = v > vmax ? vmax : v < -vmax ? -vmax : v;
         sum += v;
+        if (!lo) { q[g * 128 + i] = (int8_t)v; continue; }
+        int h = split_hi(v);
+        q[g * 128 + i] = (int8_t)h;
+        lo[g * 128 + i] = (int8_t)(v - 256 * h);
       }
-      a->s[t * G + g] = amax / 127.0f;
+      a->s[t * G + g] = amax / (float)vmax;
       a->c[t * G + g] = -8 * sum;
     }
   }
@@ -91,14 +98,18 @@ void q4x16_matmul_generic(const struct cpu_q4 *w, const struct cpu_q8 *a, int n,
     const uint16_t *dp = q4x16_scales(w, r / 16);
     int l = (int)(r % 16);
     for (int t = 0; t < n; t++) {
-      const int8_t *q = a->q + t * a->cols;
+      const int8_t *qh = a->q + t * a->cols, *ql = a->lo ? a->lo + t * a->cols : NULL;
       float acc = 0.0f;
       for (int64_t g = 0; g < G; g++) {
         int32_t S = a->c[t * G + g];
         for (int c = 0; c < 16; c++) {
           const uint8_t *o = qp + (g * 16 + c) * 64 + 4 * l;
-          const int8_t *qq = q + g * 128 + c * 8;
-          for (int j = 0; j < 4; j++) S += (o[j] & 15) * qq[j] + (o[j] >> 4) * qq[4 + j];
+          int64_t k = g * 128 + c * 8;
+          for (int j = 0; j < 4; j++) {
+            int v0 = ql ? 256 * qh[k + j] + ql[k + j] : qh[k + j];
+            int v1 = ql ? 256 * qh[k + 4 + j] + ql[k + 4 + j] : qh[k + 4 + j];
+            S += (o[j] & 15) * v0 + (o[j] >> 4) * v1;
+          }
         }
         acc += (float)S * (f16_to_f32(dp[g * 16 + l]) * a->s[t * G + g]);
       }
