@@ -241,4 +241,56 @@ TEST_GROUP(disk_prefix_cache) {
   CHECK(system(cmd) == 0);
 }
 
-TEST_MAIN(T(prefix_reuse), T(eviction), T(multi_session_step), T(disk_prefix_cache))
+/* Batch invariance: greedy tokens of a request are the same whether it runs alone or batched with
+ * others (prompt chunks of several sessions plus decode tokens in one step, after prefix-cache
+ * hits shortened the chunks). Kernel precision must not depend on the batch. */
+TEST_GROUP(batch_invariance) {
+  enum { N = 12, G = 12 };
+  struct hearth_model *m = load(8192);
+  REQUIRE(m);
+  int V = hearth_model_info(m)->n_vocab;
+  struct hearth_err err = {0};
+  static int32_t pr[N][120], alone[N][G];
+  int np[N];
+  struct hearth_session *s[N];
+  for (int i = 0; i < N; i++) {
+    np[i] = 30 + 7 * i; /* 30..107: both sides of any small-batch cut-over */
+    for (int k = 0; k < np[i]; k++) pr[i][k] = k < 24 ? (k * 31 + 7) % V : (k * 17 + i * 101) % V;
+    REQUIRE(hearth_session_new(m, NULL, &s[i], &err) == 0);
+    REQUIRE(hearth_session_sync(s[i], pr[i], np[i], &err) == 0);
+    for (int g = 0; g < G; g++) {
+      const float *lg = hearth_session_logits(s[i]);
+      int32_t b = 0;
+      for (int k = 1; k < V; k++) if (lg[k] > lg[b]) b = k;
+      alone[i][g] = b;
+      if (g + 1 < G) REQUIRE(hearth_session_append(s[i], &b, 1, &err) == 0);
+    }
+  }
+  const int32_t *tp[N];
+  int cnt[N], bad = 0;
+  int32_t cur[N];
+  for (int i = 0; i < N; i++) { /* the same sessions, matched again: reuse, then one mixed step */
+    int h = hearth_session_prepare(s[i], pr[i], np[i], &err);
+    REQUIRE(h >= 0);
+    tp[i] = pr[i] + h;
+    cnt[i] = np[i] - h;
+  }
+  REQUIRE(hearth_sessions_step(s, N, tp, cnt, &err) == 0);
+  for (int g = 0; g < G; g++) {
+    for (int i = 0; i < N; i++) {
+      const float *lg = hearth_session_logits(s[i]);
+      int32_t b = 0;
+      for (int k = 1; k < V; k++) if (lg[k] > lg[b]) b = k;
+      if (b != alone[i][g]) bad++;
+      cur[i] = b;
+      tp[i] = &cur[i];
+      cnt[i] = 1;
+    }
+    if (g + 1 < G) REQUIRE(hearth_sessions_step(s, N, tp, cnt, &err) == 0);
+  }
+  CHECKF(bad == 0, "%d of %d greedy tokens differ between alone and batched", bad, N * G);
+  for (int i = 0; i < N; i++) hearth_session_free(s[i]);
+  hearth_model_free(m);
+}
+
+TEST_MAIN(T(prefix_reuse), T(eviction), T(multi_session_step), T(disk_prefix_cache), T(batch_invariance))
