@@ -117,6 +117,7 @@ struct slot {
   struct gen_req *q;
   struct hearth_sampler *smp;
   int prefilled;        /* prompt tokens synced so far */
+  int prepared;         /* the session was matched against the prompt (hearth_session_prepare) */
   int32_t pending;      /* sampled, not yet evaluated */
   int32_t *hist;        /* [max n_ctx] generated tokens, for the penalties */
   int n_gen;
@@ -284,14 +285,13 @@ static void admit(struct engine *e) {
     e->q_n--;
     e->n_busy++;
     e->st.n_prompt_tokens += (unsigned long)q->n_prompt;
-    int reuse = q->pev ? 0 /* every prompt position must be scored */
-                       : common < q->n_prompt ? common : q->n_prompt - 1;
-    e->st.n_cached_tokens += (unsigned long)reuse;
+    (void)common; /* reuse is measured by hearth_session_prepare in step(), cached blocks included */
     pthread_mutex_unlock(&e->mu);
     sl->q = q;
     sl->state = SLOT_PREFILL;
-    sl->prefilled = reuse;
-    q->n_cached = sl->prefilled;
+    sl->prefilled = 0;
+    sl->prepared = 0;
+    q->n_cached = 0;
     sl->n_gen = 0;
     struct hearth_err err;
     if (hearth_sampler_new(&q->sampling, e->info->n_vocab, &sl->smp, &err))
@@ -309,67 +309,105 @@ static int sync_to(struct engine *e, struct slot *sl, int target, struct hearth_
   return rc;
 }
 
-/* Evaluates the next chunk of sl's prompt; at its end, the first token (or the finish, when
- * max_tokens is 0). With prompt logprobs the chunk is evaluated one position at a time (the
- * session API leaves only the last position's logits), at most 32 positions per step. */
-static void prefill(struct engine *e, struct slot *sl) {
+/* Prompt logprobs (echo + logprobs): the prompt is evaluated one position at a time from 0 (the
+ * session API leaves only the last position's logits), at most 32 positions per engine step. */
+static void prefill_scored(struct engine *e, struct slot *sl) {
   struct gen_req *q = sl->q;
   if (atomic_load(&q->cancel)) { slot_release(e, sl, GEN_FIN_CANCELLED, NULL); return; }
   struct hearth_err err = {0};
-  if (q->pev) {
-    for (int k = 0; k < 32 && sl->prefilled < q->n_prompt; k++) {
-      int target = sl->prefilled + 1;
-      if (sync_to(e, sl, target, &err)) { slot_release(e, sl, GEN_FIN_ERROR, err.msg); return; }
-      sl->prefilled = target;
-      if (target < q->n_prompt)
-        score(hearth_session_logits(sl->s), e->info->n_vocab, q->prompt[target],
-              q->top_logprobs > 0 ? q->top_logprobs : 0, &q->pev[target]);
-    }
-  } else {
-    int target = sl->prefilled + e->p.prefill_chunk;
-    if (target > q->n_prompt) target = q->n_prompt;
+  for (int k = 0; k < 32 && sl->prefilled < q->n_prompt; k++) {
+    int target = sl->prefilled + 1;
     if (sync_to(e, sl, target, &err)) { slot_release(e, sl, GEN_FIN_ERROR, err.msg); return; }
     sl->prefilled = target;
+    if (target < q->n_prompt)
+      score(hearth_session_logits(sl->s), e->info->n_vocab, q->prompt[target],
+            q->top_logprobs > 0 ? q->top_logprobs : 0, &q->pev[target]);
   }
   if (sl->prefilled < q->n_prompt) return;
   if (q->max_tokens == 0) slot_release(e, sl, GEN_FIN_LENGTH, NULL);
   else emit(e, sl, hearth_session_logits(sl->s));
 }
 
-/* One decode step for every running sequence: one forward pass over all of them. */
-static void decode(struct engine *e) {
-  int n = 0;
-  struct hearth_session *ss[e->p.n_slots];
-  const int32_t *toks[e->p.n_slots];
-  int ones[e->p.n_slots];
-  struct slot *which[e->p.n_slots];
-  for (int i = 0; i < e->p.n_slots; i++) {
+/* Matches a new request's prompt against its session once: the longest common prefix and any
+ * full blocks of the model's prefix cache are reused; the rest is left to step(). */
+static int prepare(struct engine *e, struct slot *sl) {
+  struct gen_req *q = sl->q;
+  struct hearth_err err = {0};
+  int held = hearth_session_prepare(sl->s, q->prompt, q->n_prompt, &err);
+  if (held == HEARTH_ERR_CTX_FULL && evict_idle(e) > 0)
+    held = hearth_session_prepare(sl->s, q->prompt, q->n_prompt, &err);
+  if (held < 0) {
+    slot_release(e, sl, GEN_FIN_ERROR, err.msg);
+    return -1;
+  }
+  sl->prefilled = held;
+  sl->prepared = 1;
+  q->n_cached = held;
+  pthread_mutex_lock(&e->mu);
+  e->st.n_cached_tokens += (unsigned long)held;
+  pthread_mutex_unlock(&e->mu);
+  return 0;
+}
+
+/* One forward pass for the whole engine (continuous batching): one token for every decoding
+ * sequence plus prompt chunks of sequences in prefill, up to prefill_chunk tokens in all (at least
+ * one prompt token per step, so prefill always advances). Sequences whose prompt ends in this step
+ * and all decoding ones then sample their next token. */
+static void step(struct engine *e) {
+  int N = e->p.n_slots, n = 0, budget = e->p.prefill_chunk;
+  struct hearth_session *ss[N];
+  const int32_t *toks[N];
+  int cnt[N];
+  struct slot *which[N];
+  for (int i = 0; i < N; i++) {
     struct slot *sl = &e->slots[i];
     if (sl->state != SLOT_DECODE) continue;
     if (atomic_load(&sl->q->cancel)) { slot_release(e, sl, GEN_FIN_CANCELLED, NULL); continue; }
     ss[n] = sl->s;
     toks[n] = &sl->pending;
-    ones[n] = 1;
+    cnt[n] = 1;
     which[n++] = sl;
+    budget--;
+  }
+  if (budget < 1) budget = 1; /* prefill always advances */
+  for (int i = 0; i < N && budget > 0; i++) {
+    struct slot *sl = &e->slots[i];
+    if (sl->state != SLOT_PREFILL || sl->q->pev) continue;
+    if (atomic_load(&sl->q->cancel)) { slot_release(e, sl, GEN_FIN_CANCELLED, NULL); continue; }
+    if (!sl->prepared && prepare(e, sl)) continue;
+    int take = sl->q->n_prompt - sl->prefilled;
+    if (take > budget) take = budget;
+    ss[n] = sl->s;
+    toks[n] = sl->q->prompt + sl->prefilled;
+    cnt[n] = take;
+    which[n++] = sl;
+    budget -= take;
   }
   if (!n) return;
   struct hearth_err err = {0};
-  int rc = hearth_sessions_step(ss, n, toks, ones, &err);
+  int rc = hearth_sessions_step(ss, n, toks, cnt, &err);
   if (rc == HEARTH_ERR_CTX_FULL && evict_idle(e) > 0)
-    rc = hearth_sessions_step(ss, n, toks, ones, &err);
+    rc = hearth_sessions_step(ss, n, toks, cnt, &err);
   if (rc) { /* find the culprit(s): step each alone (sessions are unchanged by a failed step) */
     for (int i = 0; i < n; i++) {
       struct hearth_err e1 = {0};
-      int r1 = hearth_sessions_step(&ss[i], 1, &toks[i], &ones[i], &e1);
+      int r1 = hearth_sessions_step(&ss[i], 1, &toks[i], &cnt[i], &e1);
       if (r1) {
-        slot_release(e, which[i], r1 == HEARTH_ERR_CTX_FULL ? GEN_FIN_LENGTH : GEN_FIN_ERROR,
-                     e1.msg);
+        slot_release(e, which[i], r1 == HEARTH_ERR_CTX_FULL ? GEN_FIN_LENGTH : GEN_FIN_ERROR, e1.msg);
         which[i] = NULL;
       }
     }
   }
-  for (int i = 0; i < n; i++)
-    if (which[i]) emit(e, which[i], hearth_session_logits(which[i]->s));
+  for (int i = 0; i < n; i++) {
+    struct slot *sl = which[i];
+    if (!sl) continue;
+    if (sl->state == SLOT_PREFILL) {
+      sl->prefilled += cnt[i];
+      if (sl->prefilled < sl->q->n_prompt) continue;
+      if (sl->q->max_tokens == 0) { slot_release(e, sl, GEN_FIN_LENGTH, NULL); continue; }
+    }
+    emit(e, sl, hearth_session_logits(sl->s));
+  }
 }
 
 static void *engine_main(void *arg) {
@@ -382,8 +420,8 @@ static void *engine_main(void *arg) {
     if (stop) break;
     admit(e);
     for (int i = 0; i < e->p.n_slots; i++)
-      if (e->slots[i].state == SLOT_PREFILL) prefill(e, &e->slots[i]);
-    decode(e);
+      if (e->slots[i].state == SLOT_PREFILL && e->slots[i].q->pev) prefill_scored(e, &e->slots[i]);
+    step(e);
   }
   /* shutdown: cancel whatever is running or waiting */
   for (int i = 0; i < e->p.n_slots; i++)

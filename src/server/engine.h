@@ -91,7 +91,7 @@ struct engine_params {
   int n_slots;     /* sequences decoded together */
   int n_ctx;       /* tokens per sequence */
   int max_queue;   /* waiting requests before engine_submit refuses */
-  int prefill_chunk; /* prompt tokens evaluated per slot per step; 0 = 512 */
+  int prefill_chunk; /* tokens per engine step (decode tokens + prompt chunks); 0 = 512 */
 };
 
 struct engine_stats {
