@@ -65,6 +65,38 @@ TEST_GROUP(q4) {
   q4_quantize_row(g, 128, qs, d);
   q4_dequantize_row(qs, d, 128, back);
   CHECK(f16_to_f32(d[0]) == -1.0f && back[0] == 8.0f && back[1] == -7.0f);
+  /* against a direct statement of the format (roundf, per element) on many random groups,
+   * including values near the .5 boundaries */
+  {
+    enum { G = 2000 };
+    static float wr[G * 128];
+    static uint8_t qr[G * 64];
+    static uint16_t dr[G];
+    uint64_t r = 99;
+    for (int i = 0; i < G * 128; i++) {
+      r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+      float u = (float)(int64_t)(r % 2000001 - 1000000) / 1000000.0f;
+      wr[i] = (i % 128 == 5) ? u * 3.0f : u * (float)(1 + (int)(r >> 40) % 7) * 0.37f;
+      if (r % 11 == 0) wr[i] = (float)((int)(r >> 33) % 15 - 7) * 0.5f; /* exact halves */
+    }
+    q4_quantize_row(wr, G * 128, qr, dr);
+    int mism = 0;
+    for (int g = 0; g < G; g++) {
+      const float *x = wr + g * 128;
+      float m = 0, am = 0;
+      for (int i = 0; i < 128; i++) if (fabsf(x[i]) > am) { am = fabsf(x[i]); m = x[i]; }
+      uint16_t dh = f32_to_f16(m / -8.0f);
+      float df = f16_to_f32(dh);
+      if (dh != dr[g]) mism++;
+      for (int i = 0; i < 128; i++) {
+        int q = 0;
+        if (df != 0.0f) { float rr = roundf(x[i] / df); q = rr < -8 ? -8 : rr > 7 ? 7 : (int)rr; }
+        int got = (int)((qr[g * 64 + i / 2] >> (4 * (i & 1))) & 15) - 8;
+        if (got != q) mism++;
+      }
+    }
+    CHECKF(mism == 0, "%d quantized values differ from the roundf statement of the format", mism);
+  }
   /* all-zero group: d = 0, q = 0 */
   float z[128] = {0};
   q4_quantize_row(z, 128, qs, d);
