@@ -9,6 +9,7 @@
 # Usage: bench/gpu.sh [tests|bench|all|e2e|full] [bench_cuda args: all|3b|0.5b|gemv]
 #   full: ONE cmake build (-j nproc), then by priority under a deadline (DEADLINE_S, default 380 s
 #   from the start): test_cuda_ops, bench_cuda breakdown, e2e 3B + 0.5B, ctest -L cuda, bench_cuda 3b/0.5b/gemv
+#   (CTEST_FIRST=1: ctest right after test_cuda_ops; E2E_ARGS: hearth bench arguments; BENCH_PARTS)
 #   tests: kernel tests (standalone build) + ctest -L cuda (full build); bench: tests/cuda/bench_cuda;
 #   all: both; e2e: full build + `hearth bench --backend cuda` W1/W2 on mkmodel checkpoints (MODELS="3b 0.5b")
 set -uo pipefail
@@ -44,16 +45,23 @@ if [ "$what" = full ]; then
   rc=0
   run test_cuda_ops 60 $B/tests/cuda/test_cuda_ops >"$OUT/test.log" 2>&1 || rc=1
   grep -vE "^  (matmul|rope|gather)" "$OUT/test.log" | tail -25
+  if [ -n "${CTEST_FIRST:-}" ]; then # accuracy first (test_cuda_model, test_oracle_cuda.*)
+    (cd $B && run ctest 150 ctest -L cuda -E test_cuda_ops --output-on-failure) >"$OUT/ctest.log" 2>&1 || rc=1
+    grep -E "Test +#|tests passed|tests failed|CHECK|FAIL|on cuda|step|== " "$OUT/ctest.log" | tail -40
+  fi
   run breakdown 45 $B/tests/cuda/bench_cuda breakdown 2>&1 | tee "$OUT/bench.log"
   for m in ${MODELS:-3b 0.5b}; do
     case $m in 0.5b) cfg=configs/qwen2.5-0.5b-instruct.json ;; 3b) cfg=configs/qwen2.5-3b-instruct.json ;; esac
     dir=/tmp/hearth-bench-$m
     [ -f "$dir/model.safetensors" ] || run mkmodel-$m 90 $B/hearth mkmodel --config "$cfg" --out "$dir" >/dev/null
-    run e2e-$m 120 $B/hearth bench --model "$dir" --backend cuda -p 71,512,1570 -n 128 -r 3 --tg-ctx 71,1570 \
-      --batch 8,32 2>&1 | tee -a "$OUT/e2e.log" || rc=1
+    # shellcheck disable=SC2086
+    run e2e-$m 120 $B/hearth bench --model "$dir" --backend cuda ${E2E_ARGS:--p 71,512,1570 -n 128 -r 3 --tg-ctx 71,1570 --batch 8,32} \
+      2>&1 | tee -a "$OUT/e2e.log" || rc=1
   done
-  (cd $B && run ctest 150 ctest -L cuda -E test_cuda_ops --output-on-failure) >"$OUT/ctest.log" 2>&1 || rc=1
-  grep -E "Test +#|tests passed|tests failed|CHECK|FAIL|on cuda|== " "$OUT/ctest.log" | tail -30
+  if [ -z "${CTEST_FIRST:-}" ]; then
+    (cd $B && run ctest 150 ctest -L cuda -E test_cuda_ops --output-on-failure) >"$OUT/ctest.log" 2>&1 || rc=1
+    grep -E "Test +#|tests passed|tests failed|CHECK|FAIL|on cuda|== " "$OUT/ctest.log" | tail -30
+  fi
   for p in ${BENCH_PARTS:-3b 0.5b gemv}; do run bench-$p 60 $B/tests/cuda/bench_cuda "$p" 2>&1 | tee -a "$OUT/bench.log"; done
   echo "total: $(( $(date +%s) - t0 )) s"
   exit $rc

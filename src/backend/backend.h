@@ -161,6 +161,9 @@ struct hb_ops {
   int (*capture_end)(struct hb_ctx *ctx, void **graph, struct hearth_err *err);
   int (*graph_launch)(struct hb_ctx *ctx, void *graph, struct hearth_err *err);
   void (*graph_free)(void *graph);
+  /* alloc for a tensor that must stay f32 where alloc(HB_F32) would pick a narrower dtype on a
+   * fast path (CUDA: f16); the runtime uses it for logits. NULL: alloc. */
+  int (*alloc_f32)(struct hb_ctx *ctx, struct hb_tensor *t, int64_t rows, int64_t cols, struct hearth_err *err);
 };
 
 /* Backends compiled into this build. hb_cuda_ops is NULL-safe: hb_get returns NULL when absent. */

@@ -38,7 +38,9 @@ static int alloc_scratch(struct hearth_model *m, struct hearth_err *err) {
   if (!rc) rc = be->alloc(x, &s->gate, HB_F32, T, c->intermediate_size, err);
   if (!rc) rc = be->alloc(x, &s->up, HB_F32, T, c->intermediate_size, err);
   if (!rc) rc = be->alloc(x, &s->sel, HB_F32, O, c->hidden_size, err);
-  if (!rc && !c->is_embedding) rc = be->alloc(x, &s->logits, HB_F32, O, c->vocab_size, err);
+  if (!rc && !c->is_embedding)
+    rc = be->alloc_f32 ? be->alloc_f32(x, &s->logits, O, c->vocab_size, err)
+                       : be->alloc(x, &s->logits, HB_F32, O, c->vocab_size, err);
   if (!rc) rc = be->alloc(x, &s->gid, HB_I32, O, 1, err);
   if (!rc) rc = be->alloc(x, &s->glp, HB_F32, O, 1, err);
   if (rc) return err_prefix(err, "activation scratch");

@@ -3,10 +3,13 @@
  *   f32 (the exact path: f32 activations on the GPU): free-running greedy tokens equal the f32
  *     reference up to the first step whose reference top-1/top-2 margin is below 1e-3; top-k
  *     logits of the last prompt position within 1e-4 relative (as the CPU is held to).
- *   int4 (the default fast path: f16 activations, dp4a GEMV, tensor-core GEMM, f16 KV):
- *     teacher-forced on the int4 reference's tokens, argmax equals the reference's next token on
- *     >= 90 % of steps before its first margin < 1e-2 (the foundation criterion), and equals the
- *     CPU backend's int4 argmax at >= 98 % of those positions.
+ *   int4 (the default fast path: f16 activations, f32-accumulating GEMV / tensor-core GEMM, f16 KV,
+ *     f32 logits): teacher-forced on the int4 reference's tokens, over the steps before the
+ *     reference's first margin < 1e-2, argmax equals the reference's next token on >= 98 % (and
+ *     >= 90 %, the foundation criterion), and equals the CPU backend's int4 argmax on >= 98 %.
+ *     The CPU comparison is against the CPU *exact* int4 path (hearth_model_params.exact = 1:
+ *     f32 activations, no activation quantization, the reference-faithful CPU path); agreement
+ *     with the CPU fast path (int8/int16 activations) is printed too, not held to a bar.
  *   embeddings: cosine with the reference >= 0.9999 (f32) / 0.999 (int4).
  * Needs a GPU: label `cuda`. */
 #include <jansson.h>
@@ -27,7 +30,7 @@ static json_t *load_ref(const char *fx) {
   return r;
 }
 
-static struct hearth_model *load(const char *fx, enum hearth_dtype dt, enum hearth_backend_kind be) {
+static struct hearth_model *load_x(const char *fx, enum hearth_dtype dt, enum hearth_backend_kind be, int exact) {
   char path[1024];
   snprintf(path, sizeof path, "%s/tests/fixtures/model/%s", HEARTH_SOURCE_DIR, fx);
   struct hearth_model_params p;
@@ -36,10 +39,15 @@ static struct hearth_model *load(const char *fx, enum hearth_dtype dt, enum hear
   p.dtype = dt;
   p.backend = be;
   p.n_threads = 2;
+  p.exact = exact;
   struct hearth_model *m = NULL;
   struct hearth_err err = {0};
   if (hearth_model_load(&p, &m, &err)) fprintf(stderr, "load %s (backend %d): %s\n", fx, (int)be, err.msg);
   return m;
+}
+
+static struct hearth_model *load(const char *fx, enum hearth_dtype dt, enum hearth_backend_kind be) {
+  return load_x(fx, dt, be, 0);
 }
 
 static struct hearth_session *sess(struct hearth_model *m) {
@@ -118,37 +126,51 @@ static void lm_f32(const char *fx) {
   json_decref(ref);
 }
 
-/* teacher-forced on the int4 reference's tokens, the CUDA model and the CPU model side by side */
+/* teacher-forced on the int4 reference's tokens: the CUDA model, the CPU exact model and the CPU fast
+ * model side by side */
 static void lm_int4(const char *fx) {
   json_t *ref = load_ref(fx);
   REQUIRE(ref);
   struct hearth_model *g = load(fx, HEARTH_DTYPE_INT4, HEARTH_BACKEND_CUDA);
-  struct hearth_model *c = load(fx, HEARTH_DTYPE_INT4, HEARTH_BACKEND_CPU);
-  if (!g || !c) { hearth_model_free(g); hearth_model_free(c); json_decref(ref); REQUIRE(g && c); }
-  struct hearth_session *sg = sess(g), *sc = sess(c);
-  int nv = hearth_model_info(g)->n_vocab, match_ref = 0, match_cpu = 0, total = 0;
+  struct hearth_model *c = load_x(fx, HEARTH_DTYPE_INT4, HEARTH_BACKEND_CPU, 1);
+  struct hearth_model *f = load(fx, HEARTH_DTYPE_INT4, HEARTH_BACKEND_CPU);
+  if (!g || !c || !f) {
+    hearth_model_free(g);
+    hearth_model_free(c);
+    hearth_model_free(f);
+    json_decref(ref);
+    REQUIRE(g && c && f);
+  }
+  struct hearth_session *sg = sess(g), *sc = sess(c), *sf = sess(f);
+  int nv = hearth_model_info(g)->n_vocab, match_ref = 0, match_cpu = 0, match_fast = 0, total = 0;
   struct hearth_err err = {0};
   const json_t *cases = json_object_get(ref, "cases");
-  for (size_t k = 0; sg && sc && k < json_array_size(cases); k++) {
+  for (size_t k = 0; sg && sc && sf && k < json_array_size(cases); k++) {
     const json_t *cs = json_object_get(json_array_get(cases, k), "int4");
     int32_t pr[MAXTOK], tk[MAXTOK];
     double mg[MAXTOK];
     int np = ints(json_object_get(json_array_get(cases, k), "prompt"), pr, MAXTOK);
     int nt = ints(json_object_get(cs, "tokens"), tk, MAXTOK), nm = reals(json_object_get(cs, "margins"), mg, MAXTOK);
     if (!(np >= 1 && nt >= 1 && nm == nt)) { CHECK(0); continue; }
-    if (hearth_session_sync(sg, pr, np, &err) || hearth_session_sync(sc, pr, np, &err)) {
+    if (hearth_session_sync(sg, pr, np, &err) || hearth_session_sync(sc, pr, np, &err) ||
+        hearth_session_sync(sf, pr, np, &err)) {
       CHECKF(0, "%s case %zu sync: %s", fx, k, err.msg);
       continue;
     }
     int lim = first_below(mg, nt, 1e-2);
     for (int i = 0; i < lim; i++) {
-      const float *lg = hearth_session_logits(sg), *lc = hearth_session_logits(sc);
-      if (!lg || !lc) break;
-      int t = argmax(lg, nv), u = argmax(lc, nv);
+      const float *lg = hearth_session_logits(sg), *lc = hearth_session_logits(sc), *lf = hearth_session_logits(sf);
+      if (!lg || !lc || !lf) break;
+      int t = argmax(lg, nv), u = argmax(lc, nv), v = argmax(lf, nv);
       total++;
       match_ref += t == tk[i];
       match_cpu += t == u;
-      if (i + 1 < lim && (hearth_session_append(sg, &tk[i], 1, &err) || hearth_session_append(sc, &tk[i], 1, &err))) {
+      match_fast += t == v;
+      if (t != tk[i] || t != u)
+        printf("    %s case %zu step %d: cuda %d (%.4f) ref %d (margin %.3g) cpu-exact %d (%.4f vs cuda %.4f)\n", fx, k,
+               i, t, lg[t], tk[i], mg[i], u, lc[u], lg[u]);
+      if (i + 1 < lim && (hearth_session_append(sg, &tk[i], 1, &err) || hearth_session_append(sc, &tk[i], 1, &err) ||
+                          hearth_session_append(sf, &tk[i], 1, &err))) {
         CHECKF(0, "append: %s", err.msg);
         break;
       }
@@ -156,14 +178,17 @@ static void lm_int4(const char *fx) {
   }
   double rr = total ? (double)match_ref / total : 0, rc = total ? (double)match_cpu / total : 0;
   printf("  %s int4 on cuda: teacher-forced %d/%d = %.1f%% vs the int4 reference, %d/%d = %.1f%% vs the CPU "
-         "backend\n", fx, match_ref, total, 100 * rr, match_cpu, total, 100 * rc);
+         "exact int4 path, %d/%d = %.1f%% vs the CPU fast path\n", fx, match_ref, total, 100 * rr, match_cpu, total,
+         100 * rc, match_fast, total, total ? 100.0 * match_fast / total : 0.0);
   CHECK(total > 0);
-  CHECKF(rr >= 0.90, "vs reference %.3f < 0.90", rr);
-  CHECKF(rc >= 0.98, "vs cpu %.3f < 0.98", rc);
+  CHECKF(rr >= 0.98, "vs reference %.3f < 0.98", rr);
+  CHECKF(rc >= 0.98, "vs cpu exact %.3f < 0.98", rc);
   hearth_session_free(sg);
   hearth_session_free(sc);
+  hearth_session_free(sf);
   hearth_model_free(g);
   hearth_model_free(c);
+  hearth_model_free(f);
   json_decref(ref);
 }
 

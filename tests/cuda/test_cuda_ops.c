@@ -1,7 +1,7 @@
 /* tests/cuda/test_cuda_ops.c — every CUDA op against the scalar CPU op (hb_cpu_ops, exact set).
  *
  * Groups: exact (hb_config.exact = 1: f32 activations, f32 KV: must match the CPU to ~1e-5),
- * fast (f16 activations and KV, int8-activation dp4a GEMV, tensor-core int4 GEMM: bounds per op),
+ * fast (f16 activations and KV, f32-accumulating int4 GEMV on f16 x, tensor-core int4 GEMM: bounds per op),
  * graph (a captured attention step replayed at later positions). Fresh random inputs per case,
  * device outputs poisoned with NaN before each op, relative L2 error ‖gpu − cpu‖ / ‖cpu‖; a NaN or
  * unwritten element fails. Needs a GPU: label `cuda` (CI runs ctest -LE cuda). */
@@ -328,7 +328,7 @@ static void check_argmax(void) {
 
 static void run_all(int exact) {
   if (setup(exact)) return;
-  double mt = exact ? 1e-5 : 1.5e-2;  /* q4: dp4a int8 activations on the fast path */
+  double mt = exact ? 1e-5 : 4e-3;    /* q4 GEMV: f16 x (was 1.5e-2 with int8 x) */
   double mg = exact ? 1e-5 : 4e-3;    /* q4: f16 tensor-core GEMM */
   double md = exact ? 1e-5 : 4e-3;    /* dense weights, f16 activations */
   double ew = exact ? 1e-6 : 1e-3;    /* elementwise in f16 */
