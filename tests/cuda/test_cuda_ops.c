@@ -337,6 +337,7 @@ static void run_all(int exact) {
   check_matmul(HB_Q4, 2560, 2048, 1, 1, mt);
   check_matmul(HB_Q4, 2048, 11008, 4, 0, mt);
   check_matmul(HB_Q4, 136, 896, 2, 0, mt);
+  check_matmul(HB_Q4, 256, 11008, 8, 0, mg);   /* n * K * 4 over the GEMV's smem: the GEMM takes n = 8 */
   check_matmul(HB_Q4, 384, 1024, 9, 0, mg);
   check_matmul(HB_Q4, 1152, 896, 71, 1, mg);
   check_matmul(HB_Q4, 1152, 896, 50, 1, mg);   /* BM = 64 tiles */

@@ -1,11 +1,11 @@
 /* backend/cuda/matmul_q4.cu — y = x · Wᵀ + b for int4 group-128 and dense weights.
  *
  * Three kernels, picked per call by cu_matmul:
- *   gemv_q4    decode (n <= 8 rows of f16 activations): each block first copies its x rows (after
- *              the fused norm / silu prologue, computed in f32) into shared memory as f16, then
- *              every warp streams 2 weight rows with 16-byte loads (4 in flight per row per lane),
- *              dequantizes each nibble exactly (f16 1032 + q - 1032) and accumulates q * x in f32,
- *              times the group scale. No activation quantization (the int8/dp4a version lost
+ *   gemv_q4    decode (n <= 8 rows of f16 activations, n * K * 4 bytes of shared memory, else the
+ *              GEMM): each block first copies its x rows (after the fused norm / silu prologue)
+ *              into shared memory as f32, then every warp streams 2 weight rows with 16-byte
+ *              loads (4 in flight per row per lane), dequantizes each nibble exactly (float bits
+ *              0x4B000000 | nib, minus 2^23 + 8) and accumulates q * x in f32, times the group scale. No activation quantization (the int8/dp4a version lost
  *              2-5 % top-1 agreement on the test models); memory-bound: the weight stream is the
  *              whole cost, the ~3 ALU instructions per weight are far under the issue budget.
  *   gemm_q4    prefill/batches (n > 8, f16 activations): BMx128x64 block tiles (BM = 128, or 64/32 for
@@ -124,14 +124,14 @@ struct gemv_args {
   int64_t ldo[3];
 };
 
-static size_t gemv_smem(int n, int64_t K) { return (size_t)n * (size_t)K * 2; }
+static size_t gemv_smem(int n, int64_t K) { return (size_t)n * (size_t)K * 4; }
 
 template <int N, typename TO, int PRO>
 __global__ __launch_bounds__(256, N == 1 ? 2 : 1) void gemv_q4_kernel(const __grid_constant__ gemv_args a) {
   extern __shared__ uint4 smem[];
   __shared__ float s_inv[8];
   const int K = a.K, nch = K / 32;
-  uint4 *xs = smem; /* [N][nch][4] f16 x, 16-byte chunks swizzled per run (below) */
+  float4 *xs = (float4 *)smem; /* [N][nch][8] f32 x, 16-byte chunks swizzled per run (below) */
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t rb = K / 2, gpr = K / 128;
 
@@ -182,64 +182,54 @@ __global__ __launch_bounds__(256, N == 1 ? 2 : 1) void gemv_q4_kernel(const __gr
     __syncthreads();
   }
 
-  /* x rows -> f16 runs of 32 in shared memory (after the norm / silu prologue in f32). The 4
-   * 16-byte chunks of run c sit at chunk q ^ ((c >> 1) & 3): the 8 lanes of one quarter-warp
-   * load phase (8 consecutive runs) then hit 8 distinct 4-bank groups (no conflicts). */
+  /* x rows -> f32 runs of 32 in shared memory (after the norm / silu prologue). The 8 16-byte
+   * chunks of run c sit at chunk q ^ (c & 7): the 8 lanes of one quarter-warp load phase (8
+   * consecutive runs) then hit 8 distinct 4-bank groups (no conflicts). */
   for (int c = threadIdx.x; c < N * nch; c += blockDim.x) {
     int n = c / nch, ch = c % nch;
     const uint4 *xp = (const uint4 *)(a.x + (int64_t)n * a.ldx + (int64_t)ch * 32);
-    uint4 *dst = xs + (size_t)c * 4;
-    const int sw = (ch >> 1) & 3;
-    if (PRO == PRO_PLAIN) {
+    float4 *dst = xs + (size_t)c * 8;
+    const int sw = ch & 7;
+    float v[32];
 #pragma unroll
-      for (int i = 0; i < 4; i++) dst[i ^ sw] = xp[i];
-    } else {
-      float v[32];
+    for (int i = 0; i < 4; i++) {
+      uint4 u = xp[i];
+      const __half2 *h = (const __half2 *)&u;
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        float2 f = __half22float2(h[j]);
+        v[i * 8 + 2 * j] = f.x;
+        v[i * 8 + 2 * j + 1] = f.y;
+      }
+    }
+    if (PRO == PRO_NORM) {
+      float inv = s_inv[n];
+#pragma unroll
+      for (int i = 0; i < 32; i++) v[i] *= inv * (ld_any(a.nw, a.nwdt, ch * 32 + i) + a.off);
+    } else if (PRO == PRO_SILU) {
+      const uint4 *up = (const uint4 *)(a.x2 + (int64_t)n * a.ldx + (int64_t)ch * 32);
 #pragma unroll
       for (int i = 0; i < 4; i++) {
-        uint4 u = xp[i];
+        uint4 u = up[i];
         const __half2 *h = (const __half2 *)&u;
 #pragma unroll
         for (int j = 0; j < 4; j++) {
           float2 f = __half22float2(h[j]);
-          v[i * 8 + 2 * j] = f.x;
-          v[i * 8 + 2 * j + 1] = f.y;
+          float g0 = v[i * 8 + 2 * j], g1 = v[i * 8 + 2 * j + 1];
+          v[i * 8 + 2 * j] = g0 / (1.0f + expf(-g0)) * f.x;
+          v[i * 8 + 2 * j + 1] = g1 / (1.0f + expf(-g1)) * f.y;
         }
-      }
-      if (PRO == PRO_NORM) {
-        float inv = s_inv[n];
-#pragma unroll
-        for (int i = 0; i < 32; i++) v[i] *= inv * (ld_any(a.nw, a.nwdt, ch * 32 + i) + a.off);
-      } else if (PRO == PRO_SILU) {
-        const uint4 *up = (const uint4 *)(a.x2 + (int64_t)n * a.ldx + (int64_t)ch * 32);
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-          uint4 u = up[i];
-          const __half2 *h = (const __half2 *)&u;
-#pragma unroll
-          for (int j = 0; j < 4; j++) {
-            float2 f = __half22float2(h[j]);
-            float g0 = v[i * 8 + 2 * j], g1 = v[i * 8 + 2 * j + 1];
-            v[i * 8 + 2 * j] = g0 / (1.0f + expf(-g0)) * f.x;
-            v[i * 8 + 2 * j + 1] = g1 / (1.0f + expf(-g1)) * f.y;
-          }
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < 4; i++) {
-        uint4 u;
-        __half2 *h = (__half2 *)&u;
-#pragma unroll
-        for (int j = 0; j < 4; j++) h[j] = __floats2half2_rn(v[i * 8 + 2 * j], v[i * 8 + 2 * j + 1]);
-        dst[i ^ sw] = u;
       }
     }
+#pragma unroll
+    for (int q = 0; q < 8; q++) dst[q ^ sw] = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
   }
   __syncthreads();
 
-  /* f32 dot products of the exactly dequantized weights (nibble pair -> f16 (1032 + q) -> q, exact)
-   * with the f16 x: no activation quantization. 4 independent FMA chains per (row, run). */
-  const __half2 k1032 = __half2half2(__ushort_as_half((unsigned short)0x6408));
+  /* f32 dot products of the exactly dequantized weights with x: nibble -> float by the exponent trick
+   * (bits 0x4B000000 | nib = 2^23 + nib, minus 2^23 + 8 = q exactly) on the integer and FP32 pipes
+   * (no f16 <-> f32 conversions), 4 independent FMA chains per (row, run). No activation
+   * quantization. */
   float acc[GEMV_R][N];
 #pragma unroll
   for (int r = 0; r < GEMV_R; r++)
@@ -256,21 +246,18 @@ __global__ __launch_bounds__(256, N == 1 ? 2 : 1) void gemv_q4_kernel(const __gr
     for (int u = 0; u < GEMV_U; u++) {
       int c = c0 + u * 32 + lane;
       if (c >= nch) break;
-      const int sw = (c >> 1) & 3;
+      const int sw = c & 7;
 #pragma unroll
       for (int n = 0; n < N; n++) {
-        const uint4 *xr = xs + ((size_t)n * nch + c) * 4;
+        const float4 *xr = xs + ((size_t)n * nch + c) * 8;
         float xf[32];
 #pragma unroll
-        for (int q = 0; q < 4; q++) {
-          uint4 xv = xr[q ^ sw];
-          const __half2 *h = (const __half2 *)&xv;
-#pragma unroll
-          for (int j = 0; j < 4; j++) {
-            float2 f = __half22float2(h[j]);
-            xf[q * 8 + 2 * j] = f.x;
-            xf[q * 8 + 2 * j + 1] = f.y;
-          }
+        for (int q = 0; q < 8; q++) {
+          float4 xv = xr[q ^ sw];
+          xf[4 * q] = xv.x;
+          xf[4 * q + 1] = xv.y;
+          xf[4 * q + 2] = xv.z;
+          xf[4 * q + 3] = xv.w;
         }
 #pragma unroll
         for (int r = 0; r < GEMV_R; r++) {
@@ -279,16 +266,17 @@ __global__ __launch_bounds__(256, N == 1 ? 2 : 1) void gemv_q4_kernel(const __gr
 #pragma unroll
           for (int t = 0; t < 4; t++) {
 #pragma unroll
-            for (int j = 0; j < 4; j += 2) {
-              /* word t, nibble pair j: weights (2t + 8j, 2t + 8j + 1) */
-              uint32_t h0 = ((wv[t] >> (4 * j)) & 0x000F000Fu) | 0x64006400u;
-              uint32_t h1 = ((wv[t] >> (4 * j + 4)) & 0x000F000Fu) | 0x64006400u;
-              float2 f0 = __half22float2(__hsub2(*(__half2 *)&h0, k1032));
-              float2 f1 = __half22float2(__hsub2(*(__half2 *)&h1, k1032));
-              s0 = fmaf(f0.x, xf[2 * t + 8 * j], s0);
-              s1 = fmaf(f0.y, xf[2 * t + 8 * j + 1], s1);
-              s2 = fmaf(f1.x, xf[2 * t + 8 * j + 8], s2);
-              s3 = fmaf(f1.y, xf[2 * t + 8 * j + 9], s3);
+            for (int k = 0; k < 4; k++) {
+              /* word t: nibble k -> weight 2t + 8k, nibble k + 4 -> weight 2t + 8k + 1 */
+              const float f0 = __int_as_float((int)(((wv[t] >> (4 * k)) & 0xFu) | 0x4B000000u)) - 8388616.0f;
+              const float f1 = __int_as_float((int)(((wv[t] >> (4 * k + 16)) & 0xFu) | 0x4B000000u)) - 8388616.0f;
+              if (k & 1) {
+                s2 = fmaf(f0, xf[2 * t + 8 * k], s2);
+                s3 = fmaf(f1, xf[2 * t + 8 * k + 1], s3);
+              } else {
+                s0 = fmaf(f0, xf[2 * t + 8 * k], s0);
+                s1 = fmaf(f1, xf[2 * t + 8 * k + 1], s1);
+              }
             }
           }
           acc[r][n] = fmaf(sa[u][r], (s0 + s1) + (s2 + s3), acc[r][n]);
@@ -564,7 +552,7 @@ static void gemv_launch_t(struct hb_ctx *ctx, int n, const gemv_args &a) {
   int groups = (a.rows_total + GEMV_ROWS - 1) / GEMV_ROWS;
   int per_sm = (int)((228 * 1024) / (sm + 1024));
   per_sm = per_sm < 1 ? 1 : (per_sm > 2 ? 2 : per_sm);
-  if (n > 1) per_sm = 1; /* ~200 registers per thread for n > 1 (f32 x of a run per n): one block per SM */
+  if (n > 1) per_sm = 1; /* ~200 registers per thread for n > 1: one block per SM */
   int grid = groups < ctx->n_sm * per_sm ? groups : ctx->n_sm * per_sm;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3((unsigned)grid);

@@ -383,22 +383,6 @@ void cu_sample(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, const 
     return;
   void *lp = logprobs ? logprobs->data : NULL;
   int lph = logprobs && logprobs->dtype == HB_F16;
-  if (logits->cols >= 4096 * AM_C && n <= 65535 && (logits->dtype == HB_F16 || logits->dtype == HB_F32)) {
-    void *pp = ctx->am_part, *cp = ctx->am_cnt;
-    if (cu_scratch(ctx, &pp, &ctx->am_part_cap, (size_t)n * AM_C * 3, sizeof(float), 0)) return;
-    ctx->am_part = (float *)pp;
-    if (cu_scratch(ctx, &cp, &ctx->am_cnt_cap, (size_t)n, sizeof(unsigned), 1)) return;
-    ctx->am_cnt = (unsigned *)cp;
-    dim3 grid((unsigned)n, AM_C);
-    if (logits->dtype == HB_F16)
-      argmax_split_kernel<__half><<<grid, 1024, 0, ctx->stream>>>((const __half *)logits->data, logits->cols,
-                                                                  (int32_t *)ids->data, lp, lph, ctx->am_part, ctx->am_cnt);
-    else
-      argmax_split_kernel<float><<<grid, 1024, 0, ctx->stream>>>((const float *)logits->data, logits->cols,
-                                                                 (int32_t *)ids->data, lp, lph, ctx->am_part, ctx->am_cnt);
-    CU_LAUNCHED(ctx, "argmax");
-    return;
-  }
   if (logits->dtype == HB_F16)
     sample_kernel<__half><<<n, 1024, 0, ctx->stream>>>((const __half *)logits->data, logits->cols, ctx->sample_rows,
                                                        (int32_t *)ids->data, lp, lph);
