@@ -174,7 +174,8 @@ static struct slot *pick_slot(struct engine *e, const struct gen_req *q, int *co
 static void slot_release(struct engine *e, struct slot *sl, enum gen_finish fin, const char *msg) {
   struct gen_req *q = sl->q;
   if (q) {
-    req_push(q, NULL, fin, msg);
+    /* account first, then wake the client: a client that reads /status right after its reply
+     * must not still see its slot busy */
     pthread_mutex_lock(&e->mu);
     if (fin == GEN_FIN_CANCELLED) e->st.n_cancelled++;
     else if (fin == GEN_FIN_ERROR) e->st.n_errors++;
@@ -182,6 +183,7 @@ static void slot_release(struct engine *e, struct slot *sl, enum gen_finish fin,
     e->st.n_gen_tokens += (unsigned long)sl->n_gen;
     e->n_busy--;
     pthread_mutex_unlock(&e->mu);
+    req_push(q, NULL, fin, msg);
     gen_req_unref(q);
   }
   hearth_sampler_free(sl->smp);
