@@ -36,6 +36,7 @@ static void usage(FILE *f) {
           "  --timeout S        idle connection timeout in seconds [15]\n"
           "  --dtype int4|bf16|f32   weight format [int4]\n"
           "  --backend cpu|cuda      [cpu]\n"
+          "  --kv-cache-dir DIR keep shared KV prefixes on disk, reused after a restart\n"
           "  --threads N        CPU threads, 0 = all cores [0]\n"
           "  -v, --verbose      log every request\n");
 }
@@ -101,6 +102,7 @@ int cmd_serve(int argc, char **argv) {
     else if (!strcmp(a, "--prefill-chunk")) { if (num(a, v, 1, 1 << 20, &x)) return 2; o.prefill_chunk = (int)x; }
     else if (!strcmp(a, "--max-conns")) { if (num(a, v, 1, 65536, &x)) return 2; o.max_conns = (int)x; }
     else if (!strcmp(a, "--timeout")) { if (num(a, v, 1, 3600, &x)) return 2; o.timeout_s = (int)x; }
+    else if (!strcmp(a, "--kv-cache-dir")) o.model.kv_cache_dir = v;
     else if (!strcmp(a, "--threads")) { if (num(a, v, 0, 4096, &x)) return 2; o.model.n_threads = (int)x; }
     else if (!strcmp(a, "--dtype")) {
       if (!strcmp(v, "int4")) o.model.dtype = HEARTH_DTYPE_INT4;
