@@ -24,13 +24,19 @@ struct threadpool {
   pthread_t *threads;
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  threadpool_fn fn;
-  void *arg;
+  /* job g is described by jobs[g & 1]: the caller fills the slot of g + 1 while a late worker may
+   * still be reading the slot of g, and a worker re-reads gen after reading a slot, so a slot it
+   * read was not being rewritten for a later job (the caller writes slots only after publishing
+   * the previous gen, with release stores). (atomic fields) */
+  struct {
+    threadpool_fn fn;
+    void *arg;
+    int dynamic;     /* the job was started by threadpool_run_dynamic */
+  } jobs[2];
   unsigned gen;      /* bumped for each job (atomic) */
   int sleepers;      /* workers blocked on cv (atomic) */
   int stop;          /* (atomic) */
   /* each on its own cache line: written by every thread */
-  int dynamic;       /* the current job was started by threadpool_run_dynamic */
   _Alignas(64) int pending;      /* workers still running the current job (atomic) */
   _Alignas(64) int dyn_ctl;      /* dynamic jobs: see DYN_* (atomic) */
   _Alignas(64) int bar_count;    /* threads arrived at the current barrier (atomic) */
@@ -74,10 +80,14 @@ static void *worker_main(void *varg) {
     seen = g;
     if (__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) return NULL;
     /* read the job's description, then make sure it is still job g (a dynamic job may have been
-     * closed and replaced meanwhile; a static job cannot: its caller waits for us) */
-    int dyn = __atomic_load_n(&p->dynamic, __ATOMIC_RELAXED);
-    threadpool_fn fn = __atomic_load_n(&p->fn, __ATOMIC_RELAXED);
-    void *arg = __atomic_load_n(&p->arg, __ATOMIC_RELAXED);
+     * closed and replaced meanwhile; a static job cannot: its caller waits for us). Reading one
+     * shared slot here was a race: a worker late for dynamic job g could read the description of
+     * static job g + 1 while the caller wrote it, still see gen == g, run it as job g and then
+     * again as g + 1 (pending dropped twice, the caller returned while a call still ran). */
+    int slot = (int)(g & 1);
+    int dyn = __atomic_load_n(&p->jobs[slot].dynamic, __ATOMIC_RELAXED);
+    threadpool_fn fn = __atomic_load_n(&p->jobs[slot].fn, __ATOMIC_RELAXED);
+    void *arg = __atomic_load_n(&p->jobs[slot].arg, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
     if (__atomic_load_n(&p->gen, __ATOMIC_SEQ_CST) != g) continue; /* a dynamic job we missed */
     if (dyn) {
@@ -143,16 +153,24 @@ void threadpool_free(struct threadpool *p) {
 
 int threadpool_size(const struct threadpool *p) { return p ? p->n : 1; }
 
+/* Describes job g in its slot. Release stores: a worker that reads one of them also sees the
+ * publication of g - 1 when it re-reads gen, so it cannot mistake them for job g - 2. */
+static void publish(struct threadpool *p, unsigned g, threadpool_fn fn, void *arg, int dynamic) {
+  int slot = (int)(g & 1);
+  __atomic_store_n(&p->jobs[slot].fn, fn, __ATOMIC_RELEASE);
+  __atomic_store_n(&p->jobs[slot].arg, arg, __ATOMIC_RELEASE);
+  __atomic_store_n(&p->jobs[slot].dynamic, dynamic, __ATOMIC_RELEASE);
+}
+
 void threadpool_run(struct threadpool *p, threadpool_fn fn, void *arg) {
   if (!p || p->n == 1) {
     fn(arg, 0, 1);
     return;
   }
-  __atomic_store_n(&p->fn, fn, __ATOMIC_RELAXED);
-  __atomic_store_n(&p->arg, arg, __ATOMIC_RELAXED);
-  __atomic_store_n(&p->dynamic, 0, __ATOMIC_RELAXED);
+  unsigned g = __atomic_load_n(&p->gen, __ATOMIC_RELAXED) + 1;
+  publish(p, g, fn, arg, 0);
   __atomic_store_n(&p->pending, p->n - 1, __ATOMIC_RELEASE);
-  __atomic_add_fetch(&p->gen, 1, __ATOMIC_SEQ_CST);
+  __atomic_store_n(&p->gen, g, __ATOMIC_SEQ_CST);
   if (__atomic_load_n(&p->sleepers, __ATOMIC_SEQ_CST) > 0) {
     pthread_mutex_lock(&p->mu);
     pthread_cond_broadcast(&p->cv);
@@ -171,10 +189,8 @@ void threadpool_run_dynamic(struct threadpool *p, threadpool_fn fn, void *arg) {
     fn(arg, 0, 1);
     return;
   }
-  __atomic_store_n(&p->fn, fn, __ATOMIC_RELAXED);
-  __atomic_store_n(&p->arg, arg, __ATOMIC_RELAXED);
-  __atomic_store_n(&p->dynamic, 1, __ATOMIC_RELAXED);
   unsigned g = __atomic_load_n(&p->gen, __ATOMIC_RELAXED) + 1;
+  publish(p, g, fn, arg, 1);
   __atomic_store_n(&p->dyn_ctl, (int)(g & DYN_TAG_MASK) << DYN_TAG_SHIFT, __ATOMIC_RELEASE);
   __atomic_store_n(&p->gen, g, __ATOMIC_SEQ_CST);
   if (__atomic_load_n(&p->sleepers, __ATOMIC_SEQ_CST) > 0) {

@@ -114,7 +114,48 @@ static void sum_worker(void *arg, int ith, int nth) {
   j->part[ith] = s;
 }
 
+/* Dynamic then static jobs back to back: each static call must run exactly once per thread, and
+ * never with another job's argument (a worker late for a dynamic job used to read the next job's
+ * description half-written and run the static job twice). */
+struct once_job { int magic; int hits[16]; };
+struct dyn_job { int magic; int next, total, done; };
+static void once_worker(void *arg, int ith, int nth) {
+  struct once_job *j = arg;
+  (void)nth;
+  if (j->magic == 0x5151 && ith < 16) __atomic_add_fetch(&j->hits[ith], 1, __ATOMIC_RELAXED);
+}
+static void dyn_worker(void *arg, int ith, int nth) {
+  struct dyn_job *j = arg;
+  (void)ith;
+  (void)nth;
+  if (j->magic != 0xd0d0) return;
+  while (__atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED) < j->total) __atomic_add_fetch(&j->done, 1, __ATOMIC_RELAXED);
+}
+
+static void threadpool_mixed_jobs(void) {
+  const int nt = 8; /* more threads than cores: workers are late for dynamic jobs */
+  struct threadpool *p = threadpool_create(nt);
+  REQUIRE(p);
+  int bad = 0;
+  for (int it = 0; it < 20000 && !bad; it++) {
+    struct dyn_job d = {0xd0d0, 0, 4, 0};
+    threadpool_run_dynamic(p, dyn_worker, &d);
+    if (d.done != 4) bad = 1;
+    memset(&d, 0xee, sizeof d);
+    struct once_job s;
+    memset(&s, 0, sizeof s);
+    s.magic = 0x5151;
+    threadpool_run(p, once_worker, &s);
+    for (int i = 0; i < nt; i++)
+      if (__atomic_load_n(&s.hits[i], __ATOMIC_RELAXED) != 1) { bad = 2; CHECKF(0, "iteration %d: thread %d ran %d times", it, i, s.hits[i]); }
+    memset(&s, 0xee, sizeof s);
+  }
+  CHECK(!bad);
+  threadpool_free(p);
+}
+
 TEST_GROUP(threadpool) {
+  threadpool_mixed_jobs();
   for (int nt = 1; nt <= 5; nt++) {
     struct threadpool *p = threadpool_create(nt);
     REQUIRE(p);
