@@ -106,10 +106,20 @@ int32_t hearth_sampler_sample(struct hearth_sampler *s, const float *logits, con
     for (int i = 1; i < V; i++) if (lg[i] > lg[best]) best = i;
     return best;
   }
+  /* candidates hold (logit - max) / temperature <= 0: dividing first overflows to +inf for a
+   * tiny temperature (1e-38 and 10 / 1e-38 > FLT_MAX), and inf - inf turned every weight into NaN,
+   * so the draw fell through to the last candidate, an arbitrary token, instead of the argmax */
+  float top = -INFINITY;
+  for (int i = 0; i < V; i++)
+    if (lg[i] > top) top = lg[i];
+  if (top == INFINITY) { /* infinite logits: the lowest such id, as greedy would choose */
+    for (int i = 0; i < V; i++)
+      if (lg[i] == INFINITY) return i;
+  }
   int n = 0;
   for (int i = 0; i < V; i++) {
     if (isnan(lg[i]) || lg[i] == -INFINITY) continue;
-    s->cands[n].logit = lg[i] / p->temperature;
+    s->cands[n].logit = (lg[i] - top) / p->temperature;
     s->cands[n].id = i;
     n++;
   }

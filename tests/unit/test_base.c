@@ -201,6 +201,16 @@ TEST_GROUP(sampler) {
   int32_t hist2[] = {13, 27};
   CHECK(hearth_sampler_sample(s, lg, hist2, 2) == 6);
   hearth_sampler_free(s);
+  /* a tiny temperature is nearly greedy: logit / 1e-38 overflowed to inf and the draw fell
+   * through to the last candidate */
+  hearth_sampling_default(&p);
+  p.temperature = 1e-38f;
+  float lg2[V];
+  for (int i = 0; i < V; i++) lg2[i] = (float)(i % 7) * 0.5f;
+  lg2[13] = 9.0f;
+  REQUIRE(hearth_sampler_new(&p, V, &s, &err) == 0);
+  for (int i = 0; i < 20; i++) CHECK(hearth_sampler_sample(s, lg2, NULL, 0) == 13);
+  hearth_sampler_free(s);
   /* seeded: same seed, same stream; top_k=2 only draws 13 or 27; distribution close to 50/50 */
   hearth_sampling_default(&p);
   p.top_k = 2;
