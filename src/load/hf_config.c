@@ -113,6 +113,10 @@ int hf_config_parse(const char *text, size_t len, const char *path, struct hf_co
   }
   int def_hd = c->hidden_size / c->num_attention_heads;
   if ((rc = get_int(root, path, "head_dim", 0, def_hd, 2, 4096, &c->head_dim, err))) goto done;
+  if (c->head_dim < 2) { /* the default hidden_size / num_attention_heads is not range-checked */
+    rc = err_set(err, HEARTH_ERR_FORMAT, "%s: field 'head_dim' = %d (hidden_size / num_attention_heads when absent) must be at least 2", path, c->head_dim);
+    goto done;
+  }
   if (c->head_dim % 2) { rc = err_set(err, HEARTH_ERR_FORMAT, "%s: field 'head_dim' must be even", path); goto done; }
   if (c->head_dim > HF_MAX_HEAD_DIM) { /* kernels keep one head's accumulator on the stack */
     rc = err_set(err, HEARTH_ERR_UNSUPPORTED, "%s: field 'head_dim' = %d exceeds hearth's limit of %d", path, c->head_dim, HF_MAX_HEAD_DIM);

@@ -131,6 +131,8 @@ TEST_GROUP(config_errors) {
   expect_cfg_error("{\"architectures\":[\"Qwen2ForCausalLM\"]," BASE ",\"num_hidden_layers\":99999999999}", "num_hidden_layers");
   expect_cfg_error("{\"architectures\":[\"Qwen3ForCausalLM\"]," BASE ",\"head_dim\":2048}", "head_dim");
   expect_cfg_error("{\"architectures\":[\"Qwen3ForCausalLM\"]," BASE ",\"head_dim\":63}", "head_dim");
+  /* no head_dim and hidden_size < num_attention_heads: the default 128 / 256 = 0 */
+  expect_cfg_error("{\"architectures\":[\"Qwen2ForCausalLM\"]," BASE ",\"num_attention_heads\":256,\"num_key_value_heads\":256}", "head_dim");
   struct hf_config c;
   struct hearth_err err = {0};
   const char *ok = "{\"architectures\":[\"Qwen3ForCausalLM\"]," BASE ",\"head_dim\":64,\"eos_token_id\":[5,7],\"rope_theta\":500000}";
