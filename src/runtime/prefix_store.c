@@ -83,6 +83,13 @@ int prefix_store_open(struct hearth_model *m, const char *dir, struct hearth_err
   int n = snprintf(path, sizeof path, "%s/%016llx", dir, (unsigned long long)m->fingerprint);
   if (n <= 0 || (size_t)n >= sizeof path) return err_set(err, HEARTH_ERR_ARG, "KV cache directory path too long");
   if (mkdir(path, 0700) && errno != EEXIST) return err_set(err, HEARTH_ERR_IO, "KV cache directory: cannot create: %s", strerror(errno));
+  /* blocks read from here go straight into the KV cache, and the checksum is no secret: a
+   * directory someone else may write (or a link to one) could feed the model any context */
+  struct stat sb;
+  if (lstat(path, &sb)) return err_set(err, HEARTH_ERR_IO, "KV cache directory: %s", strerror(errno));
+  if (!S_ISDIR(sb.st_mode) || sb.st_uid != geteuid() || (sb.st_mode & 022))
+    return err_set(err, HEARTH_ERR_IO, "KV cache directory: %016llx is not a directory of this user that only it may write",
+                   (unsigned long long)m->fingerprint);
   m->store_dir = strdup(path);
   if (!m->store_dir) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
   return 0;
@@ -116,8 +123,13 @@ void prefix_store_save(struct hearth_model *m, uint64_t key, uint64_t parent, co
   }
   struct block_header h = {STORE_MAGIC, 1, m->fingerprint, key, parent, mix64(0x84222325ull, buf, n),
                            (uint32_t)bs, (uint32_t)L, (uint32_t)w, 0};
-  snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid());
-  FILE *f = fopen(tmp, "wb");
+  /* a fresh name (O_EXCL, never through a link): two models of one process, or of two processes,
+   * may save the same block at once; each renames its own complete file over the other's */
+  snprintf(tmp, sizeof tmp, "%s.tmpXXXXXX", path);
+  int fd = mkstemp(tmp);
+  if (fd < 0) { free(buf); return; }
+  FILE *f = fdopen(fd, "wb");
+  if (!f) close(fd);
   int ok = f && fwrite(&h, sizeof h, 1, f) == 1 && fwrite(buf, 1, n, f) == n;
   if (f && fclose(f)) ok = 0;
   if (ok) ok = rename(tmp, path) == 0;

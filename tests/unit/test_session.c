@@ -215,7 +215,7 @@ TEST_GROUP(disk_prefix_cache) {
   hearth_session_free(s);
   hearth_model_free(m2);
   /* damage every file: the next run must ignore them and still be right */
-  char cmd[600];
+  char cmd[1200];
   snprintf(cmd, sizeof cmd, "for f in %s/*/*.kv; do printf 'garbage' | dd of=$f bs=1 seek=200 conv=notrunc 2>/dev/null; done", dir);
   REQUIRE(system(cmd) == 0);
   m2 = NULL;
@@ -226,6 +226,37 @@ TEST_GROUP(disk_prefix_cache) {
   CHECKF(max_diff(hearth_session_logits(s), want, V) < 1e-4f, "after damage");
   hearth_session_free(s);
   hearth_model_free(m2);
+  /* a block file is never written through a planted link (the temporary name was predictable:
+   * <key>.kv.tmp<pid>, opened without O_EXCL) */
+  char victim[280];
+  snprintf(victim, sizeof victim, "%s.victim", dir);
+  FILE *vf = fopen(victim, "w");
+  REQUIRE(vf);
+  fputs("untouched", vf);
+  fclose(vf);
+  snprintf(cmd, sizeof cmd, "for f in %s/*/*.kv; do rm -f $f; ln -s %s $f.tmp%d; done", dir, victim, (int)getpid());
+  REQUIRE(system(cmd) == 0);
+  m2 = NULL;
+  REQUIRE(hearth_model_load(&p, &m2, &err) == 0);
+  REQUIRE(hearth_session_new(m2, NULL, &s, &err) == 0);
+  REQUIRE(hearth_session_sync(s, t, 70, &err) == 0);
+  hearth_session_free(s);
+  hearth_model_free(m2);
+  char got[32] = "";
+  vf = fopen(victim, "r");
+  REQUIRE(vf);
+  CHECK(fgets(got, sizeof got, vf) && !strcmp(got, "untouched"));
+  fclose(vf);
+  unlink(victim);
+  /* a store directory others may write is refused */
+  snprintf(cmd, sizeof cmd, "chmod 0777 %s/*", dir);
+  REQUIRE(system(cmd) == 0);
+  m2 = NULL;
+  CHECK(hearth_model_load(&p, &m2, &err) != 0);
+  CHECKF(strstr(err.msg, "KV cache directory"), "%s", err.msg);
+  hearth_model_free(m2);
+  snprintf(cmd, sizeof cmd, "chmod 0700 %s/*", dir);
+  REQUIRE(system(cmd) == 0);
   /* another dtype is another fingerprint: nothing reused */
   p.dtype = HEARTH_DTYPE_F32;
   m2 = NULL;
