@@ -143,11 +143,16 @@ struct engine {
   int started;
 };
 
+/* Replaces the slot's session by an empty one. On failure the old session stays (a slot never
+ * holds NULL: pick_slot and evict_idle read every free slot's session). */
 static int session_fresh(struct engine *e, struct slot *sl, struct hearth_err *err) {
-  if (sl->s) hearth_session_free(sl->s);
-  sl->s = NULL;
   struct hearth_session_params sp = {.n_ctx = e->p.n_ctx};
-  return hearth_session_new(e->m, &sp, &sl->s, err);
+  struct hearth_session *s = NULL;
+  int rc = hearth_session_new(e->m, &sp, &s, err);
+  if (rc) return rc;
+  hearth_session_free(sl->s);
+  sl->s = s;
+  return 0;
 }
 
 static int common_prefix(const int32_t *a, int na, const int32_t *b, int nb) {
