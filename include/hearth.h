@@ -182,10 +182,15 @@ struct hearth_sampler; /* seeded RNG + scratch for one request */
 int hearth_sampler_new(const struct hearth_sampling *p, int n_vocab, struct hearth_sampler **out,
                        struct hearth_err *err);
 void hearth_sampler_free(struct hearth_sampler *s);
-/* Chooses the next token from logits[n_vocab]. history (may be NULL) is the tokens generated so far,
- * used by the penalties. logits is not modified. */
+/* Chooses the next token from logits[n_vocab]. history (may be NULL) is the tokens generated so far.
+ * The repetition penalty applies to the prompt (see hearth_sampler_set_prompt) and history, as in
+ * transformers; presence and frequency penalties to history only, as in OpenAI. logits is not
+ * modified. */
 int32_t hearth_sampler_sample(struct hearth_sampler *s, const float *logits, const int32_t *history,
                               int n_history);
+
+/* The prompt tokens the repetition penalty also covers; the array must outlive the sampler's use. */
+void hearth_sampler_set_prompt(struct hearth_sampler *s, const int32_t *prompt, int n_prompt);
 
 /* log-softmax of logits at id (natural log), in f64 accumulation. */
 float hearth_logprob(const float *logits, int n_vocab, int32_t id);

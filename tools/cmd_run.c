@@ -69,6 +69,7 @@ int cmd_run(int argc, char **argv) {
     rc = hearth_session_new(m, &spp, &s, &err);
   }
   if (!rc) rc = hearth_sampler_new(&sp, hearth_model_info(m)->n_vocab, &smp, &err);
+  if (!rc) hearth_sampler_set_prompt(smp, ids, n);
   if (!rc) rc = hearth_session_sync(s, ids, n, &err);
   int n_out = 0;
   while (!rc && n_out < n_gen) {

@@ -20,7 +20,9 @@ struct hearth_sampler {
   uint64_t s[4];      /* xoshiro256** state */
   float *work;        /* [n_vocab] penalised logits */
   struct cand *cands; /* [n_vocab] */
-  int32_t *counts;    /* [n_vocab] occurrences in history */
+  int32_t *counts;    /* [n_vocab] occurrences in history (scratch, all zero between calls) */
+  const int32_t *prompt; /* the prompt, for the repetition penalty (not owned) */
+  int n_prompt;
 };
 
 static uint64_t splitmix64(uint64_t *x) {
@@ -85,19 +87,38 @@ int32_t hearth_sampler_sample(struct hearth_sampler *s, const float *logits, con
   const struct hearth_sampling *p = &s->p;
   int V = s->n_vocab;
   const float *lg = logits;
-  int penalise = history && n_history > 0 &&
-                 (p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f);
-  if (penalise) {
+  int rep = p->repetition_penalty != 1.0f && ((history && n_history > 0) || s->n_prompt > 0);
+  int pf = (p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f) && history && n_history > 0;
+  if (rep || pf) {
     memcpy(s->work, logits, (size_t)V * sizeof *s->work);
-    for (int i = 0; i < n_history; i++) if (history[i] >= 0 && history[i] < V) s->counts[history[i]]++;
-    for (int i = 0; i < n_history; i++) {
-      int32_t t = history[i];
-      if (t < 0 || t >= V || s->counts[t] == 0) continue;
-      float l = s->work[t];
-      if (p->repetition_penalty != 1.0f) l = l > 0 ? l / p->repetition_penalty : l * p->repetition_penalty;
-      l -= p->presence_penalty + p->frequency_penalty * (float)s->counts[t];
-      s->work[t] = l;
-      s->counts[t] = 0; /* once per distinct token; also resets the scratch */
+    /* repetition penalty (transformers): once per distinct token of prompt + output */
+    if (rep) {
+      for (int pass = 0; pass < 2; pass++) {
+        const int32_t *h = pass ? history : s->prompt;
+        int nh = pass ? (history ? n_history : 0) : s->n_prompt;
+        for (int i = 0; i < nh; i++) {
+          int32_t t = h[i];
+          if (t < 0 || t >= V || s->counts[t] < 0) continue;
+          float l = s->work[t];
+          s->work[t] = l > 0 ? l / p->repetition_penalty : l * p->repetition_penalty;
+          s->counts[t] = -1; /* mark: penalised once */
+        }
+      }
+      for (int pass = 0; pass < 2; pass++) { /* reset the marks */
+        const int32_t *h = pass ? history : s->prompt;
+        int nh = pass ? (history ? n_history : 0) : s->n_prompt;
+        for (int i = 0; i < nh; i++) if (h[i] >= 0 && h[i] < V) s->counts[h[i]] = 0;
+      }
+    }
+    /* presence / frequency penalties (OpenAI): over the generated tokens only */
+    if (pf) {
+      for (int i = 0; i < n_history; i++) if (history[i] >= 0 && history[i] < V) s->counts[history[i]]++;
+      for (int i = 0; i < n_history; i++) {
+        int32_t t = history[i];
+        if (t < 0 || t >= V || s->counts[t] == 0) continue;
+        s->work[t] -= p->presence_penalty + p->frequency_penalty * (float)s->counts[t];
+        s->counts[t] = 0; /* once per distinct token; also resets the scratch */
+      }
     }
     lg = s->work;
   }
@@ -158,6 +179,11 @@ int32_t hearth_sampler_sample(struct hearth_sampler *s, const float *logits, con
     if (u < acc) return s->cands[i].id;
   }
   return s->cands[n - 1].id;
+}
+
+void hearth_sampler_set_prompt(struct hearth_sampler *s, const int32_t *prompt, int n_prompt) {
+  s->prompt = prompt;
+  s->n_prompt = prompt && n_prompt > 0 ? n_prompt : 0;
 }
 
 float hearth_logprob(const float *logits, int n_vocab, int32_t id) {

@@ -202,13 +202,16 @@ static int session_forward(struct hearth_session **ss, int n, const int32_t *con
       if (tokens[i][t] < 0 || tokens[i][t] >= m->cfg.vocab_size)
         return err_set(err, HEARTH_ERR_ARG, "token id %d out of range [0, %d)", tokens[i][t], m->cfg.vocab_size);
   }
+  if (n > m->max_seqs) return err_set(err, HEARTH_ERR_ARG, "at most %d sessions per step", m->max_seqs);
   for (int i = 0; i < n; i++) {
     int rc = ensure_blocks(ss[i], ss[i]->n_tokens + counts[i], err);
-    if (rc) return rc;
+    if (rc) { /* give back what the step took: sessions are unchanged by a failed step */
+      for (int j = 0; j <= i; j++) truncate_to(ss[j], ss[j]->n_tokens);
+      return rc;
+    }
   }
   const int T = m->scratch.max_tokens, MB = m->max_blocks_per_seq;
   int done[64];
-  if (n > m->max_seqs) return err_set(err, HEARTH_ERR_ARG, "at most %d sessions per step", m->max_seqs);
   memset(done, 0, sizeof done);
   int outw = want_hidden ? m->cfg.hidden_size : m->cfg.vocab_size;
   int rc = 0, start[64];

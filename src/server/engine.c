@@ -303,6 +303,8 @@ static void admit(struct engine *e) {
     struct hearth_err err;
     if (hearth_sampler_new(&q->sampling, e->info->n_vocab, &sl->smp, &err))
       slot_release(e, sl, GEN_FIN_ERROR, err.msg);
+    else
+      hearth_sampler_set_prompt(sl->smp, q->prompt, q->n_prompt); /* repetition penalty as transformers */
     pthread_mutex_lock(&e->mu);
   }
   pthread_mutex_unlock(&e->mu);

@@ -193,6 +193,28 @@ TEST_GROUP(sampler) {
   int32_t hist[] = {13, 13};
   CHECK(hearth_sampler_sample(s, lg, hist, 2) == 27);
   hearth_sampler_free(s);
+  /* repetition penalty over the prompt too (transformers): 13 only in the prompt -> 27 wins */
+  hearth_sampling_default(&p);
+  p.temperature = 0;
+  p.repetition_penalty = 2.0f;
+  REQUIRE(hearth_sampler_new(&p, V, &s, &err) == 0);
+  int32_t prompt_toks[] = {13, 5, 13};
+  hearth_sampler_set_prompt(s, prompt_toks, 3);
+  CHECK(hearth_sampler_sample(s, lg, NULL, 0) == 27);
+  /* ...prompt + history penalise each distinct token once: 13 (twice in the prompt) and 27 (in
+   * the history) both drop to 4.5, still above 3.0, and the tie goes to the lower id */
+  int32_t hist3[] = {27};
+  int32_t got = hearth_sampler_sample(s, lg, hist3, 1);
+  CHECK(got == 13);
+  hearth_sampler_free(s);
+  /* presence penalty applies to generated tokens only, not the prompt */
+  hearth_sampling_default(&p);
+  p.temperature = 0;
+  p.presence_penalty = 10.0f;
+  REQUIRE(hearth_sampler_new(&p, V, &s, &err) == 0);
+  hearth_sampler_set_prompt(s, prompt_toks, 3);
+  CHECK(hearth_sampler_sample(s, lg, NULL, 0) == 13);
+  hearth_sampler_free(s);
   /* presence penalty 10 on both -> something else (value 3.0 at i%7==6, first i=6) */
   hearth_sampling_default(&p);
   p.temperature = 0;

@@ -113,7 +113,10 @@ TEST_GROUP(eviction) {
   struct hearth_session *c = NULL;
   REQUIRE(hearth_session_new(m, NULL, &c, &err) == 0);
   prompt(t, 64, 97);
+  int free_before = kv_pool_free_blocks(&m->kv);
   CHECK(hearth_session_sync(c, t, 40, &err) == HEARTH_ERR_CTX_FULL);
+  CHECK(kv_pool_free_blocks(&m->kv) == free_before); /* a failed step gives its blocks back */
+  CHECK(hearth_session_n_tokens(c) == 0);
   hearth_session_free(a);
   hearth_session_free(b);
   hearth_session_free(c);
