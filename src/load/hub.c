@@ -42,7 +42,7 @@ int hub_resolve(const char *p, char *out, size_t cap, struct hearth_err *err) {
   }
   char snaps[2100];
   snprintf(snaps, sizeof snaps, "%s/snapshots", repo);
-  if (!rev[0] || strchr(rev, '/')) { /* no usable ref: take the only snapshot, if exactly one */
+  if (!rev[0] || strchr(rev, '/') || !strcmp(rev, ".") || !strcmp(rev, "..")) { /* no usable ref: the only snapshot */
     DIR *d = opendir(snaps);
     int n = 0;
     if (d) {
