@@ -22,6 +22,7 @@ static int cmp_d(const void *a, const void *b) {
 }
 
 static int parse_list(const char *s, long *v, int max) {
+  if (!s) return -1;
   int n = 0;
   while (*s && n < max) {
     char *end;
@@ -32,6 +33,11 @@ static int parse_list(const char *s, long *v, int max) {
     if (*end && *end != ',') return -1;
   }
   return n;
+}
+
+static int bad_list(const char *opt) {
+  fprintf(stderr, "hearth bench: %s expects a comma-separated list of positive integers\n", opt);
+  return 2;
 }
 
 struct result { char test[32]; double med, min, max; int tokens; };
@@ -70,18 +76,16 @@ int cmd_bench(int argc, char **argv) {
   long pp[16], tg = 128, reps = 5, ctx[8] = {71}, batch[8];
   int n_pp = 3, n_ctx = 1, n_batch = 0, json = 0, probe = 0;
   pp[0] = 71; pp[1] = 512; pp[2] = 1570;
-  int i_err = 0;
   for (int i = 1; i < argc; i++) {
-    i_err = i;
     int r = arg_model_option(argc, argv, &i, &mp);
     if (r < 0) return 2;
     if (r) continue;
     const char *a = argv[i], *v;
-    if (!strcmp(a, "-p")) { if (!(v = arg_value(argc, argv, &i)) || (n_pp = parse_list(v, pp, 16)) < 0) goto bad_list; }
+    if (!strcmp(a, "-p")) { if ((n_pp = parse_list(arg_value(argc, argv, &i), pp, 16)) < 0) return bad_list(a); }
     else if (!strcmp(a, "-n")) { if (!(v = arg_value(argc, argv, &i)) || arg_int(a, v, 0, 1 << 20, &tg)) return 2; }
     else if (!strcmp(a, "-r")) { if (!(v = arg_value(argc, argv, &i)) || arg_int(a, v, 1, 1000, &reps)) return 2; }
-    else if (!strcmp(a, "--tg-ctx")) { if (!(v = arg_value(argc, argv, &i)) || (n_ctx = parse_list(v, ctx, 8)) <= 0) goto bad_list; }
-    else if (!strcmp(a, "--batch")) { if (!(v = arg_value(argc, argv, &i)) || (n_batch = parse_list(v, batch, 8)) < 0) goto bad_list; }
+    else if (!strcmp(a, "--tg-ctx")) { if ((n_ctx = parse_list(arg_value(argc, argv, &i), ctx, 8)) <= 0) return bad_list(a); }
+    else if (!strcmp(a, "--batch")) { if ((n_batch = parse_list(arg_value(argc, argv, &i), batch, 8)) < 0) return bad_list(a); }
     else if (!strcmp(a, "--json")) json = 1;
     else if (!strcmp(a, "--probe")) probe = 1;
     else {
@@ -93,11 +97,6 @@ int cmd_bench(int argc, char **argv) {
   if (!mp.path) { fprintf(stderr, "hearth bench: --model DIR is required\n"); return 2; }
   for (int i = 0; i < n_batch; i++)
     if (batch[i] > 64) { fprintf(stderr, "hearth bench: --batch widths are at most 64\n"); return 2; }
-  if (0) {
-  bad_list:
-    fprintf(stderr, "hearth bench: %s expects a comma-separated list of positive integers\n", argv[i_err]);
-    return 2;
-  }
   long maxctx = 0;
   for (int i = 0; i < n_pp; i++) if (pp[i] > maxctx) maxctx = pp[i];
   for (int i = 0; i < n_ctx; i++) if (ctx[i] + tg > maxctx) maxctx = ctx[i] + tg;

@@ -89,10 +89,9 @@ void block_head(struct hearth_model *m, struct hb_batch *b, int want_hidden) {
   struct model_scratch *s = &m->scratch;
   int n = b->n_tokens;
   if (b->n_out == 0) return; /* a prefill chunk that ends no sequence */
-  struct hb_tensor x = rows_view(&s->x, n), xn = rows_view(&s->xn, n), sel = rows_view(&s->sel, b->n_out);
+  struct hb_tensor x = rows_view(&s->x, n), sel = rows_view(&s->sel, b->n_out);
   /* select first, then normalise: the final norm is per row, so only the wanted rows pay */
   be->gather_rows(c, &sel, &x, b);
-  (void)xn;
   be->rmsnorm(c, &sel, &sel, &m->w.out_norm, m->cfg.rms_norm_eps, 0.0f);
   if (want_hidden) return;
   struct hb_tensor lg = rows_view(&s->logits, b->n_out);
