@@ -83,6 +83,34 @@ static int cmp_cand_desc(const void *a, const void *b) {
   return x->id < y->id ? -1 : x->id > y->id;
 }
 
+/* Moves to the front the candidates that can survive the filters and returns how many, so only
+ * those are sorted (a full sort of a 152k vocabulary took ~10 ms per token). Candidates hold
+ * logit - max <= 0. The head is every candidate >= a threshold t, lowered until it provably holds
+ * the result: with top-k, at least k candidates (top-p and min-p then act inside the top k); with
+ * top-p alone, at least top_p of the total probability (the top-p set is a prefix of the sorted
+ * order); with min-p alone, t <= log(min_p). Ties at t are all included, so the sorted head equals
+ * the first entries of a full sort. */
+static int select_head(struct cand *c, int n, int k, const struct hearth_sampling *p, double total) {
+  for (double d = 8.0; d < 1e6; d *= 2) {
+    float t = (float)-d;
+    int cnt = 0;
+    double mass = 0;
+    for (int i = 0; i < n; i++)
+      if (c[i].logit >= t) {
+        cnt++;
+        if (k == n && p->top_p < 1.0f) mass += exp((double)c[i].logit);
+      }
+    if (cnt == n) return n;
+    int ok = k < n ? cnt >= k : p->top_p < 1.0f ? mass >= (double)p->top_p * total : (double)t <= log((double)p->min_p);
+    if (!ok) continue;
+    int w = 0;
+    for (int i = 0; i < n; i++)
+      if (c[i].logit >= t) { struct cand x = c[w]; c[w] = c[i]; c[i] = x; w++; }
+    return w;
+  }
+  return n;
+}
+
 int32_t hearth_sampler_sample(struct hearth_sampler *s, const float *logits, const int32_t *history, int n_history) {
   const struct hearth_sampling *p = &s->p;
   int V = s->n_vocab;
@@ -146,16 +174,24 @@ int32_t hearth_sampler_sample(struct hearth_sampler *s, const float *logits, con
   }
   if (n == 0) return 0;
   int k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
-  if (k < n || p->top_p < 1.0f || p->min_p > 0.0f) qsort(s->cands, (size_t)n, sizeof *s->cands, cmp_cand_desc);
-  else { /* plain sampling: no sort needed, but keep max first for stability */
+  double total = 0; /* softmax denominator over all candidates (the max is 0); top-p without top-k */
+  if (k < n || p->top_p < 1.0f || p->min_p > 0.0f) {
+    int n_all = n;
+    if (k == n && p->top_p < 1.0f)
+      for (int i = 0; i < n; i++)
+        if (s->cands[i].logit > -60.0f) total += exp((double)s->cands[i].logit); /* e^-60: nothing */
+    n = select_head(s->cands, n, k, p, total);
+    qsort(s->cands, (size_t)n, sizeof *s->cands, cmp_cand_desc);
+    if (k < n_all) n = k;
+  } else { /* plain sampling: no sort needed, but keep max first for stability */
     int bi = 0;
     for (int i = 1; i < n; i++) if (s->cands[i].logit > s->cands[bi].logit) bi = i;
     struct cand t = s->cands[0]; s->cands[0] = s->cands[bi]; s->cands[bi] = t;
   }
-  n = k;
   float mx = s->cands[0].logit;
   double sum = 0;
-  for (int i = 0; i < n; i++) sum += exp((double)(s->cands[i].logit - mx));
+  if (total > 0) sum = total; /* top-p over the whole distribution, of which only the head is sorted */
+  else for (int i = 0; i < n; i++) sum += exp((double)(s->cands[i].logit - mx));
   if (p->top_p < 1.0f) {
     double cum = 0;
     int keep = n;

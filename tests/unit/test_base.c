@@ -284,4 +284,57 @@ TEST_GROUP(sampler) {
   CHECK(fabsf(hearth_logprob(two, V, 3) - logf(0.75f)) < 1e-5f);
 }
 
-TEST_MAIN(T(half), T(q4), T(threadpool), T(sampler))
+/* The filtered draw against a direct statement: draws stay inside the top-k / top-p / min-p set
+ * computed by a full sort here, and the top token's frequency matches its renormalised probability. */
+static int cmp_desc_f(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return x > y ? -1 : x < y;
+}
+
+TEST_GROUP(sampler_filters) {
+  enum { V = 3000, DRAWS = 20000 };
+  static float lg[V], sorted[V];
+  uint64_t r = 5;
+  for (int i = 0; i < V; i++) { r ^= r << 13; r ^= r >> 7; r ^= r << 17; lg[i] = (float)(r % 100000) / 100000.0f * 12.0f; }
+  const struct { int top_k; float top_p, min_p, temp; } cases[] = {
+    {0, 0.8f, 0.0f, 0.7f}, {40, 1.0f, 0.0f, 1.0f}, {0, 1.0f, 0.3f, 1.0f}, {200, 0.5f, 0.0f, 1.3f}, {0, 0.95f, 0.05f, 0.5f}, {1000, 1.0f, 0.0f, 0.2f}, {0, 0.999f, 0.0f, 0.2f}};
+  for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+    for (int i = 0; i < V; i++) sorted[i] = lg[i] / cases[ci].temp;
+    qsort(sorted, V, sizeof *sorted, cmp_desc_f);
+    int n = cases[ci].top_k ? cases[ci].top_k : V;
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += exp((double)(sorted[i] - sorted[0]));
+    if (cases[ci].top_p < 1.0f) {
+      double cum = 0;
+      for (int i = 0; i < n; i++) { cum += exp((double)(sorted[i] - sorted[0])) / sum; if (cum >= cases[ci].top_p) { n = i + 1; break; } }
+    }
+    if (cases[ci].min_p > 0.0f) {
+      int keep = 1;
+      while (keep < n && (double)(sorted[keep] - sorted[0]) >= log((double)cases[ci].min_p)) keep++;
+      n = keep;
+    }
+    float cut = sorted[n - 1];
+    double z = 0;
+    for (int i = 0; i < n; i++) z += exp((double)(sorted[i] - sorted[0]));
+    struct hearth_sampling p;
+    hearth_sampling_default(&p);
+    p.top_k = cases[ci].top_k; p.top_p = cases[ci].top_p; p.min_p = cases[ci].min_p; p.temperature = cases[ci].temp;
+    p.seed = 11 + ci;
+    struct hearth_sampler *s = NULL;
+    struct hearth_err err = {0};
+    REQUIRE(hearth_sampler_new(&p, V, &s, &err) == 0);
+    int outside = 0, top_hits = 0;
+    for (int d = 0; d < DRAWS; d++) {
+      int32_t id = hearth_sampler_sample(s, lg, NULL, 0);
+      if (lg[id] / cases[ci].temp < cut) outside++;
+      if (lg[id] / cases[ci].temp == sorted[0]) top_hits++;
+    }
+    double expect = 1.0 / z;
+    CHECKF(outside == 0, "case %zu: %d draws outside the filtered set", ci, outside);
+    CHECKF(fabs((double)top_hits / DRAWS - expect) < 4 * sqrt(expect * (1 - expect) / DRAWS) + 1e-3,
+           "case %zu: top token drawn %.4f, expected %.4f", ci, (double)top_hits / DRAWS, expect);
+    hearth_sampler_free(s);
+  }
+}
+
+TEST_MAIN(T(half), T(q4), T(threadpool), T(sampler), T(sampler_filters))
