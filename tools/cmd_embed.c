@@ -8,7 +8,6 @@
 #include "commands.h"
 #include "hearth.h"
 
-int cmd_run_text(const char *model_dir, const char *prompt, int32_t **ids, int *n);
 
 int cmd_embed(int argc, char **argv) {
   struct hearth_model_params mp;
@@ -43,7 +42,7 @@ int cmd_embed(int argc, char **argv) {
   } else {
     int d = hearth_model_info(m)->n_embd;
     printf(json ? "[" : "");
-    for (int i = 0; i < d; i++) printf(json ? "%s%.9g" : "%s%.9g", i ? (json ? ", " : " ") : "", e[i]);
+    for (int i = 0; i < d; i++) printf("%s%.9g", i ? (json ? ", " : " ") : "", e[i]);
     printf(json ? "]\n" : "\n");
   }
   free(e);

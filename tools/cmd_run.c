@@ -16,7 +16,6 @@ static void usage(void) {
           "                  [--repetition-penalty X] [--ignore-eos]\n");
 }
 
-int cmd_run_text(const char *model_dir, const char *prompt, int32_t **ids, int *n); /* cmd_run_text.c */
 
 int cmd_run(int argc, char **argv) {
   struct hearth_model_params mp;
@@ -87,7 +86,6 @@ int cmd_run(int argc, char **argv) {
     for (int i = 0; i < n_out; i++) printf(i ? " %d" : "%d", out[i]);
     printf("\n");
   } else {
-    extern int cmd_run_print_text(const char *model_dir, const int32_t *ids, int n);
     rc = cmd_run_print_text(mp.path, out, n_out);
   }
   hearth_sampler_free(smp);

@@ -5,11 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "commands.h"
 #include "hearth.h"
 #include "tok/tokenizer.h"
 
-int cmd_run_text(const char *model_dir, const char *prompt, int32_t **ids, int *n);
-int cmd_run_print_text(const char *model_dir, const int32_t *ids, int n);
 
 int cmd_run_text(const char *model_dir, const char *prompt, int32_t **ids, int *n) {
   struct hearth_err err = {0};

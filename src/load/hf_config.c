@@ -140,7 +140,7 @@ int hf_config_parse(const char *text, size_t len, const char *path, struct hf_co
       goto done;
     }
   }
-  if ((rc = get_bool(root, path, "tie_word_embeddings", c->family == HEARTH_FAMILY_QWEN2 ? 0 : 0, &c->tie_word_embeddings, err))) goto done;
+  if ((rc = get_bool(root, path, "tie_word_embeddings", 0, &c->tie_word_embeddings, err))) goto done;
   if (c->family == HEARTH_FAMILY_QWEN2) c->attention_bias = 1;
   else if ((rc = get_bool(root, path, "attention_bias", 0, &c->attention_bias, err))) goto done;
   int sw = 0;

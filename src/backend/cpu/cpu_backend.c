@@ -509,5 +509,3 @@ const struct hb_ops hb_cpu_ops = {
   .sync = cpu_sync,
 };
 
-/* The kernel set in use, for `hearth bench` and tests. */
-const char *cpu_backend_kernels_name(const struct hb_ctx *c) { return c->k->name; }
