@@ -365,6 +365,10 @@ static void run_all(int exact) {
   { int c[1] = {9}, nt[1] = {40}; check_attention(1, c, nt, 4, 2, 256, 0, 20.0f, at); }
   { int c[2] = {300, 7}, nt[2] = {1, 1}; check_attention(2, c, nt, 4, 2, 32, 0, 0.0f, at); }  /* hd 32 (tiny fixtures) */
   { int c[1] = {5}, nt[1] = {30}; check_attention(1, c, nt, 4, 2, 32, 0, 0.0f, at); }
+  /* round 4 decode kernel: many sequences, windows, one-key rows, GQA 7 and 8, lengths around the split size */
+  { int c[4] = {2000, 65, 2, 129}, nt[4] = {1, 1, 1, 1}; check_attention(4, c, nt, 16, 2, 128, 64, 0.0f, at); }
+  { int c[4] = {0, 700, 33, 16}, nt[4] = {1, 1, 1, 1}; check_attention(4, c, nt, 14, 2, 64, 100, 0.0f, at); }
+  { int c[5] = {15, 16, 17, 31, 1023}, nt[5] = {1, 1, 1, 1, 1}; check_attention(5, c, nt, 12, 2, 128, 0, 50.0f, at); }
   check_argmax();
   teardown();
 }

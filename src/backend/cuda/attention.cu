@@ -134,14 +134,6 @@ void cu_rope_kv_write(struct hb_ctx *ctx, struct hb_tensor *q, struct hb_tensor 
   CU_LAUNCHED(ctx, "rope_kv_write");
 }
 
-/* ---- decode: split over the keys --------------------------------------------------------------------- */
-
-#define AD_WARPS 4
-#define AD_G 4         /* query heads per block (a GQA group, or a slice of one): 4, not 8, halves the
-                        * serial per-warp work of a 32-key tile (latency-bound at short context) */
-#define AD_TILE 32     /* keys per warp step: one per lane */
-#define AD_MINKEYS 128 /* keys per split at least: one tile per warp */
-
 template <int D>
 __device__ __forceinline__ void load_row(float f[D], const float *p) {
 #pragma unroll
@@ -179,10 +171,29 @@ __device__ __forceinline__ void load8(float f[8], const float *p) {
 
 __device__ __forceinline__ float softcap_f(float s, float cap) { return cap > 0.0f ? cap * tanhf(s / cap) : s; }
 
-/* One key per lane: a warp scores 32 keys at once against the block's (up to 8) query heads held
- * in shared memory, does one max/sum reduction per head per 32 keys, then accumulates P·V with
- * lanes owning head_dim/32 output dims each. */
-template <typename T, typename KT, int D>
+/* ---- decode: split over the keys --------------------------------------------------------------------- */
+
+#define AD_WARPS 4
+#define AD_G 4   /* query heads per block (a GQA group, or a slice of one) */
+#define AD_DL 16 /* head dims per lane: HD / 16 lanes share one key */
+
+/* Latency design (round 4): HD/16 lanes per key, each lane owning 16 dims (two 16-byte loads of K and
+ * of V), so a warp has 32·16/HD keys in flight at once and each lane group runs its own online softmax
+ * (no warp-wide reductions in the key loop: the only shuffles are the log2(HD/16) of the dot product).
+ * Two keys per group per step, all four K/V loads issued before any math. The keys are split over
+ * blocks (one key per group per block at least), so one sequence at short context still spreads
+ * over tens of SMs; the group states merge in f32 (shuffles in the warp, shared memory over the
+ * warps, the last block over the splits). The grid depends on the shapes only (graph-safe). */
+__device__ __forceinline__ void load16(float f[16], const __half *p) {
+  load8(f, p);
+  load8(f + 8, p + 8);
+}
+__device__ __forceinline__ void load16(float f[16], const float *p) {
+  load8(f, p);
+  load8(f + 8, p + 8);
+}
+
+template <typename T, typename KT, int HD>
 __global__ __launch_bounds__(128) void attn_decode_kernel(T *out, const T *q, const KT *kc, const KT *vc,
                                                           const int32_t *pos, const int32_t *seq, const int32_t *bt,
                                                           int max_blocks, int bs, int n_heads, int n_kv, int G, int HG,
@@ -190,21 +201,24 @@ __global__ __launch_bounds__(128) void attn_decode_kernel(T *out, const T *q, co
                                                           unsigned *cnt, int NS) {
   pdl_trigger();
   pdl_wait(); /* launched with programmatic stream serialization: q, the cache and the counters are ready */
-  constexpr int HD = 32 * D;
+  constexpr int LPK = HD / AD_DL;      /* lanes per key */
+  constexpr int KG = 32 / LPK;         /* key groups per warp */
+  constexpr int KPB = AD_WARPS * KG;   /* keys per block step */
   __shared__ __align__(16) float q_s[AD_G][HD];
-  __shared__ float p_s[AD_WARPS][AD_G][AD_TILE];
   __shared__ float sm_m[AD_WARPS][AD_G], sm_l[AD_WARPS][AD_G];
   __shared__ float sm_acc[AD_WARPS][AD_G][HD];
+  __shared__ float sw[AD_G][32];
   __shared__ int sm_last;
   const int t = blockIdx.x, kh = blockIdx.y / HG, hg = blockIdx.y % HG, s = blockIdx.z;
   const int h0 = kh * G + hg * AD_G, ng = min(AD_G, G - hg * AD_G);
   const int p = pos[t], sq = seq[t];
   const int lo = window > 0 ? max(0, p - window + 1) : 0, len = p - lo + 1;
-  const int ns = min(NS, (len + AD_MINKEYS - 1) / AD_MINKEYS);
+  const int ns = min(NS, (len + KPB - 1) / KPB);
   if (s >= ns) return;
   const int chunk = (len + ns - 1) / ns, ks = lo + s * chunk, ke = min(p + 1, ks + chunk);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, kg = lane / LPK, sub = lane % LPK;
   const int64_t kvw = (int64_t)n_kv * HD;
+  const int doff = kh * HD + sub * AD_DL;
 
   for (int i = threadIdx.x; i < AD_G * HD; i += blockDim.x) {
     int g = i / HD, d = i % HD;
@@ -212,91 +226,85 @@ __global__ __launch_bounds__(128) void attn_decode_kernel(T *out, const T *q, co
   }
   __syncthreads();
 
-  float m[AD_G], l[AD_G], acc[AD_G][D];
+  float m[AD_G], l[AD_G], acc[AD_G][AD_DL];
 #pragma unroll
   for (int g = 0; g < AD_G; g++) {
     m[g] = -INFINITY;
     l[g] = 0.0f;
 #pragma unroll
-    for (int d = 0; d < D; d++) acc[g][d] = 0.0f;
+    for (int d = 0; d < AD_DL; d++) acc[g][d] = 0.0f;
   }
   const int32_t *btr = bt + (int64_t)sq * max_blocks;
-  for (int kb = ks + warp * AD_TILE; kb < ke; kb += AD_WARPS * AD_TILE) {
-    const int k = kb + lane;
-    const bool valid = k < ke;
-    const int64_t slot = valid ? (int64_t)btr[k / bs] * bs + k % bs : 0;
-    float sc[AD_G];
+  /* the loop is warp-uniform (full-mask shuffles inside): a group past the end masks its keys and
+   * reads the block's first valid key instead */
+  for (int kb = ks + warp * KG; kb < ke; kb += 2 * KPB) {
+    const int k0 = kb + kg, k1 = k0 + KPB;
+    const bool v0 = k0 < ke, v1 = k1 < ke;
+    const int64_t sb = (int64_t)btr[kb / bs] * bs + kb % bs;
+    const int64_t s0 = v0 ? (int64_t)btr[k0 / bs] * bs + k0 % bs : sb;
+    const int64_t s1 = v1 ? (int64_t)btr[k1 / bs] * bs + k1 % bs : sb;
+    float kf0[AD_DL], kf1[AD_DL], vf0[AD_DL], vf1[AD_DL];
+    load16(kf0, kc + s0 * kvw + doff);
+    load16(kf1, kc + s1 * kvw + doff);
+    load16(vf0, vc + s0 * kvw + doff);
+    load16(vf1, vc + s1 * kvw + doff);
+    float sc0[AD_G], sc1[AD_G];
 #pragma unroll
-    for (int g = 0; g < AD_G; g++) sc[g] = 0.0f;
-    if (valid) {
-      const KT *kp = kc + slot * kvw + (int64_t)kh * HD;
-      constexpr int CH = HD < 64 ? HD : 64; /* dims per register chunk */
+    for (int g = 0; g < AD_G; g++) {
+      const float4 *qv = (const float4 *)&q_s[g][sub * AD_DL];
+      float a0 = 0.0f, a1 = 0.0f, b0 = 0.0f, b1 = 0.0f;
 #pragma unroll
-      for (int c = 0; c < HD; c += CH) {
-        float kf[CH];
+      for (int j = 0; j < AD_DL / 4; j++) {
+        float4 qq = qv[j];
+        a0 = fmaf(qq.x, kf0[4 * j], fmaf(qq.y, kf0[4 * j + 1], a0));
+        b0 = fmaf(qq.z, kf0[4 * j + 2], fmaf(qq.w, kf0[4 * j + 3], b0));
+        a1 = fmaf(qq.x, kf1[4 * j], fmaf(qq.y, kf1[4 * j + 1], a1));
+        b1 = fmaf(qq.z, kf1[4 * j + 2], fmaf(qq.w, kf1[4 * j + 3], b1));
+      }
+      sc0[g] = a0 + b0;
+      sc1[g] = a1 + b1;
+    }
 #pragma unroll
-        for (int j = 0; j < CH; j += 8) load8(kf + j, kp + c + j);
+    for (int o = 1; o < LPK; o <<= 1) {
 #pragma unroll
-        for (int g = 0; g < AD_G; g++) {
-          if (g < ng) {
-            const float4 *qv = (const float4 *)&q_s[g][c];
-            float a = 0.0f;
-#pragma unroll
-            for (int j = 0; j < CH / 4; j++) {
-              float4 qq = qv[j];
-              a = fmaf(qq.x, kf[4 * j], fmaf(qq.y, kf[4 * j + 1], fmaf(qq.z, kf[4 * j + 2], fmaf(qq.w, kf[4 * j + 3], a))));
-            }
-            sc[g] += a;
-          }
-        }
+      for (int g = 0; g < AD_G; g++) {
+        sc0[g] += __shfl_xor_sync(0xffffffffu, sc0[g], o);
+        sc1[g] += __shfl_xor_sync(0xffffffffu, sc1[g], o);
       }
     }
 #pragma unroll
     for (int g = 0; g < AD_G; g++) {
-      if (g < ng) {
-        float sv = valid ? softcap_f(sc[g], softcap) : -INFINITY;
-        float mn = fmaxf(m[g], warp_max(sv)); /* lane 0's key is valid: finite */
-        float al = expf(m[g] - mn), pe = valid ? expf(sv - mn) : 0.0f;
-        l[g] = l[g] * al + warp_sum(pe);
-        m[g] = mn;
-        p_s[warp][g][lane] = pe;
+      const float x0 = v0 ? softcap_f(sc0[g], softcap) : -INFINITY, x1 = v1 ? softcap_f(sc1[g], softcap) : -INFINITY;
+      const float mn = fmaxf(m[g], fmaxf(x0, x1)); /* -inf only while the group has seen no key */
+      const float al = m[g] > -INFINITY ? expf(m[g] - mn) : 0.0f, p0 = v0 ? expf(x0 - mn) : 0.0f,
+                  p1 = v1 ? expf(x1 - mn) : 0.0f;
+      l[g] = fmaf(l[g], al, p0 + p1);
+      m[g] = mn;
 #pragma unroll
-        for (int d = 0; d < D; d++) acc[g][d] *= al;
-      }
+      for (int d = 0; d < AD_DL; d++) acc[g][d] = fmaf(p1, vf1[d], fmaf(p0, vf0[d], acc[g][d] * al));
     }
-    __syncwarp();
-    const int nk = min(AD_TILE, ke - kb);
-    for (int j0 = 0; j0 < nk; j0 += 8) {
-      float vf[8][D];
-#pragma unroll
-      for (int j = 0; j < 8; j++) {
-        int64_t sj = __shfl_sync(0xffffffffu, (long long)slot, j0 + j);
-        if (j0 + j < nk) load_row<D>(vf[j], vc + sj * kvw + (int64_t)kh * HD + lane * D);
-        else {
-#pragma unroll
-          for (int d = 0; d < D; d++) vf[j][d] = 0.0f;
-        }
-      }
-#pragma unroll
-      for (int g = 0; g < AD_G; g++) {
-        if (g < ng) {
-#pragma unroll
-          for (int j = 0; j < 8; j++) {
-            float pj = j0 + j < nk ? p_s[warp][g][j0 + j] : 0.0f;
-#pragma unroll
-            for (int d = 0; d < D; d++) acc[g][d] = fmaf(pj, vf[j][d], acc[g][d]);
-          }
-        }
-      }
-    }
-    __syncwarp();
   }
+  /* merge the key groups of the warp (lanes with the same sub, xor over the group bits) */
 #pragma unroll
-  for (int g = 0; g < AD_G; g++) {
-    if (g >= ng) break;
-    if (lane == 0) { sm_m[warp][g] = m[g]; sm_l[warp][g] = l[g]; }
+  for (int o = LPK; o < 32; o <<= 1) {
 #pragma unroll
-    for (int d = 0; d < D; d++) sm_acc[warp][g][lane * D + d] = acc[g][d];
+    for (int g = 0; g < AD_G; g++) {
+      const float mo = __shfl_xor_sync(0xffffffffu, m[g], o), lo_ = __shfl_xor_sync(0xffffffffu, l[g], o);
+      const float M = fmaxf(m[g], mo);
+      const float fs = m[g] > -INFINITY ? expf(m[g] - M) : 0.0f, fo = mo > -INFINITY ? expf(mo - M) : 0.0f;
+      l[g] = l[g] * fs + lo_ * fo;
+      m[g] = M;
+#pragma unroll
+      for (int d = 0; d < AD_DL; d++) acc[g][d] = acc[g][d] * fs + __shfl_xor_sync(0xffffffffu, acc[g][d], o) * fo;
+    }
+  }
+  if (kg == 0) {
+#pragma unroll
+    for (int g = 0; g < AD_G; g++) {
+      if (sub == 0) { sm_m[warp][g] = m[g]; sm_l[warp][g] = l[g]; }
+#pragma unroll
+      for (int d = 0; d < AD_DL; d++) sm_acc[warp][g][sub * AD_DL + d] = acc[g][d];
+    }
   }
   __syncthreads();
   for (int i = threadIdx.x; i < ng * HD; i += blockDim.x) {
@@ -306,13 +314,13 @@ __global__ __launch_bounds__(128) void attn_decode_kernel(T *out, const T *q, co
     float L = 0.0f, A = 0.0f;
     if (M > -INFINITY)
       for (int w = 0; w < AD_WARPS; w++) {
-        float f = expf(sm_m[w][g] - M);
+        float f = sm_m[w][g] > -INFINITY ? expf(sm_m[w][g] - M) : 0.0f;
         L += sm_l[w][g] * f;
         A += sm_acc[w][g][d] * f;
       }
     int64_t row = (int64_t)t * n_heads + h0 + g;
     if (ns == 1) {
-      stf(out + row * HD + d, L > 0.0f ? A / L : 0.0f);
+      stf(out + row * HD + d, A / L); /* L > 0: at least one key; NaN inputs stay NaN */
     } else {
       float *pp = part + (row * NS + s) * (HD + 2);
       pp[d] = A;
@@ -330,7 +338,6 @@ __global__ __launch_bounds__(128) void attn_decode_kernel(T *out, const T *q, co
   /* the last block merges: one warp per head computes every split's weight exp(m_j - M) / L with
    * its lanes in parallel (NS <= 32), then each thread sums its dims over the splits with all loads
    * of one split independent (no chain of dependent L2 loads per output element) */
-  __shared__ float sw[AD_G][32];
   for (int g = warp; g < AD_G; g += AD_WARPS) {
     float mj = -INFINITY, lj = 0.0f;
     if (g < ng && lane < ns) {
@@ -341,7 +348,7 @@ __global__ __launch_bounds__(128) void attn_decode_kernel(T *out, const T *q, co
     const float M = warp_max(mj);
     const float f = mj > -INFINITY ? expf(mj - M) : 0.0f;
     const float L = warp_sum(lj * f);
-    sw[g][lane] = L > 0.0f ? f / L : 0.0f;
+    sw[g][lane] = L != 0.0f ? f / L : 0.0f; /* a NaN L stays NaN */
   }
   __syncthreads();
   for (int d = threadIdx.x; d < HD; d += blockDim.x) {
@@ -543,7 +550,7 @@ static void attn_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct 
   if (cu_scratch(ctx, &cp, &ctx->attn_cnt_cap, need_cnt, sizeof(unsigned), 1)) return;
   ctx->attn_cnt = (unsigned *)cp;
   dim3 grid((unsigned)nt, (unsigned)(p->n_kv_heads * HG), (unsigned)NS);
-  cu_launch_pdl(ctx, "attn_decode", attn_decode_kernel<T, KT, D>, grid, dim3(128), 0, (T *)out->data,
+  cu_launch_pdl(ctx, "attn_decode", attn_decode_kernel<T, KT, HD>, grid, dim3(128), 0, (T *)out->data,
                 (const T *)q->data, (const KT *)kv->k.data, (const KT *)kv->v.data, pos, seq, bt, b->max_blocks,
                 b->block_size, p->n_heads, p->n_kv_heads, G, HG, p->scale, p->window, p->softcap, ctx->attn_part,
                 ctx->attn_cnt, NS);
