@@ -241,7 +241,12 @@ static void check_attention(int n_seqs, const int *ctx, const int *new_tok, int 
   struct kvpair kv;
   kv_alloc(&kv, n_seqs * max_blocks, bs, n_kv, hd);
   struct tb pre, st;
-  int zero[8] = {0};
+  int zero[8] = {0}, total = 0;
+  for (int i = 0; i < n_seqs; i++) total += ctx[i] + new_tok[i];
+  if (n_seqs > 8 || total > 2048) { /* struct tb holds 8 sequences, 2048 tokens */
+    fprintf(stderr, "check_attention: %d seqs, %d tokens over the test batch's size\n", n_seqs, total);
+    exit(1);
+  }
   make_batch(&pre, n_seqs, zero, ctx, bs, max_blocks);
   make_batch(&st, n_seqs, ctx, new_tok, bs, max_blocks);
   memcpy(st.bt, pre.bt, sizeof st.bt); /* same block tables */
@@ -366,7 +371,7 @@ static void run_all(int exact) {
   { int c[2] = {300, 7}, nt[2] = {1, 1}; check_attention(2, c, nt, 4, 2, 32, 0, 0.0f, at); }  /* hd 32 (tiny fixtures) */
   { int c[1] = {5}, nt[1] = {30}; check_attention(1, c, nt, 4, 2, 32, 0, 0.0f, at); }
   /* round 4 decode kernel: many sequences, windows, one-key rows, GQA 7 and 8, lengths around the split size */
-  { int c[4] = {2000, 65, 2, 129}, nt[4] = {1, 1, 1, 1}; check_attention(4, c, nt, 16, 2, 128, 64, 0.0f, at); }
+  { int c[4] = {1700, 65, 2, 129}, nt[4] = {1, 1, 1, 1}; check_attention(4, c, nt, 16, 2, 128, 64, 0.0f, at); } /* sum of contexts <= 2048: struct tb */
   { int c[4] = {0, 700, 33, 16}, nt[4] = {1, 1, 1, 1}; check_attention(4, c, nt, 14, 2, 64, 100, 0.0f, at); }
   { int c[5] = {15, 16, 17, 31, 1023}, nt[5] = {1, 1, 1, 1, 1}; check_attention(5, c, nt, 12, 2, 128, 0, 50.0f, at); }
   check_argmax();
