@@ -63,6 +63,15 @@ if [ "$what" = full ]; then
     grep -E "Test +#|tests passed|tests failed|CHECK|FAIL|on cuda|== " "$OUT/ctest.log" | tail -30
   fi
   for p in ${BENCH_PARTS:-3b 0.5b gemv}; do run bench-$p 60 $B/tests/cuda/bench_cuda "$p" 2>&1 | tee -a "$OUT/bench.log"; done
+  if [ -n "${PROFILE:-}" ] && command -v ncu >/dev/null; then
+    # hardware counters (clocks left alone) for the kernels named in PROFILE (a regex), one 3B pp1570
+    # prefill and 4 decode steps: speed of light, warp stalls, occupancy, scheduler
+    run ncu "${PROFILE_S:-120}" ncu --clock-control none -k "regex:${PROFILE}" --launch-count "${PROFILE_N:-12}" \
+      --section SpeedOfLight --section WarpStateStats --section Occupancy --section SchedulerStats \
+      --section LaunchStats $B/hearth bench --model /tmp/hearth-bench-3b --backend cuda -p 1570 -n 4 -r 1 \
+      >"$OUT/ncu.txt" 2>&1
+    grep -E "^  [a-z_]+.*\(|Duration|Memory Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Issued Warp|No Eligible|Warp Cycles Per Issued|Block Limit" "$OUT/ncu.txt" | head -150
+  fi
   echo "total: $(( $(date +%s) - t0 )) s"
   exit $rc
 fi
