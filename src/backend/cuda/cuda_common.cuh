@@ -153,6 +153,9 @@ void cu_q4_repack(struct hb_ctx *ctx, uint8_t *dst, const uint8_t *src, int64_t 
 void cu_matmul(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *x,
                const struct hb_tensor *w, const struct hb_tensor *bias, int n);
 int cu_matmul_init(struct hb_ctx *ctx);
+/* gemv_q4.cu: the decode GEMV (n <= 8 rows) with its fused prologues; returns 0 when it launched,
+ * 1 when the shapes need the general path */
+int cu_gemv_init(struct hb_ctx *ctx);
 #define PRO_PLAIN 0 /* x */
 #define PRO_NORM 1  /* rmsnorm(x) * (nw + off) */
 #define PRO_SILU 2  /* silu(x) * x2 */

@@ -1,0 +1,60 @@
+/* backend/cuda/ptx.cuh — the few PTX instructions the kernels issue by hand: 16-byte streaming
+ * loads, cp.async, ldmatrix and the m16n8k16 f16 tensor-core product (f32 accumulate), plus the
+ * int4 nibble-pair → f16 pair conversion both matmul kernels share. sm_80+ instructions. */
+#ifndef HEARTH_BACKEND_CUDA_PTX_CUH
+#define HEARTH_BACKEND_CUDA_PTX_CUH
+
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+/* 16 bytes of read-only data that is used once (weights): no L1 allocation */
+__device__ __forceinline__ uint4 ld_nc_v4(const void *p) {
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  return r;
+}
+
+/* 16-byte global -> shared copy; src_bytes < 16 zero-fills the rest (0: all zero) */
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, int src_bytes) {
+  unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+
+/* four 8x8 b16 matrices; lane l gives the row address of matrix l/8, row l%8 */
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *smem) {
+  unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+}
+/* the same, each 8x8 matrix transposed on the way (B operands stored k-major) */
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void *smem) {
+  unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+}
+
+/* c += a · b, m16n8k16, a row-major 16x16 f16, b col-major 16x8 f16, c 16x8 f32 */
+__device__ __forceinline__ void mma_16816(float c[4], const uint32_t a[4], const uint32_t b[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+/* nibbles at bits 0-3 and 16-19 of v (each q + 8) -> the f16 pair (q_lo, q_hi), exactly: or'ed
+ * into 0x6400 (1024.0) each nibble is 1024 + q + 8; minus 1032 */
+__device__ __forceinline__ uint32_t q4_pair(uint32_t v) {
+  uint32_t h = (v & 0x000F000Fu) | 0x64006400u;
+  __half2 x = __hsub2(*(__half2 *)&h, __half2half2(__ushort_as_half((unsigned short)0x6408)));
+  return *(uint32_t *)&x;
+}
+
+#endif
