@@ -164,6 +164,14 @@ struct hb_ops {
   /* alloc for a tensor that must stay f32 where alloc(HB_F32) would pick a narrower dtype on a
    * fast path (CUDA: f16); the runtime uses it for logits. NULL: alloc. */
   int (*alloc_f32)(struct hb_ctx *ctx, struct hb_tensor *t, int64_t rows, int64_t cols, struct hearth_err *err);
+  /* xn = rmsnorm(x, norm_w, eps); q = rope_neox(xn·ws[0]ᵀ + biases[0], n_heads); the cache gets
+   * rope_neox(xn·ws[1]ᵀ + biases[1]) and xn·ws[2]ᵀ + biases[2] at the batch's slots (n = its
+   * n_tokens; n_rot = head_dim). Returns 1, having done nothing, when it does not cover the shapes
+   * (callers then run norm_matmul + rope_kv_write); 0 when it ran. */
+  int (*norm_qkv_rope_kv)(struct hb_ctx *ctx, const struct hb_tensor *x, const struct hb_tensor *norm_w, float eps,
+                          const struct hb_tensor *const *ws, const struct hb_tensor *const *biases,
+                          struct hb_tensor *q, struct hb_kv_layer *kv, const struct hb_batch *b, int n_heads,
+                          float theta, int n);
 };
 
 /* Backends compiled into this build. hb_cuda_ops is NULL-safe: hb_get returns NULL when absent. */

@@ -23,27 +23,33 @@ void block_attention(struct hearth_model *m, const struct layer_weights *L, int 
                    k = rows_view(&s->k, n), v = rows_view(&s->v, n), a = rows_view(&s->attn, n),
                    o = rows_view(&s->o, n);
   struct hb_kv_layer *kv = &m->kv.layers[layer];
-  if (be->norm_matmul) {
-    struct hb_tensor *outs[3] = {&q, &k, &v};
-    const struct hb_tensor *ws[3] = {&L->wq, &L->wk, &L->wv};
-    const struct hb_tensor *bs[3] = {bias ? &L->bq : NULL, bias ? &L->bk : NULL, bias ? &L->bv : NULL};
-    be->norm_matmul(c, &x, &L->attn_norm, cfg->rms_norm_eps, 0.0f, 3, outs, ws, bs, n, 0);
-  } else {
-    be->rmsnorm(c, &xn, &x, &L->attn_norm, cfg->rms_norm_eps, 0.0f);
-    be->matmul(c, &q, &xn, &L->wq, bias ? &L->bq : NULL, n);
-    be->matmul(c, &k, &xn, &L->wk, bias ? &L->bk : NULL, n);
-    be->matmul(c, &v, &xn, &L->wv, bias ? &L->bv : NULL, n);
-  }
-  if (qk_norm) {
-    be->rmsnorm(c, &q, &q, &L->q_norm, cfg->rms_norm_eps, 0.0f);
-    be->rmsnorm(c, &k, &k, &L->k_norm, cfg->rms_norm_eps, 0.0f);
-  }
-  if (be->rope_kv_write) {
-    be->rope_kv_write(c, &q, &k, &v, kv, b, cfg->num_attention_heads, cfg->head_dim, cfg->rope_theta);
-  } else {
-    be->rope_neox(c, &q, b, cfg->num_attention_heads, cfg->head_dim, cfg->head_dim, cfg->rope_theta);
-    be->rope_neox(c, &k, b, cfg->num_key_value_heads, cfg->head_dim, cfg->head_dim, cfg->rope_theta);
-    be->kv_write(c, kv, &k, &v, b);
+  const struct hb_tensor *ws[3] = {&L->wq, &L->wk, &L->wv};
+  const struct hb_tensor *bs[3] = {bias ? &L->bq : NULL, bias ? &L->bk : NULL, bias ? &L->bv : NULL};
+  /* norm + QKV + rope + cache write in one launch where the backend has it (decode) */
+  int fused_rope = !qk_norm && be->norm_qkv_rope_kv &&
+                   !be->norm_qkv_rope_kv(c, &x, &L->attn_norm, cfg->rms_norm_eps, ws, bs, &q, kv, b,
+                                         cfg->num_attention_heads, cfg->rope_theta, n);
+  if (!fused_rope) {
+    if (be->norm_matmul) {
+      struct hb_tensor *outs[3] = {&q, &k, &v};
+      be->norm_matmul(c, &x, &L->attn_norm, cfg->rms_norm_eps, 0.0f, 3, outs, ws, bs, n, 0);
+    } else {
+      be->rmsnorm(c, &xn, &x, &L->attn_norm, cfg->rms_norm_eps, 0.0f);
+      be->matmul(c, &q, &xn, &L->wq, bias ? &L->bq : NULL, n);
+      be->matmul(c, &k, &xn, &L->wk, bias ? &L->bk : NULL, n);
+      be->matmul(c, &v, &xn, &L->wv, bias ? &L->bv : NULL, n);
+    }
+    if (qk_norm) {
+      be->rmsnorm(c, &q, &q, &L->q_norm, cfg->rms_norm_eps, 0.0f);
+      be->rmsnorm(c, &k, &k, &L->k_norm, cfg->rms_norm_eps, 0.0f);
+    }
+    if (be->rope_kv_write) {
+      be->rope_kv_write(c, &q, &k, &v, kv, b, cfg->num_attention_heads, cfg->head_dim, cfg->rope_theta);
+    } else {
+      be->rope_neox(c, &q, b, cfg->num_attention_heads, cfg->head_dim, cfg->head_dim, cfg->rope_theta);
+      be->rope_neox(c, &k, b, cfg->num_key_value_heads, cfg->head_dim, cfg->head_dim, cfg->rope_theta);
+      be->kv_write(c, kv, &k, &v, b);
+    }
   }
   struct hb_attn_params ap = {
     .n_heads = cfg->num_attention_heads, .n_kv_heads = cfg->num_key_value_heads,

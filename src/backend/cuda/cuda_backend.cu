@@ -502,6 +502,16 @@ extern "C" void hb_cuda_silu_matmul(struct hb_ctx *c, const struct hb_tensor *ga
   cu_add(c, out, &t, n);
 }
 
+extern "C" int hb_cuda_norm_qkv_rope_kv(struct hb_ctx *c, const struct hb_tensor *x, const struct hb_tensor *norm_w,
+                                        float eps, const struct hb_tensor *const *ws,
+                                        const struct hb_tensor *const *biases, struct hb_tensor *q,
+                                        struct hb_kv_layer *kv, const struct hb_batch *b, int n_heads, float theta,
+                                        int n) {
+  if (c->status) return 0; /* sticky error: nothing runs either way */
+  if (!norm_w || n <= 0) return 1;
+  return cu_gemv_qkv_rope_kv(c, x, norm_w, eps, ws, biases, q, kv, b, n_heads, theta, n);
+}
+
 extern "C" void hb_cuda_rope_kv_write(struct hb_ctx *c, struct hb_tensor *q, struct hb_tensor *k,
                                       const struct hb_tensor *v, struct hb_kv_layer *kv, const struct hb_batch *b,
                                       int n_heads, int n_rot, float theta) {

@@ -55,6 +55,11 @@ void hb_cuda_norm_matmul(struct hb_ctx *ctx, const struct hb_tensor *x, const st
                          const struct hb_tensor *const *biases, int n, int add);
 void hb_cuda_silu_matmul(struct hb_ctx *ctx, const struct hb_tensor *gate, const struct hb_tensor *up,
                          struct hb_tensor *out, const struct hb_tensor *w, int n, int add);
+/* norm_qkv_rope_kv (backend.h): one launch for n <= 8 int4 rows with an f16 cache; 1 = not covered */
+int hb_cuda_norm_qkv_rope_kv(struct hb_ctx *ctx, const struct hb_tensor *x, const struct hb_tensor *norm_w, float eps,
+                             const struct hb_tensor *const *ws, const struct hb_tensor *const *biases,
+                             struct hb_tensor *q, struct hb_kv_layer *kv, const struct hb_batch *b, int n_heads,
+                             float theta, int n);
 void hb_cuda_rope_kv_write(struct hb_ctx *ctx, struct hb_tensor *q, struct hb_tensor *k, const struct hb_tensor *v,
                            struct hb_kv_layer *kv, const struct hb_batch *b, int n_heads, int n_rot, float theta);
 

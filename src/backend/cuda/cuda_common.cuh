@@ -162,6 +162,9 @@ int cu_gemv_init(struct hb_ctx *ctx);
 int cu_gemv_fused(struct hb_ctx *ctx, int pro, const struct hb_tensor *x, const struct hb_tensor *x2,
                   const struct hb_tensor *nw, float eps, float off, int n_mm, struct hb_tensor *const *outs,
                   const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, int n, int add);
+int cu_gemv_qkv_rope_kv(struct hb_ctx *ctx, const struct hb_tensor *x, const struct hb_tensor *nw, float eps,
+                        const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, struct hb_tensor *q,
+                        struct hb_kv_layer *kv, const struct hb_batch *b, int n_heads, float theta, int n);
 /* elementwise.cu */
 void cu_embed(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *table,
               const struct hb_tensor *ids, int n, float scale);

@@ -1,226 +1,263 @@
 /* backend/cuda/gemv_q4.cu — the decode GEMV: y = f(x) · Wᵀ (+ b) (+ y) for n <= 8 rows of f16
  * activations and int4 group-128 weights (layout: matmul_q4.cu), with the fused prologues of
- * hb_cuda_norm_matmul / hb_cuda_silu_matmul (rmsnorm, silu·up) and up to three weights sharing x. */
+ * hb_cuda_norm_matmul / hb_cuda_silu_matmul (rmsnorm, silu·up) and up to three weights sharing x.
+ *
+ * On tensor cores (mma.sync m16n8k16, f16 × f16 → f32): the weights are the A operand (16 rows per
+ * warp tile), the n <= 8 activation rows the B operand (8 columns, n used), so one mma does 256
+ * weights × n tokens and batches of 2..8 rows cost the same instructions as 1. Products are exact
+ * (int4 × f16) and sums f32; the group scale is applied in f32 to each group's partial sum, so the
+ * only rounding beyond the reference's f32 is x itself in f16 (the GPU's activation format).
+ *
+ * Why the weights need no reshuffle: mma only needs A's and B's k orders to agree, and k may be
+ * permuted freely. Lane (gid, tig) of a warp loads the whole 16-byte run R = 4g + tig of group g
+ * of rows gid and gid + 8 (so the 4 lanes of a quad cover the group's 128 columns); word q of that
+ * run holds weight pairs (2q + 8j, 2q + 8j + 1), j = 0..3 (matmul_q4.cu's picture), which become
+ * the A fragment's k-slots {2tig, 2tig+1} (j even) and {2tig+8, 2tig+9} (j odd) of mma (q, j/2).
+ * The B fragment of lane (gid = token, tig) then holds x[token][32R + 2q + 16h + {0,1, 8,9}],
+ * i.e. words q + 8h and q + 8h + 4 of the same run of x: no shuffles on either side.
+ *
+ * Work: a unit is 8/KS tiles of 16 rows; its 8 warps split each tile's groups KS ways (KS = 8 for
+ * the small QKV/o/down matrices so that one wave holds the whole matrix in flight, 1-2 for the LM
+ * head); every warp walks its (unit, group) steps with GEMV_U steps of weights in flight in a
+ * register ring, the first GEMV_U issued before griddepcontrol.wait (weights do not depend on the
+ * previous kernel), and the KS partial sums of a tile meet in shared memory at the unit's end. */
 #include <string.h>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/ptx.cuh"
 
-/* ---- GEMV: decode -------------------------------------------------------------------------------- */
-
-#define GEMV_WARPS 8
-#define GEMV_R 2 /* rows per warp */
-#define GEMV_U 4 /* 16-byte loads per row per lane in flight */
-#define GEMV_ROWS (GEMV_WARPS * GEMV_R)
-
+#define GEMV_U 4 /* steps (32 bytes per lane each) in flight per warp */
 
 /* up to three weights sharing one x, concatenated in row space (each but the last a multiple of
- * GEMV_ROWS rows, so a warp's rows never straddle two); add: out += instead of out = */
+ * 16 rows, so a tile never straddles two); add: out += instead of out = */
 struct gemv_args {
   const __half *x, *x2;
   int64_t ldx;
   const void *nw;
   int nwdt;
   float eps, off;
-  int n_mm, K, rows_total, add;
+  int n, n_mm, K, rows_total, add, n_units;
   int row0[4];
   const uint8_t *wq[3];
   const __half *ws[3];
   const float *bias[3];
   void *out[3];
   int64_t ldo[3];
+  /* ROPE (norm+QKV only): weights 0/1 are q/k with rope_neox over head_dim hd, weight 2 is v;
+   * q goes to out[0], k and v to the paged f16 cache at each token's slot */
+  int hd, max_blocks, bs;
+  float theta;
+  const int32_t *pos, *seq, *bt;
+  __half *kc, *vc;
 };
 
-static size_t gemv_smem(int n, int64_t K) { return (size_t)n * (size_t)K * 4; }
+/* x of token t as f16 in shared memory: [n][K], the 16-byte chunk c of 32-run R stored at chunk
+ * c ^ swz(R, t), so that the 8 lanes of a load phase (4 runs × 2 tokens) hit 8 different bank groups */
+__device__ __forceinline__ int gemv_swz(int R, int t) { return ((R >> 1) ^ (t << 1)) & 3; }
+static size_t gemv_smem(int n, int64_t K) { return (size_t)n * (size_t)K * 2; }
 
-template <int N, typename TO, int PRO>
-__global__ __launch_bounds__(256, N == 1 ? 2 : 1) void gemv_q4_kernel(const __grid_constant__ gemv_args a) {
+/* rows held by lane group gid of a 16-row tile at local row r0 (a multiple of 16) of weight m: rows
+ * r0 + gid and r0 + gid + 8, or with ROPE for q/k (m < 2) the rotation pair (i, i + hd/2) of one head,
+ * i = 8 * (tile within the head) + gid, so that one lane holds both halves of every rotation */
+template <int ROPE>
+__device__ __forceinline__ int gemv_row_lo(const gemv_args &a, int m, int r0, int gid) {
+  if (!ROPE || m == 2) return r0 + gid;
+  const int per = a.hd / 16, lt = r0 / 16;
+  return (lt / per) * a.hd + (lt % per) * 8 + gid;
+}
+template <int ROPE>
+__device__ __forceinline__ int gemv_row_hi(const gemv_args &a, int m, int lo) {
+  return ROPE && m < 2 ? lo + a.hd / 2 : lo + 8;
+}
+
+template <typename TO, int PRO, int KS, int ROPE>
+__global__ __launch_bounds__(256, 2) void gemv_q4_kernel(const __grid_constant__ gemv_args a) {
+  constexpr int TPB = 8 / KS; /* tiles of 16 rows per unit */
   extern __shared__ uint4 smem[];
   __shared__ float s_inv[8];
-  const int K = a.K, nch = K / 32;
-  float4 *xs = (float4 *)smem; /* [N][nch][8] f32 x, 16-byte chunks swizzled per run (below) */
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t rb = K / 2, gpr = K / 128;
+  __shared__ float red[8][4][32]; /* per warp, C fragment element, lane */
+  __half *xs = (__half *)smem;
+  const int K = a.K, G = K / 128, n = a.n;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane / 4, tig = lane % 4;
+  const int ts = warp / KS, ks = warp % KS;
+  const int S = (G + KS - 1) / KS; /* steps per unit per warp (same for every warp: padded) */
+  const int64_t rb = K / 2;
 
-  /* The weight stream is software-pipelined over "steps" (row group rg, 32*U-run window c0): the
-   * loads of step i+1 are issued before step i is computed, and the very first step's loads before
-   * the x prologue, which is also before griddepcontrol.wait: under programmatic dependent launch
-   * this kernel's weights start streaming while the previous kernel drains. Nothing that the
-   * previous kernel writes (x, out) is touched before the wait. */
-  uint4 wa[GEMV_U][GEMV_R];
-  float sa[GEMV_U][GEMV_R];
-#define GEMV_LOAD(W, SV, RG, C0)                                                                         \
-  do {                                                                                                   \
-    const int gr_ = (RG) * GEMV_ROWS + warp * GEMV_R;                                                    \
-    const int m_ = gr_ >= a.row0[1] ? (gr_ >= a.row0[2] ? 2 : 1) : 0;                                    \
-    const int rows_ = m_ < a.n_mm ? a.row0[m_ + 1] - a.row0[m_] : 0, r0_ = gr_ - a.row0[m_];             \
-    _Pragma("unroll") for (int u = 0; u < GEMV_U; u++) {                                                 \
-      const int c = (C0) + u * 32 + lane;                                                                \
-      _Pragma("unroll") for (int r = 0; r < GEMV_R; r++) {                                               \
-        if (c < nch && r0_ + r < rows_) {                                                                \
-          W[u][r] = ld_nc_v4(a.wq[m_] + (int64_t)(r0_ + r) * rb + (int64_t)c * 16);                      \
-          SV[u][r] = __half2float(a.ws[m_][(int64_t)(r0_ + r) * gpr + c / 4]);                           \
-        } else {                                                                                         \
-          W[u][r] = make_uint4(0, 0, 0, 0);                                                              \
-          SV[u][r] = 0.0f;                                                                               \
-        }                                                                                                \
-      }                                                                                                  \
-    }                                                                                                    \
-  } while (0)
-  GEMV_LOAD(wa, sa, (int)blockIdx.x, 0);
+  /* the weight-loading side of the pipeline: step (lu, lj) = group ks + lj * KS of tile
+   * lu * TPB + ts; out-of-range steps load zeros */
+  int lu = blockIdx.x, lj = 0;
+  uint4 w0[GEMV_U], w8[GEMV_U];
+  float s0[GEMV_U], s8[GEMV_U];
+  auto load = [&](int i) {
+    const int g = ks + lj * KS, r0 = (lu * TPB + ts) * 16;
+    w0[i] = w8[i] = make_uint4(0, 0, 0, 0);
+    s0[i] = s8[i] = 0.0f;
+    if (lu < a.n_units && g < G && r0 < a.rows_total) {
+      const int m = r0 >= a.row0[1] ? (r0 >= a.row0[2] ? 2 : 1) : 0;
+      const int rows = a.row0[m + 1] - a.row0[m];
+      const int lo = gemv_row_lo<ROPE>(a, m, r0 - a.row0[m], gid), hi = gemv_row_hi<ROPE>(a, m, lo);
+      const int64_t col = (int64_t)(4 * g + tig) * 16;
+      if (lo < rows) { w0[i] = ld_nc_v4(a.wq[m] + (int64_t)lo * rb + col); s0[i] = __half2float(a.ws[m][(int64_t)lo * G + g]); }
+      if (hi < rows) { w8[i] = ld_nc_v4(a.wq[m] + (int64_t)hi * rb + col); s8[i] = __half2float(a.ws[m][(int64_t)hi * G + g]); }
+    }
+    if (++lj == S) { lj = 0; lu += gridDim.x; }
+  };
+#pragma unroll
+  for (int i = 0; i < GEMV_U; i++) load(i);
   pdl_wait();
   pdl_trigger();
 
+  /* prologue: x rows -> f16 (after the norm / silu) in shared memory */
   if (PRO == PRO_NORM) {
-    if (threadIdx.x < N) s_inv[threadIdx.x] = 0.0f;
+    if (threadIdx.x < 8) s_inv[threadIdx.x] = 0.0f;
     __syncthreads();
-    for (int n = 0; n < N; n++) {
-      const __half2 *xr = (const __half2 *)(a.x + (int64_t)n * a.ldx);
+    for (int t = 0; t < n; t++) {
+      const __half2 *xr = (const __half2 *)(a.x + (int64_t)t * a.ldx);
       float ss = 0.0f;
       for (int i = threadIdx.x; i < K / 2; i += blockDim.x) {
         float2 f = __half22float2(xr[i]);
         ss += f.x * f.x + f.y * f.y;
       }
       ss = warp_sum(ss);
-      if (threadIdx.x % 32 == 0) atomicAdd(&s_inv[n], ss);
+      if (lane == 0) atomicAdd(&s_inv[t], ss);
     }
     __syncthreads();
-    if (threadIdx.x < N) s_inv[threadIdx.x] = rsqrtf(s_inv[threadIdx.x] / (float)K + a.eps);
+    if (threadIdx.x < n) s_inv[threadIdx.x] = rsqrtf(s_inv[threadIdx.x] / (float)K + a.eps);
     __syncthreads();
   }
-
-  /* x rows -> f32 runs of 32 in shared memory (after the norm / silu prologue). The 8 16-byte
-   * chunks of run c sit at chunk q ^ (c & 7): the 8 lanes of one quarter-warp load phase (8
-   * consecutive runs) then hit 8 distinct 4-bank groups (no conflicts). */
-  for (int c = threadIdx.x; c < N * nch; c += blockDim.x) {
-    int n = c / nch, ch = c % nch;
-    const uint4 *xp = (const uint4 *)(a.x + (int64_t)n * a.ldx + (int64_t)ch * 32);
-    float4 *dst = xs + (size_t)c * 8;
-    const int sw = ch & 7;
-    float v[32];
+  for (int c = threadIdx.x; c < n * (K / 8); c += blockDim.x) {
+    const int t = c / (K / 8), k8 = c % (K / 8), R = k8 / 4;
+    uint4 u = *(const uint4 *)(a.x + (int64_t)t * a.ldx + (int64_t)k8 * 8);
+    if (PRO != PRO_PLAIN) {
+      __half2 *h = (__half2 *)&u;
+      uint4 u2 = PRO == PRO_SILU ? *(const uint4 *)(a.x2 + (int64_t)t * a.ldx + (int64_t)k8 * 8) : u;
+      const __half2 *h2 = (const __half2 *)&u2;
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-      uint4 u = xp[i];
-      const __half2 *h = (const __half2 *)&u;
-#pragma unroll
-      for (int j = 0; j < 4; j++) {
-        float2 f = __half22float2(h[j]);
-        v[i * 8 + 2 * j] = f.x;
-        v[i * 8 + 2 * j + 1] = f.y;
-      }
-    }
-    if (PRO == PRO_NORM) {
-      float inv = s_inv[n];
-#pragma unroll
-      for (int i = 0; i < 32; i++) v[i] *= inv * (ld_any(a.nw, a.nwdt, ch * 32 + i) + a.off);
-    } else if (PRO == PRO_SILU) {
-      const uint4 *up = (const uint4 *)(a.x2 + (int64_t)n * a.ldx + (int64_t)ch * 32);
-#pragma unroll
-      for (int i = 0; i < 4; i++) {
-        uint4 u = up[i];
-        const __half2 *h = (const __half2 *)&u;
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-          float2 f = __half22float2(h[j]);
-          float g0 = v[i * 8 + 2 * j], g1 = v[i * 8 + 2 * j + 1];
-          v[i * 8 + 2 * j] = g0 / (1.0f + expf(-g0)) * f.x;
-          v[i * 8 + 2 * j + 1] = g1 / (1.0f + expf(-g1)) * f.y;
+      for (int e = 0; e < 4; e++) {
+        float2 f = __half22float2(h[e]);
+        if (PRO == PRO_NORM) {
+          const float inv = s_inv[t];
+          f.x *= inv * (ld_any(a.nw, a.nwdt, k8 * 8 + 2 * e) + a.off);
+          f.y *= inv * (ld_any(a.nw, a.nwdt, k8 * 8 + 2 * e + 1) + a.off);
+        } else {
+          const float2 up = __half22float2(h2[e]);
+          f.x = f.x / (1.0f + expf(-f.x)) * up.x;
+          f.y = f.y / (1.0f + expf(-f.y)) * up.y;
         }
+        h[e] = __floats2half2_rn(f.x, f.y);
       }
     }
-#pragma unroll
-    for (int q = 0; q < 8; q++) dst[q ^ sw] = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+    ((uint4 *)(xs + (int64_t)t * K + R * 32))[(k8 % 4) ^ gemv_swz(R, t)] = u;
   }
   __syncthreads();
 
-  /* f32 dot products of the exactly dequantized weights with x: nibble -> float by the exponent trick
-   * (bits 0x4B000000 | nib = 2^23 + nib, minus 2^23 + 8 = q exactly) on the integer and FP32 pipes
-   * (no f16 <-> f32 conversions), 4 independent FMA chains per (row, run). No activation
-   * quantization. */
-  float acc[GEMV_R][N];
+  /* the consuming side: step (u, j) */
+  int u = blockIdx.x, j = 0;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  while (u < a.n_units) {
 #pragma unroll
-  for (int r = 0; r < GEMV_R; r++)
+    for (int i = 0; i < GEMV_U; i++) {
+      if (u >= a.n_units) break; /* uniform over the block */
+      const uint4 A0 = w0[i], A8 = w8[i];
+      const float sc0 = s0[i], sc8 = s8[i];
+      load(i); /* refill the slot GEMV_U steps ahead */
+      const int g = ks + j * KS;
+      if (g < G) { /* uniform over the warp */
+        uint32_t xr[16];
+        if (gid < n) {
+          const int R = 4 * g + tig;
+          const uint4 *xp = (const uint4 *)(xs + (int64_t)gid * K + R * 32);
+          const int sw = gemv_swz(R, gid);
 #pragma unroll
-    for (int n = 0; n < N; n++) acc[r][n] = 0.0f;
-  int rg = blockIdx.x, c0 = 0;
-  while (rg * GEMV_ROWS < a.rows_total) {
-    int nrg = rg, nc0 = c0 + 32 * GEMV_U;
-    if (nc0 >= nch) { nc0 = 0; nrg += gridDim.x; }
-    uint4 wb[GEMV_U][GEMV_R];
-    float sb[GEMV_U][GEMV_R];
-    GEMV_LOAD(wb, sb, nrg, nc0); /* next step in flight while this one computes */
-#pragma unroll
-    for (int u = 0; u < GEMV_U; u++) {
-      int c = c0 + u * 32 + lane;
-      if (c >= nch) break;
-      const int sw = c & 7;
-#pragma unroll
-      for (int n = 0; n < N; n++) {
-        const float4 *xr = xs + ((size_t)n * nch + c) * 8;
-        float xf[32];
-#pragma unroll
-        for (int q = 0; q < 8; q++) {
-          float4 xv = xr[q ^ sw];
-          xf[4 * q] = xv.x;
-          xf[4 * q + 1] = xv.y;
-          xf[4 * q + 2] = xv.z;
-          xf[4 * q + 3] = xv.w;
-        }
-#pragma unroll
-        for (int r = 0; r < GEMV_R; r++) {
-          const uint32_t wv[4] = {wa[u][r].x, wa[u][r].y, wa[u][r].z, wa[u][r].w};
-          float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-#pragma unroll
-          for (int t = 0; t < 4; t++) {
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-              /* word t: nibble k -> weight 2t + 8k, nibble k + 4 -> weight 2t + 8k + 1 */
-              const float f0 = __int_as_float((int)(((wv[t] >> (4 * k)) & 0xFu) | 0x4B000000u)) - 8388616.0f;
-              const float f1 = __int_as_float((int)(((wv[t] >> (4 * k + 16)) & 0xFu) | 0x4B000000u)) - 8388616.0f;
-              if (k & 1) {
-                s2 = fmaf(f0, xf[2 * t + 8 * k], s2);
-                s3 = fmaf(f1, xf[2 * t + 8 * k + 1], s3);
-              } else {
-                s0 = fmaf(f0, xf[2 * t + 8 * k], s0);
-                s1 = fmaf(f1, xf[2 * t + 8 * k + 1], s1);
-              }
-            }
+          for (int c = 0; c < 4; c++) {
+            uint4 v = xp[c ^ sw];
+            xr[4 * c] = v.x; xr[4 * c + 1] = v.y; xr[4 * c + 2] = v.z; xr[4 * c + 3] = v.w;
           }
-          acc[r][n] = fmaf(sa[u][r], (s0 + s1) + (s2 + s3), acc[r][n]);
+        } else {
+#pragma unroll
+          for (int e = 0; e < 16; e++) xr[e] = 0u;
         }
-      }
-    }
-    if (nc0 == 0) { /* row group rg done: reduce and store */
-      const int gr = rg * GEMV_ROWS + warp * GEMV_R;
-      const int m = gr >= a.row0[1] ? (gr >= a.row0[2] ? 2 : 1) : 0;
-      const int rows = m < a.n_mm ? a.row0[m + 1] - a.row0[m] : 0, r0 = gr - a.row0[m];
-      TO *out = (TO *)a.out[m < 3 ? m : 0];
-      const float *bias = a.bias[m < 3 ? m : 0];
-      const int64_t ldo = a.ldo[m < 3 ? m : 0];
+        const uint32_t a0[4] = {A0.x, A0.y, A0.z, A0.w}, a8[4] = {A8.x, A8.y, A8.z, A8.w};
+        float c4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-      for (int r = 0; r < GEMV_R; r++) {
+        for (int q = 0; q < 4; q++) {
 #pragma unroll
-        for (int n = 0; n < N; n++) {
-          float v = warp_sum(acc[r][n]);
-          acc[r][n] = 0.0f;
-          if (lane == 0 && r0 + r < rows) {
-            TO *o = out + (int64_t)n * ldo + r0 + r;
-            v += bias ? bias[r0 + r] : 0.0f;
-            if (a.add) v += ldf(o);
-            stf(o, v);
+          for (int h = 0; h < 2; h++) {
+            const uint32_t af[4] = {q4_pair(a0[q] >> (8 * h)), q4_pair(a8[q] >> (8 * h)),
+                                    q4_pair(a0[q] >> (8 * h + 4)), q4_pair(a8[q] >> (8 * h + 4))};
+            const uint32_t bf[2] = {xr[q + 8 * h], xr[q + 8 * h + 4]};
+            mma_16816(c4, af, bf);
           }
         }
+        acc[0] = fmaf(sc0, c4[0], acc[0]);
+        acc[1] = fmaf(sc0, c4[1], acc[1]);
+        acc[2] = fmaf(sc8, c4[2], acc[2]);
+        acc[3] = fmaf(sc8, c4[3], acc[3]);
       }
+      if (++j < S) continue;
+      /* unit done: the KS partial tiles meet in shared memory, one thread per (tile, row, token) */
+      j = 0;
+#pragma unroll
+      for (int e = 0; e < 4; e++) { red[warp][e][lane] = acc[e]; acc[e] = 0.0f; }
+      __syncthreads();
+      /* one thread per (tile, lane group gid, token): both rows of the lane group */
+      for (int o = threadIdx.x; o < TPB * 8 * n; o += blockDim.x) {
+        const int ot = o / (8 * n), p = (o / n) % 8, t = o % n;
+        const int ln = p * 4 + t / 2;
+        float vl = 0.0f, vh = 0.0f;
+#pragma unroll
+        for (int k = 0; k < KS; k++) {
+          vl += red[ot * KS + k][t % 2][ln];
+          vh += red[ot * KS + k][2 + t % 2][ln];
+        }
+        const int r0 = (u * TPB + ot) * 16;
+        if (r0 >= a.rows_total) continue;
+        const int m = r0 >= a.row0[1] ? (r0 >= a.row0[2] ? 2 : 1) : 0, rows = a.row0[m + 1] - a.row0[m];
+        const int lo = gemv_row_lo<ROPE>(a, m, r0 - a.row0[m], p), hi = gemv_row_hi<ROPE>(a, m, lo);
+        const float *bias = a.bias[m];
+        if (bias) {
+          if (lo < rows) vl += bias[lo];
+          if (hi < rows) vh += bias[hi];
+        }
+        if (ROPE) { /* rows < rows always: q/k/v are whole heads */
+          const int ps = a.pos[t];
+          if (m < 2) { /* rope_neox as rope_kv_kernel computes it */
+            const int i = lo % a.hd;
+            float sn, cs;
+            sincosf((float)ps * (1.0f / rope_pow(a.theta, (float)(2 * i) / (float)a.hd)), &sn, &cs);
+            const float x0 = vl, x1 = vh;
+            vl = x0 * cs - x1 * sn;
+            vh = x1 * cs + x0 * sn;
+          }
+          if (m == 0) {
+            TO *op = (TO *)a.out[0] + (int64_t)t * a.ldo[0];
+            stf(op + lo, vl);
+            stf(op + hi, vh);
+          } else {
+            const int64_t slot = (int64_t)a.bt[(int64_t)a.seq[t] * a.max_blocks + ps / a.bs] * a.bs + ps % a.bs;
+            __half *cp = (m == 1 ? a.kc : a.vc) + slot * (int64_t)rows;
+            cp[lo] = __float2half_rn(vl);
+            cp[hi] = __float2half_rn(vh);
+          }
+          continue;
+        }
+        TO *op = (TO *)a.out[m] + (int64_t)t * a.ldo[m];
+        if (lo < rows) {
+          if (a.add) vl += ldf(op + lo);
+          stf(op + lo, vl);
+        }
+        if (hi < rows) {
+          if (a.add) vh += ldf(op + hi);
+          stf(op + hi, vh);
+        }
+      }
+      __syncthreads();
+      u += gridDim.x;
     }
-#pragma unroll
-    for (int u = 0; u < GEMV_U; u++)
-#pragma unroll
-      for (int r = 0; r < GEMV_R; r++) { wa[u][r] = wb[u][r]; sa[u][r] = sb[u][r]; }
-    rg = nrg;
-    c0 = nc0;
   }
-#undef GEMV_LOAD
 }
+
+/* ---- dispatch ------------------------------------------------------------------------------------ */
 
 template <typename KERN>
 static int smem_attr(struct hb_ctx *ctx, KERN kern) {
@@ -229,35 +266,52 @@ static int smem_attr(struct hb_ctx *ctx, KERN kern) {
   return CU_OK(ctx, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)(ctx->smem_optin - fa.sharedSizeBytes)));
 }
-template <int N, typename TO, int PRO>
+template <typename TO, int PRO, int ROPE>
 static int gemv_attr1(struct hb_ctx *ctx) {
-  return smem_attr(ctx, gemv_q4_kernel<N, TO, PRO>);
+  return smem_attr(ctx, gemv_q4_kernel<TO, PRO, 1, ROPE>) | smem_attr(ctx, gemv_q4_kernel<TO, PRO, 2, ROPE>) |
+         smem_attr(ctx, gemv_q4_kernel<TO, PRO, 4, ROPE>) | smem_attr(ctx, gemv_q4_kernel<TO, PRO, 8, ROPE>);
 }
-template <int N>
-static int gemv_attr(struct hb_ctx *ctx) {
-  return gemv_attr1<N, __half, PRO_PLAIN>(ctx) | gemv_attr1<N, __half, PRO_NORM>(ctx) |
-         gemv_attr1<N, __half, PRO_SILU>(ctx) | gemv_attr1<N, float, PRO_PLAIN>(ctx) |
-         gemv_attr1<N, float, PRO_NORM>(ctx) | gemv_attr1<N, float, PRO_SILU>(ctx);
-}
-
 int cu_gemv_init(struct hb_ctx *ctx) {
-  return gemv_attr<1>(ctx) | gemv_attr<2>(ctx) | gemv_attr<3>(ctx) | gemv_attr<4>(ctx) | gemv_attr<5>(ctx) |
-         gemv_attr<6>(ctx) | gemv_attr<7>(ctx) | gemv_attr<8>(ctx);
+  return gemv_attr1<__half, PRO_PLAIN, 0>(ctx) | gemv_attr1<__half, PRO_NORM, 0>(ctx) |
+         gemv_attr1<__half, PRO_SILU, 0>(ctx) | gemv_attr1<float, PRO_PLAIN, 0>(ctx) |
+         gemv_attr1<float, PRO_NORM, 0>(ctx) | gemv_attr1<float, PRO_SILU, 0>(ctx) |
+         gemv_attr1<__half, PRO_NORM, 1>(ctx);
 }
 
-/* one resident wave (n = 1: <= 128 registers x 256 threads, 2 blocks per SM; n > 1: 1), launched with
- * programmatic stream serialization so that it may start while the previous kernel drains (the
- * kernel waits with griddepcontrol.wait before it reads x or writes out) */
-template <typename TO, int PRO>
-static void gemv_launch_t(struct hb_ctx *ctx, int n, const gemv_args &a) {
-  size_t sm = gemv_smem(n, a.K);
-  int groups = (a.rows_total + GEMV_ROWS - 1) / GEMV_ROWS;
-  int per_sm = (int)((228 * 1024) / (sm + 1024));
-  per_sm = per_sm < 1 ? 1 : (per_sm > 2 ? 2 : per_sm);
-  if (n > 1) per_sm = 1; /* ~200 registers per thread for n > 1: one block per SM */
-  int grid = groups < ctx->n_sm * per_sm ? groups : ctx->n_sm * per_sm;
+/* KS (warps per 16-row tile): the one whose units fill the resident slots most evenly, counting the
+ * padded steps of groups that do not divide by KS; among near-equals the smallest (fewest
+ * shared-memory reductions per weight byte) */
+static int gemv_pick_ks(int tiles, int G, int slots, int *units_out) {
+  static const int cand[4] = {1, 2, 4, 8};
+  double eff[4], best = 0.0;
+  for (int i = 0; i < 4; i++) {
+    const int ks = cand[i], units = (tiles + 8 / ks - 1) / (8 / ks), rounds = (units + slots - 1) / slots;
+    const int S = (G + ks - 1) / ks;
+    eff[i] = (double)units / ((double)rounds * slots) * (double)G / ((double)S * ks) *
+             (double)tiles / ((double)units * (8 / ks));
+    if (eff[i] > best) best = eff[i];
+  }
+  for (int i = 0; i < 4; i++)
+    if (eff[i] >= best * 0.97) {
+      *units_out = (tiles + 8 / cand[i] - 1) / (8 / cand[i]);
+      return cand[i];
+    }
+  *units_out = tiles;
+  return 8;
+}
+
+/* programmatic stream serialization: the kernel may start (and stream its first weights) while the
+ * previous one drains; it waits with griddepcontrol.wait before it reads x or writes out */
+template <typename TO, int PRO, int ROPE = 0>
+static void gemv_launch_t(struct hb_ctx *ctx, gemv_args &a) {
+  const size_t sm = gemv_smem(a.n, a.K);
+  const int per_sm = sm + 5 * 1024 <= 100 * 1024 ? 2 : 1; /* 228 KB per SM, ~5 KB static + reserve */
+  const int slots = ctx->n_sm * per_sm, tiles = (a.rows_total + 15) / 16;
+  int units = tiles;
+  const int ks = gemv_pick_ks(tiles, a.K / 128, slots, &units);
+  a.n_units = units;
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((unsigned)grid);
+  cfg.gridDim = dim3((unsigned)(units < slots ? units : slots));
   cfg.blockDim = dim3(256);
   cfg.dynamicSmemBytes = sm;
   cfg.stream = ctx->stream;
@@ -267,23 +321,22 @@ static void gemv_launch_t(struct hb_ctx *ctx, int n, const gemv_args &a) {
   cfg.attrs = at;
   cfg.numAttrs = 1;
   cudaError_t e = cudaSuccess;
-#define GEMV_CASE(NN) \
-  case NN: e = cudaLaunchKernelEx(&cfg, gemv_q4_kernel<NN, TO, PRO>, a); break;
-  switch (n) {
-    GEMV_CASE(1) GEMV_CASE(2) GEMV_CASE(3) GEMV_CASE(4) GEMV_CASE(5) GEMV_CASE(6) GEMV_CASE(7) GEMV_CASE(8)
+  switch (ks) {
+  case 1: e = cudaLaunchKernelEx(&cfg, gemv_q4_kernel<TO, PRO, 1, ROPE>, a); break;
+  case 2: e = cudaLaunchKernelEx(&cfg, gemv_q4_kernel<TO, PRO, 2, ROPE>, a); break;
+  case 4: e = cudaLaunchKernelEx(&cfg, gemv_q4_kernel<TO, PRO, 4, ROPE>, a); break;
+  default: e = cudaLaunchKernelEx(&cfg, gemv_q4_kernel<TO, PRO, 8, ROPE>, a); break;
   }
-#undef GEMV_CASE
   if (!cu_ok_(ctx, e, "cudaLaunchKernelEx(gemv_q4)", __FILE__, __LINE__)) CU_LAUNCHED(ctx, "gemv_q4");
 }
 
 /* the fused decode GEMV: returns 0 when it launched, 1 when the shapes need the general path */
-int cu_gemv_fused(struct hb_ctx *ctx, int pro, const struct hb_tensor *x, const struct hb_tensor *x2,
-                  const struct hb_tensor *nw, float eps, float off, int n_mm, struct hb_tensor *const *outs,
-                  const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, int n, int add) {
+static int gemv_fill(struct hb_ctx *ctx, gemv_args &a, const struct hb_tensor *x, const struct hb_tensor *x2,
+                     const struct hb_tensor *nw, float eps, float off, int n_mm, struct hb_tensor *const *outs,
+                     const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, int n, int add) {
   if (ctx->exact || n < 1 || n > 8 || n_mm < 1 || n_mm > 3 || x->dtype != HB_F16 || x->cols % 8) return 1;
-  if (gemv_smem(n, ws[0]->cols) + 256 > ctx->smem_optin) return 1;
+  if (ws[0]->cols % 128 || gemv_smem(n, ws[0]->cols) + 8 * 1024 > ctx->smem_optin) return 1;
   if (x2 && (x2->dtype != HB_F16 || x2->cols != x->cols)) return 1;
-  gemv_args a;
   memset(&a, 0, sizeof a);
   a.x = (const __half *)x->data;
   a.x2 = x2 ? (const __half *)x2->data : NULL;
@@ -292,6 +345,7 @@ int cu_gemv_fused(struct hb_ctx *ctx, int pro, const struct hb_tensor *x, const 
   a.nwdt = nw ? (int)nw->dtype : 0;
   a.eps = eps;
   a.off = off;
+  a.n = n;
   a.n_mm = n_mm;
   a.K = (int)ws[0]->cols;
   a.add = add;
@@ -300,7 +354,7 @@ int cu_gemv_fused(struct hb_ctx *ctx, int pro, const struct hb_tensor *x, const 
   for (int i = 0; i < n_mm; i++) {
     const struct hb_tensor *w = ws[i];
     if (w->dtype != HB_Q4 || w->cols != a.K || outs[i]->dtype != odt || outs[i]->cols != w->rows ||
-        (i < n_mm - 1 && w->rows % GEMV_ROWS) || (biases && biases[i] && biases[i]->dtype != HB_F32))
+        (i < n_mm - 1 && w->rows % 16) || (biases && biases[i] && biases[i]->dtype != HB_F32))
       return 1;
     a.row0[i] = r;
     r += (int)w->rows;
@@ -313,17 +367,54 @@ int cu_gemv_fused(struct hb_ctx *ctx, int pro, const struct hb_tensor *x, const 
   for (int i = n_mm; i < 4; i++) a.row0[i] = r;
   a.rows_total = r;
   if (x->cols < a.K || (nw && nw->rows * nw->cols != a.K)) return 1;
+  return 0;
+}
+
+int cu_gemv_fused(struct hb_ctx *ctx, int pro, const struct hb_tensor *x, const struct hb_tensor *x2,
+                  const struct hb_tensor *nw, float eps, float off, int n_mm, struct hb_tensor *const *outs,
+                  const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, int n, int add) {
+  gemv_args a;
+  if (gemv_fill(ctx, a, x, x2, nw, eps, off, n_mm, outs, ws, biases, n, add)) return 1;
+  const enum hb_dtype odt = outs[0]->dtype;
   if (odt == HB_F16) {
-    if (pro == PRO_NORM) gemv_launch_t<__half, PRO_NORM>(ctx, n, a);
-    else if (pro == PRO_SILU) gemv_launch_t<__half, PRO_SILU>(ctx, n, a);
-    else gemv_launch_t<__half, PRO_PLAIN>(ctx, n, a);
+    if (pro == PRO_NORM) gemv_launch_t<__half, PRO_NORM>(ctx, a);
+    else if (pro == PRO_SILU) gemv_launch_t<__half, PRO_SILU>(ctx, a);
+    else gemv_launch_t<__half, PRO_PLAIN>(ctx, a);
   } else if (odt == HB_F32) {
-    if (pro == PRO_NORM) gemv_launch_t<float, PRO_NORM>(ctx, n, a);
-    else if (pro == PRO_SILU) gemv_launch_t<float, PRO_SILU>(ctx, n, a);
-    else gemv_launch_t<float, PRO_PLAIN>(ctx, n, a);
+    if (pro == PRO_NORM) gemv_launch_t<float, PRO_NORM>(ctx, a);
+    else if (pro == PRO_SILU) gemv_launch_t<float, PRO_SILU>(ctx, a);
+    else gemv_launch_t<float, PRO_PLAIN>(ctx, a);
   } else {
     return 1;
   }
   return 0;
 }
 
+/* norm + QKV GEMV with rope_neox on q/k and the k/v rows written straight into the paged cache:
+ * returns 0 when it launched, 1 when the shapes need the separate ops */
+int cu_gemv_qkv_rope_kv(struct hb_ctx *ctx, const struct hb_tensor *x, const struct hb_tensor *nw, float eps,
+                        const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, struct hb_tensor *q,
+                        struct hb_kv_layer *kv, const struct hb_batch *b, int n_heads, float theta, int n) {
+  const int hd = kv->head_dim, n_kv = kv->n_kv_heads;
+  if (!b->d_pos.data || n != b->n_tokens || hd % 32 || kv->k.dtype != HB_F16 || kv->v.dtype != HB_F16 ||
+      q->dtype != HB_F16 || ws[0]->rows != (int64_t)n_heads * hd || ws[1]->rows != (int64_t)n_kv * hd ||
+      ws[2]->rows != ws[1]->rows || kv->k.cols != ws[1]->rows)
+    return 1;
+  /* outs[1], outs[2] only fix the dtype/shape checks: the kernel writes k and v into the cache */
+  struct hb_tensor k1 = *q, v1 = *q;
+  k1.cols = v1.cols = ws[1]->rows;
+  struct hb_tensor *outs[3] = {q, &k1, &v1};
+  gemv_args a;
+  if (gemv_fill(ctx, a, x, NULL, nw, eps, 0.0f, 3, outs, ws, biases, n, 0)) return 1;
+  a.hd = hd;
+  a.theta = theta;
+  a.pos = (const int32_t *)b->d_pos.data;
+  a.seq = (const int32_t *)b->d_seq.data;
+  a.bt = (const int32_t *)b->d_block_table.data;
+  a.max_blocks = b->max_blocks;
+  a.bs = b->block_size;
+  a.kc = (__half *)kv->k.data;
+  a.vc = (__half *)kv->v.data;
+  gemv_launch_t<__half, PRO_NORM, 1>(ctx, a);
+  return 0;
+}
