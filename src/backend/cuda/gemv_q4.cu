@@ -54,7 +54,13 @@ struct gemv_args {
 /* x of token t as f16 in shared memory: [n][K], the 16-byte chunk c of 32-run R stored at chunk
  * c ^ swz(R, t), so that the 8 lanes of a load phase (4 runs × 2 tokens) hit 8 different bank groups */
 __device__ __forceinline__ int gemv_swz(int R, int t) { return ((R >> 1) ^ (t << 1)) & 3; }
-static size_t gemv_smem(int n, int64_t K) { return (size_t)n * (size_t)K * 2; }
+/* f16 x rows, then (rmsnorm prologue) the norm weights as f32 */
+static size_t gemv_smem(int n, int64_t K, int pro) {
+  return (size_t)n * (size_t)K * 2 + (pro == PRO_NORM ? (size_t)K * 4 : 0);
+}
+
+/* what out-of-range steps and rows load */
+__device__ __align__(16) const uint32_t g_gemv_zero[4] = {0u, 0u, 0u, 0u};
 
 /* rows held by lane group gid of a 16-row tile at local row r0 (a multiple of 16) of weight m: rows
  * r0 + gid and r0 + gid + 8, or with ROPE for q/k (m < 2) the rotation pair (i, i + hd/2) of one head,
@@ -87,67 +93,137 @@ __global__ __launch_bounds__(256, 2) void gemv_q4_kernel(const __grid_constant__
    * lu * TPB + ts; out-of-range steps load zeros */
   int lu = blockIdx.x, lj = 0;
   uint4 w0[GEMV_U], w8[GEMV_U];
-  float s0[GEMV_U], s8[GEMV_U];
+  unsigned short s0[GEMV_U], s8[GEMV_U]; /* raw f16 scales: converted when used, not when loaded */
+  /* Every load is unconditional (a step or row out of range reads 16 zero bytes instead): a
+   * conditional load with a zero default compiles to a select right after the load, which waits
+   * for the data and turns the ring into one memory latency per step. */
   auto load = [&](int i) {
     const int g = ks + lj * KS, r0 = (lu * TPB + ts) * 16;
-    w0[i] = w8[i] = make_uint4(0, 0, 0, 0);
-    s0[i] = s8[i] = 0.0f;
-    if (lu < a.n_units && g < G && r0 < a.rows_total) {
-      const int m = r0 >= a.row0[1] ? (r0 >= a.row0[2] ? 2 : 1) : 0;
-      const int rows = a.row0[m + 1] - a.row0[m];
-      const int lo = gemv_row_lo<ROPE>(a, m, r0 - a.row0[m], gid), hi = gemv_row_hi<ROPE>(a, m, lo);
-      const int64_t col = (int64_t)(4 * g + tig) * 16;
-      if (lo < rows) { w0[i] = ld_nc_v4(a.wq[m] + (int64_t)lo * rb + col); s0[i] = __half2float(a.ws[m][(int64_t)lo * G + g]); }
-      if (hi < rows) { w8[i] = ld_nc_v4(a.wq[m] + (int64_t)hi * rb + col); s8[i] = __half2float(a.ws[m][(int64_t)hi * G + g]); }
-    }
+    const bool live = lu < a.n_units && g < G && r0 < a.rows_total;
+    const int m = r0 >= a.row0[1] ? (r0 >= a.row0[2] ? 2 : 1) : 0;
+    const int rows = a.row0[m + 1] - a.row0[m];
+    const int lo = gemv_row_lo<ROPE>(a, m, r0 - a.row0[m], gid), hi = gemv_row_hi<ROPE>(a, m, lo);
+    const int64_t col = (int64_t)(4 * g + tig) * 16;
+    const void *zero = (const void *)g_gemv_zero;
+    const bool l0 = live && lo < rows, l8 = live && hi < rows;
+    w0[i] = ld_nc_v4(l0 ? (const void *)(a.wq[m] + (int64_t)lo * rb + col) : zero);
+    w8[i] = ld_nc_v4(l8 ? (const void *)(a.wq[m] + (int64_t)hi * rb + col) : zero);
+    s0[i] = ld_nc_u16(l0 ? (const void *)(a.ws[m] + (int64_t)lo * G + g) : zero);
+    s8[i] = ld_nc_u16(l8 ? (const void *)(a.ws[m] + (int64_t)hi * G + g) : zero);
     if (++lj == S) { lj = 0; lu += gridDim.x; }
   };
 #pragma unroll
   for (int i = 0; i < GEMV_U; i++) load(i);
+  /* the norm weights (+ offset) into shared memory as f32 before the wait, too: they are constant */
+  float *nws = (float *)(xs + (int64_t)n * K);
+  if (PRO == PRO_NORM) {
+    for (int i = threadIdx.x; i < K; i += blockDim.x) nws[i] = ld_any(a.nw, a.nwdt, i) + a.off;
+    if (threadIdx.x < 8) s_inv[threadIdx.x] = 0.0f;
+  }
   pdl_wait();
   pdl_trigger();
 
-  /* prologue: x rows -> f16 (after the norm / silu) in shared memory */
-  if (PRO == PRO_NORM) {
-    if (threadIdx.x < 8) s_inv[threadIdx.x] = 0.0f;
-    __syncthreads();
-    for (int t = 0; t < n; t++) {
-      const __half2 *xr = (const __half2 *)(a.x + (int64_t)t * a.ldx);
+  /* prologue: x rows -> f16 (after the norm / silu) in shared memory, chunk c = 8 elements of
+   * token c / (K/8); the 16-byte chunk c of 32-run R goes to its swizzled slot */
+  const int nch = n * (K / 8);
+  auto put = [&](int c, uint4 v) {
+    const int t = c / (K / 8), k8 = c % (K / 8), R = k8 / 4;
+    ((uint4 *)(xs + (int64_t)t * K + R * 32))[(k8 % 4) ^ gemv_swz(R, t)] = v;
+  };
+  auto xat = [&](const __half *base, int c) {
+    return *(const uint4 *)(base + (int64_t)(c / (K / 8)) * a.ldx + (int64_t)(c % (K / 8)) * 8);
+  };
+  if (PRO == PRO_NORM && nch <= 4 * 256) {
+    /* one read of x (up to 4 chunks per thread, kept in registers): sum of squares per token
+     * (one atomic per warp when the warp's chunks are one token's), then scale and store */
+    uint4 xv[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+      const int c = threadIdx.x + k * 256;
+      if (c < nch) xv[k] = xat(a.x, c);
+    }
+    __syncthreads(); /* s_inv zeroed */
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+      const int c = threadIdx.x + k * 256;
+      if (k * 256 >= nch) break; /* uniform */
       float ss = 0.0f;
-      for (int i = threadIdx.x; i < K / 2; i += blockDim.x) {
-        float2 f = __half22float2(xr[i]);
-        ss += f.x * f.x + f.y * f.y;
+      if (c < nch) {
+        const __half2 *h = (const __half2 *)&xv[k];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const float2 f = __half22float2(h[e]);
+          ss += f.x * f.x + f.y * f.y;
+        }
       }
-      ss = warp_sum(ss);
-      if (lane == 0) atomicAdd(&s_inv[t], ss);
+      const int t = (c < nch ? c : nch - 1) / (K / 8);
+      if (__all_sync(0xffffffffu, t == __shfl_sync(0xffffffffu, t, 0))) {
+        ss = warp_sum(ss);
+        if (lane == 0) atomicAdd(&s_inv[t], ss);
+      } else if (c < nch) {
+        atomicAdd(&s_inv[t], ss);
+      }
     }
     __syncthreads();
     if (threadIdx.x < n) s_inv[threadIdx.x] = rsqrtf(s_inv[threadIdx.x] / (float)K + a.eps);
     __syncthreads();
-  }
-  for (int c = threadIdx.x; c < n * (K / 8); c += blockDim.x) {
-    const int t = c / (K / 8), k8 = c % (K / 8), R = k8 / 4;
-    uint4 u = *(const uint4 *)(a.x + (int64_t)t * a.ldx + (int64_t)k8 * 8);
-    if (PRO != PRO_PLAIN) {
-      __half2 *h = (__half2 *)&u;
-      uint4 u2 = PRO == PRO_SILU ? *(const uint4 *)(a.x2 + (int64_t)t * a.ldx + (int64_t)k8 * 8) : u;
-      const __half2 *h2 = (const __half2 *)&u2;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+      const int c = threadIdx.x + k * 256;
+      if (c >= nch) break;
+      const float inv = s_inv[c / (K / 8)];
+      const float *wn = nws + (c % (K / 8)) * 8;
+      __half2 *h = (__half2 *)&xv[k];
 #pragma unroll
       for (int e = 0; e < 4; e++) {
-        float2 f = __half22float2(h[e]);
-        if (PRO == PRO_NORM) {
-          const float inv = s_inv[t];
-          f.x *= inv * (ld_any(a.nw, a.nwdt, k8 * 8 + 2 * e) + a.off);
-          f.y *= inv * (ld_any(a.nw, a.nwdt, k8 * 8 + 2 * e + 1) + a.off);
-        } else {
-          const float2 up = __half22float2(h2[e]);
-          f.x = f.x / (1.0f + expf(-f.x)) * up.x;
-          f.y = f.y / (1.0f + expf(-f.y)) * up.y;
-        }
-        h[e] = __floats2half2_rn(f.x, f.y);
+        const float2 f = __half22float2(h[e]);
+        h[e] = __floats2half2_rn(f.x * inv * wn[2 * e], f.y * inv * wn[2 * e + 1]);
       }
+      put(c, xv[k]);
     }
-    ((uint4 *)(xs + (int64_t)t * K + R * 32))[(k8 % 4) ^ gemv_swz(R, t)] = u;
+  } else {
+    if (PRO == PRO_NORM) { /* long rows: two reads of x (the second from L1) */
+      __syncthreads();
+      for (int c = threadIdx.x; c < nch; c += blockDim.x) {
+        const uint4 v = xat(a.x, c);
+        const __half2 *h = (const __half2 *)&v;
+        float ss = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const float2 f = __half22float2(h[e]);
+          ss += f.x * f.x + f.y * f.y;
+        }
+        atomicAdd(&s_inv[c / (K / 8)], ss);
+      }
+      __syncthreads();
+      if (threadIdx.x < n) s_inv[threadIdx.x] = rsqrtf(s_inv[threadIdx.x] / (float)K + a.eps);
+      __syncthreads();
+    }
+#pragma unroll 4
+    for (int c = threadIdx.x; c < nch; c += blockDim.x) {
+      uint4 v = xat(a.x, c);
+      if (PRO != PRO_PLAIN) {
+        __half2 *h = (__half2 *)&v;
+        const uint4 v2 = PRO == PRO_SILU ? xat(a.x2, c) : v;
+        const __half2 *h2 = (const __half2 *)&v2;
+        const float inv = PRO == PRO_NORM ? s_inv[c / (K / 8)] : 0.0f;
+        const float *wn = nws + (c % (K / 8)) * 8;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          float2 f = __half22float2(h[e]);
+          if (PRO == PRO_NORM) {
+            f.x *= inv * wn[2 * e];
+            f.y *= inv * wn[2 * e + 1];
+          } else {
+            const float2 up = __half22float2(h2[e]);
+            f.x = f.x / (1.0f + expf(-f.x)) * up.x;
+            f.y = f.y / (1.0f + expf(-f.y)) * up.y;
+          }
+          h[e] = __floats2half2_rn(f.x, f.y);
+        }
+      }
+      put(c, v);
+    }
   }
   __syncthreads();
 
@@ -159,7 +235,7 @@ __global__ __launch_bounds__(256, 2) void gemv_q4_kernel(const __grid_constant__
     for (int i = 0; i < GEMV_U; i++) {
       if (u >= a.n_units) break; /* uniform over the block */
       const uint4 A0 = w0[i], A8 = w8[i];
-      const float sc0 = s0[i], sc8 = s8[i];
+      const float sc0 = __half2float(__ushort_as_half(s0[i])), sc8 = __half2float(__ushort_as_half(s8[i]));
       load(i); /* refill the slot GEMV_U steps ahead */
       const int g = ks + j * KS;
       if (g < G) { /* uniform over the warp */
@@ -304,7 +380,7 @@ static int gemv_pick_ks(int tiles, int G, int slots, int *units_out) {
  * previous one drains; it waits with griddepcontrol.wait before it reads x or writes out */
 template <typename TO, int PRO, int ROPE = 0>
 static void gemv_launch_t(struct hb_ctx *ctx, gemv_args &a) {
-  const size_t sm = gemv_smem(a.n, a.K);
+  const size_t sm = gemv_smem(a.n, a.K, PRO);
   const int per_sm = sm + 5 * 1024 <= 100 * 1024 ? 2 : 1; /* 228 KB per SM, ~5 KB static + reserve */
   const int slots = ctx->n_sm * per_sm, tiles = (a.rows_total + 15) / 16;
   int units = tiles;
@@ -331,11 +407,11 @@ static void gemv_launch_t(struct hb_ctx *ctx, gemv_args &a) {
 }
 
 /* the fused decode GEMV: returns 0 when it launched, 1 when the shapes need the general path */
-static int gemv_fill(struct hb_ctx *ctx, gemv_args &a, const struct hb_tensor *x, const struct hb_tensor *x2,
+static int gemv_fill(struct hb_ctx *ctx, gemv_args &a, int pro, const struct hb_tensor *x, const struct hb_tensor *x2,
                      const struct hb_tensor *nw, float eps, float off, int n_mm, struct hb_tensor *const *outs,
                      const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, int n, int add) {
   if (ctx->exact || n < 1 || n > 8 || n_mm < 1 || n_mm > 3 || x->dtype != HB_F16 || x->cols % 8) return 1;
-  if (ws[0]->cols % 128 || gemv_smem(n, ws[0]->cols) + 8 * 1024 > ctx->smem_optin) return 1;
+  if (ws[0]->cols % 128 || gemv_smem(n, ws[0]->cols, pro) + 8 * 1024 > ctx->smem_optin) return 1;
   if (x2 && (x2->dtype != HB_F16 || x2->cols != x->cols)) return 1;
   memset(&a, 0, sizeof a);
   a.x = (const __half *)x->data;
@@ -374,7 +450,7 @@ int cu_gemv_fused(struct hb_ctx *ctx, int pro, const struct hb_tensor *x, const 
                   const struct hb_tensor *nw, float eps, float off, int n_mm, struct hb_tensor *const *outs,
                   const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, int n, int add) {
   gemv_args a;
-  if (gemv_fill(ctx, a, x, x2, nw, eps, off, n_mm, outs, ws, biases, n, add)) return 1;
+  if (gemv_fill(ctx, a, pro, x, x2, nw, eps, off, n_mm, outs, ws, biases, n, add)) return 1;
   const enum hb_dtype odt = outs[0]->dtype;
   if (odt == HB_F16) {
     if (pro == PRO_NORM) gemv_launch_t<__half, PRO_NORM>(ctx, a);
@@ -405,7 +481,7 @@ int cu_gemv_qkv_rope_kv(struct hb_ctx *ctx, const struct hb_tensor *x, const str
   k1.cols = v1.cols = ws[1]->rows;
   struct hb_tensor *outs[3] = {q, &k1, &v1};
   gemv_args a;
-  if (gemv_fill(ctx, a, x, NULL, nw, eps, 0.0f, 3, outs, ws, biases, n, 0)) return 1;
+  if (gemv_fill(ctx, a, PRO_NORM, x, NULL, nw, eps, 0.0f, 3, outs, ws, biases, n, 0)) return 1;
   a.hd = hd;
   a.theta = theta;
   a.pos = (const int32_t *)b->d_pos.data;

@@ -16,6 +16,12 @@ __device__ __forceinline__ uint4 ld_nc_v4(const void *p) {
   return r;
 }
 
+__device__ __forceinline__ unsigned short ld_nc_u16(const void *p) {
+  unsigned short r;
+  asm volatile("ld.global.nc.u16 %0, [%1];" : "=h"(r) : "l"(p));
+  return r;
+}
+
 /* 16-byte global -> shared copy; src_bytes < 16 zero-fills the rest (0: all zero) */
 __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, int src_bytes) {
   unsigned s = (unsigned)__cvta_generic_to_shared(smem);
