@@ -200,7 +200,6 @@ __global__ __launch_bounds__(128) void attn_decode_kernel(T *out, const T *q, co
                                                           float scale, int window, float softcap, float *part,
                                                           unsigned *cnt, int NS) {
   pdl_trigger();
-  pdl_wait(); /* launched with programmatic stream serialization: q, the cache and the counters are ready */
   constexpr int LPK = HD / AD_DL;      /* lanes per key */
   constexpr int KG = 32 / LPK;         /* key groups per warp */
   constexpr int KPB = AD_WARPS * KG;   /* keys per block step */
@@ -219,6 +218,21 @@ __global__ __launch_bounds__(128) void attn_decode_kernel(T *out, const T *q, co
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, kg = lane / LPK, sub = lane % LPK;
   const int64_t kvw = (int64_t)n_kv * HD;
   const int doff = kh * HD + sub * AD_DL;
+  const int32_t *btr = bt + (int64_t)sq * max_blocks;
+  /* cache slots of a step's two keys (a key past the end reads the block's first key instead) */
+  auto slots = [&](int kb, int64_t &s0, int64_t &s1) {
+    const int k0 = kb + kg, k1 = k0 + KPB;
+    const int64_t sb = (int64_t)btr[kb / bs] * bs + kb % bs;
+    s0 = k0 < ke ? (int64_t)btr[k0 / bs] * bs + k0 % bs : sb;
+    s1 = k1 < ke ? (int64_t)btr[k1 / bs] * bs + k1 % bs : sb;
+  };
+  /* positions and block tables come from batch_upload, not from the kernel before: the first step's
+   * slots are looked up before griddepcontrol.wait (launched with programmatic stream
+   * serialization); q and the cache row of the new token are read after it */
+  int kb = ks + warp * KG;
+  int64_t ns0 = 0, ns1 = 0;
+  if (kb < ke) slots(kb, ns0, ns1);
+  pdl_wait();
 
   for (int i = threadIdx.x; i < AD_G * HD; i += blockDim.x) {
     int g = i / HD, d = i % HD;
@@ -234,20 +248,19 @@ __global__ __launch_bounds__(128) void attn_decode_kernel(T *out, const T *q, co
 #pragma unroll
     for (int d = 0; d < AD_DL; d++) acc[g][d] = 0.0f;
   }
-  const int32_t *btr = bt + (int64_t)sq * max_blocks;
   /* the loop is warp-uniform (full-mask shuffles inside): a group past the end masks its keys and
-   * reads the block's first valid key instead */
-  for (int kb = ks + warp * KG; kb < ke; kb += 2 * KPB) {
+   * reads the block's first valid key instead; the next step's slots are looked up before this
+   * step's math */
+  for (; kb < ke; kb += 2 * KPB) {
     const int k0 = kb + kg, k1 = k0 + KPB;
     const bool v0 = k0 < ke, v1 = k1 < ke;
-    const int64_t sb = (int64_t)btr[kb / bs] * bs + kb % bs;
-    const int64_t s0 = v0 ? (int64_t)btr[k0 / bs] * bs + k0 % bs : sb;
-    const int64_t s1 = v1 ? (int64_t)btr[k1 / bs] * bs + k1 % bs : sb;
+    const int64_t s0 = ns0, s1 = ns1;
     float kf0[AD_DL], kf1[AD_DL], vf0[AD_DL], vf1[AD_DL];
     load16(kf0, kc + s0 * kvw + doff);
     load16(kf1, kc + s1 * kvw + doff);
     load16(vf0, vc + s0 * kvw + doff);
     load16(vf1, vc + s1 * kvw + doff);
+    if (kb + 2 * KPB < ke) slots(kb + 2 * KPB, ns0, ns1);
     float sc0[AD_G], sc1[AD_G];
 #pragma unroll
     for (int g = 0; g < AD_G; g++) {
