@@ -42,6 +42,9 @@ if [ "$what" = full ]; then
     echo "full build failed"; grep -E "error|Error" "$OUT/cmake.log" | head -30; exit 1
   fi
   echo "build: $(( $(date +%s) - t0 )) s"
+  if [ -n "${SASS:-}" ] && command -v cuobjdump >/dev/null; then # disassembly of the named .cu files' objects
+    for f in $SASS; do o=$(find $B -name "$f.cu.o" | head -1); [ -n "$o" ] && cuobjdump -sass "$o" >"$OUT/$f.sass" 2>&1; done
+  fi
   rc=0
   run test_cuda_ops 60 $B/tests/cuda/test_cuda_ops >"$OUT/test.log" 2>&1 || rc=1
   grep -vE "^  (matmul|rope|gather)" "$OUT/test.log" | tail -25
