@@ -401,6 +401,17 @@ static void run_all(int exact) {
   { int c[4] = {1700, 65, 2, 129}, nt[4] = {1, 1, 1, 1}; check_attention(4, c, nt, 16, 2, 128, 64, 0.0f, at); } /* sum of contexts <= 2048: struct tb */
   { int c[4] = {0, 700, 33, 16}, nt[4] = {1, 1, 1, 1}; check_attention(4, c, nt, 14, 2, 64, 100, 0.0f, at); }
   { int c[5] = {15, 16, 17, 31, 1023}, nt[5] = {1, 1, 1, 1, 1}; check_attention(5, c, nt, 12, 2, 128, 0, 50.0f, at); }
+  /* prefill on tensor cores (fast group: attn_prefill_mma; exact group: the SIMT kernel): a long prompt
+   * (16 query tiles, heaviest first), 3 sequences whose tokens start and end inside 64-query tiles,
+   * the Qwen2.5-0.5B shape (GQA 7), a window crossing key tiles, hd 256 with softcap (32-key tiles,
+   * Q re-read from shared memory), 8 sequences of 9 tokens in two tiles (up to 8 segments a tile) */
+  { int c[1] = {0}, nt[1] = {1000}; check_attention(1, c, nt, 16, 2, 128, 0, 0.0f, at); }
+  { int c[3] = {0, 5, 100}, nt[3] = {17, 64, 65}; check_attention(3, c, nt, 16, 2, 128, 0, 0.0f, at); }
+  { int c[2] = {0, 200}, nt[2] = {150, 90}; check_attention(2, c, nt, 14, 2, 64, 0, 0.0f, at); }
+  { int c[1] = {50}, nt[1] = {300}; check_attention(1, c, nt, 16, 2, 128, 100, 0.0f, at); }
+  { int c[1] = {20}, nt[1] = {200}; check_attention(1, c, nt, 8, 4, 256, 0, 50.0f, at); }
+  { int c[8] = {0, 1, 15, 16, 17, 63, 64, 200}, nt[8] = {9, 9, 9, 9, 9, 9, 9, 9};
+    check_attention(8, c, nt, 14, 2, 64, 0, 0.0f, at); }
   check_argmax();
   teardown();
 }

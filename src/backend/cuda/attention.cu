@@ -1,5 +1,5 @@
 /* backend/cuda/attention.cu — KV write and attention over the paged KV cache (causal, optional
- * sliding window and logit soft-cap), in two kernels:
+ * sliding window and logit soft-cap), in three kernels:
  *
  *   attn_decode   few tokens per sequence (decode, batched decode). Grid (token, kv head, split):
  *                 each block takes one token, the (up to 8) query heads sharing one kv head, and one
@@ -10,14 +10,19 @@
  *                 is graph-safe while the context grows.
  *   attn_prefill  many tokens per sequence. Grid (32-query tile, head): the tile's rows that share
  *                 one sequence are processed together over 32-key tiles in shared memory (f32 SIMT
- *                 FMA, online softmax); a tile that spans sequences loops over them.
+ *                 FMA, online softmax); a tile that spans sequences loops over them. The exact (f32)
+ *                 path, head_dim 32 and mixed dtypes.
+ *   attn_prefill_mma  the same on tensor cores for f16 q and cache, head_dim 64/128/256: grid (head,
+ *                 64-query tile), FlashAttention-2 with mma.sync m16n8k16 (f32 accumulate, P in f16).
  *
  * Positions, sequence ids and block tables are the batch's device copies (batch_upload).
  * Scratch: ctx->attn_part / attn_cnt (cu_scratch). Head dims: 32, 64, 128, 256 (32 * D).
  */
+#include <limits.h>
 #include <math.h>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/ptx.cuh"
 
 /* ---- kv_write ------------------------------------------------------------------------------------ */
 
@@ -530,7 +535,306 @@ __global__ __launch_bounds__(128) void attn_prefill_kernel(T *out, const T *q, c
   }
 }
 
+/* ---- prefill on tensor cores (f16 q and cache, head_dim 64 / 128 / 256) ---------------------------- */
+
+/* FlashAttention-2 forward over the paged cache. Grid (query head, 64-token query tile); 4 warps, each
+ * owning 16 query rows of the tile. Q fragments are loaded once into registers by ldmatrix (head_dim
+ * 256: re-read from shared memory per key tile, see am_shape); key tiles of 64 keys (32 at head_dim
+ * 256) come through the block table by cp.async into double-buffered K and V tiles (rows padded by 16
+ * bytes: ldmatrix conflict-free); S = Q·Kᵀ by mma m16n8k16, then scale,
+ * soft-cap and the masks in f32 on the S fragments, online softmax in exp2 (log2 e folded into the
+ * scale), and the S accumulators, rounded to f16, are reused directly as the A fragments of O += P·V
+ * (V through ldmatrix.trans). The row max and sum live in the quad of lanes that owns a row (each lane
+ * holds rows gid and gid + 8 of its warp's 16); the sum is reduced over the quad only at the end.
+ *
+ * One query head per block, not the G heads of a kv head packed as rows: a K/V tile is reused by the
+ * block's 64 rows either way (packing only changes which rows share it, not how many), the causal
+ * waste on the diagonal is the same, and packed rows would need a G-dependent row map (G = 7 leaves
+ * 64 rows uneven). The query tiles run heaviest first (the last tile of a long prompt has the most
+ * keys), which shortens the tail of the grid.
+ *
+ * A tile that holds tokens of several sequences walks them one "segment" (all rows of one sequence)
+ * at a time over that sequence's key range; the softmax state of every row persists across the
+ * segments (a row outside the segment sees only masked keys, which leave m, l and O unchanged), so the
+ * output is written once at the end. A warp skips the key tiles that hold no key for any of its rows
+ * in the segment (causal, window, no row of the segment) and skips the mask on tiles where every key
+ * is valid for all its 16 rows. Keys past the segment's last position are zero-filled (never garbage:
+ * a NaN in V would poison O through P = 0). */
+#define AM_Q 64 /* query rows per block: 4 warps x 16 */
+
+template <int HD>
+struct am_shape {
+  static constexpr int BK = HD >= 256 ? 32 : 64; /* keys per tile */
+  static constexpr int LDS = HD + 8;             /* halves per smem row: +16 bytes, ldmatrix rows hit distinct banks */
+  /* Q fragments held in registers (staged through the K stages); at 256 the O accumulator alone takes
+   * 128 registers a lane, so Q stays in its own shared tile and is re-read per key tile */
+  static constexpr bool QREG = HD <= 128;
+  /* blocks per SM the registers must allow: at 3 (168 a lane) ptxas spills nothing for 64 and 128
+   * (CUDA 13, sm_90), and shared memory (37 / 70 KB a block) allows 3; 256 takes 243 registers: 2 */
+  static constexpr int MINB = HD <= 128 ? 3 : 2;
+};
+
+/* K and V tiles, two stages each (+ the Q tile at head_dim 256) */
+static size_t prefill_mma_smem(int hd) {
+  const int bk = hd >= 256 ? 32 : 64;
+  return ((size_t)2 * 2 * bk + (hd <= 128 ? 0 : AM_Q)) * (hd + 8) * sizeof(__half);
+}
+
+__device__ __forceinline__ uint32_t half2_bits(float lo, float hi) {
+  __half2 h = __floats2half2_rn(lo, hi);
+  return *(uint32_t *)&h;
+}
+
+/* keys [kb, kb + BK) of the sequence whose block-table row is btr into stage buffers Kd, Vd; keys past
+ * kmax are zero-filled. Warp w copies rows [w·BK/4, (w+1)·BK/4), a 16-byte chunk per lane per step
+ * (a row is read by consecutive lanes); lane j < BK/4 looks up the cache slot of the warp's row j
+ * (one block-table load and division per lane) and the lanes copying a row take it by shuffle. */
+template <int HD>
+__device__ __forceinline__ void am_load_kv(__half *Kd, __half *Vd, const __half *kc, const __half *vc,
+                                           const int32_t *btr, int bs, int64_t kvw, int kh, int kb, int kmax) {
+  constexpr int BK = am_shape<HD>::BK, LDS = am_shape<HD>::LDS, CPR = HD / 8; /* 16-byte chunks per row */
+  constexpr int RW = BK / 4, RPS = 32 / CPR;                                   /* rows per warp, per step */
+  const int lane = threadIdx.x % 32, r0 = (threadIdx.x / 32) * RW, ch = lane % CPR;
+  const int mykey = kb + r0 + lane;
+  const int myslot = lane < RW && mykey <= kmax ? btr[mykey / bs] * bs + mykey % bs : 0;
+#pragma unroll
+  for (int i = 0; i < RW / RPS; i++) {
+    const int rr = i * RPS + lane / CPR, r = r0 + rr;
+    const int slot = __shfl_sync(0xffffffffu, myslot, rr);
+    const bool ok = kb + r <= kmax;
+    const int64_t off = (int64_t)kh * HD + ch * 8 + (ok ? (int64_t)slot * kvw : 0);
+    cp_async16(Kd + r * LDS + ch * 8, kc + off, ok ? 16 : 0);
+    cp_async16(Vd + r * LDS + ch * 8, vc + off, ok ? 16 : 0);
+  }
+}
+
+template <int HD>
+__global__ __launch_bounds__(128, am_shape<HD>::MINB) void attn_prefill_mma_kernel(
+    __half *out, const __half *q, const __half *kc, const __half *vc, const int32_t *pos, const int32_t *seq,
+    const int32_t *bt, int max_blocks, int bs, int n_tokens, int n_heads, int n_kv, int G, float scale, int window,
+    float softcap) {
+  constexpr int BK = am_shape<HD>::BK, LDS = am_shape<HD>::LDS, CPR = HD / 8;
+  constexpr bool QREG = am_shape<HD>::QREG;
+  constexpr int KS = HD / 16; /* k16 steps of Q·Kᵀ over head_dim */
+  constexpr int NT = BK / 8;  /* n8 key tiles of S */
+  constexpr int DT = HD / 8;  /* n8 head_dim tiles of O */
+  constexpr float LOG2E = 1.4426950408889634f;
+  extern __shared__ uint4 am_smem[];
+  __half *Ks = (__half *)am_smem, *Vs = Ks + 2 * BK * LDS; /* [2][BK][LDS] each */
+  __half *Qs = QREG ? Ks : Vs + 2 * BK * LDS;               /* [64][LDS]: in the K stages (64 <= 2 BK) or after V */
+  __shared__ int s_seq[AM_Q], s_lo[AM_Q], s_hi[AM_Q], s_seg, s_kmin, s_kmax;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, gid = lane / 4, tig = lane % 4;
+  const int h = blockIdx.x, kh = h / G, t0 = (gridDim.y - 1 - blockIdx.y) * AM_Q;
+  const int64_t kvw = (int64_t)n_kv * HD;
+  const bool capped = softcap > 0.0f;
+  /* x = s·scale·log2e, or softcap·log2e·tanh(s·scale/softcap) */
+  const float c1 = capped ? scale / softcap : scale * LOG2E, c2 = softcap * LOG2E;
+
+  /* the Q tile (rows past n_tokens zero) */
+#pragma unroll
+  for (int c = tid; c < AM_Q * CPR; c += 128) {
+    const int r = c / CPR, ch = c % CPR, t = t0 + r;
+    const bool ok = t < n_tokens;
+    cp_async16(Qs + r * LDS + ch * 8, q + (ok ? ((int64_t)t * n_heads + h) * HD + ch * 8 : 0), ok ? 16 : 0);
+  }
+  cp_async_commit();
+
+  /* per row of the tile: sequence (-1 past n_tokens), first and last key */
+  if (tid < AM_Q) {
+    const int t = t0 + tid, hi = t < n_tokens ? pos[t] : -1;
+    s_seq[tid] = t < n_tokens ? seq[t] : -1;
+    s_hi[tid] = hi;
+    s_lo[tid] = window > 0 ? max(0, hi - window + 1) : 0;
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+  /* A fragments of the warp's 16 rows: matrices (rows 0-7, dims 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15) */
+  const __half *Qw = Qs + (16 * warp + lane % 16) * LDS + (lane / 16) * 8;
+  uint32_t qf[QREG ? KS : 1][4];
+  if constexpr (QREG) {
+#pragma unroll
+    for (int kk = 0; kk < KS; kk++) ldmatrix_x4(qf[kk], Qw + kk * 16);
+  }
+  /* warp 0 picks the segments; its lane tracks rows lane and lane + 32 */
+  bool done0 = s_seq[lane] < 0, done1 = s_seq[lane + 32] < 0;
+  /* this lane's rows: a = 16·warp + gid, b = a + 8 */
+  const int ra = 16 * warp + gid, rb = ra + 8;
+
+  float o[DT][4];
+#pragma unroll
+  for (int i = 0; i < DT; i++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) o[i][e] = 0.0f;
+  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f; /* l: this lane's part of the row sum */
+
+  for (;;) {
+    __syncthreads(); /* all warps are past the previous segment's tiles (or the Q fragments) and its s_seg */
+    if (warp == 0) {
+      const unsigned nd0 = __ballot_sync(0xffffffffu, !done0), nd1 = __ballot_sync(0xffffffffu, !done1);
+      int sg = -1, kmin = 0, kmax = -1;
+      if (nd0 | nd1) {
+        sg = s_seq[nd0 ? __ffs(nd0) - 1 : 32 + __ffs(nd1) - 1]; /* the first row not done yet */
+        const bool i0 = s_seq[lane] == sg, i1 = s_seq[lane + 32] == sg;
+        kmin = __reduce_min_sync(0xffffffffu, min(i0 ? s_lo[lane] : INT_MAX, i1 ? s_lo[lane + 32] : INT_MAX));
+        kmax = __reduce_max_sync(0xffffffffu, max(i0 ? s_hi[lane] : -1, i1 ? s_hi[lane + 32] : -1));
+        done0 |= i0;
+        done1 |= i1;
+      }
+      if (lane == 0) { s_seg = sg; s_kmin = kmin; s_kmax = kmax; }
+    }
+    __syncthreads();
+    const int sg = s_seg, kmin = s_kmin, kmax = s_kmax;
+    if (sg < 0) break;
+    /* rows outside the segment get an empty key range [INT_MAX, -1] */
+    const bool in_a = s_seq[ra] == sg, in_b = s_seq[rb] == sg;
+    const int lo_a = in_a ? s_lo[ra] : INT_MAX, hi_a = in_a ? s_hi[ra] : -1;
+    const int lo_b = in_b ? s_lo[rb] : INT_MAX, hi_b = in_b ? s_hi[rb] : -1;
+    /* the warp's key range (skip) and the range valid for all its 16 rows (no mask); a row outside
+     * the segment makes the latter empty */
+    const int w_lo = __reduce_min_sync(0xffffffffu, min(lo_a, lo_b)),
+              w_hi = __reduce_max_sync(0xffffffffu, max(hi_a, hi_b));
+    const int w_lo_all = __reduce_max_sync(0xffffffffu, max(lo_a, lo_b)),
+              w_hi_all = __reduce_min_sync(0xffffffffu, min(hi_a, hi_b));
+    const int32_t *btr = bt + (int64_t)sg * max_blocks;
+    const int n_kt = (kmax - kmin) / BK + 1;
+
+    am_load_kv<HD>(Ks, Vs, kc, vc, btr, bs, kvw, kh, kmin, kmax);
+    cp_async_commit();
+    for (int it = 0; it < n_kt; it++) {
+      const int kb = kmin + it * BK, st = it & 1;
+      cp_async_wait<0>();
+      __syncthreads(); /* tile it has landed; every warp is done with tile it - 1, whose stage is loaded next */
+      if (it + 1 < n_kt)
+        am_load_kv<HD>(Ks + (st ^ 1) * BK * LDS, Vs + (st ^ 1) * BK * LDS, kc, vc, btr, bs, kvw, kh, kb + BK, kmax);
+      cp_async_commit();
+      if (kb > w_hi || kb + BK - 1 < w_lo) continue; /* no key of this tile for any row of the warp */
+      const __half *Kt = Ks + st * BK * LDS, *Vt = Vs + st * BK * LDS;
+
+      /* S = Q·Kᵀ: K rows (keys) are the col-major B operand as stored; one ldmatrix.x4 gives two n8
+       * key tiles x k16: matrices (keys 0-7, dims 0-7), (0-7, 8-15), (8-15, 0-7), (8-15, 8-15) */
+      float s[NT][4];
+#pragma unroll
+      for (int i = 0; i < NT; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) s[i][e] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < KS; kk++) {
+        uint32_t qa[4];
+        if constexpr (QREG) {
+#pragma unroll
+          for (int e = 0; e < 4; e++) qa[e] = qf[kk][e];
+        } else {
+          ldmatrix_x4(qa, Qw + kk * 16);
+        }
+#pragma unroll
+        for (int np = 0; np < NT / 2; np++) {
+          uint32_t kf[4];
+          ldmatrix_x4(kf, Kt + (np * 16 + (lane / 16) * 8 + lane % 8) * LDS + kk * 16 + ((lane / 8) % 2) * 8);
+          mma_16816(s[2 * np], qa, kf);
+          mma_16816(s[2 * np + 1], qa, kf + 2);
+        }
+      }
+      /* s[nt][e]: row gid (e < 2) or gid + 8 (e >= 2), key kb + 8·nt + 2·tig + (e & 1) */
+      if (capped) {
+#pragma unroll
+        for (int i = 0; i < NT; i++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) s[i][e] = c2 * tanhf(s[i][e] * c1);
+      } else {
+#pragma unroll
+        for (int i = 0; i < NT; i++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) s[i][e] *= c1;
+      }
+      if (kb < w_lo_all || kb + BK - 1 > w_hi_all) {
+#pragma unroll
+        for (int i = 0; i < NT; i++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) {
+            const int key = kb + 8 * i + 2 * tig + (e & 1);
+            if (e < 2 ? (key < lo_a || key > hi_a) : (key < lo_b || key > hi_b)) s[i][e] = -INFINITY;
+          }
+      }
+      /* online softmax: new row max over the quad; a row that has seen no key keeps max -inf and
+       * subtracts 0 instead (exp2(-inf) = 0: no NaN) */
+      float mx_a = m_a, mx_b = m_b;
+#pragma unroll
+      for (int i = 0; i < NT; i++) {
+        mx_a = fmaxf(mx_a, fmaxf(s[i][0], s[i][1]));
+        mx_b = fmaxf(mx_b, fmaxf(s[i][2], s[i][3]));
+      }
+      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
+      mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
+      mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
+      mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
+      const float base_a = mx_a == -INFINITY ? 0.0f : mx_a, base_b = mx_b == -INFINITY ? 0.0f : mx_b;
+      const float al_a = exp2f(m_a - base_a), al_b = exp2f(m_b - base_b);
+      m_a = mx_a;
+      m_b = mx_b;
+      float sum_a = 0.0f, sum_b = 0.0f;
+#pragma unroll
+      for (int i = 0; i < NT; i++) {
+        s[i][0] = exp2f(s[i][0] - base_a);
+        s[i][1] = exp2f(s[i][1] - base_a);
+        s[i][2] = exp2f(s[i][2] - base_b);
+        s[i][3] = exp2f(s[i][3] - base_b);
+        sum_a += s[i][0] + s[i][1];
+        sum_b += s[i][2] + s[i][3];
+      }
+      l_a = l_a * al_a + sum_a;
+      l_b = l_b * al_b + sum_b;
+#pragma unroll
+      for (int i = 0; i < DT; i++) {
+        o[i][0] *= al_a;
+        o[i][1] *= al_a;
+        o[i][2] *= al_b;
+        o[i][3] *= al_b;
+      }
+      /* O += P·V: the accumulators of key tiles 2j, 2j + 1 are the A fragment of keys [16j, 16j + 16)
+       * (a0: row gid, keys 2tig..; a1: row gid + 8; a2, a3: keys + 8); V rows (keys) are k-major, so
+       * ldmatrix.trans: matrices (keys 0-7, dims 0-7), (8-15, 0-7), (0-7, 8-15), (8-15, 8-15) */
+#pragma unroll
+      for (int j = 0; j < BK / 16; j++) {
+        uint32_t pa[4];
+        pa[0] = half2_bits(s[2 * j][0], s[2 * j][1]);
+        pa[1] = half2_bits(s[2 * j][2], s[2 * j][3]);
+        pa[2] = half2_bits(s[2 * j + 1][0], s[2 * j + 1][1]);
+        pa[3] = half2_bits(s[2 * j + 1][2], s[2 * j + 1][3]);
+#pragma unroll
+        for (int dp = 0; dp < HD / 16; dp++) {
+          uint32_t vf[4];
+          ldmatrix_x4_trans(vf, Vt + (j * 16 + lane % 16) * LDS + dp * 16 + (lane / 16) * 8);
+          mma_16816(o[2 * dp], pa, vf);
+          mma_16816(o[2 * dp + 1], pa, vf + 2);
+        }
+      }
+    }
+  }
+
+  l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
+  l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
+  l_b += __shfl_xor_sync(0xffffffffu, l_b, 1);
+  l_b += __shfl_xor_sync(0xffffffffu, l_b, 2);
+  const float inv_a = l_a > 0.0f ? 1.0f / l_a : 0.0f, inv_b = l_b > 0.0f ? 1.0f / l_b : 0.0f;
+  const int ta = t0 + ra, tb = t0 + rb;
+  if (ta < n_tokens) {
+    __half *orow = out + ((int64_t)ta * n_heads + h) * HD + 2 * tig;
+#pragma unroll
+    for (int i = 0; i < DT; i++) *(uint32_t *)(orow + 8 * i) = half2_bits(o[i][0] * inv_a, o[i][1] * inv_a);
+  }
+  if (tb < n_tokens) {
+    __half *orow = out + ((int64_t)tb * n_heads + h) * HD + 2 * tig;
+#pragma unroll
+    for (int i = 0; i < DT; i++) *(uint32_t *)(orow + 8 * i) = half2_bits(o[i][2] * inv_b, o[i][3] * inv_b);
+  }
+}
+
 /* ---- dispatch ------------------------------------------------------------------------------------------ */
+
+template <typename T>
+struct is_f16 { static constexpr bool value = false; };
+template <>
+struct is_f16<__half> { static constexpr bool value = true; };
 
 template <typename T, typename KT, int D>
 static void attn_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *q,
@@ -540,6 +844,20 @@ static void attn_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct 
   const int32_t *pos = (const int32_t *)b->d_pos.data, *seq = (const int32_t *)b->d_seq.data,
                 *bt = (const int32_t *)b->d_block_table.data;
   if (nt >= 8 * (b->n_seqs > 0 ? b->n_seqs : 1)) {
+    if constexpr (is_f16<T>::value && is_f16<KT>::value && HD >= 64) {
+      const size_t sm = prefill_mma_smem(HD);
+      if (sm <= ctx->smem_optin && (nt + AM_Q - 1) / AM_Q <= 65535) {
+        if (CU_OK(ctx, cudaFuncSetAttribute(attn_prefill_mma_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)sm)))
+          return;
+        dim3 grid((unsigned)p->n_heads, (unsigned)((nt + AM_Q - 1) / AM_Q));
+        attn_prefill_mma_kernel<HD><<<grid, 128, sm, ctx->stream>>>(
+            (__half *)out->data, (const __half *)q->data, (const __half *)kv->k.data, (const __half *)kv->v.data, pos,
+            seq, bt, b->max_blocks, b->block_size, nt, p->n_heads, p->n_kv_heads, G, p->scale, p->window, p->softcap);
+        CU_LAUNCHED(ctx, "attn_prefill_mma");
+        return;
+      }
+    }
     size_t sm = prefill_smem(HD);
     if (sm > ctx->smem_optin) { CU_ARG(ctx, "attention: head_dim %d needs too much shared memory", HD); return; }
     if (CU_OK(ctx, cudaFuncSetAttribute(attn_prefill_kernel<T, KT, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
