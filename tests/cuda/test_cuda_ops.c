@@ -594,19 +594,20 @@ TEST_GROUP(fused) {
     pair_free(&x); pair_free(&nw); pair_free(&xn); pair_free(&t);
     for (int i = 0; i < 3; i++) { pair_free(&w[i]); pair_free(&b[i]); pair_free(&o[i]); }
   }
-  /* n > 8: one multi-weight tensor-core GEMM per call (tile grids and splits as on 132 SMs) */
+  /* n > 8: one multi-weight tensor-core GEMM per call (tile grids and splits as on 132 SMs; a joined
+   * launch splits as its largest weight alone would) */
   {
     double mg = 4e-3; /* the fast group's q4 GEMM tolerance */
     int qkv3[3] = {2048, 256, 256}, qkv05[3] = {896, 128, 128}, part[3] = {512, 256, 200}, odd[3] = {200, 128, 256};
     int gu[2] = {11008, 11008}, gus[2] = {1024, 1024}, o1[1] = {2048};
     check_norm_matmul(2048, 3, qkv3, 71, 1, 1, 0, mg);    /* 3B QKV: 20 col tiles x 1, split-K 8 over all three */
-    check_norm_matmul(2048, 3, qkv3, 600, 1, 1, 0, mg);   /* 20 x 5 tiles, split-K 3 */
+    check_norm_matmul(2048, 3, qkv3, 600, 1, 1, 0, mg);   /* 20 x 5 tiles, split-K 4 */
     check_norm_matmul(896, 3, qkv05, 71, 1, 1, 0, mg);    /* 0.5B QKV: 9 x 1, 14 k-tiles: split-K 3 (5, 5, 4) */
     check_norm_matmul(896, 3, qkv05, 600, 1, 1, 0, mg);   /* 9 x 5, split-K 3 */
     check_norm_matmul(512, 3, qkv3, 1100, 1, 1, 0, mg);   /* 20 x 9 = 180 tiles: no split, bias in the epilogue */
     check_norm_matmul(1024, 3, part, 50, 1, 1, 0, mg);    /* last weight 200 rows: partial last tile; BM 64, split 4 */
     check_norm_matmul(1024, 3, odd, 50, 1, 1, 0, mg);     /* 200 % 128 != 0 before the last: per-weight fallback */
-    check_norm_matmul(2048, 2, gu, 40, 1, 0, 0, mg);      /* 3B gate/up: 172 x 1 tiles (BM 64), no split once joined */
+    check_norm_matmul(2048, 2, gu, 40, 1, 0, 0, mg);      /* 3B gate/up: 172 x 1 tiles (BM 64), split-K 4 */
     check_norm_matmul(2048, 2, gus, 40, 1, 0, 0, mg);     /* two weights, 16 x 1 tiles: split-K 8 */
     check_norm_matmul(2048, 1, o1, 300, 0, 0, 1, mg);     /* o_proj + residual: 16 x 3, split-K 6, add in the finish */
     check_norm_matmul(512, 1, o1, 1100, 0, 0, 1, mg);     /* 16 x 9 = 144 tiles: add in the GEMM epilogue */

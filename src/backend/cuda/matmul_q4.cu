@@ -392,10 +392,18 @@ int cu_gemm_q4(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct h
    * ceil(n_total / 128) */
   const int KT = (int)(K / GM_BK), gx = (a.n_total + GM_BN - 1) / GM_BN, gy = (n + BM - 1) / BM;
   /* split-K when the tile grid is under one wave (small M, few output columns), so that every
-   * GEMM keeps >= 2 blocks per SM streaming weights; at least 4 k-tiles per split */
+   * GEMM keeps >= 2 blocks per SM streaming weights; at least 4 k-tiles per split. Decided on the
+   * largest weight's grid alone: the joined launch then splits as its largest part did on its own
+   * (never less parallel than the separate launches, same k-tiles per block), and one weight
+   * splits exactly as before */
+  int tmax = 0;
+  for (int i = 0; i < n_mm; i++) {
+    const int t = (int)((ws[i]->rows + GM_BN - 1) / GM_BN) * gy;
+    tmax = t > tmax ? t : tmax;
+  }
   int S = 1;
-  if (gx * gy < ctx->n_sm) {
-    S = (2 * ctx->n_sm + gx * gy - 1) / (gx * gy);
+  if (tmax < ctx->n_sm) {
+    S = (2 * ctx->n_sm + tmax - 1) / tmax;
     if (S > KT / 4) S = KT / 4 > 0 ? KT / 4 : 1;
   }
   a.kt_per = (KT + S - 1) / S;
