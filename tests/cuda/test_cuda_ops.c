@@ -497,6 +497,87 @@ TEST_GROUP(graph) {
   teardown();
 }
 
+/* norm_matmul on the general path (n > 8: rmsnorm kernel, then one tensor-core GEMM over all n_mm
+ * weights, the residual add in its epilogue) against rmsnorm + one matmul (+ add) per weight on the
+ * CPU. norm 0: no rmsnorm (o_proj); add: outs[0] starts as a random residual, else it is poisoned. */
+static void check_norm_matmul(int K, int n_mm, const int *rows, int n, int norm, int with_bias, int add,
+                              double tol) {
+  struct pair x, nw, xn, t, w[3], b[3], o[3];
+  pair_rand(&x, HB_F32, n, K, 3.0f);
+  if (norm) weight_pair(&nw, HB_F32, 1, K, 1.0f);
+  pair_alloc(&xn, HB_F32, n, K);
+  for (int i = 0; i < n_mm; i++) {
+    weight_pair(&w[i], HB_Q4, rows[i], K, 0.5f);
+    if (with_bias) weight_pair(&b[i], HB_F32, 1, rows[i], 0.5f);
+    if (add) {
+      pair_rand(&o[i], HB_F32, n, rows[i], 5.0f);
+    } else {
+      pair_alloc(&o[i], HB_F32, n, rows[i]);
+      pair_poison(&o[i]);
+    }
+  }
+  const struct hb_tensor *src = &x.c;
+  if (norm) {
+    C->rmsnorm(cc, &xn.c, &x.c, &nw.c, 1e-6f, 0.0f);
+    src = &xn.c;
+  }
+  if (add) pair_alloc(&t, HB_F32, n, rows[0]);
+  for (int i = 0; i < n_mm; i++) {
+    if (add) {
+      C->matmul(cc, &t.c, src, &w[i].c, with_bias ? &b[i].c : NULL, n);
+      C->add(cc, &o[i].c, &t.c, n);
+    } else {
+      C->matmul(cc, &o[i].c, src, &w[i].c, with_bias ? &b[i].c : NULL, n);
+    }
+  }
+  struct hb_tensor *og[3] = {&o[0].g, &o[1].g, &o[2].g};
+  const struct hb_tensor *wg[3] = {&w[0].g, &w[1].g, &w[2].g}, *bg[3] = {&b[0].g, &b[1].g, &b[2].g};
+  hb_cuda_norm_matmul(gc, &x.g, norm ? &nw.g : NULL, 1e-6f, 0.0f, n_mm, og, wg, with_bias ? bg : NULL, n, add);
+  for (int i = 0; i < n_mm; i++) {
+    char what[96];
+    snprintf(what, sizeof what, "%s K=%d rows=%d (%d of %d) n=%d%s", norm ? "norm_matmul" : "matmul", K, rows[i], i,
+             n_mm, n, add ? " +=" : with_bias ? " +bias" : "");
+    cmp(&o[i], n, what, tol);
+  }
+  for (int i = 0; i < n_mm; i++) {
+    pair_free(&w[i]); pair_free(&o[i]);
+    if (with_bias) pair_free(&b[i]);
+  }
+  if (norm) pair_free(&nw);
+  if (add) pair_free(&t);
+  pair_free(&x); pair_free(&xn);
+}
+
+/* silu_matmul on the general path: silu_mul kernel, then the tensor-core GEMM (+ residual in its
+ * epilogue) against silu_mul, matmul (+ add) on the CPU */
+static void check_silu_matmul(int K, int rows, int n, int add, double tol) {
+  struct pair gt, up, h, wd, r, t;
+  pair_rand(&gt, HB_F32, n, K, 3.0f);
+  pair_rand(&up, HB_F32, n, K, 2.0f);
+  weight_pair(&wd, HB_Q4, rows, K, 0.5f);
+  pair_alloc(&h, HB_F32, n, K);
+  if (add) {
+    pair_rand(&r, HB_F32, n, rows, 5.0f);
+  } else {
+    pair_alloc(&r, HB_F32, n, rows);
+    pair_poison(&r);
+  }
+  C->silu_mul(cc, &h.c, &gt.c, &up.c, n);
+  if (add) {
+    pair_alloc(&t, HB_F32, n, rows);
+    C->matmul(cc, &t.c, &h.c, &wd.c, NULL, n);
+    C->add(cc, &r.c, &t.c, n);
+  } else {
+    C->matmul(cc, &r.c, &h.c, &wd.c, NULL, n);
+  }
+  hb_cuda_silu_matmul(gc, &gt.g, &up.g, &r.g, &wd.g, n, add);
+  char what[96];
+  snprintf(what, sizeof what, "silu_matmul K=%d rows=%d n=%d%s", K, rows, n, add ? " +=" : "");
+  cmp(&r, n, what, tol);
+  if (add) pair_free(&t);
+  pair_free(&gt); pair_free(&up); pair_free(&h); pair_free(&wd); pair_free(&r);
+}
+
 /* the fused decode entry points of cuda_backend.h against the CPU op sequences they stand for */
 TEST_GROUP(fused) {
   if (setup(0)) return;
@@ -550,6 +631,28 @@ TEST_GROUP(fused) {
     pair_free(&gt); pair_free(&up); pair_free(&wd); pair_free(&r); pair_free(&h); pair_free(&t2);
     pair_free(&x); pair_free(&nw); pair_free(&xn); pair_free(&t);
     for (int i = 0; i < 3; i++) { pair_free(&w[i]); pair_free(&b[i]); pair_free(&o[i]); }
+  }
+  /* n > 8: one multi-weight tensor-core GEMM per call (tile grids and splits as on 132 SMs; a joined
+   * launch splits as its largest weight alone would) */
+  {
+    double mg = 4e-3; /* the fast group's q4 GEMM tolerance */
+    int qkv3[3] = {2048, 256, 256}, qkv05[3] = {896, 128, 128}, part[3] = {512, 256, 200}, odd[3] = {200, 128, 256};
+    int gu[2] = {11008, 11008}, gus[2] = {1024, 1024}, o1[1] = {2048};
+    check_norm_matmul(2048, 3, qkv3, 71, 1, 1, 0, mg);    /* 3B QKV: 20 col tiles x 1, split-K 8 over all three */
+    check_norm_matmul(2048, 3, qkv3, 600, 1, 1, 0, mg);   /* 20 x 5 tiles, split-K 4 */
+    check_norm_matmul(896, 3, qkv05, 71, 1, 1, 0, mg);    /* 0.5B QKV: 9 x 1, 14 k-tiles: split-K 3 (5, 5, 4) */
+    check_norm_matmul(896, 3, qkv05, 600, 1, 1, 0, mg);   /* 9 x 5, split-K 3 */
+    check_norm_matmul(512, 3, qkv3, 1100, 1, 1, 0, mg);   /* 20 x 9 = 180 tiles: no split, bias in the epilogue */
+    check_norm_matmul(1024, 3, part, 50, 1, 1, 0, mg);    /* last weight 200 rows: partial last tile; BM 64, split 4 */
+    check_norm_matmul(1024, 3, odd, 50, 1, 1, 0, mg);     /* 200 % 128 != 0 before the last: per-weight fallback */
+    check_norm_matmul(2048, 2, gu, 40, 1, 0, 0, mg);      /* 3B gate/up: 172 x 1 tiles (BM 64), split-K 4 */
+    check_norm_matmul(2048, 2, gus, 40, 1, 0, 0, mg);     /* two weights, 16 x 1 tiles: split-K 8 */
+    check_norm_matmul(2048, 1, o1, 300, 0, 0, 1, mg);     /* o_proj + residual: 16 x 3, split-K 6, add in the finish */
+    check_norm_matmul(512, 1, o1, 1100, 0, 0, 1, mg);     /* 16 x 9 = 144 tiles: add in the GEMM epilogue */
+    check_silu_matmul(11008, 2048, 17, 1, mg);            /* 3B down + residual: BM 32, 16 tiles, split-K 16 */
+    check_silu_matmul(11008, 2048, 520, 1, mg);           /* 3B down + residual: 16 x 5 tiles, split-K 4 (43 k-tiles) */
+    check_silu_matmul(4864, 896, 520, 1, mg);             /* 0.5B down + residual: 7 x 5 tiles, split-K 8 (last: 6) */
+    check_silu_matmul(1536, 256, 100, 0, mg);             /* no residual */
   }
   /* rope + kv_write in one launch, checked through attention over the written cache */
   {

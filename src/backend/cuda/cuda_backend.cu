@@ -476,6 +476,8 @@ extern "C" void hb_cuda_norm_matmul(struct hb_ctx *c, const struct hb_tensor *x,
     if (tmp_tensor(c, 0, x, n, x->cols, &xn)) return;
     cu_rmsnorm(c, &xn, x, norm_w, eps, w_offset);
   }
+  /* one tensor-core GEMM over all weights, the residual add in its epilogue; else one matmul each */
+  if (!cu_gemm_q4(c, &xn, n_mm, outs, ws, biases, n, add)) return;
   for (int i = 0; i < n_mm; i++) {
     const struct hb_tensor *b = biases ? biases[i] : NULL;
     if (!add) { cu_matmul(c, outs[i], &xn, ws[i], b, n); continue; }
@@ -495,6 +497,7 @@ extern "C" void hb_cuda_silu_matmul(struct hb_ctx *c, const struct hb_tensor *ga
   struct hb_tensor g;
   if (tmp_tensor(c, 0, gate, n, gate->cols, &g)) return;
   cu_silu_mul(c, &g, gate, up, n);
+  if (!cu_gemm_q4(c, &g, 1, o1, w1, NULL, n, add)) return; /* the residual add in the GEMM epilogue */
   if (!add) { cu_matmul(c, out, &g, w, NULL, n); return; }
   struct hb_tensor t;
   if (tmp_tensor(c, 1, out, n, out->cols, &t)) return;

@@ -42,7 +42,10 @@ void hb_cuda_argmax(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, s
 
 /* ---- fused decode ops ----------------------------------------------------------------------------
  * Each equals a short sequence of table ops (the comment gives it) and is one launch on the fast
- * path for n <= 8 int4 rows; other cases (exact, n > 8, dense weights) run that sequence.
+ * path for n <= 8 int4 rows. For n > 8 int4 rows of f16 activations it is the rmsnorm (silu_mul)
+ * kernel, then one tensor-core GEMM over all n_mm weights with the add in its epilogue (every weight
+ * but the last needs rows % 128 == 0; else one GEMM per weight). Other cases (exact, dense weights)
+ * run the sequence.
  * norm_matmul: xn = rmsnorm(x, norm_w, eps, w_offset) (skipped when norm_w is NULL); then for
  *   i < n_mm (1..3 weights of equal cols): outs[i] = xn · ws[i]ᵀ + biases[i] (biases or entries
  *   may be NULL); add != 0 (n_mm == 1 only): outs[0] += instead of =. x is not modified.

@@ -153,6 +153,11 @@ void cu_q4_repack(struct hb_ctx *ctx, uint8_t *dst, const uint8_t *src, int64_t 
 void cu_matmul(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *x,
                const struct hb_tensor *w, const struct hb_tensor *bias, int n);
 int cu_matmul_init(struct hb_ctx *ctx);
+/* the tensor-core GEMM (n > 8 rows, f16 x): outs[i] (+= when add) x · ws[i]ᵀ + biases[i] for n_mm = 1..3
+ * int4 weights of equal cols in one launch (plus a split-K finish); returns 0 when it launched or
+ * recorded an error, 1 when the shapes need another path (then it did nothing) */
+int cu_gemm_q4(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct hb_tensor *const *outs,
+               const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, int n, int add);
 /* gemv_q4.cu: the decode GEMV (n <= 8 rows) with its fused prologues; returns 0 when it launched,
  * 1 when the shapes need the general path */
 int cu_gemv_init(struct hb_ctx *ctx);

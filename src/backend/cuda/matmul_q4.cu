@@ -6,6 +6,8 @@
  *              n <= 64/32), 8 warps of (BM/2)x32, split-K when the tile grid is under a wave,
  *              mma.sync m16n8k16 f16 -> f32; A (activations) by cp.async into padded smem, B (int4)
  *              by cp.async and dequantized straight into mma B fragments (no f16 scratch copy).
+ *              One launch covers up to three weights sharing x (QKV, gate/up: cu_gemm_q4) and can
+ *              add into its output (o_proj / down_proj + residual).
  *   gemm_simt  everything else (the exact f32 path, dense bf16/f16/f32 weights): 64x64 tiles of f32
  *              FMA, weights dequantized exactly; it is the reference the fast kernels are held to.
  *
@@ -75,11 +77,33 @@ static size_t gemm_smem(int64_t K, int BM) {
   return (size_t)GM_ST * BM * GM_LDA * 2 + (size_t)GM_ST * GM_BN * 32 + (size_t)GM_BN * (K / 128) * 2;
 }
 
+/* One launch for up to three int4 weights of equal K that share the activations x (norm+QKV,
+ * norm+gate/up): their output columns are concatenated, weight i owning columns [col0[i], col0[i+1])
+ * (col0[i] = n_total for i >= n_mm). Every weight but the last has rows % GM_BN == 0, so a block's
+ * 128-column tile lies inside one weight; each weight keeps its own output tensor, bias and ldo.
+ * add: out += x·Wᵀ + b (read-modify-write of each output element by the one thread that owns it; in
+ * the split-K finish likewise) — the residual add of o_proj / down_proj without a temp. out must not
+ * alias x. */
+struct gemm_args {
+  const __half *x;
+  int64_t ldx;
+  int M, K, n_mm, n_total, kt_per, add;
+  int col0[4];
+  const uint8_t *wq[3];
+  const __half *ws[3];
+  const float *bias[3];
+  void *out[3];
+  int64_t ldo[3];
+  float *part; /* split-K: f32 partial sums [M][n_total] (zeroed before); NULL: no split */
+};
+
+/* which weight owns concatenated column c */
+__device__ __forceinline__ int gemm_weight(const gemm_args &a, int c) {
+  return c >= a.col0[1] ? (c >= a.col0[2] ? 2 : 1) : 0;
+}
+
 template <int MI, typename TO>
-__global__ __launch_bounds__(256) void gemm_q4_kernel(TO *__restrict__ out, int64_t ldo, const __half *__restrict__ x,
-                                                      int64_t ldx, const uint8_t *__restrict__ wq,
-                                                      const __half *__restrict__ ws, const float *__restrict__ bias,
-                                                      int M, int N, int K, int kt_per, float *__restrict__ part) {
+__global__ __launch_bounds__(256) void gemm_q4_kernel(const __grid_constant__ gemm_args a) {
   constexpr int BM = 32 * MI;
   extern __shared__ uint4 smem[];
   __half *As = (__half *)smem;                                   /* [ST][BM][LDA] */
@@ -87,11 +111,18 @@ __global__ __launch_bounds__(256) void gemm_q4_kernel(TO *__restrict__ out, int6
   __half *Ss = (__half *)(Bs + GM_ST * GM_BN * 32);              /* [BN][K/128] scales */
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int wm = warp / 4, wn = warp % 4, gid = lane / 4, tig = lane % 4;
-  const int m0 = blockIdx.y * BM, n0 = blockIdx.x * GM_BN;
+  /* this block's 128 concatenated columns are columns [n0, n0 + 128) of weight wi (rows N) */
+  const int wi = gemm_weight(a, blockIdx.x * GM_BN);
+  const int N = a.col0[wi + 1] - a.col0[wi], n0 = blockIdx.x * GM_BN - a.col0[wi];
+  const int M = a.M, K = a.K, m0 = blockIdx.y * BM;
+  const __half *__restrict__ x = a.x;
+  const int64_t ldx = a.ldx;
+  const uint8_t *__restrict__ wq = a.wq[wi];
+  const __half *__restrict__ ws = a.ws[wi];
   const int gpr = K / 128;
-  /* split-K: this block takes k-tiles [kt0, kt0 + KT) and, when part != NULL, adds its f32 partial
-   * tile into part[M][N] (zeroed before; gemm_finish adds the bias and converts) */
-  const int kt0 = blockIdx.z * kt_per, KT = min(K / GM_BK - kt0, kt_per);
+  /* split-K: this block takes k-tiles [kt0, kt0 + KT) and, when a.part != NULL, adds its f32 partial
+   * tile into part[M][n_total] (zeroed before; gemm_finish adds the bias and converts) */
+  const int kt0 = blockIdx.z * a.kt_per, KT = min(K / GM_BK - kt0, a.kt_per);
   const int64_t rb = K / 2;
 
   for (int i = tid; i < GM_BN * gpr; i += 256) {
@@ -114,11 +145,11 @@ __global__ __launch_bounds__(256) void gemm_q4_kernel(TO *__restrict__ out, int6
 
   float acc[MI][4][4];
 #pragma unroll
-  for (int a = 0; a < MI; a++)
+  for (int i = 0; i < MI; i++)
 #pragma unroll
-    for (int b = 0; b < 4; b++)
+    for (int j = 0; j < 4; j++)
 #pragma unroll
-      for (int c = 0; c < 4; c++) acc[a][b][c] = 0.0f;
+      for (int c = 0; c < 4; c++) acc[i][j][c] = 0.0f;
 
 #pragma unroll
   for (int s = 0; s < GM_ST - 1; s++) {
@@ -147,23 +178,28 @@ __global__ __launch_bounds__(256) void gemm_q4_kernel(TO *__restrict__ out, int6
 #pragma unroll
       for (int hf = 0; hf < 2; hf++) {
         const int kk = kc * 2 + hf;
-        uint32_t a[MI][4];
+        uint32_t af[MI][4];
 #pragma unroll
         for (int mi = 0; mi < MI; mi++)
-          ldmatrix_x4(a[mi], As + ((size_t)st * BM + wm * 16 * MI + mi * 16 + (lane % 16)) * GM_LDA + kk * 16 + (lane / 16) * 8);
+          ldmatrix_x4(af[mi], As + ((size_t)st * BM + wm * 16 * MI + mi * 16 + (lane % 16)) * GM_LDA + kk * 16 +
+                                  (lane / 16) * 8);
 #pragma unroll
         for (int ni = 0; ni < 4; ni++) {
           uint32_t b[2];
           b[0] = deq2(wb[ni] >> (8 * hf), s2[ni]);
           b[1] = deq2(wb[ni] >> (8 * hf + 4), s2[ni]);
 #pragma unroll
-          for (int mi = 0; mi < MI; mi++) mma_16816(acc[mi][ni], a[mi], b);
+          for (int mi = 0; mi < MI; mi++) mma_16816(acc[mi][ni], af[mi], b);
         }
       }
     }
   }
   cp_async_wait<0>();
 
+  TO *out = (TO *)a.out[wi];
+  const float *bias = a.bias[wi];
+  const int64_t ldo = a.ldo[wi];
+  float *part = a.part ? a.part + a.col0[wi] : NULL; /* this weight's columns of the partial rows */
 #pragma unroll
   for (int mi = 0; mi < MI; mi++) {
 #pragma unroll
@@ -174,26 +210,35 @@ __global__ __launch_bounds__(256) void gemm_q4_kernel(TO *__restrict__ out, int6
         int cc = col + e;
         if (cc >= N) continue;
         if (part) {
-          if (row < M) atomicAdd(part + (int64_t)row * N + cc, acc[mi][ni][e]);
-          if (row + 8 < M) atomicAdd(part + (int64_t)(row + 8) * N + cc, acc[mi][ni][2 + e]);
+          if (row < M) atomicAdd(part + (int64_t)row * a.n_total + cc, acc[mi][ni][e]);
+          if (row + 8 < M) atomicAdd(part + (int64_t)(row + 8) * a.n_total + cc, acc[mi][ni][2 + e]);
           continue;
         }
         float bv = bias ? bias[cc] : 0.0f;
-        if (row < M) stf(out + (int64_t)row * ldo + cc, acc[mi][ni][e] + bv);
-        if (row + 8 < M) stf(out + (int64_t)(row + 8) * ldo + cc, acc[mi][ni][2 + e] + bv);
+        if (row < M) {
+          TO *o = out + (int64_t)row * ldo + cc;
+          stf(o, acc[mi][ni][e] + bv + (a.add ? ldf(o) : 0.0f));
+        }
+        if (row + 8 < M) {
+          TO *o = out + (int64_t)(row + 8) * ldo + cc;
+          stf(o, acc[mi][ni][2 + e] + bv + (a.add ? ldf(o) : 0.0f));
+        }
       }
     }
   }
 }
 
-/* split-K epilogue: out[m][n] = part[m][n] + bias[n] */
+/* split-K epilogue: out[m][n] (+)= part[m][n] + bias[n], each concatenated column to its weight */
 template <typename TO>
-__global__ void gemm_finish_kernel(TO *out, int64_t ldo, const float *part, const float *bias, int M, int N) {
+__global__ void gemm_finish_kernel(const __grid_constant__ gemm_args a) {
   pdl_trigger();
-  int64_t total = (int64_t)M * N;
+  const int64_t total = (int64_t)a.M * a.n_total;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
-    int m = (int)(i / N), n = (int)(i % N);
-    stf(out + (int64_t)m * ldo + n, part[i] + (bias ? bias[n] : 0.0f));
+    const int m = (int)(i / a.n_total), c = (int)(i % a.n_total);
+    const int wi = gemm_weight(a, c), n = c - a.col0[wi];
+    TO *o = (TO *)a.out[wi] + (int64_t)m * a.ldo[wi] + n;
+    const float *bias = a.bias[wi];
+    stf(o, a.part[i] + (bias ? bias[n] : 0.0f) + (a.add ? ldf(o) : 0.0f));
   }
 }
 
@@ -304,6 +349,94 @@ static void simt_launch(struct hb_ctx *ctx, TO *out, int64_t ldo, const TX *x, i
   CU_LAUNCHED(ctx, "gemm_simt");
 }
 
+/* the tensor-core GEMM over n_mm (1..3) int4 weights of equal cols sharing x (gemm_args); returns 1
+ * without doing anything when the shapes need another path (f32 x, dense weights, unequal K, a weight
+ * but the last whose rows are not a multiple of GM_BN, an output aliasing x under add, ...) */
+int cu_gemm_q4(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct hb_tensor *const *outs,
+               const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, int n, int add) {
+  if (n < 1 || n_mm < 1 || n_mm > 3 || x->dtype != HB_F16 || x->cols % 8 || x->rows < n) return 1;
+  const int64_t K = ws[0]->cols;
+  if (K <= 0 || K % 128 || x->cols < K || K > INT32_MAX) return 1;
+  const int MI = n <= 32 ? 1 : (n <= 64 ? 2 : 4), BM = 32 * MI;
+  const size_t sm = gemm_smem(K, BM);
+  if (sm + 256 > ctx->smem_optin) return 1;
+  gemm_args a;
+  memset(&a, 0, sizeof a);
+  a.x = (const __half *)x->data;
+  a.ldx = x->cols;
+  a.M = n;
+  a.K = (int)K;
+  a.n_mm = n_mm;
+  a.add = add;
+  const enum hb_dtype odt = outs[0]->dtype;
+  if (odt != HB_F16 && odt != HB_F32) return 1;
+  int64_t cols = 0;
+  for (int i = 0; i < n_mm; i++) {
+    const struct hb_tensor *w = ws[i], *b = biases ? biases[i] : NULL;
+    if (w->dtype != HB_Q4 || w->cols != K || w->rows <= 0 || (i < n_mm - 1 && w->rows % GM_BN) ||
+        outs[i]->dtype != odt || outs[i]->cols != w->rows || outs[i]->rows < n ||
+        (b && (b->dtype != HB_F32 || b->rows * b->cols != w->rows)) || (add && outs[i]->data == x->data))
+      return 1;
+    a.col0[i] = (int)cols;
+    cols += w->rows;
+    if (cols > INT32_MAX / 2) return 1;
+    a.wq[i] = (const uint8_t *)w->data;
+    a.ws[i] = (const __half *)w->aux;
+    a.bias[i] = b ? (const float *)b->data : NULL;
+    a.out[i] = outs[i]->data;
+    a.ldo[i] = outs[i]->cols;
+  }
+  for (int i = n_mm; i < 4; i++) a.col0[i] = (int)cols;
+  a.n_total = (int)cols;
+  /* every weight but the last fills whole 128-column tiles, so the tiles of all weights are
+   * ceil(n_total / 128) */
+  const int KT = (int)(K / GM_BK), gx = (a.n_total + GM_BN - 1) / GM_BN, gy = (n + BM - 1) / BM;
+  /* split-K when the tile grid is under one wave (small M, few output columns), so that every
+   * GEMM keeps >= 2 blocks per SM streaming weights; at least 4 k-tiles per split. Decided on the
+   * largest weight's grid alone: the joined launch then splits as its largest part did on its own
+   * (never less parallel than the separate launches, same k-tiles per block), and one weight
+   * splits exactly as before */
+  int tmax = 0;
+  for (int i = 0; i < n_mm; i++) {
+    const int t = (int)((ws[i]->rows + GM_BN - 1) / GM_BN) * gy;
+    tmax = t > tmax ? t : tmax;
+  }
+  int S = 1;
+  if (tmax < ctx->n_sm) {
+    S = (2 * ctx->n_sm + tmax - 1) / tmax;
+    if (S > KT / 4) S = KT / 4 > 0 ? KT / 4 : 1;
+  }
+  a.kt_per = (KT + S - 1) / S;
+  S = (KT + a.kt_per - 1) / a.kt_per;
+  if (S > 1) {
+    const size_t np = (size_t)n * (size_t)a.n_total;
+    void *pp = ctx->gemm_part;
+    if (cu_scratch(ctx, &pp, &ctx->gemm_part_cap, np, sizeof(float), 0)) return 0;
+    ctx->gemm_part = (float *)pp;
+    a.part = ctx->gemm_part;
+    if (CU_OK(ctx, cudaMemsetAsync(a.part, 0, np * sizeof(float), ctx->stream))) return 0;
+  }
+  dim3 grid((unsigned)gx, (unsigned)gy, (unsigned)S);
+#define GQ(MM, TO) gemm_q4_kernel<MM, TO><<<grid, 256, sm, ctx->stream>>>(a)
+  if (odt == HB_F16) {
+    if (MI == 1) GQ(1, __half);
+    else if (MI == 2) GQ(2, __half);
+    else GQ(4, __half);
+  } else {
+    if (MI == 1) GQ(1, float);
+    else if (MI == 2) GQ(2, float);
+    else GQ(4, float);
+  }
+#undef GQ
+  if (CU_LAUNCHED(ctx, a.part ? "gemm_q4 split-K" : "gemm_q4") || !a.part) return 0;
+  const int64_t tot = (int64_t)n * a.n_total, blocks = (tot + 255) / 256;
+  const unsigned fg = (unsigned)(blocks < ctx->n_sm * 8 ? blocks : ctx->n_sm * 8);
+  if (odt == HB_F16) gemm_finish_kernel<__half><<<fg, 256, 0, ctx->stream>>>(a);
+  else gemm_finish_kernel<float><<<fg, 256, 0, ctx->stream>>>(a);
+  CU_LAUNCHED(ctx, "gemm_finish");
+  return 0;
+}
+
 void cu_matmul(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *x,
                const struct hb_tensor *w, const struct hb_tensor *bias, int n) {
   if (n <= 0) return;
@@ -317,61 +450,12 @@ void cu_matmul(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor
   }
   const float *b = bias ? (const float *)bias->data : NULL;
   int64_t ldo = out->cols, ldx = x->cols;
-  if (x->dtype == HB_F16 && w->dtype == HB_Q4 && ldx % 8 == 0) {
-    if (n <= 8) {
-      struct hb_tensor *o1[1] = {out};
-      const struct hb_tensor *w1[1] = {w}, *b1[1] = {bias};
-      if (!cu_gemv_fused(ctx, PRO_PLAIN, x, NULL, NULL, 0.0f, 0.0f, 1, o1, w1, b1, n, 0)) return;
-    }
-    const int N = (int)w->rows, K = (int)w->cols, KT = K / GM_BK;
-    const int MI = n <= 32 ? 1 : (n <= 64 ? 2 : 4), BM = 32 * MI;
-    const int gx = (N + GM_BN - 1) / GM_BN, gy = (n + BM - 1) / BM;
-    /* split-K when the tile grid is under one wave (small M, few output rows), so that every
-     * GEMM keeps >= 2 blocks per SM streaming weights; at least 4 k-tiles per split */
-    int S = 1;
-    if (gx * gy < ctx->n_sm) {
-      S = (2 * ctx->n_sm + gx * gy - 1) / (gx * gy);
-      if (S > KT / 4) S = KT / 4 > 0 ? KT / 4 : 1;
-    }
-    const int kt_per = (KT + S - 1) / S;
-    S = (KT + kt_per - 1) / kt_per;
-    float *part = NULL;
-    if (S > 1) {
-      void *pp = ctx->gemm_part;
-      if (cu_scratch(ctx, &pp, &ctx->gemm_part_cap, (size_t)n * N, sizeof(float), 0)) return;
-      ctx->gemm_part = (float *)pp;
-      part = ctx->gemm_part;
-      if (CU_OK(ctx, cudaMemsetAsync(part, 0, (size_t)n * N * sizeof(float), ctx->stream))) return;
-    }
-    dim3 grid((unsigned)gx, (unsigned)gy, (unsigned)S);
-    size_t sm = gemm_smem(w->cols, BM);
-    if (sm + 256 <= ctx->smem_optin) {
-#define GQ(MM, TO)                                                                                                  \
-  gemm_q4_kernel<MM, TO><<<grid, 256, sm, ctx->stream>>>((TO *)out->data, ldo, (const __half *)x->data, ldx,          \
-                                                         (const uint8_t *)w->data, (const __half *)w->aux, b, n, N, K, \
-                                                         kt_per, part)
-      if (out->dtype == HB_F16) {
-        if (MI == 1) GQ(1, __half);
-        else if (MI == 2) GQ(2, __half);
-        else GQ(4, __half);
-      } else {
-        if (MI == 1) GQ(1, float);
-        else if (MI == 2) GQ(2, float);
-        else GQ(4, float);
-      }
-#undef GQ
-      if (part && !CU_LAUNCHED(ctx, "gemm_q4 split-K")) {
-        int64_t tot = (int64_t)n * N, blocks = (tot + 255) / 256;
-        unsigned fg = (unsigned)(blocks < ctx->n_sm * 8 ? blocks : ctx->n_sm * 8);
-        if (out->dtype == HB_F16)
-          gemm_finish_kernel<__half><<<fg, 256, 0, ctx->stream>>>((__half *)out->data, ldo, part, b, n, N);
-        else
-          gemm_finish_kernel<float><<<fg, 256, 0, ctx->stream>>>((float *)out->data, ldo, part, b, n, N);
-      }
-      CU_LAUNCHED(ctx, "gemm_q4");
-      return;
-    }
-  }
+  struct hb_tensor *o1[1] = {out};
+  const struct hb_tensor *w1[1] = {w}, *b1[1] = {bias};
+  if (x->dtype == HB_F16 && w->dtype == HB_Q4 && ldx % 8 == 0 && n <= 8 &&
+      !cu_gemv_fused(ctx, PRO_PLAIN, x, NULL, NULL, 0.0f, 0.0f, 1, o1, w1, b1, n, 0))
+    return;
+  if (!cu_gemm_q4(ctx, x, 1, o1, w1, b1, n, 0)) return;
   if (x->dtype == HB_F32) {
     if (out->dtype == HB_F32) simt_launch(ctx, (float *)out->data, ldo, (const float *)x->data, ldx, w, b, n);
     else simt_launch(ctx, (__half *)out->data, ldo, (const float *)x->data, ldx, w, b, n);
