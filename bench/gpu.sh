@@ -67,13 +67,18 @@ if [ "$what" = full ]; then
   fi
   for p in ${BENCH_PARTS:-3b 0.5b gemv}; do run bench-$p 60 $B/tests/cuda/bench_cuda "$p" 2>&1 | tee -a "$OUT/bench.log"; done
   if [ -n "${PROFILE:-}" ] && command -v ncu >/dev/null; then
-    # hardware counters (clocks left alone) for the kernels named in PROFILE (a regex), one 3B pp1570
-    # prefill and 4 decode steps: speed of light, warp stalls, occupancy, scheduler
-    run ncu "${PROFILE_S:-120}" ncu --clock-control none -k "regex:${PROFILE}" --launch-count "${PROFILE_N:-12}" \
-      --section SpeedOfLight --section WarpStateStats --section Occupancy --section SchedulerStats \
-      --section LaunchStats $B/hearth bench --model /tmp/hearth-bench-3b --backend cuda -p 1570 -n 4 -r 1 \
-      >"$OUT/ncu.txt" 2>&1
-    grep -E "^  [a-z_]+.*\(|Duration|Memory Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Issued Warp|No Eligible|Warp Cycles Per Issued|Block Limit" "$OUT/ncu.txt" | head -150
+    # hardware counters (clocks left alone) for the kernels named in PROFILE (a regex), in the program
+    # PROFILE_APP names: gemv (bench_cuda gemv) or model (hearth bench, 3B: pp1570 then 4 decode steps);
+    # PROFILE_SKIP launches of those kernels skipped first; PROFILE_SECTIONS or the default set
+    case ${PROFILE_APP:-model} in
+      gemv) app="$B/tests/cuda/bench_cuda gemv" ;;
+      *) app="$B/hearth bench --model /tmp/hearth-bench-3b --backend cuda -p ${PROFILE_PP:-1570} -n 4 -r 1" ;;
+    esac
+    secs=${PROFILE_SECTIONS:-"--section SpeedOfLight --section WarpStateStats --section Occupancy --section SchedulerStats --section LaunchStats --section MemoryWorkloadAnalysis"}
+    # shellcheck disable=SC2086
+    run ncu "${PROFILE_S:-120}" ncu --clock-control none -k "regex:${PROFILE}" --launch-skip "${PROFILE_SKIP:-0}" \
+      --launch-count "${PROFILE_N:-12}" $secs $app >"$OUT/ncu.txt" 2>&1
+    grep -E "^  [a-z_]+.*\(|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Issued Warp|No Eligible|Warp Cycles Per Issued|Stall|gpu__time" "$OUT/ncu.txt" | head -${PROFILE_LINES:-150}
   fi
   echo "total: $(( $(date +%s) - t0 )) s"
   exit $rc
