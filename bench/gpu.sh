@@ -89,7 +89,7 @@ fi
 B=build-gpu
 mkdir -p "$B/obj"
 rm -f "$B"/obj/*.o
-NV="nvcc -std=c++17 -O3 -lineinfo -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90 -Werror=all-warnings -Iinclude -Isrc"
+NV="nvcc ${NVXTRA:-} -std=c++17 -O3 -lineinfo -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90 -Werror=all-warnings -Iinclude -Isrc"
 CC="gcc -std=c11 -O2 -D_GNU_SOURCE -fno-strict-aliasing -DHEARTH_HAVE_CUDA=1 -Iinclude -Isrc -Itests"
 {
   for f in src/backend/cuda/*.cu; do $NV -c "$f" -o "$B/obj/cu_$(basename "$f" .cu).o" & done

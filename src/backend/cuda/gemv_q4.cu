@@ -26,7 +26,12 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/ptx.cuh"
 
+#ifndef GEMV_U
 #define GEMV_U 4 /* steps (32 bytes per lane each) in flight per warp */
+#endif
+#ifndef GEMV_MINB
+#define GEMV_MINB 2 /* resident blocks per SM the registers are budgeted for */
+#endif
 
 /* up to three weights sharing one x, concatenated in row space (each but the last a multiple of
  * 16 rows, so a tile never straddles two); add: out += instead of out = */
@@ -51,16 +56,19 @@ struct gemv_args {
   __half *kc, *vc;
 };
 
-/* x of token t as f16 in shared memory: [n][K], the 16-byte chunk c of 32-run R stored at chunk
- * c ^ swz(R, t), so that the 8 lanes of a load phase (4 runs × 2 tokens) hit 8 different bank groups */
+/* x of token t as f16 in shared memory: [n][K]; within each 32-run the 16 half2 words are stored in
+ * the order 0,4,1,5,2,6,3,7, 8,12,9,13,10,14,11,15 (the pairs one B fragment takes), and the 16-byte
+ * chunk c of run R sits at chunk c ^ swz(R, t), so that the 8 lanes of a load phase (4 runs × 2
+ * tokens) hit 8 different bank groups */
 __device__ __forceinline__ int gemv_swz(int R, int t) { return ((R >> 1) ^ (t << 1)) & 3; }
 /* f16 x rows, then (rmsnorm prologue) the norm weights as f32 */
 static size_t gemv_smem(int n, int64_t K, int pro) {
   return (size_t)n * (size_t)K * 2 + (pro == PRO_NORM ? (size_t)K * 4 : 0);
 }
 
-/* what out-of-range steps and rows load */
-__device__ __align__(16) const uint32_t g_gemv_zero[4] = {0u, 0u, 0u, 0u};
+/* what out-of-range rows read (a whole row's worth of zero bytes: K <= GEMV_KMAX) and dead steps */
+#define GEMV_KMAX 32768
+__device__ __align__(16) const uint32_t g_gemv_zero[GEMV_KMAX / 8] = {0u};
 
 /* rows held by lane group gid of a 16-row tile at local row r0 (a multiple of 16) of weight m: rows
  * r0 + gid and r0 + gid + 8, or with ROPE for q/k (m < 2) the rotation pair (i, i + hd/2) of one head,
@@ -77,7 +85,7 @@ __device__ __forceinline__ int gemv_row_hi(const gemv_args &a, int m, int lo) {
 }
 
 template <typename TO, int PRO, int KS, int ROPE>
-__global__ __launch_bounds__(256, 2) void gemv_q4_kernel(const __grid_constant__ gemv_args a) {
+__global__ __launch_bounds__(256, GEMV_MINB) void gemv_q4_kernel(const __grid_constant__ gemv_args a) {
   constexpr int TPB = 8 / KS; /* tiles of 16 rows per unit */
   extern __shared__ uint4 smem[];
   __shared__ float s_inv[8];
@@ -94,22 +102,29 @@ __global__ __launch_bounds__(256, 2) void gemv_q4_kernel(const __grid_constant__
   int lu = blockIdx.x, lj = 0;
   uint4 w0[GEMV_U], w8[GEMV_U];
   unsigned short s0[GEMV_U], s8[GEMV_U]; /* raw f16 scales: converted when used, not when loaded */
-  /* Every load is unconditional (a step or row out of range reads 16 zero bytes instead): a
-   * conditional load with a zero default compiles to a select right after the load, which waits
-   * for the data and turns the ring into one memory latency per step. */
+  /* Every load is unconditional (a row out of range reads the zero buffer, a dead step its first
+   * 16 bytes): a conditional load with a zero default compiles to a select right after the load,
+   * which waits for the data. Row pointers are set once per tile (lj == 0), a step adds 64 g. */
+  const uint8_t *zero = (const uint8_t *)g_gemv_zero, *pw0 = zero, *pw8 = zero, *ps0 = zero, *ps8 = zero;
   auto load = [&](int i) {
-    const int g = ks + lj * KS, r0 = (lu * TPB + ts) * 16;
-    const bool live = lu < a.n_units && g < G && r0 < a.rows_total;
-    const int m = r0 >= a.row0[1] ? (r0 >= a.row0[2] ? 2 : 1) : 0;
-    const int rows = a.row0[m + 1] - a.row0[m];
-    const int lo = gemv_row_lo<ROPE>(a, m, r0 - a.row0[m], gid), hi = gemv_row_hi<ROPE>(a, m, lo);
-    const int64_t col = (int64_t)(4 * g + tig) * 16;
-    const void *zero = (const void *)g_gemv_zero;
-    const bool l0 = live && lo < rows, l8 = live && hi < rows;
-    w0[i] = ld_nc_v4(l0 ? (const void *)(a.wq[m] + (int64_t)lo * rb + col) : zero);
-    w8[i] = ld_nc_v4(l8 ? (const void *)(a.wq[m] + (int64_t)hi * rb + col) : zero);
-    s0[i] = ld_nc_u16(l0 ? (const void *)(a.ws[m] + (int64_t)lo * G + g) : zero);
-    s8[i] = ld_nc_u16(l8 ? (const void *)(a.ws[m] + (int64_t)hi * G + g) : zero);
+    if (lj == 0) {
+      const int r0 = (lu * TPB + ts) * 16;
+      const bool live = lu < a.n_units && r0 < a.rows_total;
+      const int m = r0 >= a.row0[1] ? (r0 >= a.row0[2] ? 2 : 1) : 0;
+      const int rows = a.row0[m + 1] - a.row0[m];
+      const int lo = gemv_row_lo<ROPE>(a, m, r0 - a.row0[m], gid), hi = gemv_row_hi<ROPE>(a, m, lo);
+      const bool l0 = live && lo < rows, l8 = live && hi < rows;
+      pw0 = l0 ? a.wq[m] + (int64_t)lo * rb + tig * 16 : zero;
+      pw8 = l8 ? a.wq[m] + (int64_t)hi * rb + tig * 16 : zero;
+      ps0 = l0 ? (const uint8_t *)(a.ws[m] + (int64_t)lo * G) : zero;
+      ps8 = l8 ? (const uint8_t *)(a.ws[m] + (int64_t)hi * G) : zero;
+    }
+    const int g = ks + lj * KS;
+    const int gw = g < G ? g * 64 : 0, gs = g < G ? g * 2 : 0;
+    w0[i] = ld_nc_v4(g < G ? pw0 + gw : zero);
+    w8[i] = ld_nc_v4(g < G ? pw8 + gw : zero);
+    s0[i] = ld_nc_u16(g < G ? ps0 + gs : zero);
+    s8[i] = ld_nc_u16(g < G ? ps8 + gs : zero);
     if (++lj == S) { lj = 0; lu += gridDim.x; }
   };
 #pragma unroll
@@ -127,8 +142,14 @@ __global__ __launch_bounds__(256, 2) void gemv_q4_kernel(const __grid_constant__
    * token c / (K/8); the 16-byte chunk c of 32-run R goes to its swizzled slot */
   const int nch = n * (K / 8);
   auto put = [&](int c, uint4 v) {
-    const int t = c / (K / 8), k8 = c % (K / 8), R = k8 / 4;
-    ((uint4 *)(xs + (int64_t)t * K + R * 32))[(k8 % 4) ^ gemv_swz(R, t)] = v;
+    const int t = c / (K / 8), k8 = c % (K / 8), R = k8 / 4, sw = gemv_swz(R, t);
+    uint32_t *run = (uint32_t *)(xs + (int64_t)t * K + R * 32);
+    const uint32_t wv[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const int w = (k8 % 4) * 4 + e, pos = (w & 8) | ((w & 3) << 1) | ((w >> 2) & 1);
+      run[(((pos >> 2) ^ sw) << 2) | (pos & 3)] = wv[e];
+    }
   };
   auto xat = [&](const __half *base, int c) {
     return *(const uint4 *)(base + (int64_t)(c / (K / 8)) * a.ldx + (int64_t)(c % (K / 8)) * 8);
@@ -228,6 +249,8 @@ __global__ __launch_bounds__(256, 2) void gemv_q4_kernel(const __grid_constant__
   __syncthreads();
 
   /* the consuming side: step (u, j) */
+  const int xt = gid % n;
+  const __half *xrow = xs + (int64_t)xt * K;
   int u = blockIdx.x, j = 0;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   while (u < a.n_units) {
@@ -239,29 +262,27 @@ __global__ __launch_bounds__(256, 2) void gemv_q4_kernel(const __grid_constant__
       load(i); /* refill the slot GEMV_U steps ahead */
       const int g = ks + j * KS;
       if (g < G) { /* uniform over the warp */
-        uint32_t xr[16];
-        if (gid < n) {
-          const int R = 4 * g + tig;
-          const uint4 *xp = (const uint4 *)(xs + (int64_t)gid * K + R * 32);
-          const int sw = gemv_swz(R, gid);
+        /* B: x of token xt (lanes past the n rows read row xt = gid % n: finite data for output
+         * columns that are never stored), run R; the run's half2 words are stored permuted so that
+         * the two words of each B fragment sit side by side */
+        const int R = 4 * g + tig;
+        const uint4 *xp = (const uint4 *)(xrow + R * 32);
+        const int sw = gemv_swz(R, xt);
+        uint4 xv[4];
 #pragma unroll
-          for (int c = 0; c < 4; c++) {
-            uint4 v = xp[c ^ sw];
-            xr[4 * c] = v.x; xr[4 * c + 1] = v.y; xr[4 * c + 2] = v.z; xr[4 * c + 3] = v.w;
-          }
-        } else {
-#pragma unroll
-          for (int e = 0; e < 16; e++) xr[e] = 0u;
-        }
+        for (int c = 0; c < 4; c++) xv[c] = xp[c ^ sw];
         const uint32_t a0[4] = {A0.x, A0.y, A0.z, A0.w}, a8[4] = {A8.x, A8.y, A8.z, A8.w};
         float c4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
         for (int q = 0; q < 4; q++) {
+          uint32_t p0[4], p8[4];
+          q4_word(a0[q], p0);
+          q4_word(a8[q], p8);
 #pragma unroll
           for (int h = 0; h < 2; h++) {
-            const uint32_t af[4] = {q4_pair(a0[q] >> (8 * h)), q4_pair(a8[q] >> (8 * h)),
-                                    q4_pair(a0[q] >> (8 * h + 4)), q4_pair(a8[q] >> (8 * h + 4))};
-            const uint32_t bf[2] = {xr[q + 8 * h], xr[q + 8 * h + 4]};
+            const uint32_t af[4] = {p0[2 * h], p8[2 * h], p0[2 * h + 1], p8[2 * h + 1]};
+            const uint4 xc = xv[2 * h + (q >> 1)];
+            const uint32_t bf[2] = {q & 1 ? xc.z : xc.x, q & 1 ? xc.w : xc.y};
             mma_16816(c4, af, bf);
           }
         }
@@ -381,7 +402,9 @@ static int gemv_pick_ks(int tiles, int G, int slots, int *units_out) {
 template <typename TO, int PRO, int ROPE = 0>
 static void gemv_launch_t(struct hb_ctx *ctx, gemv_args &a) {
   const size_t sm = gemv_smem(a.n, a.K, PRO);
-  const int per_sm = sm + 5 * 1024 <= 100 * 1024 ? 2 : 1; /* 228 KB per SM, ~5 KB static + reserve */
+  /* 228 KB of shared memory per SM, ~5 KB static + reserve per block */
+  int per_sm = (int)(228 * 1024 / (sm + 6 * 1024));
+  per_sm = per_sm < 1 ? 1 : (per_sm > GEMV_MINB ? GEMV_MINB : per_sm);
   const int slots = ctx->n_sm * per_sm, tiles = (a.rows_total + 15) / 16;
   int units = tiles;
   const int ks = gemv_pick_ks(tiles, a.K / 128, slots, &units);
@@ -411,7 +434,8 @@ static int gemv_fill(struct hb_ctx *ctx, gemv_args &a, int pro, const struct hb_
                      const struct hb_tensor *nw, float eps, float off, int n_mm, struct hb_tensor *const *outs,
                      const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, int n, int add) {
   if (ctx->exact || n < 1 || n > 8 || n_mm < 1 || n_mm > 3 || x->dtype != HB_F16 || x->cols % 8) return 1;
-  if (ws[0]->cols % 128 || gemv_smem(n, ws[0]->cols, pro) + 8 * 1024 > ctx->smem_optin) return 1;
+  if (ws[0]->cols % 128 || ws[0]->cols > GEMV_KMAX) return 1;
+  if (gemv_smem(n, ws[0]->cols, pro) + 8 * 1024 > ctx->smem_optin) return 1;
   if (x2 && (x2->dtype != HB_F16 || x2->cols != x->cols)) return 1;
   memset(&a, 0, sizeof a);
   a.x = (const __half *)x->data;

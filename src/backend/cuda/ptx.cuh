@@ -63,4 +63,23 @@ __device__ __forceinline__ uint32_t q4_pair(uint32_t v) {
   return *(uint32_t *)&x;
 }
 
+/* the 8 weights of one 32-bit word of the int4 layout as 4 f16 pairs, exactly: pair j holds the
+ * nibbles at bits 4j and 16 + 4j. Even pairs: (w >> 8·(j/2)) & 0x000F000F or'ed into 1024.0 is
+ * 1024 + q + 8, minus 1032. Odd pairs without a shift: & 0x00F000F0 gives 1024 + 16 (q + 8), and
+ * that / 16 - 72 is q (every step exact in f16). */
+__device__ __forceinline__ void q4_word(uint32_t w, uint32_t p[4]) {
+  const __half2 k1032 = __half2half2(__ushort_as_half((unsigned short)0x6408));
+  const __half2 k16th = __half2half2(__ushort_as_half((unsigned short)0x2C00)); /* 1/16 */
+  const __half2 km72 = __half2half2(__ushort_as_half((unsigned short)0xD480));  /* -72 */
+  const uint32_t hi = w >> 8;
+  uint32_t e0 = (w & 0x000F000Fu) | 0x64006400u, o0 = (w & 0x00F000F0u) | 0x64006400u;
+  uint32_t e1 = (hi & 0x000F000Fu) | 0x64006400u, o1 = (hi & 0x00F000F0u) | 0x64006400u;
+  __half2 r0 = __hsub2(*(__half2 *)&e0, k1032), r1 = __hfma2(*(__half2 *)&o0, k16th, km72);
+  __half2 r2 = __hsub2(*(__half2 *)&e1, k1032), r3 = __hfma2(*(__half2 *)&o1, k16th, km72);
+  p[0] = *(uint32_t *)&r0;
+  p[1] = *(uint32_t *)&r1;
+  p[2] = *(uint32_t *)&r2;
+  p[3] = *(uint32_t *)&r3;
+}
+
 #endif
