@@ -86,7 +86,7 @@ fi
 # A standalone build of just what the CUDA tests and benchmarks need (the CUDA files, the CPU
 # backend they are checked against, base/ and quant/): other modules' work in progress in the same
 # tree cannot break it. (The full CMake build is `cmake -DCMAKE_CUDA_ARCHITECTURES=90 ...`.)
-B=build-gpu
+B=${BDIR:-build-gpu}
 mkdir -p "$B/obj"
 rm -f "$B"/obj/*.o
 NV="nvcc ${NVXTRA:-} -std=c++17 -O3 -lineinfo -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90 -Werror=all-warnings -Iinclude -Isrc"

@@ -16,9 +16,9 @@
  * The B fragment of lane (gid = token, tig) then holds x[token][32R + 2q + 16h + {0,1, 8,9}],
  * i.e. words q + 8h and q + 8h + 4 of the same run of x: no shuffles on either side.
  *
- * Work: a unit is 8/KS tiles of 16 rows; its 8 warps split each tile's groups KS ways (KS = 8 for
- * the small QKV/o/down matrices so that one wave holds the whole matrix in flight, 1-2 for the LM
- * head); every warp walks its (unit, group) steps with GEMV_U steps of weights in flight in a
+ * Work: a unit is NW/KS tiles of 16 rows; the block's NW warps split each tile's groups KS ways
+ * (8 or 16 for the small QKV/o/down matrices so that one wave holds the whole matrix in flight, 1-2
+ * for the LM head); every warp walks its (unit, group) steps with GEMV_U steps of weights in flight in a
  * register ring, the first GEMV_U issued before griddepcontrol.wait (weights do not depend on the
  * previous kernel), and the KS partial sums of a tile meet in shared memory at the unit's end. */
 #include <string.h>
@@ -84,12 +84,12 @@ __device__ __forceinline__ int gemv_row_hi(const gemv_args &a, int m, int lo) {
   return ROPE && m < 2 ? lo + a.hd / 2 : lo + 8;
 }
 
-template <typename TO, int PRO, int KS, int ROPE>
-__global__ __launch_bounds__(256, GEMV_MINB) void gemv_q4_kernel(const __grid_constant__ gemv_args a) {
-  constexpr int TPB = 8 / KS; /* tiles of 16 rows per unit */
+template <typename TO, int PRO, int KS, int ROPE, int NW>
+__global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : 1) void gemv_q4_kernel(const __grid_constant__ gemv_args a) {
+  constexpr int TPB = NW / KS, NT = NW * 32; /* tiles of 16 rows per unit, threads */
   extern __shared__ uint4 smem[];
   __shared__ float s_inv[8];
-  __shared__ float red[8][4][32]; /* per warp, C fragment element, lane */
+  __shared__ float red[NW][4][32]; /* per warp, C fragment element, lane */
   __half *xs = (__half *)smem;
   const int K = a.K, G = K / 128, n = a.n;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane / 4, tig = lane % 4;
@@ -154,20 +154,20 @@ __global__ __launch_bounds__(256, GEMV_MINB) void gemv_q4_kernel(const __grid_co
   auto xat = [&](const __half *base, int c) {
     return *(const uint4 *)(base + (int64_t)(c / (K / 8)) * a.ldx + (int64_t)(c % (K / 8)) * 8);
   };
-  if (PRO == PRO_NORM && nch <= 4 * 256) {
+  if (PRO == PRO_NORM && nch <= 4 * NT) {
     /* one read of x (up to 4 chunks per thread, kept in registers): sum of squares per token
      * (one atomic per warp when the warp's chunks are one token's), then scale and store */
     uint4 xv[4];
 #pragma unroll
     for (int k = 0; k < 4; k++) {
-      const int c = threadIdx.x + k * 256;
+      const int c = threadIdx.x + k * NT;
       if (c < nch) xv[k] = xat(a.x, c);
     }
     __syncthreads(); /* s_inv zeroed */
 #pragma unroll
     for (int k = 0; k < 4; k++) {
-      const int c = threadIdx.x + k * 256;
-      if (k * 256 >= nch) break; /* uniform */
+      const int c = threadIdx.x + k * NT;
+      if (k * NT >= nch) break; /* uniform */
       float ss = 0.0f;
       if (c < nch) {
         const __half2 *h = (const __half2 *)&xv[k];
@@ -190,7 +190,7 @@ __global__ __launch_bounds__(256, GEMV_MINB) void gemv_q4_kernel(const __grid_co
     __syncthreads();
 #pragma unroll
     for (int k = 0; k < 4; k++) {
-      const int c = threadIdx.x + k * 256;
+      const int c = threadIdx.x + k * NT;
       if (c >= nch) break;
       const float inv = s_inv[c / (K / 8)];
       const float *wn = nws + (c % (K / 8)) * 8;
@@ -272,7 +272,8 @@ __global__ __launch_bounds__(256, GEMV_MINB) void gemv_q4_kernel(const __grid_co
 #pragma unroll
         for (int c = 0; c < 4; c++) xv[c] = xp[c ^ sw];
         const uint32_t a0[4] = {A0.x, A0.y, A0.z, A0.w}, a8[4] = {A8.x, A8.y, A8.z, A8.w};
-        float c4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        /* two accumulators (h = 0, 1): two chains of 4 dependent mmas instead of one of 8 */
+        float c4[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
         for (int q = 0; q < 4; q++) {
           uint32_t p0[4], p8[4];
@@ -283,13 +284,13 @@ __global__ __launch_bounds__(256, GEMV_MINB) void gemv_q4_kernel(const __grid_co
             const uint32_t af[4] = {p0[2 * h], p8[2 * h], p0[2 * h + 1], p8[2 * h + 1]};
             const uint4 xc = xv[2 * h + (q >> 1)];
             const uint32_t bf[2] = {q & 1 ? xc.z : xc.x, q & 1 ? xc.w : xc.y};
-            mma_16816(c4, af, bf);
+            mma_16816(c4[h], af, bf);
           }
         }
-        acc[0] = fmaf(sc0, c4[0], acc[0]);
-        acc[1] = fmaf(sc0, c4[1], acc[1]);
-        acc[2] = fmaf(sc8, c4[2], acc[2]);
-        acc[3] = fmaf(sc8, c4[3], acc[3]);
+        acc[0] = fmaf(sc0, c4[0][0] + c4[1][0], acc[0]);
+        acc[1] = fmaf(sc0, c4[0][1] + c4[1][1], acc[1]);
+        acc[2] = fmaf(sc8, c4[0][2] + c4[1][2], acc[2]);
+        acc[3] = fmaf(sc8, c4[0][3] + c4[1][3], acc[3]);
       }
       if (++j < S) continue;
       /* unit done: the KS partial tiles meet in shared memory, one thread per (tile, row, token) */
@@ -363,10 +364,18 @@ static int smem_attr(struct hb_ctx *ctx, KERN kern) {
   return CU_OK(ctx, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          (int)(ctx->smem_optin - fa.sharedSizeBytes)));
 }
+/* the launch shapes: (warps per block, warps per tile) */
+#define GEMV_CONFIGS(X) X(8, 1) X(8, 2) X(8, 4) X(8, 8) X(16, 16)
+static const int g_gemv_cfg[][2] = {{8, 1}, {8, 2}, {8, 4}, {8, 8}, {16, 16}};
+#define GEMV_NCFG 5
+
 template <typename TO, int PRO, int ROPE>
 static int gemv_attr1(struct hb_ctx *ctx) {
-  return smem_attr(ctx, gemv_q4_kernel<TO, PRO, 1, ROPE>) | smem_attr(ctx, gemv_q4_kernel<TO, PRO, 2, ROPE>) |
-         smem_attr(ctx, gemv_q4_kernel<TO, PRO, 4, ROPE>) | smem_attr(ctx, gemv_q4_kernel<TO, PRO, 8, ROPE>);
+  int bad = 0;
+#define GEMV_ATTR(NW, KS) bad |= smem_attr(ctx, gemv_q4_kernel<TO, PRO, KS, ROPE, NW>);
+  GEMV_CONFIGS(GEMV_ATTR)
+#undef GEMV_ATTR
+  return bad;
 }
 int cu_gemv_init(struct hb_ctx *ctx) {
   return gemv_attr1<__half, PRO_PLAIN, 0>(ctx) | gemv_attr1<__half, PRO_NORM, 0>(ctx) |
@@ -375,26 +384,29 @@ int cu_gemv_init(struct hb_ctx *ctx) {
          gemv_attr1<__half, PRO_NORM, 1>(ctx);
 }
 
-/* KS (warps per 16-row tile): the one whose units fill the resident slots most evenly, counting the
- * padded steps of groups that do not divide by KS; among near-equals the smallest (fewest
- * shared-memory reductions per weight byte) */
-static int gemv_pick_ks(int tiles, int G, int slots, int *units_out) {
-  static const int cand[4] = {1, 2, 4, 8};
-  double eff[4], best = 0.0;
-  for (int i = 0; i < 4; i++) {
-    const int ks = cand[i], units = (tiles + 8 / ks - 1) / (8 / ks), rounds = (units + slots - 1) / slots;
-    const int S = (G + ks - 1) / ks;
-    eff[i] = (double)units / ((double)rounds * slots) * (double)G / ((double)S * ks) *
-             (double)tiles / ((double)units * (8 / ks));
+/* the launch shape whose units fill the resident slots most evenly, counting the padded steps of
+ * groups that do not divide by KS; among near-equals the first listed (8-warp blocks, fewest
+ * shared-memory reductions per weight byte). 16-warp blocks (one per SM at <= 128 registers) give
+ * matrices of few tiles (down_proj: 128 tiles of 86 groups) twice the warps in flight. */
+static int gemv_pick(int tiles, int G, int n_sm, int per_sm8, int *units_out) {
+  double eff[GEMV_NCFG], best = 0.0;
+  int units[GEMV_NCFG];
+  for (int i = 0; i < GEMV_NCFG; i++) {
+    const int nw = g_gemv_cfg[i][0], ks = g_gemv_cfg[i][1], tpb = nw / ks;
+    const int slots = n_sm * (nw == 8 ? per_sm8 : 1);
+    units[i] = (tiles + tpb - 1) / tpb;
+    const int rounds = (units[i] + slots - 1) / slots, S = (G + ks - 1) / ks;
+    eff[i] = (double)units[i] / ((double)rounds * slots) * (double)G / ((double)S * ks) *
+             (double)tiles / ((double)units[i] * tpb);
     if (eff[i] > best) best = eff[i];
   }
-  for (int i = 0; i < 4; i++)
+  for (int i = 0; i < GEMV_NCFG; i++)
     if (eff[i] >= best * 0.97) {
-      *units_out = (tiles + 8 / cand[i] - 1) / (8 / cand[i]);
-      return cand[i];
+      *units_out = units[i];
+      return i;
     }
-  *units_out = tiles;
-  return 8;
+  *units_out = units[GEMV_NCFG - 1];
+  return GEMV_NCFG - 1;
 }
 
 /* programmatic stream serialization: the kernel may start (and stream its first weights) while the
@@ -405,13 +417,14 @@ static void gemv_launch_t(struct hb_ctx *ctx, gemv_args &a) {
   /* 228 KB of shared memory per SM, ~5 KB static + reserve per block */
   int per_sm = (int)(228 * 1024 / (sm + 6 * 1024));
   per_sm = per_sm < 1 ? 1 : (per_sm > GEMV_MINB ? GEMV_MINB : per_sm);
-  const int slots = ctx->n_sm * per_sm, tiles = (a.rows_total + 15) / 16;
+  const int tiles = (a.rows_total + 15) / 16;
   int units = tiles;
-  const int ks = gemv_pick_ks(tiles, a.K / 128, slots, &units);
+  const int ci = gemv_pick(tiles, a.K / 128, ctx->n_sm, per_sm, &units);
+  const int nw = g_gemv_cfg[ci][0], slots = ctx->n_sm * (nw == 8 ? per_sm : 1);
   a.n_units = units;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3((unsigned)(units < slots ? units : slots));
-  cfg.blockDim = dim3(256);
+  cfg.blockDim = dim3((unsigned)(nw * 32));
   cfg.dynamicSmemBytes = sm;
   cfg.stream = ctx->stream;
   cudaLaunchAttribute at[1];
@@ -420,11 +433,12 @@ static void gemv_launch_t(struct hb_ctx *ctx, gemv_args &a) {
   cfg.attrs = at;
   cfg.numAttrs = 1;
   cudaError_t e = cudaSuccess;
-  switch (ks) {
-  case 1: e = cudaLaunchKernelEx(&cfg, gemv_q4_kernel<TO, PRO, 1, ROPE>, a); break;
-  case 2: e = cudaLaunchKernelEx(&cfg, gemv_q4_kernel<TO, PRO, 2, ROPE>, a); break;
-  case 4: e = cudaLaunchKernelEx(&cfg, gemv_q4_kernel<TO, PRO, 4, ROPE>, a); break;
-  default: e = cudaLaunchKernelEx(&cfg, gemv_q4_kernel<TO, PRO, 8, ROPE>, a); break;
+  switch (ci) {
+  case 0: e = cudaLaunchKernelEx(&cfg, gemv_q4_kernel<TO, PRO, 1, ROPE, 8>, a); break;
+  case 1: e = cudaLaunchKernelEx(&cfg, gemv_q4_kernel<TO, PRO, 2, ROPE, 8>, a); break;
+  case 2: e = cudaLaunchKernelEx(&cfg, gemv_q4_kernel<TO, PRO, 4, ROPE, 8>, a); break;
+  case 3: e = cudaLaunchKernelEx(&cfg, gemv_q4_kernel<TO, PRO, 8, ROPE, 8>, a); break;
+  default: e = cudaLaunchKernelEx(&cfg, gemv_q4_kernel<TO, PRO, 16, ROPE, 16>, a); break;
   }
   if (!cu_ok_(ctx, e, "cudaLaunchKernelEx(gemv_q4)", __FILE__, __LINE__)) CU_LAUNCHED(ctx, "gemv_q4");
 }
