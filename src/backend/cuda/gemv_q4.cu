@@ -387,12 +387,19 @@ int cu_gemv_init(struct hb_ctx *ctx) {
 /* the launch shape whose units fill the resident slots most evenly, counting the padded steps of
  * groups that do not divide by KS; among near-equals the first listed (8-warp blocks, fewest
  * shared-memory reductions per weight byte). 16-warp blocks (one per SM at <= 128 registers) give
- * matrices of few tiles (down_proj: 128 tiles of 86 groups) twice the warps in flight. */
+ * matrices of few tiles and long rows (down_proj: 128 tiles of 86 groups) twice the warps in flight. */
 static int gemv_pick(int tiles, int G, int n_sm, int per_sm8, int *units_out) {
   double eff[GEMV_NCFG], best = 0.0;
   int units[GEMV_NCFG];
   for (int i = 0; i < GEMV_NCFG; i++) {
     const int nw = g_gemv_cfg[i][0], ks = g_gemv_cfg[i][1], tpb = nw / ks;
+    /* 16-warp blocks only for one round of long rows: with fewer than 2 steps per warp between two
+     * block-wide reductions (gate/up at K = 2048: one step) they ran 1.45x slower (round 5, call 6) */
+    if (nw == 16 && (tiles > n_sm || G < 2 * ks)) {
+      eff[i] = 0.0;
+      units[i] = tiles;
+      continue;
+    }
     const int slots = n_sm * (nw == 8 ? per_sm8 : 1);
     units[i] = (tiles + tpb - 1) / tpb;
     const int rounds = (units[i] + slots - 1) / slots, S = (G + ks - 1) / ks;
