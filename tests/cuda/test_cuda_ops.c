@@ -654,6 +654,28 @@ TEST_GROUP(fused) {
     check_silu_matmul(4864, 896, 520, 1, mg);             /* 0.5B down + residual: 7 x 5 tiles, split-K 8 (last: 6) */
     check_silu_matmul(1536, 256, 100, 0, mg);             /* no residual */
   }
+  /* two weights (gate/up-like) for 3 decode rows, a norm with a weight offset (Gemma's 1 + w) */
+  {
+    const int n = 3, K = 1024, R = 1024;
+    struct pair x, nw, xn, w[2], o[2];
+    pair_rand(&x, HB_F32, n, K, 2.0f);
+    weight_pair(&nw, HB_F32, 1, K, 0.5f);
+    pair_alloc(&xn, HB_F32, n, K);
+    for (int i = 0; i < 2; i++) {
+      weight_pair(&w[i], HB_Q4, R, K, 0.5f);
+      pair_alloc(&o[i], HB_F32, n, R);
+      pair_poison(&o[i]);
+    }
+    C->rmsnorm(cc, &xn.c, &x.c, &nw.c, 1e-6f, 1.0f);
+    for (int i = 0; i < 2; i++) C->matmul(cc, &o[i].c, &xn.c, &w[i].c, NULL, n);
+    struct hb_tensor *og[2] = {&o[0].g, &o[1].g};
+    const struct hb_tensor *wg[2] = {&w[0].g, &w[1].g};
+    hb_cuda_norm_matmul(gc, &x.g, &nw.g, 1e-6f, 1.0f, 2, og, wg, NULL, n, 0);
+    cmp(&o[0], n, "norm_matmul n_mm=2 off=1 n=3 out 0", 1.5e-2);
+    cmp(&o[1], n, "norm_matmul n_mm=2 off=1 n=3 out 1", 1.5e-2);
+    pair_free(&x); pair_free(&nw); pair_free(&xn);
+    for (int i = 0; i < 2; i++) { pair_free(&w[i]); pair_free(&o[i]); }
+  }
   /* rope + kv_write in one launch, checked through attention over the written cache */
   {
     int bs = 16, max_blocks = 64, n_heads = 16, n_kv = 2, hd = 128;
@@ -685,16 +707,23 @@ TEST_GROUP(fused) {
   }
   /* norm + QKV + rope + cache write in one launch (decode rows of several sequences), checked
    * against the CPU op sequence through q and through attention over the written cache */
-  for (int shape = 0; shape < 2; shape++) {
-    const int bs = 16, max_blocks = 32, n_heads = shape ? 14 : 16, n_kv = 2, hd = shape ? 64 : 128;
-    const int d = shape ? 896 : 2048, n = shape ? 5 : 1;
-    int ctx[5] = {70, 0, 300, 15, 16}, one[5] = {1, 1, 1, 1, 1}, zero[5] = {0};
-    if (!shape) ctx[0] = 200;
+  static const struct { int n_heads, n_kv, hd, d, ns, ctx[5], nt[5]; } shp[] = {
+      {16, 2, 128, 2048, 1, {200}, {1}},
+      {14, 2, 64, 896, 5, {70, 0, 300, 15, 16}, {1, 1, 1, 1, 1}},
+      {8, 2, 64, 512, 2, {20, 40}, {3, 1}}, /* several new tokens of one sequence (a short prompt) */
+      {4, 2, 256, 1024, 2, {5, 0}, {2, 2}},
+      {8, 4, 32, 256, 1, {10}, {4}},
+  };
+  for (size_t si = 0; si < sizeof shp / sizeof shp[0]; si++) {
+    const int bs = 16, max_blocks = 32, n_heads = shp[si].n_heads, n_kv = shp[si].n_kv, hd = shp[si].hd;
+    const int d = shp[si].d, ns = shp[si].ns;
+    int ctx[5], newt[5], zero[5] = {0}, n = 0;
+    for (int i = 0; i < 5; i++) { ctx[i] = shp[si].ctx[i]; newt[i] = shp[si].nt[i]; n += i < ns ? newt[i] : 0; }
     struct kvpair kv;
-    kv_alloc(&kv, n * max_blocks, bs, n_kv, hd);
+    kv_alloc(&kv, ns * max_blocks, bs, n_kv, hd);
     struct tb pre, st;
-    make_batch(&pre, n, zero, ctx, bs, max_blocks);
-    make_batch(&st, n, ctx, one, bs, max_blocks);
+    make_batch(&pre, ns, zero, ctx, bs, max_blocks);
+    make_batch(&st, ns, ctx, newt, bs, max_blocks);
     memcpy(st.bt, pre.bt, sizeof st.bt);
     if (pre.b.n_tokens) { /* earlier context in the cache */
       struct pair k0, v0;
@@ -732,12 +761,12 @@ TEST_GROUP(fused) {
     const struct hb_tensor *wg[3] = {&w[0].g, &w[1].g, &w[2].g}, *bg[3] = {&bi[0].g, &bi[1].g, &bi[2].g};
     CHECK(hb_cuda_norm_qkv_rope_kv(gc, &x.g, &nw.g, 1e-6f, wg, bg, &q.g, &kv.g, &st.b, n_heads, 1000000.0f, n) == 0);
     char what[96];
-    snprintf(what, sizeof what, "norm_qkv_rope_kv: q (n=%d, hd %d)", n, hd);
+    snprintf(what, sizeof what, "norm_qkv_rope_kv: q (n=%d of %d seqs, hd %d)", n, ns, hd);
     cmp(&q, n, what, 1.5e-2);
     struct hb_attn_params ap = {n_heads, n_kv, hd, 1.0f / sqrtf((float)hd), 0, 0.0f};
     C->attention(cc, &o.c, &q.c, &kv.c, &st.b, &ap);
     G->attention(gc, &o.g, &q.g, &kv.g, &st.b, &ap);
-    snprintf(what, sizeof what, "norm_qkv_rope_kv: attention over the cache (n=%d, hd %d)", n, hd);
+    snprintf(what, sizeof what, "norm_qkv_rope_kv: attention over the cache (n=%d of %d seqs, hd %d)", n, ns, hd);
     cmp(&o, n, what, 1.5e-2);
     /* not covered (n over 8): declines without touching anything */
     CHECK(hb_cuda_norm_qkv_rope_kv(gc, &x.g, &nw.g, 1e-6f, wg, bg, &q.g, &kv.g, &st.b, n_heads, 1000000.0f, 9) == 1);

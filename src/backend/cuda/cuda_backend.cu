@@ -313,6 +313,9 @@ static int grow_i32(struct hb_ctx *c, int32_t **p, int64_t *cap, int64_t need) {
   return rc;
 }
 
+/* Positions, sequence ids and block tables reach the device only here, by stream-ordered copies
+ * before the step's kernels: kernels launched with programmatic dependent launch (decode attention)
+ * read them before griddepcontrol.wait. A kernel that ever writes them would break that. */
 static int cuda_batch_upload(struct hb_ctx *c, struct hb_batch *b, struct hearth_err *err) {
   if (c->status) return report(c, err);
   if (c->capturing) return cu_err_set(err, HEARTH_ERR_ARG, "cuda: batch_upload inside a graph capture");

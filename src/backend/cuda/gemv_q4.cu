@@ -456,7 +456,9 @@ static int gemv_fill(struct hb_ctx *ctx, gemv_args &a, int pro, const struct hb_
                      const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, int n, int add) {
   if (ctx->exact || n < 1 || n > 8 || n_mm < 1 || n_mm > 3 || x->dtype != HB_F16 || x->cols % 8) return 1;
   if (ws[0]->cols % 128 || ws[0]->cols > GEMV_KMAX) return 1;
-  if (gemv_smem(n, ws[0]->cols, pro) + 8 * 1024 > ctx->smem_optin) return 1;
+  /* beside x: the 16-warp kernel's static reduction buffer (8,224 bytes), plus slack */
+  if (gemv_smem(n, ws[0]->cols, pro) + 9 * 1024 > ctx->smem_optin) return 1;
+  if (x->rows < n) return 1;
   if (x2 && (x2->dtype != HB_F16 || x2->cols != x->cols)) return 1;
   memset(&a, 0, sizeof a);
   a.x = (const __half *)x->data;
@@ -475,7 +477,8 @@ static int gemv_fill(struct hb_ctx *ctx, gemv_args &a, int pro, const struct hb_
   for (int i = 0; i < n_mm; i++) {
     const struct hb_tensor *w = ws[i];
     if (w->dtype != HB_Q4 || w->cols != a.K || outs[i]->dtype != odt || outs[i]->cols != w->rows ||
-        (i < n_mm - 1 && w->rows % 16) || (biases && biases[i] && biases[i]->dtype != HB_F32))
+        (i < n_mm - 1 && w->rows % 16) || outs[i]->rows < n ||
+        (biases && biases[i] && (biases[i]->dtype != HB_F32 || biases[i]->rows * biases[i]->cols != w->rows)))
       return 1;
     a.row0[i] = r;
     r += (int)w->rows;
