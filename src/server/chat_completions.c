@@ -7,9 +7,9 @@
  *
  * n > 1: n independent choices (engine requests) of the same prompt, streamed interleaved, each
  * chunk naming its choice's index. response_format: "text", or "json_object", which OpenAI accepts
- * only when a message mentions JSON (checked the same way, 400 otherwise); hearth does not
- * constrain decoding, so json_object is an instruction to the model through the prompt and the
- * output is not guaranteed to parse. "json_schema" is refused with 400.
+ * only when a message mentions JSON (checked the same way, 400 otherwise); decoding is then
+ * constrained to a JSON object (json_mask.h): the answer parses unless it is cut by max_tokens
+ * (finish_reason "length"). "json_schema" is refused with 400.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -394,6 +394,7 @@ enum MHD_Result ep_chat_completions(struct http_req *r) {
                            "'response_format' of type 'json_object'");
     return http_reply_verr(r, &e);
   }
+  if (json_mode) c->o.json = m->jv;
   char *prompt_text = NULL;
   struct hearth_err err = {0};
   int rc = textio_render_chat(m->tio, norm, tools, kwargs, &prompt_text, &err);

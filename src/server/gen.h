@@ -39,6 +39,7 @@ struct gen_opts {
   int n_bias;
   int32_t bias_id[300];
   float bias[300];
+  const struct jvocab *json;    /* chat response_format json_object: constrain the output */
 };
 
 /* Reads the fields both endpoints share. chat: max_completion_tokens|max_tokens (default:

@@ -11,6 +11,7 @@
 #include "base/err.h"
 #include "server/engine.h"
 #include "server/http.h"
+#include "server/json_mask.h"
 #include "server/srv.h"
 #include "server/textio.h"
 
@@ -38,6 +39,7 @@ struct srv_model *srv_find_model(struct srv *s, const char *name) {
 
 static void model_close(struct srv_model *m) {
   engine_free(m->engine);
+  jvocab_free(m->jv);
   if (m->embed_session) {
     hearth_session_free(m->embed_session);
     pthread_mutex_destroy(&m->embed_lock);
@@ -71,7 +73,8 @@ static int model_open(const struct server_options *o, const struct server_model_
   } else if (!rc) {
     struct engine_params ep = {.n_slots = o->n_slots, .n_ctx = m->n_ctx, .max_queue = o->max_queue,
                                .prefill_chunk = o->prefill_chunk};
-    rc = engine_new(m->model, &ep, &m->engine, err);
+    rc = jvocab_new(textio_tok(m->tio), &m->jv, err);
+    if (!rc) rc = engine_new(m->model, &ep, &m->engine, err);
   }
   if (rc) {
     err_prefix(err, "model %s", mo->path);

@@ -12,6 +12,7 @@
 #include "server/server.h"
 
 struct engine;
+struct jvocab;
 struct textio;
 
 struct srv_model {
@@ -21,6 +22,7 @@ struct srv_model {
   const struct hearth_model_info *info;
   struct textio *tio;        /* tokenizer + chat template + output parser */
   struct engine *engine;     /* generative models: the batching engine; NULL for embedding models */
+  struct jvocab *jv;         /* generative models: the vocabulary as bytes, for json_object decoding */
   /* embedding models: one session, one forward pass at a time */
   struct hearth_session *embed_session;
   pthread_mutex_t embed_lock;

@@ -166,3 +166,16 @@ int tok_stream_flush(struct tok_stream *s, const char **text, size_t *len, struc
   *len = rc ? 0 : s->out.n;
   return rc;
 }
+
+int tok_token_bytes(const struct tok *t, int32_t id, const char **p, size_t *len, char *byte) {
+  if (id < 0 || id >= t->n_vocab || t->len[id] == UINT32_MAX || t->special[id]) return -1;
+  if (!t->dec_bytelevel && t->byte_val[id] >= 0) {
+    *byte = (char)t->byte_val[id];
+    *p = byte;
+    *len = 1;
+    return 0;
+  }
+  *p = t->dblob + t->doff[id];
+  *len = t->dlen[id];
+  return 0;
+}

@@ -59,6 +59,11 @@ int tok_vocab_size(const struct tok *t);  /* largest id + 1 */
 /* The token's string as written in tokenizer.json (byte-level tokens are in the GPT-2 mapped
  * alphabet, e.g. "Ġthe"); NULL for an id without a token. */
 const char *tok_token_text(const struct tok *t, int32_t id, size_t *len);
+/* The bytes id adds to decoded text on its own: byte-level tokens their raw bytes (possibly part
+ * of a UTF-8 character), pieces their decoded string, a byte-fallback token <0xXX> its one byte
+ * (written to *byte, *p pointing at it). Returns 0, or -1 for special tokens and ids without a
+ * token (they decode to no plain text). */
+int tok_token_bytes(const struct tok *t, int32_t id, const char **p, size_t *len, char *byte);
 /* The id of a token string (vocab or added token), or -1. */
 int32_t tok_find_token(const struct tok *t, const char *s, size_t len);
 int tok_is_special(const struct tok *t, int32_t id); /* a special added token */

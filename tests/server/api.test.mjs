@@ -229,7 +229,10 @@ describe('response_format', () => {
   test('json_object is accepted when a message mentions JSON; json_schema is refused', async () => {
     const messages = [{ role: 'user', content: 'Reply with a JSON object.' }];
     const r = await client.chat.completions.create(greedy({ messages, response_format: { type: 'json_object' } }));
-    assert.equal(r.choices[0].finish_reason, 'length');
+    const c0 = r.choices[0].message.content;
+    assert.match(c0, /^\s*\{/, 'a json_object answer opens an object');
+    if (r.choices[0].finish_reason === 'stop') assert.equal(typeof JSON.parse(c0), 'object');
+    else assert.equal(r.choices[0].finish_reason, 'length');
     await assert.rejects(client.chat.completions.create(greedy({ response_format: { type: 'json_object' } })),
       (e) => e.status === 400 && e.param === 'messages' && /json/i.test(e.message));
     await assert.rejects(client.chat.completions.create(greedy({ messages,
@@ -237,6 +240,42 @@ describe('response_format', () => {
     (e) => e.status === 400 && e.param === 'response_format' && /not supported/.test(e.message));
     const t = await client.chat.completions.create(greedy({ response_format: { type: 'text' } }));
     assert.equal(t.choices[0].message.content, (await client.chat.completions.create(greedy())).choices[0].message.content);
+  });
+});
+
+describe('response_format json_object decoding', () => {
+  // Qwen's byte-level vocabulary: '{' is id 90, '}' id 92. The bias makes '{' then '}' the greedy
+  // choices wherever the JSON constraint allows them: the answer must be exactly "{}", ended by
+  // the closed object (finish_reason stop, although ignore_eos is set and max_tokens is larger).
+  const messages = [{ role: 'user', content: 'Reply in JSON.' }];
+  const steer = { messages, response_format: { type: 'json_object' }, logit_bias: { 90: 100, 92: 90 }, max_tokens: 30 };
+  test('the constraint ends the answer when its object closes, plain and streamed', async () => {
+    const r = await client.chat.completions.create(greedy(steer));
+    assert.equal(r.choices[0].message.content, '{}');
+    assert.equal(r.choices[0].finish_reason, 'stop');
+    assert.equal(r.usage.completion_tokens, 2);
+    let text = '', finish = null;
+    for await (const ch of await client.chat.completions.create(greedy({ ...steer, stream: true }))) {
+      for (const c of ch.choices) { text += c.delta?.content ?? ''; finish = c.finish_reason ?? finish; }
+    }
+    assert.equal(text, '{}');
+    assert.equal(finish, 'stop');
+  });
+  test('a bias toward tokens JSON forbids cannot break the object', async () => {
+    // ']' (id 60) and the end-of-text token strongly favoured: neither may ever appear first
+    const r = await client.chat.completions.create(greedy({ messages, response_format: { type: 'json_object' },
+      logit_bias: { 60: 100, 151643: 100 }, max_tokens: 24 }));
+    const c = r.choices[0].message.content;
+    assert.match(c, /^\s*\{/);
+    if (r.choices[0].finish_reason === 'stop') assert.equal(typeof JSON.parse(c), 'object');
+  });
+  test('sampled choices (n = 3) are each a JSON-object prefix', async () => {
+    const r = await client.chat.completions.create({ model: CHAT, messages, response_format: { type: 'json_object' },
+      n: 3, temperature: 1.0, seed: 7, max_tokens: 40 });
+    for (const ch of r.choices) {
+      assert.match(ch.message.content, /^\s*\{/);
+      if (ch.finish_reason === 'stop') assert.equal(typeof JSON.parse(ch.message.content), 'object');
+    }
   });
 });
 

@@ -1,0 +1,345 @@
+/* server/json_mask.c — the JSON-object recognizer and the per-step vocabulary mask. */
+#include "server/json_mask.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+#include "tok/tokenizer.h"
+
+enum {
+  M_START,     /* before the top-level '{' */
+  M_VALUE,     /* a value must come (after ':' or ',' in an array) */
+  M_ARR_FIRST, /* after '[': a value or ']' */
+  M_OBJ_FIRST, /* after '{': a key or '}' */
+  M_OBJ_KEY,   /* after ',' in an object: a key */
+  M_COLON,     /* after a key */
+  M_AFTER,     /* after a value: ',' or the container's closer */
+  M_STR,       /* inside a string */
+  M_ESC,       /* after a backslash */
+  M_HEX,       /* in \uXXXX: aux digits left */
+  M_UTF8,      /* inside a multi-byte character: aux continuation bytes left, aux2 = range of the next */
+  M_N_MINUS,   /* number: after '-' */
+  M_N_ZERO,    /* a leading 0 */
+  M_N_INT,     /* integer digits */
+  M_N_DOT,     /* after '.' */
+  M_N_FRAC,    /* fraction digits */
+  M_N_E,       /* after e/E */
+  M_N_ESIGN,   /* after the exponent's sign */
+  M_N_EXP,     /* exponent digits */
+  M_LIT,       /* true/false/null: aux = which, aux2 = bytes matched */
+  M_DONE,      /* the top-level object is closed */
+};
+
+static const char *const LITS[3] = {"true", "false", "null"};
+
+/* first continuation byte ranges after a lead byte (UTF-8, RFC 3629) */
+enum { R_ANY, R_A0BF, R_809F, R_90BF, R_808F };
+
+void jfsm_init(struct jfsm *s) { memset(s, 0, sizeof *s); s->mode = M_START; }
+int jfsm_done(const struct jfsm *s) { return s->mode == M_DONE; }
+
+static int is_ws(unsigned char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+static int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
+static int is_hex(unsigned char c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+
+/* a value ended: back to the container (or done at the top) */
+static void value_done(struct jfsm *s) { s->mode = s->depth ? M_AFTER : M_DONE; }
+
+static int open_container(struct jfsm *s, int array) {
+  if (s->depth >= JFSM_MAX_DEPTH) return 0;
+  if (array) s->arr |= 1ull << s->depth;
+  else s->arr &= ~(1ull << s->depth);
+  s->depth++;
+  s->mode = array ? M_ARR_FIRST : M_OBJ_FIRST;
+  return 1;
+}
+
+static int close_container(struct jfsm *s, int array) {
+  if (!s->depth || (int)((s->arr >> (s->depth - 1)) & 1) != array) return 0;
+  s->depth--;
+  value_done(s);
+  return 1;
+}
+
+/* the first byte of a value */
+static int start_value(struct jfsm *s, unsigned char c) {
+  switch (c) {
+  case '{': return open_container(s, 0);
+  case '[': return open_container(s, 1);
+  case '"': s->mode = M_STR; s->key = 0; return 1;
+  case '-': s->mode = M_N_MINUS; return 1;
+  case '0': s->mode = M_N_ZERO; return 1;
+  case 't': s->mode = M_LIT; s->aux = 0; s->aux2 = 1; return 1;
+  case 'f': s->mode = M_LIT; s->aux = 1; s->aux2 = 1; return 1;
+  case 'n': s->mode = M_LIT; s->aux = 2; s->aux2 = 1; return 1;
+  default:
+    if (c >= '1' && c <= '9') { s->mode = M_N_INT; return 1; }
+    return 0;
+  }
+}
+
+/* the state after a value, given the next byte (also where a number's end lands) */
+static int after_value(struct jfsm *s, unsigned char c) {
+  if (c == ',') {
+    s->mode = (s->arr >> (s->depth - 1)) & 1 ? M_VALUE : M_OBJ_KEY;
+    return 1;
+  }
+  if (c == '}') return close_container(s, 0);
+  if (c == ']') return close_container(s, 1);
+  return 0;
+}
+
+static int step(struct jfsm *s, unsigned char c) {
+  if (is_ws(c)) {
+    switch (s->mode) {
+    case M_START: case M_VALUE: case M_ARR_FIRST: case M_OBJ_FIRST: case M_OBJ_KEY: case M_COLON: case M_AFTER:
+      if (s->ws >= JFSM_MAX_WS) return 0;
+      s->ws++;
+      return 1;
+    case M_N_ZERO: case M_N_INT: case M_N_FRAC: case M_N_EXP: /* ends the number */
+      if (s->ws >= JFSM_MAX_WS) return 0;
+      s->mode = M_AFTER;
+      s->ws++;
+      return 1;
+    default: break; /* inside a string: handled below; elsewhere refused */
+    }
+    if (s->mode != M_STR) return 0;
+  } else if (s->mode != M_STR) {
+    s->ws = 0;
+  }
+  switch (s->mode) {
+  case M_START: return c == '{' ? open_container(s, 0) : 0;
+  case M_VALUE: return start_value(s, c);
+  case M_ARR_FIRST: return c == ']' ? close_container(s, 1) : start_value(s, c);
+  case M_OBJ_FIRST:
+    if (c == '}') return close_container(s, 0);
+    /* fall through */
+  case M_OBJ_KEY:
+    if (c != '"') return 0;
+    s->mode = M_STR;
+    s->key = 1;
+    return 1;
+  case M_COLON:
+    if (c != ':') return 0;
+    s->mode = M_VALUE;
+    return 1;
+  case M_AFTER: return after_value(s, c);
+  case M_STR:
+    if (c == '"') {
+      if (s->key) s->mode = M_COLON;
+      else value_done(s);
+      return 1;
+    }
+    if (c == '\\') { s->mode = M_ESC; return 1; }
+    if (c < 0x20) return 0;
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) { s->mode = M_UTF8; s->aux = 1; s->aux2 = R_ANY; return 1; }
+    if (c == 0xE0) { s->mode = M_UTF8; s->aux = 2; s->aux2 = R_A0BF; return 1; }
+    if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) { s->mode = M_UTF8; s->aux = 2; s->aux2 = R_ANY; return 1; }
+    if (c == 0xED) { s->mode = M_UTF8; s->aux = 2; s->aux2 = R_809F; return 1; }
+    if (c == 0xF0) { s->mode = M_UTF8; s->aux = 3; s->aux2 = R_90BF; return 1; }
+    if (c >= 0xF1 && c <= 0xF3) { s->mode = M_UTF8; s->aux = 3; s->aux2 = R_ANY; return 1; }
+    if (c == 0xF4) { s->mode = M_UTF8; s->aux = 3; s->aux2 = R_808F; return 1; }
+    return 0;
+  case M_UTF8: {
+    unsigned lo = 0x80, hi = 0xBF;
+    if (s->aux2 == R_A0BF) lo = 0xA0;
+    else if (s->aux2 == R_809F) hi = 0x9F;
+    else if (s->aux2 == R_90BF) lo = 0x90;
+    else if (s->aux2 == R_808F) hi = 0x8F;
+    if (c < lo || c > hi) return 0;
+    s->aux2 = R_ANY;
+    if (--s->aux == 0) s->mode = M_STR;
+    return 1;
+  }
+  case M_ESC:
+    if (c == 'u') { s->mode = M_HEX; s->aux = 4; return 1; }
+    if (!strchr("\"\\/bfnrt", c) || !c) return 0;
+    s->mode = M_STR;
+    return 1;
+  case M_HEX:
+    if (!is_hex(c)) return 0;
+    if (--s->aux == 0) s->mode = M_STR;
+    return 1;
+  case M_N_MINUS:
+    if (c == '0') { s->mode = M_N_ZERO; return 1; }
+    if (c >= '1' && c <= '9') { s->mode = M_N_INT; return 1; }
+    return 0;
+  case M_N_ZERO:
+  case M_N_INT:
+    if (s->mode == M_N_INT && is_digit(c)) return 1;
+    if (c == '.') { s->mode = M_N_DOT; return 1; }
+    if (c == 'e' || c == 'E') { s->mode = M_N_E; return 1; }
+    return after_value(s, c);
+  case M_N_DOT:
+    if (!is_digit(c)) return 0;
+    s->mode = M_N_FRAC;
+    return 1;
+  case M_N_FRAC:
+    if (is_digit(c)) return 1;
+    if (c == 'e' || c == 'E') { s->mode = M_N_E; return 1; }
+    return after_value(s, c);
+  case M_N_E:
+    if (c == '+' || c == '-') { s->mode = M_N_ESIGN; return 1; }
+    /* fall through */
+  case M_N_ESIGN:
+    if (!is_digit(c)) return 0;
+    s->mode = M_N_EXP;
+    return 1;
+  case M_N_EXP:
+    if (is_digit(c)) return 1;
+    return after_value(s, c);
+  case M_LIT: {
+    const char *lit = LITS[s->aux];
+    if ((unsigned char)lit[s->aux2] != c) return 0;
+    if (!lit[++s->aux2]) value_done(s);
+    return 1;
+  }
+  default: return 0; /* M_DONE: nothing may follow */
+  }
+}
+
+int jfsm_feed(struct jfsm *s, unsigned char c) {
+  struct jfsm t = *s;
+  if (!step(&t, c)) return 0;
+  *s = t;
+  return 1;
+}
+
+int jfsm_feed_all(struct jfsm *s, const char *p, size_t n) {
+  struct jfsm t = *s;
+  for (size_t i = 0; i < n; i++)
+    if (!step(&t, (unsigned char)p[i])) return 0;
+  *s = t;
+  return 1;
+}
+
+/* ---- the vocabulary ----------------------------------------------------------------------- */
+
+struct jtok { int32_t id; uint32_t off, len; };
+
+struct jvocab {
+  int nv;           /* ids below nv */
+  char *blob;       /* every plain-text token's bytes */
+  struct jtok *tok; /* sorted by bytes */
+  uint32_t *lcp;    /* bytes shared with the previous token in that order */
+  int n;
+  int32_t *pos;     /* [nv]: index in tok, or -1 */
+  uint32_t max_len;
+  struct jfsm *stack; /* [max_len + 1] mask scratch (used by one engine thread only) */
+  uint8_t *ok;        /* [nv] mask scratch */
+};
+
+static const char *g_sort_blob; /* qsort has no context argument in C11 */
+static int cmp_tok(const void *a, const void *b) {
+  const struct jtok *x = a, *y = b;
+  uint32_t n = x->len < y->len ? x->len : y->len;
+  int c = memcmp(g_sort_blob + x->off, g_sort_blob + y->off, n);
+  if (c) return c;
+  return x->len < y->len ? -1 : x->len > y->len;
+}
+
+int jvocab_new(const struct tok *t, struct jvocab **out, struct hearth_err *err) {
+  *out = NULL;
+  struct jvocab *v = calloc(1, sizeof *v);
+  if (!v) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
+  v->nv = tok_vocab_size(t);
+  size_t total = 0;
+  for (int32_t i = 0; i < v->nv; i++) {
+    const char *p;
+    size_t len;
+    char b;
+    if (!tok_token_bytes(t, i, &p, &len, &b) && len) total += len;
+  }
+  v->blob = malloc(total ? total : 1);
+  v->tok = malloc((size_t)v->nv * sizeof *v->tok);
+  v->lcp = malloc((size_t)v->nv * sizeof *v->lcp);
+  v->pos = malloc((size_t)v->nv * sizeof *v->pos);
+  if (!v->blob || !v->tok || !v->lcp || !v->pos) {
+    jvocab_free(v);
+    return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
+  }
+  size_t off = 0;
+  for (int32_t i = 0; i < v->nv; i++) {
+    const char *p;
+    size_t len;
+    char b;
+    v->pos[i] = -1;
+    if (tok_token_bytes(t, i, &p, &len, &b) || !len) continue;
+    memcpy(v->blob + off, p, len);
+    v->tok[v->n++] = (struct jtok){i, (uint32_t)off, (uint32_t)len};
+    off += len;
+    if (len > v->max_len) v->max_len = (uint32_t)len;
+  }
+  g_sort_blob = v->blob;
+  qsort(v->tok, (size_t)v->n, sizeof *v->tok, cmp_tok);
+  for (int i = 0; i < v->n; i++) {
+    v->pos[v->tok[i].id] = i;
+    uint32_t l = 0;
+    if (i) {
+      const struct jtok *a = &v->tok[i - 1], *b = &v->tok[i];
+      while (l < a->len && l < b->len && v->blob[a->off + l] == v->blob[b->off + l]) l++;
+    }
+    v->lcp[i] = l;
+  }
+  v->stack = malloc((size_t)(v->max_len + 1) * sizeof *v->stack);
+  v->ok = malloc((size_t)v->nv + 1);
+  if (!v->stack || !v->ok) {
+    jvocab_free(v);
+    return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
+  }
+  *out = v;
+  return 0;
+}
+
+void jvocab_free(struct jvocab *v) {
+  if (!v) return;
+  free(v->blob);
+  free(v->tok);
+  free(v->lcp);
+  free(v->pos);
+  free(v->stack);
+  free(v->ok);
+  free(v);
+}
+
+int jvocab_bytes(const struct jvocab *v, int32_t id, const char **p, size_t *len) {
+  if (id < 0 || id >= v->nv || v->pos[id] < 0) return -1;
+  const struct jtok *t = &v->tok[v->pos[id]];
+  *p = v->blob + t->off;
+  *len = t->len;
+  return 0;
+}
+
+/* Walks the sorted tokens keeping the recognizer's state after each prefix length of the current
+ * token (stack[d]); a token sharing l bytes with the previous one restarts at min(l, the depth the
+ * previous one got to), so each step costs the bytes not shared — the trie's size, not the sum of
+ * the token lengths. */
+int jvocab_mask(const struct jvocab *v, const struct jfsm *s, float *logits, int nv) {
+  uint8_t *ok = v->ok;
+  memset(ok, 0, (size_t)v->nv);
+  struct jfsm *st = v->stack;
+  st[0] = *s;
+  uint32_t good = 0; /* stack[0..good] are valid for the previous token's bytes */
+  int left = 0;
+  for (int i = 0; i < v->n; i++) {
+    const struct jtok *t = &v->tok[i];
+    uint32_t d = v->lcp[i] < good ? v->lcp[i] : good;
+    const unsigned char *b = (const unsigned char *)v->blob + t->off;
+    while (d < t->len) {
+      st[d + 1] = st[d];
+      if (!step(&st[d + 1], b[d])) break;
+      d++;
+    }
+    good = d;
+    if (d == t->len && t->id < nv) {
+      ok[t->id] = 1;
+      left++;
+    }
+  }
+  for (int i = 0; i < nv; i++)
+    if (i >= v->nv || !ok[i]) logits[i] = -INFINITY;
+  return left;
+}

@@ -1,0 +1,51 @@
+/* server/json_mask.h — response_format json_object as a decoding constraint.
+ *
+ * A byte-level JSON recognizer (jfsm: RFC 8259 with an object at the top level, UTF-8 checked
+ * inside strings, at most JFSM_MAX_WS whitespace bytes in a row, nesting up to 64) and the
+ * vocabulary as byte strings sorted for prefix sharing (jvocab). Each decoding step, jvocab_mask
+ * leaves only the tokens whose bytes keep the output a prefix of a JSON object: the engine samples
+ * from what remains and stops the sequence when the object is complete. Special tokens (and so the
+ * end-of-sequence token) are never allowed: a json_object answer ends by closing its object, or
+ * at max_tokens.
+ */
+#ifndef HEARTH_SERVER_JSON_MASK_H
+#define HEARTH_SERVER_JSON_MASK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hearth.h"
+
+#define JFSM_MAX_WS 32
+#define JFSM_MAX_DEPTH 64
+
+struct jfsm {
+  uint64_t arr;    /* bit d: container at depth d is an array (else an object) */
+  uint8_t depth;   /* open containers */
+  uint8_t mode;    /* enum in json_mask.c */
+  uint8_t aux;     /* literal index / \u digits left / UTF-8 continuation bytes left */
+  uint8_t aux2;    /* literal position / first continuation byte's range */
+  uint8_t key;     /* the open string is an object key */
+  uint8_t ws;      /* whitespace bytes in a row */
+};
+
+void jfsm_init(struct jfsm *s);
+/* Feeds one byte; returns 1 when the text stays a JSON-object prefix, 0 (s unchanged) when not. */
+int jfsm_feed(struct jfsm *s, unsigned char c);
+/* Feeds n bytes; 1 if all were accepted (s advanced), 0 if one was refused (s unchanged). */
+int jfsm_feed_all(struct jfsm *s, const char *p, size_t n);
+/* 1 when the top-level object has been closed. */
+int jfsm_done(const struct jfsm *s);
+
+struct tok;
+struct jvocab;
+/* The vocabulary's plain-text tokens (specials left out). */
+int jvocab_new(const struct tok *t, struct jvocab **out, struct hearth_err *err);
+void jvocab_free(struct jvocab *v);
+/* The bytes of token id, or -1 when it is not a plain-text token. */
+int jvocab_bytes(const struct jvocab *v, int32_t id, const char **p, size_t *len);
+/* logits[i] = -inf for every token i < nv that the state cannot take next; returns the number of
+ * tokens left (0: nothing can follow — the caller ends the sequence). */
+int jvocab_mask(const struct jvocab *v, const struct jfsm *s, float *logits, int nv);
+
+#endif
