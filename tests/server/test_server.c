@@ -208,6 +208,28 @@ TEST_GROUP(json_mask) {
   free(lg);
   jvocab_free(v);
   tok_free(t);
+  /* a SentencePiece-style vocabulary (Gemma: "▁" pieces, <0xXX> byte fallback) */
+  tok_dir(dir, sizeof dir, "gemma3");
+  if (tok_load_dir(dir, &t, &err)) {
+    fprintf(stderr, "json_mask: %s (scripts/fetch-tokenizers.sh)\n", err.msg);
+    test_failures++;
+    return;
+  }
+  CHECK(jvocab_new(t, &v, &err) == 0);
+  if (v) {
+    const int gv = tok_vocab_size(t);
+    float *g = calloc((size_t)gv, sizeof *g);
+    jfsm_init(&s);
+    CHECK(jfsm_feed_all(&s, "{\"a\":\"", 6));
+    CHECK(jvocab_mask(v, &s, g, gv) > 1000);
+    int32_t eos = tok_find_token(t, "<eos>", 5), b41 = tok_find_token(t, "<0x41>", 6), nl = tok_find_token(t, "<0x0A>", 6);
+    CHECK(eos >= 0 && isinf(g[eos]));
+    CHECK(b41 >= 0 && g[b41] == 0.0f); /* 'A' by byte fallback, inside a string */
+    CHECK(nl >= 0 && isinf(g[nl]));    /* a raw newline inside a string is not JSON */
+    free(g);
+    jvocab_free(v);
+  }
+  tok_free(t);
 }
 
 TEST_MAIN(T(scrub), T(json_fsm), T(json_mask))
