@@ -2,8 +2,8 @@
  *
  * Request → validated messages (text parts joined into strings; images refused) → chat template
  * → tokens → engine. Output text goes through the chat output parser (tool calls, reasoning)
- * before it reaches the client. tool_choice "none" hides the tools from the template; any other
- * value offers them (hearth does not force a call).
+ * before it reaches the client. tool_choice "none" hides the tools from the template; "auto" offers
+ * them; "required" or a named function forces one call (check_tool_choice).
  *
  * n > 1: n independent choices (engine requests) of the same prompt, streamed interleaved, each
  * chunk naming its choice's index. response_format: "text", or "json_object", which OpenAI accepts
@@ -19,8 +19,11 @@
 #include "base/err.h"
 #include "server/errors.h"
 #include "server/gen.h"
+#include "server/json_mask.h"
 #include "server/routes.h"
 #include "server/sse.h"
+#include "server/srv.h"
+#include "server/textio.h"
 
 static const char *const ROLES[] = {"system", "developer", "user", "assistant", "tool", NULL};
 
@@ -116,6 +119,43 @@ static int check_tools(json_t *tools, struct verr *e) {
     if (params && !json_is_object(params))
       return v_fail(e, "tools", "'tools[%zu].function.parameters' must be an object", i);
   }
+  return 0;
+}
+
+/* tool_choice "required" or {"type":"function","function":{"name":N}} with tools offered: decoding is
+ * forced into one tool call (json_mask.h) when the template speaks Qwen's <tool_call> syntax, so the
+ * answer is a call of one of the tools (of N). A named function must be among the tools (400).
+ * Other templates keep the call optional. Names must be OpenAI's [A-Za-z0-9_-] (dots allowed). */
+static int check_tool_choice(json_t *tc, json_t *tools, struct srv_model *m, struct gen_opts *o, struct verr *e) {
+  const char *want = NULL;
+  if (json_is_object(tc)) {
+    json_t *fn = json_object_get(tc, "function");
+    const char *type = json_string_value(json_object_get(tc, "type"));
+    want = json_string_value(json_object_get(fn, "name"));
+    if (!type || strcmp(type, "function") || !want)
+      return v_fail(e, "tool_choice", "'tool_choice' must be {\"type\":\"function\",\"function\":{\"name\":...}}");
+  } else if (!json_is_string(tc) || strcmp(json_string_value(tc), "required")) {
+    return 0;
+  }
+  if (!tools) return v_fail(e, "tool_choice", "'tool_choice' %s needs 'tools'", want ? "names a function: it" : "\"required\"");
+  size_t i;
+  json_t *t;
+  int found = 0, n = 0;
+  json_array_foreach(tools, i, t) {
+    const char *name = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
+    if (want && !strcmp(name, want)) found = 1;
+    if (n < 64) o->tool_names[n] = name;
+    n++;
+  }
+  if (want && !found) return v_fail(e, "tool_choice", "'tool_choice' names '%s', which is not among the tools", want);
+  if (!textio_qwen_tool_calls(m->tio) || (!want && n > 64)) return 0; /* not forced: see above */
+  if (want) { o->tool_names[0] = want; n = 1; }
+  struct jprog *probe = jprog_tool_call(o->tool_names, n);
+  if (!probe) return v_fail(e, "tools", "function names must be letters, digits, '_', '-' or '.'");
+  jprog_free(probe);
+  o->n_tool_names = n;
+  o->constrain = 2;
+  o->jv = m->jv;
   return 0;
 }
 
@@ -377,8 +417,17 @@ enum MHD_Result ep_chat_completions(struct http_req *r) {
     v_fail(&e, "tool_choice", "'tool_choice' must be a string or an object");
     return http_reply_verr(r, &e);
   }
+  if (tool_choice && strcmp(tool_choice, "none") && strcmp(tool_choice, "auto") && strcmp(tool_choice, "required")) {
+    free(c);
+    v_fail(&e, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or a function");
+    return http_reply_verr(r, &e);
+  }
   if (tools && (!json_array_size(tools) || (tool_choice && !strcmp(tool_choice, "none"))))
     tools = NULL;
+  if (check_tool_choice(tc, tools, m, &c->o, &e)) {
+    free(c);
+    return http_reply_verr(r, &e);
+  }
   json_t *msgs = json_object_get(r->json, "messages");
   if (msgs && !json_is_array(msgs)) {
     free(c);
@@ -394,7 +443,10 @@ enum MHD_Result ep_chat_completions(struct http_req *r) {
                            "'response_format' of type 'json_object'");
     return http_reply_verr(r, &e);
   }
-  if (json_mode) c->o.json = m->jv;
+  if (json_mode && !c->o.constrain) { /* a forced tool call takes precedence over content format */
+    c->o.constrain = 1;
+    c->o.jv = m->jv;
+  }
   char *prompt_text = NULL;
   struct hearth_err err = {0};
   int rc = textio_render_chat(m->tio, norm, tools, kwargs, &prompt_text, &err);

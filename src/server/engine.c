@@ -38,6 +38,7 @@ void gen_req_unref(struct gen_req *q) {
   free(q->bias);
   free(q->pev);
   free(q->ev);
+  jprog_free(q->prog);
   free(q);
 }
 
@@ -121,7 +122,7 @@ struct slot {
   int32_t pending;      /* sampled, not yet evaluated */
   int32_t *hist;        /* [max n_ctx] generated tokens, for the penalties */
   int n_gen;
-  struct jfsm js;       /* json_object requests: the output so far, as a JSON prefix */
+  struct jstate js;     /* constrained requests: where the output is in its program */
   unsigned long last_used;
 };
 
@@ -246,14 +247,14 @@ static void score(const float *logits, int nv, int32_t id, int k, struct gen_eve
 static int emit(struct engine *e, struct slot *sl, const float *logits) {
   struct gen_req *q = sl->q;
   int nv = e->info->n_vocab;
-  if (q->n_bias || q->json) {
+  if (q->n_bias || q->prog) {
     memcpy(e->scratch, logits, (size_t)nv * sizeof *logits);
     for (int i = 0; i < q->n_bias; i++) e->scratch[q->bias_id[i]] += q->bias[i];
     logits = e->scratch;
   }
-  /* json_object: only tokens that keep the output a JSON-object prefix (no end-of-sequence token:
-   * the answer ends when its object closes) */
-  if (q->json && !jvocab_mask(q->json, &sl->js, e->scratch, nv)) {
+  /* constrained (json_object, forced tool call): only tokens that keep the output a prefix of what
+   * the program allows (no end-of-sequence token: the answer ends when the program is complete) */
+  if (q->prog && !jvocab_mask(q->jv, q->prog, &sl->js, e->scratch, nv)) {
     slot_release(e, sl, GEN_FIN_LENGTH, NULL); /* nothing can follow: cannot happen before done */
     return 0;
   }
@@ -265,11 +266,11 @@ static int emit(struct engine *e, struct slot *sl, const float *logits) {
   if (!q->ignore_eos)
     for (int i = 0; i < e->info->n_eos; i++)
       if (ev.id == e->info->eos_ids[i]) fin = GEN_FIN_EOS;
-  if (q->json) {
+  if (q->prog) {
     const char *p;
     size_t len;
-    if (jvocab_bytes(q->json, ev.id, &p, &len) == 0) jfsm_feed_all(&sl->js, p, len);
-    if (jfsm_done(&sl->js)) fin = GEN_FIN_EOS; /* the object is closed: a natural stop */
+    if (jvocab_bytes(q->jv, ev.id, &p, &len) == 0) jstate_feed_all(q->prog, &sl->js, p, len);
+    if (jstate_done(q->prog, &sl->js)) fin = GEN_FIN_EOS; /* the object / call is closed: a natural stop */
   }
   if (fin == GEN_RUNNING &&
       (sl->n_gen >= q->max_tokens || hearth_session_n_tokens(sl->s) + 1 > e->p.n_ctx))
@@ -313,7 +314,7 @@ static void admit(struct engine *e) {
     sl->prepared = 0;
     q->n_cached = 0;
     sl->n_gen = 0;
-    jfsm_init(&sl->js);
+    if (q->prog) jstate_init(q->prog, &sl->js);
     struct hearth_err err;
     if (hearth_sampler_new(&q->sampling, e->info->n_vocab, &sl->smp, &err))
       slot_release(e, sl, GEN_FIN_ERROR, err.msg);

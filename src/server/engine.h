@@ -58,8 +58,9 @@ struct gen_req {
   int n_bias;                    /* logit_bias entries */
   int32_t *bias_id;              /* owned */
   float *bias;                   /* owned */
-  const struct jvocab *json;     /* response_format json_object: the vocabulary the output is
-                                    constrained with (json_mask.h), not owned; NULL = free text */
+  const struct jvocab *jv;       /* constrained decoding (json_mask.h): the vocabulary as bytes, not
+                                    owned; with prog */
+  struct jprog *prog;            /* owned (jprog_free); NULL = free text */
   struct gen_event *pev;         /* owned; NULL or [n_prompt]: prompt-token logprobs. pev[i] scores
                                     prompt[i] given prompt[0..i) (i >= 1; pev[0] is unused), with
                                     top_logprobs alternatives. Written by the engine before it

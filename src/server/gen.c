@@ -118,7 +118,14 @@ static struct gen_req *make_req(const struct gen_prompt *p, int j, const struct 
   q->max_tokens = o->max_tokens >= 0 ? o->max_tokens : n_ctx;
   q->ignore_eos = o->ignore_eos;
   q->top_logprobs = o->logprobs ? o->top_logprobs : -1;
-  q->json = o->json;
+  if (o->constrain) {
+    q->jv = o->jv;
+    q->prog = o->constrain == 1 ? (struct jprog *)jprog_json_object() : jprog_tool_call(o->tool_names, o->n_tool_names);
+    if (!q->prog) {
+      gen_req_unref(q);
+      return NULL;
+    }
+  }
   if (o->echo && o->logprobs) q->pev = calloc((size_t)p->n, sizeof *q->pev);
   if (o->n_bias) {
     q->bias_id = malloc((size_t)o->n_bias * sizeof *q->bias_id);

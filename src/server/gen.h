@@ -39,7 +39,12 @@ struct gen_opts {
   int n_bias;
   int32_t bias_id[300];
   float bias[300];
-  const struct jvocab *json;    /* chat response_format json_object: constrain the output */
+  /* constrained decoding (chat): 1 = response_format json_object, 2 = a forced tool call naming
+   * one of tool_names (pointing into the request JSON) */
+  int constrain;
+  const struct jvocab *jv;
+  const char *tool_names[64];
+  int n_tool_names;
 };
 
 /* Reads the fields both endpoints share. chat: max_completion_tokens|max_tokens (default:

@@ -216,6 +216,108 @@ int jfsm_feed_all(struct jfsm *s, const char *p, size_t n) {
   return 1;
 }
 
+/* ---- programs ----------------------------------------------------------------------------- */
+
+static const struct jprog g_json_object = {.n_seg = 1, .seg = {{JSEG_OBJECT, NULL, 0}}};
+const struct jprog *jprog_json_object(void) { return &g_json_object; }
+
+struct jprog *jprog_tool_call(const char *const *names, int n) {
+  static const char open[] = "<tool_call>\n{\"name\": \"", mid[] = "\", \"arguments\": ", close[] = "}\n</tool_call>";
+  if (n < 1 || n > JPROG_MAX_NAMES) return NULL;
+  size_t total = 0;
+  for (int i = 0; i < n; i++) {
+    size_t l = strlen(names[i]);
+    if (!l) return NULL;
+    for (size_t k = 0; k < l; k++) {
+      char c = names[i][k];
+      if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+            c == '.'))
+        return NULL;
+    }
+    total += l + 1;
+  }
+  struct jprog *p = calloc(1, sizeof *p);
+  char *own = p ? malloc(total) : NULL;
+  if (!own) { free(p); return NULL; }
+  p->own = own;
+  for (int i = 0; i < n; i++) {
+    size_t l = strlen(names[i]);
+    memcpy(own, names[i], l + 1);
+    p->names[i] = own;
+    p->name_len[i] = l;
+    own += l + 1;
+  }
+  p->n_names = n;
+  p->n_seg = 5;
+  p->seg[0] = (struct jseg){JSEG_LIT, open, sizeof open - 1};
+  p->seg[1] = (struct jseg){JSEG_NAME, NULL, 0};
+  p->seg[2] = (struct jseg){JSEG_LIT, mid, sizeof mid - 1};
+  p->seg[3] = (struct jseg){JSEG_OBJECT, NULL, 0};
+  p->seg[4] = (struct jseg){JSEG_LIT, close, sizeof close - 1};
+  return p;
+}
+
+void jprog_free(struct jprog *p) {
+  if (!p || p == &g_json_object) return;
+  free(p->own);
+  free(p);
+}
+
+static void enter(const struct jprog *p, struct jstate *s, int seg) {
+  s->seg = (uint8_t)seg;
+  s->pos = 0;
+  s->names = p->n_names >= 64 ? ~0ull : (1ull << p->n_names) - 1;
+  jfsm_init(&s->j);
+}
+
+void jstate_init(const struct jprog *p, struct jstate *s) {
+  memset(s, 0, sizeof *s);
+  enter(p, s, 0);
+}
+
+int jstate_done(const struct jprog *p, const struct jstate *s) { return s->seg >= p->n_seg; }
+
+static int pstep(const struct jprog *p, struct jstate *s, unsigned char c) {
+  for (;;) {
+    if (s->seg >= p->n_seg) return 0;
+    const struct jseg *g = &p->seg[s->seg];
+    if (g->kind == JSEG_LIT) {
+      if ((unsigned char)g->lit[s->pos] != c) return 0;
+      if (++s->pos == g->n) enter(p, s, s->seg + 1);
+      return 1;
+    }
+    if (g->kind == JSEG_OBJECT) {
+      if (!step(&s->j, c)) return 0;
+      if (jfsm_done(&s->j)) enter(p, s, s->seg + 1);
+      return 1;
+    }
+    /* JSEG_NAME */
+    uint64_t keep = 0;
+    int ends = 0;
+    for (int i = 0; i < p->n_names; i++) {
+      if (!((s->names >> i) & 1)) continue;
+      if (p->name_len[i] == s->pos) ends = 1;
+      else if ((unsigned char)p->names[i][s->pos] == c) keep |= 1ull << i;
+    }
+    if (c == '"' && ends && s->pos) { /* a whole name: the quote belongs to the next segment */
+      enter(p, s, s->seg + 1);
+      continue;
+    }
+    if (!keep) return 0;
+    s->names = keep;
+    s->pos++;
+    return 1;
+  }
+}
+
+int jstate_feed_all(const struct jprog *p, struct jstate *s, const char *bytes, size_t n) {
+  struct jstate t = *s;
+  for (size_t i = 0; i < n; i++)
+    if (!pstep(p, &t, (unsigned char)bytes[i])) return 0;
+  *s = t;
+  return 1;
+}
+
 /* ---- the vocabulary ----------------------------------------------------------------------- */
 
 struct jtok { int32_t id; uint32_t off, len; };
@@ -228,7 +330,7 @@ struct jvocab {
   int n;
   int32_t *pos;     /* [nv]: index in tok, or -1 */
   uint32_t max_len;
-  struct jfsm *stack; /* [max_len + 1] mask scratch (used by one engine thread only) */
+  struct jstate *stack; /* [max_len + 1] mask scratch (used by one engine thread only) */
   uint8_t *ok;        /* [nv] mask scratch */
 };
 
@@ -317,10 +419,10 @@ int jvocab_bytes(const struct jvocab *v, int32_t id, const char **p, size_t *len
  * token (stack[d]); a token sharing l bytes with the previous one restarts at min(l, the depth the
  * previous one got to), so each step costs the bytes not shared — the trie's size, not the sum of
  * the token lengths. */
-int jvocab_mask(const struct jvocab *v, const struct jfsm *s, float *logits, int nv) {
+int jvocab_mask(const struct jvocab *v, const struct jprog *p, const struct jstate *s, float *logits, int nv) {
   uint8_t *ok = v->ok;
   memset(ok, 0, (size_t)v->nv);
-  struct jfsm *st = v->stack;
+  struct jstate *st = v->stack;
   st[0] = *s;
   uint32_t good = 0; /* stack[0..good] are valid for the previous token's bytes */
   int left = 0;
@@ -330,7 +432,7 @@ int jvocab_mask(const struct jvocab *v, const struct jfsm *s, float *logits, int
     const unsigned char *b = (const unsigned char *)v->blob + t->off;
     while (d < t->len) {
       st[d + 1] = st[d];
-      if (!step(&st[d + 1], b[d])) break;
+      if (!pstep(p, &st[d + 1], b[d])) break;
       d++;
     }
     good = d;

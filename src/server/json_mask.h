@@ -1,4 +1,4 @@
-/* server/json_mask.h — response_format json_object as a decoding constraint.
+/* server/json_mask.h — constrained decoding: response_format json_object and forced tool calls.
  *
  * A byte-level JSON recognizer (jfsm: RFC 8259 with an object at the top level, UTF-8 checked
  * inside strings, at most JFSM_MAX_WS whitespace bytes in a row, nesting up to 64) and the
@@ -37,6 +37,40 @@ int jfsm_feed_all(struct jfsm *s, const char *p, size_t n);
 /* 1 when the top-level object has been closed. */
 int jfsm_done(const struct jfsm *s);
 
+/* ---- output programs: what a constrained answer must be, as a sequence of segments ------------
+ * JSEG_LIT: exactly these bytes; JSEG_NAME: one of the program's names (the segment ends where the
+ * next byte is a '"' that completes a name); JSEG_OBJECT: one JSON object (leading whitespace
+ * allowed). The answer is complete when the last segment is. json_object is one JSEG_OBJECT; a
+ * forced Qwen tool call is <tool_call>\n{"name": "NAME", "arguments": OBJECT}\n</tool_call>. */
+enum { JSEG_LIT, JSEG_NAME, JSEG_OBJECT };
+#define JPROG_MAX_SEG 5
+#define JPROG_MAX_NAMES 64
+struct jseg { int kind; const char *lit; size_t n; };
+struct jprog {
+  int n_seg;
+  struct jseg seg[JPROG_MAX_SEG];
+  int n_names;
+  const char *names[JPROG_MAX_NAMES];
+  size_t name_len[JPROG_MAX_NAMES];
+  char *own; /* storage of the literals and names (jprog_free) */
+};
+struct jstate {
+  struct jfsm j;   /* the open JSEG_OBJECT */
+  uint64_t names;  /* JSEG_NAME: names still matching */
+  uint16_t pos;    /* JSEG_LIT / JSEG_NAME: bytes matched */
+  uint8_t seg;     /* current segment; n_seg = complete */
+};
+/* The json_object program (static). */
+const struct jprog *jprog_json_object(void);
+/* A forced Qwen-style tool call naming one of names[0..n) (1..JPROG_MAX_NAMES, each [A-Za-z0-9_.-]+);
+ * NULL on OOM or a name outside that alphabet. */
+struct jprog *jprog_tool_call(const char *const *names, int n);
+void jprog_free(struct jprog *p);
+void jstate_init(const struct jprog *p, struct jstate *s);
+/* 1 if all n bytes were accepted (s advanced), 0 if one was refused (s unchanged). */
+int jstate_feed_all(const struct jprog *p, struct jstate *s, const char *bytes, size_t n);
+int jstate_done(const struct jprog *p, const struct jstate *s);
+
 struct tok;
 struct jvocab;
 /* The vocabulary's plain-text tokens (specials left out). */
@@ -46,6 +80,6 @@ void jvocab_free(struct jvocab *v);
 int jvocab_bytes(const struct jvocab *v, int32_t id, const char **p, size_t *len);
 /* logits[i] = -inf for every token i < nv that the state cannot take next; returns the number of
  * tokens left (0: nothing can follow — the caller ends the sequence). */
-int jvocab_mask(const struct jvocab *v, const struct jfsm *s, float *logits, int nv);
+int jvocab_mask(const struct jvocab *v, const struct jprog *p, const struct jstate *s, float *logits, int nv);
 
 #endif

@@ -57,6 +57,15 @@ void textio_free(struct textio *t) {
 
 const struct tok *textio_tok(const struct textio *t) { return t->tok; }
 
+int textio_qwen_tool_calls(const struct textio *t) {
+#ifdef TEXTIO_HAVE_TEMPLATE
+  return t->tmpl && chat_template_format(t->tmpl) == CHAT_FORMAT_QWEN;
+#else
+  (void)t;
+  return 0;
+#endif
+}
+
 int textio_has_template(const struct textio *t) {
 #ifdef TEXTIO_HAVE_TEMPLATE
   return t->tmpl != NULL;

@@ -23,6 +23,9 @@ int textio_load(const char *dir, struct textio **out, struct hearth_err *err);
 void textio_free(struct textio *t);
 const struct tok *textio_tok(const struct textio *t);
 int textio_has_template(const struct textio *t);
+/* 1 when the chat template teaches Qwen's tool-call syntax (<tool_call>{json}</tool_call>): the
+ * format a forced tool call (tool_choice "required" or named) is decoded in */
+int textio_qwen_tool_calls(const struct textio *t);
 
 /* Text → ids (*ids malloc'd). add_special: the tokenizer's post-processor (BOS/EOS), as HF does
  * for plain prompts; special tokens written in the text are parsed as specials. */

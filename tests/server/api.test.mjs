@@ -279,6 +279,48 @@ describe('response_format json_object decoding', () => {
   });
 });
 
+describe('tool_choice forcing a call (Qwen <tool_call> syntax)', () => {
+  const tools = [
+    { type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } } },
+    { type: 'function', function: { name: 'get_time', parameters: { type: 'object', properties: {} } } },
+  ];
+  // '{' (90) and '}' (92) favoured: the arguments object closes at once, so the call completes
+  const bias = { 90: 100, 92: 90 };
+  test('"required": the answer is one call of an offered tool', async () => {
+    const r = await client.chat.completions.create(greedy({ tools, tool_choice: 'required', logit_bias: bias, max_tokens: 60 }));
+    const m = r.choices[0].message;
+    assert.equal(r.choices[0].finish_reason, 'tool_calls');
+    assert.equal(m.tool_calls.length, 1);
+    assert.ok(['get_weather', 'get_time'].includes(m.tool_calls[0].function.name));
+    assert.deepEqual(JSON.parse(m.tool_calls[0].function.arguments), {});
+  });
+  test('a named function is the one called, plain and streamed', async () => {
+    const tool_choice = { type: 'function', function: { name: 'get_time' } };
+    const r = await client.chat.completions.create(greedy({ tools, tool_choice, logit_bias: bias, max_tokens: 60 }));
+    assert.equal(r.choices[0].finish_reason, 'tool_calls');
+    assert.equal(r.choices[0].message.tool_calls[0].function.name, 'get_time');
+    let name = '', finish = null;
+    for await (const ch of await client.chat.completions.create(greedy({ tools, tool_choice, logit_bias: bias, max_tokens: 60, stream: true }))) {
+      for (const c of ch.choices) {
+        for (const tc of c.delta?.tool_calls ?? []) name += tc.function?.name ?? '';
+        finish = c.finish_reason ?? finish;
+      }
+    }
+    assert.equal(name, 'get_time');
+    assert.equal(finish, 'tool_calls');
+  });
+  test('bad tool_choice values are 400s naming tool_choice', async () => {
+    const bad = [
+      { tools, tool_choice: { type: 'function', function: { name: 'nope' } } },
+      { tool_choice: 'required' },
+      { tools, tool_choice: 'sometimes' },
+      { tools, tool_choice: { type: 'function' } },
+    ];
+    for (const b of bad)
+      await assert.rejects(client.chat.completions.create(greedy(b)), (e) => e.status === 400 && e.param === 'tool_choice');
+  });
+});
+
 describe('completions', () => {
   const base = { model: CHAT, prompt: 'The quick brown fox', temperature: 0, max_tokens: 10, ignore_eos: true };
   test('plain and streamed agree; usage counts tokens', async () => {

@@ -5,7 +5,7 @@
  *          documents and of refused texts, every prefix of every accepted document, and random
  *          byte strings checked against jansson (complete ⇔ jansson parses it as an object).
  *   json_mask: on the real Qwen vocabulary, the per-step mask equals feeding each token alone, and
- *          a walk that always takes a random allowed token stays a JSON prefix. */
+ *          walks that take random allowed tokens end as a JSON object / a well-formed tool call. */
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
@@ -127,6 +127,59 @@ static int tok_dir(char *buf, size_t n, const char *name) {
   return 0;
 }
 
+/* A walk that takes a random allowed token each step (the mask checked against feeding every token
+ * alone on the first steps); after `steer` steps it prefers the closers in `closers` when allowed.
+ * Returns the bytes produced (NUL-terminated, in out) and whether the program completed. */
+static int walk(const struct tok *t, const struct jvocab *v, const struct jprog *pg, int steps, int steer,
+                const char *const *closers, int n_closers, char *out, size_t cap, uint64_t seed) {
+  const int nv = tok_vocab_size(t) + 64; /* the model's vocabulary may be larger than the tokenizer's */
+  float *lg = malloc((size_t)nv * sizeof *lg);
+  struct jstate s;
+  jstate_init(pg, &s);
+  uint64_t r = seed;
+  size_t n_out = 0;
+  for (int stepi = 0; stepi < steps && !jstate_done(pg, &s); stepi++) {
+    for (int i = 0; i < nv; i++) lg[i] = 0.0f;
+    int left = jvocab_mask(v, pg, &s, lg, nv);
+    CHECK(left > 0);
+    /* the mask equals each token fed alone (every id for the first 25 steps, then every 11th) */
+    int mism = 0, counted = 0, every = stepi < 25 ? 1 : 11;
+    for (int i = 0; i < nv; i += every) {
+      const char *p;
+      size_t len;
+      int allowed = 0;
+      if (jvocab_bytes(v, i, &p, &len) == 0) {
+        struct jstate c = s;
+        allowed = jstate_feed_all(pg, &c, p, len);
+      }
+      counted += allowed;
+      if (allowed != (lg[i] == 0.0f)) mism++;
+    }
+    CHECKF(mism == 0 && (every > 1 || counted == left), "step %d: %d mismatches, %d allowed vs %d left", stepi,
+           mism, counted, left);
+    int pick = -1, k = 0;
+    r ^= r << 13; r ^= r >> 7; r ^= r << 17;
+    for (int i = 0, want = left > 0 ? (int)(r % (uint64_t)left) : -1; i < nv && pick < 0; i++)
+      if (lg[i] == 0.0f && k++ == want) pick = i; /* the want-th allowed token */
+    if (stepi >= steer)
+      for (int k = 0; k < n_closers; k++) {
+        int32_t id = tok_find_token(t, closers[k], strlen(closers[k]));
+        if (id >= 0 && lg[id] == 0.0f) { pick = id; break; }
+      }
+    CHECK(pick >= 0);
+    if (pick < 0) break;
+    const char *p;
+    size_t len;
+    CHECK(jvocab_bytes(v, pick, &p, &len) == 0);
+    CHECK(jstate_feed_all(pg, &s, p, len));
+    if (n_out + len < cap) { memcpy(out + n_out, p, len); n_out += len; }
+    if (test_failures) break;
+  }
+  out[n_out < cap ? n_out : cap - 1] = 0;
+  free(lg);
+  return jstate_done(pg, &s);
+}
+
 TEST_GROUP(json_mask) {
   char dir[512];
   tok_dir(dir, sizeof dir, "qwen3");
@@ -140,67 +193,46 @@ TEST_GROUP(json_mask) {
   struct jvocab *v = NULL;
   CHECK(jvocab_new(t, &v, &err) == 0);
   if (!v) { tok_free(t); return; }
-  const int nv = tok_vocab_size(t) + 64; /* the model's vocabulary may be larger than the tokenizer's */
-  float *lg = malloc((size_t)nv * sizeof *lg);
-  struct jfsm s;
-  jfsm_init(&s);
-  uint64_t r = 99;
-  char out[4096];
-  size_t n_out = 0;
-  for (int stepi = 0; stepi < 300 && !jfsm_done(&s); stepi++) {
-    for (int i = 0; i < nv; i++) lg[i] = 0.0f;
-    int left = jvocab_mask(v, &s, lg, nv);
-    CHECK(left > 0);
-    /* the mask equals each token fed alone (every id for the first 25 steps, then every 11th) */
-    int mism = 0, counted = 0, every = stepi < 25 ? 1 : 11;
-    for (int i = 0; i < nv; i += every) {
-      const char *p;
-      size_t len;
-      int allowed = 0;
-      if (jvocab_bytes(v, i, &p, &len) == 0) {
-        struct jfsm c = s;
-        allowed = jfsm_feed_all(&c, p, len);
-      }
-      counted += allowed;
-      if (allowed != (lg[i] == 0.0f)) mism++;
-    }
-    CHECKF(mism == 0 && (every > 1 || counted == left), "step %d: %d mismatches, %d allowed vs %d left", stepi,
-           mism, counted, left);
-    /* take a random allowed token, preferring short ones near the end so the walk closes */
-    int pick = -1;
-    for (int tries = 0; tries < 100000 && pick < 0; tries++) {
-      r ^= r << 13; r ^= r >> 7; r ^= r << 17;
-      int i = (int)(r % (uint64_t)nv);
-      if (lg[i] == 0.0f) pick = i;
-    }
-    if (stepi > 150) { /* steer toward closing: a closer if allowed */
-      int32_t c1 = tok_find_token(t, "}", 1), c2 = tok_find_token(t, "]", 1), c3 = tok_find_token(t, "\"", 1);
-      if (c3 >= 0 && lg[c3] == 0.0f) pick = c3;
-      else if (c2 >= 0 && lg[c2] == 0.0f) pick = c2;
-      else if (c1 >= 0 && lg[c1] == 0.0f) pick = c1;
-    }
-    CHECK(pick >= 0);
-    if (pick < 0) break;
-    const char *p;
-    size_t len;
-    CHECK(jvocab_bytes(v, pick, &p, &len) == 0);
-    CHECK(jfsm_feed_all(&s, p, len));
-    if (n_out + len < sizeof out) { memcpy(out + n_out, p, len); n_out += len; }
-    if (test_failures) break;
-  }
-  printf("  json_mask: random walk %s after %zu bytes: %.*s\n", jfsm_done(&s) ? "closed" : "open", n_out,
-         (int)(n_out < 160 ? n_out : 160), out);
-  if (jfsm_done(&s) && n_out < sizeof out) {
+  /* json_object: a random walk that closes parses as an object */
+  static char out[8192];
+  static const char *const closers[] = {"\"", "]", "}"};
+  int closed = walk(t, v, jprog_json_object(), 300, 150, closers, 3, out, sizeof out, 99);
+  printf("  json_object walk %s after %zu bytes: %.120s\n", closed ? "closed" : "open", strlen(out), out);
+  if (closed) {
     json_error_t je;
-    json_t *j = json_loadb(out, n_out, 0, &je);
-    CHECKF(j && json_is_object(j), "walk output does not parse: %.*s", (int)n_out, out);
+    json_t *j = json_loadb(out, strlen(out), 0, &je);
+    CHECKF(j && json_is_object(j), "walk output does not parse: %s", out);
     json_decref(j);
   }
+  /* a forced tool call: <tool_call>\n{"name": one of the names, "arguments": {...}}\n</tool_call> */
+  static const char *const names[] = {"get_weather", "get", "lookup_user"};
+  struct jprog *tc = jprog_tool_call(names, 3);
+  CHECK(tc != NULL);
+  for (uint64_t seed = 1; tc && seed <= 3; seed++) {
+    closed = walk(t, v, tc, 300, 40, closers, 3, out, sizeof out, seed * 7919);
+    printf("  tool-call walk %s after %zu bytes: %.160s\n", closed ? "closed" : "open", strlen(out), out);
+    CHECK(closed);
+    const char *pre = "<tool_call>\n{\"name\": \"", *post = "}\n</tool_call>";
+    size_t n = strlen(out);
+    CHECKF(!strncmp(out, pre, strlen(pre)) && n > strlen(post) && !strcmp(out + n - strlen(post), post),
+           "tool-call shape: %s", out);
+    json_error_t je;
+    json_t *j = n > strlen(post) ? json_loadb(out + 12, n - 12 - 13, 0, &je) : NULL; /* between the tags */
+    const char *nm = json_string_value(json_object_get(j, "name"));
+    CHECKF(j && nm && (!strcmp(nm, "get_weather") || !strcmp(nm, "get") || !strcmp(nm, "lookup_user")) &&
+               json_is_object(json_object_get(j, "arguments")), "tool call body: %s", out);
+    json_decref(j);
+  }
+  jprog_free(tc);
+  static const char *const bad_names[] = {"ok", "no spaces"};
+  CHECK(jprog_tool_call(bad_names, 2) == NULL);
   /* special tokens are never allowed (the end-of-text token among them) */
+  const int nv = tok_vocab_size(t) + 64;
+  float *lg = calloc((size_t)nv, sizeof *lg);
+  struct jstate s;
+  jstate_init(jprog_json_object(), &s);
+  jvocab_mask(v, jprog_json_object(), &s, lg, nv);
   int32_t eot = tok_find_token(t, "<|endoftext|>", 13);
-  for (int i = 0; i < nv; i++) lg[i] = 0.0f;
-  jfsm_init(&s);
-  jvocab_mask(v, &s, lg, nv);
   CHECK(eot >= 0 && isinf(lg[eot]));
   CHECK(isinf(lg[nv - 1])); /* past the tokenizer's vocabulary */
   int32_t brace = tok_find_token(t, "{", 1);
@@ -219,9 +251,9 @@ TEST_GROUP(json_mask) {
   if (v) {
     const int gv = tok_vocab_size(t);
     float *g = calloc((size_t)gv, sizeof *g);
-    jfsm_init(&s);
-    CHECK(jfsm_feed_all(&s, "{\"a\":\"", 6));
-    CHECK(jvocab_mask(v, &s, g, gv) > 1000);
+    jstate_init(jprog_json_object(), &s);
+    CHECK(jstate_feed_all(jprog_json_object(), &s, "{\"a\":\"", 6));
+    CHECK(jvocab_mask(v, jprog_json_object(), &s, g, gv) > 1000);
     int32_t eos = tok_find_token(t, "<eos>", 5), b41 = tok_find_token(t, "<0x41>", 6), nl = tok_find_token(t, "<0x0A>", 6);
     CHECK(eos >= 0 && isinf(g[eos]));
     CHECK(b41 >= 0 && g[b41] == 0.0f); /* 'A' by byte fallback, inside a string */
