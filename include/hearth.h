@@ -140,6 +140,11 @@ int hearth_session_n_reused(const struct hearth_session *s);
 /* Appends tokens and evaluates them (= sync to held + tokens). */
 int hearth_session_append(struct hearth_session *s, const int32_t *tokens, int n,
                           struct hearth_err *err);
+/* Like hearth_session_append, and writes the logits of every appended position to
+ * logits[i * n_vocab] (i < n; position i's distribution over the token after it): prompt scoring
+ * in batched forward passes instead of one position at a time. */
+int hearth_session_append_logits(struct hearth_session *s, const int32_t *tokens, int n, float *logits,
+                                 struct hearth_err *err);
 int hearth_session_n_tokens(const struct hearth_session *s);
 const int32_t *hearth_session_tokens(const struct hearth_session *s);
 /* Logits [n_vocab] f32 of the last evaluated position; NULL before the first evaluation or for

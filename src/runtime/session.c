@@ -187,8 +187,10 @@ static int run_batch(struct hearth_model *m, struct hb_batch *b, enum out_mode m
   return 0;
 }
 
+/* every (n == 1, OUT_LOGITS only): also write the logits of every appended position to
+ * every[i * n_vocab], a forward pass holding at most max_out of them */
 static int session_forward(struct hearth_session **ss, int n, const int32_t *const *tokens, const int *counts,
-                           enum out_mode mode, struct hearth_err *err) {
+                           enum out_mode mode, float *every, struct hearth_err *err) {
   int want_hidden = mode == OUT_HIDDEN;
   if (n <= 0) return 0;
   struct hearth_model *m = ss[0]->m;
@@ -220,27 +222,30 @@ static int session_forward(struct hearth_session **ss, int n, const int32_t *con
   int32_t *ids = m->b_ids;
   float *outbuf = m->b_outbuf;
   for (;;) {
-    int nt = 0, nseq = 0, nout = 0;
+    int nt = 0, nseq = 0, nout = 0, first = 0;
     int owner[64];
     for (int i = 0; i < n && nt < T; i++) {
       int left = counts[i] - done[i];
       if (left <= 0) continue;
       int take = left < T - nt ? left : T - nt;
+      if (every && take > m->scratch.max_out) take = m->scratch.max_out;
       struct hearth_session *s = ss[i];
       int sq = nseq++;
       memcpy(m->b_bt + (size_t)sq * MB, s->blocks, (size_t)s->n_blocks * sizeof(int32_t));
+      first = done[i];
       for (int t = 0; t < take; t++) {
         int p = s->n_tokens + t;
         ids[nt] = tokens[i][done[i] + t];
         s->tokens[p] = ids[nt];
         m->b_pos[nt] = p;
         m->b_seq[nt] = sq;
+        if (every) { m->b_out[nout] = nt; owner[nout] = i; nout++; }
         nt++;
       }
       done[i] += take;
       s->n_tokens += take;
       m->b_len[sq] = s->n_tokens;
-      if (done[i] == counts[i]) { m->b_out[nout] = nt - 1; owner[nout] = i; nout++; }
+      if (!every && done[i] == counts[i]) { m->b_out[nout] = nt - 1; owner[nout] = i; nout++; }
     }
     if (nt == 0) break;
     struct hb_batch b = {
@@ -250,6 +255,14 @@ static int session_forward(struct hearth_session **ss, int n, const int32_t *con
     };
     rc = run_batch(m, &b, mode, err);
     if (rc) break;
+    if (every) { /* every row: the caller's; the last one of the call: the session's logits */
+      memcpy(every + (size_t)first * outw, outbuf, (size_t)nout * outw * sizeof(float));
+      if (done[0] == counts[0]) {
+        memcpy(ss[0]->out, outbuf + (size_t)(nout - 1) * outw, (size_t)outw * sizeof(float));
+        ss[0]->has_out = 1;
+      }
+      continue;
+    }
     for (int k = 0; k < nout; k++) {
       struct hearth_session *s = ss[owner[k]];
       if (mode == OUT_GREEDY) {
@@ -270,13 +283,13 @@ static int session_forward(struct hearth_session **ss, int n, const int32_t *con
 
 int hearth_sessions_step(struct hearth_session **sessions, int n_sessions, const int32_t *const *tokens,
                          const int *n_tokens, struct hearth_err *err) {
-  return session_forward(sessions, n_sessions, tokens, n_tokens, OUT_LOGITS, err);
+  return session_forward(sessions, n_sessions, tokens, n_tokens, OUT_LOGITS, NULL, err);
 }
 
 int hearth_sessions_step_greedy(struct hearth_session **sessions, int n_sessions, const int32_t *const *tokens,
                                 const int *n_tokens, int32_t *ids, float *logprobs, struct hearth_err *err) {
   for (int i = 0; i < n_sessions; i++) sessions[i]->has_out = 0;
-  int rc = session_forward(sessions, n_sessions, tokens, n_tokens, OUT_GREEDY, err);
+  int rc = session_forward(sessions, n_sessions, tokens, n_tokens, OUT_GREEDY, NULL, err);
   if (rc) return rc;
   for (int i = 0; i < n_sessions; i++) {
     if (ids) ids[i] = sessions[i]->greedy_id;
@@ -287,7 +300,15 @@ int hearth_sessions_step_greedy(struct hearth_session **sessions, int n_sessions
 
 int hearth_session_append(struct hearth_session *s, const int32_t *tokens, int n, struct hearth_err *err) {
   if (n <= 0) return err_set(err, HEARTH_ERR_ARG, "append needs at least one token");
-  return session_forward(&s, 1, &tokens, &n, OUT_LOGITS, err);
+  return session_forward(&s, 1, &tokens, &n, OUT_LOGITS, NULL, err);
+}
+
+int hearth_session_append_logits(struct hearth_session *s, const int32_t *tokens, int n, float *logits,
+                                 struct hearth_err *err) {
+  if (n <= 0) return err_set(err, HEARTH_ERR_ARG, "append needs at least one token");
+  if (!logits) return err_set(err, HEARTH_ERR_ARG, "append_logits needs an output buffer");
+  if (s->m->cfg.is_embedding) return err_set(err, HEARTH_ERR_ARG, "an embedding model has no logits");
+  return session_forward(&s, 1, &tokens, &n, OUT_LOGITS, logits, err);
 }
 
 int hearth_session_prepare(struct hearth_session *s, const int32_t *tokens, int n, struct hearth_err *err) {
@@ -309,13 +330,13 @@ int hearth_session_sync(struct hearth_session *s, const int32_t *tokens, int n, 
   if (common < 0) return common;
   int rest = n - common;
   const int32_t *p = tokens + common;
-  return session_forward(&s, 1, &p, &rest, OUT_LOGITS, err);
+  return session_forward(&s, 1, &p, &rest, OUT_LOGITS, NULL, err);
 }
 
 int hearth_session_embed(struct hearth_session *s, const int32_t *tokens, int n, float *out, struct hearth_err *err) {
   if (n <= 0) return err_set(err, HEARTH_ERR_ARG, "embed needs at least one token");
   truncate_to(s, 0);
-  int rc = session_forward(&s, 1, &tokens, &n, OUT_HIDDEN, err);
+  int rc = session_forward(&s, 1, &tokens, &n, OUT_HIDDEN, NULL, err);
   if (rc) return rc;
   int d = s->m->cfg.hidden_size;
   double ss = 0;

@@ -132,6 +132,7 @@ struct engine {
   struct engine_params p;
   struct slot *slots;
   float *scratch;       /* [n_vocab] logits + bias */
+  float *scored;        /* [SCORED_CHUNK][n_vocab] prompt-scoring logits, allocated on first use */
   /* queue: ring of waiting requests, guarded by mu */
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -333,19 +334,35 @@ static int sync_to(struct engine *e, struct slot *sl, int target, struct hearth_
   return rc;
 }
 
-/* Prompt logprobs (echo + logprobs): the prompt is evaluated one position at a time from 0 (the
- * session API leaves only the last position's logits), at most 32 positions per engine step. */
+/* Prompt logprobs (echo + logprobs): the prompt is evaluated from position 0 (no prefix reuse: every
+ * position is scored), then in chunks of SCORED_CHUNK positions per engine step whose logits all come
+ * back from one forward pass (hearth_session_append_logits). */
+#define SCORED_CHUNK 32
 static void prefill_scored(struct engine *e, struct slot *sl) {
   struct gen_req *q = sl->q;
   if (atomic_load(&q->cancel)) { slot_release(e, sl, GEN_FIN_CANCELLED, NULL); return; }
   struct hearth_err err = {0};
-  for (int k = 0; k < 32 && sl->prefilled < q->n_prompt; k++) {
-    int target = sl->prefilled + 1;
-    if (sync_to(e, sl, target, &err)) { slot_release(e, sl, GEN_FIN_ERROR, err.msg); return; }
-    sl->prefilled = target;
-    if (target < q->n_prompt)
-      score(hearth_session_logits(sl->s), e->info->n_vocab, q->prompt[target],
-            q->top_logprobs > 0 ? q->top_logprobs : 0, &q->pev[target]);
+  const int nv = e->info->n_vocab, k = q->top_logprobs > 0 ? q->top_logprobs : 0;
+  if (sl->prefilled == 0) { /* position 0 alone: the session starts over */
+    if (sync_to(e, sl, 1, &err)) { slot_release(e, sl, GEN_FIN_ERROR, err.msg); return; }
+    sl->prefilled = 1;
+    if (q->n_prompt > 1) score(hearth_session_logits(sl->s), nv, q->prompt[1], k, &q->pev[1]);
+  } else if (sl->prefilled < q->n_prompt) {
+    if (!e->scored && !(e->scored = malloc((size_t)SCORED_CHUNK * nv * sizeof *e->scored))) {
+      slot_release(e, sl, GEN_FIN_ERROR, "out of memory");
+      return;
+    }
+    int c = q->n_prompt - sl->prefilled < SCORED_CHUNK ? q->n_prompt - sl->prefilled : SCORED_CHUNK;
+    const int32_t *p = q->prompt + sl->prefilled;
+    int rc = hearth_session_append_logits(sl->s, p, c, e->scored, &err);
+    if (rc == HEARTH_ERR_CTX_FULL && evict_idle(e) > 0)
+      rc = hearth_session_append_logits(sl->s, p, c, e->scored, &err);
+    if (rc) { slot_release(e, sl, GEN_FIN_ERROR, err.msg); return; }
+    for (int i = 0; i < c; i++) { /* position prefilled + i scores the token after it */
+      int target = sl->prefilled + i + 1;
+      if (target < q->n_prompt) score(e->scored + (size_t)i * nv, nv, q->prompt[target], k, &q->pev[target]);
+    }
+    sl->prefilled += c;
   }
   if (sl->prefilled < q->n_prompt) return;
   if (q->max_tokens == 0) slot_release(e, sl, GEN_FIN_LENGTH, NULL);
@@ -516,6 +533,7 @@ void engine_free(struct engine *e) {
   free(e->slots);
   free(e->queue);
   free(e->scratch);
+  free(e->scored);
   free(e);
 }
 

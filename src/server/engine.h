@@ -11,8 +11,8 @@
  * its slot returns to the pool.
  *
  * A request may also ask for the logprobs of its prompt tokens (completions with echo): the
- * engine then evaluates the prompt one token at a time from position 0 (no prefix reuse) and fills
- * q->pev before the first generated token is appended. max_tokens 0 ends the request right after
+ * engine then evaluates the prompt from position 0 (no prefix reuse), 32 positions per forward pass
+ * with every position's logits, and fills q->pev before the first generated token is appended. max_tokens 0 ends the request right after
  * the prompt (scoring only).
  *
  * Lifetime: a gen_req is reference counted; the submitter and the engine each hold a reference.

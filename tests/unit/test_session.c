@@ -327,4 +327,39 @@ TEST_GROUP(batch_invariance) {
   hearth_model_free(m);
 }
 
-TEST_MAIN(T(prefix_reuse), T(eviction), T(multi_session_step), T(disk_prefix_cache), T(batch_invariance))
+/* append_logits: every appended position's logits, in forward passes of up to max_out rows, equal
+ * the last-position logits of syncing each prefix on its own; the session's logits are the last
+ * position's afterwards. 150 positions: more than one pass. */
+TEST_GROUP(append_logits) {
+  struct hearth_model *m = load(1024), *ref = load(1024);
+  if (!m || !ref) { test_failures++; hearth_model_free(m); hearth_model_free(ref); return; }
+  const int V = hearth_model_info(m)->n_vocab, n = 150;
+  int32_t toks[150];
+  prompt(toks, n, 5);
+  float *all = malloc((size_t)n * V * sizeof *all), *one = malloc((size_t)V * sizeof *one);
+  struct hearth_session *s = NULL;
+  struct hearth_err err = {0};
+  CHECK(hearth_session_new(m, NULL, &s, &err) == 0);
+  CHECK(hearth_session_sync(s, toks, 10, &err) == 0);                    /* a held prefix first */
+  CHECK(hearth_session_append_logits(s, toks + 10, n - 10, all, &err) == 0);
+  CHECK(hearth_session_n_tokens(s) == n);
+  float worst = 0;
+  for (int i = 10; i < n; i += 7) {
+    reference_logits(ref, toks, i + 1, one);
+    float d = max_diff(all + (size_t)(i - 10) * V, one, V);
+    if (d > worst) worst = d;
+  }
+  reference_logits(ref, toks, n, one);
+  float dl = max_diff(all + (size_t)(n - 11) * V, one, V), ds = max_diff(hearth_session_logits(s), one, V);
+  printf("  append_logits: worst |diff| %.3g over sampled positions, last %.3g, session %.3g\n", worst, dl, ds);
+  CHECK(worst < 1e-4 && dl < 1e-4 && ds < 1e-4);
+  CHECK(hearth_session_append_logits(s, toks, 0, all, &err) != 0);
+  free(all);
+  free(one);
+  hearth_session_free(s);
+  hearth_model_free(m);
+  hearth_model_free(ref);
+}
+
+TEST_MAIN(T(prefix_reuse), T(eviction), T(multi_session_step), T(disk_prefix_cache), T(batch_invariance),
+          T(append_logits))
