@@ -150,9 +150,9 @@ static int check_tool_choice(json_t *tc, json_t *tools, struct srv_model *m, str
   if (want && !found) return v_fail(e, "tool_choice", "'tool_choice' names '%s', which is not among the tools", want);
   if (!textio_qwen_tool_calls(m->tio) || (!want && n > 64)) return 0; /* not forced: see above */
   if (want) { o->tool_names[0] = want; n = 1; }
-  struct jprog *probe = jprog_tool_call(o->tool_names, n);
-  if (!probe) return v_fail(e, "tools", "function names must be letters, digits, '_', '-' or '.'");
-  jprog_free(probe);
+  for (int k = 0; k < n; k++)
+    if (!jprog_name_ok(o->tool_names[k]))
+      return v_fail(e, "tools", "function names must be 1 to 64 letters, digits, '_', '-' or '.'");
   o->n_tool_names = n;
   o->constrain = 2;
   o->jv = m->jv;
@@ -462,7 +462,8 @@ enum MHD_Result ep_chat_completions(struct http_req *r) {
   c->ch = calloc((size_t)c->n, sizeof *c->ch);
   if (!rc && (!c->g || !c->ch)) rc = err_set(&err, HEARTH_ERR_NOMEM, "out of memory");
   for (int k = 0; !rc && k < c->n; k++)
-    rc = textio_parser_new(m->tio, tools != NULL, prompt_text, &c->ch[k].parser, &err);
+    rc = textio_parser_new(m->tio, tools != NULL && c->o.constrain != 1, c->o.constrain != 0, prompt_text,
+                           &c->ch[k].parser, &err);
   free(prompt_text);
   if (rc) {
     free(gp.ids);

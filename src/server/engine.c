@@ -239,8 +239,10 @@ static void score(const float *logits, int nv, int32_t id, int k, struct gen_eve
     while (j > 0 && logits[ev->top_id[j - 1]] < v) { ev->top_id[j] = ev->top_id[j - 1]; j--; }
     ev->top_id[j] = i;
   }
-  for (int i = 0; i < ev->n_top; i++)
+  for (int i = 0; i < ev->n_top; i++) { /* a masked (-inf) alternative: finite, as JSON needs */
     ev->top_lp[i] = (float)((double)logits[ev->top_id[i]] - mx - ls);
+    if (!(ev->top_lp[i] > -9999.0f)) ev->top_lp[i] = -9999.0f;
+  }
 }
 
 /* Samples the next token of sl from logits, appends it to the request, and decides whether the

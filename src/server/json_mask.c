@@ -18,7 +18,7 @@ enum {
   M_AFTER,     /* after a value: ',' or the container's closer */
   M_STR,       /* inside a string */
   M_ESC,       /* after a backslash */
-  M_HEX,       /* in \uXXXX: aux digits left */
+  M_HEX,       /* in \uXXXX: aux digits left, hex = the value so far */
   M_UTF8,      /* inside a multi-byte character: aux continuation bytes left, aux2 = range of the next */
   M_N_MINUS,   /* number: after '-' */
   M_N_ZERO,    /* a leading 0 */
@@ -70,14 +70,21 @@ static int start_value(struct jfsm *s, unsigned char c) {
   case '[': return open_container(s, 1);
   case '"': s->mode = M_STR; s->key = 0; return 1;
   case '-': s->mode = M_N_MINUS; return 1;
-  case '0': s->mode = M_N_ZERO; return 1;
+  case '0': s->mode = M_N_ZERO; s->digits = 1; return 1;
   case 't': s->mode = M_LIT; s->aux = 0; s->aux2 = 1; return 1;
   case 'f': s->mode = M_LIT; s->aux = 1; s->aux2 = 1; return 1;
   case 'n': s->mode = M_LIT; s->aux = 2; s->aux2 = 1; return 1;
   default:
-    if (c >= '1' && c <= '9') { s->mode = M_N_INT; return 1; }
+    if (c >= '1' && c <= '9') { s->mode = M_N_INT; s->digits = 1; return 1; }
     return 0;
   }
+}
+
+/* one more digit of the current number part: at most 15 (integer, fraction) or 2 (exponent) */
+static int digit(struct jfsm *s, int max) {
+  if (s->digits >= max) return 0;
+  s->digits++;
+  return 1;
 }
 
 /* the state after a value, given the next byte (also where a number's end lands) */
@@ -155,31 +162,37 @@ static int step(struct jfsm *s, unsigned char c) {
     return 1;
   }
   case M_ESC:
-    if (c == 'u') { s->mode = M_HEX; s->aux = 4; return 1; }
+    if (c == 'u') { s->mode = M_HEX; s->aux = 4; s->hex = 0; return 1; }
     if (!strchr("\"\\/bfnrt", c) || !c) return 0;
     s->mode = M_STR;
     return 1;
-  case M_HEX:
+  case M_HEX: {
     if (!is_hex(c)) return 0;
-    if (--s->aux == 0) s->mode = M_STR;
+    const unsigned v = is_digit(c) ? (unsigned)(c - '0') : (unsigned)((c | 0x20) - 'a' + 10);
+    s->hex = (uint16_t)(s->hex << 4 | v);
+    if (--s->aux) return 1;
+    if (s->hex == 0 || (s->hex >= 0xD800 && s->hex <= 0xDFFF)) return 0; /* NUL, surrogate halves */
+    s->mode = M_STR;
     return 1;
+  }
   case M_N_MINUS:
-    if (c == '0') { s->mode = M_N_ZERO; return 1; }
-    if (c >= '1' && c <= '9') { s->mode = M_N_INT; return 1; }
+    if (c == '0') { s->mode = M_N_ZERO; s->digits = 1; return 1; }
+    if (c >= '1' && c <= '9') { s->mode = M_N_INT; s->digits = 1; return 1; }
     return 0;
   case M_N_ZERO:
   case M_N_INT:
-    if (s->mode == M_N_INT && is_digit(c)) return 1;
-    if (c == '.') { s->mode = M_N_DOT; return 1; }
-    if (c == 'e' || c == 'E') { s->mode = M_N_E; return 1; }
+    if (s->mode == M_N_INT && is_digit(c)) return digit(s, 15);
+    if (c == '.') { s->mode = M_N_DOT; s->digits = 0; return 1; }
+    if (c == 'e' || c == 'E') { s->mode = M_N_E; s->digits = 0; return 1; }
     return after_value(s, c);
   case M_N_DOT:
     if (!is_digit(c)) return 0;
     s->mode = M_N_FRAC;
+    s->digits = 1;
     return 1;
   case M_N_FRAC:
-    if (is_digit(c)) return 1;
-    if (c == 'e' || c == 'E') { s->mode = M_N_E; return 1; }
+    if (is_digit(c)) return digit(s, 15);
+    if (c == 'e' || c == 'E') { s->mode = M_N_E; s->digits = 0; return 1; }
     return after_value(s, c);
   case M_N_E:
     if (c == '+' || c == '-') { s->mode = M_N_ESIGN; return 1; }
@@ -187,9 +200,10 @@ static int step(struct jfsm *s, unsigned char c) {
   case M_N_ESIGN:
     if (!is_digit(c)) return 0;
     s->mode = M_N_EXP;
+    s->digits = 1;
     return 1;
   case M_N_EXP:
-    if (is_digit(c)) return 1;
+    if (is_digit(c)) return digit(s, 2);
     return after_value(s, c);
   case M_LIT: {
     const char *lit = LITS[s->aux];
@@ -221,20 +235,25 @@ int jfsm_feed_all(struct jfsm *s, const char *p, size_t n) {
 static const struct jprog g_json_object = {.n_seg = 1, .seg = {{JSEG_OBJECT, NULL, 0}}};
 const struct jprog *jprog_json_object(void) { return &g_json_object; }
 
+int jprog_name_ok(const char *name) {
+  size_t l = strlen(name);
+  if (!l || l > 64) return 0;
+  for (size_t k = 0; k < l; k++) {
+    char c = name[k];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+          c == '.'))
+      return 0;
+  }
+  return 1;
+}
+
 struct jprog *jprog_tool_call(const char *const *names, int n) {
   static const char open[] = "<tool_call>\n{\"name\": \"", mid[] = "\", \"arguments\": ", close[] = "}\n</tool_call>";
   if (n < 1 || n > JPROG_MAX_NAMES) return NULL;
   size_t total = 0;
   for (int i = 0; i < n; i++) {
-    size_t l = strlen(names[i]);
-    if (!l) return NULL;
-    for (size_t k = 0; k < l; k++) {
-      char c = names[i][k];
-      if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
-            c == '.'))
-        return NULL;
-    }
-    total += l + 1;
+    if (!jprog_name_ok(names[i])) return NULL;
+    total += strlen(names[i]) + 1;
   }
   struct jprog *p = calloc(1, sizeof *p);
   char *own = p ? malloc(total) : NULL;
@@ -254,6 +273,7 @@ struct jprog *jprog_tool_call(const char *const *names, int n) {
   p->seg[2] = (struct jseg){JSEG_LIT, mid, sizeof mid - 1};
   p->seg[3] = (struct jseg){JSEG_OBJECT, NULL, 0};
   p->seg[4] = (struct jseg){JSEG_LIT, close, sizeof close - 1};
+  p->forbid = "</tool_call>"; /* inside an argument string it would end the call early */
   return p;
 }
 
@@ -266,6 +286,7 @@ void jprog_free(struct jprog *p) {
 static void enter(const struct jprog *p, struct jstate *s, int seg) {
   s->seg = (uint8_t)seg;
   s->pos = 0;
+  s->fb = 0;
   s->names = p->n_names >= 64 ? ~0ull : (1ull << p->n_names) - 1;
   jfsm_init(&s->j);
 }
@@ -288,6 +309,15 @@ static int pstep(const struct jprog *p, struct jstate *s, unsigned char c) {
     }
     if (g->kind == JSEG_OBJECT) {
       if (!step(&s->j, c)) return 0;
+      if (p->forbid) { /* inside strings, never the whole forbidden string ('<' does not recur in it) */
+        const int in_str = s->j.mode == M_STR || s->j.mode == M_ESC || s->j.mode == M_HEX || s->j.mode == M_UTF8;
+        if (!in_str) s->fb = 0;
+        else if (c == (unsigned char)p->forbid[s->fb]) {
+          if (!p->forbid[++s->fb]) return 0;
+        } else {
+          s->fb = c == (unsigned char)p->forbid[0];
+        }
+      }
       if (jfsm_done(&s->j)) enter(p, s, s->seg + 1);
       return 1;
     }

@@ -1,7 +1,9 @@
 /* server/json_mask.h — constrained decoding: response_format json_object and forced tool calls.
  *
  * A byte-level JSON recognizer (jfsm: RFC 8259 with an object at the top level, UTF-8 checked
- * inside strings, at most JFSM_MAX_WS whitespace bytes in a row, nesting up to 64) and the
+ * inside strings, at most JFSM_MAX_WS whitespace bytes in a row, nesting up to 64; narrowed to what
+ * every JSON parser reads back the same: integer and fraction parts of at most 15 digits, exponents
+ * of at most 2, no \u0000 and no \uD800-\uDFFF escapes (a model writes UTF-8)) and the
  * vocabulary as byte strings sorted for prefix sharing (jvocab). Each decoding step, jvocab_mask
  * leaves only the tokens whose bytes keep the output a prefix of a JSON object: the engine samples
  * from what remains and stops the sequence when the object is complete. Special tokens (and so the
@@ -16,7 +18,7 @@
 
 #include "hearth.h"
 
-#define JFSM_MAX_WS 32
+#define JFSM_MAX_WS 64
 #define JFSM_MAX_DEPTH 64
 
 struct jfsm {
@@ -27,6 +29,8 @@ struct jfsm {
   uint8_t aux2;    /* literal position / first continuation byte's range */
   uint8_t key;     /* the open string is an object key */
   uint8_t ws;      /* whitespace bytes in a row */
+  uint8_t digits;  /* digits of the current number part (integer, fraction or exponent) */
+  uint16_t hex;    /* \uXXXX: the value so far */
 };
 
 void jfsm_init(struct jfsm *s);
@@ -49,6 +53,7 @@ struct jseg { int kind; const char *lit; size_t n; };
 struct jprog {
   int n_seg;
   struct jseg seg[JPROG_MAX_SEG];
+  const char *forbid; /* never inside a JSON string (a tool call's closing tag), or NULL */
   int n_names;
   const char *names[JPROG_MAX_NAMES];
   size_t name_len[JPROG_MAX_NAMES];
@@ -59,11 +64,14 @@ struct jstate {
   uint64_t names;  /* JSEG_NAME: names still matching */
   uint16_t pos;    /* JSEG_LIT / JSEG_NAME: bytes matched */
   uint8_t seg;     /* current segment; n_seg = complete */
+  uint8_t fb;      /* bytes of the program's forbidden string matched inside a JSON string */
 };
 /* The json_object program (static). */
 const struct jprog *jprog_json_object(void);
-/* A forced Qwen-style tool call naming one of names[0..n) (1..JPROG_MAX_NAMES, each [A-Za-z0-9_.-]+);
- * NULL on OOM or a name outside that alphabet. */
+/* 1 when name can be forced: 1..64 bytes of [A-Za-z0-9_.-] (OpenAI's function-name rule plus '.'). */
+int jprog_name_ok(const char *name);
+/* A forced Qwen-style tool call naming one of names[0..n) (1..JPROG_MAX_NAMES, each jprog_name_ok);
+ * its strings may not contain "</tool_call>". NULL on OOM or a refused name. */
 struct jprog *jprog_tool_call(const char *const *names, int n);
 void jprog_free(struct jprog *p);
 void jstate_init(const struct jprog *p, struct jstate *s);

@@ -169,7 +169,7 @@ struct textio_parser {
   struct chat_parser *p;
 };
 
-int textio_parser_new(const struct textio *t, int tools, const char *prompt,
+int textio_parser_new(const struct textio *t, int tools, int constrained, const char *prompt,
                       struct textio_parser **out, struct hearth_err *err) {
   struct textio_parser *p = calloc(1, sizeof *p);
   if (!p) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
@@ -177,6 +177,10 @@ int textio_parser_new(const struct textio *t, int tools, const char *prompt,
   memset(&o, 0, sizeof o);
   if (t->tmpl) chat_parser_opts_for(t->tmpl, prompt ? prompt : "", &o);
   o.no_tools = !tools;
+  if (constrained) {
+    o.no_reasoning = 1;
+    o.start_in_reasoning = 0;
+  }
   int rc = chat_parser_new(&o, &p->p, err);
   if (rc) { free(p); return rc; }
   *out = p;
@@ -216,9 +220,9 @@ struct textio_parser {
   int tools;
 };
 
-int textio_parser_new(const struct textio *t, int tools, const char *prompt,
+int textio_parser_new(const struct textio *t, int tools, int constrained, const char *prompt,
                       struct textio_parser **out, struct hearth_err *err) {
-  (void)t; (void)prompt;
+  (void)t; (void)prompt; (void)constrained;
   struct textio_parser *p = calloc(1, sizeof *p);
   if (!p) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
   p->tools = tools;

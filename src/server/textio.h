@@ -57,8 +57,10 @@ struct textio_delta {
 };
 struct textio_parser;
 /* tools: the request declared tools (tool-call markup is parsed only then). prompt: the rendered
- * prompt (a prompt ending inside an open <think> starts the output in reasoning). */
-int textio_parser_new(const struct textio *t, int tools, const char *prompt,
+ * prompt (a prompt ending inside an open <think> starts the output in reasoning). constrained: the
+ * output is decoded under a json_mask program (json_object, a forced call): no reasoning split, so
+ * a "<think>" inside a JSON string stays content. */
+int textio_parser_new(const struct textio *t, int tools, int constrained, const char *prompt,
                       struct textio_parser **out, struct hearth_err *err);
 void textio_parser_free(struct textio_parser *p);
 /* Feeds model text; fills d (the caller resets it between feeds). final: the text has ended,

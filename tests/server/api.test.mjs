@@ -269,6 +269,14 @@ describe('response_format json_object decoding', () => {
     assert.match(c, /^\s*\{/);
     if (r.choices[0].finish_reason === 'stop') assert.equal(typeof JSON.parse(c), 'object');
   });
+  test('a "<think>" token inside a JSON string stays content (no reasoning split when constrained)', async () => {
+    // the best allowed token: '{' (90) first, then '"' (1), then <think> (151667) inside the string
+    const r = await client.chat.completions.create(greedy({ messages, response_format: { type: 'json_object' },
+      logit_bias: { 90: 97, 151667: 99, 1: 98 }, max_tokens: 6 }));
+    const m = r.choices[0].message;
+    assert.match(m.content, /^\{"<think>/);
+    assert.ok(!m.reasoning_content, 'nothing moved into reasoning_content');
+  });
   test('sampled choices (n = 3) are each a JSON-object prefix', async () => {
     const r = await client.chat.completions.create({ model: CHAT, messages, response_format: { type: 'json_object' },
       n: 3, temperature: 1.0, seed: 7, max_tokens: 40 });

@@ -60,6 +60,7 @@ TEST_GROUP(json_fsm) {
       "{}", " {\n}", "{\"a\":1}", "{\"a\": [1, -2.5e+3, 0, 0.25, 1E9, true, false, null]}",
       "{\"k\":{\"n\":{}},\"s\":\"\\\"\\\\\\/\\b\\f\\n\\r\\t\\u00e9\"}",
       "{\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\":\"\"}", "{\"a\":[[],[{}],\"x\"]}", "{\"a\":-0}",
+      "{\"a\":-0.0e-0, \"b\":123456789012345, \"c\":1.5E+99, \"d\":\"\\u00e9\\uffff\"}",
   };
   for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
     size_t n = strlen(ok[i]);
@@ -75,15 +76,20 @@ TEST_GROUP(json_fsm) {
       "{\"a\":tru}x", "{\"a\":1,}", "{,}", "{\"a\":[1,]}", "{\"a\":\"\x01\"}", "{\"a\":\"\\x\"}",
       "{\"a\":\"\\u12g4\"}", "{\"a\":\"\xc0\x80\"}", "{\"a\":\"\xed\xa0\x80\"}", "{\"a\":\"\xf5\"}",
       "{}x", "{} {}", "{\"a\":1]", "{\"a\":[1}", "{\"a\":1e}", "{\"a\":-}",
+      /* narrower than RFC 8259 by design: what every parser reads back alike */
+      "{\"a\":1234567890123456}", "{\"a\":1e100}", "{\"a\":0.1234567890123456}", "{\"a\":\"\\u0000\"}",
+      "{\"a\":\"\\ud83d\\ude00\"}",
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     int done = 0;
     int acc = fsm_accepts(bad[i], strlen(bad[i]), &done);
     CHECKF(!acc || !done, "accepted as complete: %s", bad[i]);
-    json_error_t je;
-    json_t *j = json_loadb(bad[i], strlen(bad[i]), 0, &je);
-    CHECKF(!j || !json_is_object(j), "table error: jansson parses %s as an object", bad[i]);
-    json_decref(j);
+    if (i + 5 < sizeof bad / sizeof bad[0]) { /* the last five are narrowings: jansson takes them */
+      json_error_t je;
+      json_t *j = json_loadb(bad[i], strlen(bad[i]), 0, &je);
+      CHECKF(!j || !json_is_object(j), "table error: jansson parses %s as an object", bad[i]);
+      json_decref(j);
+    }
   }
   /* a whitespace run is capped */
   char ws[80];
@@ -107,13 +113,24 @@ TEST_GROUP(json_fsm) {
     int done = 0;
     int acc = fsm_accepts(doc, (size_t)n, &done);
     json_error_t je;
-    json_t *j = json_loadb(doc, (size_t)n, JSON_ALLOW_NUL, &je);
+    json_t *j = json_loadb(doc, (size_t)n, 0, &je);
     int parses = j && json_is_object(j);
     json_decref(j);
     if (acc && done) n_complete++;
-    /* not the recognizer's business: trailing whitespace (refused here: the answer ends at its
-     * '}'), numbers jansson cannot represent */
-    if (doc[n - 1] == ' ' || (!j && (strstr(je.text, "overflow") || strstr(je.text, "too big")))) continue;
+    /* what the recognizer accepts as complete, jansson must parse */
+    CHECKF(!(acc && done) || parses, "doc %.*s: complete for the recognizer, jansson: %s", n, doc, je.text);
+    /* and the converse, except where the recognizer is narrower by design: trailing whitespace (the
+     * answer ends at its '}'), exponents of 3+ digits (numbers every parser reads back alike) */
+    int narrowed = doc[n - 1] == ' ';
+    for (int i = 0; i + 3 < n && !narrowed; i++)
+      if ((doc[i] == 'e' || doc[i] == 'E') && doc[i + 1] >= '0' && doc[i + 1] <= '9' && doc[i + 2] >= '0' &&
+          doc[i + 2] <= '9' && doc[i + 3] >= '0' && doc[i + 3] <= '9')
+        narrowed = 1;
+    for (int i = 0; i + 4 < n && !narrowed; i++)
+      if ((doc[i] == 'e' || doc[i] == 'E') && (doc[i + 1] == '+' || doc[i + 1] == '-') && doc[i + 2] >= '0' &&
+          doc[i + 2] <= '9' && doc[i + 3] >= '0' && doc[i + 3] <= '9' && doc[i + 4] >= '0' && doc[i + 4] <= '9')
+        narrowed = 1;
+    if (narrowed) continue;
     CHECKF((acc && done) == parses, "doc %.*s: fsm %d/%d jansson %d", n, doc, acc, done, parses);
     if (test_failures > 20) break;
   }
@@ -222,6 +239,15 @@ TEST_GROUP(json_mask) {
     CHECKF(j && nm && (!strcmp(nm, "get_weather") || !strcmp(nm, "get") || !strcmp(nm, "lookup_user")) &&
                json_is_object(json_object_get(j, "arguments")), "tool call body: %s", out);
     json_decref(j);
+  }
+  /* the closing tag never inside an argument string (it would end the call early); elsewhere fine */
+  if (tc) {
+    struct jstate ts;
+    jstate_init(tc, &ts);
+    const char *pre = "<tool_call>\n{\"name\": \"get\", \"arguments\": {\"a\": \"x</tool_call";
+    CHECK(jstate_feed_all(tc, &ts, pre, strlen(pre)));
+    CHECK(!jstate_feed_all(tc, &ts, ">", 1));
+    CHECK(jstate_feed_all(tc, &ts, "\"}}\n</tool_call>", 16) && jstate_done(tc, &ts));
   }
   jprog_free(tc);
   static const char *const bad_names[] = {"ok", "no spaces"};
