@@ -22,6 +22,14 @@ extern int test_failures; /* failures in the current group */
 #define REQUIRE(cond) do { if (!(cond)) { \
     fprintf(stderr, "%s:%d: REQUIRE failed: %s\n", __FILE__, __LINE__, #cond); test_failures++; return; } } while (0)
 
+/* Where scripts/fetch-tokenizers.sh put the tokenizer `name` ($HEARTH_CACHE or ~/.cache/hearth). */
+static inline const char *test_tokenizer_dir(char *buf, size_t n, const char *name) {
+  const char *c = getenv("HEARTH_CACHE");
+  if (c && *c) snprintf(buf, n, "%s/tokenizers/%s", c, name);
+  else snprintf(buf, n, "%s/.cache/hearth/tokenizers/%s", getenv("HOME") ? getenv("HOME") : ".", name);
+  return buf;
+}
+
 struct test_group { const char *name; void (*fn)(void); };
 
 #define TEST_GROUP(name) static void name(void)

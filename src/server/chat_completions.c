@@ -144,11 +144,11 @@ static int check_tool_choice(json_t *tc, json_t *tools, struct srv_model *m, str
   json_array_foreach(tools, i, t) {
     const char *name = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
     if (want && !strcmp(name, want)) found = 1;
-    if (n < 64) o->tool_names[n] = name;
+    if (n < JPROG_MAX_NAMES) o->tool_names[n] = name;
     n++;
   }
   if (want && !found) return v_fail(e, "tool_choice", "'tool_choice' names '%s', which is not among the tools", want);
-  if (!textio_qwen_tool_calls(m->tio) || (!want && n > 64)) return 0; /* not forced: see above */
+  if (!textio_qwen_tool_calls(m->tio) || (!want && n > JPROG_MAX_NAMES)) return 0; /* not forced: see above */
   if (want) { o->tool_names[0] = want; n = 1; }
   for (int k = 0; k < n; k++)
     if (!jprog_name_ok(o->tool_names[k]))

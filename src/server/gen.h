@@ -43,7 +43,7 @@ struct gen_opts {
    * one of tool_names (pointing into the request JSON) */
   int constrain;
   const struct jvocab *jv;
-  const char *tool_names[64];
+  const char *tool_names[JPROG_MAX_NAMES];
   int n_tool_names;
 };
 

@@ -254,6 +254,20 @@ static void kv_free(struct kvpair *kv) {
   C->release(cc, &kv->c.k); C->release(cc, &kv->c.v); G->release(gc, &kv->g.k); G->release(gc, &kv->g.v);
 }
 
+/* writes random k/v rows for every token of the batch pre into both caches (earlier context) */
+static void fill_cache(struct kvpair *kv, struct tb *pre, int n_kv, int hd) {
+  struct hearth_err err = {0};
+  if (!pre->b.n_tokens) return;
+  struct pair k, v;
+  pair_rand(&k, HB_F32, pre->b.n_tokens, n_kv * hd, 1.0f);
+  pair_rand(&v, HB_F32, pre->b.n_tokens, n_kv * hd, 1.0f);
+  C->batch_upload(cc, &pre->b, &err);
+  if (G->batch_upload(gc, &pre->b, &err)) fprintf(stderr, "batch_upload: %s\n", err.msg);
+  C->kv_write(cc, &kv->c, &k.c, &v.c, &pre->b);
+  G->kv_write(gc, &kv->g, &k.g, &v.g, &pre->b);
+  pair_free(&k); pair_free(&v);
+}
+
 /* fills the caches for all context tokens (one prefill batch of random k/v), then runs the
  * step batch: rope q,k; kv_write; attention; compares rope'd q and the attention output */
 static void check_attention(int n_seqs, const int *ctx, const int *new_tok, int n_heads, int n_kv, int hd, int window,
@@ -272,16 +286,7 @@ static void check_attention(int n_seqs, const int *ctx, const int *new_tok, int 
   make_batch(&pre, n_seqs, zero, ctx, bs, max_blocks);
   make_batch(&st, n_seqs, ctx, new_tok, bs, max_blocks);
   memcpy(st.bt, pre.bt, sizeof st.bt); /* same block tables */
-  if (pre.b.n_tokens) {
-    struct pair k, v;
-    pair_rand(&k, HB_F32, pre.b.n_tokens, n_kv * hd, 1.0f);
-    pair_rand(&v, HB_F32, pre.b.n_tokens, n_kv * hd, 1.0f);
-    C->batch_upload(cc, &pre.b, &err);
-    if (G->batch_upload(gc, &pre.b, &err)) fprintf(stderr, "batch_upload: %s\n", err.msg);
-    C->kv_write(cc, &kv.c, &k.c, &v.c, &pre.b);
-    G->kv_write(gc, &kv.g, &k.g, &v.g, &pre.b);
-    pair_free(&k); pair_free(&v);
-  }
+  fill_cache(&kv, &pre, n_kv, hd);
   int n = st.b.n_tokens;
   struct pair q, k, v, o;
   pair_rand(&q, HB_F32, n, n_heads * hd, 1.5f);
@@ -725,16 +730,7 @@ TEST_GROUP(fused) {
     make_batch(&pre, ns, zero, ctx, bs, max_blocks);
     make_batch(&st, ns, ctx, newt, bs, max_blocks);
     memcpy(st.bt, pre.bt, sizeof st.bt);
-    if (pre.b.n_tokens) { /* earlier context in the cache */
-      struct pair k0, v0;
-      pair_rand(&k0, HB_F32, pre.b.n_tokens, n_kv * hd, 1.0f);
-      pair_rand(&v0, HB_F32, pre.b.n_tokens, n_kv * hd, 1.0f);
-      C->batch_upload(cc, &pre.b, &err);
-      G->batch_upload(gc, &pre.b, &err);
-      C->kv_write(cc, &kv.c, &k0.c, &v0.c, &pre.b);
-      G->kv_write(gc, &kv.g, &k0.g, &v0.g, &pre.b);
-      pair_free(&k0); pair_free(&v0);
-    }
+    fill_cache(&kv, &pre, n_kv, hd);
     struct pair x, nw, xn, w[3], bi[3], q, k, v, o;
     const int rows[3] = {n_heads * hd, n_kv * hd, n_kv * hd};
     pair_rand(&x, HB_F32, n, d, 3.0f);

@@ -137,13 +137,6 @@ TEST_GROUP(json_fsm) {
   CHECKF(n_complete > 50, "only %d random documents were complete objects", n_complete);
 }
 
-static int tok_dir(char *buf, size_t n, const char *name) {
-  const char *c = getenv("HEARTH_CACHE");
-  if (c) snprintf(buf, n, "%s/tokenizers/%s", c, name);
-  else snprintf(buf, n, "%s/.cache/hearth/tokenizers/%s", getenv("HOME") ? getenv("HOME") : ".", name);
-  return 0;
-}
-
 /* A walk that takes a random allowed token each step (the mask checked against feeding every token
  * alone on the first steps); after `steer` steps it prefers the closers in `closers` when allowed.
  * Returns the bytes produced (NUL-terminated, in out) and whether the program completed. */
@@ -199,7 +192,7 @@ static int walk(const struct tok *t, const struct jvocab *v, const struct jprog 
 
 TEST_GROUP(json_mask) {
   char dir[512];
-  tok_dir(dir, sizeof dir, "qwen3");
+  test_tokenizer_dir(dir, sizeof dir, "qwen3");
   struct tok *t = NULL;
   struct hearth_err err = {0};
   if (tok_load_dir(dir, &t, &err)) {
@@ -215,6 +208,7 @@ TEST_GROUP(json_mask) {
   static const char *const closers[] = {"\"", "]", "}"};
   int closed = walk(t, v, jprog_json_object(), 300, 150, closers, 3, out, sizeof out, 99);
   printf("  json_object walk %s after %zu bytes: %.120s\n", closed ? "closed" : "open", strlen(out), out);
+  CHECK(closed); /* fixed seed: the steered walk closes */
   if (closed) {
     json_error_t je;
     json_t *j = json_loadb(out, strlen(out), 0, &je);
@@ -267,7 +261,7 @@ TEST_GROUP(json_mask) {
   jvocab_free(v);
   tok_free(t);
   /* a SentencePiece-style vocabulary (Gemma: "▁" pieces, <0xXX> byte fallback) */
-  tok_dir(dir, sizeof dir, "gemma3");
+  test_tokenizer_dir(dir, sizeof dir, "gemma3");
   if (tok_load_dir(dir, &t, &err)) {
     fprintf(stderr, "json_mask: %s (scripts/fetch-tokenizers.sh)\n", err.msg);
     test_failures++;

@@ -15,18 +15,11 @@
 
 /* ---- fixtures ---------------------------------------------------------------------------- */
 
-static const char *cache_dir(char *buf, size_t n, const char *name) {
-  const char *c = getenv("HEARTH_CACHE");
-  if (c && *c) snprintf(buf, n, "%s/tokenizers/%s", c, name);
-  else snprintf(buf, n, "%s/.cache/hearth/tokenizers/%s", getenv("HOME") ? getenv("HOME") : ".", name);
-  return buf;
-}
-
 static struct tok *load_named(const char *name) {
   char dir[4096];
   struct hearth_err err = {0};
   struct tok *t = NULL;
-  cache_dir(dir, sizeof dir, name);
+  test_tokenizer_dir(dir, sizeof dir, name);
   if (tok_load_dir(dir, &t, &err)) {
     fprintf(stderr, "MISSING TOKENIZER DATA: cannot load %s (%s).\n"
                     "Run scripts/fetch-tokenizers.sh (it fills ${HEARTH_CACHE:-$HOME/.cache/hearth}/tokenizers/).\n",

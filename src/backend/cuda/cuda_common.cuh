@@ -100,6 +100,15 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
+/* raises a kernel's dynamic shared memory limit to what the device allows beside its static part */
+template <typename KERN>
+static inline int smem_attr(struct hb_ctx *ctx, KERN kern) {
+  cudaFuncAttributes fa;
+  if (CU_OK(ctx, cudaFuncGetAttributes(&fa, kern))) return 1;
+  return CU_OK(ctx, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)(ctx->smem_optin - fa.sharedSizeBytes)));
+}
+
 /* launches kern with programmatic stream serialization (it must pdl_wait() before it reads what
  * the kernel before it writes); a failure is recorded in ctx under name */
 template <typename... P, typename... A>

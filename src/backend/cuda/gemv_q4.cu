@@ -357,17 +357,12 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : 1) void gemv_q4_kern
 
 /* ---- dispatch ------------------------------------------------------------------------------------ */
 
-template <typename KERN>
-static int smem_attr(struct hb_ctx *ctx, KERN kern) {
-  cudaFuncAttributes fa;
-  if (CU_OK(ctx, cudaFuncGetAttributes(&fa, kern))) return 1;
-  return CU_OK(ctx, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)(ctx->smem_optin - fa.sharedSizeBytes)));
-}
 /* the launch shapes: (warps per block, warps per tile) */
 #define GEMV_CONFIGS(X) X(8, 1) X(8, 2) X(8, 4) X(8, 8) X(16, 16)
-static const int g_gemv_cfg[][2] = {{8, 1}, {8, 2}, {8, 4}, {8, 8}, {16, 16}};
-#define GEMV_NCFG 5
+#define GEMV_CFG_ROW(NW, KS) {NW, KS},
+static const int g_gemv_cfg[][2] = {GEMV_CONFIGS(GEMV_CFG_ROW)};
+#undef GEMV_CFG_ROW
+#define GEMV_NCFG ((int)(sizeof g_gemv_cfg / sizeof g_gemv_cfg[0]))
 
 template <typename TO, int PRO, int ROPE>
 static int gemv_attr1(struct hb_ctx *ctx) {
@@ -429,25 +424,12 @@ static void gemv_launch_t(struct hb_ctx *ctx, gemv_args &a) {
   const int ci = gemv_pick(tiles, a.K / 128, ctx->n_sm, per_sm, &units);
   const int nw = g_gemv_cfg[ci][0], slots = ctx->n_sm * (nw == 8 ? per_sm : 1);
   a.n_units = units;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((unsigned)(units < slots ? units : slots));
-  cfg.blockDim = dim3((unsigned)(nw * 32));
-  cfg.dynamicSmemBytes = sm;
-  cfg.stream = ctx->stream;
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  at[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = at;
-  cfg.numAttrs = 1;
-  cudaError_t e = cudaSuccess;
-  switch (ci) {
-  case 0: e = cudaLaunchKernelEx(&cfg, gemv_q4_kernel<TO, PRO, 1, ROPE, 8>, a); break;
-  case 1: e = cudaLaunchKernelEx(&cfg, gemv_q4_kernel<TO, PRO, 2, ROPE, 8>, a); break;
-  case 2: e = cudaLaunchKernelEx(&cfg, gemv_q4_kernel<TO, PRO, 4, ROPE, 8>, a); break;
-  case 3: e = cudaLaunchKernelEx(&cfg, gemv_q4_kernel<TO, PRO, 8, ROPE, 8>, a); break;
-  default: e = cudaLaunchKernelEx(&cfg, gemv_q4_kernel<TO, PRO, 16, ROPE, 16>, a); break;
-  }
-  if (!cu_ok_(ctx, e, "cudaLaunchKernelEx(gemv_q4)", __FILE__, __LINE__)) CU_LAUNCHED(ctx, "gemv_q4");
+  const dim3 grid((unsigned)(units < slots ? units : slots)), block((unsigned)(nw * 32));
+  int k = 0;
+#define GEMV_LAUNCH(NW, KS) \
+  if (ci == k++) cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<TO, PRO, KS, ROPE, NW>, grid, block, sm, a);
+  GEMV_CONFIGS(GEMV_LAUNCH)
+#undef GEMV_LAUNCH
 }
 
 /* the fused decode GEMV: returns 0 when it launched, 1 when the shapes need the general path */

@@ -57,9 +57,8 @@ void cu_q4_repack(struct hb_ctx *ctx, uint8_t *dst, const uint8_t *src, int64_t 
 
 /* nibble pair (bits 0-3, 16-19 of v) -> f16 pair (q * scale) */
 __device__ __forceinline__ uint32_t deq2(uint32_t v, __half2 s2) {
-  uint32_t h = (v & 0x000F000Fu) | 0x64006400u;
-  __half2 x = *(__half2 *)&h;
-  x = __hmul2(__hsub2(x, __half2half2(__ushort_as_half((unsigned short)0x6408))), s2); /* 0x6408 = 1032 */
+  uint32_t q = q4_pair(v);
+  __half2 x = __hmul2(*(__half2 *)&q, s2);
   return *(uint32_t *)&x;
 }
 
@@ -306,14 +305,6 @@ __global__ __launch_bounds__(256) void gemm_simt_kernel(TO *out, int64_t ldo, co
 
 /* ---- dispatch ------------------------------------------------------------------------------------ */
 
-/* raises a kernel's dynamic shared memory limit to what the device allows beside its static part */
-template <typename KERN>
-static int smem_attr(struct hb_ctx *ctx, KERN kern) {
-  cudaFuncAttributes fa;
-  if (CU_OK(ctx, cudaFuncGetAttributes(&fa, kern))) return 1;
-  return CU_OK(ctx, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)(ctx->smem_optin - fa.sharedSizeBytes)));
-}
 int cu_matmul_init(struct hb_ctx *ctx) {
   int bad = cu_gemv_init(ctx);
   bad |= smem_attr(ctx, gemm_q4_kernel<4, __half>) | smem_attr(ctx, gemm_q4_kernel<4, float>) |
