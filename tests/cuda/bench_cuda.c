@@ -370,42 +370,58 @@ static void bench_model(const struct cfg *c) {
   model_free(&m);
 }
 
-/* GEMV bandwidth per matrix shape (n = 1), 3B shapes; distinct copies rotate past the L2 */
+/* GEMV time per matrix shape (n = 1) with the prologue/epilogue the model uses (norm before qkv,
+ * gate/up and the head; silu·up before down; the residual add after o and down), 3B and 0.5B shapes;
+ * distinct weight copies rotate past the L2. Back-to-back launches of one shape: with programmatic
+ * dependent launch a launch's weight prefetch overlaps the previous one's tail, as in the model. */
+enum gemv_kind { GK_NORM, GK_ADD, GK_SILU };
 static void bench_gemv(void) {
-  struct { const char *name; int rows, cols, n_mm; } shp[] = {
-      {"qkv 2560x2048 (fused 3)", 0, 2048, 3}, {"o 2048x2048", 2048, 2048, 1},
-      {"gate+up 2x11008x2048", 0, 2048, 2}, {"down 2048x11008", 2048, 11008, 1}, {"lm_head 151936x2048", 151936, 2048, 1}};
-  printf("\n### GEMV int4 (n = 1, f16 x), 3B shapes, 8 rotating copies\n\n| matrix | us | GB/s |\n|---|---|---|\n");
+  struct { const char *name; int r0, r1, r2, cols, n_mm, kind; } shp[] = {
+      {"3B qkv 2560x2048 (norm, 3 weights)", 2048, 256, 256, 2048, 3, GK_NORM},
+      {"3B o 2048x2048 (+residual)", 2048, 0, 0, 2048, 1, GK_ADD},
+      {"3B gate+up 2x11008x2048 (norm)", 11008, 11008, 0, 2048, 2, GK_NORM},
+      {"3B down 2048x11008 (silu, +residual)", 2048, 0, 0, 11008, 1, GK_SILU},
+      {"3B lm_head 151936x2048 (norm)", 151936, 0, 0, 2048, 1, GK_NORM},
+      {"0.5B qkv 1152x896 (norm, 3 weights)", 896, 128, 128, 896, 3, GK_NORM},
+      {"0.5B o 896x896 (+residual)", 896, 0, 0, 896, 1, GK_ADD},
+      {"0.5B gate+up 2x4864x896 (norm)", 4864, 4864, 0, 896, 2, GK_NORM},
+      {"0.5B down 896x4864 (silu, +residual)", 896, 0, 0, 4864, 1, GK_SILU},
+      {"0.5B lm_head 151936x896 (norm)", 151936, 0, 0, 896, 1, GK_NORM}};
+  printf("\n### GEMV int4 (n = 1, f16 x), model prologues, rotating copies\n\n| matrix | us | GB/s |\n|---|---|---|\n");
   for (size_t si = 0; si < sizeof shp / sizeof shp[0]; si++) {
-    int NC = si == 4 ? 2 : 8;
-    struct hb_tensor w[8][3], o[3], x;
+    const int big = shp[si].r0 > 100000, NC = big ? 2 : 8, K = shp[si].cols, nmm = shp[si].n_mm;
+    const int rows3[3] = {shp[si].r0, shp[si].r1, shp[si].r2};
+    struct hb_tensor w[8][3], o[3], x, x2, nw;
     uint64_t bytes = 0;
-    int rows3[3];
-    if (si == 0) { rows3[0] = 2048; rows3[1] = 256; rows3[2] = 256; }
-    else if (si == 2) { rows3[0] = 11008; rows3[1] = 11008; }
-    else rows3[0] = shp[si].rows;
     for (int c = 0; c < NC; c++)
-      for (int j = 0; j < shp[si].n_mm; j++) { uint64_t b0 = 0; up_q4(&w[c][j], rows3[j], shp[si].cols, &b0); if (!c) bytes += b0; }
-    act(&x, HB_F32, 1, shp[si].cols);
-    float *h = malloc((size_t)shp[si].cols * 4);
-    for (int i = 0; i < shp[si].cols; i++) h[i] = (float)(r32() % 2001) / 1000.0f - 1.0f;
+      for (int j = 0; j < nmm; j++) { uint64_t b0 = 0; up_q4(&w[c][j], rows3[j], K, &b0); if (!c) bytes += b0; }
+    act(&x, HB_F32, 1, K);
+    act(&x2, HB_F32, 1, K);
+    up_f32(&nw, K, 1.0f, 0.2f);
+    float *h = malloc((size_t)K * 4);
+    for (int i = 0; i < K; i++) h[i] = (float)(r32() % 2001) / 1000.0f - 1.0f;
     G->write(gc, &x, 0, 1, h);
+    G->write(gc, &x2, 0, 1, h);
     free(h);
-    for (int j = 0; j < shp[si].n_mm; j++) act(&o[j], HB_F32, 1, rows3[j]);
+    for (int j = 0; j < nmm; j++) act(&o[j], HB_F32, 1, rows3[j]);
     struct hb_tensor *op[3] = {&o[0], &o[1], &o[2]};
-    int reps = 200;
+    int reps = big ? 50 : 200;
     double t0 = 0;
     for (int r = 0; r < reps + 10; r++) {
       if (r == 10) { G->sync(gc, &err); t0 = now(); }
       const struct hb_tensor *wp[3] = {&w[r % NC][0], &w[r % NC][1], &w[r % NC][2]};
-      hb_cuda_norm_matmul(gc, &x, NULL, 0, 0, shp[si].n_mm, op, wp, NULL, 1, 0);
+      if (shp[si].kind == GK_SILU) hb_cuda_silu_matmul(gc, &x, &x2, &o[0], wp[0], 1, 1);
+      else if (shp[si].kind == GK_ADD) hb_cuda_norm_matmul(gc, &x, NULL, 0, 0, 1, op, wp, NULL, 1, 1);
+      else hb_cuda_norm_matmul(gc, &x, &nw, 1e-6f, 0.0f, nmm, op, wp, NULL, 1, 0);
     }
     if (G->sync(gc, &err)) DIE("gemv bench");
     double dt = (now() - t0) / reps;
     printf("| %s | %.1f | %.0f |\n", shp[si].name, dt * 1e6, bytes / dt / 1e9);
-    for (int c = 0; c < NC; c++) for (int j = 0; j < shp[si].n_mm; j++) G->release(gc, &w[c][j]);
-    for (int j = 0; j < shp[si].n_mm; j++) G->release(gc, &o[j]);
+    for (int c = 0; c < NC; c++) for (int j = 0; j < nmm; j++) G->release(gc, &w[c][j]);
+    for (int j = 0; j < nmm; j++) G->release(gc, &o[j]);
     G->release(gc, &x);
+    G->release(gc, &x2);
+    G->release(gc, &nw);
   }
 }
 

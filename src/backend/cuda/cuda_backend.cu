@@ -200,7 +200,8 @@ static int cuda_weight_upload(struct hb_ctx *c, struct hb_tensor *dst, const str
     size_t qb = (size_t)rows * (size_t)cols / 2, sb = (size_t)rows * (size_t)(cols / 128) * 2;
     void *q = NULL, *s = NULL, *tmp = NULL;
     int rc = dev_alloc(c, &q, qb, "int4 weights", err);
-    if (!rc) rc = dev_alloc(c, &s, sb, "int4 scales", err);
+    /* +16: the decode GEMV copies each scale as the aligned 4-byte word that holds it */
+    if (!rc) rc = dev_alloc(c, &s, sb + 16, "int4 scales", err);
     if (!rc) rc = dev_alloc(c, &tmp, qb, "the int4 repack buffer", err);
     if (rc) { cudaFree(q); cudaFree(s); cudaFree(tmp); return rc; }
     c->bytes_alloc -= qb; /* tmp is transient */

@@ -17,20 +17,36 @@
  * i.e. words q + 8h and q + 8h + 4 of the same run of x: no shuffles on either side.
  *
  * Work: a unit is NW/KS tiles of 16 rows; the block's NW warps split each tile's groups KS ways
- * (8 or 16 for the small QKV/o/down matrices so that one wave holds the whole matrix in flight, 1-2
- * for the LM head); every warp walks its (unit, group) steps with GEMV_U steps of weights in flight in a
- * register ring, the first GEMV_U issued before griddepcontrol.wait (weights do not depend on the
- * previous kernel), and the KS partial sums of a tile meet in shared memory at the unit's end. */
+ * (8 or 16 for the small QKV/o/down matrices so that one wave holds the whole matrix in flight) and
+ * the KS partial sums of a tile meet in shared memory at the unit's end. KS = 1 (matrices of at least
+ * 4 tiles per SM: gate/up, the LM head) has no block-wide step at all: each warp walks whole tiles
+ * (tile = block + grid * warp, ...) and writes its outputs from registers.
+ * The weights stream through a per-warp ring of a.ring steps in shared memory, filled by cp.async
+ * (no registers hold data in flight), the first a.ring steps issued before griddepcontrol.wait
+ * (weights do not depend on the previous kernel), like the norm weights and the rope positions.
+ *
+ * What the round-6 measurements say (bench/NOTES.md): the ring depth (4 register steps, 8 shared
+ * steps), occupancy (2-4 blocks per SM), the GEMV_FOLD offset fold and whole-tile warps each moved
+ * these kernels by less than 5 %; the big ones stay near 2.5 TB/s, below the 3.4 TB/s that a
+ * plain read in this fragment order reaches (bench/probe_read.cu). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/ptx.cuh"
 
-#ifndef GEMV_U
-#define GEMV_U 4 /* steps (32 bytes per lane each) in flight per warp */
-#endif
+/* the weight stream: each warp keeps a ring of a.ring (2, 4 or 8) steps in shared memory, filled by
+ * cp.async (no registers hold data in flight), one slot per step: the 32 lanes' 16-byte runs of
+ * rows gid and gid + 8, then their two scales as the aligned 4-byte words that hold them */
+#define GEMV_SLOT 1280
 #ifndef GEMV_MINB
-#define GEMV_MINB 2 /* resident blocks per SM the registers are budgeted for */
+#define GEMV_MINB 2 /* resident 8-warp blocks per SM the registers are budgeted for */
+#endif
+#ifndef GEMV_MINB16
+#define GEMV_MINB16 1 /* the same for 16-warp blocks */
+#endif
+#ifndef GEMV_FOLD
+#define GEMV_FOLD 1 /* the -8 weight offset folded into a per-group correction (see gemv_corr) */
 #endif
 
 /* up to three weights sharing one x, concatenated in row space (each but the last a multiple of
@@ -50,6 +66,7 @@ struct gemv_args {
   int64_t ldo[3];
   /* ROPE (norm+QKV only): weights 0/1 are q/k with rope_neox over head_dim hd, weight 2 is v;
    * q goes to out[0], k and v to the paged f16 cache at each token's slot */
+  int ring; /* steps in flight per warp (shared-memory slots) */
   int hd, max_blocks, bs;
   float theta;
   const int32_t *pos, *seq, *bt;
@@ -61,10 +78,34 @@ struct gemv_args {
  * chunk c of run R sits at chunk c ^ swz(R, t), so that the 8 lanes of a load phase (4 runs × 2
  * tokens) hit 8 different bank groups */
 __device__ __forceinline__ int gemv_swz(int R, int t) { return ((R >> 1) ^ (t << 1)) & 3; }
-/* f16 x rows, then (rmsnorm prologue) the norm weights as f32 */
-static size_t gemv_smem(int n, int64_t K, int pro) {
-  return (size_t)n * (size_t)K * 2 + (pro == PRO_NORM ? (size_t)K * 4 : 0);
+/* f16 x rows, then (rmsnorm prologue) the norm weights as f32, then (GEMV_FOLD) the per-group
+ * corrections [K/128][8] as f32, then the warps' weight rings */
+__host__ __device__ inline size_t gemv_smem(int n, int64_t K, int pro) {
+  return (size_t)n * (size_t)K * 2 + (pro == PRO_NORM ? (size_t)K * 4 : 0) + (GEMV_FOLD ? (size_t)(K / 128) * 32 : 0);
 }
+
+/* at most r (a ring depth) cp.async groups still pending: the group before the ring has landed */
+__device__ __forceinline__ void gemv_wait_before_ring(int r) {
+  if (r == 8) cp_async_wait<8>();
+  else if (r == 4) cp_async_wait<4>();
+  else if (r == 2) cp_async_wait<2>();
+  else cp_async_wait<0>();
+}
+
+/* cp.async.wait_group takes an immediate: the ring depths the dispatch uses */
+__device__ __forceinline__ void gemv_wait_ring(int r) {
+  if (r == 8) cp_async_wait<7>();
+  else if (r == 4) cp_async_wait<3>();
+  else if (r == 2) cp_async_wait<1>();
+  else cp_async_wait<0>();
+}
+
+/* GEMV_FOLD: the A fragments keep the weights' +8 offset and the 1024.0 of the f16 trick (one lop3
+ * per weight pair, q4_word_raw): even pairs are 1024 + u, odd pairs 1024 + 16 u, u = q + 8. x of the
+ * odd pairs (elements 8-15 of every 16, i.e. every odd 8-element chunk) is stored / 16, so an odd
+ * product is 64 x + u x, and q x = product - (1032 x | 72 x). Per group and token the subtrahend
+ * 1032 * sum(x even) + 72 * sum(x odd) is computed once in the prologue (from the stored f16 values,
+ * so it matches what the tensor core multiplies); every product stays exact in f32. */
 
 /* what out-of-range rows read (a whole row's worth of zero bytes: K <= GEMV_KMAX) and dead steps */
 #define GEMV_KMAX 32768
@@ -84,11 +125,61 @@ __device__ __forceinline__ int gemv_row_hi(const gemv_args &a, int m, int lo) {
   return ROPE && m < 2 ? lo + a.hd / 2 : lo + 8;
 }
 
+/* the epilogue of one output pair: rows lo/hi of lane group p of the tile at global row r0, token t
+ * (bias, rope + q/cache stores, residual add, store) */
+template <typename TO, int ROPE>
+__device__ __forceinline__ void gemv_emit(const gemv_args &a, int r0, int p, int t, float vl, float vh,
+                                          const int *spos, const int64_t *sslot) {
+  if (r0 >= a.rows_total) return;
+  const int m = r0 >= a.row0[1] ? (r0 >= a.row0[2] ? 2 : 1) : 0, rows = a.row0[m + 1] - a.row0[m];
+  const int lo = gemv_row_lo<ROPE>(a, m, r0 - a.row0[m], p), hi = gemv_row_hi<ROPE>(a, m, lo);
+  const float *bias = a.bias[m];
+  if (bias) {
+    if (lo < rows) vl += bias[lo];
+    if (hi < rows) vh += bias[hi];
+  }
+  if (ROPE) { /* rows < rows always: q/k/v are whole heads */
+    const int ps = spos[t];
+    if (m < 2) { /* rope_neox as rope_kv_kernel computes it */
+      const int i = lo % a.hd;
+      float sn, cs;
+      sincosf((float)ps * (1.0f / rope_pow(a.theta, (float)(2 * i) / (float)a.hd)), &sn, &cs);
+      const float x0 = vl, x1 = vh;
+      vl = x0 * cs - x1 * sn;
+      vh = x1 * cs + x0 * sn;
+    }
+    if (m == 0) {
+      TO *op = (TO *)a.out[0] + (int64_t)t * a.ldo[0];
+      stf(op + lo, vl);
+      stf(op + hi, vh);
+    } else {
+      __half *cp = (m == 1 ? a.kc : a.vc) + sslot[t] * (int64_t)rows;
+      cp[lo] = __float2half_rn(vl);
+      cp[hi] = __float2half_rn(vh);
+    }
+    return;
+  }
+  TO *op = (TO *)a.out[m] + (int64_t)t * a.ldo[m];
+  if (lo < rows) {
+    if (a.add) vl += ldf(op + lo);
+    stf(op + lo, vl);
+  }
+  if (hi < rows) {
+    if (a.add) vh += ldf(op + hi);
+    stf(op + hi, vh);
+  }
+}
+
 template <typename TO, int PRO, int KS, int ROPE, int NW>
-__global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : 1) void gemv_q4_kernel(const __grid_constant__ gemv_args a) {
+__global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void gemv_q4_kernel(const __grid_constant__ gemv_args a) {
   constexpr int TPB = NW / KS, NT = NW * 32; /* tiles of 16 rows per unit, threads */
+  /* KS == 1: every warp walks whole tiles on its own (tile = warp's global index, then + all warps)
+   * and writes its outputs from registers: no block-wide reduction, no barrier after the prologue */
+  constexpr bool WE = KS == 1;
   extern __shared__ uint4 smem[];
   __shared__ float s_inv[8];
+  __shared__ int s_pos[8];        /* ROPE: each token's position and cache slot (from batch_upload, */
+  __shared__ int64_t s_slot[8];   /* not from the kernel before: read before griddepcontrol.wait) */
   __shared__ float red[NW][4][32]; /* per warp, C fragment element, lane */
   __half *xs = (__half *)smem;
   const int K = a.K, G = K / 128, n = a.n;
@@ -98,57 +189,97 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : 1) void gemv_q4_kern
   const int64_t rb = K / 2;
 
   /* the weight-loading side of the pipeline: step (lu, lj) = group ks + lj * KS of tile
-   * lu * TPB + ts; out-of-range steps load zeros */
-  int lu = blockIdx.x, lj = 0;
-  uint4 w0[GEMV_U], w8[GEMV_U];
-  unsigned short s0[GEMV_U], s8[GEMV_U]; /* raw f16 scales: converted when used, not when loaded */
-  /* Every load is unconditional (a row out of range reads the zero buffer, a dead step its first
-   * 16 bytes): a conditional load with a zero default compiles to a select right after the load,
-   * which waits for the data. Row pointers are set once per tile (lj == 0), a step adds 64 g. */
+   * lu * TPB + ts (WE: of tile lu); out-of-range steps load zeros */
+  const int ustride = WE ? gridDim.x * NW : gridDim.x, u0 = WE ? blockIdx.x + gridDim.x * warp : blockIdx.x;
+  /* the norm weights (raw, + off at use) into shared memory by cp.async, one group before the ring's:
+   * a loop of plain loads and shared stores ran as K / threads dependent round trips */
+  float *nws = (float *)(xs + (int64_t)n * K);
+  float *corr = nws + (PRO == PRO_NORM ? K : 0); /* GEMV_FOLD: [G][8], token fastest */
+  if (PRO == PRO_NORM) {
+    const int nb = K * (a.nwdt == HB_F32 ? 4 : 2);
+    for (int i = threadIdx.x * 16; i < nb; i += NT * 16) cp_async16((uint8_t *)nws + i, (const uint8_t *)a.nw + i, 16);
+  }
+  cp_async_commit();
+  if (ROPE && threadIdx.x < n) {
+    const int ps = a.pos[threadIdx.x];
+    s_pos[threadIdx.x] = ps;
+    s_slot[threadIdx.x] = (int64_t)a.bt[(int64_t)a.seq[threadIdx.x] * a.max_blocks + ps / a.bs] * a.bs + ps % a.bs;
+  }
+  int lu = u0, lj = 0, slot = 0;
+  uint8_t *ring = (uint8_t *)smem + gemv_smem(n, K, PRO) + (size_t)warp * a.ring * GEMV_SLOT;
+  /* rows past the matrix and steps past the groups copy nothing (zero-filled slots, never stored);
+   * row pointers are set once per tile (lj == 0), a step adds 64 g */
   const uint8_t *zero = (const uint8_t *)g_gemv_zero, *pw0 = zero, *pw8 = zero, *ps0 = zero, *ps8 = zero;
-  auto load = [&](int i) {
+  bool l0 = false, l8 = false;
+  auto load = [&]() {
     if (lj == 0) {
-      const int r0 = (lu * TPB + ts) * 16;
+      const int r0 = (WE ? lu : lu * TPB + ts) * 16;
       const bool live = lu < a.n_units && r0 < a.rows_total;
       const int m = r0 >= a.row0[1] ? (r0 >= a.row0[2] ? 2 : 1) : 0;
       const int rows = a.row0[m + 1] - a.row0[m];
       const int lo = gemv_row_lo<ROPE>(a, m, r0 - a.row0[m], gid), hi = gemv_row_hi<ROPE>(a, m, lo);
-      const bool l0 = live && lo < rows, l8 = live && hi < rows;
+      l0 = live && lo < rows;
+      l8 = live && hi < rows;
       pw0 = l0 ? a.wq[m] + (int64_t)lo * rb + tig * 16 : zero;
       pw8 = l8 ? a.wq[m] + (int64_t)hi * rb + tig * 16 : zero;
       ps0 = l0 ? (const uint8_t *)(a.ws[m] + (int64_t)lo * G) : zero;
       ps8 = l8 ? (const uint8_t *)(a.ws[m] + (int64_t)hi * G) : zero;
     }
     const int g = ks + lj * KS;
-    const int gw = g < G ? g * 64 : 0, gs = g < G ? g * 2 : 0;
-    w0[i] = ld_nc_v4(g < G ? pw0 + gw : zero);
-    w8[i] = ld_nc_v4(g < G ? pw8 + gw : zero);
-    s0[i] = ld_nc_u16(g < G ? ps0 + gs : zero);
-    s8[i] = ld_nc_u16(g < G ? ps8 + gs : zero);
-    if (++lj == S) { lj = 0; lu += gridDim.x; }
+    const bool v0 = l0 && g < G, v8 = l8 && g < G;
+    uint8_t *sb = ring + slot * GEMV_SLOT;
+    cp_async16(sb + lane * 16, v0 ? pw0 + g * 64 : zero, v0 ? 16 : 0);
+    cp_async16(sb + 512 + lane * 16, v8 ? pw8 + g * 64 : zero, v8 ? 16 : 0);
+    /* the scale's aligned word (the scale buffers carry 16 bytes of padding for the last one) */
+    cp_async4(sb + 1024 + lane * 4, v0 ? (const uint8_t *)((uintptr_t)(ps0 + 2 * g) & ~(uintptr_t)3) : zero, v0 ? 4 : 0);
+    cp_async4(sb + 1152 + lane * 4, v8 ? (const uint8_t *)((uintptr_t)(ps8 + 2 * g) & ~(uintptr_t)3) : zero, v8 ? 4 : 0);
+    cp_async_commit();
+    if (++slot == a.ring) slot = 0;
+    if (++lj == S) { lj = 0; lu += ustride; }
   };
-#pragma unroll
-  for (int i = 0; i < GEMV_U; i++) load(i);
-  /* the norm weights (+ offset) into shared memory as f32 before the wait, too: they are constant */
-  float *nws = (float *)(xs + (int64_t)n * K);
-  if (PRO == PRO_NORM) {
-    for (int i = threadIdx.x; i < K; i += blockDim.x) nws[i] = ld_any(a.nw, a.nwdt, i) + a.off;
-    if (threadIdx.x < 8) s_inv[threadIdx.x] = 0.0f;
-  }
+  for (int i = 0; i < a.ring; i++) load();
+  if (PRO == PRO_NORM && threadIdx.x < 8) s_inv[threadIdx.x] = 0.0f;
+  if (GEMV_FOLD) /* columns past n: finite values for the mma columns that are never stored */
+    for (int i = threadIdx.x; i < G * 8; i += blockDim.x)
+      if (i % 8 >= n) corr[i] = 0.0f;
   pdl_wait();
   pdl_trigger();
 
   /* prologue: x rows -> f16 (after the norm / silu) in shared memory, chunk c = 8 elements of
    * token c / (K/8); the 16-byte chunk c of 32-run R goes to its swizzled slot */
   const int nch = n * (K / 8);
-  auto put = [&](int c, uint4 v) {
+  /* returns (GEMV_FOLD) the chunk's share of its group's correction; odd chunks are stored / 16 */
+  auto put = [&](int c, uint4 v) -> float {
     const int t = c / (K / 8), k8 = c % (K / 8), R = k8 / 4, sw = gemv_swz(R, t);
     uint32_t *run = (uint32_t *)(xs + (int64_t)t * K + R * 32);
+    float cs = 0.0f;
+    if (GEMV_FOLD) {
+      __half2 *h = (__half2 *)&v;
+      const bool odd = k8 & 1;
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        if (odd) h[e] = __hmul2(h[e], __half2half2(__ushort_as_half((unsigned short)0x2C00))); /* 1/16 */
+        const float2 f = __half22float2(h[e]);
+        cs += f.x + f.y;
+      }
+      cs *= odd ? 72.0f * 16.0f : 1032.0f;
+    }
     const uint32_t wv[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int e = 0; e < 4; e++) {
       const int w = (k8 % 4) * 4 + e, pos = (w & 8) | ((w & 3) << 1) | ((w >> 2) & 1);
       run[(((pos >> 2) ^ sw) << 2) | (pos & 3)] = wv[e];
+    }
+    return cs;
+  };
+  /* the 16 chunks of one (token, group) sit in 16 aligned lanes of one warp (chunk c = c0 + thread,
+   * c0 a multiple of the block size, K/8 a multiple of 16): sum them by shuffles (a fixed order, so
+   * the result is deterministic). Called by every lane of the warp; dead lanes pass 0. */
+  auto corr_add = [&](int c, float cs, bool live) {
+    if (GEMV_FOLD) {
+#pragma unroll
+      for (int o = 8; o > 0; o >>= 1) cs += __shfl_xor_sync(0xffffffffu, cs, o);
+      if (live && lane % 16 == 0) corr[(c % (K / 8)) / 16 * 8 + c / (K / 8)] = cs;
     }
   };
   auto xat = [&](const __half *base, int c) {
@@ -163,7 +294,8 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : 1) void gemv_q4_kern
       const int c = threadIdx.x + k * NT;
       if (c < nch) xv[k] = xat(a.x, c);
     }
-    __syncthreads(); /* s_inv zeroed */
+    gemv_wait_before_ring(a.ring); /* the norm weights */
+    __syncthreads(); /* s_inv zeroed, norm weights landed */
 #pragma unroll
     for (int k = 0; k < 4; k++) {
       const int c = threadIdx.x + k * NT;
@@ -190,20 +322,27 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : 1) void gemv_q4_kern
     __syncthreads();
 #pragma unroll
     for (int k = 0; k < 4; k++) {
+      if (k * NT >= nch) break; /* uniform */
       const int c = threadIdx.x + k * NT;
-      if (c >= nch) break;
-      const float inv = s_inv[c / (K / 8)];
-      const float *wn = nws + (c % (K / 8)) * 8;
-      __half2 *h = (__half2 *)&xv[k];
+      const bool live = c < nch;
+      float cs = 0.0f;
+      if (live) {
+        const float inv = s_inv[c / (K / 8)];
+        const int w0i = (c % (K / 8)) * 8;
+        __half2 *h = (__half2 *)&xv[k];
 #pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const float2 f = __half22float2(h[e]);
-        h[e] = __floats2half2_rn(f.x * inv * wn[2 * e], f.y * inv * wn[2 * e + 1]);
+        for (int e = 0; e < 4; e++) {
+          const float2 f = __half22float2(h[e]);
+          h[e] = __floats2half2_rn(f.x * inv * (ld_any(nws, a.nwdt, w0i + 2 * e) + a.off),
+                                   f.y * inv * (ld_any(nws, a.nwdt, w0i + 2 * e + 1) + a.off));
+        }
+        cs = put(c, xv[k]);
       }
-      put(c, xv[k]);
+      corr_add(c, cs, live);
     }
   } else {
     if (PRO == PRO_NORM) { /* long rows: two reads of x (the second from L1) */
+      gemv_wait_before_ring(a.ring); /* the norm weights */
       __syncthreads();
       for (int c = threadIdx.x; c < nch; c += blockDim.x) {
         const uint4 v = xat(a.x, c);
@@ -221,20 +360,24 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : 1) void gemv_q4_kern
       __syncthreads();
     }
 #pragma unroll 4
-    for (int c = threadIdx.x; c < nch; c += blockDim.x) {
+    for (int c0 = 0; c0 < nch; c0 += blockDim.x) { /* uniform over the warp: corr_add shuffles */
+      const int c = c0 + threadIdx.x;
+      const bool live = c < nch;
+      float cs = 0.0f;
+      if (live) {
       uint4 v = xat(a.x, c);
       if (PRO != PRO_PLAIN) {
         __half2 *h = (__half2 *)&v;
         const uint4 v2 = PRO == PRO_SILU ? xat(a.x2, c) : v;
         const __half2 *h2 = (const __half2 *)&v2;
         const float inv = PRO == PRO_NORM ? s_inv[c / (K / 8)] : 0.0f;
-        const float *wn = nws + (c % (K / 8)) * 8;
+        const int w0i = (c % (K / 8)) * 8;
 #pragma unroll
         for (int e = 0; e < 4; e++) {
           float2 f = __half22float2(h[e]);
           if (PRO == PRO_NORM) {
-            f.x *= inv * wn[2 * e];
-            f.y *= inv * wn[2 * e + 1];
+            f.x *= inv * (ld_any(nws, a.nwdt, w0i + 2 * e) + a.off);
+            f.y *= inv * (ld_any(nws, a.nwdt, w0i + 2 * e + 1) + a.off);
           } else {
             const float2 up = __half22float2(h2[e]);
             f.x = f.x / (1.0f + expf(-f.x)) * up.x;
@@ -243,7 +386,9 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : 1) void gemv_q4_kern
           h[e] = __floats2half2_rn(f.x, f.y);
         }
       }
-      put(c, v);
+      cs = put(c, v);
+      }
+      corr_add(c, cs, live);
     }
   }
   __syncthreads();
@@ -251,16 +396,37 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : 1) void gemv_q4_kern
   /* the consuming side: step (u, j) */
   const int xt = gid % n;
   const __half *xrow = xs + (int64_t)xt * K;
-  int u = blockIdx.x, j = 0;
+  int u = u0, j = 0;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  while (u < a.n_units) {
+  while (u < a.n_units) { /* uniform over the block (WE: over the warp) */
+    {
+      /* this step's slot has landed (its group is the oldest of a.ring outstanding); it is used up
+       * (weights -> A fragments, scales -> f32) before load() refills it with the step a.ring ahead */
+      gemv_wait_ring(a.ring);
+      const uint8_t *sb = ring + slot * GEMV_SLOT;
+      const uint4 W0 = *(const uint4 *)(sb + lane * 16), W8 = *(const uint4 *)(sb + 512 + lane * 16);
+      const uint32_t S0 = *(const uint32_t *)(sb + 1024 + lane * 4), S8 = *(const uint32_t *)(sb + 1152 + lane * 4);
+      uint32_t p0[4][4], p8[4][4];
+      {
+        const uint32_t a0[4] = {W0.x, W0.y, W0.z, W0.w}, a8[4] = {W8.x, W8.y, W8.z, W8.w};
 #pragma unroll
-    for (int i = 0; i < GEMV_U; i++) {
-      if (u >= a.n_units) break; /* uniform over the block */
-      const uint4 A0 = w0[i], A8 = w8[i];
-      const float sc0 = __half2float(__ushort_as_half(s0[i])), sc8 = __half2float(__ushort_as_half(s8[i]));
-      load(i); /* refill the slot GEMV_U steps ahead */
+        for (int q = 0; q < 4; q++) {
+          if (GEMV_FOLD) {
+            q4_word_raw(a0[q], p0[q]);
+            q4_word_raw(a8[q], p8[q]);
+          } else {
+            q4_word(a0[q], p0[q]);
+            q4_word(a8[q], p8[q]);
+          }
+        }
+      }
       const int g = ks + j * KS;
+      /* the scale's half of its word: element lo * G + g, and lo has the parity of gid (tile rows
+       * start at multiples of 16, rope pairs at 8 * tile + gid; hi = lo + 8 or + hd/2) */
+      const int sh = ((g + (G & 1) * gid) & 1) * 16;
+      const float sc0 = __half2float(__ushort_as_half((unsigned short)(S0 >> sh)));
+      const float sc8 = __half2float(__ushort_as_half((unsigned short)(S8 >> sh)));
+      load(); /* refill this slot with the step a.ring ahead */
       if (g < G) { /* uniform over the warp */
         /* B: x of token xt (lanes past the n rows read row xt = gid % n: finite data for output
          * columns that are never stored), run R; the run's half2 words are stored permuted so that
@@ -271,91 +437,60 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : 1) void gemv_q4_kern
         uint4 xv[4];
 #pragma unroll
         for (int c = 0; c < 4; c++) xv[c] = xp[c ^ sw];
-        const uint32_t a0[4] = {A0.x, A0.y, A0.z, A0.w}, a8[4] = {A8.x, A8.y, A8.z, A8.w};
         /* two accumulators (h = 0, 1): two chains of 4 dependent mmas instead of one of 8 */
         float c4[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
         for (int q = 0; q < 4; q++) {
-          uint32_t p0[4], p8[4];
-          q4_word(a0[q], p0);
-          q4_word(a8[q], p8);
 #pragma unroll
           for (int h = 0; h < 2; h++) {
-            const uint32_t af[4] = {p0[2 * h], p8[2 * h], p0[2 * h + 1], p8[2 * h + 1]};
+            const uint32_t af[4] = {p0[q][2 * h], p8[q][2 * h], p0[q][2 * h + 1], p8[q][2 * h + 1]};
             const uint4 xc = xv[2 * h + (q >> 1)];
             const uint32_t bf[2] = {q & 1 ? xc.z : xc.x, q & 1 ? xc.w : xc.y};
             mma_16816(c4[h], af, bf);
           }
         }
-        acc[0] = fmaf(sc0, c4[0][0] + c4[1][0], acc[0]);
-        acc[1] = fmaf(sc0, c4[0][1] + c4[1][1], acc[1]);
-        acc[2] = fmaf(sc8, c4[0][2] + c4[1][2], acc[2]);
-        acc[3] = fmaf(sc8, c4[0][3] + c4[1][3], acc[3]);
+        float2 cr = make_float2(0.0f, 0.0f);
+        if (GEMV_FOLD) cr = *(const float2 *)&corr[g * 8 + 2 * tig]; /* tokens 2 tig, 2 tig + 1 */
+        acc[0] = fmaf(sc0, c4[0][0] + c4[1][0] - cr.x, acc[0]);
+        acc[1] = fmaf(sc0, c4[0][1] + c4[1][1] - cr.y, acc[1]);
+        acc[2] = fmaf(sc8, c4[0][2] + c4[1][2] - cr.x, acc[2]);
+        acc[3] = fmaf(sc8, c4[0][3] + c4[1][3] - cr.y, acc[3]);
       }
       if (++j < S) continue;
-      /* unit done: the KS partial tiles meet in shared memory, one thread per (tile, row, token) */
       j = 0;
+      if (WE) { /* the warp's own tile: lane (gid, tig) holds rows gid / gid + 8 of tokens 2 tig, 2 tig + 1 */
 #pragma unroll
-      for (int e = 0; e < 4; e++) { red[warp][e][lane] = acc[e]; acc[e] = 0.0f; }
-      __syncthreads();
-      /* one thread per (tile, lane group gid, token): both rows of the lane group */
-      for (int o = threadIdx.x; o < TPB * 8 * n; o += blockDim.x) {
-        const int ot = o / (8 * n), p = (o / n) % 8, t = o % n;
-        const int ln = p * 4 + t / 2;
-        float vl = 0.0f, vh = 0.0f;
+        for (int e = 0; e < 2; e++)
+          if (2 * tig + e < n) gemv_emit<TO, ROPE>(a, u * 16, gid, 2 * tig + e, acc[e], acc[2 + e], s_pos, s_slot);
 #pragma unroll
-        for (int k = 0; k < KS; k++) {
-          vl += red[ot * KS + k][t % 2][ln];
-          vh += red[ot * KS + k][2 + t % 2][ln];
-        }
-        const int r0 = (u * TPB + ot) * 16;
-        if (r0 >= a.rows_total) continue;
-        const int m = r0 >= a.row0[1] ? (r0 >= a.row0[2] ? 2 : 1) : 0, rows = a.row0[m + 1] - a.row0[m];
-        const int lo = gemv_row_lo<ROPE>(a, m, r0 - a.row0[m], p), hi = gemv_row_hi<ROPE>(a, m, lo);
-        const float *bias = a.bias[m];
-        if (bias) {
-          if (lo < rows) vl += bias[lo];
-          if (hi < rows) vh += bias[hi];
-        }
-        if (ROPE) { /* rows < rows always: q/k/v are whole heads */
-          const int ps = a.pos[t];
-          if (m < 2) { /* rope_neox as rope_kv_kernel computes it */
-            const int i = lo % a.hd;
-            float sn, cs;
-            sincosf((float)ps * (1.0f / rope_pow(a.theta, (float)(2 * i) / (float)a.hd)), &sn, &cs);
-            const float x0 = vl, x1 = vh;
-            vl = x0 * cs - x1 * sn;
-            vh = x1 * cs + x0 * sn;
+        for (int e = 0; e < 4; e++) acc[e] = 0.0f;
+      } else { /* unit done: the KS partial tiles meet in shared memory, one thread per (tile, row, token) */
+#pragma unroll
+        for (int e = 0; e < 4; e++) { red[warp][e][lane] = acc[e]; acc[e] = 0.0f; }
+        __syncthreads();
+        /* one thread per (tile, lane group gid, token): both rows of the lane group */
+        for (int o = threadIdx.x; o < TPB * 8 * n; o += blockDim.x) {
+          const int ot = o / (8 * n), p = (o / n) % 8, t = o % n;
+          const int ln = p * 4 + t / 2;
+          float vl = 0.0f, vh = 0.0f;
+#pragma unroll
+          for (int k = 0; k < KS; k++) {
+            vl += red[ot * KS + k][t % 2][ln];
+            vh += red[ot * KS + k][2 + t % 2][ln];
           }
-          if (m == 0) {
-            TO *op = (TO *)a.out[0] + (int64_t)t * a.ldo[0];
-            stf(op + lo, vl);
-            stf(op + hi, vh);
-          } else {
-            const int64_t slot = (int64_t)a.bt[(int64_t)a.seq[t] * a.max_blocks + ps / a.bs] * a.bs + ps % a.bs;
-            __half *cp = (m == 1 ? a.kc : a.vc) + slot * (int64_t)rows;
-            cp[lo] = __float2half_rn(vl);
-            cp[hi] = __float2half_rn(vh);
-          }
-          continue;
+          gemv_emit<TO, ROPE>(a, (u * TPB + ot) * 16, p, t, vl, vh, s_pos, s_slot);
         }
-        TO *op = (TO *)a.out[m] + (int64_t)t * a.ldo[m];
-        if (lo < rows) {
-          if (a.add) vl += ldf(op + lo);
-          stf(op + lo, vl);
-        }
-        if (hi < rows) {
-          if (a.add) vh += ldf(op + hi);
-          stf(op + hi, vh);
-        }
+        __syncthreads();
       }
-      __syncthreads();
-      u += gridDim.x;
+      u += ustride;
     }
   }
+  cp_async_wait<0>(); /* the prefetches past the last step */
 }
 
 /* ---- dispatch ------------------------------------------------------------------------------------ */
+
+static int g_gemv_we_min = 4; /* whole-tile warps (KS = 1) from this many tiles per SM; HEARTH_GEMV_WE_MIN */
 
 /* the launch shapes: (warps per block, warps per tile) */
 #define GEMV_CONFIGS(X) X(8, 1) X(8, 2) X(8, 4) X(8, 8) X(16, 16)
@@ -373,6 +508,8 @@ static int gemv_attr1(struct hb_ctx *ctx) {
   return bad;
 }
 int cu_gemv_init(struct hb_ctx *ctx) {
+  const char *we = getenv("HEARTH_GEMV_WE_MIN"); /* a tuning knob for bench A/B runs */
+  if (we && *we) g_gemv_we_min = atoi(we);
   return gemv_attr1<__half, PRO_PLAIN, 0>(ctx) | gemv_attr1<__half, PRO_NORM, 0>(ctx) |
          gemv_attr1<__half, PRO_SILU, 0>(ctx) | gemv_attr1<float, PRO_PLAIN, 0>(ctx) |
          gemv_attr1<float, PRO_NORM, 0>(ctx) | gemv_attr1<float, PRO_SILU, 0>(ctx) |
@@ -383,19 +520,29 @@ int cu_gemv_init(struct hb_ctx *ctx) {
  * groups that do not divide by KS; among near-equals the first listed (8-warp blocks, fewest
  * shared-memory reductions per weight byte). 16-warp blocks (one per SM at <= 128 registers) give
  * matrices of few tiles and long rows (down_proj: 128 tiles of 86 groups) twice the warps in flight. */
-static int gemv_pick(int tiles, int G, int n_sm, int per_sm8, int *units_out) {
+static int gemv_pick(int tiles, int G, int n_sm, int per_sm8, int per_sm16, int *units_out) {
   double eff[GEMV_NCFG], best = 0.0;
   int units[GEMV_NCFG];
+  /* enough tiles for every SM's warps to stream whole tiles without a block-wide reduction */
+  if (g_gemv_cfg[0][1] == 1 && tiles >= g_gemv_we_min * n_sm) {
+    *units_out = tiles;
+    return 0;
+  }
   for (int i = 0; i < GEMV_NCFG; i++) {
     const int nw = g_gemv_cfg[i][0], ks = g_gemv_cfg[i][1], tpb = nw / ks;
-    /* 16-warp blocks only for one round of long rows: with fewer than 2 steps per warp between two
-     * block-wide reductions (gate/up at K = 2048: one step) they ran 1.45x slower (round 5, call 6) */
-    if (nw == 16 && (tiles > n_sm || G < 2 * ks)) {
+    if (ks == 1) { /* whole-tile warps only above */
       eff[i] = 0.0;
       units[i] = tiles;
       continue;
     }
-    const int slots = n_sm * (nw == 8 ? per_sm8 : 1);
+    /* 16-warp blocks only for one round of long rows: with fewer than 2 steps per warp between two
+     * block-wide reductions (gate/up at K = 2048: one step) they ran 1.45x slower (round 5, call 6) */
+    if (nw == 16 && (!per_sm16 || tiles > n_sm * per_sm16 || G < 2 * ks)) {
+      eff[i] = 0.0;
+      units[i] = tiles;
+      continue;
+    }
+    const int slots = n_sm * (nw == 8 ? per_sm8 : per_sm16);
     units[i] = (tiles + tpb - 1) / tpb;
     const int rounds = (units[i] + slots - 1) / slots, S = (G + ks - 1) / ks;
     eff[i] = (double)units[i] / ((double)rounds * slots) * (double)G / ((double)S * ks) *
@@ -413,18 +560,35 @@ static int gemv_pick(int tiles, int G, int n_sm, int per_sm8, int *units_out) {
 
 /* programmatic stream serialization: the kernel may start (and stream its first weights) while the
  * previous one drains; it waits with griddepcontrol.wait before it reads x or writes out */
+/* the deepest weight ring (8, 4, 2 steps per warp) with which `bps` blocks of nw warps fit an SM's
+ * 228 KB of shared memory (x, norm weights and corrections `base`, the static reduction buffer and
+ * the per-block reserve counted); 0 when none does */
+static int gemv_ring(const struct hb_ctx *ctx, size_t base, int nw, int bps) {
+  for (int r = 8; r >= 2; r /= 2) {
+    const size_t dyn = base + (size_t)nw * r * GEMV_SLOT, blk = dyn + (size_t)nw * 512 + 2048;
+    if (dyn + (size_t)nw * 512 + 64 <= (size_t)ctx->smem_optin && (size_t)bps * blk <= 228 * 1024) return r;
+  }
+  return 0;
+}
+
 template <typename TO, int PRO, int ROPE = 0>
 static void gemv_launch_t(struct hb_ctx *ctx, gemv_args &a) {
-  const size_t sm = gemv_smem(a.n, a.K, PRO);
-  /* 228 KB of shared memory per SM, ~5 KB static + reserve per block */
-  int per_sm = (int)(228 * 1024 / (sm + 6 * 1024));
-  per_sm = per_sm < 1 ? 1 : (per_sm > GEMV_MINB ? GEMV_MINB : per_sm);
+  const size_t base = gemv_smem(a.n, a.K, PRO);
+  int per_sm = GEMV_MINB, ring8 = 0;
+  for (; per_sm >= 1 && !(ring8 = gemv_ring(ctx, base, 8, per_sm)); per_sm--) {}
+  int per_sm16 = GEMV_MINB16, ring16 = 0;
+  for (; per_sm16 >= 1 && !(ring16 = gemv_ring(ctx, base, 16, per_sm16)); per_sm16--) {}
   const int tiles = (a.rows_total + 15) / 16;
   int units = tiles;
-  const int ci = gemv_pick(tiles, a.K / 128, ctx->n_sm, per_sm, &units);
-  const int nw = g_gemv_cfg[ci][0], slots = ctx->n_sm * (nw == 8 ? per_sm : 1);
+  const int ci = gemv_pick(tiles, a.K / 128, ctx->n_sm, per_sm, ring16 ? per_sm16 : 0, &units);
+  const int nw = g_gemv_cfg[ci][0], slots = ctx->n_sm * (nw == 8 ? per_sm : per_sm16);
   a.n_units = units;
-  const dim3 grid((unsigned)(units < slots ? units : slots)), block((unsigned)(nw * 32));
+  a.ring = nw == 8 ? ring8 : ring16;
+  const size_t sm = base + (size_t)nw * a.ring * GEMV_SLOT;
+  /* KS = 1: units are tiles, spread over all resident blocks (tile = block + grid * warp + ...) so
+   * that every SM gets the same number of tiles, not whole 8-tile blocks */
+  const int blocks = g_gemv_cfg[ci][1] == 1 ? slots : units;
+  const dim3 grid((unsigned)(blocks < slots ? blocks : slots)), block((unsigned)(nw * 32));
   int k = 0;
 #define GEMV_LAUNCH(NW, KS) \
   if (ci == k++) cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<TO, PRO, KS, ROPE, NW>, grid, block, sm, a);
@@ -438,8 +602,8 @@ static int gemv_fill(struct hb_ctx *ctx, gemv_args &a, int pro, const struct hb_
                      const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, int n, int add) {
   if (ctx->exact || n < 1 || n > 8 || n_mm < 1 || n_mm > 3 || x->dtype != HB_F16 || x->cols % 8) return 1;
   if (ws[0]->cols % 128 || ws[0]->cols > GEMV_KMAX) return 1;
-  /* beside x: the 16-warp kernel's static reduction buffer (8,224 bytes), plus slack */
-  if (gemv_smem(n, ws[0]->cols, pro) + 9 * 1024 > ctx->smem_optin) return 1;
+  /* x etc. and at least a 2-step ring of 8 warps in one block (gemv_ring) */
+  if (!gemv_ring(ctx, gemv_smem(n, ws[0]->cols, pro), 8, 1)) return 1;
   if (x->rows < n) return 1;
   if (x2 && (x2->dtype != HB_F16 || x2->cols != x->cols)) return 1;
   memset(&a, 0, sizeof a);
@@ -473,6 +637,8 @@ static int gemv_fill(struct hb_ctx *ctx, gemv_args &a, int pro, const struct hb_
   for (int i = n_mm; i < 4; i++) a.row0[i] = r;
   a.rows_total = r;
   if (x->cols < a.K || (nw && nw->rows * nw->cols != a.K)) return 1;
+  /* the norm weights travel by 16-byte cp.async (gemv_q4_kernel) */
+  if (nw && (((uintptr_t)nw->data & 15) || (nw->dtype != HB_F32 && nw->dtype != HB_F16 && nw->dtype != HB_BF16))) return 1;
   return 0;
 }
 

@@ -27,6 +27,11 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, int src
   unsigned s = (unsigned)__cvta_generic_to_shared(smem);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes));
 }
+/* 4-byte global -> shared copy (through L1: .ca is the only caching mode for 4 bytes) */
+__device__ __forceinline__ void cp_async4(void *smem, const void *gmem, int src_bytes) {
+  unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
@@ -80,6 +85,17 @@ __device__ __forceinline__ void q4_word(uint32_t w, uint32_t p[4]) {
   p[1] = *(uint32_t *)&r1;
   p[2] = *(uint32_t *)&r2;
   p[3] = *(uint32_t *)&r3;
+}
+
+/* the same 8 weights as A-fragment values with the offset left in: even pairs 1024 + u, odd pairs
+ * 1024 + 16 u (u = q + 8), one lop3 each and no f16 arithmetic; the caller scales the x of odd pairs
+ * by 1/16 and subtracts 1032 * sum(x even) + 72 * sum(x odd) per group (gemv_q4.cu, GEMV_FOLD) */
+__device__ __forceinline__ void q4_word_raw(uint32_t w, uint32_t p[4]) {
+  const uint32_t hi = w >> 8;
+  p[0] = (w & 0x000F000Fu) | 0x64006400u;
+  p[1] = (w & 0x00F000F0u) | 0x64006400u;
+  p[2] = (hi & 0x000F000Fu) | 0x64006400u;
+  p[3] = (hi & 0x00F000F0u) | 0x64006400u;
 }
 
 #endif

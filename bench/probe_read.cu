@@ -1,0 +1,84 @@
+/* bench/probe_read.cu — how fast the H200 reads 160 MB of int4 weights under the access patterns a
+ * decode GEMV can use (a diagnostic for bench/NOTES.md, not part of the engine). Standalone:
+ *   nvcc -O3 -arch=sm_90 -o probe_read bench/probe_read.cu && ./probe_read
+ * Rows of 1024 bytes (K = 2048 int4), tiles of 16 rows (16 KB, contiguous); every pattern reads
+ * every byte once per pass, 16-byte loads, 8 steps unrolled (16 loads in flight per thread):
+ *   tile64   one warp per tile, step g: lane (gid, tig) reads row gid and gid + 8 at 64 g + 16 tig
+ *            (the GEMV's fragment order: 16 pieces of 64 bytes, rows 1 KB apart)
+ *   tile128  the same, two groups per step: 128 contiguous bytes of each row per step
+ *   tile1k   one warp per tile, step g reads the tile's g-th 1 KB contiguously (a tile-major repack) */
+#include <cstdint>
+#include <cstdio>
+#include <cuda_runtime.h>
+
+__device__ __forceinline__ uint4 ldg(const uint4 *p) {
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  return r;
+}
+
+template <int PAT>
+__global__ __launch_bounds__(256, 2) void probe(const uint8_t *buf, int tiles, unsigned *out) {
+  const int lane = threadIdx.x % 32, gid = lane / 4, tig = lane % 4;
+  const int wg = blockIdx.x * 8 + threadIdx.x / 32, nwarps = gridDim.x * 8;
+  unsigned acc = 0;
+  for (int t = wg; t < tiles; t += nwarps) {
+    const uint8_t *tb = buf + (size_t)t * 16384;
+#pragma unroll 1
+    for (int s0 = 0; s0 < 16; s0 += 8) {
+      uint4 v[16];
+#pragma unroll
+      for (int s = 0; s < 8; s++) {
+        const int g = s0 + s;
+        const uint8_t *a0, *a1;
+        if (PAT == 1) { a0 = tb + gid * 1024 + g * 64 + tig * 16; a1 = a0 + 8 * 1024; }
+        else if (PAT == 2) { a0 = tb + (gid + 8 * (g / 8)) * 1024 + (g % 8) * 128 + tig * 16; a1 = a0 + 64; }
+        else { a0 = tb + g * 1024 + lane * 16; a1 = a0 + 512; }
+        v[2 * s] = ldg((const uint4 *)a0);
+        v[2 * s + 1] = ldg((const uint4 *)a1);
+      }
+#pragma unroll
+      for (int s = 0; s < 16; s++) acc ^= v[s].x ^ v[s].y ^ v[s].z ^ v[s].w;
+    }
+  }
+  if (acc == 0x12345678u) out[0] = acc;
+}
+
+int main() {
+  const int tiles = 10240; /* 160 MB */
+  const size_t bytes = (size_t)tiles * 16384;
+  uint8_t *buf[2];
+  unsigned *out;
+  cudaMalloc(&buf[0], bytes);
+  cudaMalloc(&buf[1], bytes);
+  cudaMalloc(&out, 4);
+  cudaMemset(buf[0], 1, bytes);
+  cudaMemset(buf[1], 2, bytes);
+  int nsm = 0;
+  cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, 0);
+  const char *names[4] = {"", "tile64 (GEMV order)", "tile128 (2 groups/step)", "tile1k (tile-major)"};
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  printf("| pattern | GB/s (160 MB, %d blocks of 8 warps) |\n|---|---|\n", 2 * nsm);
+  for (int pat = 1; pat < 4; pat++) {
+    for (int rep = 0; rep < 25; rep++) {
+      if (rep == 5) cudaEventRecord(e0);
+      const uint8_t *b = buf[rep & 1];
+      switch (pat) {
+        case 1: probe<1><<<2 * nsm, 256>>>(b, tiles, out); break;
+        case 2: probe<2><<<2 * nsm, 256>>>(b, tiles, out); break;
+        default: probe<3><<<2 * nsm, 256>>>(b, tiles, out); break;
+      }
+    }
+    cudaEventRecord(e1);
+    cudaEventSynchronize(e1);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    printf("| %s | %.0f |\n", names[pat], bytes * 20 / (ms * 1e-3) / 1e9);
+  }
+  printf("%s\n", cudaGetErrorString(cudaGetLastError()));
+  return 0;
+}
