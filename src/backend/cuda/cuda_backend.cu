@@ -95,6 +95,8 @@ static int cuda_init(const struct hb_config *cfg, struct hb_ctx **out, struct he
   c->exact = cfg ? cfg->exact : 0;
   c->n_sm = prop.multiProcessorCount;
   c->smem_optin = prop.sharedMemPerBlockOptin;
+  c->smem_sm = prop.sharedMemPerMultiprocessor;
+  c->smem_reserved = prop.reservedSharedMemPerBlock;
   if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {
     free(c);
     return cu_err_set(err, HEARTH_ERR_BACKEND, "cuda: cannot create a stream: %s", cudaGetErrorString(e));
@@ -217,7 +219,7 @@ static int cuda_weight_upload(struct hb_ctx *c, struct hb_tensor *dst, const str
     dst->cols = cols;
     dst->data = q;
     dst->aux = s;
-    dst->bytes = qb + sb;
+    dst->bytes = qb + sb + 16;
     return 0;
   }
   if (src->dtype != HB_BF16 && src->dtype != HB_F32 && src->dtype != HB_F16)

@@ -23,6 +23,8 @@ extern "C" {
 struct hb_ctx {
   int device, exact, n_sm;
   size_t smem_optin;      /* largest dynamic shared memory a block may opt in to */
+  size_t smem_sm;         /* shared memory per multiprocessor, and what the system keeps per block */
+  size_t smem_reserved;
   cudaStream_t stream;
   int status;             /* first error (sticky), 0 when fine */
   char msg[400];

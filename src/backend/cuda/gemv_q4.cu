@@ -6,7 +6,10 @@
  * warp tile), the n <= 8 activation rows the B operand (8 columns, n used), so one mma does 256
  * weights × n tokens and batches of 2..8 rows cost the same instructions as 1. Products are exact
  * (int4 × f16) and sums f32; the group scale is applied in f32 to each group's partial sum, so the
- * only rounding beyond the reference's f32 is x itself in f16 (the GPU's activation format).
+ * rounding beyond the reference's f32 is x itself in f16 (the GPU's activation format) and, with
+ * GEMV_FOLD, the cancellation of the folded offset: each group's f32 sum carries ~1032 Σx before the
+ * correction takes it out (a review's simulation: ~1e-5 relative per group, 6-40 % of what f16 x
+ * costs; speed-neutral in round 6 — bench/NOTES.md).
  *
  * Why the weights need no reshuffle: mma only needs A's and B's k orders to agree, and k may be
  * permuted freely. Lane (gid, tig) of a warp loads the whole 16-byte run R = 4g + tig of group g
@@ -46,7 +49,7 @@
 #define GEMV_MINB16 1 /* the same for 16-warp blocks */
 #endif
 #ifndef GEMV_FOLD
-#define GEMV_FOLD 1 /* the -8 weight offset folded into a per-group correction (see gemv_corr) */
+#define GEMV_FOLD 1 /* the -8 weight offset folded into a per-group correction (see gemv_smem) */
 #endif
 
 /* up to three weights sharing one x, concatenated in row space (each but the last a multiple of
@@ -561,12 +564,13 @@ static int gemv_pick(int tiles, int G, int n_sm, int per_sm8, int per_sm16, int 
 /* programmatic stream serialization: the kernel may start (and stream its first weights) while the
  * previous one drains; it waits with griddepcontrol.wait before it reads x or writes out */
 /* the deepest weight ring (8, 4, 2 steps per warp) with which `bps` blocks of nw warps fit an SM's
- * 228 KB of shared memory (x, norm weights and corrections `base`, the static reduction buffer and
- * the per-block reserve counted); 0 when none does */
+ * shared memory (x, norm weights and corrections `base`; the static buffers, at most nw * 512 + 256
+ * bytes (ptxas: 4,224 for 8 warps with rope); the per-block system reserve, plus slack); 0 when none does */
 static int gemv_ring(const struct hb_ctx *ctx, size_t base, int nw, int bps) {
+  const size_t stat = (size_t)nw * 512 + 256;
   for (int r = 8; r >= 2; r /= 2) {
-    const size_t dyn = base + (size_t)nw * r * GEMV_SLOT, blk = dyn + (size_t)nw * 512 + 2048;
-    if (dyn + (size_t)nw * 512 + 64 <= (size_t)ctx->smem_optin && (size_t)bps * blk <= 228 * 1024) return r;
+    const size_t dyn = base + (size_t)nw * r * GEMV_SLOT, blk = dyn + stat + ctx->smem_reserved + 768;
+    if (dyn + stat <= ctx->smem_optin && (size_t)bps * blk <= ctx->smem_sm) return r;
   }
   return 0;
 }

@@ -33,8 +33,9 @@ __device__ __forceinline__ void cp_async4(void *smem, const void *gmem, int src_
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+/* "memory": no shared-memory read of the landed data may be moved above the wait */
 template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
 /* four 8x8 b16 matrices; lane l gives the row address of matrix l/8, row l%8 */
 __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void *smem) {
