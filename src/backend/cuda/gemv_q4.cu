@@ -48,6 +48,13 @@
 #ifndef GEMV_MINB16
 #define GEMV_MINB16 1 /* the same for 16-warp blocks */
 #endif
+/* a measurement knob, never set in a product build (bench/ablate.sh): 1 = no weight bytes from memory
+ * (the ring's copies zero-fill), 2 = no x prologue (no x read, norm or silu: shared x left as is),
+ * 3 = no epilogue (outputs stored only under a condition that never holds). The difference to 0
+ * is what that stage costs inside a kernel (bench/NOTES.md, round 6). */
+#ifndef GEMV_ABLATE
+#define GEMV_ABLATE 0
+#endif
 #ifndef GEMV_FOLD
 #define GEMV_FOLD 1 /* the -8 weight offset folded into a per-group correction (see gemv_smem) */
 #endif
@@ -134,6 +141,7 @@ template <typename TO, int ROPE>
 __device__ __forceinline__ void gemv_emit(const gemv_args &a, int r0, int p, int t, float vl, float vh,
                                           const int *spos, const int64_t *sslot) {
   if (r0 >= a.rows_total) return;
+  if (GEMV_ABLATE == 3 && vl != 1234.5f) return; /* keeps the sums alive, stores (almost) nothing */
   const int m = r0 >= a.row0[1] ? (r0 >= a.row0[2] ? 2 : 1) : 0, rows = a.row0[m + 1] - a.row0[m];
   const int lo = gemv_row_lo<ROPE>(a, m, r0 - a.row0[m], p), hi = gemv_row_hi<ROPE>(a, m, lo);
   const float *bias = a.bias[m];
@@ -229,7 +237,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
       ps8 = l8 ? (const uint8_t *)(a.ws[m] + (int64_t)hi * G) : zero;
     }
     const int g = ks + lj * KS;
-    const bool v0 = l0 && g < G, v8 = l8 && g < G;
+    const bool v0 = l0 && g < G && GEMV_ABLATE != 1, v8 = l8 && g < G && GEMV_ABLATE != 1;
     uint8_t *sb = ring + slot * GEMV_SLOT;
     cp_async16(sb + lane * 16, v0 ? pw0 + g * 64 : zero, v0 ? 16 : 0);
     cp_async16(sb + 512 + lane * 16, v8 ? pw8 + g * 64 : zero, v8 ? 16 : 0);
@@ -288,7 +296,9 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
   auto xat = [&](const __half *base, int c) {
     return *(const uint4 *)(base + (int64_t)(c / (K / 8)) * a.ldx + (int64_t)(c % (K / 8)) * 8);
   };
-  if (PRO == PRO_NORM && nch <= 4 * NT) {
+  if (GEMV_ABLATE == 2) {
+    if (PRO == PRO_NORM) gemv_wait_before_ring(a.ring);
+  } else if (PRO == PRO_NORM && nch <= 4 * NT) {
     /* one read of x (up to 4 chunks per thread, kept in registers): sum of squares per token
      * (one atomic per warp when the warp's chunks are one token's), then scale and store */
     uint4 xv[4];
