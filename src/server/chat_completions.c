@@ -9,7 +9,9 @@
  * chunk naming its choice's index. response_format: "text", or "json_object", which OpenAI accepts
  * only when a message mentions JSON (checked the same way, 400 otherwise); decoding is then
  * constrained to a JSON object (json_mask.h): the answer parses unless it is cut by max_tokens
- * (finish_reason "length"). "json_schema" is refused with 400.
+ * (finish_reason "length"). "json_schema": decoding follows the schema compiled into a program
+ * (json_schema.h: a subset of JSON Schema, one canonical layout); a schema outside the subset is a
+ * 400 naming response_format.json_schema.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +20,7 @@
 
 #include "base/err.h"
 #include "server/errors.h"
+#include "server/json_schema.h"
 #include "server/gen.h"
 #include "server/json_mask.h"
 #include "server/routes.h"
@@ -374,21 +377,33 @@ static int mentions_json(json_t *msgs) {
   return 0;
 }
 
-/* response_format: absent, {"type":"text"} or {"type":"json_object"}; json_schema is refused.
- * *json_mode is set for json_object. Returns 0 or -1 with *e filled. */
-static int check_response_format(json_t *rf, int *json_mode, struct verr *e) {
+/* response_format: absent, {"type":"text"}, {"type":"json_object"} or {"type":"json_schema",
+ * "json_schema": {"name": ..., "schema": {...}}}. *json_mode: 1 for json_object, 3 for json_schema
+ * (*schema set, and known to compile). Returns 0 or -1 with *e filled. */
+static int check_response_format(json_t *rf, int *json_mode, json_t **schema, struct verr *e) {
   static const char *const TYPES[] = {"text", "json_object", "json_schema", NULL};
   const char *type;
   *json_mode = 0;
+  *schema = NULL;
   if (!rf) return 0;
   if (v_enum(rf, "type", TYPES, NULL, &type, e) || !type) {
     return v_fail(e, "response_format",
                   "'response_format.type' must be one of 'text', 'json_object', 'json_schema'");
   }
-  if (!strcmp(type, "json_schema"))
-    return v_fail(e, "response_format",
-                  "'response_format' of type 'json_schema' is not supported (hearth does not "
-                  "constrain decoding); use 'json_object' or 'text'");
+  if (!strcmp(type, "json_schema")) {
+    json_t *js = json_object_get(rf, "json_schema");
+    json_t *sc = json_is_object(js) ? json_object_get(js, "schema") : NULL;
+    if (!json_is_object(sc))
+      return v_fail(e, "response_format.json_schema",
+                    "'response_format.json_schema' must be an object with a 'schema' object");
+    char msg[300];
+    struct jprog *p = jschema_compile(sc, msg, sizeof msg);
+    if (!p) return v_fail(e, "response_format.json_schema", "%s", msg);
+    jprog_free(p);
+    *json_mode = 3;
+    *schema = sc;
+    return 0;
+  }
   *json_mode = !strcmp(type, "json_object");
   return 0;
 }
@@ -401,13 +416,13 @@ enum MHD_Result ep_chat_completions(struct http_req *r) {
   struct chat *c = calloc(1, sizeof *c);
   if (!c) return http_reply_error(r, 500, NULL, NULL, "out of memory");
   if (gen_parse(r->json, 1, &c->o, &e)) { free(c); return http_reply_verr(r, &e); }
-  json_t *tools, *kwargs, *rf;
+  json_t *tools, *kwargs, *rf, *schema = NULL;
   const char *tool_choice = NULL;
   int json_mode = 0;
   json_t *tc = json_object_get(r->json, "tool_choice");
   if (v_arr(r->json, "tools", &tools, &e) || v_obj(r->json, "chat_template_kwargs", &kwargs, &e) ||
       v_obj(r->json, "response_format", &rf, &e) || (tools && check_tools(tools, &e)) ||
-      check_response_format(rf, &json_mode, &e)) {
+      check_response_format(rf, &json_mode, &schema, &e)) {
     free(c);
     return http_reply_verr(r, &e);
   }
@@ -436,7 +451,7 @@ enum MHD_Result ep_chat_completions(struct http_req *r) {
   }
   json_t *norm = chat_messages_normalize(msgs, &e);
   if (!norm) { free(c); return http_reply_verr(r, &e); }
-  if (json_mode && !mentions_json(norm)) {
+  if (json_mode == 1 && !mentions_json(norm)) {
     json_decref(norm);
     free(c);
     v_fail(&e, "messages", "'messages' must contain the word 'json' in some form, to use "
@@ -444,7 +459,8 @@ enum MHD_Result ep_chat_completions(struct http_req *r) {
     return http_reply_verr(r, &e);
   }
   if (json_mode && !c->o.constrain) { /* a forced tool call takes precedence over content format */
-    c->o.constrain = 1;
+    c->o.constrain = json_mode;
+    c->o.schema = schema;
     c->o.jv = m->jv;
   }
   char *prompt_text = NULL;
@@ -462,7 +478,8 @@ enum MHD_Result ep_chat_completions(struct http_req *r) {
   c->ch = calloc((size_t)c->n, sizeof *c->ch);
   if (!rc && (!c->g || !c->ch)) rc = err_set(&err, HEARTH_ERR_NOMEM, "out of memory");
   for (int k = 0; !rc && k < c->n; k++)
-    rc = textio_parser_new(m->tio, tools != NULL && c->o.constrain != 1, c->o.constrain != 0, prompt_text,
+    rc = textio_parser_new(m->tio, tools != NULL && c->o.constrain != 1 && c->o.constrain != 3,
+                           c->o.constrain != 0, prompt_text,
                            &c->ch[k].parser, &err);
   free(prompt_text);
   if (rc) {

@@ -11,6 +11,7 @@
 #include "base/err.h"
 #include "server/engine.h"
 #include "server/errors.h"
+#include "server/json_schema.h"
 
 /* ---- request parameters ------------------------------------------------------------------ */
 
@@ -120,7 +121,9 @@ static struct gen_req *make_req(const struct gen_prompt *p, int j, const struct 
   q->top_logprobs = o->logprobs ? o->top_logprobs : -1;
   if (o->constrain) {
     q->jv = o->jv;
-    q->prog = o->constrain == 1 ? (struct jprog *)jprog_json_object() : jprog_tool_call(o->tool_names, o->n_tool_names);
+    q->prog = o->constrain == 1   ? (struct jprog *)jprog_json_object()
+              : o->constrain == 3 ? jschema_compile(o->schema, NULL, 0)
+                                  : jprog_tool_call(o->tool_names, o->n_tool_names);
     if (!q->prog) {
       gen_req_unref(q);
       return NULL;

@@ -40,8 +40,10 @@ struct gen_opts {
   int32_t bias_id[300];
   float bias[300];
   /* constrained decoding (chat): 1 = response_format json_object, 2 = a forced tool call naming
-   * one of tool_names (pointing into the request JSON) */
+   * one of tool_names (pointing into the request JSON), 3 = response_format json_schema (schema,
+   * pointing into the request JSON, compiles: json_schema.h) */
   int constrain;
+  json_t *schema;
   const struct jvocab *jv;
   const char *tool_names[JPROG_MAX_NAMES];
   int n_tool_names;

@@ -1,4 +1,4 @@
-/* server/json_mask.c — the JSON-object recognizer and the per-step vocabulary mask. */
+/* server/json_mask.c — the JSON recognizer, output programs and the per-step vocabulary mask. */
 #include "server/json_mask.h"
 
 #include <math.h>
@@ -89,6 +89,7 @@ static int digit(struct jfsm *s, int max) {
 
 /* the state after a value, given the next byte (also where a number's end lands) */
 static int after_value(struct jfsm *s, unsigned char c) {
+  if (!s->depth) return 0; /* a top-level number (JSEG_VALUE): its end is the program's business */
   if (c == ',') {
     s->mode = (s->arr >> (s->depth - 1)) & 1 ? M_VALUE : M_OBJ_KEY;
     return 1;
@@ -232,8 +233,46 @@ int jfsm_feed_all(struct jfsm *s, const char *p, size_t n) {
 
 /* ---- programs ----------------------------------------------------------------------------- */
 
-static const struct jprog g_json_object = {.n_seg = 1, .seg = {{JSEG_OBJECT, NULL, 0}}};
+static const struct jseg g_json_object_seg[1] = {{.kind = JSEG_OBJECT}};
+static const struct jprog g_json_object = {.n_seg = 1, .seg = g_json_object_seg};
 const struct jprog *jprog_json_object(void) { return &g_json_object; }
+
+struct jprog *jprog_build(const struct jseg *seg, int n_seg, const char *const *names, int n_names) {
+  size_t bytes = 0;
+  for (int i = 0; i < n_seg; i++)
+    if (seg[i].kind == JSEG_LIT) bytes += seg[i].n;
+  for (int i = 0; i < n_names; i++) bytes += strlen(names[i]) + 1;
+  const size_t head = sizeof(struct jprog) + (size_t)n_seg * sizeof(struct jseg) +
+                      (size_t)n_names * (sizeof(char *) + sizeof(size_t));
+  char *mem = calloc(1, head + bytes + 1);
+  if (!mem) return NULL;
+  struct jprog *p = (struct jprog *)mem;
+  struct jseg *sg = (struct jseg *)(mem + sizeof *p);
+  const char **nm = (const char **)(sg + n_seg);
+  size_t *nl = (size_t *)(nm + n_names);
+  char *txt = mem + head;
+  for (int i = 0; i < n_seg; i++) {
+    sg[i] = seg[i];
+    if (seg[i].kind == JSEG_LIT) {
+      memcpy(txt, seg[i].lit, seg[i].n);
+      sg[i].lit = txt;
+      txt += seg[i].n;
+    }
+  }
+  for (int i = 0; i < n_names; i++) {
+    nl[i] = strlen(names[i]);
+    memcpy(txt, names[i], nl[i] + 1);
+    nm[i] = txt;
+    txt += nl[i] + 1;
+  }
+  p->n_seg = n_seg;
+  p->seg = sg;
+  p->n_names = n_names;
+  p->names = nm;
+  p->name_len = nl;
+  p->own = mem;
+  return p;
+}
 
 int jprog_name_ok(const char *name) {
   size_t l = strlen(name);
@@ -250,45 +289,55 @@ int jprog_name_ok(const char *name) {
 struct jprog *jprog_tool_call(const char *const *names, int n) {
   static const char open[] = "<tool_call>\n{\"name\": \"", mid[] = "\", \"arguments\": ", close[] = "}\n</tool_call>";
   if (n < 1 || n > JPROG_MAX_NAMES) return NULL;
-  size_t total = 0;
-  for (int i = 0; i < n; i++) {
+  for (int i = 0; i < n; i++)
     if (!jprog_name_ok(names[i])) return NULL;
-    total += strlen(names[i]) + 1;
-  }
-  struct jprog *p = calloc(1, sizeof *p);
-  char *own = p ? malloc(total) : NULL;
-  if (!own) { free(p); return NULL; }
-  p->own = own;
-  for (int i = 0; i < n; i++) {
-    size_t l = strlen(names[i]);
-    memcpy(own, names[i], l + 1);
-    p->names[i] = own;
-    p->name_len[i] = l;
-    own += l + 1;
-  }
-  p->n_names = n;
-  p->n_seg = 5;
-  p->seg[0] = (struct jseg){JSEG_LIT, open, sizeof open - 1};
-  p->seg[1] = (struct jseg){JSEG_NAME, NULL, 0};
-  p->seg[2] = (struct jseg){JSEG_LIT, mid, sizeof mid - 1};
-  p->seg[3] = (struct jseg){JSEG_OBJECT, NULL, 0};
-  p->seg[4] = (struct jseg){JSEG_LIT, close, sizeof close - 1};
-  p->forbid = "</tool_call>"; /* inside an argument string it would end the call early */
+  const struct jseg seg[5] = {{.kind = JSEG_LIT, .lit = open, .n = sizeof open - 1},
+                              {.kind = JSEG_NAME, .first = 0, .count = n},
+                              {.kind = JSEG_LIT, .lit = mid, .n = sizeof mid - 1},
+                              {.kind = JSEG_OBJECT},
+                              {.kind = JSEG_LIT, .lit = close, .n = sizeof close - 1}};
+  struct jprog *p = jprog_build(seg, 5, names, n);
+  if (p) p->forbid = "</tool_call>"; /* inside an argument string it would end the call early */
   return p;
 }
 
 void jprog_free(struct jprog *p) {
   if (!p || p == &g_json_object) return;
-  free(p->own);
-  free(p);
+  free(p->own); /* p itself lives in it */
 }
 
 static void enter(const struct jprog *p, struct jstate *s, int seg) {
-  s->seg = (uint8_t)seg;
+  s->seg = (uint16_t)seg;
   s->pos = 0;
   s->fb = 0;
-  s->names = p->n_names >= 64 ? ~0ull : (1ull << p->n_names) - 1;
+  const int cnt = seg < p->n_seg ? p->seg[seg].count : 0;
+  s->names = cnt >= 64 ? ~0ull : (1ull << cnt) - 1;
   jfsm_init(&s->j);
+  if (seg < p->n_seg && p->seg[seg].kind == JSEG_VALUE) s->j.mode = M_VALUE; /* a value at depth 0 */
+}
+
+/* a top-level number that is complete and would not take c (JSEG_VALUE: the segment ends there) */
+static int number_ends(const struct jfsm *j, int integer, unsigned char c) {
+  if (j->depth) return 0;
+  switch (j->mode) {
+  case M_N_ZERO: return integer || !(c == '.' || c == 'e' || c == 'E');
+  case M_N_INT: return !(is_digit(c) || (!integer && (c == '.' || c == 'e' || c == 'E')));
+  case M_N_FRAC: return !(is_digit(c) || c == 'e' || c == 'E');
+  case M_N_EXP: return !is_digit(c);
+  default: return 0;
+  }
+}
+
+/* the first byte of a JSEG_VALUE: its kind must be in vmask */
+static int value_kind_ok(int vmask, unsigned char c) {
+  switch (c) {
+  case '"': return vmask & JV_STRING;
+  case '{': return vmask & JV_OBJECT;
+  case '[': return vmask & JV_ARRAY;
+  case 't': case 'f': return vmask & JV_BOOL;
+  case 'n': return vmask & JV_NULL;
+  default: return (c == '-' || is_digit(c)) && (vmask & (JV_NUMBER | JV_INTEGER));
+  }
 }
 
 void jstate_init(const struct jprog *p, struct jstate *s) {
@@ -321,15 +370,29 @@ static int pstep(const struct jprog *p, struct jstate *s, unsigned char c) {
       if (jfsm_done(&s->j)) enter(p, s, s->seg + 1);
       return 1;
     }
-    /* JSEG_NAME */
+    if (g->kind == JSEG_VALUE) {
+      const int integer = (g->vmask & (JV_NUMBER | JV_INTEGER)) == JV_INTEGER;
+      if (number_ends(&s->j, integer, c)) { /* c belongs to the next segment */
+        enter(p, s, s->seg + 1);
+        continue;
+      }
+      if (s->j.mode == M_VALUE && !s->j.depth && !value_kind_ok(g->vmask, c)) return 0;
+      if (!step(&s->j, c)) return 0;
+      if (jfsm_done(&s->j)) enter(p, s, s->seg + 1);
+      return 1;
+    }
+    /* JSEG_NAME, JSEG_CHOICE */
     uint64_t keep = 0;
     int ends = 0;
-    for (int i = 0; i < p->n_names; i++) {
-      if (!((s->names >> i) & 1)) continue;
+    for (int k = 0; k < g->count; k++) {
+      if (!((s->names >> k) & 1)) continue;
+      const int i = g->first + k;
       if (p->name_len[i] == s->pos) ends = 1;
-      else if ((unsigned char)p->names[i][s->pos] == c) keep |= 1ull << i;
+      else if ((unsigned char)p->names[i][s->pos] == c) keep |= 1ull << k;
     }
-    if (c == '"' && ends && s->pos) { /* a whole name: the quote belongs to the next segment */
+    /* a whole name: the quote belongs to the next segment; a whole choice: the byte does if it
+     * extends no other */
+    if (ends && s->pos && (g->kind == JSEG_NAME ? c == '"' : !keep)) {
       enter(p, s, s->seg + 1);
       continue;
     }

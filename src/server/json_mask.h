@@ -1,4 +1,5 @@
-/* server/json_mask.h — constrained decoding: response_format json_object and forced tool calls.
+/* server/json_mask.h — constrained decoding: response_format json_object / json_schema and forced
+ * tool calls.
  *
  * A byte-level JSON recognizer (jfsm: RFC 8259 with an object at the top level, UTF-8 checked
  * inside strings, at most JFSM_MAX_WS whitespace bytes in a row, nesting up to 64; narrowed to what
@@ -42,28 +43,39 @@ int jfsm_feed_all(struct jfsm *s, const char *p, size_t n);
 int jfsm_done(const struct jfsm *s);
 
 /* ---- output programs: what a constrained answer must be, as a sequence of segments ------------
- * JSEG_LIT: exactly these bytes; JSEG_NAME: one of the program's names (the segment ends where the
- * next byte is a '"' that completes a name); JSEG_OBJECT: one JSON object (leading whitespace
- * allowed). The answer is complete when the last segment is. json_object is one JSEG_OBJECT; a
- * forced Qwen tool call is <tool_call>\n{"name": "NAME", "arguments": OBJECT}\n</tool_call>. */
-enum { JSEG_LIT, JSEG_NAME, JSEG_OBJECT };
-#define JPROG_MAX_SEG 5
-#define JPROG_MAX_NAMES 64
-struct jseg { int kind; const char *lit; size_t n; };
+ * JSEG_LIT: exactly these bytes; JSEG_NAME: one of the segment's names (names[first..first+count):
+ * the segment ends where the next byte is a '"' that completes a name); JSEG_OBJECT: one JSON object
+ * (leading whitespace allowed); JSEG_VALUE: one JSON value of the kinds in vmask (JV_*, no leading
+ * whitespace; a number ends where the next byte cannot continue it); JSEG_CHOICE: one of the
+ * segment's names, each a whole JSON text (an enum), ending where the next byte extends none. The
+ * answer is complete when the last segment is. json_object is one JSEG_OBJECT; a forced Qwen tool
+ * call is <tool_call>\n{"name": "NAME", "arguments": OBJECT}\n</tool_call>; a json_schema answer
+ * is compiled into literals, values and choices (json_schema.h). */
+enum { JSEG_LIT, JSEG_NAME, JSEG_OBJECT, JSEG_VALUE, JSEG_CHOICE };
+enum { JV_STRING = 1, JV_NUMBER = 2, JV_INTEGER = 4, JV_BOOL = 8, JV_NULL = 16, JV_OBJECT = 32, JV_ARRAY = 64 };
+#define JV_ANY (JV_STRING | JV_NUMBER | JV_BOOL | JV_NULL | JV_OBJECT | JV_ARRAY)
+#define JPROG_MAX_NAMES 64 /* per segment */
+struct jseg {
+  int kind;
+  const char *lit; /* JSEG_LIT */
+  size_t n;
+  int first, count; /* JSEG_NAME, JSEG_CHOICE: names[first .. first + count) */
+  int vmask;        /* JSEG_VALUE */
+};
 struct jprog {
   int n_seg;
-  struct jseg seg[JPROG_MAX_SEG];
+  const struct jseg *seg;
   const char *forbid; /* never inside a JSON string (a tool call's closing tag), or NULL */
   int n_names;
-  const char *names[JPROG_MAX_NAMES];
-  size_t name_len[JPROG_MAX_NAMES];
-  char *own; /* storage of the literals and names (jprog_free) */
+  const char *const *names;
+  const size_t *name_len;
+  void *own; /* one allocation holding the segments, literals and names (jprog_free) */
 };
 struct jstate {
   struct jfsm j;   /* the open JSEG_OBJECT */
   uint64_t names;  /* JSEG_NAME: names still matching */
-  uint16_t pos;    /* JSEG_LIT / JSEG_NAME: bytes matched */
-  uint8_t seg;     /* current segment; n_seg = complete */
+  uint16_t pos;    /* JSEG_LIT / JSEG_NAME / JSEG_CHOICE: bytes matched */
+  uint16_t seg;    /* current segment; n_seg = complete */
   uint8_t fb;      /* bytes of the program's forbidden string matched inside a JSON string */
 };
 /* The json_object program (static). */
@@ -73,6 +85,9 @@ int jprog_name_ok(const char *name);
 /* A forced Qwen-style tool call naming one of names[0..n) (1..JPROG_MAX_NAMES, each jprog_name_ok);
  * its strings may not contain "</tool_call>". NULL on OOM or a refused name. */
 struct jprog *jprog_tool_call(const char *const *names, int n);
+/* A program from its parts (copied into one allocation): n_seg segments whose LIT pointers and NAME/
+ * CHOICE ranges refer to lits and names[0..n_names). NULL on OOM. */
+struct jprog *jprog_build(const struct jseg *seg, int n_seg, const char *const *names, int n_names);
 void jprog_free(struct jprog *p);
 void jstate_init(const struct jprog *p, struct jstate *s);
 /* 1 if all n bytes were accepted (s advanced), 0 if one was refused (s unchanged). */

@@ -13,6 +13,7 @@
 
 #include "server/errors.h"
 #include "server/json_mask.h"
+#include "server/json_schema.h"
 #include "test.h"
 #include "tok/tokenizer.h"
 
@@ -284,4 +285,115 @@ TEST_GROUP(json_mask) {
   tok_free(t);
 }
 
-TEST_MAIN(T(scrub), T(json_fsm), T(json_mask))
+static int schema_refused(const char *schema_json, const char *want) {
+  json_error_t je;
+  json_t *sc = json_loads(schema_json, 0, &je);
+  char msg[300] = "";
+  struct jprog *p = sc ? jschema_compile(sc, msg, sizeof msg) : NULL;
+  json_decref(sc);
+  const int ok = sc && !p && strstr(msg, want);
+  if (!ok) printf("  schema %s: %s (wanted an error with '%s')\n", schema_json, p ? "compiled" : msg, want);
+  jprog_free(p);
+  return ok;
+}
+
+/* feeds doc in one piece and byte by byte; returns 1 when every prefix is accepted, 2 when also complete */
+static int schema_feed(const struct jprog *p, const char *doc) {
+  struct jstate s, b;
+  jstate_init(p, &s);
+  if (!jstate_feed_all(p, &s, doc, strlen(doc))) return 0;
+  jstate_init(p, &b);
+  for (size_t i = 0; doc[i]; i++) {
+    if (jstate_done(p, &b)) return 0; /* complete before the end */
+    if (!jstate_feed_all(p, &b, doc + i, 1)) return 0;
+  }
+  return jstate_done(p, &s) && jstate_done(p, &b) ? 2 : 1;
+}
+
+TEST_GROUP(json_schema) {
+  static const char *S = "{\"type\": \"object\", \"properties\": {"
+                         "\"answer\": {\"enum\": [\"yes\", \"no\"]}, \"score\": {\"type\": \"integer\"},"
+                         "\"p\": {\"type\": \"number\"}, \"why\": {\"type\": [\"string\", \"null\"]},"
+                         "\"ok\": {\"type\": \"boolean\", \"description\": \"ignored\"},"
+                         "\"meta\": {\"type\": \"object\", \"properties\": {\"n\": {\"const\": 3}}},"
+                         "\"tags\": {\"type\": \"array\"}, \"any\": {}}, \"required\": [\"answer\"]}";
+  json_error_t je;
+  json_t *sc = json_loads(S, 0, &je);
+  CHECK(sc != NULL);
+  char msg[300];
+  struct jprog *p = jschema_compile(sc, msg, sizeof msg);
+  CHECKF(p != NULL, "compile: %s", msg);
+  if (p) {
+    static const char *good[] = {
+        "{\"answer\": \"yes\", \"score\": -12, \"p\": 1.5e3, \"why\": null, \"ok\": true, "
+        "\"meta\": {\"n\": 3}, \"tags\": [1, \"a\"], \"any\": {\"x\": [null]}}",
+        "{\"answer\": \"no\", \"score\": 0, \"p\": -0.25, \"why\": \"because \\\"x\\\"\", \"ok\": false, "
+        "\"meta\": {\"n\": 3}, \"tags\": [], \"any\": 7}",
+    };
+    for (size_t i = 0; i < sizeof good / sizeof *good; i++) CHECKF(schema_feed(p, good[i]) == 2, "refused: %s", good[i]);
+    static const char *bad[] = {
+        "{\"answer\": \"maybe\"",            /* not in the enum */
+        "{\"answer\":\"yes\"",              /* the canonical layout has a space */
+        " {\"answer\": \"yes\"",            /* no leading whitespace */
+        "{\"score\": 1",                    /* properties in the schema's order */
+        "{\"answer\": \"yes\", \"score\": 1.5",   /* an integer has no fraction */
+        "{\"answer\": \"yes\", \"score\": 1e2",   /* ... nor exponent */
+        "{\"answer\": \"yes\", \"score\": 01",    /* JSON numbers have no leading zeros */
+        "{\"answer\": \"yes\", \"score\": 1, \"p\": true",
+        "{\"answer\": \"yes\", \"score\": 1, \"p\": 2, \"why\": 5",
+        "{\"answer\": \"yes\", \"score\": 1, \"p\": 2, \"why\": null, \"ok\": true, \"meta\": {\"n\": 4}",
+        "{\"answer\": \"yes\", \"score\": 1, \"p\": 2, \"why\": null, \"ok\": true, \"meta\": {\"n\": 3}, \"tags\": {",
+        "{\"answer\": \"yes\", \"score\": 1, \"p\": 2, \"why\": null, \"ok\": true, \"meta\": {\"n\": 3}, "
+        "\"tags\": [], \"any\": 1}x",      /* nothing after the object */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) CHECKF(schema_feed(p, bad[i]) == 0, "accepted: %s", bad[i]);
+  }
+  /* what the subset refuses, with a message naming the reason */
+  CHECK(schema_refused("{\"type\": \"string\"}", "root"));
+  CHECK(schema_refused("{\"type\": \"object\", \"properties\": {\"a\": {\"$ref\": \"#/x\"}}}", "$ref"));
+  CHECK(schema_refused("{\"type\": \"object\", \"properties\": {\"a\": {\"anyOf\": []}}}", "anyOf"));
+  CHECK(schema_refused("{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"array\", \"items\": {}}}}", "items"));
+  CHECK(schema_refused("{\"type\": \"object\", \"properties\": {\"a\": {}}, \"required\": [\"b\"]}", "'b'"));
+  CHECK(schema_refused("{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"date\"}}}", "unknown type"));
+  CHECK(schema_refused("{\"type\": \"object\", \"properties\": {\"a\": {\"enum\": []}}}", "enum"));
+  /* an object without properties and additionalProperties false is exactly {} */
+  json_t *e0 = json_loads("{\"type\": \"object\", \"properties\": {}, \"additionalProperties\": false}", 0, &je);
+  struct jprog *pe = jschema_compile(e0, msg, sizeof msg);
+  CHECK(pe && schema_feed(pe, "{}") == 2 && schema_feed(pe, "{\"a\": 1}") == 0);
+  jprog_free(pe);
+  json_decref(e0);
+  /* random walks over the real vocabulary end as documents that parse and follow the schema */
+  char dir[512];
+  test_tokenizer_dir(dir, sizeof dir, "qwen3");
+  struct tok *t = NULL;
+  struct hearth_err err = {0};
+  struct jvocab *v = NULL;
+  if (p && !tok_load_dir(dir, &t, &err) && !jvocab_new(t, &v, &err)) {
+    static char out[8192];
+    static const char *const closers[] = {"\"", "]", "}", ","};
+    for (uint64_t seed = 1; seed <= 4; seed++) {
+      int closed = walk(t, v, p, 400, 60, closers, 4, out, sizeof out, seed * 104729);
+      printf("  schema walk %s after %zu bytes: %.200s\n", closed ? "closed" : "open", strlen(out), out);
+      CHECK(closed);
+      json_t *j = closed ? json_loads(out, 0, &je) : NULL;
+      const char *ans = json_string_value(json_object_get(j, "answer"));
+      json_t *why = json_object_get(j, "why");
+      CHECKF(j && ans && (!strcmp(ans, "yes") || !strcmp(ans, "no")) && json_is_integer(json_object_get(j, "score")) &&
+                 json_is_number(json_object_get(j, "p")) && (json_is_string(why) || json_is_null(why)) &&
+                 json_is_boolean(json_object_get(j, "ok")) &&
+                 json_integer_value(json_object_get(json_object_get(j, "meta"), "n")) == 3 &&
+                 json_is_array(json_object_get(j, "tags")) && json_object_get(j, "any") && json_object_size(j) == 8,
+             "walk output does not follow the schema: %s", out);
+      json_decref(j);
+    }
+  } else if (p) {
+    fprintf(stderr, "json_schema: %s (scripts/fetch-tokenizers.sh)\n", err.msg);
+    test_failures++;
+  }
+  jvocab_free(v);
+  tok_free(t);
+  jprog_free(p);
+  json_decref(sc);
+}
+
+TEST_MAIN(T(scrub), T(json_fsm), T(json_mask), T(json_schema))

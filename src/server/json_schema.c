@@ -1,0 +1,213 @@
+/* server/json_schema.c — JSON Schema (a subset, json_schema.h) to an output program. */
+#include "server/json_schema.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define JS_MAX_DEPTH 32
+#define JS_MAX_SEG 2048
+#define JS_MAX_NAMES 4096
+#define JS_MAX_LIT 4096 /* bytes in one literal segment (jstate.pos is 16 bits) */
+
+struct jb {
+  struct jseg *seg;
+  int n, cap;
+  char **names;
+  int nn, ncap;
+  char *pend; /* the literal being accumulated */
+  size_t np, pcap;
+  char *msg;
+  size_t mcap;
+  int failed;
+};
+
+static int fail(struct jb *b, const char *fmt, ...) {
+  if (!b->failed && b->msg && b->mcap) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->msg, b->mcap, fmt, ap);
+    va_end(ap);
+  }
+  b->failed = 1;
+  return -1;
+}
+
+static int add_seg(struct jb *b, struct jseg s) {
+  if (b->n >= JS_MAX_SEG) return fail(b, "the schema is too large (more than %d parts)", JS_MAX_SEG);
+  if (b->n == b->cap) {
+    int c = b->cap ? 2 * b->cap : 16;
+    struct jseg *t = realloc(b->seg, (size_t)c * sizeof *t);
+    if (!t) return fail(b, "out of memory");
+    b->seg = t;
+    b->cap = c;
+  }
+  b->seg[b->n++] = s;
+  return 0;
+}
+
+/* the pending literal becomes a segment (its bytes owned by the builder until jprog_build copies them) */
+static int flush(struct jb *b) {
+  if (!b->np) return 0;
+  char *l = malloc(b->np);
+  if (!l) return fail(b, "out of memory");
+  memcpy(l, b->pend, b->np);
+  struct jseg s = {.kind = JSEG_LIT, .lit = l, .n = b->np};
+  b->np = 0;
+  if (add_seg(b, s)) { free(l); return -1; }
+  return 0;
+}
+
+static int lit(struct jb *b, const char *p, size_t n) {
+  if (b->np + n > JS_MAX_LIT && flush(b)) return -1;
+  if (n > JS_MAX_LIT) return fail(b, "a property name or value is too long");
+  if (b->np + n > b->pcap) {
+    size_t c = b->pcap ? 2 * b->pcap : 256;
+    while (c < b->np + n) c *= 2;
+    char *t = realloc(b->pend, c);
+    if (!t) return fail(b, "out of memory");
+    b->pend = t;
+    b->pcap = c;
+  }
+  memcpy(b->pend + b->np, p, n);
+  b->np += n;
+  return 0;
+}
+static int lits(struct jb *b, const char *s) { return lit(b, s, strlen(s)); }
+
+static int value(struct jb *b, int vmask) {
+  if (flush(b)) return -1;
+  return add_seg(b, (struct jseg){.kind = JSEG_VALUE, .vmask = vmask});
+}
+
+/* one of the given JSON values, each written compactly */
+static int choice(struct jb *b, json_t *const *v, int n) {
+  if (n < 1 || n > JPROG_MAX_NAMES) return fail(b, "'enum' must have 1 to %d values", JPROG_MAX_NAMES);
+  if (b->nn + n > JS_MAX_NAMES) return fail(b, "the schema has too many enum values");
+  if (flush(b)) return -1;
+  if (b->nn + n > b->ncap) {
+    int c = b->ncap ? 2 * b->ncap : 64;
+    while (c < b->nn + n) c *= 2;
+    char **t = realloc(b->names, (size_t)c * sizeof *t);
+    if (!t) return fail(b, "out of memory");
+    b->names = t;
+    b->ncap = c;
+  }
+  const int first = b->nn;
+  for (int i = 0; i < n; i++) {
+    char *s = json_dumps(v[i], JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!s) return fail(b, "out of memory");
+    for (int k = first; k < b->nn; k++)
+      if (!strcmp(b->names[k], s)) { free(s); s = NULL; break; } /* a repeated value */
+    if (s) b->names[b->nn++] = s;
+  }
+  return add_seg(b, (struct jseg){.kind = JSEG_CHOICE, .first = first, .count = b->nn - first});
+}
+
+static int type_mask(const char *t) {
+  if (!strcmp(t, "string")) return JV_STRING;
+  if (!strcmp(t, "number")) return JV_NUMBER;
+  if (!strcmp(t, "integer")) return JV_INTEGER;
+  if (!strcmp(t, "boolean")) return JV_BOOL;
+  if (!strcmp(t, "null")) return JV_NULL;
+  if (!strcmp(t, "object")) return JV_OBJECT;
+  if (!strcmp(t, "array")) return JV_ARRAY;
+  return 0;
+}
+
+static int node(struct jb *b, json_t *s, int depth, const char *where);
+
+static int object(struct jb *b, json_t *s, json_t *props, int depth, const char *where) {
+  json_t *req = json_object_get(s, "required");
+  if (req && !json_is_array(req)) return fail(b, "%s: 'required' must be an array", where);
+  size_t i;
+  json_t *r;
+  json_array_foreach(req, i, r) {
+    if (!json_is_string(r)) return fail(b, "%s: 'required' must list property names", where);
+    if (!json_object_get(props, json_string_value(r)))
+      return fail(b, "%s: required property '%s' is not in 'properties'", where, json_string_value(r));
+  }
+  if (lits(b, "{")) return -1;
+  const char *key;
+  json_t *sub;
+  int k = 0;
+  json_object_foreach(props, key, sub) {
+    json_t *ks = json_string(key);
+    char *q = ks ? json_dumps(ks, JSON_ENCODE_ANY) : NULL;
+    json_decref(ks);
+    if (!q) return fail(b, "%s: property name '%s' is not valid UTF-8", where, key);
+    int rc = lits(b, k++ ? ", " : "") || lits(b, q) || lits(b, ": ");
+    free(q);
+    if (rc || node(b, sub, depth + 1, key)) return -1;
+  }
+  return lits(b, "}");
+}
+
+static int node(struct jb *b, json_t *s, int depth, const char *where) {
+  if (depth > JS_MAX_DEPTH) return fail(b, "the schema nests deeper than %d levels", JS_MAX_DEPTH);
+  if (json_is_true(s)) return value(b, JV_ANY);
+  if (!json_is_object(s)) return fail(b, "%s: a schema must be an object (or true)", where);
+  static const char *const refused[] = {"$ref", "anyOf", "oneOf", "allOf", "not", "if", "then", "else",
+                                        "items", "prefixItems", "contains", "patternProperties", "dependentSchemas"};
+  for (size_t i = 0; i < sizeof refused / sizeof *refused; i++)
+    if (json_object_get(s, refused[i]))
+      return fail(b, "%s: '%s' is not supported in a json_schema (supported: type, properties, required, "
+                     "enum, const)", where, refused[i]);
+  json_t *en = json_object_get(s, "enum"), *cn = json_object_get(s, "const");
+  if (cn) return choice(b, &cn, 1);
+  if (en) {
+    if (!json_is_array(en)) return fail(b, "%s: 'enum' must be an array", where);
+    json_t *v[JPROG_MAX_NAMES];
+    const size_t n = json_array_size(en);
+    if (n < 1 || n > JPROG_MAX_NAMES) return fail(b, "%s: 'enum' must have 1 to %d values", where, JPROG_MAX_NAMES);
+    for (size_t i = 0; i < n; i++) v[i] = json_array_get(en, i);
+    return choice(b, v, (int)n);
+  }
+  json_t *ty = json_object_get(s, "type"), *props = json_object_get(s, "properties");
+  if (props && !json_is_object(props)) return fail(b, "%s: 'properties' must be an object", where);
+  int mask = 0;
+  if (json_is_string(ty)) {
+    if (!(mask = type_mask(json_string_value(ty)))) return fail(b, "%s: unknown type '%s'", where, json_string_value(ty));
+  } else if (json_is_array(ty) && json_array_size(ty)) {
+    size_t i;
+    json_t *t;
+    json_array_foreach(ty, i, t) {
+      const int m = json_is_string(t) ? type_mask(json_string_value(t)) : 0;
+      if (!m) return fail(b, "%s: 'type' must list type names", where);
+      mask |= m;
+    }
+  } else if (ty) {
+    return fail(b, "%s: 'type' must be a type name or a list of them", where);
+  } else {
+    mask = props ? JV_OBJECT : JV_ANY;
+  }
+  if (props && !json_object_size(props) && mask == JV_OBJECT && json_is_false(json_object_get(s, "additionalProperties")))
+    return lits(b, "{}");
+  if (props && json_object_size(props)) {
+    if (mask != JV_OBJECT) return fail(b, "%s: an object with 'properties' cannot also be another type", where);
+    return object(b, s, props, depth, where);
+  }
+  return value(b, mask);
+}
+
+struct jprog *jschema_compile(json_t *schema, char *msg, size_t cap) {
+  struct jb b = {.msg = msg, .mcap = cap};
+  if (msg && cap) msg[0] = 0;
+  struct jprog *p = NULL;
+  json_t *ty = json_is_object(schema) ? json_object_get(schema, "type") : NULL;
+  if (!json_is_object(schema) || (ty ? !(json_is_string(ty) && !strcmp(json_string_value(ty), "object"))
+                                     : !json_object_get(schema, "properties")))
+    fail(&b, "the root of a json_schema must be an object schema ({\"type\": \"object\", ...})");
+  else if (!node(&b, schema, 0, "schema") && !flush(&b)) {
+    p = jprog_build(b.seg, b.n, (const char *const *)b.names, b.nn);
+    if (!p) fail(&b, "out of memory");
+  }
+  for (int i = 0; i < b.n; i++)
+    if (b.seg[i].kind == JSEG_LIT) free((char *)b.seg[i].lit);
+  for (int i = 0; i < b.nn; i++) free(b.names[i]);
+  free(b.seg);
+  free(b.names);
+  free(b.pend);
+  return p;
+}
