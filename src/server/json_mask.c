@@ -312,8 +312,33 @@ static void enter(const struct jprog *p, struct jstate *s, int seg) {
   s->fb = 0;
   const int cnt = seg < p->n_seg ? p->seg[seg].count : 0;
   s->names = cnt >= 64 ? ~0ull : (1ull << cnt) - 1;
+  s->cnt = 0;
+  s->ph = 0;
   jfsm_init(&s->j);
   if (seg < p->n_seg && p->seg[seg].kind == JSEG_VALUE) s->j.mode = M_VALUE; /* a value at depth 0 */
+}
+
+/* JSEG_ARRAY phases */
+enum { A_OPEN, A_FIRST, A_ITEM, A_AFTER, A_SPACE, A_NEXT };
+
+/* one byte of a choice among names[first .. first + count) (state: s->names, s->pos): 1 taken,
+ * 0 refused, 2 the choice was complete and c belongs to what follows */
+static int choice_step(const struct jprog *p, const struct jseg *g, struct jstate *s, unsigned char c) {
+  uint64_t keep = 0;
+  int ends = 0;
+  for (int k = 0; k < g->count; k++) {
+    if (!((s->names >> k) & 1)) continue;
+    const int i = g->first + k;
+    if (p->name_len[i] == s->pos) ends = 1;
+    else if ((unsigned char)p->names[i][s->pos] == c) keep |= 1ull << k;
+  }
+  /* a whole name: the quote belongs to the next segment; a whole choice: the byte does if it
+   * extends no other */
+  if (ends && s->pos && (g->kind == JSEG_NAME ? c == '"' : !keep)) return 2;
+  if (!keep) return 0;
+  s->names = keep;
+  s->pos++;
+  return 1;
 }
 
 /* a top-level number that is complete and would not take c (JSEG_VALUE: the segment ends there) */
@@ -370,6 +395,54 @@ static int pstep(const struct jprog *p, struct jstate *s, unsigned char c) {
       if (jfsm_done(&s->j)) enter(p, s, s->seg + 1);
       return 1;
     }
+    if (g->kind == JSEG_ARRAY) {
+      switch (s->ph) {
+      case A_OPEN:
+        if (c != '[') return 0;
+        s->ph = A_FIRST;
+        return 1;
+      case A_FIRST:
+      case A_AFTER:
+        if (c == ']') {
+          if (s->cnt < g->imin) return 0;
+          enter(p, s, s->seg + 1);
+          return 1;
+        }
+        if (s->ph == A_AFTER) {
+          if (c != ',' || s->cnt >= g->imax) return 0;
+          s->ph = A_SPACE;
+          return 1;
+        }
+        if (s->cnt >= g->imax) return 0; /* else the first item starts with c */
+        /* fall through */
+      case A_NEXT:
+        if (s->ph == A_NEXT || s->ph == A_FIRST) {
+          s->names = g->count >= 64 ? ~0ull : (1ull << g->count) - 1;
+          s->pos = 0;
+          jfsm_init(&s->j);
+          s->j.mode = M_VALUE;
+          s->ph = A_ITEM;
+        }
+        continue;
+      case A_SPACE:
+        if (c != ' ') return 0;
+        s->ph = A_NEXT;
+        return 1;
+      default: /* A_ITEM */
+        if (g->count) {
+          const int r = choice_step(p, g, s, c);
+          if (r == 2) { s->cnt++; s->ph = A_AFTER; continue; }
+          return r;
+        } else {
+          const int integer = (g->vmask & (JV_NUMBER | JV_INTEGER)) == JV_INTEGER;
+          if (number_ends(&s->j, integer, c)) { s->cnt++; s->ph = A_AFTER; continue; }
+          if (s->j.mode == M_VALUE && !s->j.depth && !value_kind_ok(g->vmask, c)) return 0;
+          if (!step(&s->j, c)) return 0;
+          if (jfsm_done(&s->j)) { s->cnt++; s->ph = A_AFTER; }
+          return 1;
+        }
+      }
+    }
     if (g->kind == JSEG_VALUE) {
       const int integer = (g->vmask & (JV_NUMBER | JV_INTEGER)) == JV_INTEGER;
       if (number_ends(&s->j, integer, c)) { /* c belongs to the next segment */
@@ -382,24 +455,12 @@ static int pstep(const struct jprog *p, struct jstate *s, unsigned char c) {
       return 1;
     }
     /* JSEG_NAME, JSEG_CHOICE */
-    uint64_t keep = 0;
-    int ends = 0;
-    for (int k = 0; k < g->count; k++) {
-      if (!((s->names >> k) & 1)) continue;
-      const int i = g->first + k;
-      if (p->name_len[i] == s->pos) ends = 1;
-      else if ((unsigned char)p->names[i][s->pos] == c) keep |= 1ull << k;
-    }
-    /* a whole name: the quote belongs to the next segment; a whole choice: the byte does if it
-     * extends no other */
-    if (ends && s->pos && (g->kind == JSEG_NAME ? c == '"' : !keep)) {
+    const int r = choice_step(p, g, s, c);
+    if (r == 2) {
       enter(p, s, s->seg + 1);
       continue;
     }
-    if (!keep) return 0;
-    s->names = keep;
-    s->pos++;
-    return 1;
+    return r;
   }
 }
 

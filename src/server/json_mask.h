@@ -47,11 +47,13 @@ int jfsm_done(const struct jfsm *s);
  * the segment ends where the next byte is a '"' that completes a name); JSEG_OBJECT: one JSON object
  * (leading whitespace allowed); JSEG_VALUE: one JSON value of the kinds in vmask (JV_*, no leading
  * whitespace; a number ends where the next byte cannot continue it); JSEG_CHOICE: one of the
- * segment's names, each a whole JSON text (an enum), ending where the next byte extends none. The
+ * segment's names, each a whole JSON text (an enum), ending where the next byte extends none;
+ * JSEG_ARRAY: [item, item, ...] with imin..imax items, each a JSEG_CHOICE of the segment's names when
+ * count > 0, else a JSEG_VALUE of vmask. The
  * answer is complete when the last segment is. json_object is one JSEG_OBJECT; a forced Qwen tool
  * call is <tool_call>\n{"name": "NAME", "arguments": OBJECT}\n</tool_call>; a json_schema answer
  * is compiled into literals, values and choices (json_schema.h). */
-enum { JSEG_LIT, JSEG_NAME, JSEG_OBJECT, JSEG_VALUE, JSEG_CHOICE };
+enum { JSEG_LIT, JSEG_NAME, JSEG_OBJECT, JSEG_VALUE, JSEG_CHOICE, JSEG_ARRAY };
 enum { JV_STRING = 1, JV_NUMBER = 2, JV_INTEGER = 4, JV_BOOL = 8, JV_NULL = 16, JV_OBJECT = 32, JV_ARRAY = 64 };
 #define JV_ANY (JV_STRING | JV_NUMBER | JV_BOOL | JV_NULL | JV_OBJECT | JV_ARRAY)
 #define JPROG_MAX_NAMES 64 /* per segment */
@@ -60,7 +62,8 @@ struct jseg {
   const char *lit; /* JSEG_LIT */
   size_t n;
   int first, count; /* JSEG_NAME, JSEG_CHOICE: names[first .. first + count) */
-  int vmask;        /* JSEG_VALUE */
+  int vmask;        /* JSEG_VALUE, JSEG_ARRAY items */
+  int imin, imax;   /* JSEG_ARRAY: item count bounds (imax <= 65535) */
 };
 struct jprog {
   int n_seg;
@@ -76,6 +79,8 @@ struct jstate {
   uint64_t names;  /* JSEG_NAME: names still matching */
   uint16_t pos;    /* JSEG_LIT / JSEG_NAME / JSEG_CHOICE: bytes matched */
   uint16_t seg;    /* current segment; n_seg = complete */
+  uint16_t cnt;    /* JSEG_ARRAY: items so far */
+  uint8_t ph;      /* JSEG_ARRAY: where in the array (json_mask.c) */
   uint8_t fb;      /* bytes of the program's forbidden string matched inside a JSON string */
 };
 /* The json_object program (static). */

@@ -81,11 +81,10 @@ static int value(struct jb *b, int vmask) {
   return add_seg(b, (struct jseg){.kind = JSEG_VALUE, .vmask = vmask});
 }
 
-/* one of the given JSON values, each written compactly */
-static int choice(struct jb *b, json_t *const *v, int n) {
+/* the given JSON values, each written compactly, as names[*first .. *first + *count) */
+static int add_names(struct jb *b, json_t *const *v, int n, int *first, int *count) {
   if (n < 1 || n > JPROG_MAX_NAMES) return fail(b, "'enum' must have 1 to %d values", JPROG_MAX_NAMES);
   if (b->nn + n > JS_MAX_NAMES) return fail(b, "the schema has too many enum values");
-  if (flush(b)) return -1;
   if (b->nn + n > b->ncap) {
     int c = b->ncap ? 2 * b->ncap : 64;
     while (c < b->nn + n) c *= 2;
@@ -94,15 +93,45 @@ static int choice(struct jb *b, json_t *const *v, int n) {
     b->names = t;
     b->ncap = c;
   }
-  const int first = b->nn;
+  const int f0 = b->nn;
   for (int i = 0; i < n; i++) {
     char *s = json_dumps(v[i], JSON_COMPACT | JSON_ENCODE_ANY);
     if (!s) return fail(b, "out of memory");
-    for (int k = first; k < b->nn; k++)
+    for (int k = f0; k < b->nn; k++)
       if (!strcmp(b->names[k], s)) { free(s); s = NULL; break; } /* a repeated value */
     if (s) b->names[b->nn++] = s;
   }
-  return add_seg(b, (struct jseg){.kind = JSEG_CHOICE, .first = first, .count = b->nn - first});
+  *first = f0;
+  *count = b->nn - f0;
+  return 0;
+}
+
+/* one of the given JSON values */
+static int choice(struct jb *b, json_t *const *v, int n) {
+  int first, count;
+  if (flush(b) || add_names(b, v, n, &first, &count)) return -1;
+  return add_seg(b, (struct jseg){.kind = JSEG_CHOICE, .first = first, .count = count});
+}
+
+static int type_mask(const char *t);
+
+/* "type": a name or a list of names, as a JV_ mask */
+static int type_of(struct jb *b, json_t *s, int *mask, const char *where) {
+  json_t *ty = json_object_get(s, "type");
+  *mask = 0;
+  if (json_is_string(ty)) {
+    if (!(*mask = type_mask(json_string_value(ty)))) return fail(b, "%s: unknown type '%s'", where, json_string_value(ty));
+    return 0;
+  }
+  if (!json_is_array(ty) || !json_array_size(ty)) return fail(b, "%s: 'type' must be a type name or a list of them", where);
+  size_t i;
+  json_t *t;
+  json_array_foreach(ty, i, t) {
+    const int m = json_is_string(t) ? type_mask(json_string_value(t)) : 0;
+    if (!m) return fail(b, "%s: 'type' must list type names", where);
+    *mask |= m;
+  }
+  return 0;
 }
 
 static int type_mask(const char *t) {
@@ -117,6 +146,50 @@ static int type_mask(const char *t) {
 }
 
 static int node(struct jb *b, json_t *s, int depth, const char *where);
+
+/* an enum/const schema's values (*n = 0 when it has neither), or -1 */
+static int enum_values(struct jb *b, json_t *s, json_t **v, int *n, const char *where) {
+  json_t *en = json_object_get(s, "enum"), *cn = json_object_get(s, "const");
+  *n = 0;
+  if (cn) { v[0] = cn; *n = 1; return 0; }
+  if (!en) return 0;
+  if (!json_is_array(en)) return fail(b, "%s: 'enum' must be an array", where);
+  const size_t m = json_array_size(en);
+  if (m < 1 || m > JPROG_MAX_NAMES) return fail(b, "%s: 'enum' must have 1 to %d values", where, JPROG_MAX_NAMES);
+  for (size_t i = 0; i < m; i++) v[i] = json_array_get(en, i);
+  *n = (int)m;
+  return 0;
+}
+
+static int type_of(struct jb *b, json_t *s, int *mask, const char *where);
+
+/* [item, ...]: items a scalar type, an enum or anything; minItems / maxItems followed */
+static int array(struct jb *b, json_t *s, const char *where) {
+  json_t *it = json_object_get(s, "items"), *mn = json_object_get(s, "minItems"), *mx = json_object_get(s, "maxItems");
+  if ((mn && (!json_is_integer(mn) || json_integer_value(mn) < 0)) || (mx && (!json_is_integer(mx) || json_integer_value(mx) < 0)))
+    return fail(b, "%s: 'minItems' and 'maxItems' must be non-negative integers", where);
+  const json_int_t lo = mn ? json_integer_value(mn) : 0, hi = mx ? json_integer_value(mx) : 65535;
+  if (lo > hi || lo > 65535) return fail(b, "%s: 'minItems' is above 'maxItems' (or 65535)", where);
+  struct jseg g = {.kind = JSEG_ARRAY, .vmask = JV_ANY, .imin = (int)lo, .imax = hi > 65535 ? 65535 : (int)hi};
+  if (it && !json_is_true(it)) {
+    if (!json_is_object(it)) return fail(b, "%s: 'items' must be a schema", where);
+    static const char *const refused[] = {"$ref", "anyOf", "oneOf", "allOf", "not", "properties", "items"};
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++)
+      if (json_object_get(it, refused[i]))
+        return fail(b, "%s: array items may be a scalar type, an enum or any JSON ('%s' is not supported there)",
+                    where, refused[i]);
+    json_t *v[JPROG_MAX_NAMES];
+    int n;
+    if (enum_values(b, it, v, &n, where)) return -1;
+    if (n) {
+      if (add_names(b, v, n, &g.first, &g.count)) return -1;
+    } else if (json_object_get(it, "type")) {
+      if (type_of(b, it, &g.vmask, where)) return -1;
+    }
+  }
+  if (flush(b)) return -1;
+  return add_seg(b, g);
+}
 
 static int object(struct jb *b, json_t *s, json_t *props, int depth, const char *where) {
   json_t *req = json_object_get(s, "required");
@@ -149,39 +222,25 @@ static int node(struct jb *b, json_t *s, int depth, const char *where) {
   if (json_is_true(s)) return value(b, JV_ANY);
   if (!json_is_object(s)) return fail(b, "%s: a schema must be an object (or true)", where);
   static const char *const refused[] = {"$ref", "anyOf", "oneOf", "allOf", "not", "if", "then", "else",
-                                        "items", "prefixItems", "contains", "patternProperties", "dependentSchemas"};
+                                        "prefixItems", "contains", "patternProperties", "dependentSchemas"};
   for (size_t i = 0; i < sizeof refused / sizeof *refused; i++)
     if (json_object_get(s, refused[i]))
       return fail(b, "%s: '%s' is not supported in a json_schema (supported: type, properties, required, "
                      "enum, const)", where, refused[i]);
-  json_t *en = json_object_get(s, "enum"), *cn = json_object_get(s, "const");
-  if (cn) return choice(b, &cn, 1);
-  if (en) {
-    if (!json_is_array(en)) return fail(b, "%s: 'enum' must be an array", where);
-    json_t *v[JPROG_MAX_NAMES];
-    const size_t n = json_array_size(en);
-    if (n < 1 || n > JPROG_MAX_NAMES) return fail(b, "%s: 'enum' must have 1 to %d values", where, JPROG_MAX_NAMES);
-    for (size_t i = 0; i < n; i++) v[i] = json_array_get(en, i);
-    return choice(b, v, (int)n);
-  }
-  json_t *ty = json_object_get(s, "type"), *props = json_object_get(s, "properties");
+  json_t *v[JPROG_MAX_NAMES];
+  int nv;
+  if (enum_values(b, s, v, &nv, where)) return -1;
+  if (nv) return choice(b, v, nv);
+  json_t *props = json_object_get(s, "properties");
   if (props && !json_is_object(props)) return fail(b, "%s: 'properties' must be an object", where);
   int mask = 0;
-  if (json_is_string(ty)) {
-    if (!(mask = type_mask(json_string_value(ty)))) return fail(b, "%s: unknown type '%s'", where, json_string_value(ty));
-  } else if (json_is_array(ty) && json_array_size(ty)) {
-    size_t i;
-    json_t *t;
-    json_array_foreach(ty, i, t) {
-      const int m = json_is_string(t) ? type_mask(json_string_value(t)) : 0;
-      if (!m) return fail(b, "%s: 'type' must list type names", where);
-      mask |= m;
-    }
-  } else if (ty) {
-    return fail(b, "%s: 'type' must be a type name or a list of them", where);
+  if (json_object_get(s, "type")) {
+    if (type_of(b, s, &mask, where)) return -1;
   } else {
     mask = props ? JV_OBJECT : JV_ANY;
   }
+  if (mask == JV_ARRAY) return array(b, s, where);
+  if (json_object_get(s, "items")) return fail(b, "%s: 'items' needs \"type\": \"array\" alone", where);
   if (props && !json_object_size(props) && mask == JV_OBJECT && json_is_false(json_object_get(s, "additionalProperties")))
     return lits(b, "{}");
   if (props && json_object_size(props)) {

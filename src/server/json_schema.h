@@ -5,9 +5,10 @@
  * them (the required ones and the optional ones), as {"a": 1, "b": "x"}. Supported: "type" (one name or
  * a list of scalar names: string, number, integer, boolean, null; object; array), "properties",
  * "required" (each must be a property), "enum" and "const" (up to 64 values, any JSON), nesting up to
- * 32 levels, boolean schemas (true). Arrays take any JSON array and may not constrain their items; an
- * object without "properties" takes any JSON object. Refused with a message: $ref, anyOf, oneOf,
- * allOf, not, if/then/else, "items"/"prefixItems" on arrays, a root that is not an object schema.
+ * 32 levels, boolean schemas (true); arrays as [a, b] with "items" a scalar type, an enum/const or
+ * anything, and "minItems"/"maxItems" followed. An object without "properties" takes any JSON object.
+ * Refused with a message: $ref, anyOf, oneOf, allOf, not, if/then/else, prefixItems, contains, items
+ * that are objects with properties or arrays with items, a root that is not an object schema.
  * Annotations and limits JSON Schema defines (description, format, minimum, maxLength, pattern, ...)
  * are accepted and not enforced.
  */

@@ -294,15 +294,17 @@ describe('response_format json_schema decoding', () => {
   // the product's classification shape: the answer is one of two labels plus a flag, in the schema's
   // order and layout; the tiny random model only chooses among what the schema allows
   const schema = { type: 'object', properties: { label: { enum: ['yes', 'no'] }, confident: { type: 'boolean' },
-    n: { type: 'integer' } }, required: ['label', 'confident', 'n'], additionalProperties: false };
+    n: { type: 'integer' }, tags: { type: 'array', items: { enum: ['x', 'y'] }, maxItems: 2 } },
+  required: ['label', 'confident', 'n', 'tags'], additionalProperties: false };
   const rf = { type: 'json_schema', json_schema: { name: 'verdict', strict: true, schema } };
   const messages = [{ role: 'user', content: 'Is the sky blue?' }]; // json_schema needs no "json" in the text
   const follows = (text) => {
     const j = JSON.parse(text);
-    assert.deepEqual(Object.keys(j), ['label', 'confident', 'n']);
+    assert.deepEqual(Object.keys(j), ['label', 'confident', 'n', 'tags']);
     assert.ok(j.label === 'yes' || j.label === 'no');
     assert.equal(typeof j.confident, 'boolean');
     assert.ok(Number.isInteger(j.n));
+    assert.ok(Array.isArray(j.tags) && j.tags.length <= 2 && j.tags.every((t) => t === 'x' || t === 'y'));
   };
   test('greedy, plain and streamed: one document that follows the schema, finish "stop"', async () => {
     const r = await client.chat.completions.create(greedy({ messages, response_format: rf, max_tokens: 80 }));

@@ -316,7 +316,8 @@ TEST_GROUP(json_schema) {
                          "\"p\": {\"type\": \"number\"}, \"why\": {\"type\": [\"string\", \"null\"]},"
                          "\"ok\": {\"type\": \"boolean\", \"description\": \"ignored\"},"
                          "\"meta\": {\"type\": \"object\", \"properties\": {\"n\": {\"const\": 3}}},"
-                         "\"tags\": {\"type\": \"array\"}, \"any\": {}}, \"required\": [\"answer\"]}";
+                         "\"tags\": {\"type\": \"array\", \"items\": {\"enum\": [\"x\", \"y\"]}, \"maxItems\": 4},"
+                         "\"any\": {}}, \"required\": [\"answer\"]}";
   json_error_t je;
   json_t *sc = json_loads(S, 0, &je);
   CHECK(sc != NULL);
@@ -326,7 +327,7 @@ TEST_GROUP(json_schema) {
   if (p) {
     static const char *good[] = {
         "{\"answer\": \"yes\", \"score\": -12, \"p\": 1.5e3, \"why\": null, \"ok\": true, "
-        "\"meta\": {\"n\": 3}, \"tags\": [1, \"a\"], \"any\": {\"x\": [null]}}",
+        "\"meta\": {\"n\": 3}, \"tags\": [\"x\", \"y\", \"x\"], \"any\": {\"x\": [null]}}",
         "{\"answer\": \"no\", \"score\": 0, \"p\": -0.25, \"why\": \"because \\\"x\\\"\", \"ok\": false, "
         "\"meta\": {\"n\": 3}, \"tags\": [], \"any\": 7}",
     };
@@ -352,7 +353,31 @@ TEST_GROUP(json_schema) {
   CHECK(schema_refused("{\"type\": \"string\"}", "root"));
   CHECK(schema_refused("{\"type\": \"object\", \"properties\": {\"a\": {\"$ref\": \"#/x\"}}}", "$ref"));
   CHECK(schema_refused("{\"type\": \"object\", \"properties\": {\"a\": {\"anyOf\": []}}}", "anyOf"));
-  CHECK(schema_refused("{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"array\", \"items\": {}}}}", "items"));
+  CHECK(schema_refused("{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"array\", \"items\": "
+                       "{\"type\": \"object\", \"properties\": {\"b\": {}}}}}}", "properties"));
+  CHECK(schema_refused("{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"array\", \"minItems\": 3, "
+                       "\"maxItems\": 2}}}", "minItems"));
+  /* arrays: [item, item], items an enum / a scalar type / anything, minItems..maxItems followed */
+  json_t *ar = json_loads("{\"type\": \"object\", \"properties\": {"
+                          "\"tags\": {\"type\": \"array\", \"items\": {\"enum\": [\"a\", \"bc\", 10]}, \"maxItems\": 3},"
+                          "\"ns\": {\"type\": \"array\", \"items\": {\"type\": \"integer\"}, \"minItems\": 1},"
+                          "\"xs\": {\"type\": \"array\", \"items\": true}}}", 0, &je);
+  struct jprog *pa = jschema_compile(ar, msg, sizeof msg);
+  CHECKF(pa != NULL, "compile: %s", msg);
+  if (pa) {
+    CHECK(schema_feed(pa, "{\"tags\": [], \"ns\": [1], \"xs\": []}") == 2);
+    CHECK(schema_feed(pa, "{\"tags\": [\"bc\", 10, \"a\"], \"ns\": [-3, 40, 0], \"xs\": [{\"k\": [1, 2]}, \"s\", null]}") == 2);
+    CHECK(schema_feed(pa, "{\"tags\": [\"a\", \"a\", \"a\", \"a\"") == 0); /* maxItems 3 */
+    CHECK(schema_feed(pa, "{\"tags\": [\"b\"") == 0);                       /* not in the enum */
+    CHECK(schema_feed(pa, "{\"tags\": [1]") == 0);                            /* 10 is, 1 is not */
+    CHECK(schema_feed(pa, "{\"tags\": [], \"ns\": []") == 0);                /* minItems 1 */
+    CHECK(schema_feed(pa, "{\"tags\": [], \"ns\": [1.5") == 0);              /* integers */
+    CHECK(schema_feed(pa, "{\"tags\": [\"a\",\"a\"") == 0);                  /* ", " between items */
+    CHECK(schema_feed(pa, "{\"tags\": [\"a\", ]") == 0);
+    CHECK(schema_feed(pa, "{\"tags\": [ \"a\"") == 0);
+  }
+  jprog_free(pa);
+  json_decref(ar);
   CHECK(schema_refused("{\"type\": \"object\", \"properties\": {\"a\": {}}, \"required\": [\"b\"]}", "'b'"));
   CHECK(schema_refused("{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"date\"}}}", "unknown type"));
   CHECK(schema_refused("{\"type\": \"object\", \"properties\": {\"a\": {\"enum\": []}}}", "enum"));
@@ -384,6 +409,11 @@ TEST_GROUP(json_schema) {
                  json_integer_value(json_object_get(json_object_get(j, "meta"), "n")) == 3 &&
                  json_is_array(json_object_get(j, "tags")) && json_object_get(j, "any") && json_object_size(j) == 8,
              "walk output does not follow the schema: %s", out);
+      json_t *tg = json_object_get(j, "tags"), *tv;
+      size_t ti;
+      CHECK(json_array_size(tg) <= 4);
+      json_array_foreach(tg, ti, tv) CHECKF(json_is_string(tv) && (!strcmp(json_string_value(tv), "x") ||
+                                                                  !strcmp(json_string_value(tv), "y")), "tag: %s", out);
       json_decref(j);
     }
   } else if (p) {
