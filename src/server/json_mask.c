@@ -171,6 +171,9 @@ static int step(struct jfsm *s, unsigned char c) {
     if (!is_hex(c)) return 0;
     const unsigned v = is_digit(c) ? (unsigned)(c - '0') : (unsigned)((c | 0x20) - 'a' + 10);
     s->hex = (uint16_t)(s->hex << 4 | v);
+    /* \uD8.. - \uDF.. can only end as a refused surrogate half: refuse the second digit already,
+     * or a constrained answer could be left with no allowed token */
+    if (s->aux == 3 && s->hex >= 0xD8 && s->hex <= 0xDF) return 0;
     if (--s->aux) return 1;
     if (s->hex == 0 || (s->hex >= 0xD800 && s->hex <= 0xDFFF)) return 0; /* NUL, surrogate halves */
     s->mode = M_STR;

@@ -7,8 +7,12 @@
  * "required" (each must be a property), "enum" and "const" (up to 64 values, any JSON), nesting up to
  * 32 levels, boolean schemas (true); arrays as [a, b] with "items" a scalar type, an enum/const or
  * anything, and "minItems"/"maxItems" followed. An object without "properties" takes any JSON object.
- * Refused with a message: $ref, anyOf, oneOf, allOf, not, if/then/else, prefixItems, contains, items
- * that are objects with properties or arrays with items, a root that is not an object schema.
+ * Refused with a message, rather than followed loosely: $ref, anyOf, oneOf, allOf, not, if/then/else,
+ * prefixItems, contains, items that are objects with properties or arrays with items, "required"
+ * naming a property not listed, an "additionalProperties" schema on an object without properties,
+ * array bounds on a type union, enum values not of the schema's type, enum values over 4 KB (256 KB
+ * of text in all), a root that is not an object schema (or is an enum). Reals in an enum are written
+ * in their shortest form that reads back as the same double.
  * Annotations and limits JSON Schema defines (description, format, minimum, maxLength, pattern, ...)
  * are accepted and not enforced.
  */

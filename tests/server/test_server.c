@@ -381,6 +381,41 @@ TEST_GROUP(json_schema) {
   CHECK(schema_refused("{\"type\": \"object\", \"properties\": {\"a\": {}}, \"required\": [\"b\"]}", "'b'"));
   CHECK(schema_refused("{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"date\"}}}", "unknown type"));
   CHECK(schema_refused("{\"type\": \"object\", \"properties\": {\"a\": {\"enum\": []}}}", "enum"));
+  /* from review: constraints the subset cannot follow are refused, not ignored */
+  CHECK(schema_refused("{\"type\": \"object\", \"enum\": [{\"a\": 1}]}", "root"));
+  CHECK(schema_refused("{\"type\": \"object\", \"properties\": {}, \"required\": [\"a\"]}", "'a'"));
+  CHECK(schema_refused("{\"type\": \"object\", \"properties\": {\"x\": {\"type\": \"object\", \"required\": [\"id\"]}}}", "'id'"));
+  CHECK(schema_refused("{\"type\": \"object\", \"additionalProperties\": {\"type\": \"integer\"}}", "additionalProperties"));
+  CHECK(schema_refused("{\"type\": \"object\", \"properties\": {\"x\": {\"type\": \"integer\", \"enum\": [1, \"a\"]}}}", "type"));
+  CHECK(schema_refused("{\"type\": \"object\", \"properties\": {\"x\": {\"type\": [\"array\", \"null\"], \"minItems\": 2}}}", "minItems"));
+  CHECK(schema_refused("{\"type\": \"object\", \"properties\": {\"x\": {\"type\": \"array\", \"items\": {\"type\": \"string\", \"if\": {}}}}}", "'if'"));
+  {
+    static char big[6000], key[1400];
+    memset(big, 'a', 5000);
+    big[5000] = 0;
+    char *sj = malloc(6200);
+    snprintf(sj, 6200, "{\"type\": \"object\", \"properties\": {\"x\": {\"const\": \"%s\"}}}", big);
+    CHECK(schema_refused(sj, "too long"));
+    /* a 300-character property name in the message: cut at a character boundary, still UTF-8 */
+    for (int i = 0; i < 600; i += 2) { key[i] = (char)0xC3; key[i + 1] = (char)0xA9; } /* "é" x 300 */
+    key[600] = 0;
+    snprintf(sj, 6200, "{\"type\": \"object\", \"properties\": {\"%s\": {\"type\": \"date\"}}}", key);
+    json_t *kj = json_loads(sj, 0, &je);
+    char m2[300];
+    struct jprog *kp = kj ? jschema_compile(kj, m2, sizeof m2) : NULL;
+    CHECK(kj && !kp && strlen(m2) <= 200 && strlen(m2) > 100);
+    size_t ml = strlen(m2);
+    CHECK(ml == 0 || ((unsigned char)m2[ml - 1] & 0xC0) != 0xC0); /* no lead byte left dangling */
+    json_decref(kj);
+    free(sj);
+  }
+  /* a real enum value in its shortest exact form; a string's \uD8.. never started (it could not end) */
+  json_t *fj = json_loads("{\"type\": \"object\", \"properties\": {\"x\": {\"enum\": [0.1, 2.5e-7]}, \"s\": {\"type\": \"string\"}}}", 0, &je);
+  struct jprog *fp = jschema_compile(fj, msg, sizeof msg);
+  CHECK(fp && schema_feed(fp, "{\"x\": 0.1, \"s\": \"\\u00e9\"}") == 2 && schema_feed(fp, "{\"x\": 2.5e-7, \"s\": \"\"}") == 2);
+  CHECK(fp && schema_feed(fp, "{\"x\": 0.1, \"s\": \"\\ud8") == 0 && schema_feed(fp, "{\"x\": 0.1, \"s\": \"\\uD7FF") == 1);
+  jprog_free(fp);
+  json_decref(fj);
   /* an object without properties and additionalProperties false is exactly {} */
   json_t *e0 = json_loads("{\"type\": \"object\", \"properties\": {}, \"additionalProperties\": false}", 0, &je);
   struct jprog *pe = jschema_compile(e0, msg, sizeof msg);
