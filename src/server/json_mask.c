@@ -489,7 +489,15 @@ struct jvocab {
   uint32_t max_len;
   struct jstate *stack; /* [max_len + 1] mask scratch (used by one engine thread only) */
   uint8_t *ok;        /* [nv] mask scratch */
+  /* speed (jvocab_mask): jump[d][i] = the first index after i whose token shares at most d bytes with
+   * token i (d < JV_JUMP): where to go when token i's byte d is refused; plain[i] bit 0 = token i is
+   * string content (no quote, backslash or control byte, whole UTF-8 characters): inside a JSON
+   * string it is taken and leaves the recognizer where it was; bit 1 = it holds a '<' (which starts
+   * a tool call's closing tag) */
+  int32_t *jump[3];
+  uint8_t *plain;
 };
+#define JV_JUMP 3
 
 static const char *g_sort_blob; /* qsort has no context argument in C11 */
 static int cmp_tok(const void *a, const void *b) {
@@ -545,9 +553,27 @@ int jvocab_new(const struct tok *t, struct jvocab **out, struct hearth_err *err)
   }
   v->stack = malloc((size_t)(v->max_len + 1) * sizeof *v->stack);
   v->ok = malloc((size_t)v->nv + 1);
-  if (!v->stack || !v->ok) {
+  v->plain = malloc((size_t)v->n + 1);
+  for (int d = 0; d < JV_JUMP; d++) v->jump[d] = malloc(((size_t)v->n + 1) * sizeof(int32_t));
+  if (!v->stack || !v->ok || !v->plain || !v->jump[0] || !v->jump[1] || !v->jump[2]) {
     jvocab_free(v);
     return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
+  }
+  /* jump tables from the end: the next token sharing at most d bytes with i is i + 1 when lcp[i + 1]
+   * <= d, else the one token i + 1 jumps to */
+  for (int d = 0; d < JV_JUMP; d++) {
+    v->jump[d][v->n] = v->n;
+    for (int i = v->n - 1; i >= 0; i--)
+      v->jump[d][i] = i + 1 >= v->n || v->lcp[i + 1] <= (uint32_t)d ? i + 1 : v->jump[d][i + 1];
+  }
+  for (int i = 0; i < v->n; i++) {
+    struct jfsm s;
+    jfsm_init(&s);
+    s.mode = M_STR;
+    const unsigned char *b = (const unsigned char *)v->blob + v->tok[i].off;
+    uint32_t k = 0;
+    while (k < v->tok[i].len && b[k] != '"' && b[k] != '\\' && step(&s, b[k])) k++;
+    v->plain[i] = (uint8_t)((k == v->tok[i].len && s.mode == M_STR) | (memchr(b, '<', v->tok[i].len) ? 2 : 0));
   }
   *out = v;
   return 0;
@@ -561,6 +587,8 @@ void jvocab_free(struct jvocab *v) {
   free(v->pos);
   free(v->stack);
   free(v->ok);
+  free(v->plain);
+  for (int d = 0; d < JV_JUMP; d++) free(v->jump[d]);
   free(v);
 }
 
@@ -581,10 +609,29 @@ int jvocab_mask(const struct jvocab *v, const struct jprog *p, const struct jsta
   memset(ok, 0, (size_t)v->nv);
   struct jstate *st = v->stack;
   st[0] = *s;
+  /* inside a JSON string of an OBJECT / VALUE / ARRAY-item segment every plain token is taken as it
+   * is (in a tool call's strings, which watch for the closing tag, those without a '<' when no part
+   * of the tag is pending) */
+  int in_str = 0;
+  uint8_t mask = 1;
+  if (s->seg < p->n_seg && (!p->forbid || (p->forbid[0] == '<' && !s->fb))) {
+    const struct jseg *g = &p->seg[s->seg];
+    in_str = s->j.mode == M_STR &&
+             (g->kind == JSEG_OBJECT || g->kind == JSEG_VALUE || (g->kind == JSEG_ARRAY && s->ph == A_ITEM && !g->count));
+    if (p->forbid) mask = 3;
+  }
   uint32_t good = 0; /* stack[0..good] are valid for the previous token's bytes */
   int left = 0;
   for (int i = 0; i < v->n; i++) {
     const struct jtok *t = &v->tok[i];
+    if (in_str && (v->plain[i] & mask) == 1) {
+      if (t->id < nv) {
+        ok[t->id] = 1;
+        left++;
+      }
+      if (good > v->lcp[i]) good = v->lcp[i]; /* the stack above the shared bytes is not this token's */
+      continue;
+    }
     uint32_t d = v->lcp[i] < good ? v->lcp[i] : good;
     const unsigned char *b = (const unsigned char *)v->blob + t->off;
     while (d < t->len) {
@@ -593,9 +640,15 @@ int jvocab_mask(const struct jvocab *v, const struct jprog *p, const struct jsta
       d++;
     }
     good = d;
-    if (d == t->len && t->id < nv) {
-      ok[t->id] = 1;
-      left++;
+    if (d == t->len) {
+      if (t->id < nv) {
+        ok[t->id] = 1;
+        left++;
+      }
+    } else { /* byte d refused: so is every following token that shares bytes 0..d with this one */
+      int j = d < JV_JUMP ? v->jump[d][i] : i + 1;
+      while (j < v->n && v->lcp[j] > d) j++;
+      i = j - 1;
     }
   }
   for (int i = 0; i < nv; i++)
