@@ -8,6 +8,8 @@
  *          walks that take random allowed tokens end as a JSON object / a well-formed tool call. */
 #include <jansson.h>
 #include <math.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -461,4 +463,126 @@ TEST_GROUP(json_schema) {
   json_decref(sc);
 }
 
-TEST_MAIN(T(scrub), T(json_fsm), T(json_mask), T(json_schema))
+/* ---- mask_fuzz: random schemas (and the json_object and tool-call programs), random byte walks
+ * through them, and at random states the mask compared with feeding every token of the real
+ * vocabulary alone: the mask's shortcuts (jump past a refused prefix, plain string tokens) must
+ * never change what it allows */
+static uint64_t fz_rs = 88172645463325252ull;
+static unsigned fz_rnd(unsigned n) {
+  fz_rs ^= fz_rs << 13; fz_rs ^= fz_rs >> 7; fz_rs ^= fz_rs << 17;
+  return (unsigned)(fz_rs % n);
+}
+static json_t *fz_enum(void) {
+  static const char *const vals[] = {"1", "10", "100", "-1", "0", "1.5", "\"a\"", "\"ab\"", "\"a\\\"b\"", "\"\"",
+                                     "null", "true", "false", "[]", "[1]", "{}", "{\"k\":1}", "\"\\u00e9\"", "\"x\\\\\"", "0.5"};
+  json_t *a = json_array();
+  for (int i = 0, n = 1 + (int)fz_rnd(4); i < n; i++) json_array_append_new(a, json_loads(vals[fz_rnd(20)], JSON_DECODE_ANY, NULL));
+  return a;
+}
+static json_t *fz_schema(int depth, int root) {
+  static const char *const scal[] = {"string", "number", "integer", "boolean", "null"};
+  switch (root ? 0 : fz_rnd(depth > 3 ? 6 : 8)) {
+  case 0: case 7: {
+    json_t *p = json_object();
+    char key[16];
+    for (int i = 0, n = root ? 1 + (int)fz_rnd(4) : (int)fz_rnd(4); i < n; i++) {
+      snprintf(key, sizeof key, "k%d", i);
+      json_object_set_new(p, key, fz_schema(depth + 1, 0));
+    }
+    if (!json_object_size(p)) { json_decref(p); return json_pack("{s:s}", "type", "object"); }
+    return json_pack("{s:s,s:o}", "type", "object", "properties", p);
+  }
+  case 1: return json_pack("{s:s}", "type", scal[fz_rnd(5)]);
+  case 2: {
+    json_t *t = json_array();
+    for (int i = 0, n = 1 + (int)fz_rnd(3); i < n; i++) json_array_append_new(t, json_string(scal[fz_rnd(5)]));
+    return json_pack("{s:o}", "type", t);
+  }
+  case 3: return json_pack("{s:o}", "enum", fz_enum());
+  case 4: {
+    json_t *a = json_pack("{s:s}", "type", "array");
+    const unsigned it = fz_rnd(4);
+    if (it == 1) json_object_set_new(a, "items", json_pack("{s:s}", "type", scal[fz_rnd(5)]));
+    if (it == 2) json_object_set_new(a, "items", json_pack("{s:o}", "enum", fz_enum()));
+    if (it == 3) json_object_set_new(a, "items", json_true());
+    const int lo = (int)fz_rnd(3), hi = lo + (int)fz_rnd(3);
+    if (fz_rnd(2)) json_object_set_new(a, "minItems", json_integer(lo));
+    if (fz_rnd(2)) json_object_set_new(a, "maxItems", json_integer(hi));
+    return a;
+  }
+  case 5: return fz_rnd(2) ? json_true() : json_object();
+  default: return json_pack("{s:s}", "type", "string");
+  }
+}
+
+TEST_GROUP(mask_fuzz) {
+  char dir[512];
+  test_tokenizer_dir(dir, sizeof dir, "qwen3");
+  struct tok *t = NULL;
+  struct jvocab *v = NULL;
+  struct hearth_err err = {0};
+  if (tok_load_dir(dir, &t, &err) || jvocab_new(t, &v, &err)) {
+    fprintf(stderr, "mask_fuzz: %s (scripts/fetch-tokenizers.sh)\n", err.msg);
+    test_failures++;
+    tok_free(t);
+    return;
+  }
+  const int nv = tok_vocab_size(t) + 64;
+  float *lg = malloc((size_t)nv * sizeof *lg);
+  static const char *const tools[] = {"get_weather", "lookup_user", "a.b-c"};
+  struct jprog *tc = jprog_tool_call(tools, 3);
+  long states = 0, bad_states = 0;
+  for (int it = 0; it < 60 && lg && tc; it++) {
+    json_t *sc = fz_schema(0, 1);
+    char msg[300];
+    const struct jprog *p = it % 6 == 4 ? tc : it % 6 == 5 ? jprog_json_object() : NULL;
+    struct jprog *own = p ? NULL : jschema_compile(sc, msg, sizeof msg);
+    if (!p) p = own;
+    if (!p) { json_decref(sc); continue; } /* a random schema the subset refuses */
+    struct jstate st;
+    jstate_init(p, &st);
+    for (int n = 0; n < 400 && !jstate_done(p, &st); n++) {
+      unsigned char acc[256], cl[256];
+      int na = 0, nc = 0;
+      for (int c = 1; c < 256; c++) {
+        struct jstate tt = st;
+        const char b = (char)c;
+        if (!jstate_feed_all(p, &tt, &b, 1)) continue;
+        acc[na++] = (unsigned char)c;
+        if (strchr("\"]},:0123456789ntf[{\\ <", c)) cl[nc++] = (unsigned char)c;
+      }
+      CHECKF(na > 0, "a dead end (no byte can follow) in program %d after %d bytes", it, n);
+      if (!na) break;
+      if (fz_rnd(8) == 0) {
+        for (int i = 0; i < nv; i++) lg[i] = 0.0f;
+        const int left = jvocab_mask(v, p, &st, lg, nv);
+        int cnt = 0, bad = 0;
+        for (int i = 0; i < nv; i++) {
+          const char *q;
+          size_t len;
+          int a = 0;
+          if (jvocab_bytes(v, i, &q, &len) == 0) {
+            struct jstate tt = st;
+            a = jstate_feed_all(p, &tt, q, len);
+          }
+          cnt += a;
+          bad += a != (lg[i] == 0.0f);
+        }
+        states++;
+        if (bad || cnt != left) bad_states++;
+      }
+      const unsigned char c = nc && fz_rnd(10) < 7 ? cl[fz_rnd((unsigned)nc)] : acc[fz_rnd((unsigned)na)];
+      CHECK(jstate_feed_all(p, &st, (const char *)&c, 1));
+    }
+    jprog_free(own);
+    json_decref(sc);
+  }
+  printf("  mask_fuzz: %ld states compared, %ld differ\n", states, bad_states);
+  CHECK(states > 100 && bad_states == 0);
+  jprog_free(tc);
+  free(lg);
+  jvocab_free(v);
+  tok_free(t);
+}
+
+TEST_MAIN(T(scrub), T(json_fsm), T(json_mask), T(json_schema), T(mask_fuzz))
