@@ -479,6 +479,15 @@ int jstate_feed_all(const struct jprog *p, struct jstate *s, const char *bytes, 
 
 struct jtok { int32_t id; uint32_t off, len; };
 
+/* tokens to walk, in byte order: idx (NULL: every token), bytes shared with the previous one (lcp) and
+ * jump[d][i] = the first position after i whose token shares at most d bytes with token i (d < 3) */
+struct jlist {
+  int n;
+  int32_t *idx;
+  uint32_t *lcp;
+  int32_t *jump[3];
+};
+
 struct jvocab {
   int nv;           /* ids below nv */
   char *blob;       /* every plain-text token's bytes */
@@ -496,6 +505,10 @@ struct jvocab {
    * a tool call's closing tag) */
   int32_t *jump[3];
   uint8_t *plain;
+  /* inside a string: [0] without, [1] with a closing tag to watch for (tool calls): the tokens still to
+   * step (not plain, resp. not plain or holding a '<') and, by id, the ones taken as they are */
+  struct jlist rest[2];
+  uint8_t *taken[2];
 };
 #define JV_JUMP 3
 
@@ -569,11 +582,42 @@ int jvocab_new(const struct tok *t, struct jvocab **out, struct hearth_err *err)
   for (int i = 0; i < v->n; i++) {
     struct jfsm s;
     jfsm_init(&s);
-    s.mode = M_STR;
+    s.mode = M_STR; /* (step is static above; the plain flags need it) */
     const unsigned char *b = (const unsigned char *)v->blob + v->tok[i].off;
     uint32_t k = 0;
     while (k < v->tok[i].len && b[k] != '"' && b[k] != '\\' && step(&s, b[k])) k++;
     v->plain[i] = (uint8_t)((k == v->tok[i].len && s.mode == M_STR) | (memchr(b, '<', v->tok[i].len) ? 2 : 0));
+  }
+  for (int k = 0; k < 2; k++) { /* the in-string lists: mask 1 (plain), mask 3 (plain, no '<') */
+    const uint8_t m = k ? 3 : 1;
+    struct jlist *L = &v->rest[k];
+    L->idx = malloc(((size_t)v->n + 1) * sizeof *L->idx);
+    L->lcp = malloc(((size_t)v->n + 1) * sizeof *L->lcp);
+    for (int d = 0; d < JV_JUMP; d++) L->jump[d] = malloc(((size_t)v->n + 1) * sizeof(int32_t));
+    v->taken[k] = calloc((size_t)v->nv + 1, 1);
+    if (!L->idx || !L->lcp || !L->jump[0] || !L->jump[1] || !L->jump[2] || !v->taken[k]) {
+      jvocab_free(v);
+      return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
+    }
+    L->n = 0;
+    for (int i = 0; i < v->n; i++) {
+      if ((v->plain[i] & m) == 1) {
+        v->taken[k][v->tok[i].id] = 1;
+        continue;
+      }
+      uint32_t l = 0;
+      if (L->n) {
+        const struct jtok *a = &v->tok[L->idx[L->n - 1]], *c = &v->tok[i];
+        while (l < a->len && l < c->len && v->blob[a->off + l] == v->blob[c->off + l]) l++;
+      }
+      L->lcp[L->n] = l;
+      L->idx[L->n++] = i;
+    }
+    for (int d = 0; d < JV_JUMP; d++) {
+      L->jump[d][L->n] = L->n;
+      for (int i = L->n - 1; i >= 0; i--)
+        L->jump[d][i] = i + 1 >= L->n || L->lcp[i + 1] <= (uint32_t)d ? i + 1 : L->jump[d][i + 1];
+    }
   }
   *out = v;
   return 0;
@@ -581,6 +625,12 @@ int jvocab_new(const struct tok *t, struct jvocab **out, struct hearth_err *err)
 
 void jvocab_free(struct jvocab *v) {
   if (!v) return;
+  for (int k = 0; k < 2; k++) {
+    free(v->rest[k].idx);
+    free(v->rest[k].lcp);
+    for (int d = 0; d < JV_JUMP; d++) free(v->rest[k].jump[d]);
+    free(v->taken[k]);
+  }
   free(v->blob);
   free(v->tok);
   free(v->lcp);
@@ -604,35 +654,13 @@ int jvocab_bytes(const struct jvocab *v, int32_t id, const char **p, size_t *len
  * token (stack[d]); a token sharing l bytes with the previous one restarts at min(l, the depth the
  * previous one got to), so each step costs the bytes not shared — the trie's size, not the sum of
  * the token lengths. */
-int jvocab_mask(const struct jvocab *v, const struct jprog *p, const struct jstate *s, float *logits, int nv) {
-  uint8_t *ok = v->ok;
-  memset(ok, 0, (size_t)v->nv);
+/* steps the tokens of L from the state on the stack's bottom; marks the ones taken in ok */
+static void walk_list(const struct jvocab *v, const struct jprog *p, const struct jlist *L, uint8_t *ok) {
   struct jstate *st = v->stack;
-  st[0] = *s;
-  /* inside a JSON string of an OBJECT / VALUE / ARRAY-item segment every plain token is taken as it
-   * is (in a tool call's strings, which watch for the closing tag, those without a '<' when no part
-   * of the tag is pending) */
-  int in_str = 0;
-  uint8_t mask = 1;
-  if (s->seg < p->n_seg && (!p->forbid || (p->forbid[0] == '<' && !s->fb))) {
-    const struct jseg *g = &p->seg[s->seg];
-    in_str = s->j.mode == M_STR &&
-             (g->kind == JSEG_OBJECT || g->kind == JSEG_VALUE || (g->kind == JSEG_ARRAY && s->ph == A_ITEM && !g->count));
-    if (p->forbid) mask = 3;
-  }
   uint32_t good = 0; /* stack[0..good] are valid for the previous token's bytes */
-  int left = 0;
-  for (int i = 0; i < v->n; i++) {
-    const struct jtok *t = &v->tok[i];
-    if (in_str && (v->plain[i] & mask) == 1) {
-      if (t->id < nv) {
-        ok[t->id] = 1;
-        left++;
-      }
-      if (good > v->lcp[i]) good = v->lcp[i]; /* the stack above the shared bytes is not this token's */
-      continue;
-    }
-    uint32_t d = v->lcp[i] < good ? v->lcp[i] : good;
+  for (int i = 0; i < L->n; i++) {
+    const struct jtok *t = &v->tok[L->idx ? L->idx[i] : i];
+    uint32_t d = L->lcp[i] < good ? L->lcp[i] : good;
     const unsigned char *b = (const unsigned char *)v->blob + t->off;
     while (d < t->len) {
       st[d + 1] = st[d];
@@ -641,17 +669,42 @@ int jvocab_mask(const struct jvocab *v, const struct jprog *p, const struct jsta
     }
     good = d;
     if (d == t->len) {
-      if (t->id < nv) {
-        ok[t->id] = 1;
-        left++;
-      }
+      ok[t->id] = 1;
     } else { /* byte d refused: so is every following token that shares bytes 0..d with this one */
-      int j = d < JV_JUMP ? v->jump[d][i] : i + 1;
-      while (j < v->n && v->lcp[j] > d) j++;
+      int j = d < JV_JUMP ? L->jump[d][i] : i + 1;
+      while (j < L->n && L->lcp[j] > d) j++;
       i = j - 1;
     }
   }
-  for (int i = 0; i < nv; i++)
-    if (i >= v->nv || !ok[i]) logits[i] = -INFINITY;
+}
+
+int jvocab_mask(const struct jvocab *v, const struct jprog *p, const struct jstate *s, float *logits, int nv) {
+  uint8_t *ok = v->ok;
+  v->stack[0] = *s;
+  /* inside a JSON string of an OBJECT / VALUE / ARRAY-item segment every plain token is taken as it
+   * is (in a tool call's strings, which watch for the closing tag, those without a '<' when no part
+   * of the tag is pending): only the others are stepped */
+  int in_str = 0;
+  if (s->seg < p->n_seg && (!p->forbid || (p->forbid[0] == '<' && !s->fb))) {
+    const struct jseg *g = &p->seg[s->seg];
+    in_str = s->j.mode == M_STR &&
+             (g->kind == JSEG_OBJECT || g->kind == JSEG_VALUE || (g->kind == JSEG_ARRAY && s->ph == A_ITEM && !g->count));
+  }
+  if (in_str) {
+    const int k = p->forbid ? 1 : 0;
+    memcpy(ok, v->taken[k], (size_t)v->nv);
+    walk_list(v, p, &v->rest[k], ok);
+  } else {
+    const struct jlist all = {v->n, NULL, v->lcp, {v->jump[0], v->jump[1], v->jump[2]}};
+    memset(ok, 0, (size_t)v->nv);
+    walk_list(v, p, &all, ok);
+  }
+  int left = 0;
+  const int m = nv < v->nv ? nv : v->nv;
+  for (int i = 0; i < m; i++) {
+    left += ok[i];
+    logits[i] = ok[i] ? logits[i] : -INFINITY;
+  }
+  for (int i = m; i < nv; i++) logits[i] = -INFINITY;
   return left;
 }
