@@ -1,6 +1,6 @@
 /* bench/probe_read.cu — how fast the H200 reads 160 MB of int4 weights under the access patterns a
  * decode GEMV can use (a diagnostic for bench/NOTES.md, not part of the engine). Standalone:
- *   nvcc -O3 -arch=sm_90 -o probe_read bench/probe_read.cu && ./probe_read
+ *   nvcc -O3 -arch=sm_90 -Isrc -o probe_read bench/probe_read.cu && ./probe_read
  * Rows of 1024 bytes (K = 2048 int4), tiles of 16 rows (16 KB, contiguous); every pattern reads
  * every byte once per pass, 16-byte loads, 8 steps unrolled (16 loads in flight per thread):
  *   tile64   one warp per tile, step g: lane (gid, tig) reads row gid and gid + 8 at 64 g + 16 tig
@@ -14,13 +14,7 @@
 #include <cstdio>
 #include <cuda_runtime.h>
 
-__device__ __forceinline__ uint4 ldg(const uint4 *p) {
-  uint4 r;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(p));
-  return r;
-}
+#include "backend/cuda/ptx.cuh" /* ld_nc_v4: the GEMV's own weight load */
 
 template <int PAT>
 __global__ __launch_bounds__(256, 2) void probe(const uint8_t *buf, const uint8_t *sc, int tiles, unsigned *out) {
@@ -39,8 +33,8 @@ __global__ __launch_bounds__(256, 2) void probe(const uint8_t *buf, const uint8_
         if (PAT == 1 || PAT == 4) { a0 = tb + gid * 1024 + g * 64 + tig * 16; a1 = a0 + 8 * 1024; }
         else if (PAT == 2) { a0 = tb + (gid + 8 * (g / 8)) * 1024 + (g % 8) * 128 + tig * 16; a1 = a0 + 64; }
         else { a0 = tb + g * 1024 + lane * 16; a1 = a0 + 512; } /* 3, 5 */
-        v[2 * s] = ldg((const uint4 *)a0);
-        v[2 * s + 1] = ldg((const uint4 *)a1);
+        v[2 * s] = ld_nc_v4((const uint4 *)a0);
+        v[2 * s + 1] = ld_nc_v4((const uint4 *)a1);
         if (PAT == 4) { /* + the scales as the GEMV fetches them: one 4-byte word per row and step */
           const unsigned *s0 = (const unsigned *)(sc + ((size_t)t * 16 + gid) * 32 + (g / 2) * 4);
           acc += __ldg(s0) ^ __ldg(s0 + 8 * 8);
@@ -52,7 +46,7 @@ __global__ __launch_bounds__(256, 2) void probe(const uint8_t *buf, const uint8_
   }
   if (PAT == 5) { /* tile-major + the tile's 512 bytes of scales, one 16-byte load per lane per tile */
     for (int t = wg; t < tiles; t += nwarps) {
-      const uint4 q = ldg((const uint4 *)(sc + (size_t)t * 512 + lane * 16));
+      const uint4 q = ld_nc_v4((const uint4 *)(sc + (size_t)t * 512 + lane * 16));
       acc ^= q.x ^ q.w;
     }
   }

@@ -157,7 +157,7 @@ static int check_tool_choice(json_t *tc, json_t *tools, struct srv_model *m, str
     if (!jprog_name_ok(o->tool_names[k]))
       return v_fail(e, "tools", "function names must be 1 to 64 letters, digits, '_', '-' or '.'");
   o->n_tool_names = n;
-  o->constrain = 2;
+  o->constrain = GEN_TOOL_CALL;
   o->jv = m->jv;
   return 0;
 }
@@ -378,12 +378,12 @@ static int mentions_json(json_t *msgs) {
 }
 
 /* response_format: absent, {"type":"text"}, {"type":"json_object"} or {"type":"json_schema",
- * "json_schema": {"name": ..., "schema": {...}}}. *json_mode: 1 for json_object, 3 for json_schema
+ * "json_schema": {"name": ..., "schema": {...}}}. *json_mode: GEN_JSON_OBJECT or GEN_JSON_SCHEMA
  * (*schema set, and known to compile). Returns 0 or -1 with *e filled. */
-static int check_response_format(json_t *rf, int *json_mode, json_t **schema, struct verr *e) {
+static int check_response_format(json_t *rf, enum gen_constrain *json_mode, json_t **schema, struct verr *e) {
   static const char *const TYPES[] = {"text", "json_object", "json_schema", NULL};
   const char *type;
-  *json_mode = 0;
+  *json_mode = GEN_FREE;
   *schema = NULL;
   if (!rf) return 0;
   if (v_enum(rf, "type", TYPES, NULL, &type, e) || !type) {
@@ -400,11 +400,11 @@ static int check_response_format(json_t *rf, int *json_mode, json_t **schema, st
     struct jprog *p = jschema_compile(sc, msg, sizeof msg);
     if (!p) return v_fail(e, "response_format.json_schema", "%s", msg);
     jprog_free(p);
-    *json_mode = 3;
+    *json_mode = GEN_JSON_SCHEMA;
     *schema = sc;
     return 0;
   }
-  *json_mode = !strcmp(type, "json_object");
+  *json_mode = !strcmp(type, "json_object") ? GEN_JSON_OBJECT : GEN_FREE;
   return 0;
 }
 
@@ -418,7 +418,7 @@ enum MHD_Result ep_chat_completions(struct http_req *r) {
   if (gen_parse(r->json, 1, &c->o, &e)) { free(c); return http_reply_verr(r, &e); }
   json_t *tools, *kwargs, *rf, *schema = NULL;
   const char *tool_choice = NULL;
-  int json_mode = 0;
+  enum gen_constrain json_mode = GEN_FREE;
   json_t *tc = json_object_get(r->json, "tool_choice");
   if (v_arr(r->json, "tools", &tools, &e) || v_obj(r->json, "chat_template_kwargs", &kwargs, &e) ||
       v_obj(r->json, "response_format", &rf, &e) || (tools && check_tools(tools, &e)) ||
@@ -451,7 +451,7 @@ enum MHD_Result ep_chat_completions(struct http_req *r) {
   }
   json_t *norm = chat_messages_normalize(msgs, &e);
   if (!norm) { free(c); return http_reply_verr(r, &e); }
-  if (json_mode == 1 && !mentions_json(norm)) {
+  if (json_mode == GEN_JSON_OBJECT && !mentions_json(norm)) {
     json_decref(norm);
     free(c);
     v_fail(&e, "messages", "'messages' must contain the word 'json' in some form, to use "
@@ -478,8 +478,8 @@ enum MHD_Result ep_chat_completions(struct http_req *r) {
   c->ch = calloc((size_t)c->n, sizeof *c->ch);
   if (!rc && (!c->g || !c->ch)) rc = err_set(&err, HEARTH_ERR_NOMEM, "out of memory");
   for (int k = 0; !rc && k < c->n; k++)
-    rc = textio_parser_new(m->tio, tools != NULL && c->o.constrain != 1 && c->o.constrain != 3,
-                           c->o.constrain != 0, prompt_text,
+    rc = textio_parser_new(m->tio, tools != NULL && (c->o.constrain == GEN_FREE || c->o.constrain == GEN_TOOL_CALL),
+                           c->o.constrain != GEN_FREE, prompt_text,
                            &c->ch[k].parser, &err);
   free(prompt_text);
   if (rc) {

@@ -121,8 +121,8 @@ static struct gen_req *make_req(const struct gen_prompt *p, int j, const struct 
   q->top_logprobs = o->logprobs ? o->top_logprobs : -1;
   if (o->constrain) {
     q->jv = o->jv;
-    q->prog = o->constrain == 1   ? (struct jprog *)jprog_json_object()
-              : o->constrain == 3 ? jschema_compile(o->schema, NULL, 0)
+    q->prog = o->constrain == GEN_JSON_OBJECT   ? (struct jprog *)jprog_json_object()
+              : o->constrain == GEN_JSON_SCHEMA ? jschema_compile(o->schema, NULL, 0)
                                   : jprog_tool_call(o->tool_names, o->n_tool_names);
     if (!q->prog) {
       gen_req_unref(q);

@@ -39,10 +39,10 @@ struct gen_opts {
   int n_bias;
   int32_t bias_id[300];
   float bias[300];
-  /* constrained decoding (chat): 1 = response_format json_object, 2 = a forced tool call naming
-   * one of tool_names (pointing into the request JSON), 3 = response_format json_schema (schema,
-   * pointing into the request JSON, compiles: json_schema.h) */
-  int constrain;
+  /* constrained decoding (chat): GEN_JSON_OBJECT, GEN_TOOL_CALL naming one of tool_names (pointing
+   * into the request JSON), GEN_JSON_SCHEMA following schema (pointing into the request JSON,
+   * known to compile: json_schema.h); GEN_FREE = none */
+  enum gen_constrain { GEN_FREE, GEN_JSON_OBJECT, GEN_TOOL_CALL, GEN_JSON_SCHEMA } constrain;
   json_t *schema;
   const struct jvocab *jv;
   const char *tool_names[JPROG_MAX_NAMES];

@@ -479,38 +479,34 @@ int jstate_feed_all(const struct jprog *p, struct jstate *s, const char *bytes, 
 
 struct jtok { int32_t id; uint32_t off, len; };
 
-/* tokens to walk, in byte order: idx (NULL: every token), bytes shared with the previous one (lcp) and
- * jump[d][i] = the first position after i whose token shares at most d bytes with token i (d < 3) */
+/* tokens to walk, in byte order: positions idx[0..n) in tok, lcp[i] = bytes shared with the previous
+ * one, jump[d][i] = the first position after i whose token shares at most d bytes with token i
+ * (d < JV_JUMP): where to go when token i's byte d is refused */
+#define JV_JUMP 3
 struct jlist {
   int n;
   int32_t *idx;
   uint32_t *lcp;
-  int32_t *jump[3];
+  int32_t *jump[JV_JUMP];
 };
 
 struct jvocab {
   int nv;           /* ids below nv */
   char *blob;       /* every plain-text token's bytes */
   struct jtok *tok; /* sorted by bytes */
-  uint32_t *lcp;    /* bytes shared with the previous token in that order */
   int n;
   int32_t *pos;     /* [nv]: index in tok, or -1 */
   uint32_t max_len;
   struct jstate *stack; /* [max_len + 1] mask scratch (used by one engine thread only) */
   uint8_t *ok;        /* [nv] mask scratch */
-  /* speed (jvocab_mask): jump[d][i] = the first index after i whose token shares at most d bytes with
-   * token i (d < JV_JUMP): where to go when token i's byte d is refused; plain[i] bit 0 = token i is
-   * string content (no quote, backslash or control byte, whole UTF-8 characters): inside a JSON
-   * string it is taken and leaves the recognizer where it was; bit 1 = it holds a '<' (which starts
-   * a tool call's closing tag) */
-  int32_t *jump[3];
-  uint8_t *plain;
-  /* inside a string: [0] without, [1] with a closing tag to watch for (tool calls): the tokens still to
-   * step (not plain, resp. not plain or holding a '<') and, by id, the ones taken as they are */
+  struct jlist all;   /* every token */
+  /* inside a JSON string: [0] without, [1] with a closing tag to watch for (tool calls). Tokens of
+   * plain string content (no quote, backslash or control byte, whole UTF-8 characters; for [1] also
+   * no '<', which starts the tag) are taken as they are (taken, by id) and leave the recognizer where
+   * it was; only the rest are stepped */
   struct jlist rest[2];
   uint8_t *taken[2];
 };
-#define JV_JUMP 3
 
 static const char *g_sort_blob; /* qsort has no context argument in C11 */
 static int cmp_tok(const void *a, const void *b) {
@@ -519,6 +515,35 @@ static int cmp_tok(const void *a, const void *b) {
   int c = memcmp(g_sort_blob + x->off, g_sort_blob + y->off, n);
   if (c) return c;
   return x->len < y->len ? -1 : x->len > y->len;
+}
+
+/* L->idx[0..L->n) set: its lcp and jump tables. 0, or -1 on OOM. The jumps are built from the end:
+ * the next token sharing at most d bytes with i is i + 1 when lcp[i + 1] <= d, else the one i + 1
+ * jumps to. */
+static int jlist_index(const struct jvocab *v, struct jlist *L) {
+  L->lcp = malloc(((size_t)L->n + 1) * sizeof *L->lcp);
+  for (int d = 0; d < JV_JUMP; d++) L->jump[d] = malloc(((size_t)L->n + 1) * sizeof(int32_t));
+  if (!L->lcp || !L->jump[0] || !L->jump[1] || !L->jump[2]) return -1;
+  for (int i = 0; i < L->n; i++) {
+    uint32_t l = 0;
+    if (i) {
+      const struct jtok *a = &v->tok[L->idx[i - 1]], *b = &v->tok[L->idx[i]];
+      while (l < a->len && l < b->len && v->blob[a->off + l] == v->blob[b->off + l]) l++;
+    }
+    L->lcp[i] = l;
+  }
+  for (int d = 0; d < JV_JUMP; d++) {
+    L->jump[d][L->n] = L->n;
+    for (int i = L->n - 1; i >= 0; i--)
+      L->jump[d][i] = i + 1 >= L->n || L->lcp[i + 1] <= (uint32_t)d ? i + 1 : L->jump[d][i + 1];
+  }
+  return 0;
+}
+
+static void jlist_free(struct jlist *L) {
+  free(L->idx);
+  free(L->lcp);
+  for (int d = 0; d < JV_JUMP; d++) free(L->jump[d]);
 }
 
 int jvocab_new(const struct tok *t, struct jvocab **out, struct hearth_err *err) {
@@ -535,9 +560,8 @@ int jvocab_new(const struct tok *t, struct jvocab **out, struct hearth_err *err)
   }
   v->blob = malloc(total ? total : 1);
   v->tok = malloc((size_t)v->nv * sizeof *v->tok);
-  v->lcp = malloc((size_t)v->nv * sizeof *v->lcp);
   v->pos = malloc((size_t)v->nv * sizeof *v->pos);
-  if (!v->blob || !v->tok || !v->lcp || !v->pos) {
+  if (!v->blob || !v->tok || !v->pos) {
     jvocab_free(v);
     return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
   }
@@ -555,69 +579,40 @@ int jvocab_new(const struct tok *t, struct jvocab **out, struct hearth_err *err)
   }
   g_sort_blob = v->blob;
   qsort(v->tok, (size_t)v->n, sizeof *v->tok, cmp_tok);
-  for (int i = 0; i < v->n; i++) {
-    v->pos[v->tok[i].id] = i;
-    uint32_t l = 0;
-    if (i) {
-      const struct jtok *a = &v->tok[i - 1], *b = &v->tok[i];
-      while (l < a->len && l < b->len && v->blob[a->off + l] == v->blob[b->off + l]) l++;
-    }
-    v->lcp[i] = l;
-  }
+  for (int i = 0; i < v->n; i++) v->pos[v->tok[i].id] = i;
   v->stack = malloc((size_t)(v->max_len + 1) * sizeof *v->stack);
   v->ok = malloc((size_t)v->nv + 1);
-  v->plain = malloc((size_t)v->n + 1);
-  for (int d = 0; d < JV_JUMP; d++) v->jump[d] = malloc(((size_t)v->n + 1) * sizeof(int32_t));
-  if (!v->stack || !v->ok || !v->plain || !v->jump[0] || !v->jump[1] || !v->jump[2]) {
-    jvocab_free(v);
-    return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
+  uint8_t *plain = malloc((size_t)v->n + 1); /* bit 0: string content, bit 1: holds a '<' */
+  for (int k = 0; k < 3; k++) {
+    struct jlist *L = k ? &v->rest[k - 1] : &v->all;
+    L->idx = malloc(((size_t)v->n + 1) * sizeof *L->idx);
   }
-  /* jump tables from the end: the next token sharing at most d bytes with i is i + 1 when lcp[i + 1]
-   * <= d, else the one token i + 1 jumps to */
-  for (int d = 0; d < JV_JUMP; d++) {
-    v->jump[d][v->n] = v->n;
-    for (int i = v->n - 1; i >= 0; i--)
-      v->jump[d][i] = i + 1 >= v->n || v->lcp[i + 1] <= (uint32_t)d ? i + 1 : v->jump[d][i + 1];
-  }
-  for (int i = 0; i < v->n; i++) {
+  v->taken[0] = calloc((size_t)v->nv + 1, 1);
+  v->taken[1] = calloc((size_t)v->nv + 1, 1);
+  int bad = !v->stack || !v->ok || !plain || !v->all.idx || !v->rest[0].idx || !v->rest[1].idx || !v->taken[0] ||
+            !v->taken[1];
+  for (int i = 0; !bad && i < v->n; i++) {
     struct jfsm s;
     jfsm_init(&s);
-    s.mode = M_STR; /* (step is static above; the plain flags need it) */
+    s.mode = M_STR;
     const unsigned char *b = (const unsigned char *)v->blob + v->tok[i].off;
     uint32_t k = 0;
     while (k < v->tok[i].len && b[k] != '"' && b[k] != '\\' && step(&s, b[k])) k++;
-    v->plain[i] = (uint8_t)((k == v->tok[i].len && s.mode == M_STR) | (memchr(b, '<', v->tok[i].len) ? 2 : 0));
+    plain[i] = (uint8_t)((k == v->tok[i].len && s.mode == M_STR) | (memchr(b, '<', v->tok[i].len) ? 2 : 0));
   }
-  for (int k = 0; k < 2; k++) { /* the in-string lists: mask 1 (plain), mask 3 (plain, no '<') */
-    const uint8_t m = k ? 3 : 1;
-    struct jlist *L = &v->rest[k];
-    L->idx = malloc(((size_t)v->n + 1) * sizeof *L->idx);
-    L->lcp = malloc(((size_t)v->n + 1) * sizeof *L->lcp);
-    for (int d = 0; d < JV_JUMP; d++) L->jump[d] = malloc(((size_t)v->n + 1) * sizeof(int32_t));
-    v->taken[k] = calloc((size_t)v->nv + 1, 1);
-    if (!L->idx || !L->lcp || !L->jump[0] || !L->jump[1] || !L->jump[2] || !v->taken[k]) {
-      jvocab_free(v);
-      return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
-    }
-    L->n = 0;
+  for (int k = 0; !bad && k < 3; k++) {
+    struct jlist *L = k ? &v->rest[k - 1] : &v->all;
+    const uint8_t m = k == 2 ? 3 : 1;
     for (int i = 0; i < v->n; i++) {
-      if ((v->plain[i] & m) == 1) {
-        v->taken[k][v->tok[i].id] = 1;
-        continue;
-      }
-      uint32_t l = 0;
-      if (L->n) {
-        const struct jtok *a = &v->tok[L->idx[L->n - 1]], *c = &v->tok[i];
-        while (l < a->len && l < c->len && v->blob[a->off + l] == v->blob[c->off + l]) l++;
-      }
-      L->lcp[L->n] = l;
-      L->idx[L->n++] = i;
+      if (k && (plain[i] & m) == 1) v->taken[k - 1][v->tok[i].id] = 1;
+      else L->idx[L->n++] = i;
     }
-    for (int d = 0; d < JV_JUMP; d++) {
-      L->jump[d][L->n] = L->n;
-      for (int i = L->n - 1; i >= 0; i--)
-        L->jump[d][i] = i + 1 >= L->n || L->lcp[i + 1] <= (uint32_t)d ? i + 1 : L->jump[d][i + 1];
-    }
+    bad = jlist_index(v, L);
+  }
+  free(plain);
+  if (bad) {
+    jvocab_free(v);
+    return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
   }
   *out = v;
   return 0;
@@ -625,20 +620,16 @@ int jvocab_new(const struct tok *t, struct jvocab **out, struct hearth_err *err)
 
 void jvocab_free(struct jvocab *v) {
   if (!v) return;
+  jlist_free(&v->all);
   for (int k = 0; k < 2; k++) {
-    free(v->rest[k].idx);
-    free(v->rest[k].lcp);
-    for (int d = 0; d < JV_JUMP; d++) free(v->rest[k].jump[d]);
+    jlist_free(&v->rest[k]);
     free(v->taken[k]);
   }
   free(v->blob);
   free(v->tok);
-  free(v->lcp);
   free(v->pos);
   free(v->stack);
   free(v->ok);
-  free(v->plain);
-  for (int d = 0; d < JV_JUMP; d++) free(v->jump[d]);
   free(v);
 }
 
@@ -659,7 +650,7 @@ static void walk_list(const struct jvocab *v, const struct jprog *p, const struc
   struct jstate *st = v->stack;
   uint32_t good = 0; /* stack[0..good] are valid for the previous token's bytes */
   for (int i = 0; i < L->n; i++) {
-    const struct jtok *t = &v->tok[L->idx ? L->idx[i] : i];
+    const struct jtok *t = &v->tok[L->idx[i]];
     uint32_t d = L->lcp[i] < good ? L->lcp[i] : good;
     const unsigned char *b = (const unsigned char *)v->blob + t->off;
     while (d < t->len) {
@@ -695,9 +686,8 @@ int jvocab_mask(const struct jvocab *v, const struct jprog *p, const struct jsta
     memcpy(ok, v->taken[k], (size_t)v->nv);
     walk_list(v, p, &v->rest[k], ok);
   } else {
-    const struct jlist all = {v->n, NULL, v->lcp, {v->jump[0], v->jump[1], v->jump[2]}};
     memset(ok, 0, (size_t)v->nv);
-    walk_list(v, p, &all, ok);
+    walk_list(v, p, &v->all, ok);
   }
   int left = 0;
   const int m = nv < v->nv ? nv : v->nv;

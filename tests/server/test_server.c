@@ -140,6 +140,28 @@ TEST_GROUP(json_fsm) {
   CHECKF(n_complete > 50, "only %d random documents were complete objects", n_complete);
 }
 
+/* jvocab_mask at state s against feeding every `every`-th token of the vocabulary alone: the number of
+ * ids where the two disagree; *allowed = the tokens feeding takes, *left = what the mask reports */
+static int mask_vs_feed(const struct jvocab *v, const struct jprog *pg, const struct jstate *s, float *lg, int nv,
+                        int every, int *allowed, int *left) {
+  for (int i = 0; i < nv; i++) lg[i] = 0.0f;
+  *left = jvocab_mask(v, pg, s, lg, nv);
+  int mism = 0;
+  *allowed = 0;
+  for (int i = 0; i < nv; i += every) {
+    const char *p;
+    size_t len;
+    int a = 0;
+    if (jvocab_bytes(v, i, &p, &len) == 0) {
+      struct jstate c = *s;
+      a = jstate_feed_all(pg, &c, p, len);
+    }
+    *allowed += a;
+    mism += a != (lg[i] == 0.0f);
+  }
+  return mism;
+}
+
 /* A walk that takes a random allowed token each step (the mask checked against feeding every token
  * alone on the first steps); after `steer` steps it prefers the closers in `closers` when allowed.
  * Returns the bytes produced (NUL-terminated, in out) and whether the program completed. */
@@ -152,22 +174,10 @@ static int walk(const struct tok *t, const struct jvocab *v, const struct jprog 
   uint64_t r = seed;
   size_t n_out = 0;
   for (int stepi = 0; stepi < steps && !jstate_done(pg, &s); stepi++) {
-    for (int i = 0; i < nv; i++) lg[i] = 0.0f;
-    int left = jvocab_mask(v, pg, &s, lg, nv);
-    CHECK(left > 0);
     /* the mask equals each token fed alone (every id for the first 25 steps, then every 11th) */
-    int mism = 0, counted = 0, every = stepi < 25 ? 1 : 11;
-    for (int i = 0; i < nv; i += every) {
-      const char *p;
-      size_t len;
-      int allowed = 0;
-      if (jvocab_bytes(v, i, &p, &len) == 0) {
-        struct jstate c = s;
-        allowed = jstate_feed_all(pg, &c, p, len);
-      }
-      counted += allowed;
-      if (allowed != (lg[i] == 0.0f)) mism++;
-    }
+    int left, counted;
+    const int every = stepi < 25 ? 1 : 11, mism = mask_vs_feed(v, pg, &s, lg, nv, every, &counted, &left);
+    CHECK(left > 0);
     CHECKF(mism == 0 && (every > 1 || counted == left), "step %d: %d mismatches, %d allowed vs %d left", stepi,
            mism, counted, left);
     int pick = -1, k = 0;
@@ -532,7 +542,9 @@ TEST_GROUP(mask_fuzz) {
   static const char *const tools[] = {"get_weather", "lookup_user", "a.b-c"};
   struct jprog *tc = jprog_tool_call(tools, 3);
   long states = 0, bad_states = 0;
-  for (int it = 0; it < 60 && lg && tc; it++) {
+  const char *ie = getenv("HEARTH_MASK_FUZZ_ITERS"); /* a longer run by hand: more random programs */
+  const int iters = ie && atoi(ie) > 0 ? atoi(ie) : 60;
+  for (int it = 0; it < iters && lg && tc; it++) {
     json_t *sc = fz_schema(0, 1);
     char msg[300];
     const struct jprog *p = it % 6 == 4 ? tc : it % 6 == 5 ? jprog_json_object() : NULL;
@@ -554,20 +566,8 @@ TEST_GROUP(mask_fuzz) {
       CHECKF(na > 0, "a dead end (no byte can follow) in program %d after %d bytes", it, n);
       if (!na) break;
       if (fz_rnd(8) == 0) {
-        for (int i = 0; i < nv; i++) lg[i] = 0.0f;
-        const int left = jvocab_mask(v, p, &st, lg, nv);
-        int cnt = 0, bad = 0;
-        for (int i = 0; i < nv; i++) {
-          const char *q;
-          size_t len;
-          int a = 0;
-          if (jvocab_bytes(v, i, &q, &len) == 0) {
-            struct jstate tt = st;
-            a = jstate_feed_all(p, &tt, q, len);
-          }
-          cnt += a;
-          bad += a != (lg[i] == 0.0f);
-        }
+        int cnt, left;
+        const int bad = mask_vs_feed(v, p, &st, lg, nv, 1, &cnt, &left);
         states++;
         if (bad || cnt != left) bad_states++;
       }
