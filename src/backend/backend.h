@@ -172,6 +172,10 @@ struct hb_ops {
                           const struct hb_tensor *const *ws, const struct hb_tensor *const *biases,
                           struct hb_tensor *q, struct hb_kv_layer *kv, const struct hb_batch *b, int n_heads,
                           float theta, int n);
+  /* out = silu(xn·w_gateᵀ) * (xn·w_upᵀ), xn = rmsnorm(x, norm_w, eps). Returns 1, having done nothing,
+   * when it does not cover the shapes (callers then run norm_matmul + silu_matmul); 0 when it ran. */
+  int (*norm_swiglu)(struct hb_ctx *ctx, const struct hb_tensor *x, const struct hb_tensor *norm_w, float eps,
+                     const struct hb_tensor *w_gate, const struct hb_tensor *w_up, struct hb_tensor *out, int n);
 };
 
 /* Backends compiled into this build. hb_cuda_ops is NULL-safe: hb_get returns NULL when absent. */

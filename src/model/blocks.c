@@ -73,6 +73,14 @@ void block_mlp_swiglu(struct hearth_model *m, const struct layer_weights *L, int
   struct model_scratch *s = &m->scratch;
   struct hb_tensor x = rows_view(&s->x, n), xn = rows_view(&s->xn, n), g = rows_view(&s->gate, n),
                    u = rows_view(&s->up, n), o = rows_view(&s->o, n);
+  /* decode: silu(gate) * up in the gate/up GEMV's epilogue, then x += h·Wdᵀ in one launch */
+  if (be->norm_swiglu && be->norm_matmul &&
+      !be->norm_swiglu(c, &x, &L->ffn_norm, m->cfg.rms_norm_eps, &L->w_gate, &L->w_up, &g, n)) {
+    struct hb_tensor *outs[1] = {&x};
+    const struct hb_tensor *ws[1] = {&L->w_down};
+    be->norm_matmul(c, &g, NULL, 0.0f, 0.0f, 1, outs, ws, NULL, n, 1);
+    return;
+  }
   if (be->norm_matmul && be->silu_matmul) {
     struct hb_tensor *outs[2] = {&g, &u};
     const struct hb_tensor *ws[2] = {&L->w_gate, &L->w_up};
@@ -96,6 +104,16 @@ void block_head(struct hearth_model *m, struct hb_batch *b, int want_hidden) {
   int n = b->n_tokens;
   if (b->n_out == 0) return; /* a prefill chunk that ends no sequence */
   struct hb_tensor x = rows_view(&s->x, n), sel = rows_view(&s->sel, b->n_out);
+  /* every row wanted, in order (a decode step): the norm runs as the head GEMV's prologue */
+  int all_rows = !want_hidden && be->norm_matmul && b->n_out == n;
+  for (int i = 0; all_rows && i < n; i++) all_rows = b->out_rows[i] == i;
+  if (all_rows) {
+    struct hb_tensor lg = rows_view(&s->logits, n);
+    struct hb_tensor *outs[1] = {&lg};
+    const struct hb_tensor *ws[1] = {&m->w.lm_head};
+    be->norm_matmul(c, &x, &m->w.out_norm, m->cfg.rms_norm_eps, 0.0f, 1, outs, ws, NULL, n, 0);
+    return;
+  }
   /* select first, then normalise: the final norm is per row, so only the wanted rows pay */
   be->gather_rows(c, &sel, &x, b);
   be->rmsnorm(c, &sel, &sel, &m->w.out_norm, m->cfg.rms_norm_eps, 0.0f);

@@ -406,6 +406,14 @@ static void run_all(int exact) {
   { int c[4] = {1700, 65, 2, 129}, nt[4] = {1, 1, 1, 1}; check_attention(4, c, nt, 16, 2, 128, 64, 0.0f, at); } /* sum of contexts <= 2048: struct tb */
   { int c[4] = {0, 700, 33, 16}, nt[4] = {1, 1, 1, 1}; check_attention(4, c, nt, 14, 2, 64, 100, 0.0f, at); }
   { int c[5] = {15, 16, 17, 31, 1023}, nt[5] = {1, 1, 1, 1, 1}; check_attention(5, c, nt, 12, 2, 128, 0, 50.0f, at); }
+  /* round 7 decode kernel (keys through shared memory): several new tokens of one sequence (the keys
+   * the batch writes are copied after the wait), one pass vs several splits, a split longer than one
+   * pass (8 tokens: 2 splits of 501 keys, walked 224 at a time), hd 64 at its 256-key pass */
+  { int c[2] = {300, 50}, nt[2] = {3, 2}; check_attention(2, c, nt, 16, 2, 128, 0, 0.0f, at); }
+  { int c[8] = {1000, 100, 50, 30, 20, 10, 5, 1}, nt[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    check_attention(8, c, nt, 16, 2, 128, 0, 0.0f, at); }
+  { int c[3] = {255, 256, 900}, nt[3] = {1, 1, 2}; check_attention(3, c, nt, 14, 2, 64, 0, 0.0f, at); }
+  { int c[2] = {600, 95}, nt[2] = {1, 1}; check_attention(2, c, nt, 8, 4, 256, 0, 30.0f, at); }
   /* prefill on tensor cores (fast group: attn_prefill_mma; exact group: the SIMT kernel): a long prompt
    * (16 query tiles, heaviest first), 3 sequences whose tokens start and end inside 64-query tiles,
    * the Qwen2.5-0.5B shape (GQA 7), a window crossing key tiles, hd 256 with softcap (32-key tiles,
@@ -680,6 +688,45 @@ TEST_GROUP(fused) {
     cmp(&o[1], n, "norm_matmul n_mm=2 off=1 n=3 out 1", 1.5e-2);
     pair_free(&x); pair_free(&nw); pair_free(&xn);
     for (int i = 0; i < 2; i++) { pair_free(&w[i]); pair_free(&o[i]); }
+  }
+  /* norm + gate/up with silu(gate) * up in the GEMV epilogue (decode rows; gate row i and up row i in
+   * one lane): whole-tile warps (0.5B gate/up: 608 tiles) and k-split blocks (128 tiles), K with one
+   * norm read (896) and the two-read prologue (n = 8 at 2048), against rmsnorm, two matmuls and
+   * silu_mul on the CPU; rows % 16 != 0 and n > 8 are declined */
+  {
+    const int cases[][3] = {{1, 896, 4864}, {3, 2048, 1024}, {8, 2048, 4864}, {2, 1024, 2048}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+      const int n = cases[ci][0], K = cases[ci][1], R = cases[ci][2];
+      struct pair x, nw, xn, wgp, wup, gt, up, h;
+      pair_rand(&x, HB_F32, n, K, 2.0f);
+      weight_pair(&nw, HB_F32, 1, K, 0.5f);
+      pair_alloc(&xn, HB_F32, n, K);
+      weight_pair(&wgp, HB_Q4, R, K, 0.5f);
+      weight_pair(&wup, HB_Q4, R, K, 0.5f);
+      pair_alloc(&gt, HB_F32, n, R);
+      pair_alloc(&up, HB_F32, n, R);
+      pair_alloc(&h, HB_F32, n, R);
+      pair_poison(&h);
+      C->rmsnorm(cc, &xn.c, &x.c, &nw.c, 1e-6f, 0.0f);
+      C->matmul(cc, &gt.c, &xn.c, &wgp.c, NULL, n);
+      C->matmul(cc, &up.c, &xn.c, &wup.c, NULL, n);
+      C->silu_mul(cc, &h.c, &gt.c, &up.c, n);
+      CHECK(hb_cuda_norm_swiglu(gc, &x.g, &nw.g, 1e-6f, &wgp.g, &wup.g, &h.g, n) == 0);
+      char what[80];
+      snprintf(what, sizeof what, "norm_swiglu n=%d K=%d rows=%d", n, K, R);
+      cmp(&h, n, what, 1.5e-2);
+      pair_free(&x); pair_free(&nw); pair_free(&xn); pair_free(&wgp); pair_free(&wup);
+      pair_free(&gt); pair_free(&up); pair_free(&h);
+    }
+    struct pair x, nw, wgp, wup, h;
+    pair_rand(&x, HB_F32, 9, 1024, 2.0f);
+    weight_pair(&nw, HB_F32, 1, 1024, 0.5f);
+    weight_pair(&wgp, HB_Q4, 1032, 1024, 0.5f);
+    weight_pair(&wup, HB_Q4, 1032, 1024, 0.5f);
+    pair_alloc(&h, HB_F32, 9, 1032);
+    CHECK(hb_cuda_norm_swiglu(gc, &x.g, &nw.g, 1e-6f, &wgp.g, &wup.g, &h.g, 9) == 1);
+    CHECK(hb_cuda_norm_swiglu(gc, &x.g, &nw.g, 1e-6f, &wgp.g, &wup.g, &h.g, 2) == 1);
+    pair_free(&x); pair_free(&nw); pair_free(&wgp); pair_free(&wup); pair_free(&h);
   }
   /* rope + kv_write in one launch, checked through attention over the written cache */
   {

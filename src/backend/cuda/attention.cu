@@ -19,6 +19,7 @@
  * Scratch: ctx->attn_part / attn_cnt (cu_scratch). Head dims: 32, 64, 128, 256 (32 * D).
  */
 #include <limits.h>
+#include <stdlib.h>
 #include <math.h>
 
 #include "backend/cuda/cuda_common.cuh"
@@ -385,6 +386,182 @@ __global__ __launch_bounds__(128) void attn_decode_kernel(T *out, const T *q, co
       if (g < ng) stf(out + ((int64_t)t * n_heads + h0 + g) * HD + d, A[g]);
   }
   if (threadIdx.x == 0) *c = 0;
+}
+
+/* ---- decode, one query head per block, keys through shared memory ----------------------------------
+ * attn_decode_smem: f16 q and cache, head_dim 64/128/256, up to 8 tokens (the decode path's widths).
+ * Grid (token, query head, split). A block copies its slice's K and V rows into shared memory by
+ * cp.async: the keys the batch did not write this step (positions below the first new position of
+ * the token's sequence) before griddepcontrol.wait, so the copy overlaps the kernel before it, and
+ * the new keys after. Then one thread per key computes the score (rows padded by 16 bytes: the
+ * 16-byte reads of 8 threads hit 8 bank groups), the block reduces max and sum, and the threads sum
+ * p·V per head dimension (ADS_THREADS / HD key subsets, added at the end). One slice (up to C keys,
+ * most decode contexts) writes the output directly: no partials, no counter, no second pass. More
+ * slices merge as attn_decode's do (partials, the last block). A slice longer than C keys (contexts
+ * over NS·C) walks it C keys at a time with an online rescale, those copies after the wait.
+ * Why (bench/NOTES.md, round 7): attn_decode cost ~10 µs per layer inside the decode chain at 71-199
+ * keys: its key loads waited for griddepcontrol.wait, and its split merge added a round trip through
+ * L2 (partials, fence, counter, reload) to every layer. */
+#define ADS_THREADS 256
+
+__device__ __forceinline__ float ads_block_max(float v, float *red) {
+  v = warp_max(v);
+  __syncthreads(); /* red is free (an earlier reduction's readers are done) */
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+  __syncthreads();
+  v = red[0];
+#pragma unroll
+  for (int w = 1; w < ADS_THREADS / 32; w++) v = fmaxf(v, red[w]);
+  return v;
+}
+__device__ __forceinline__ float ads_block_sum(float v, float *red) {
+  v = warp_sum(v);
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+  __syncthreads();
+  v = 0.0f;
+#pragma unroll
+  for (int w = 0; w < ADS_THREADS / 32; w++) v += red[w];
+  return v;
+}
+
+/* shared memory of one block: K and V rows of C keys (HD / 8 + 1 sixteen-byte units each), C scores */
+static size_t ads_smem(int hd, int C) { return (size_t)C * ((size_t)2 * (hd / 8 + 1) * 16 + 4); }
+
+template <int HD>
+__global__ __launch_bounds__(ADS_THREADS) void attn_decode_smem_kernel(
+    __half *out, const __half *q, const __half *kc, const __half *vc, const int32_t *pos, const int32_t *seq,
+    const int32_t *bt, int max_blocks, int bs, int n_tokens, int n_heads, int n_kv, float scale, int window,
+    float softcap, float *part, unsigned *cnt, int NS, int C) {
+  pdl_trigger();
+  constexpr int RW = HD / 8 + 1;        /* a key row in 16-byte units (one of padding) */
+  constexpr int SUB = ADS_THREADS / HD; /* p·V: threads per head dimension, each a subset of the keys */
+  extern __shared__ uint4 ads_sm[];
+  uint4 *ks = ads_sm, *vs = ads_sm + (size_t)C * RW;
+  float *ps = (float *)(vs + (size_t)C * RW); /* scores, then exp(score - max) */
+  __shared__ __align__(16) float qs[HD];
+  __shared__ float red[ADS_THREADS / 32], accs[SUB][HD], sw[32];
+  __shared__ int sm_last;
+  const int t = blockIdx.x, h = blockIdx.y, s = blockIdx.z, kh = h / (n_heads / n_kv);
+  const int p = pos[t], sq = seq[t];
+  const int lo = window > 0 ? max(0, p - window + 1) : 0, len = p - lo + 1;
+  const int ns = min(NS, (len + C - 1) / C);
+  if (s >= ns) return;
+  const int chunk = (len + ns - 1) / ns, ke = min(p + 1, lo + s * chunk + chunk);
+  int kb = lo + s * chunk;
+  /* keys from this position on may be the batch's own (written by the kernel before) */
+  int pnew = p;
+  for (int i = 0; i < n_tokens; i++)
+    if (seq[i] == sq) pnew = min(pnew, pos[i]);
+  const int32_t *btr = bt + (int64_t)sq * max_blocks;
+  const int64_t kvw = (int64_t)n_kv * HD;
+  const __half *kbase = kc + (int64_t)kh * HD, *vbase = vc + (int64_t)kh * HD;
+  /* copies the rows of keys [k0, k1) to their rows (key - kb) of the shared buffers */
+  auto copy = [&](int k0, int k1) {
+    for (int i = threadIdx.x; i < (k1 - k0) * (HD / 8); i += ADS_THREADS) {
+      const int kp = k0 + i / (HD / 8), c = i % (HD / 8);
+      const int64_t off = ((int64_t)btr[kp / bs] * bs + kp % bs) * kvw + c * 8;
+      const int r = (kp - kb) * RW + c;
+      cp_async16(ks + r, kbase + off, 16);
+      cp_async16(vs + r, vbase + off, 16);
+    }
+    cp_async_commit();
+  };
+  int kn = min(C, ke - kb);
+  copy(kb, min(kb + kn, pnew));
+  pdl_wait();
+  for (int d = threadIdx.x; d < HD; d += ADS_THREADS) qs[d] = __half2float(q[((int64_t)t * n_heads + h) * HD + d]) * scale;
+  copy(max(kb, pnew), kb + kn);
+  const int d = threadIdx.x % HD, sub = threadIdx.x / HD;
+  const __half *vh = (const __half *)vs;
+  float M = -INFINITY, L = 0.0f, A = 0.0f; /* running max and sum (block-uniform), this thread's p·V */
+  for (;;) {
+    cp_async_wait<0>();
+    __syncthreads();
+    float mloc = -INFINITY;
+    for (int k = threadIdx.x; k < kn; k += ADS_THREADS) {
+      const uint4 *kr = ks + k * RW;
+      float a0 = 0.0f, a1 = 0.0f;
+#pragma unroll
+      for (int c = 0; c < HD / 8; c++) {
+        const uint4 w = kr[c];
+        const float4 q0 = *(const float4 *)&qs[8 * c], q1 = *(const float4 *)&qs[8 * c + 4];
+        const float2 f0 = __half22float2(*(const __half2 *)&w.x), f1 = __half22float2(*(const __half2 *)&w.y);
+        const float2 f2 = __half22float2(*(const __half2 *)&w.z), f3 = __half22float2(*(const __half2 *)&w.w);
+        a0 = fmaf(q0.x, f0.x, fmaf(q0.y, f0.y, fmaf(q0.z, f1.x, fmaf(q0.w, f1.y, a0))));
+        a1 = fmaf(q1.x, f2.x, fmaf(q1.y, f2.y, fmaf(q1.z, f3.x, fmaf(q1.w, f3.y, a1))));
+      }
+      const float sc = softcap_f(a0 + a1, softcap);
+      ps[k] = sc;
+      mloc = fmaxf(mloc, sc);
+    }
+    const float Mn = fmaxf(M, ads_block_max(mloc, red)); /* the barrier inside makes ps visible */
+    float lsum = 0.0f;
+    for (int k = threadIdx.x; k < kn; k += ADS_THREADS) {
+      const float e = expf(ps[k] - Mn);
+      ps[k] = e;
+      lsum += e;
+    }
+    const float al = M > -INFINITY ? expf(M - Mn) : 0.0f;
+    L = L * al + ads_block_sum(lsum, red);
+    M = Mn;
+    float a0 = 0.0f, a1 = 0.0f;
+    int k = sub;
+    for (; k + SUB < kn; k += 2 * SUB) {
+      a0 = fmaf(ps[k], __half2float(vh[(size_t)k * RW * 8 + d]), a0);
+      a1 = fmaf(ps[k + SUB], __half2float(vh[(size_t)(k + SUB) * RW * 8 + d]), a1);
+    }
+    if (k < kn) a0 = fmaf(ps[k], __half2float(vh[(size_t)k * RW * 8 + d]), a0);
+    A = A * al + (a0 + a1);
+    kb += kn;
+    if (kb >= ke) break;
+    kn = min(C, ke - kb);
+    __syncthreads(); /* every thread is done with the buffers */
+    copy(kb, kb + kn);
+  }
+  accs[sub][d] = A;
+  __syncthreads();
+  const int64_t row = (int64_t)t * n_heads + h;
+  if (sub == 0) {
+    float tot = 0.0f;
+#pragma unroll
+    for (int j = 0; j < SUB; j++) tot += accs[j][d];
+    if (ns == 1) {
+      out[row * HD + d] = __float2half_rn(tot / L); /* L >= 1: the max key contributes exp(0) */
+    } else {
+      float *pp = part + (row * NS + s) * (HD + 2);
+      pp[d] = tot;
+      if (d == 0) { pp[HD] = M; pp[HD + 1] = L; }
+    }
+  }
+  if (ns == 1) return;
+  __threadfence();
+  __syncthreads();
+  unsigned *cp = cnt + row;
+  if (threadIdx.x == 0) sm_last = atomicAdd(cp, 1u) == (unsigned)(ns - 1);
+  __syncthreads();
+  if (!sm_last) return;
+  __threadfence();
+  /* the last block merges: warp 0 weighs the splits (ns <= 32), then one thread per dimension */
+  if (threadIdx.x < 32) {
+    float mj = -INFINITY, lj = 0.0f;
+    if (threadIdx.x < ns) {
+      const float *pp = part + (row * NS + threadIdx.x) * (HD + 2);
+      mj = __ldcg(pp + HD);
+      lj = __ldcg(pp + HD + 1);
+    }
+    const float Mx = warp_max(mj);
+    const float f = mj > -INFINITY ? expf(mj - Mx) : 0.0f;
+    const float Lx = warp_sum(lj * f);
+    sw[threadIdx.x] = Lx != 0.0f ? f / Lx : 0.0f;
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < HD; e += ADS_THREADS) {
+    float a = 0.0f;
+    for (int j = 0; j < ns; j++) a = fmaf(sw[j], __ldcg(part + (row * NS + j) * (HD + 2) + e), a);
+    out[row * HD + e] = __float2half_rn(a);
+  }
+  if (threadIdx.x == 0) *cp = 0;
 }
 
 /* ---- prefill: query tiles x key tiles -------------------------------------------------------------- */
@@ -831,10 +1008,59 @@ __global__ __launch_bounds__(128, am_shape<HD>::MINB) void attn_prefill_mma_kern
 
 /* ---- dispatch ------------------------------------------------------------------------------------------ */
 
+/* a measurement knob (HEARTH_ATTN_OLD=1, bench A/B only): decode through attn_decode even where
+ * attn_decode_smem covers the shapes; read once */
+static int attn_old(void) {
+  static int v = -1;
+  if (v < 0) {
+    const char *e = getenv("HEARTH_ATTN_OLD");
+    v = e && *e == '1';
+  }
+  return v;
+}
+
 template <typename T>
 struct is_f16 { static constexpr bool value = false; };
 template <>
 struct is_f16<__half> { static constexpr bool value = true; };
+
+/* attn_decode_smem for up to 8 tokens of f16 q and cache: returns 0 when it launched, 1 when the
+ * shapes need attn_decode. C (keys per pass) keeps a block's shared memory near 128 KB, so that one
+ * block still fits beside a GEMV block of the kernel before and starts its copies early; NS (splits)
+ * gives the one-token step about two blocks per SM at long contexts, and never more splits than the
+ * cache can hold keys for; both depend on shapes only (graph-safe). */
+template <int HD>
+static int ads_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *q,
+                      const struct hb_kv_layer *kv, const struct hb_batch *b, const struct hb_attn_params *p) {
+  const int nt = b->n_tokens;
+  if (nt > 8 || HD > ADS_THREADS) return 1;
+  int C = (int)((128 * 1024) / ads_smem(HD, 1)) / 32 * 32;
+  if (C > 256) C = 256;
+  while (C > 32 && ads_smem(HD, C) + 8 * 1024 > ctx->smem_optin) C -= 32;
+  if (C < 32) return 1;
+  int64_t cap = (int64_t)b->max_blocks * b->block_size;
+  if (p->window > 0 && p->window < cap) cap = p->window;
+  int NS = (int)((cap + C - 1) / C), fill = 2 * ctx->n_sm / (nt * p->n_heads);
+  if (NS > fill) NS = fill;
+  NS = NS < 1 ? 1 : (NS > 32 ? 32 : NS);
+  size_t need_part = (size_t)nt * p->n_heads * NS * (HD + 2), need_cnt = (size_t)nt * p->n_heads;
+  void *pp = ctx->attn_part, *cp = ctx->attn_cnt;
+  if (cu_scratch(ctx, &pp, &ctx->attn_part_cap, need_part, sizeof(float), 0)) return 0;
+  ctx->attn_part = (float *)pp;
+  if (cu_scratch(ctx, &cp, &ctx->attn_cnt_cap, need_cnt, sizeof(unsigned), 1)) return 0;
+  ctx->attn_cnt = (unsigned *)cp;
+  const size_t sm = ads_smem(HD, C);
+  if (CU_OK(ctx, cudaFuncSetAttribute(attn_decode_smem_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm)))
+    return 0;
+  dim3 grid((unsigned)nt, (unsigned)p->n_heads, (unsigned)NS);
+  cu_launch_pdl(ctx, "attn_decode_smem", attn_decode_smem_kernel<HD>, grid, dim3(ADS_THREADS), sm,
+                (__half *)out->data, (const __half *)q->data, (const __half *)kv->k.data, (const __half *)kv->v.data,
+                (const int32_t *)b->d_pos.data, (const int32_t *)b->d_seq.data, (const int32_t *)b->d_block_table.data,
+                b->max_blocks, b->block_size, nt, p->n_heads, p->n_kv_heads, p->scale, p->window, p->softcap,
+                ctx->attn_part, ctx->attn_cnt, NS, C);
+  CU_LAUNCHED(ctx, "attn_decode_smem");
+  return 0;
+}
 
 template <typename T, typename KT, int D>
 static void attn_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *q,
@@ -869,6 +1095,9 @@ static void attn_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct 
         b->max_blocks, b->block_size, nt, p->n_heads, p->n_kv_heads, G, p->scale, p->window, p->softcap);
     CU_LAUNCHED(ctx, "attn_prefill");
     return;
+  }
+  if constexpr (is_f16<T>::value && is_f16<KT>::value && HD >= 64) {
+    if (!attn_old() && !ads_launch<HD>(ctx, out, q, kv, b, p)) return;
   }
   const int HG = (G + AD_G - 1) / AD_G;
   const int base = nt * p->n_kv_heads * HG;

@@ -97,6 +97,17 @@ static int cuda_init(const struct hb_config *cfg, struct hb_ctx **out, struct he
   c->smem_optin = prop.sharedMemPerBlockOptin;
   c->smem_sm = prop.sharedMemPerMultiprocessor;
   c->smem_reserved = prop.reservedSharedMemPerBlock;
+  const char *skip = getenv("HEARTH_CUDA_SKIP"); /* comma-separated kinds: qkv,attn,o,gateup,down,head */
+  if (skip) {
+    static const char *kinds[] = {"qkv", "attn", "o", "gateup", "down", "head"};
+    for (int i = 0; i < 6; i++) {
+      const char *f = strstr(skip, kinds[i]);
+      size_t l = strlen(kinds[i]);
+      while (f && ((f != skip && f[-1] != ',') || (f[l] && f[l] != ','))) f = strstr(f + 1, kinds[i]);
+      if (f) c->skip |= 1u << i;
+    }
+    if (c->skip) fprintf(stderr, "cuda: HEARTH_CUDA_SKIP=%s: decode steps leave kernels out (timing only)\n", skip);
+  }
   if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {
     free(c);
     return cu_err_set(err, HEARTH_ERR_BACKEND, "cuda: cannot create a stream: %s", cudaGetErrorString(e));
@@ -380,7 +391,8 @@ static void op_kv_write(struct hb_ctx *c, struct hb_kv_layer *kv, const struct h
 }
 static void op_attention(struct hb_ctx *c, struct hb_tensor *out, const struct hb_tensor *q,
                          const struct hb_kv_layer *kv, const struct hb_batch *b, const struct hb_attn_params *p) {
-  if (!c->status) cu_attention(c, out, q, kv, b, p);
+  if (c->status || ((c->skip & CU_SKIP_ATTN) && b->n_tokens <= 8)) return;
+  cu_attention(c, out, q, kv, b, p);
 }
 static void op_silu_mul(struct hb_ctx *c, struct hb_tensor *out, const struct hb_tensor *gate,
                         const struct hb_tensor *up, int n) {
@@ -474,6 +486,9 @@ extern "C" void hb_cuda_norm_matmul(struct hb_ctx *c, const struct hb_tensor *x,
                                     int add) {
   if (c->status || n <= 0) return;
   if (n_mm < 1 || n_mm > 3 || (add && n_mm != 1)) { CU_ARG(c, "norm_matmul: n_mm %d add %d", n_mm, add); return; }
+  if (n <= 8 && (c->skip & (add ? (x->cols > ws[0]->rows ? CU_SKIP_DOWN : CU_SKIP_O)
+                                   : n_mm == 3 ? CU_SKIP_QKV : n_mm == 2 ? CU_SKIP_GATEUP : CU_SKIP_HEAD)))
+    return;
   if (!cu_gemv_fused(c, norm_w ? PRO_NORM : PRO_PLAIN, x, NULL, norm_w, eps, w_offset, n_mm, outs, ws, biases, n, add))
     return;
   struct hb_tensor xn = *x;
@@ -496,7 +511,7 @@ extern "C" void hb_cuda_norm_matmul(struct hb_ctx *c, const struct hb_tensor *x,
 
 extern "C" void hb_cuda_silu_matmul(struct hb_ctx *c, const struct hb_tensor *gate, const struct hb_tensor *up,
                                     struct hb_tensor *out, const struct hb_tensor *w, int n, int add) {
-  if (c->status || n <= 0) return;
+  if (c->status || n <= 0 || (n <= 8 && (c->skip & CU_SKIP_DOWN))) return;
   struct hb_tensor *o1[1] = {out};
   const struct hb_tensor *w1[1] = {w};
   if (!cu_gemv_fused(c, PRO_SILU, gate, up, NULL, 0.0f, 0.0f, 1, o1, w1, NULL, n, add)) return;
@@ -518,7 +533,17 @@ extern "C" int hb_cuda_norm_qkv_rope_kv(struct hb_ctx *c, const struct hb_tensor
                                         int n) {
   if (c->status) return 0; /* sticky error: nothing runs either way */
   if (!norm_w || n <= 0) return 1;
+  if (n <= 8 && (c->skip & CU_SKIP_QKV)) return 0;
   return cu_gemv_qkv_rope_kv(c, x, norm_w, eps, ws, biases, q, kv, b, n_heads, theta, n);
+}
+
+extern "C" int hb_cuda_norm_swiglu(struct hb_ctx *c, const struct hb_tensor *x, const struct hb_tensor *norm_w,
+                                   float eps, const struct hb_tensor *w_gate, const struct hb_tensor *w_up,
+                                   struct hb_tensor *out, int n) {
+  if (c->status) return 0; /* sticky error: nothing runs either way */
+  if (!norm_w || n <= 0) return 1;
+  if (n <= 8 && (c->skip & CU_SKIP_GATEUP)) return 0;
+  return cu_gemv_norm_swiglu(c, x, norm_w, eps, w_gate, w_up, out, n);
 }
 
 extern "C" void hb_cuda_rope_kv_write(struct hb_ctx *c, struct hb_tensor *q, struct hb_tensor *k,
@@ -610,4 +635,6 @@ extern "C" const struct hb_ops hb_cuda_ops = {
   /* .graph_launch = */ op_graph_launch,
   /* .graph_free = */ op_graph_free,
   /* .alloc_f32 = */ cuda_alloc_f32,
+  /* .norm_qkv_rope_kv = */ hb_cuda_norm_qkv_rope_kv,
+  /* .norm_swiglu = */ hb_cuda_norm_swiglu,
 };

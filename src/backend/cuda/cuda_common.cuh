@@ -52,7 +52,12 @@ struct hb_ctx {
   cudaEvent_t *marks;     /* [1024] timing marks (hb_cuda_mark), created on first use */
   unsigned gen;           /* bumped whenever a scratch buffer moves: captured graphs go stale */
   int capturing;
+  /* a measurement knob (HEARTH_CUDA_SKIP, bench only, never in a product run): decode launches
+   * (n <= 8 tokens) of these kernel kinds are left out, so that `hearth bench` times the step
+   * without them; the difference is what each kind costs inside the real PDL chain (bench/NOTES.md) */
+  unsigned skip;
 };
+enum { CU_SKIP_QKV = 1, CU_SKIP_ATTN = 2, CU_SKIP_O = 4, CU_SKIP_GATEUP = 8, CU_SKIP_DOWN = 16, CU_SKIP_HEAD = 32 };
 
 void cu_fail(struct hb_ctx *ctx, int code, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
@@ -178,6 +183,8 @@ int cu_gemv_init(struct hb_ctx *ctx);
 int cu_gemv_fused(struct hb_ctx *ctx, int pro, const struct hb_tensor *x, const struct hb_tensor *x2,
                   const struct hb_tensor *nw, float eps, float off, int n_mm, struct hb_tensor *const *outs,
                   const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, int n, int add);
+int cu_gemv_norm_swiglu(struct hb_ctx *ctx, const struct hb_tensor *x, const struct hb_tensor *nw, float eps,
+                        const struct hb_tensor *w_gate, const struct hb_tensor *w_up, struct hb_tensor *out, int n);
 int cu_gemv_qkv_rope_kv(struct hb_ctx *ctx, const struct hb_tensor *x, const struct hb_tensor *nw, float eps,
                         const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, struct hb_tensor *q,
                         struct hb_kv_layer *kv, const struct hb_batch *b, int n_heads, float theta, int n);

@@ -74,7 +74,7 @@ struct gemv_args {
   const float *bias[3];
   void *out[3];
   int64_t ldo[3];
-  /* ROPE (norm+QKV only): weights 0/1 are q/k with rope_neox over head_dim hd, weight 2 is v;
+  /* GEMV_ROPE (norm+QKV only): weights 0/1 are q/k with rope_neox over head_dim hd, weight 2 is v;
    * q goes to out[0], k and v to the paged f16 cache at each token's slot */
   int ring; /* steps in flight per warp (shared-memory slots) */
   int hd, max_blocks, bs;
@@ -121,35 +121,49 @@ __device__ __forceinline__ void gemv_wait_ring(int r) {
 #define GEMV_KMAX 32768
 __device__ __align__(16) const uint32_t g_gemv_zero[GEMV_KMAX / 8] = {0u};
 
+/* what a tile's rows are and what the epilogue does with them (the kernel's MODE parameter) */
+#define GEMV_PLAIN 0 /* rows r0 + gid and r0 + gid + 8 of the concatenated weights */
+#define GEMV_ROPE 1  /* q/k: rotation pairs, rope, q out and k/v into the cache (see gemv_args) */
+#define GEMV_GLU 2   /* gate/up: row i of both weights, out = silu(gate) * up (see gemv_row_lo) */
+
 /* rows held by lane group gid of a 16-row tile at local row r0 (a multiple of 16) of weight m: rows
- * r0 + gid and r0 + gid + 8, or with ROPE for q/k (m < 2) the rotation pair (i, i + hd/2) of one head,
- * i = 8 * (tile within the head) + gid, so that one lane holds both halves of every rotation */
-template <int ROPE>
+ * r0 + gid and r0 + gid + 8, or with GEMV_ROPE for q/k (m < 2) the rotation pair (i, i + hd/2) of one head,
+ * i = 8 * (tile within the head) + gid, so that one lane holds both halves of every rotation.
+ * GLU: tile t (virtual rows 16 t..16 t + 15 of 2 R) holds row 8 t + gid of the gate weight (lo) and
+ * the same row of the up weight (hi), so that one lane holds both inputs of silu(gate) * up. */
+template <int MODE>
 __device__ __forceinline__ int gemv_row_lo(const gemv_args &a, int m, int r0, int gid) {
-  if (!ROPE || m == 2) return r0 + gid;
+  if (MODE == GEMV_GLU) return r0 / 2 + gid;
+  if (MODE != GEMV_ROPE || m == 2) return r0 + gid;
   const int per = a.hd / 16, lt = r0 / 16;
   return (lt / per) * a.hd + (lt % per) * 8 + gid;
 }
-template <int ROPE>
+template <int MODE>
 __device__ __forceinline__ int gemv_row_hi(const gemv_args &a, int m, int lo) {
-  return ROPE && m < 2 ? lo + a.hd / 2 : lo + 8;
+  if (MODE == GEMV_GLU) return lo;
+  return MODE == GEMV_ROPE && m < 2 ? lo + a.hd / 2 : lo + 8;
 }
 
 /* the epilogue of one output pair: rows lo/hi of lane group p of the tile at global row r0, token t
  * (bias, rope + q/cache stores, residual add, store) */
-template <typename TO, int ROPE>
+template <typename TO, int MODE>
 __device__ __forceinline__ void gemv_emit(const gemv_args &a, int r0, int p, int t, float vl, float vh,
                                           const int *spos, const int64_t *sslot) {
   if (r0 >= a.rows_total) return;
   if (GEMV_ABLATE == 3 && vl != 1234.5f) return; /* keeps the sums alive, stores (almost) nothing */
+  if (MODE == GEMV_GLU) { /* no bias, no residual (gemv_fill checks) */
+    const int lo = r0 / 2 + p;
+    if (lo < a.row0[1]) stf((TO *)a.out[0] + (int64_t)t * a.ldo[0] + lo, vl / (1.0f + expf(-vl)) * vh);
+    return;
+  }
   const int m = r0 >= a.row0[1] ? (r0 >= a.row0[2] ? 2 : 1) : 0, rows = a.row0[m + 1] - a.row0[m];
-  const int lo = gemv_row_lo<ROPE>(a, m, r0 - a.row0[m], p), hi = gemv_row_hi<ROPE>(a, m, lo);
+  const int lo = gemv_row_lo<MODE>(a, m, r0 - a.row0[m], p), hi = gemv_row_hi<MODE>(a, m, lo);
   const float *bias = a.bias[m];
   if (bias) {
     if (lo < rows) vl += bias[lo];
     if (hi < rows) vh += bias[hi];
   }
-  if (ROPE) { /* rows < rows always: q/k/v are whole heads */
+  if (MODE == GEMV_ROPE) { /* rows < rows always: q/k/v are whole heads */
     const int ps = spos[t];
     if (m < 2) { /* rope_neox as rope_kv_kernel computes it */
       const int i = lo % a.hd;
@@ -181,7 +195,7 @@ __device__ __forceinline__ void gemv_emit(const gemv_args &a, int r0, int p, int
   }
 }
 
-template <typename TO, int PRO, int KS, int ROPE, int NW>
+template <typename TO, int PRO, int KS, int MODE, int NW>
 __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void gemv_q4_kernel(const __grid_constant__ gemv_args a) {
   constexpr int TPB = NW / KS, NT = NW * 32; /* tiles of 16 rows per unit, threads */
   /* KS == 1: every warp walks whole tiles on its own (tile = warp's global index, then + all warps)
@@ -189,7 +203,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
   constexpr bool WE = KS == 1;
   extern __shared__ uint4 smem[];
   __shared__ float s_inv[8];
-  __shared__ int s_pos[8];        /* ROPE: each token's position and cache slot (from batch_upload, */
+  __shared__ int s_pos[8];        /* GEMV_ROPE: each token's position and cache slot (from batch_upload, */
   __shared__ int64_t s_slot[8];   /* not from the kernel before: read before griddepcontrol.wait) */
   __shared__ float red[NW][4][32]; /* per warp, C fragment element, lane */
   __half *xs = (__half *)smem;
@@ -211,7 +225,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
     for (int i = threadIdx.x * 16; i < nb; i += NT * 16) cp_async16((uint8_t *)nws + i, (const uint8_t *)a.nw + i, 16);
   }
   cp_async_commit();
-  if (ROPE && threadIdx.x < n) {
+  if (MODE == GEMV_ROPE && threadIdx.x < n) {
     const int ps = a.pos[threadIdx.x];
     s_pos[threadIdx.x] = ps;
     s_slot[threadIdx.x] = (int64_t)a.bt[(int64_t)a.seq[threadIdx.x] * a.max_blocks + ps / a.bs] * a.bs + ps % a.bs;
@@ -226,15 +240,16 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
     if (lj == 0) {
       const int r0 = (WE ? lu : lu * TPB + ts) * 16;
       const bool live = lu < a.n_units && r0 < a.rows_total;
-      const int m = r0 >= a.row0[1] ? (r0 >= a.row0[2] ? 2 : 1) : 0;
+      /* GLU: lo from the gate weight, hi from the up weight (same row) */
+      const int m = MODE == GEMV_GLU ? 0 : r0 >= a.row0[1] ? (r0 >= a.row0[2] ? 2 : 1) : 0, mh = MODE == GEMV_GLU ? 1 : m;
       const int rows = a.row0[m + 1] - a.row0[m];
-      const int lo = gemv_row_lo<ROPE>(a, m, r0 - a.row0[m], gid), hi = gemv_row_hi<ROPE>(a, m, lo);
+      const int lo = gemv_row_lo<MODE>(a, m, r0 - a.row0[m], gid), hi = gemv_row_hi<MODE>(a, m, lo);
       l0 = live && lo < rows;
-      l8 = live && hi < rows;
+      l8 = live && hi < (MODE == GEMV_GLU ? a.row0[2] - a.row0[1] : rows);
       pw0 = l0 ? a.wq[m] + (int64_t)lo * rb + tig * 16 : zero;
-      pw8 = l8 ? a.wq[m] + (int64_t)hi * rb + tig * 16 : zero;
+      pw8 = l8 ? a.wq[mh] + (int64_t)hi * rb + tig * 16 : zero;
       ps0 = l0 ? (const uint8_t *)(a.ws[m] + (int64_t)lo * G) : zero;
-      ps8 = l8 ? (const uint8_t *)(a.ws[m] + (int64_t)hi * G) : zero;
+      ps8 = l8 ? (const uint8_t *)(a.ws[mh] + (int64_t)hi * G) : zero;
     }
     const int g = ks + lj * KS;
     const bool v0 = l0 && g < G && GEMV_ABLATE != 1, v8 = l8 && g < G && GEMV_ABLATE != 1;
@@ -474,7 +489,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
       if (WE) { /* the warp's own tile: lane (gid, tig) holds rows gid / gid + 8 of tokens 2 tig, 2 tig + 1 */
 #pragma unroll
         for (int e = 0; e < 2; e++)
-          if (2 * tig + e < n) gemv_emit<TO, ROPE>(a, u * 16, gid, 2 * tig + e, acc[e], acc[2 + e], s_pos, s_slot);
+          if (2 * tig + e < n) gemv_emit<TO, MODE>(a, u * 16, gid, 2 * tig + e, acc[e], acc[2 + e], s_pos, s_slot);
 #pragma unroll
         for (int e = 0; e < 4; e++) acc[e] = 0.0f;
       } else { /* unit done: the KS partial tiles meet in shared memory, one thread per (tile, row, token) */
@@ -491,7 +506,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
             vl += red[ot * KS + k][t % 2][ln];
             vh += red[ot * KS + k][2 + t % 2][ln];
           }
-          gemv_emit<TO, ROPE>(a, (u * TPB + ot) * 16, p, t, vl, vh, s_pos, s_slot);
+          gemv_emit<TO, MODE>(a, (u * TPB + ot) * 16, p, t, vl, vh, s_pos, s_slot);
         }
         __syncthreads();
       }
@@ -512,10 +527,10 @@ static const int g_gemv_cfg[][2] = {GEMV_CONFIGS(GEMV_CFG_ROW)};
 #undef GEMV_CFG_ROW
 #define GEMV_NCFG ((int)(sizeof g_gemv_cfg / sizeof g_gemv_cfg[0]))
 
-template <typename TO, int PRO, int ROPE>
+template <typename TO, int PRO, int MODE>
 static int gemv_attr1(struct hb_ctx *ctx) {
   int bad = 0;
-#define GEMV_ATTR(NW, KS) bad |= smem_attr(ctx, gemv_q4_kernel<TO, PRO, KS, ROPE, NW>);
+#define GEMV_ATTR(NW, KS) bad |= smem_attr(ctx, gemv_q4_kernel<TO, PRO, KS, MODE, NW>);
   GEMV_CONFIGS(GEMV_ATTR)
 #undef GEMV_ATTR
   return bad;
@@ -524,9 +539,10 @@ int cu_gemv_init(struct hb_ctx *ctx) {
   const char *we = getenv("HEARTH_GEMV_WE_MIN"); /* a tuning knob for bench A/B runs */
   if (we && *we) g_gemv_we_min = atoi(we);
   return gemv_attr1<__half, PRO_PLAIN, 0>(ctx) | gemv_attr1<__half, PRO_NORM, 0>(ctx) |
+         gemv_attr1<__half, PRO_NORM, GEMV_GLU>(ctx) |
          gemv_attr1<__half, PRO_SILU, 0>(ctx) | gemv_attr1<float, PRO_PLAIN, 0>(ctx) |
          gemv_attr1<float, PRO_NORM, 0>(ctx) | gemv_attr1<float, PRO_SILU, 0>(ctx) |
-         gemv_attr1<__half, PRO_NORM, 1>(ctx);
+         gemv_attr1<__half, PRO_NORM, GEMV_ROPE>(ctx);
 }
 
 /* the launch shape whose units fill the resident slots most evenly, counting the padded steps of
@@ -585,7 +601,7 @@ static int gemv_ring(const struct hb_ctx *ctx, size_t base, int nw, int bps) {
   return 0;
 }
 
-template <typename TO, int PRO, int ROPE = 0>
+template <typename TO, int PRO, int MODE = 0>
 static void gemv_launch_t(struct hb_ctx *ctx, gemv_args &a) {
   const size_t base = gemv_smem(a.n, a.K, PRO);
   int per_sm = GEMV_MINB, ring8 = 0;
@@ -605,7 +621,7 @@ static void gemv_launch_t(struct hb_ctx *ctx, gemv_args &a) {
   const dim3 grid((unsigned)(blocks < slots ? blocks : slots)), block((unsigned)(nw * 32));
   int k = 0;
 #define GEMV_LAUNCH(NW, KS) \
-  if (ci == k++) cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<TO, PRO, KS, ROPE, NW>, grid, block, sm, a);
+  if (ci == k++) cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<TO, PRO, KS, MODE, NW>, grid, block, sm, a);
   GEMV_CONFIGS(GEMV_LAUNCH)
 #undef GEMV_LAUNCH
 }
@@ -701,6 +717,21 @@ int cu_gemv_qkv_rope_kv(struct hb_ctx *ctx, const struct hb_tensor *x, const str
   a.bs = b->block_size;
   a.kc = (__half *)kv->k.data;
   a.vc = (__half *)kv->v.data;
-  gemv_launch_t<__half, PRO_NORM, 1>(ctx, a);
+  gemv_launch_t<__half, PRO_NORM, GEMV_ROPE>(ctx, a);
+  return 0;
+}
+
+/* norm + gate/up GEMV with out = silu(gate) * up in the epilogue (one lane holds row i of both):
+ * returns 0 when it launched, 1 when the shapes need the separate ops */
+int cu_gemv_norm_swiglu(struct hb_ctx *ctx, const struct hb_tensor *x, const struct hb_tensor *nw, float eps,
+                        const struct hb_tensor *w_gate, const struct hb_tensor *w_up, struct hb_tensor *out, int n) {
+  if (w_gate->rows != w_up->rows || w_gate->rows % 8 || out->dtype != HB_F16) return 1;
+  /* the second output only fixes gemv_fill's dtype/shape checks: the kernel writes out alone */
+  struct hb_tensor u1 = *out;
+  struct hb_tensor *outs[2] = {out, &u1};
+  const struct hb_tensor *ws[2] = {w_gate, w_up};
+  gemv_args a;
+  if (gemv_fill(ctx, a, PRO_NORM, x, NULL, nw, eps, 0.0f, 2, outs, ws, NULL, n, 0)) return 1;
+  gemv_launch_t<__half, PRO_NORM, GEMV_GLU>(ctx, a);
   return 0;
 }
