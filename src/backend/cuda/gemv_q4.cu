@@ -519,6 +519,10 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
 /* ---- dispatch ------------------------------------------------------------------------------------ */
 
 static int g_gemv_we_min = 4; /* whole-tile warps (KS = 1) from this many tiles per SM; HEARTH_GEMV_WE_MIN */
+/* tuning knobs for bench A/B runs (HEARTH_GEMV_PER_SM, HEARTH_GEMV_RING): at most this many resident
+ * blocks per SM and ring steps per warp; fewer leave shared memory for the next kernel's blocks, which
+ * can then start their weight prefetch while this kernel streams */
+static int g_gemv_per_sm = 0, g_gemv_ring_max = 8;
 
 /* the launch shapes: (warps per block, warps per tile) */
 #define GEMV_CONFIGS(X) X(8, 1) X(8, 2) X(8, 4) X(8, 8) X(16, 16)
@@ -538,6 +542,9 @@ static int gemv_attr1(struct hb_ctx *ctx) {
 int cu_gemv_init(struct hb_ctx *ctx) {
   const char *we = getenv("HEARTH_GEMV_WE_MIN"); /* a tuning knob for bench A/B runs */
   if (we && *we) g_gemv_we_min = atoi(we);
+  const char *ps = getenv("HEARTH_GEMV_PER_SM"), *rm = getenv("HEARTH_GEMV_RING");
+  if (ps && *ps) g_gemv_per_sm = atoi(ps);
+  if (rm && *rm) g_gemv_ring_max = atoi(rm);
   return gemv_attr1<__half, PRO_PLAIN, 0>(ctx) | gemv_attr1<__half, PRO_NORM, 0>(ctx) |
          gemv_attr1<__half, PRO_NORM, GEMV_GLU>(ctx) |
          gemv_attr1<__half, PRO_SILU, 0>(ctx) | gemv_attr1<float, PRO_PLAIN, 0>(ctx) |
@@ -594,7 +601,7 @@ static int gemv_pick(int tiles, int G, int n_sm, int per_sm8, int per_sm16, int 
  * bytes (ptxas: 4,224 for 8 warps with rope); the per-block system reserve, plus slack); 0 when none does */
 static int gemv_ring(const struct hb_ctx *ctx, size_t base, int nw, int bps) {
   const size_t stat = (size_t)nw * 512 + 256;
-  for (int r = 8; r >= 2; r /= 2) {
+  for (int r = g_gemv_ring_max >= 8 ? 8 : g_gemv_ring_max >= 4 ? 4 : 2; r >= 2; r /= 2) {
     const size_t dyn = base + (size_t)nw * r * GEMV_SLOT, blk = dyn + stat + ctx->smem_reserved + 768;
     if (dyn + stat <= ctx->smem_optin && (size_t)bps * blk <= ctx->smem_sm) return r;
   }
@@ -604,7 +611,7 @@ static int gemv_ring(const struct hb_ctx *ctx, size_t base, int nw, int bps) {
 template <typename TO, int PRO, int MODE = 0>
 static void gemv_launch_t(struct hb_ctx *ctx, gemv_args &a) {
   const size_t base = gemv_smem(a.n, a.K, PRO);
-  int per_sm = GEMV_MINB, ring8 = 0;
+  int per_sm = g_gemv_per_sm > 0 && g_gemv_per_sm < GEMV_MINB ? g_gemv_per_sm : GEMV_MINB, ring8 = 0;
   for (; per_sm >= 1 && !(ring8 = gemv_ring(ctx, base, 8, per_sm)); per_sm--) {}
   int per_sm16 = GEMV_MINB16, ring16 = 0;
   for (; per_sm16 >= 1 && !(ring16 = gemv_ring(ctx, base, 16, per_sm16)); per_sm16--) {}
