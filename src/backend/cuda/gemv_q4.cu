@@ -236,6 +236,9 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
    * row pointers are set once per tile (lj == 0), a step adds 64 g */
   const uint8_t *zero = (const uint8_t *)g_gemv_zero, *pw0 = zero, *pw8 = zero, *ps0 = zero, *ps8 = zero;
   bool l0 = false, l8 = false;
+  /* a dead row points at the zero buffer (K / 2 bytes: every step's offset stays inside it) and a step
+   * past the groups copies from offset 0, so no address needs a select, only the byte counts */
+  const uint32_t wsrc = smem_u32(ring) + lane * 16, ssrc = smem_u32(ring) + 1024 + lane * 4;
   auto load = [&]() {
     if (lj == 0) {
       const int r0 = (WE ? lu : lu * TPB + ts) * 16;
@@ -252,13 +255,14 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
       ps8 = l8 ? (const uint8_t *)(a.ws[mh] + (int64_t)hi * G) : zero;
     }
     const int g = ks + lj * KS;
-    const bool v0 = l0 && g < G && GEMV_ABLATE != 1, v8 = l8 && g < G && GEMV_ABLATE != 1;
-    uint8_t *sb = ring + slot * GEMV_SLOT;
-    cp_async16(sb + lane * 16, v0 ? pw0 + g * 64 : zero, v0 ? 16 : 0);
-    cp_async16(sb + 512 + lane * 16, v8 ? pw8 + g * 64 : zero, v8 ? 16 : 0);
+    const bool v = g < G && GEMV_ABLATE != 1; /* uniform over the warp */
+    const uint32_t gw = v ? (uint32_t)g * 64u : 0u, gs = v ? (uint32_t)g * 2u : 0u;
+    const uint32_t so = (uint32_t)slot * GEMV_SLOT;
+    cp_async16_s(wsrc + so, pw0 + gw, v && l0 ? 16 : 0);
+    cp_async16_s(wsrc + so + 512, pw8 + gw, v && l8 ? 16 : 0);
     /* the scale's aligned word (the scale buffers carry 16 bytes of padding for the last one) */
-    cp_async4(sb + 1024 + lane * 4, v0 ? (const uint8_t *)((uintptr_t)(ps0 + 2 * g) & ~(uintptr_t)3) : zero, v0 ? 4 : 0);
-    cp_async4(sb + 1152 + lane * 4, v8 ? (const uint8_t *)((uintptr_t)(ps8 + 2 * g) & ~(uintptr_t)3) : zero, v8 ? 4 : 0);
+    cp_async4_s(ssrc + so, (const uint8_t *)((uintptr_t)(ps0 + gs) & ~(uintptr_t)3), v && l0 ? 4 : 0);
+    cp_async4_s(ssrc + so + 128, (const uint8_t *)((uintptr_t)(ps8 + gs) & ~(uintptr_t)3), v && l8 ? 4 : 0);
     cp_async_commit();
     if (++slot == a.ring) slot = 0;
     if (++lj == S) { lj = 0; lu += ustride; }

@@ -32,6 +32,14 @@ __device__ __forceinline__ void cp_async4(void *smem, const void *gmem, int src_
   unsigned s = (unsigned)__cvta_generic_to_shared(smem);
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes));
 }
+/* the same with the shared address already converted (smem_u32): the GEMV's ring keeps one base */
+__device__ __forceinline__ uint32_t smem_u32(const void *smem) { return (uint32_t)__cvta_generic_to_shared(smem); }
+__device__ __forceinline__ void cp_async16_s(uint32_t s, const void *gmem, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async4_s(uint32_t s, const void *gmem, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 /* "memory": no shared-memory read of the landed data may be moved above the wait */
 template <int N>
@@ -91,12 +99,19 @@ __device__ __forceinline__ void q4_word(uint32_t w, uint32_t p[4]) {
 /* the same 8 weights as A-fragment values with the offset left in: even pairs 1024 + u, odd pairs
  * 1024 + 16 u (u = q + 8), one lop3 each and no f16 arithmetic; the caller scales the x of odd pairs
  * by 1/16 and subtracts 1032 * sum(x even) + 72 * sum(x odd) per group (gemv_q4.cu, GEMV_FOLD) */
+/* (a & m) | 0x64006400 as one lop3 (0xEA = (a & b) | c): written as C, the and and the or stay two
+ * instructions, because a SASS LOP3 holds one immediate and the compiler puts both masks there */
+__device__ __forceinline__ uint32_t and_or_6400(uint32_t a, uint32_t m) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(m), "n"(0x64006400));
+  return d;
+}
 __device__ __forceinline__ void q4_word_raw(uint32_t w, uint32_t p[4]) {
   const uint32_t hi = w >> 8;
-  p[0] = (w & 0x000F000Fu) | 0x64006400u;
-  p[1] = (w & 0x00F000F0u) | 0x64006400u;
-  p[2] = (hi & 0x000F000Fu) | 0x64006400u;
-  p[3] = (hi & 0x00F000F0u) | 0x64006400u;
+  p[0] = and_or_6400(w, 0x000F000Fu);
+  p[1] = and_or_6400(w, 0x00F000F0u);
+  p[2] = and_or_6400(hi, 0x000F000Fu);
+  p[3] = and_or_6400(hi, 0x00F000F0u);
 }
 
 #endif
