@@ -105,7 +105,7 @@ void block_head(struct hearth_model *m, struct hb_batch *b, int want_hidden) {
   if (b->n_out == 0) return; /* a prefill chunk that ends no sequence */
   struct hb_tensor x = rows_view(&s->x, n), sel = rows_view(&s->sel, b->n_out);
   /* every row wanted, in order (a decode step): the norm runs as the head GEMV's prologue */
-  int all_rows = !want_hidden && be->norm_matmul && b->n_out == n;
+  int all_rows = !want_hidden && be->norm_matmul && b->n_out == n && b->out_rows;
   for (int i = 0; all_rows && i < n; i++) all_rows = b->out_rows[i] == i;
   if (all_rows) {
     struct hb_tensor lg = rows_view(&s->logits, n);

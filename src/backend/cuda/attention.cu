@@ -1,7 +1,10 @@
 /* backend/cuda/attention.cu — KV write and attention over the paged KV cache (causal, optional
- * sliding window and logit soft-cap), in three kernels:
+ * sliding window and logit soft-cap), in four kernels:
  *
- *   attn_decode   few tokens per sequence (decode, batched decode). Grid (token, kv head, split):
+ *   attn_decode_smem  decode of up to 8 tokens, f16 q and cache, head_dim 64/128/256: one query head
+ *                 per block, its keys copied to shared memory (those not written this step before
+ *                 griddepcontrol.wait), one pass of up to C keys writes the output (see its comment).
+ *   attn_decode   the other decode shapes (f32, hd 32, wider batches). Grid (token, kv head, split):
  *                 each block takes one token, the (up to 8) query heads sharing one kv head, and one
  *                 slice of the token's keys; 4 warps walk keys, one lane per head_dim/32 dims, online
  *                 softmax per head. Slices write (m, l, acc) partials; the last slice to finish (an

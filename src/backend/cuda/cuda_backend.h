@@ -63,6 +63,7 @@ int hb_cuda_norm_qkv_rope_kv(struct hb_ctx *ctx, const struct hb_tensor *x, cons
                              const struct hb_tensor *const *ws, const struct hb_tensor *const *biases,
                              struct hb_tensor *q, struct hb_kv_layer *kv, const struct hb_batch *b, int n_heads,
                              float theta, int n);
+/* norm_swiglu (backend.h): one launch for n <= 8 int4 rows (gate/up rows a multiple of 16); 1 = not covered */
 int hb_cuda_norm_swiglu(struct hb_ctx *ctx, const struct hb_tensor *x, const struct hb_tensor *norm_w, float eps,
                         const struct hb_tensor *w_gate, const struct hb_tensor *w_up, struct hb_tensor *out, int n);
 void hb_cuda_rope_kv_write(struct hb_ctx *ctx, struct hb_tensor *q, struct hb_tensor *k, const struct hb_tensor *v,

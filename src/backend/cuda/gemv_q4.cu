@@ -737,7 +737,7 @@ int cu_gemv_qkv_rope_kv(struct hb_ctx *ctx, const struct hb_tensor *x, const str
  * returns 0 when it launched, 1 when the shapes need the separate ops */
 int cu_gemv_norm_swiglu(struct hb_ctx *ctx, const struct hb_tensor *x, const struct hb_tensor *nw, float eps,
                         const struct hb_tensor *w_gate, const struct hb_tensor *w_up, struct hb_tensor *out, int n) {
-  if (w_gate->rows != w_up->rows || w_gate->rows % 8 || out->dtype != HB_F16) return 1;
+  if (w_gate->rows != w_up->rows || w_gate->rows % 16 || out->dtype != HB_F16) return 1;
   /* the second output only fixes gemv_fill's dtype/shape checks: the kernel writes out alone */
   struct hb_tensor u1 = *out;
   struct hb_tensor *outs[2] = {out, &u1};
