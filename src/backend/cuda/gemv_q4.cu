@@ -28,10 +28,13 @@
  * (no registers hold data in flight), the first a.ring steps issued before griddepcontrol.wait
  * (weights do not depend on the previous kernel), like the norm weights and the rope positions.
  *
- * What the round-6 measurements say (bench/NOTES.md): the ring depth (4 register steps, 8 shared
- * steps), occupancy (2-4 blocks per SM), the GEMV_FOLD offset fold and whole-tile warps each moved
- * these kernels by less than 5 %; the big ones stay near 2.5 TB/s, below the 3.4 TB/s that a
- * plain read in this fragment order reaches (bench/probe_read.cu). */
+ * What the measurements say (bench/NOTES.md): in round 6, occupancy (2-4 blocks per SM), the
+ * GEMV_FOLD offset fold and whole-tile warps each moved these kernels by less than 5 %. Round 7
+ * found the big ones bound by their own instruction stream (with no weight bytes read the LM head
+ * kept 73 % of its time): one lop3 per weight pair and select-free ring copies took a 1 KB step from
+ * ~200 SASS instructions to ~163 and the LM head from 2.5 to 2.8 TB/s; a 4-step ring (the default)
+ * beat 8 end to end by leaving shared memory for the next kernel's blocks. A plain read in this
+ * fragment order reaches 3.4 TB/s (bench/probe_read.cu). */
 #include <stdlib.h>
 #include <string.h>
 
