@@ -182,6 +182,19 @@ __device__ __forceinline__ float softcap_f(float s, float cap) { return cap > 0.
 
 /* ---- decode: split over the keys --------------------------------------------------------------------- */
 
+/* a split's partials are written: counts it in at c (one counter per token and head group) and
+ * returns true in every thread of the block that finished last of the ns splits, which then merges
+ * and resets c; the fences order the partials before the count and the count before their reads */
+__device__ __forceinline__ bool split_is_last(unsigned *c, int ns, int *flag) {
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) *flag = atomicAdd(c, 1u) == (unsigned)(ns - 1);
+  __syncthreads();
+  if (!*flag) return false;
+  __threadfence();
+  return true;
+}
+
 #define AD_WARPS 4
 #define AD_G 4   /* query heads per block (a GQA group, or a slice of one) */
 #define AD_DL 16 /* head dims per lane: HD / 16 lanes share one key */
@@ -350,13 +363,8 @@ __global__ __launch_bounds__(128) void attn_decode_kernel(T *out, const T *q, co
     }
   }
   if (ns == 1) return;
-  __threadfence();
-  __syncthreads();
   unsigned *c = cnt + (int64_t)t * n_kv * HG + blockIdx.y;
-  if (threadIdx.x == 0) sm_last = atomicAdd(c, 1u) == (unsigned)(ns - 1);
-  __syncthreads();
-  if (!sm_last) return;
-  __threadfence();
+  if (!split_is_last(c, ns, &sm_last)) return;
   /* the last block merges: one warp per head computes every split's weight exp(m_j - M) / L with
    * its lanes in parallel (NS <= 32), then each thread sums its dims over the splits with all loads
    * of one split independent (no chain of dependent L2 loads per output element) */
@@ -538,13 +546,8 @@ __global__ __launch_bounds__(ADS_THREADS) void attn_decode_smem_kernel(
     }
   }
   if (ns == 1) return;
-  __threadfence();
-  __syncthreads();
   unsigned *cp = cnt + row;
-  if (threadIdx.x == 0) sm_last = atomicAdd(cp, 1u) == (unsigned)(ns - 1);
-  __syncthreads();
-  if (!sm_last) return;
-  __threadfence();
+  if (!split_is_last(cp, ns, &sm_last)) return;
   /* the last block merges: warp 0 weighs the splits (ns <= 32), then one thread per dimension */
   if (threadIdx.x < 32) {
     float mj = -INFINITY, lj = 0.0f;

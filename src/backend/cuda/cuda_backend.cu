@@ -100,11 +100,11 @@ static int cuda_init(const struct hb_config *cfg, struct hb_ctx **out, struct he
   const char *skip = getenv("HEARTH_CUDA_SKIP"); /* comma-separated kinds: qkv,attn,o,gateup,down,head */
   if (skip) {
     static const char *kinds[] = {"qkv", "attn", "o", "gateup", "down", "head"};
-    for (int i = 0; i < 6; i++) {
-      const char *f = strstr(skip, kinds[i]);
-      size_t l = strlen(kinds[i]);
-      while (f && ((f != skip && f[-1] != ',') || (f[l] && f[l] != ','))) f = strstr(f + 1, kinds[i]);
-      if (f) c->skip |= 1u << i;
+    for (const char *p = skip; *p;) {
+      const size_t l = strcspn(p, ",");
+      for (int i = 0; i < 6; i++)
+        if (strlen(kinds[i]) == l && !strncmp(p, kinds[i], l)) c->skip |= 1u << i;
+      p += l + (p[l] == ',');
     }
     if (c->skip) fprintf(stderr, "cuda: HEARTH_CUDA_SKIP=%s: decode steps leave kernels out (timing only)\n", skip);
   }
