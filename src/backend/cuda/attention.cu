@@ -481,8 +481,10 @@ __global__ __launch_bounds__(ADS_THREADS) void attn_decode_smem_kernel(
   int kn = min(C, ke - kb);
   copy(kb, min(kb + kn, pnew));
   pdl_wait();
-  for (int d = threadIdx.x; d < HD; d += ADS_THREADS) qs[d] = __half2float(q[((int64_t)t * n_heads + h) * HD + d]) * scale;
+  /* the new keys' copies first: a thread stores q only once its load has landed, and copies issued
+   * after that store would start one round trip later */
   copy(max(kb, pnew), kb + kn);
+  for (int d = threadIdx.x; d < HD; d += ADS_THREADS) qs[d] = __half2float(q[((int64_t)t * n_heads + h) * HD + d]) * scale;
   const int d = threadIdx.x % HD, sub = threadIdx.x / HD;
   const __half *vh = (const __half *)vs;
   float M = -INFINITY, L = 0.0f, A = 0.0f; /* running max and sum (block-uniform), this thread's p·V */

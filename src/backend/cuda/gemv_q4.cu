@@ -529,6 +529,8 @@ static int g_gemv_we_min = 4; /* whole-tile warps (KS = 1) from this many tiles 
 /* tuning knobs for bench A/B runs (HEARTH_GEMV_PER_SM, HEARTH_GEMV_RING): at most this many resident
  * blocks per SM and ring steps per warp; fewer leave shared memory for the next kernel's blocks, which
  * can then start their weight prefetch while this kernel streams */
+static int g_gemv_nw16 = 1; /* HEARTH_GEMV_NW16=0: no 16-warp blocks (their registers keep the next kernel's
+                               blocks off the SM, so its prefetch cannot start beside them) */
 static int g_gemv_per_sm = 0, g_gemv_ring_max = 4; /* 4, not 8: +2-5 % e2e decode (round 7, two calls):
                                                         the next kernel's blocks fit beside this one's */
 
@@ -550,7 +552,8 @@ static int gemv_attr1(struct hb_ctx *ctx) {
 int cu_gemv_init(struct hb_ctx *ctx) {
   const char *we = getenv("HEARTH_GEMV_WE_MIN"); /* a tuning knob for bench A/B runs */
   if (we && *we) g_gemv_we_min = atoi(we);
-  const char *ps = getenv("HEARTH_GEMV_PER_SM"), *rm = getenv("HEARTH_GEMV_RING");
+  const char *ps = getenv("HEARTH_GEMV_PER_SM"), *rm = getenv("HEARTH_GEMV_RING"), *nw16 = getenv("HEARTH_GEMV_NW16");
+  if (nw16 && *nw16 == '0') g_gemv_nw16 = 0;
   if (ps && *ps) g_gemv_per_sm = atoi(ps);
   if (rm && *rm) g_gemv_ring_max = atoi(rm);
   return gemv_attr1<__half, PRO_PLAIN, 0>(ctx) | gemv_attr1<__half, PRO_NORM, 0>(ctx) |
@@ -623,6 +626,7 @@ static void gemv_launch_t(struct hb_ctx *ctx, gemv_args &a) {
   for (; per_sm >= 1 && !(ring8 = gemv_ring(ctx, base, 8, per_sm)); per_sm--) {}
   int per_sm16 = GEMV_MINB16, ring16 = 0;
   for (; per_sm16 >= 1 && !(ring16 = gemv_ring(ctx, base, 16, per_sm16)); per_sm16--) {}
+  if (!g_gemv_nw16) ring16 = 0;
   const int tiles = (a.rows_total + 15) / 16;
   int units = tiles;
   const int ci = gemv_pick(tiles, a.K / 128, ctx->n_sm, per_sm, ring16 ? per_sm16 : 0, &units);
