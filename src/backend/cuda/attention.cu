@@ -495,7 +495,10 @@ __global__ __launch_bounds__(ADS_THREADS) void attn_decode_smem_kernel(
     for (int k = threadIdx.x; k < kn; k += ADS_THREADS) {
       const uint4 *kr = ks + k * RW;
       float a0 = 0.0f, a1 = 0.0f;
-#pragma unroll
+      /* unrolled by 4, not fully: fully unrolled, the compiler keeps all of q in registers across keys
+       * (HD of them: 191 registers at hd 128, 255 at 256), and a block then needs an SM with ~49 K
+       * registers free, which the GEMV before it rarely leaves: its early copies could not start */
+#pragma unroll 4
       for (int c = 0; c < HD / 8; c++) {
         const uint4 w = kr[c];
         const float4 q0 = *(const float4 *)&qs[8 * c], q1 = *(const float4 *)&qs[8 * c + 4];
