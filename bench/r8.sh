@@ -26,6 +26,7 @@ for m in 0.5b 3b; do
   tg build-gpu/cmake/hearth $m X=1
   tg build-gpu/cmake/hearth $m HEARTH_GEMV_NW16=0
   tg build-gpu/cmake/hearth $m HEARTH_ATTN_OLD=1
+  tg build-gpu/cmake/hearth $m HEARTH_ATTN_NS=2
   [ -x build-gpu/minb3/hearth ] && tg build-gpu/minb3/hearth $m X=1
   [ -x build-gpu/minb3/hearth ] && tg build-gpu/minb3/hearth $m HEARTH_GEMV_PER_SM=2
 done 2>&1 | tee "$OUT/ab.txt"
