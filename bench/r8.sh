@@ -2,7 +2,7 @@
 # bench/r8.sh — the first device call of round 8 (bench/NOTES.md, "Branch cuda-r8"): the usual build, tests and
 # e2e of bench/gpu.sh, then e2e decode A/B runs of this round's knobs and of a GEMV_MINB=3 build, all on the
 # mkmodel checkpoints gpu.sh made. On the GPU machine, in a carried copy of the tree:
-#   bash bench/r8.sh        (about 4 minutes; logs under $OUT)
+#   bash bench/r8.sh        (about 5 minutes; logs under $OUT)
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
