@@ -44,7 +44,14 @@
 /* the weight stream: each warp keeps a ring of a.ring (2, 4 or 8) steps in shared memory, filled by
  * cp.async (no registers hold data in flight), one slot per step: the 32 lanes' 16-byte runs of
  * rows gid and gid + 8, then their two scales as the aligned 4-byte words that hold them */
-#define GEMV_SLOT 1280
+#ifndef GEMV_GPS
+#define GEMV_GPS 1 /* groups per ring step (1 or 2): 2 shares the step's scaffolding (wait, slot, loop) over 2 KB */
+#endif
+#ifndef GEMV_CHAINS
+#define GEMV_CHAINS 2 /* independent mma accumulator chains per group (2 or 4) */
+#endif
+#define GEMV_SUB 1280 /* one group's part of a slot */
+#define GEMV_SLOT (GEMV_SUB * GEMV_GPS)
 #ifndef GEMV_MINB
 #define GEMV_MINB 2 /* resident 8-warp blocks per SM the registers are budgeted for */
 #endif
@@ -57,9 +64,6 @@
  * is what that stage costs inside a kernel (bench/NOTES.md, round 6). */
 #ifndef GEMV_ABLATE
 #define GEMV_ABLATE 0
-#endif
-#ifndef GEMV_LDR
-#define GEMV_LDR 4 /* steps in flight per warp with the register ring (HEARTH_GEMV_LDR=1) */
 #endif
 #ifndef GEMV_FOLD
 #define GEMV_FOLD 1 /* the -8 weight offset folded into a per-group correction (see gemv_smem) */
@@ -82,8 +86,7 @@ struct gemv_args {
   int64_t ldo[3];
   /* GEMV_ROPE (norm+QKV only): weights 0/1 are q/k with rope_neox over head_dim hd, weight 2 is v;
    * q goes to out[0], k and v to the paged f16 cache at each token's slot */
-  int ring; /* steps in flight per warp (shared-memory slots; 0 with the register ring) */
-  int xl;   /* lanes gid < xl read x (n, or 8 with HEARTH_GEMV_XPRED=0) */
+  int ring; /* steps in flight per warp (shared-memory slots) */
   int hd, max_blocks, bs;
   float theta;
   const int32_t *pos, *seq, *bt;
@@ -202,12 +205,9 @@ __device__ __forceinline__ void gemv_emit(const gemv_args &a, int r0, int p, int
   }
 }
 
-/* LDR = 0: the weights stream through the shared-memory ring (cp.async); LDR > 0: through a ring of
- * LDR steps in registers (plain 16-byte loads, no shared-memory pass: bench/NOTES.md, round 9) */
-template <typename TO, int PRO, int KS, int MODE, int NW, int LDR>
+template <typename TO, int PRO, int KS, int MODE, int NW>
 __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void gemv_q4_kernel(const __grid_constant__ gemv_args a) {
   constexpr int TPB = NW / KS, NT = NW * 32; /* tiles of 16 rows per unit, threads */
-  constexpr int LDRN = LDR > 0 ? LDR : 1;
   /* KS == 1: every warp walks whole tiles on its own (tile = warp's global index, then + all warps)
    * and writes its outputs from registers: no block-wide reduction, no barrier after the prologue */
   constexpr bool WE = KS == 1;
@@ -220,7 +220,8 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
   const int K = a.K, G = K / 128, n = a.n;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane / 4, tig = lane % 4;
   const int ts = warp / KS, ks = warp % KS;
-  const int S = (G + KS - 1) / KS; /* steps per unit per warp (same for every warp: padded) */
+  constexpr int GPS = GEMV_GPS;
+  const int S = ((G + GPS - 1) / GPS + KS - 1) / KS; /* steps per unit per warp (same for every warp: padded) */
   const int64_t rb = K / 2;
 
   /* the weight-loading side of the pipeline: step (lu, lj) = group ks + lj * KS of tile
@@ -249,8 +250,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
   /* a dead row points at the zero buffer (K / 2 bytes: every step's offset stays inside it) and a step
    * past the groups copies from offset 0, so no address needs a select, only the byte counts */
   const uint32_t wsrc = smem_u32(ring) + lane * 16, ssrc = smem_u32(ring) + 1024 + lane * 4;
-  /* the row pointers of the next tile (lj == 0) */
-  auto rows_at = [&]() {
+  auto load = [&]() {
     if (lj == 0) {
       const int r0 = (WE ? lu : lu * TPB + ts) * 16;
       const bool live = lu < a.n_units && r0 < a.rows_total;
@@ -265,45 +265,23 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
       ps0 = l0 ? (const uint8_t *)(a.ws[m] + (int64_t)lo * G) : zero;
       ps8 = l8 ? (const uint8_t *)(a.ws[mh] + (int64_t)hi * G) : zero;
     }
-  };
-  auto advance = [&]() {
-    if (++lj == S) { lj = 0; lu += ustride; }
-  };
-  /* register ring (LDR): every address is valid (dead rows read the zero buffer, steps past the
-   * groups re-read offset 0: never used), so the loads need no predicate */
-  uint4 rw0[LDRN], rw8[LDRN];
-  uint32_t rs0[LDRN], rs8[LDRN];
-  auto load_r = [&](uint4 &w0, uint4 &w8, uint32_t &s0, uint32_t &s8) {
-    rows_at();
-    const int g = ks + lj * KS;
-    const uint32_t gw = g < G ? (uint32_t)g * 64u : 0u, gs = g < G ? (uint32_t)g * 2u : 0u;
-    w0 = ld_nc_v4(pw0 + gw);
-    w8 = ld_nc_v4(pw8 + gw);
-    s0 = ld_nc_u32((const void *)((uintptr_t)(ps0 + gs) & ~(uintptr_t)3));
-    s8 = ld_nc_u32((const void *)((uintptr_t)(ps8 + gs) & ~(uintptr_t)3));
-    advance();
-  };
-  auto load = [&]() {
-    rows_at();
-    const int g = ks + lj * KS;
-    const bool v = g < G && GEMV_ABLATE != 1; /* uniform over the warp */
-    const uint32_t gw = v ? (uint32_t)g * 64u : 0u, gs = v ? (uint32_t)g * 2u : 0u;
-    const uint32_t so = (uint32_t)slot * GEMV_SLOT;
-    cp_async16_s(wsrc + so, pw0 + gw, v && l0 ? 16 : 0);
-    cp_async16_s(wsrc + so + 512, pw8 + gw, v && l8 ? 16 : 0);
-    /* the scale's aligned word (the scale buffers carry 16 bytes of padding for the last one) */
-    cp_async4_s(ssrc + so, (const uint8_t *)((uintptr_t)(ps0 + gs) & ~(uintptr_t)3), v && l0 ? 4 : 0);
-    cp_async4_s(ssrc + so + 128, (const uint8_t *)((uintptr_t)(ps8 + gs) & ~(uintptr_t)3), v && l8 ? 4 : 0);
+#pragma unroll
+    for (int h = 0; h < GPS; h++) {
+      const int g = (ks + lj * KS) * GPS + h;
+      const bool v = g < G && GEMV_ABLATE != 1; /* uniform over the warp */
+      const uint32_t gw = v ? (uint32_t)g * 64u : 0u, gs = v ? (uint32_t)g * 2u : 0u;
+      const uint32_t so = (uint32_t)slot * GEMV_SLOT + h * GEMV_SUB;
+      cp_async16_s(wsrc + so, pw0 + gw, v && l0 ? 16 : 0);
+      cp_async16_s(wsrc + so + 512, pw8 + gw, v && l8 ? 16 : 0);
+      /* the scale's aligned word (the scale buffers carry 16 bytes of padding for the last one) */
+      cp_async4_s(ssrc + so, (const uint8_t *)((uintptr_t)(ps0 + gs) & ~(uintptr_t)3), v && l0 ? 4 : 0);
+      cp_async4_s(ssrc + so + 128, (const uint8_t *)((uintptr_t)(ps8 + gs) & ~(uintptr_t)3), v && l8 ? 4 : 0);
+    }
     cp_async_commit();
     if (++slot == a.ring) slot = 0;
-    advance();
+    if (++lj == S) { lj = 0; lu += ustride; }
   };
-  if (LDR) {
-#pragma unroll
-    for (int r = 0; r < LDRN; r++) load_r(rw0[r], rw8[r], rs0[r], rs8[r]);
-  } else {
-    for (int i = 0; i < a.ring; i++) load();
-  }
+  for (int i = 0; i < a.ring; i++) load();
   if (PRO == PRO_NORM && threadIdx.x < 8) s_inv[threadIdx.x] = 0.0f;
   if (GEMV_FOLD) /* columns past n: finite values for the mma columns that are never stored */
     for (int i = threadIdx.x; i < G * 8; i += blockDim.x)
@@ -464,125 +442,114 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
   /* the consuming side: step (u, j) */
   const int xt = gid % n;
   const __half *xrow = xs + (int64_t)xt * K;
-  /* only lanes gid < a.xl (the n tokens, or all 8) read x: the other B columns are never stored and
-   * keep zeros, and a 16-byte shared load by 4 or 8 lanes (one quarter of the warp) takes one pass
-   * of the shared-memory pipe instead of four */
-  const bool xlive = gid < a.xl;
-  uint4 xv[4];
-#pragma unroll
-  for (int c = 0; c < 4; c++) xv[c] = make_uint4(0u, 0u, 0u, 0u);
   int u = u0, j = 0;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  /* one step: the lane's runs of rows lo/hi (W0/W8) -> A fragments, their scale words -> f32 */
-  uint32_t p0[4][4], p8[4][4];
-  float sc0 = 0.0f, sc8 = 0.0f;
-  auto unpack = [&](const uint4 &W0, const uint4 &W8, uint32_t S0, uint32_t S8) {
-    const uint32_t a0[4] = {W0.x, W0.y, W0.z, W0.w}, a8[4] = {W8.x, W8.y, W8.z, W8.w};
-#pragma unroll
-    for (int q = 0; q < 4; q++) {
-      if (GEMV_FOLD) {
-        q4_word_raw(a0[q], p0[q]);
-        q4_word_raw(a8[q], p8[q]);
-      } else {
-        q4_word(a0[q], p0[q]);
-        q4_word(a8[q], p8[q]);
-      }
-    }
-    const int g = ks + j * KS;
-    /* the scale's half of its word: element lo * G + g, and lo has the parity of gid (tile rows
-     * start at multiples of 16, rope pairs at 8 * tile + gid; hi = lo + 8 or + hd/2) */
-    const int sh = ((g + (G & 1) * gid) & 1) * 16;
-    sc0 = __half2float(__ushort_as_half((unsigned short)(S0 >> sh)));
-    sc8 = __half2float(__ushort_as_half((unsigned short)(S8 >> sh)));
-  };
-  /* the step's products and its share of the accumulators, then the step counter; returns false
-   * once this warp's (block's) units are done */
-  auto finish = [&]() -> bool {
-    const int g = ks + j * KS;
-    if (g < G) { /* uniform over the warp */
-      /* B: x of token xt, run R; the run's half2 words are stored permuted so that the two words of
-       * each B fragment sit side by side */
-      const int R = 4 * g + tig;
-      const uint4 *xp = (const uint4 *)(xrow + R * 32);
-      const int sw = gemv_swz(R, xt);
-      if (xlive) {
-#pragma unroll
-        for (int c = 0; c < 4; c++) xv[c] = xp[c ^ sw];
-      }
-      /* two accumulators (h = 0, 1): two chains of 4 dependent mmas instead of one of 8 */
-      float c4[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-#pragma unroll
-      for (int q = 0; q < 4; q++) {
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-          const uint32_t af[4] = {p0[q][2 * h], p8[q][2 * h], p0[q][2 * h + 1], p8[q][2 * h + 1]};
-          const uint4 xc = xv[2 * h + (q >> 1)];
-          const uint32_t bf[2] = {q & 1 ? xc.z : xc.x, q & 1 ? xc.w : xc.y};
-          mma_16816(c4[h], af, bf);
-        }
-      }
-      float2 cr = make_float2(0.0f, 0.0f);
-      if (GEMV_FOLD) cr = *(const float2 *)&corr[g * 8 + 2 * tig]; /* tokens 2 tig, 2 tig + 1 */
-      acc[0] = fmaf(sc0, c4[0][0] + c4[1][0] - cr.x, acc[0]);
-      acc[1] = fmaf(sc0, c4[0][1] + c4[1][1] - cr.y, acc[1]);
-      acc[2] = fmaf(sc8, c4[0][2] + c4[1][2] - cr.x, acc[2]);
-      acc[3] = fmaf(sc8, c4[0][3] + c4[1][3] - cr.y, acc[3]);
-    }
-    if (++j < S) return true;
-    j = 0;
-    if (WE) { /* the warp's own tile: lane (gid, tig) holds rows gid / gid + 8 of tokens 2 tig, 2 tig + 1 */
-#pragma unroll
-      for (int e = 0; e < 2; e++)
-        if (2 * tig + e < n) gemv_emit<TO, MODE>(a, u * 16, gid, 2 * tig + e, acc[e], acc[2 + e], s_pos, s_slot);
-#pragma unroll
-      for (int e = 0; e < 4; e++) acc[e] = 0.0f;
-    } else { /* unit done: the KS partial tiles meet in shared memory, one thread per (tile, row, token) */
-#pragma unroll
-      for (int e = 0; e < 4; e++) { red[warp][e][lane] = acc[e]; acc[e] = 0.0f; }
-      __syncthreads();
-      /* one thread per (tile, lane group gid, token): both rows of the lane group */
-      for (int o = threadIdx.x; o < TPB * 8 * n; o += blockDim.x) {
-        const int ot = o / (8 * n), p = (o / n) % 8, t = o % n;
-        const int ln = p * 4 + t / 2;
-        float vl = 0.0f, vh = 0.0f;
-#pragma unroll
-        for (int k = 0; k < KS; k++) {
-          vl += red[ot * KS + k][t % 2][ln];
-          vh += red[ot * KS + k][2 + t % 2][ln];
-        }
-        gemv_emit<TO, MODE>(a, (u * TPB + ot) * 16, p, t, vl, vh, s_pos, s_slot);
-      }
-      __syncthreads();
-    }
-    u += ustride;
-    return u < a.n_units;
-  };
-  if (LDR) {
-    /* register ring: slot r of every round is step r (mod LDR) of the sequence; the loop is unrolled
-     * over the slots so that every register index is static */
-    bool more = u < a.n_units; /* uniform over the block (WE: over the warp) */
-    while (more) {
-#pragma unroll
-      for (int r = 0; r < LDRN; r++) {
-        if (!more) break;
-        unpack(rw0[r], rw8[r], rs0[r], rs8[r]);
-        load_r(rw0[r], rw8[r], rs0[r], rs8[r]); /* the step LDR ahead */
-        more = finish();
-      }
-    }
-  } else {
-    while (u < a.n_units) { /* uniform over the block (WE: over the warp) */
+  while (u < a.n_units) { /* uniform over the block (WE: over the warp) */
+    {
       /* this step's slot has landed (its group is the oldest of a.ring outstanding); it is used up
        * (weights -> A fragments, scales -> f32) before load() refills it with the step a.ring ahead */
       gemv_wait_ring(a.ring);
       const uint8_t *sb = ring + slot * GEMV_SLOT;
-      unpack(*(const uint4 *)(sb + lane * 16), *(const uint4 *)(sb + 512 + lane * 16),
-             *(const uint32_t *)(sb + 1024 + lane * 4), *(const uint32_t *)(sb + 1152 + lane * 4));
+      uint4 W0[GPS], W8[GPS];
+      uint32_t S0[GPS], S8[GPS];
+#pragma unroll
+      for (int h = 0; h < GPS; h++) {
+        W0[h] = *(const uint4 *)(sb + h * GEMV_SUB + lane * 16);
+        W8[h] = *(const uint4 *)(sb + h * GEMV_SUB + 512 + lane * 16);
+        S0[h] = *(const uint32_t *)(sb + h * GEMV_SUB + 1024 + lane * 4);
+        S8[h] = *(const uint32_t *)(sb + h * GEMV_SUB + 1152 + lane * 4);
+      }
       load(); /* refill this slot with the step a.ring ahead */
-      finish();
+#pragma unroll
+      for (int h = 0; h < GPS; h++) {
+        const int g = (ks + j * KS) * GPS + h;
+        if (g >= G) break; /* uniform over the warp */
+        uint32_t p0[4][4], p8[4][4];
+        {
+          const uint32_t a0[4] = {W0[h].x, W0[h].y, W0[h].z, W0[h].w}, a8[4] = {W8[h].x, W8[h].y, W8[h].z, W8[h].w};
+#pragma unroll
+          for (int q = 0; q < 4; q++) {
+            if (GEMV_FOLD) {
+              q4_word_raw(a0[q], p0[q]);
+              q4_word_raw(a8[q], p8[q]);
+            } else {
+              q4_word(a0[q], p0[q]);
+              q4_word(a8[q], p8[q]);
+            }
+          }
+        }
+        /* the scale's half of its word: element lo * G + g, and lo has the parity of gid (tile rows
+         * start at multiples of 16, rope pairs at 8 * tile + gid; hi = lo + 8 or + hd/2) */
+        const int sh = ((g + (G & 1) * gid) & 1) * 16;
+        const float sc0 = __half2float(__ushort_as_half((unsigned short)(S0[h] >> sh)));
+        const float sc8 = __half2float(__ushort_as_half((unsigned short)(S8[h] >> sh)));
+        /* B: x of token xt (lanes past the n rows read row xt = gid % n: finite data for output
+         * columns that are never stored), run R; the run's half2 words are stored permuted so that
+         * the two words of each B fragment sit side by side */
+        const int R = 4 * g + tig;
+        const uint4 *xp = (const uint4 *)(xrow + R * 32);
+        const int sw = gemv_swz(R, xt);
+        uint4 xv[4];
+#pragma unroll
+        for (int c = 0; c < 4; c++) xv[c] = xp[c ^ sw];
+        /* GEMV_CHAINS independent accumulators: chains of 8 / GEMV_CHAINS dependent mmas */
+        constexpr int NC = GEMV_CHAINS;
+        float c4[NC][4];
+#pragma unroll
+        for (int c = 0; c < NC; c++) c4[c][0] = c4[c][1] = c4[c][2] = c4[c][3] = 0.0f;
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+#pragma unroll
+          for (int hh = 0; hh < 2; hh++) {
+            const uint32_t af[4] = {p0[q][2 * hh], p8[q][2 * hh], p0[q][2 * hh + 1], p8[q][2 * hh + 1]};
+            const uint4 xc = xv[2 * hh + (q >> 1)];
+            const uint32_t bf[2] = {q & 1 ? xc.z : xc.x, q & 1 ? xc.w : xc.y};
+            mma_16816(c4[NC == 4 ? 2 * hh + (q >> 1) : hh], af, bf);
+          }
+        }
+        float2 cr = make_float2(0.0f, 0.0f);
+        if (GEMV_FOLD) cr = *(const float2 *)&corr[g * 8 + 2 * tig]; /* tokens 2 tig, 2 tig + 1 */
+        float t4[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          t4[e] = c4[0][e] + c4[1][e];
+          if (NC == 4) t4[e] += c4[2][e] + c4[3][e];
+        }
+        acc[0] = fmaf(sc0, t4[0] - cr.x, acc[0]);
+        acc[1] = fmaf(sc0, t4[1] - cr.y, acc[1]);
+        acc[2] = fmaf(sc8, t4[2] - cr.x, acc[2]);
+        acc[3] = fmaf(sc8, t4[3] - cr.y, acc[3]);
+      }
+      if (++j < S) continue;
+      j = 0;
+      if (WE) { /* the warp's own tile: lane (gid, tig) holds rows gid / gid + 8 of tokens 2 tig, 2 tig + 1 */
+#pragma unroll
+        for (int e = 0; e < 2; e++)
+          if (2 * tig + e < n) gemv_emit<TO, MODE>(a, u * 16, gid, 2 * tig + e, acc[e], acc[2 + e], s_pos, s_slot);
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[e] = 0.0f;
+      } else { /* unit done: the KS partial tiles meet in shared memory, one thread per (tile, row, token) */
+#pragma unroll
+        for (int e = 0; e < 4; e++) { red[warp][e][lane] = acc[e]; acc[e] = 0.0f; }
+        __syncthreads();
+        /* one thread per (tile, lane group gid, token): both rows of the lane group */
+        for (int o = threadIdx.x; o < TPB * 8 * n; o += blockDim.x) {
+          const int ot = o / (8 * n), p = (o / n) % 8, t = o % n;
+          const int ln = p * 4 + t / 2;
+          float vl = 0.0f, vh = 0.0f;
+#pragma unroll
+          for (int k = 0; k < KS; k++) {
+            vl += red[ot * KS + k][t % 2][ln];
+            vh += red[ot * KS + k][2 + t % 2][ln];
+          }
+          gemv_emit<TO, MODE>(a, (u * TPB + ot) * 16, p, t, vl, vh, s_pos, s_slot);
+        }
+        __syncthreads();
+      }
+      u += ustride;
     }
-    cp_async_wait<0>(); /* the prefetches past the last step */
   }
+  cp_async_wait<0>(); /* the prefetches past the last step */
 }
 
 /* ---- dispatch ------------------------------------------------------------------------------------ */
@@ -593,8 +560,6 @@ static int g_gemv_we_min = 4; /* whole-tile warps (KS = 1) from this many tiles 
  * can then start their weight prefetch while this kernel streams */
 static int g_gemv_nw16 = 1; /* HEARTH_GEMV_NW16=0: no 16-warp blocks (their registers keep the next kernel's
                                blocks off the SM, so its prefetch cannot start beside them) */
-static int g_gemv_ldr = 0, g_gemv_xpred = 1; /* HEARTH_GEMV_LDR=1: the register ring; HEARTH_GEMV_XPRED=0:
-                                                  every lane reads x (round 9 A/B knobs) */
 static int g_gemv_per_sm = 0, g_gemv_ring_max = 4; /* 4, not 8: +2-5 % e2e decode (round 7, two calls):
                                                         the next kernel's blocks fit beside this one's */
 
@@ -608,8 +573,7 @@ static const int g_gemv_cfg[][2] = {GEMV_CONFIGS(GEMV_CFG_ROW)};
 template <typename TO, int PRO, int MODE>
 static int gemv_attr1(struct hb_ctx *ctx) {
   int bad = 0;
-#define GEMV_ATTR(NW, KS) \
-  bad |= smem_attr(ctx, gemv_q4_kernel<TO, PRO, KS, MODE, NW, 0>) | smem_attr(ctx, gemv_q4_kernel<TO, PRO, KS, MODE, NW, GEMV_LDR>);
+#define GEMV_ATTR(NW, KS) bad |= smem_attr(ctx, gemv_q4_kernel<TO, PRO, KS, MODE, NW>);
   GEMV_CONFIGS(GEMV_ATTR)
 #undef GEMV_ATTR
   return bad;
@@ -619,9 +583,6 @@ int cu_gemv_init(struct hb_ctx *ctx) {
   if (we && *we) g_gemv_we_min = atoi(we);
   const char *ps = getenv("HEARTH_GEMV_PER_SM"), *rm = getenv("HEARTH_GEMV_RING"), *nw16 = getenv("HEARTH_GEMV_NW16");
   if (nw16 && *nw16 == '0') g_gemv_nw16 = 0;
-  const char *ldr = getenv("HEARTH_GEMV_LDR"), *xp = getenv("HEARTH_GEMV_XPRED");
-  if (ldr && *ldr) g_gemv_ldr = atoi(ldr) != 0;
-  if (xp && *xp == '0') g_gemv_xpred = 0;
   if (ps && *ps) g_gemv_per_sm = atoi(ps);
   if (rm && *rm) g_gemv_ring_max = atoi(rm);
   return gemv_attr1<__half, PRO_PLAIN, 0>(ctx) | gemv_attr1<__half, PRO_NORM, 0>(ctx) |
@@ -697,21 +658,18 @@ static void gemv_launch_t(struct hb_ctx *ctx, gemv_args &a) {
   if (!g_gemv_nw16) ring16 = 0;
   const int tiles = (a.rows_total + 15) / 16;
   int units = tiles;
-  const int ci = gemv_pick(tiles, a.K / 128, ctx->n_sm, per_sm, ring16 ? per_sm16 : 0, &units);
+  const int ci = gemv_pick(tiles, (a.K / 128 + GEMV_GPS - 1) / GEMV_GPS, ctx->n_sm, per_sm, ring16 ? per_sm16 : 0, &units);
   const int nw = g_gemv_cfg[ci][0], slots = ctx->n_sm * (nw == 8 ? per_sm : per_sm16);
   a.n_units = units;
-  a.ring = g_gemv_ldr ? 0 : nw == 8 ? ring8 : ring16;
+  a.ring = nw == 8 ? ring8 : ring16;
   const size_t sm = base + (size_t)nw * a.ring * GEMV_SLOT;
   /* KS = 1: units are tiles, spread over all resident blocks (tile = block + grid * warp + ...) so
    * that every SM gets the same number of tiles, not whole 8-tile blocks */
   const int blocks = g_gemv_cfg[ci][1] == 1 ? slots : units;
   const dim3 grid((unsigned)(blocks < slots ? blocks : slots)), block((unsigned)(nw * 32));
   int k = 0;
-#define GEMV_LAUNCH(NW, KS)                                                                                \
-  if (ci == k++) {                                                                                         \
-    if (g_gemv_ldr) cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<TO, PRO, KS, MODE, NW, GEMV_LDR>, grid, block, sm, a); \
-    else cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<TO, PRO, KS, MODE, NW, 0>, grid, block, sm, a);                  \
-  }
+#define GEMV_LAUNCH(NW, KS) \
+  if (ci == k++) cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<TO, PRO, KS, MODE, NW>, grid, block, sm, a);
   GEMV_CONFIGS(GEMV_LAUNCH)
 #undef GEMV_LAUNCH
 }
@@ -738,7 +696,6 @@ static int gemv_fill(struct hb_ctx *ctx, gemv_args &a, int pro, const struct hb_
   a.n_mm = n_mm;
   a.K = (int)ws[0]->cols;
   a.add = add;
-  a.xl = g_gemv_xpred ? n : 8;
   enum hb_dtype odt = outs[0]->dtype;
   int r = 0;
   for (int i = 0; i < n_mm; i++) {

@@ -16,13 +16,6 @@ __device__ __forceinline__ uint4 ld_nc_v4(const void *p) {
   return r;
 }
 
-/* 4 bytes of the same kind (the decode GEMV's scale words) */
-__device__ __forceinline__ uint32_t ld_nc_u32(const void *p) {
-  uint32_t r;
-  asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(r) : "l"(p));
-  return r;
-}
-
 __device__ __forceinline__ unsigned short ld_nc_u16(const void *p) {
   unsigned short r;
   asm volatile("ld.global.nc.u16 %0, [%1];" : "=h"(r) : "l"(p));
