@@ -1053,15 +1053,6 @@ static int ads_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb
   if (p->window > 0 && p->window < cap) cap = p->window;
   int NS = (int)((cap + C - 1) / C), fill = 2 * ctx->n_sm / (nt * p->n_heads);
   if (NS > fill) NS = fill;
-  /* a measurement knob (HEARTH_ATTN_NS, bench A/B only): at most this many splits. At short contexts
-   * every split but the first exits at once, yet each still needs an SM with this block's shared
-   * memory free to start, and the next kernel starts only once all have: this times that cost */
-  static int ns_max = -1;
-  if (ns_max < 0) {
-    const char *e = getenv("HEARTH_ATTN_NS");
-    ns_max = e && atoi(e) > 0 ? atoi(e) : 32;
-  }
-  if (NS > ns_max) NS = ns_max;
   NS = NS < 1 ? 1 : (NS > 32 ? 32 : NS);
   size_t need_part = (size_t)nt * p->n_heads * NS * (HD + 2), need_cnt = (size_t)nt * p->n_heads;
   void *pp = ctx->attn_part, *cp = ctx->attn_cnt;

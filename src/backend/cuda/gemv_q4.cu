@@ -45,10 +45,7 @@
  * cp.async (no registers hold data in flight), one slot per step: the 32 lanes' 16-byte runs of
  * rows gid and gid + 8, then their two scales as the aligned 4-byte words that hold them */
 #ifndef GEMV_GPS
-#define GEMV_GPS 1 /* groups per ring step (1 or 2): 2 shares the step's scaffolding (wait, slot, loop) over 2 KB */
-#endif
-#ifndef GEMV_CHAINS
-#define GEMV_CHAINS 2 /* independent mma accumulator chains per group (2 or 4) */
+#define GEMV_GPS 2 /* groups per ring step (1 or 2): 2 shares the step's scaffolding (wait, slot, loop) over 2 KB */
 #endif
 #define GEMV_SUB 1280 /* one group's part of a slot */
 #define GEMV_SLOT (GEMV_SUB * GEMV_GPS)
@@ -492,11 +489,9 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
         uint4 xv[4];
 #pragma unroll
         for (int c = 0; c < 4; c++) xv[c] = xp[c ^ sw];
-        /* GEMV_CHAINS independent accumulators: chains of 8 / GEMV_CHAINS dependent mmas */
-        constexpr int NC = GEMV_CHAINS;
-        float c4[NC][4];
-#pragma unroll
-        for (int c = 0; c < NC; c++) c4[c][0] = c4[c][1] = c4[c][2] = c4[c][3] = 0.0f;
+        /* two accumulators (hh = 0, 1): two chains of 4 dependent mmas instead of one of 8 (four
+         * chains of 2 measured the same, round 9) */
+        float c4[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
         for (int q = 0; q < 4; q++) {
 #pragma unroll
@@ -504,21 +499,15 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
             const uint32_t af[4] = {p0[q][2 * hh], p8[q][2 * hh], p0[q][2 * hh + 1], p8[q][2 * hh + 1]};
             const uint4 xc = xv[2 * hh + (q >> 1)];
             const uint32_t bf[2] = {q & 1 ? xc.z : xc.x, q & 1 ? xc.w : xc.y};
-            mma_16816(c4[NC == 4 ? 2 * hh + (q >> 1) : hh], af, bf);
+            mma_16816(c4[hh], af, bf);
           }
         }
         float2 cr = make_float2(0.0f, 0.0f);
         if (GEMV_FOLD) cr = *(const float2 *)&corr[g * 8 + 2 * tig]; /* tokens 2 tig, 2 tig + 1 */
-        float t4[4];
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          t4[e] = c4[0][e] + c4[1][e];
-          if (NC == 4) t4[e] += c4[2][e] + c4[3][e];
-        }
-        acc[0] = fmaf(sc0, t4[0] - cr.x, acc[0]);
-        acc[1] = fmaf(sc0, t4[1] - cr.y, acc[1]);
-        acc[2] = fmaf(sc8, t4[2] - cr.x, acc[2]);
-        acc[3] = fmaf(sc8, t4[3] - cr.y, acc[3]);
+        acc[0] = fmaf(sc0, c4[0][0] + c4[1][0] - cr.x, acc[0]);
+        acc[1] = fmaf(sc0, c4[0][1] + c4[1][1] - cr.y, acc[1]);
+        acc[2] = fmaf(sc8, c4[0][2] + c4[1][2] - cr.x, acc[2]);
+        acc[3] = fmaf(sc8, c4[0][3] + c4[1][3] - cr.y, acc[3]);
       }
       if (++j < S) continue;
       j = 0;
@@ -558,8 +547,7 @@ static int g_gemv_we_min = 4; /* whole-tile warps (KS = 1) from this many tiles 
 /* tuning knobs for bench A/B runs (HEARTH_GEMV_PER_SM, HEARTH_GEMV_RING): at most this many resident
  * blocks per SM and ring steps per warp; fewer leave shared memory for the next kernel's blocks, which
  * can then start their weight prefetch while this kernel streams */
-static int g_gemv_nw16 = 1; /* HEARTH_GEMV_NW16=0: no 16-warp blocks (their registers keep the next kernel's
-                               blocks off the SM, so its prefetch cannot start beside them) */
+static int g_gemv_ring_fit = 1; /* HEARTH_GEMV_RING_FIT=0: always the deepest ring that fits (gemv_launch_t) */
 static int g_gemv_per_sm = 0, g_gemv_ring_max = 4; /* 4, not 8: +2-5 % e2e decode (round 7, two calls):
                                                         the next kernel's blocks fit beside this one's */
 
@@ -581,8 +569,9 @@ static int gemv_attr1(struct hb_ctx *ctx) {
 int cu_gemv_init(struct hb_ctx *ctx) {
   const char *we = getenv("HEARTH_GEMV_WE_MIN"); /* a tuning knob for bench A/B runs */
   if (we && *we) g_gemv_we_min = atoi(we);
-  const char *ps = getenv("HEARTH_GEMV_PER_SM"), *rm = getenv("HEARTH_GEMV_RING"), *nw16 = getenv("HEARTH_GEMV_NW16");
-  if (nw16 && *nw16 == '0') g_gemv_nw16 = 0;
+  const char *ps = getenv("HEARTH_GEMV_PER_SM"), *rm = getenv("HEARTH_GEMV_RING");
+  const char *rf = getenv("HEARTH_GEMV_RING_FIT");
+  if (rf && *rf == '0') g_gemv_ring_fit = 0;
   if (ps && *ps) g_gemv_per_sm = atoi(ps);
   if (rm && *rm) g_gemv_ring_max = atoi(rm);
   return gemv_attr1<__half, PRO_PLAIN, 0>(ctx) | gemv_attr1<__half, PRO_NORM, 0>(ctx) |
@@ -655,18 +644,26 @@ static void gemv_launch_t(struct hb_ctx *ctx, gemv_args &a) {
   for (; per_sm >= 1 && !(ring8 = gemv_ring(ctx, base, 8, per_sm)); per_sm--) {}
   int per_sm16 = GEMV_MINB16, ring16 = 0;
   for (; per_sm16 >= 1 && !(ring16 = gemv_ring(ctx, base, 16, per_sm16)); per_sm16--) {}
-  if (!g_gemv_nw16) ring16 = 0;
   const int tiles = (a.rows_total + 15) / 16;
   int units = tiles;
   const int ci = gemv_pick(tiles, (a.K / 128 + GEMV_GPS - 1) / GEMV_GPS, ctx->n_sm, per_sm, ring16 ? per_sm16 : 0, &units);
   const int nw = g_gemv_cfg[ci][0], slots = ctx->n_sm * (nw == 8 ? per_sm : per_sm16);
   a.n_units = units;
-  a.ring = nw == 8 ? ring8 : ring16;
-  const size_t sm = base + (size_t)nw * a.ring * GEMV_SLOT;
   /* KS = 1: units are tiles, spread over all resident blocks (tile = block + grid * warp + ...) so
    * that every SM gets the same number of tiles, not whole 8-tile blocks */
-  const int blocks = g_gemv_cfg[ci][1] == 1 ? slots : units;
-  const dim3 grid((unsigned)(blocks < slots ? blocks : slots)), block((unsigned)(nw * 32));
+  const int ks = g_gemv_cfg[ci][1], blocks = ks == 1 ? slots : units, nb = blocks < slots ? blocks : slots;
+  a.ring = nw == 8 ? ring8 : ring16;
+  if (g_gemv_ring_fit && a.ring > 2) {
+    /* 4 steps only where they put a warp's whole work in flight before griddepcontrol.wait and 2
+     * would not (3 or 4 steps per warp); otherwise 2: less shared memory held, so the next kernel's
+     * blocks fit beside this one's (round 9: with 2-group steps, 4 everywhere was best on the 0.5B,
+     * whose gate/up is one 4-step tile per warp, and 2 everywhere on the 3B) */
+    const int S = ((a.K / 128 + GEMV_GPS - 1) / GEMV_GPS + ks - 1) / ks;
+    const int per_warp = ks == 1 ? (units + nb * nw - 1) / (nb * nw) : (units + nb - 1) / nb;
+    a.ring = S * per_warp > 2 && S * per_warp <= 4 ? 4 : 2;
+  }
+  const size_t sm = base + (size_t)nw * a.ring * GEMV_SLOT;
+  const dim3 grid((unsigned)nb), block((unsigned)(nw * 32));
   int k = 0;
 #define GEMV_LAUNCH(NW, KS) \
   if (ci == k++) cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<TO, PRO, KS, MODE, NW>, grid, block, sm, a);
