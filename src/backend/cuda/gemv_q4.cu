@@ -655,12 +655,14 @@ static void gemv_launch_t(struct hb_ctx *ctx, gemv_args &a) {
   a.ring = nw == 8 ? ring8 : ring16;
   if (g_gemv_ring_fit && a.ring > 2) {
     /* 4 steps only where they put a warp's whole work in flight before griddepcontrol.wait and 2
-     * would not (3 or 4 steps per warp); otherwise 2: less shared memory held, so the next kernel's
-     * blocks fit beside this one's (round 9: with 2-group steps, 4 everywhere was best on the 0.5B,
-     * whose gate/up is one 4-step tile per warp, and 2 everywhere on the 3B) */
+     * would not (3 or 4 steps per warp), and only in 8-warp blocks (a 16-warp block would hold 160 KB);
+     * otherwise 2: less shared memory held, so the next kernel's blocks fit beside this one's.
+     * Round 9: with 2-group steps, 4 everywhere was best on the 0.5B (its gate/up is one 4-step tile
+     * per warp) and 2 everywhere on the 3B; this rule gives each model its better choice, and
+     * without the 8-warp condition the 3B's down_proj (16 warps, 3 steps) took 4 and lost 2 % */
     const int S = ((a.K / 128 + GEMV_GPS - 1) / GEMV_GPS + ks - 1) / ks;
     const int per_warp = ks == 1 ? (units + nb * nw - 1) / (nb * nw) : (units + nb - 1) / nb;
-    a.ring = S * per_warp > 2 && S * per_warp <= 4 ? 4 : 2;
+    a.ring = nw == 8 && S * per_warp > 2 && S * per_warp <= 4 ? 4 : 2;
   }
   const size_t sm = base + (size_t)nw * a.ring * GEMV_SLOT;
   const dim3 grid((unsigned)nb), block((unsigned)(nw * 32));
