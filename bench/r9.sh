@@ -4,6 +4,7 @@
 # others' register allocation), each run through test_cuda_ops and ctest -L cuda, then e2e tg128 of every
 # build on both models, interleaved. On the GPU machine, in a carried copy of the tree:
 #   bash bench/r9.sh        (about 6 minutes; logs under $OUT)
+# R9_VARIANTS: space-separated name:CMAKE_CUDA_FLAGS pairs (flags without spaces), default "gps1:-DGEMV_GPS=1".
 # R9_BASE=path/to/gemv_q4.cu adds a build with that file in place of the tree's (the previous round's kernel).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -16,7 +17,8 @@ CTEST_FIRST=1 BENCH_PARTS=gemv DEADLINE_S=220 E2E_ARGS="-p 71 -n 128 -r 3 --tg-c
   bash bench/gpu.sh full >"$OUT/full.txt" 2>&1 &
 full=$!
 # variants: name and CMAKE_CUDA_FLAGS
-variants=("gps2:-DGEMV_GPS=2" "ch4:-DGEMV_CHAINS=4" "gps2ch4:-DGEMV_GPS=2 -DGEMV_CHAINS=4")
+# (round 9 ran "gps2:-DGEMV_GPS=2" "ch4:-DGEMV_CHAINS=4" and both together, when GPS 1 was the default)
+read -r -a variants <<<"${R9_VARIANTS:-gps1:-DGEMV_GPS=1}"
 build() { # name flags [source dir]
   local n=$1 f=$2 src=${3:-.}
   cmake -S "$src" -B "build-gpu/$n" -DCMAKE_BUILD_TYPE=Release -DHEARTH_SERVER=OFF -DHEARTH_WERROR=OFF \
@@ -50,7 +52,7 @@ tg() { # build, model, environment...
 names=(cmake); for v in "${variants[@]}"; do [ -x "build-gpu/${v%%:*}/hearth" ] && names+=("${v%%:*}"); done
 for m in 0.5b 3b; do
   for b in "${names[@]}"; do tg "$b" $m X=1; done
-  for b in "${names[@]}"; do case $b in gps2*) tg "$b" $m HEARTH_GEMV_RING=2 ;; esac; done
+  for b in "${names[@]}"; do tg "$b" $m HEARTH_GEMV_RING=2; done
   tg cmake $m X=1
 done 2>&1 | tee "$OUT/ab.txt"
 for b in "${names[@]}"; do

@@ -34,7 +34,9 @@
  * kept 73 % of its time): one lop3 per weight pair and select-free ring copies took a 1 KB step from
  * ~200 SASS instructions to ~163 and the LM head from 2.5 to 2.8 TB/s; a 4-step ring (the default)
  * beat 8 end to end by leaving shared memory for the next kernel's blocks. A plain read in this
- * fragment order reaches 3.4 TB/s (bench/probe_read.cu). */
+ * fragment order reaches 3.4 TB/s (bench/probe_read.cu). Round 9: two groups per ring step (the
+ * per-step scaffolding over 2 KB) took the LM head to 3.3 TB/s and the 3B decode +9 %; weights
+ * through registers instead of the ring lost 10-20 %, so the shared-memory pipe is not the limit. */
 #include <stdlib.h>
 #include <string.h>
 
