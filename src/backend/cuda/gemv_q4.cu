@@ -44,8 +44,9 @@
 #include "backend/cuda/ptx.cuh"
 
 /* the weight stream: each warp keeps a ring of a.ring (2, 4 or 8) steps in shared memory, filled by
- * cp.async (no registers hold data in flight), one slot per step: the 32 lanes' 16-byte runs of
- * rows gid and gid + 8, then their two scales as the aligned 4-byte words that hold them */
+ * cp.async (no registers hold data in flight), one slot per step of GEMV_GPS groups, each group's part
+ * (GEMV_SUB bytes): the 32 lanes' 16-byte runs of rows gid and gid + 8, then their two scales as the
+ * aligned 4-byte words that hold them */
 #ifndef GEMV_GPS
 #define GEMV_GPS 2 /* groups per ring step (1 or 2): 2 shares the step's scaffolding (wait, slot, loop) over 2 KB */
 #endif
@@ -223,8 +224,8 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
   const int S = ((G + GPS - 1) / GPS + KS - 1) / KS; /* steps per unit per warp (same for every warp: padded) */
   const int64_t rb = K / 2;
 
-  /* the weight-loading side of the pipeline: step (lu, lj) = group ks + lj * KS of tile
-   * lu * TPB + ts (WE: of tile lu); out-of-range steps load zeros */
+  /* the weight-loading side of the pipeline: step (lu, lj) = groups (ks + lj * KS) * GPS .. + GPS - 1
+   * of tile lu * TPB + ts (WE: of tile lu); groups past the row and out-of-range tiles load zeros */
   const int ustride = WE ? gridDim.x * NW : gridDim.x, u0 = WE ? blockIdx.x + gridDim.x * warp : blockIdx.x;
   /* the norm weights (raw, + off at use) into shared memory by cp.async, one group before the ring's:
    * a loop of plain loads and shared stores ran as K / threads dependent round trips */
