@@ -52,6 +52,9 @@
 #endif
 #define GEMV_SUB 1280 /* one group's part of a slot */
 #define GEMV_SLOT (GEMV_SUB * GEMV_GPS)
+/* ring steps per warp and unit: G groups of 128 columns, GEMV_GPS per step, split KS ways (padded so
+ * that every warp of a unit takes the same number); the kernel and the launch shape share it */
+__host__ __device__ inline int gemv_steps(int G, int ks) { return ((G + GEMV_GPS - 1) / GEMV_GPS + ks - 1) / ks; }
 #ifndef GEMV_MINB
 #define GEMV_MINB 2 /* resident 8-warp blocks per SM the registers are budgeted for */
 #endif
@@ -221,7 +224,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane / 4, tig = lane % 4;
   const int ts = warp / KS, ks = warp % KS;
   constexpr int GPS = GEMV_GPS;
-  const int S = ((G + GPS - 1) / GPS + KS - 1) / KS; /* steps per unit per warp (same for every warp: padded) */
+  const int S = gemv_steps(G, KS);
   const int64_t rb = K / 2;
 
   /* the weight-loading side of the pipeline: step (lu, lj) = groups (ks + lj * KS) * GPS .. + GPS - 1
@@ -649,7 +652,7 @@ static void gemv_launch_t(struct hb_ctx *ctx, gemv_args &a) {
   for (; per_sm16 >= 1 && !(ring16 = gemv_ring(ctx, base, 16, per_sm16)); per_sm16--) {}
   const int tiles = (a.rows_total + 15) / 16;
   int units = tiles;
-  const int ci = gemv_pick(tiles, (a.K / 128 + GEMV_GPS - 1) / GEMV_GPS, ctx->n_sm, per_sm, ring16 ? per_sm16 : 0, &units);
+  const int ci = gemv_pick(tiles, gemv_steps(a.K / 128, 1), ctx->n_sm, per_sm, ring16 ? per_sm16 : 0, &units);
   const int nw = g_gemv_cfg[ci][0], slots = ctx->n_sm * (nw == 8 ? per_sm : per_sm16);
   a.n_units = units;
   /* KS = 1: units are tiles, spread over all resident blocks (tile = block + grid * warp + ...) so
@@ -663,7 +666,7 @@ static void gemv_launch_t(struct hb_ctx *ctx, gemv_args &a) {
      * Round 9: with 2-group steps, 4 everywhere was best on the 0.5B (its gate/up is one 4-step tile
      * per warp) and 2 everywhere on the 3B; this rule gives each model its better choice, and
      * without the 8-warp condition the 3B's down_proj (16 warps, 3 steps) took 4 and lost 2 % */
-    const int S = ((a.K / 128 + GEMV_GPS - 1) / GEMV_GPS + ks - 1) / ks;
+    const int S = gemv_steps(a.K / 128, ks);
     const int per_warp = ks == 1 ? (units + nb * nw - 1) / (nb * nw) : (units + nb - 1) / nb;
     a.ring = nw == 8 && S * per_warp > 2 && S * per_warp <= 4 ? 4 : 2;
   }
