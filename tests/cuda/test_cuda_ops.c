@@ -374,6 +374,8 @@ static void run_all(int exact) {
   check_matmul(HB_Q4, 16384, 896, 3, 1, mt);   /* 7 groups per row: padded steps */
   check_matmul(HB_Q4, 24, 4864, 5, 1, mt);     /* one and a half tiles, 38 groups over 8 warps */
   check_matmul(HB_Q4, 100, 256, 2, 0, mt);     /* fewer groups (2) than warps */
+  check_matmul(HB_Q4, 16384, 1664, 2, 0, mt);  /* 13 groups: a short last step (2 or 4 groups per step) */
+  check_matmul(HB_Q4, 16384, 2944, 1, 1, mt);  /* 23 groups */
   if (!exact) { check_matmul_f32out(20000, 2048, 1, mt); check_matmul_f32out(3000, 896, 8, mt); }
   check_matmul(HB_Q4, 384, 1024, 9, 0, mg);
   check_matmul(HB_Q4, 1152, 896, 71, 1, mg);

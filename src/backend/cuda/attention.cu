@@ -443,8 +443,9 @@ template <int HD>
 __global__ __launch_bounds__(ADS_THREADS) void attn_decode_smem_kernel(
     __half *out, const __half *q, const __half *kc, const __half *vc, const int32_t *pos, const int32_t *seq,
     const int32_t *bt, int max_blocks, int bs, int n_tokens, int n_heads, int n_kv, float scale, int window,
-    float softcap, float *part, unsigned *cnt, int NS, int C) {
+    float softcap, float *part, unsigned *cnt, int NS, int C CU_TRACE_PARAMS) {
   pdl_trigger();
+  if (threadIdx.x == 0) { CU_TRACE(0); CU_TRACE(6); }
   constexpr int RW = HD / 8 + 1;        /* a key row in 16-byte units (one of padding) */
   constexpr int SUB = ADS_THREADS / HD; /* p·V: threads per head dimension, each a subset of the keys */
   extern __shared__ uint4 ads_sm[];
@@ -481,6 +482,7 @@ __global__ __launch_bounds__(ADS_THREADS) void attn_decode_smem_kernel(
   int kn = min(C, ke - kb);
   copy(kb, min(kb + kn, pnew));
   pdl_wait();
+  if (threadIdx.x == 0) { CU_TRACE(1); CU_TRACE(3); }
   /* the new keys' copies first: a thread stores q only once its load has landed, and copies issued
    * after that store would start one round trip later */
   copy(max(kb, pnew), kb + kn);
@@ -488,9 +490,16 @@ __global__ __launch_bounds__(ADS_THREADS) void attn_decode_smem_kernel(
   const int d = threadIdx.x % HD, sub = threadIdx.x / HD;
   const __half *vh = (const __half *)vs;
   float M = -INFINITY, L = 0.0f, A = 0.0f; /* running max and sum (block-uniform), this thread's p·V */
+#if HEARTH_TRACE
+  bool tr_first = true;
+#endif
   for (;;) {
     cp_async_wait<0>();
     __syncthreads();
+#if HEARTH_TRACE
+    if (tr_first && threadIdx.x == 0) CU_TRACE(4); /* q and the first keys in shared memory */
+    tr_first = false;
+#endif
     float mloc = -INFINITY;
     for (int k = threadIdx.x; k < kn; k += ADS_THREADS) {
       const uint4 *kr = ks + k * RW;
@@ -550,9 +559,15 @@ __global__ __launch_bounds__(ADS_THREADS) void attn_decode_smem_kernel(
       if (d == 0) { pp[HD] = M; pp[HD + 1] = L; }
     }
   }
-  if (ns == 1) return;
+  if (ns == 1) {
+    if (threadIdx.x % 32 == 0) CU_TRACE(2);
+    return;
+  }
   unsigned *cp = cnt + row;
-  if (!split_is_last(cp, ns, &sm_last)) return;
+  if (!split_is_last(cp, ns, &sm_last)) {
+    if (threadIdx.x % 32 == 0) CU_TRACE(2);
+    return;
+  }
   /* the last block merges: warp 0 weighs the splits (ns <= 32), then one thread per dimension */
   if (threadIdx.x < 32) {
     float mj = -INFINITY, lj = 0.0f;
@@ -573,6 +588,7 @@ __global__ __launch_bounds__(ADS_THREADS) void attn_decode_smem_kernel(
     out[row * HD + e] = __float2half_rn(a);
   }
   if (threadIdx.x == 0) *cp = 0;
+  if (threadIdx.x % 32 == 0) CU_TRACE(2);
 }
 
 /* ---- prefill: query tiles x key tiles -------------------------------------------------------------- */
@@ -1068,7 +1084,7 @@ static int ads_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb
                 (__half *)out->data, (const __half *)q->data, (const __half *)kv->k.data, (const __half *)kv->v.data,
                 (const int32_t *)b->d_pos.data, (const int32_t *)b->d_seq.data, (const int32_t *)b->d_block_table.data,
                 b->max_blocks, b->block_size, nt, p->n_heads, p->n_kv_heads, p->scale, p->window, p->softcap,
-                ctx->attn_part, ctx->attn_cnt, NS, C);
+                ctx->attn_part, ctx->attn_cnt, NS, C CU_TRACE_ARGS(ctx, cu_trace_id(ctx, "attention hd%d n%d splits%d", HD, nt, NS)));
   CU_LAUNCHED(ctx, "attn_decode_smem");
   return 0;
 }

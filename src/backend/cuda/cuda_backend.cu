@@ -132,6 +132,10 @@ static void cuda_free(struct hb_ctx *c) {
   }
   cudaFree(c->attn_part); cudaFree(c->attn_cnt); cudaFree(c->tmp[0]); cudaFree(c->tmp[1]); cudaFree(c->gemm_part); cudaFree(c->am_part); cudaFree(c->am_cnt);
   cudaFree(c->sample_rows);
+  cu_trace_print(c);
+#if HEARTH_TRACE
+  cudaFree(c->tr_dev);
+#endif
   cudaStreamDestroy(c->stream);
   free(c);
 }
@@ -412,6 +416,7 @@ static void op_gather_rows(struct hb_ctx *c, struct hb_tensor *out, const struct
 struct hb_cuda_graph {
   cudaGraphExec_t exec;
   unsigned gen;
+  int traced; /* a trace build: the capture's number when it was traced (trace.cu), else 0 */
 };
 
 extern "C" int hb_cuda_capture_begin(struct hb_ctx *c, struct hearth_err *err) {
@@ -419,6 +424,7 @@ extern "C" int hb_cuda_capture_begin(struct hb_ctx *c, struct hearth_err *err) {
   if (c->capturing) return cu_err_set(err, HEARTH_ERR_ARG, "cuda: a capture is already open");
   if (CU_OK(c, cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeRelaxed))) return report(c, err);
   c->capturing = 1;
+  cu_trace_capture_begin(c);
   return 0;
 }
 
@@ -443,6 +449,7 @@ extern "C" int hb_cuda_capture_end(struct hb_ctx *c, struct hb_cuda_graph **out,
     return report(c, err);
   }
   h->gen = c->gen;
+  h->traced = cu_trace_graph_traced(c);
   *out = h;
   return 0;
 }
@@ -450,7 +457,10 @@ extern "C" int hb_cuda_capture_end(struct hb_ctx *c, struct hb_cuda_graph **out,
 extern "C" int hb_cuda_graph_launch(struct hb_ctx *c, struct hb_cuda_graph *g, struct hearth_err *err) {
   if (c->status) return report(c, err);
   if (g->gen != c->gen) return cu_err_set(err, HEARTH_ERR_ARG, "cuda: stale graph (a scratch buffer moved): capture again");
+  const int traced = g->traced && g->traced == cu_trace_captures(c); /* only the latest capture */
+  if (traced) cu_trace_replay_begin(c);
   if (CU_OK(c, cudaGraphLaunch(g->exec, c->stream))) return report(c, err);
+  if (traced) cu_trace_replay_end(c);
   return 0;
 }
 

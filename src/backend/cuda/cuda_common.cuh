@@ -20,6 +20,21 @@ extern "C" {
 
 /* ---- the context ---------------------------------------------------------------------------- */
 
+/* ---- the in-graph timeline of a trace build (-DHEARTH_TRACE=1: bench only, never a product build) ----
+ * The decode GEMV and attention kernels of the latest captured graph stamp %globaltimer (ns) at their first
+ * block's entry, at its griddepcontrol.wait and at their last warp's end; trace.cu resets the stamps before
+ * each replay of that graph, adds them up after it and prints the mean timeline when the context is freed.
+ * The default build compiles none of it: the macros below expand to nothing. */
+#ifndef HEARTH_TRACE
+#define HEARTH_TRACE 0
+#endif
+#define CU_TRACE_MAX 512
+/* stamp kinds: 0 first entry, 1 first wait release (min); 2 last end, 3 last wait release, 4 last prologue
+ * done (x in shared memory), 5 last first-step ready (the first ring slot landed), 6 last entry, 7 last unit's
+ * last step multiplied, 8 partial tiles reduced in shared memory, 9 outputs emitted (max) */
+#define CU_TRACE_KINDS 10
+#define CU_TRACE_NMIN 2
+
 struct hb_ctx {
   int device, exact, n_sm;
   size_t smem_optin;      /* largest dynamic shared memory a block may opt in to */
@@ -56,6 +71,14 @@ struct hb_ctx {
    * (n <= 8 tokens) of these kernel kinds are left out, so that `hearth bench` times the step
    * without them; the difference is what each kind costs inside the real PDL chain (bench/NOTES.md) */
   unsigned skip;
+#if HEARTH_TRACE
+  unsigned long long *tr_dev;  /* [CU_TRACE_KINDS][CU_TRACE_MAX] stamps (kinds: above) */
+  int tr_captures, tr_seq;     /* captures begun; ids given out in the latest one */
+  int tr_steps;                /* replays of the traced graph added up */
+  char tr_label[CU_TRACE_MAX][48];
+  double tr_sum[CU_TRACE_KINDS][CU_TRACE_MAX];
+  unsigned tr_cnt[CU_TRACE_MAX];
+#endif
 };
 enum { CU_SKIP_QKV = 1, CU_SKIP_ATTN = 2, CU_SKIP_O = 4, CU_SKIP_GATEUP = 8, CU_SKIP_DOWN = 16, CU_SKIP_HEAD = 32 };
 
@@ -133,6 +156,32 @@ static inline void cu_launch_pdl(struct hb_ctx *ctx, const char *name, void (*ke
   cfg.numAttrs = 1;
   cu_ok_(ctx, cudaLaunchKernelEx(&cfg, kern, ((P)args)...), name, __FILE__, __LINE__);
 }
+
+#if HEARTH_TRACE
+__device__ __forceinline__ void cu_trace(unsigned long long *tr, int id, int k) {
+  if (id < 0) return;
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  if (k >= CU_TRACE_NMIN) atomicMax(tr + k * CU_TRACE_MAX + id, t);
+  else atomicMin(tr + k * CU_TRACE_MAX + id, t);
+}
+/* kernel parameters, launch arguments and stamps (k: a stamp kind, above) */
+#define CU_TRACE_PARAMS , unsigned long long *cu_tr, int cu_tr_id
+#define CU_TRACE_ARGS(ctx, id) , (ctx)->tr_dev, (id)
+#define CU_TRACE(k) cu_trace(cu_tr, cu_tr_id, (k))
+#else
+#define CU_TRACE_PARAMS
+#define CU_TRACE_ARGS(ctx, id)
+#define CU_TRACE(k) ((void)0)
+#endif
+/* trace.cu: the next kernel's id while the traced graph is captured, else -1 (always -1 in a default build) */
+int cu_trace_id(struct hb_ctx *ctx, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void cu_trace_capture_begin(struct hb_ctx *ctx);
+int cu_trace_graph_traced(struct hb_ctx *ctx); /* at capture end: the capture's number if traced, else 0 */
+int cu_trace_captures(struct hb_ctx *ctx);      /* captures begun so far */
+void cu_trace_replay_begin(struct hb_ctx *ctx);
+void cu_trace_replay_end(struct hb_ctx *ctx);
+void cu_trace_print(struct hb_ctx *ctx);
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

@@ -94,6 +94,10 @@ struct gemv_args {
   float theta;
   const int32_t *pos, *seq, *bt;
   __half *kc, *vc;
+#if HEARTH_TRACE
+  unsigned long long *tr;
+  int tr_id;
+#endif
 };
 
 /* x of token t as f16 in shared memory: [n][K]; within each 32-run the 16 half2 words are stored in
@@ -224,6 +228,11 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane / 4, tig = lane % 4;
   const int ts = warp / KS, ks = warp % KS;
   constexpr int GPS = GEMV_GPS;
+#if HEARTH_TRACE
+  unsigned long long *cu_tr = a.tr;
+  const int cu_tr_id = a.tr_id;
+#endif
+  if (threadIdx.x == 0) { CU_TRACE(0); CU_TRACE(6); }
   const int S = gemv_steps(G, KS);
   const int64_t rb = K / 2;
 
@@ -291,6 +300,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
       if (i % 8 >= n) corr[i] = 0.0f;
   pdl_wait();
   pdl_trigger();
+  if (threadIdx.x == 0) { CU_TRACE(1); CU_TRACE(3); }
 
   /* prologue: x rows -> f16 (after the norm / silu) in shared memory, chunk c = 8 elements of
    * token c / (K/8); the 16-byte chunk c of 32-run R goes to its swizzled slot */
@@ -441,6 +451,10 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
     }
   }
   __syncthreads();
+  if (threadIdx.x == 0) CU_TRACE(4);
+#if HEARTH_TRACE
+  bool tr_first = true;
+#endif
 
   /* the consuming side: step (u, j) */
   const int xt = gid % n;
@@ -452,6 +466,10 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
       /* this step's slot has landed (its group is the oldest of a.ring outstanding); it is used up
        * (weights -> A fragments, scales -> f32) before load() refills it with the step a.ring ahead */
       gemv_wait_ring(a.ring);
+#if HEARTH_TRACE
+      if (tr_first && lane == 0) CU_TRACE(5);
+      tr_first = false;
+#endif
       const uint8_t *sb = ring + slot * GEMV_SLOT;
       uint4 W0[GPS], W8[GPS];
       uint32_t S0[GPS], S8[GPS];
@@ -517,16 +535,19 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
       }
       if (++j < S) continue;
       j = 0;
+      if (lane == 0) CU_TRACE(7); /* the unit's last step multiplied */
       if (WE) { /* the warp's own tile: lane (gid, tig) holds rows gid / gid + 8 of tokens 2 tig, 2 tig + 1 */
 #pragma unroll
         for (int e = 0; e < 2; e++)
           if (2 * tig + e < n) gemv_emit<TO, MODE>(a, u * 16, gid, 2 * tig + e, acc[e], acc[2 + e], s_pos, s_slot);
+        if (lane == 0) CU_TRACE(9);
 #pragma unroll
         for (int e = 0; e < 4; e++) acc[e] = 0.0f;
       } else { /* unit done: the KS partial tiles meet in shared memory, one thread per (tile, row, token) */
 #pragma unroll
         for (int e = 0; e < 4; e++) { red[warp][e][lane] = acc[e]; acc[e] = 0.0f; }
         __syncthreads();
+        if (threadIdx.x == 0) CU_TRACE(8); /* the partial tiles in shared memory */
         /* one thread per (tile, lane group gid, token): both rows of the lane group */
         for (int o = threadIdx.x; o < TPB * 8 * n; o += blockDim.x) {
           const int ot = o / (8 * n), p = (o / n) % 8, t = o % n;
@@ -538,6 +559,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
             vh += red[ot * KS + k][2 + t % 2][ln];
           }
           gemv_emit<TO, MODE>(a, (u * TPB + ot) * 16, p, t, vl, vh, s_pos, s_slot);
+          CU_TRACE(9); /* emitted (a residual's load has returned) */
         }
         __syncthreads();
       }
@@ -545,6 +567,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
     }
   }
   cp_async_wait<0>(); /* the prefetches past the last step */
+  if (lane == 0) CU_TRACE(2);
 }
 
 /* ---- dispatch ------------------------------------------------------------------------------------ */
@@ -670,6 +693,11 @@ static void gemv_launch_t(struct hb_ctx *ctx, gemv_args &a) {
     const int per_warp = ks == 1 ? (units + nb * nw - 1) / (nb * nw) : (units + nb - 1) / nb;
     a.ring = nw == 8 && S * per_warp > 2 && S * per_warp <= 4 ? 4 : 2;
   }
+#if HEARTH_TRACE
+  a.tr = ctx->tr_dev;
+  a.tr_id = cu_trace_id(ctx, "gemv %s n%d %dx%d %d/%d r%d", MODE == GEMV_ROPE ? "qkv" : MODE == GEMV_GLU ? "glu" : PRO == PRO_NORM ? "norm" : "plain",
+                        a.n, a.rows_total, a.K, nw, ks, a.ring);
+#endif
   const size_t sm = base + (size_t)nw * a.ring * GEMV_SLOT;
   const dim3 grid((unsigned)nb), block((unsigned)(nw * 32));
   int k = 0;

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# bench/trace.sh — the in-graph timeline of one decode step on the GPU machine (bench/NOTES.md, round 10):
+# a -DHEARTH_TRACE=1 build of the CLI (src/backend/cuda/trace.cu) times tg64 after 71 tokens on the mkmodel
+# checkpoints of the 0.5B and the 3B and prints, per GEMV and attention launch, when its blocks entered, when
+# its wait released, and when each stage after it (x in shared memory, first ring step landed, last step
+# multiplied, partial tiles reduced, outputs written, end) was done. Logs: $OUT/trace-<model>.txt.
+#   bash bench/trace.sh                 build, then run (about 2 minutes)
+#   TRACE_STAGE=build|run bash bench/trace.sh   one half (e.g. build beside bench/gpu.sh, run after it)
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+OUT=${OUT:-/tmp/hearth-gpu-out}
+mkdir -p "$OUT"
+if ls .deps/*.deb >/dev/null 2>&1 && [ ! -f .deps/root/.done ]; then # as bench/gpu.sh does
+  tmp=$(mktemp -d .deps/unpack.XXXX)
+  for f in .deps/*.deb; do dpkg -x "$f" "$tmp"; done
+  touch "$tmp/.done"; mv -T "$tmp" .deps/root 2>/dev/null || rm -rf "$tmp"
+fi
+PREFIX=$ROOT/.deps/root/usr
+export LD_LIBRARY_PATH=$PREFIX/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+B=build-gpu/trace
+stage=${TRACE_STAGE:-all}
+if [ "$stage" != run ]; then
+  cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DHEARTH_SERVER=OFF -DHEARTH_WERROR=OFF -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DCMAKE_PREFIX_PATH="$PREFIX" -DCMAKE_CUDA_FLAGS=-DHEARTH_TRACE=1 >"$OUT/build-trace.log" 2>&1 &&
+    cmake --build $B -j"${TRACE_JOBS:-$(nproc)}" --target hearth_cli >>"$OUT/build-trace.log" 2>&1 ||
+    { echo "trace build failed"; tail -n 20 "$OUT/build-trace.log"; exit 1; }
+fi
+[ "$stage" = build ] && exit 0
+for m in 0.5b 3b; do
+  case $m in 0.5b) cfg=configs/qwen2.5-0.5b-instruct.json ;; 3b) cfg=configs/qwen2.5-3b-instruct.json ;; esac
+  dir=/tmp/hearth-bench-$m
+  [ -f "$dir/model.safetensors" ] || timeout 120 $B/hearth mkmodel --config "$cfg" --out "$dir" >/dev/null
+  timeout 60 $B/hearth bench --model $dir --backend cuda -p 71 -n 64 -r 2 --tg-ctx 71 >"$OUT/trace-$m.txt" 2>&1
+  echo "== timeline $m (rc $?; the whole table in trace-$m.txt)"
+  grep -E "^\| (#|[0-9])" "$OUT/trace-$m.txt" | sed -n "1,12p;\$p"
+done
