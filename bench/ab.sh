@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# bench/ab.sh — one device call for a change to the CUDA backend: gpu.sh's build, tests, e2e and GEMV micro-
+# benchmarks of the tree as is, a baseline build beside it (AB_BASE: a directory of .cu files copied over the
+# tree's src/backend/cuda/, e.g. a previous commit's), test_cuda_ops on the baseline, tg128 A/B on both models in
+# interleaved rounds, and (AB_TRACE=1) bench/trace.sh's timeline of the tree. About 4-5 minutes; logs in $OUT.
+#   AB_BASE=.ab-base bash bench/ab.sh
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+OUT=${OUT:-/tmp/hearth-gpu-out}
+mkdir -p "$OUT"
+CTEST_FIRST=1 BENCH_PARTS=gemv DEADLINE_S=${AB_DEADLINE_S:-240} E2E_ARGS=${AB_E2E:-"-p 71,1570 -n 128 -r 3 --tg-ctx 71,1570 --batch 32"} \
+  bash bench/gpu.sh full >"$OUT/full.txt" 2>&1 &
+full=$!
+sleep 5 # gpu.sh unpacks .deps
+PREFIX=$ROOT/.deps/root/usr
+export LD_LIBRARY_PATH=$PREFIX/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+pids=()
+if [ -n "${AB_BASE:-}" ] && [ -d "$AB_BASE" ]; then
+  rm -rf /tmp/ab-base && mkdir -p /tmp/ab-base && tar --exclude=./build-gpu --exclude=./.deps -cf - . | tar -x -C /tmp/ab-base
+  cp "$AB_BASE"/*.cu /tmp/ab-base/src/backend/cuda/
+  ( cmake -S /tmp/ab-base -B build-gpu/base -DCMAKE_BUILD_TYPE=Release -DHEARTH_SERVER=OFF -DHEARTH_WERROR=OFF \
+      -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$PREFIX" >"$OUT/build-base.log" 2>&1 &&
+    cmake --build build-gpu/base -j4 --target hearth_cli test_cuda_ops >>"$OUT/build-base.log" 2>&1 || echo "base build failed" ) &
+  pids+=($!)
+fi
+[ "${AB_TRACE:-0}" = 1 ] && { TRACE_STAGE=build TRACE_JOBS=4 bash bench/trace.sh & pids+=($!); }
+wait "${pids[@]}" 2>/dev/null
+wait $full
+grep -E "passed|failed|FAIL|^\| (tg|pp)|== |^build" "$OUT/full.txt" | grep -v "^ok"
+names=(cmake)
+if [ -x build-gpu/base/hearth ]; then
+  timeout 60 build-gpu/base/tests/cuda/test_cuda_ops >"$OUT/test-base.log" 2>&1
+  echo "base test_cuda_ops rc $? $(grep -E 'passed' "$OUT/test-base.log" | tail -1)"
+  names+=(base)
+fi
+tg() { # build, model
+  echo "$1 $2 $(timeout 40 "build-gpu/$1/hearth" bench --model /tmp/hearth-bench-"$2" --backend cuda -p 71 \
+    -n 128 -r 3 --tg-ctx 71 2>&1 | grep -E '^\| tg128 ')"
+}
+for m in 0.5b 3b; do
+  for r in $(seq "${AB_ROUNDS:-2}"); do for b in "${names[@]}"; do tg "$b" $m; done; done
+done 2>&1 | tee "$OUT/ab.txt"
+[ "${AB_TRACE:-0}" = 1 ] && TRACE_STAGE=run bash bench/trace.sh
+exit 0
