@@ -161,34 +161,11 @@ __device__ __forceinline__ int gemv_row_hi(const gemv_args &a, int m, int lo) {
   return MODE == GEMV_ROPE && m < 2 ? lo + a.hd / 2 : lo + 8;
 }
 
-/* what the epilogue of output pair (lane group p of the tile at global row r0, token t) adds and rotates by:
- * the two rows' bias and (GEMV_ROPE, q/k) the rotation's sin/cos at the token's position ps. None of it
- * depends on the kernel before, so the emitting threads work it out before griddepcontrol.wait: on the chain
- * after the wait it was a bias load and a double-precision pow (2-3 µs of the QKV kernel's end, round 10) */
-struct gemv_pre {
-  float bl, bh, sn, cs;
-};
-template <int MODE>
-__device__ __forceinline__ gemv_pre gemv_prep(const gemv_args &a, int r0, int p, int ps) {
-  gemv_pre q = {0.0f, 0.0f, 0.0f, 1.0f};
-  if (MODE == GEMV_GLU || r0 >= a.rows_total) return q;
-  const int m = r0 >= a.row0[1] ? (r0 >= a.row0[2] ? 2 : 1) : 0, rows = a.row0[m + 1] - a.row0[m];
-  const int lo = gemv_row_lo<MODE>(a, m, r0 - a.row0[m], p), hi = gemv_row_hi<MODE>(a, m, lo);
-  const float *bias = a.bias[m];
-  if (bias) {
-    if (lo < rows) q.bl = bias[lo];
-    if (hi < rows) q.bh = bias[hi];
-  }
-  if (MODE == GEMV_ROPE && m < 2) /* rope_neox as rope_kv_kernel computes it */
-    sincosf((float)ps * (1.0f / rope_pow(a.theta, (float)(2 * (lo % a.hd)) / (float)a.hd)), &q.sn, &q.cs);
-  return q;
-}
-
 /* the epilogue of one output pair: rows lo/hi of lane group p of the tile at global row r0, token t
- * (bias and rope from q, q/cache stores, residual add, store) */
+ * (bias, rope + q/cache stores, residual add, store) */
 template <typename TO, int MODE>
 __device__ __forceinline__ void gemv_emit(const gemv_args &a, int r0, int p, int t, float vl, float vh,
-                                          const int64_t *sslot, const gemv_pre &q) {
+                                          const int *spos, const int64_t *sslot) {
   if (r0 >= a.rows_total) return;
   if (GEMV_ABLATE == 3 && vl != 1234.5f) return; /* keeps the sums alive, stores (almost) nothing */
   if (MODE == GEMV_GLU) { /* no bias, no residual (gemv_fill checks) */
@@ -198,13 +175,20 @@ __device__ __forceinline__ void gemv_emit(const gemv_args &a, int r0, int p, int
   }
   const int m = r0 >= a.row0[1] ? (r0 >= a.row0[2] ? 2 : 1) : 0, rows = a.row0[m + 1] - a.row0[m];
   const int lo = gemv_row_lo<MODE>(a, m, r0 - a.row0[m], p), hi = gemv_row_hi<MODE>(a, m, lo);
-  vl += q.bl;
-  vh += q.bh;
+  const float *bias = a.bias[m];
+  if (bias) {
+    if (lo < rows) vl += bias[lo];
+    if (hi < rows) vh += bias[hi];
+  }
   if (MODE == GEMV_ROPE) { /* rows < rows always: q/k/v are whole heads */
-    if (m < 2) {
+    const int ps = spos[t];
+    if (m < 2) { /* rope_neox as rope_kv_kernel computes it */
+      const int i = lo % a.hd;
+      float sn, cs;
+      sincosf((float)ps * (1.0f / rope_pow(a.theta, (float)(2 * i) / (float)a.hd)), &sn, &cs);
       const float x0 = vl, x1 = vh;
-      vl = x0 * q.cs - x1 * q.sn;
-      vh = x1 * q.cs + x0 * q.sn;
+      vl = x0 * cs - x1 * sn;
+      vh = x1 * cs + x0 * sn;
     }
     if (m == 0) {
       TO *op = (TO *)a.out[0] + (int64_t)t * a.ldo[0];
@@ -314,12 +298,6 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
   if (GEMV_FOLD) /* columns past n: finite values for the mma columns that are never stored */
     for (int i = threadIdx.x; i < G * 8; i += blockDim.x)
       if (i % 8 >= n) corr[i] = 0.0f;
-  /* KS > 1: the thread that will emit output pair (ot, p, t) of the block's first unit prepares it here */
-  gemv_pre pre0 = {0.0f, 0.0f, 0.0f, 1.0f};
-  if (!WE && MODE != GEMV_GLU && threadIdx.x < TPB * 8 * n && u0 < a.n_units) {
-    const int o = threadIdx.x, ot = o / (8 * n), p = (o / n) % 8, t = o % n;
-    pre0 = gemv_prep<MODE>(a, (u0 * TPB + ot) * 16, p, MODE == GEMV_ROPE ? a.pos[t] : 0);
-  }
   pdl_wait();
   pdl_trigger();
   if (threadIdx.x == 0) { CU_TRACE(1); CU_TRACE(3); }
@@ -561,9 +539,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
       if (WE) { /* the warp's own tile: lane (gid, tig) holds rows gid / gid + 8 of tokens 2 tig, 2 tig + 1 */
 #pragma unroll
         for (int e = 0; e < 2; e++)
-          if (2 * tig + e < n)
-            gemv_emit<TO, MODE>(a, u * 16, gid, 2 * tig + e, acc[e], acc[2 + e], s_slot,
-                                gemv_prep<MODE>(a, u * 16, gid, MODE == GEMV_ROPE ? s_pos[2 * tig + e] : 0));
+          if (2 * tig + e < n) gemv_emit<TO, MODE>(a, u * 16, gid, 2 * tig + e, acc[e], acc[2 + e], s_pos, s_slot);
         if (lane == 0) CU_TRACE(9);
 #pragma unroll
         for (int e = 0; e < 4; e++) acc[e] = 0.0f;
@@ -582,9 +558,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
             vl += red[ot * KS + k][t % 2][ln];
             vh += red[ot * KS + k][2 + t % 2][ln];
           }
-          const int r0 = (u * TPB + ot) * 16;
-          gemv_emit<TO, MODE>(a, r0, p, t, vl, vh, s_slot,
-                              u == u0 && o == threadIdx.x ? pre0 : gemv_prep<MODE>(a, r0, p, MODE == GEMV_ROPE ? s_pos[t] : 0));
+          gemv_emit<TO, MODE>(a, (u * TPB + ot) * 16, p, t, vl, vh, s_pos, s_slot);
           CU_TRACE(9); /* emitted (a residual's load has returned) */
         }
         __syncthreads();
