@@ -3,7 +3,10 @@
 # benchmarks of the tree as is, a baseline build beside it (AB_BASE: a directory of .cu files copied over the
 # tree's src/backend/cuda/, e.g. a previous commit's), test_cuda_ops on the baseline, tg128 A/B on both models in
 # interleaved rounds, and (AB_TRACE=1) bench/trace.sh's timeline of the tree. About 4-5 minutes; logs in $OUT.
+# AB_VARIANTS: space-separated name:CMAKE_CUDA_FLAGS builds of the tree (flags joined by commas), each tested and
+# timed like the baseline (about a minute more each).
 #   AB_BASE=.ab-base bash bench/ab.sh
+#   AB_BASE=.ab-base AB_VARIANTS="l2pf:-DGEMV_L2PF=1 l2pf0:-DGEMV_L2PF=1,-DGEMV_PRE=0" bash bench/ab.sh
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -24,16 +27,25 @@ if [ -n "${AB_BASE:-}" ] && [ -d "$AB_BASE" ]; then
     cmake --build build-gpu/base -j4 --target hearth_cli test_cuda_ops >>"$OUT/build-base.log" 2>&1 || echo "base build failed" ) &
   pids+=($!)
 fi
+read -r -a variants <<<"${AB_VARIANTS:-}"
+for v in "${variants[@]}"; do
+  n=${v%%:*} f=${v#*:}
+  ( cmake -S . -B "build-gpu/$n" -DCMAKE_BUILD_TYPE=Release -DHEARTH_SERVER=OFF -DHEARTH_WERROR=OFF \
+      -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$PREFIX" "-DCMAKE_CUDA_FLAGS=${f//,/ }" >"$OUT/build-$n.log" 2>&1 &&
+    cmake --build "build-gpu/$n" -j4 --target hearth_cli test_cuda_ops >>"$OUT/build-$n.log" 2>&1 || echo "build $n failed" ) &
+  pids+=($!)
+done
 [ "${AB_TRACE:-0}" = 1 ] && { TRACE_STAGE=build TRACE_JOBS=4 bash bench/trace.sh & pids+=($!); }
 wait "${pids[@]}" 2>/dev/null
 wait $full
 grep -E "passed|failed|FAIL|^\| (tg|pp)|== |^build" "$OUT/full.txt" | grep -v "^ok"
 names=(cmake)
-if [ -x build-gpu/base/hearth ]; then
-  timeout 60 build-gpu/base/tests/cuda/test_cuda_ops >"$OUT/test-base.log" 2>&1
-  echo "base test_cuda_ops rc $? $(grep -E 'passed' "$OUT/test-base.log" | tail -1)"
-  names+=(base)
-fi
+for n in base "${variants[@]%%:*}"; do
+  [ -x "build-gpu/$n/hearth" ] || continue
+  timeout 60 "build-gpu/$n/tests/cuda/test_cuda_ops" >"$OUT/test-$n.log" 2>&1
+  echo "$n test_cuda_ops rc $? $(grep -E 'passed' "$OUT/test-$n.log" | tail -1)"
+  names+=("$n")
+done
 tg() { # build, model
   echo "$1 $2 $(timeout 40 "build-gpu/$1/hearth" bench --model /tmp/hearth-bench-"$2" --backend cuda -p 71 \
     -n 128 -r 3 --tg-ctx 71 2>&1 | grep -E '^\| tg128 ')"
