@@ -19,6 +19,7 @@ sleep 5 # gpu.sh unpacks .deps
 PREFIX=$ROOT/.deps/root/usr
 export LD_LIBRARY_PATH=$PREFIX/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 pids=()
+rm -f build-gpu/base/hearth # a binary left by an earlier call on a warm machine is never timed by mistake
 if [ -n "${AB_BASE:-}" ] && [ -d "$AB_BASE" ]; then
   rm -rf /tmp/ab-base && mkdir -p /tmp/ab-base && tar --exclude=./build-gpu --exclude=./.deps -cf - . | tar -x -C /tmp/ab-base
   cp "$AB_BASE"/*.cu /tmp/ab-base/src/backend/cuda/
@@ -30,13 +31,16 @@ fi
 read -r -a variants <<<"${AB_VARIANTS:-}"
 for v in "${variants[@]}"; do
   n=${v%%:*} f=${v#*:}
+  case $v in *:*) ;; *) echo "AB_VARIANTS: $v has no ':flags'"; continue ;; esac
+  case $n in cmake|base|trace) echo "AB_VARIANTS: $n is a reserved build name"; continue ;; esac
+  rm -f "build-gpu/$n/hearth"
   ( cmake -S . -B "build-gpu/$n" -DCMAKE_BUILD_TYPE=Release -DHEARTH_SERVER=OFF -DHEARTH_WERROR=OFF \
       -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$PREFIX" "-DCMAKE_CUDA_FLAGS=${f//,/ }" >"$OUT/build-$n.log" 2>&1 &&
     cmake --build "build-gpu/$n" -j4 --target hearth_cli test_cuda_ops >>"$OUT/build-$n.log" 2>&1 || echo "build $n failed" ) &
   pids+=($!)
 done
 [ "${AB_TRACE:-0}" = 1 ] && { TRACE_STAGE=build TRACE_JOBS=4 bash bench/trace.sh & pids+=($!); }
-wait "${pids[@]}" 2>/dev/null
+[ ${#pids[@]} -gt 0 ] && wait "${pids[@]}"
 wait $full
 grep -E "passed|failed|FAIL|^\| (tg|pp)|== |^build" "$OUT/full.txt" | grep -v "^ok"
 names=(cmake)
