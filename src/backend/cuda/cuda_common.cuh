@@ -21,9 +21,9 @@ extern "C" {
 /* ---- the context ---------------------------------------------------------------------------- */
 
 /* ---- the in-graph timeline of a trace build (-DHEARTH_TRACE=1: bench only, never a product build) ----
- * The decode GEMV and attention kernels of the latest captured graph stamp %globaltimer (ns) at their first
- * block's entry, at its griddepcontrol.wait and at their last warp's end; trace.cu resets the stamps before
- * each replay of that graph, adds them up after it and prints the mean timeline when the context is freed.
+ * The decode GEMV and attention kernels of the latest captured graph stamp %globaltimer (ns) at the stages
+ * listed below (the first or the last over their blocks); trace.cu resets the stamps before each replay of
+ * that graph, adds them up after it and prints the mean timeline when the context is freed.
  * The default build compiles none of it: the macros below expand to nothing. */
 #ifndef HEARTH_TRACE
 #define HEARTH_TRACE 0

@@ -603,10 +603,10 @@ int cu_gemv_init(struct hb_ctx *ctx) {
   if (rf && *rf == '0') g_gemv_ring_fit = 0;
   if (ps && *ps) g_gemv_per_sm = atoi(ps);
   if (rm && *rm) g_gemv_ring_max = atoi(rm);
-  return gemv_attr1<__half, PRO_PLAIN, 0>(ctx) | gemv_attr1<__half, PRO_NORM, 0>(ctx) |
+  return gemv_attr1<__half, PRO_PLAIN, GEMV_PLAIN>(ctx) | gemv_attr1<__half, PRO_NORM, GEMV_PLAIN>(ctx) |
          gemv_attr1<__half, PRO_NORM, GEMV_GLU>(ctx) |
-         gemv_attr1<__half, PRO_SILU, 0>(ctx) | gemv_attr1<float, PRO_PLAIN, 0>(ctx) |
-         gemv_attr1<float, PRO_NORM, 0>(ctx) | gemv_attr1<float, PRO_SILU, 0>(ctx) |
+         gemv_attr1<__half, PRO_SILU, GEMV_PLAIN>(ctx) | gemv_attr1<float, PRO_PLAIN, GEMV_PLAIN>(ctx) |
+         gemv_attr1<float, PRO_NORM, GEMV_PLAIN>(ctx) | gemv_attr1<float, PRO_SILU, GEMV_PLAIN>(ctx) |
          gemv_attr1<__half, PRO_NORM, GEMV_ROPE>(ctx);
 }
 
@@ -666,7 +666,7 @@ static int gemv_ring(const struct hb_ctx *ctx, size_t base, int nw, int bps) {
   return 0;
 }
 
-template <typename TO, int PRO, int MODE = 0>
+template <typename TO, int PRO, int MODE = GEMV_PLAIN>
 static void gemv_launch_t(struct hb_ctx *ctx, gemv_args &a) {
   const size_t base = gemv_smem(a.n, a.K, PRO);
   int per_sm = g_gemv_per_sm > 0 && g_gemv_per_sm < GEMV_MINB ? g_gemv_per_sm : GEMV_MINB, ring8 = 0;

@@ -23,22 +23,20 @@ __device__ __forceinline__ unsigned short ld_nc_u16(const void *p) {
 }
 
 /* 16-byte global -> shared copy; src_bytes < 16 zero-fills the rest (0: all zero) */
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, int src_bytes) {
-  unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes));
-}
-/* 4-byte global -> shared copy (through L1: .ca is the only caching mode for 4 bytes) */
-__device__ __forceinline__ void cp_async4(void *smem, const void *gmem, int src_bytes) {
-  unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes));
-}
-/* the same with the shared address already converted (smem_u32): the GEMV's ring keeps one base */
+/* (the _s forms take the shared address already converted by smem_u32: the GEMV's ring keeps one base) */
 __device__ __forceinline__ uint32_t smem_u32(const void *smem) { return (uint32_t)__cvta_generic_to_shared(smem); }
 __device__ __forceinline__ void cp_async16_s(uint32_t s, const void *gmem, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes));
 }
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, int src_bytes) {
+  cp_async16_s(smem_u32(smem), gmem, src_bytes);
+}
+/* 4-byte global -> shared copy (through L1: .ca is the only caching mode for 4 bytes) */
 __device__ __forceinline__ void cp_async4_s(uint32_t s, const void *gmem, int src_bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async4(void *smem, const void *gmem, int src_bytes) {
+  cp_async4_s(smem_u32(smem), gmem, src_bytes);
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 /* "memory": no shared-memory read of the landed data may be moved above the wait */
