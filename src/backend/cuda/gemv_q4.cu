@@ -37,6 +37,7 @@
  * fragment order reaches 3.4 TB/s (bench/probe_read.cu). Round 9: two groups per ring step (the
  * per-step scaffolding over 2 KB) took the LM head to 3.3 TB/s and the 3B decode +9 %; weights
  * through registers instead of the ring lost 10-20 %, so the shared-memory pipe is not the limit. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -94,6 +95,7 @@ struct gemv_args {
   float theta;
   const int32_t *pos, *seq, *bt;
   __half *kc, *vc;
+  float rinv[128]; /* GEMV_ROPE: 1 / theta^(2i/hd) for i < hd/2 (hd <= 256), as rope_pow gives it on the device */
 #if HEARTH_TRACE
   unsigned long long *tr;
   int tr_id;
@@ -161,11 +163,41 @@ __device__ __forceinline__ int gemv_row_hi(const gemv_args &a, int m, int lo) {
   return MODE == GEMV_ROPE && m < 2 ? lo + a.hd / 2 : lo + 8;
 }
 
+/* what the epilogue of output pair (lane group p of the tile at global row r0, token t) adds and rotates by:
+ * the two rows' bias and (GEMV_ROPE, q/k) the token's position and the pair's inverse frequency. None of it
+ * depends on the kernel before, so the emitting threads of a block's first unit load it before
+ * griddepcontrol.wait; only loads go there (a load stalls nothing until its value is used), the arithmetic
+ * stays in the emit. Round 10: the emit with a bias load and a double-precision pow on the chain after the
+ * wait took 2.2-2.5 µs of the QKV kernel; the whole of it before the wait (branch cuda-prep) held up the
+ * wait of blocks that entered late (the 3B) */
+struct gemv_pre {
+  float bl, bh, inv;
+  int ps;
+};
+template <int MODE>
+__device__ __forceinline__ gemv_pre gemv_prep(const gemv_args &a, int r0, int p, int t, const int *pos) {
+  gemv_pre q = {0.0f, 0.0f, 1.0f, 0};
+  if (MODE == GEMV_GLU || r0 >= a.rows_total) return q;
+  const int m = r0 >= a.row0[1] ? (r0 >= a.row0[2] ? 2 : 1) : 0, rows = a.row0[m + 1] - a.row0[m];
+  const int lo = gemv_row_lo<MODE>(a, m, r0 - a.row0[m], p), hi = gemv_row_hi<MODE>(a, m, lo);
+  const float *bias = a.bias[m];
+  if (bias) {
+    if (lo < rows) q.bl = bias[lo];
+    if (hi < rows) q.bh = bias[hi];
+  }
+  if (MODE == GEMV_ROPE && m < 2) {
+    q.inv = a.rinv[lo % a.hd];
+    q.ps = pos[t];
+  }
+  return q;
+}
+
 /* the epilogue of one output pair: rows lo/hi of lane group p of the tile at global row r0, token t
- * (bias, rope + q/cache stores, residual add, store) */
+ * (bias, rope, q/cache stores, residual add, store); hq: q holds what gemv_prep loaded before the wait (by
+ * value: a pointer would put it in local memory, whose stores wait for the loads before the wait) */
 template <typename TO, int MODE>
 __device__ __forceinline__ void gemv_emit(const gemv_args &a, int r0, int p, int t, float vl, float vh,
-                                          const int *spos, const int64_t *sslot) {
+                                          const int *spos, const int64_t *sslot, bool hq, gemv_pre q) {
   if (r0 >= a.rows_total) return;
   if (GEMV_ABLATE == 3 && vl != 1234.5f) return; /* keeps the sums alive, stores (almost) nothing */
   if (MODE == GEMV_GLU) { /* no bias, no residual (gemv_fill checks) */
@@ -176,16 +208,17 @@ __device__ __forceinline__ void gemv_emit(const gemv_args &a, int r0, int p, int
   const int m = r0 >= a.row0[1] ? (r0 >= a.row0[2] ? 2 : 1) : 0, rows = a.row0[m + 1] - a.row0[m];
   const int lo = gemv_row_lo<MODE>(a, m, r0 - a.row0[m], p), hi = gemv_row_hi<MODE>(a, m, lo);
   const float *bias = a.bias[m];
-  if (bias) {
+  if (hq) {
+    vl += q.bl;
+    vh += q.bh;
+  } else if (bias) {
     if (lo < rows) vl += bias[lo];
     if (hi < rows) vh += bias[hi];
   }
   if (MODE == GEMV_ROPE) { /* rows < rows always: q/k/v are whole heads */
-    const int ps = spos[t];
-    if (m < 2) { /* rope_neox as rope_kv_kernel computes it */
-      const int i = lo % a.hd;
+    if (m < 2) { /* rope_neox as rope_kv_kernel computes it (the same angle: rinv is rope_pow's value) */
       float sn, cs;
-      sincosf((float)ps * (1.0f / rope_pow(a.theta, (float)(2 * i) / (float)a.hd)), &sn, &cs);
+      sincosf((float)(hq ? q.ps : spos[t]) * (hq ? q.inv : a.rinv[lo % a.hd]), &sn, &cs);
       const float x0 = vl, x1 = vh;
       vl = x0 * cs - x1 * sn;
       vh = x1 * cs + x0 * sn;
@@ -298,6 +331,12 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
   if (GEMV_FOLD) /* columns past n: finite values for the mma columns that are never stored */
     for (int i = threadIdx.x; i < G * 8; i += blockDim.x)
       if (i % 8 >= n) corr[i] = 0.0f;
+  /* KS > 1: the thread that will emit output pair (ot, p, t) of the block's first unit prepares it here */
+  gemv_pre pre0 = {0.0f, 0.0f, 1.0f, 0};
+  if (!WE && MODE == GEMV_ROPE && threadIdx.x < TPB * 8 * n && u0 < a.n_units) {
+    const int o = threadIdx.x, ot = o / (8 * n), p = (o / n) % 8, t = o % n;
+    pre0 = gemv_prep<MODE>(a, (u0 * TPB + ot) * 16, p, t, a.pos);
+  }
   pdl_wait();
   pdl_trigger();
   if (threadIdx.x == 0) { CU_TRACE(1); CU_TRACE(3); }
@@ -539,7 +578,8 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
       if (WE) { /* the warp's own tile: lane (gid, tig) holds rows gid / gid + 8 of tokens 2 tig, 2 tig + 1 */
 #pragma unroll
         for (int e = 0; e < 2; e++)
-          if (2 * tig + e < n) gemv_emit<TO, MODE>(a, u * 16, gid, 2 * tig + e, acc[e], acc[2 + e], s_pos, s_slot);
+          if (2 * tig + e < n)
+            gemv_emit<TO, MODE>(a, u * 16, gid, 2 * tig + e, acc[e], acc[2 + e], s_pos, s_slot, false, gemv_pre{});
         if (lane == 0) CU_TRACE(9);
 #pragma unroll
         for (int e = 0; e < 4; e++) acc[e] = 0.0f;
@@ -558,7 +598,8 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
             vl += red[ot * KS + k][t % 2][ln];
             vh += red[ot * KS + k][2 + t % 2][ln];
           }
-          gemv_emit<TO, MODE>(a, (u * TPB + ot) * 16, p, t, vl, vh, s_pos, s_slot);
+          const int r0 = (u * TPB + ot) * 16;
+          gemv_emit<TO, MODE>(a, r0, p, t, vl, vh, s_pos, s_slot, MODE == GEMV_ROPE && u == u0 && o == threadIdx.x, pre0);
           CU_TRACE(9); /* emitted (a residual's load has returned) */
         }
         __syncthreads();
@@ -779,7 +820,7 @@ int cu_gemv_qkv_rope_kv(struct hb_ctx *ctx, const struct hb_tensor *x, const str
                         const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, struct hb_tensor *q,
                         struct hb_kv_layer *kv, const struct hb_batch *b, int n_heads, float theta, int n) {
   const int hd = kv->head_dim, n_kv = kv->n_kv_heads;
-  if (!b->d_pos.data || n != b->n_tokens || hd % 32 || kv->k.dtype != HB_F16 || kv->v.dtype != HB_F16 ||
+  if (!b->d_pos.data || n != b->n_tokens || hd % 32 || hd > 256 || kv->k.dtype != HB_F16 || kv->v.dtype != HB_F16 ||
       q->dtype != HB_F16 || ws[0]->rows != (int64_t)n_heads * hd || ws[1]->rows != (int64_t)n_kv * hd ||
       ws[2]->rows != ws[1]->rows || kv->k.cols != ws[1]->rows)
     return 1;
@@ -791,6 +832,12 @@ int cu_gemv_qkv_rope_kv(struct hb_ctx *ctx, const struct hb_tensor *x, const str
   if (gemv_fill(ctx, a, PRO_NORM, x, NULL, nw, eps, 0.0f, 3, outs, ws, biases, n, 0)) return 1;
   a.hd = hd;
   a.theta = theta;
+  /* the inverse frequencies as the device's rope_pow gives them (pow in double, then float): the same
+   * angles as rope_kv_kernel's, without a double-precision pow inside the kernel */
+  for (int i = 0; i < hd / 2; i++) {
+    const float e = (float)(2 * i) / (float)hd;
+    a.rinv[i] = 1.0f / (float)pow((double)theta, (double)e);
+  }
   a.pos = (const int32_t *)b->d_pos.data;
   a.seq = (const int32_t *)b->d_seq.data;
   a.bt = (const int32_t *)b->d_block_table.data;
