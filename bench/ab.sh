@@ -4,7 +4,8 @@
 # tree's src/backend/cuda/, e.g. a previous commit's), test_cuda_ops on the baseline, tg128 A/B on both models in
 # interleaved rounds, and (AB_TRACE=1) bench/trace.sh's timeline of the tree. About 4-5 minutes; logs in $OUT.
 # AB_VARIANTS: space-separated name:CMAKE_CUDA_FLAGS builds of the tree (flags joined by commas), each tested and
-# timed like the baseline (about a minute more each).
+# timed like the baseline (about a minute more each). AB_ENVS: space-separated name:VAR=value,VAR=value runs of the
+# tree's own build with those environment variables (runtime knobs: no build, only the timing rounds).
 #   AB_BASE=.ab-base bash bench/ab.sh
 #   AB_BASE=.ab-base AB_VARIANTS="l2pf:-DGEMV_L2PF=1 l2pf0:-DGEMV_L2PF=1,-DGEMV_PRE=0" bash bench/ab.sh
 set -uo pipefail
@@ -44,15 +45,28 @@ done
 wait $full
 grep -E "passed|failed|FAIL|^\| (tg|pp)|== |^build" "$OUT/full.txt" | grep -v "^ok"
 names=(cmake)
+declare -A bdir envs
+bdir[cmake]=cmake
 for n in base "${variants[@]%%:*}"; do
   [ -x "build-gpu/$n/hearth" ] || continue
   timeout 60 "build-gpu/$n/tests/cuda/test_cuda_ops" >"$OUT/test-$n.log" 2>&1
   echo "$n test_cuda_ops rc $? $(grep -E 'passed' "$OUT/test-$n.log" | tail -1)"
   names+=("$n")
+  bdir[$n]=$n
 done
-tg() { # build, model
-  echo "$1 $2 $(timeout 40 "build-gpu/$1/hearth" bench --model /tmp/hearth-bench-"$2" --backend cuda -p 71 \
-    -n 128 -r 3 --tg-ctx 71 2>&1 | grep -E '^\| tg128 ')"
+read -r -a envruns <<<"${AB_ENVS:-}"
+for v in "${envruns[@]}"; do
+  n=${v%%:*}
+  [ -n "${bdir[$n]:-}" ] && { echo "AB_ENVS: $n is taken"; continue; }
+  names+=("$n")
+  bdir[$n]=cmake
+  envs[$n]=${v#*:}
+done
+tg() { # run name, model
+  local -a e=()
+  [ -n "${envs[$1]:-}" ] && IFS=, read -r -a e <<<"${envs[$1]}"
+  echo "$1 $2 $(env "${e[@]}" timeout 40 "build-gpu/${bdir[$1]}/hearth" bench --model /tmp/hearth-bench-"$2" --backend cuda \
+    -p 71 -n 128 -r 3 --tg-ctx 71 2>&1 | grep -E '^\| tg128 ')"
 }
 for m in 0.5b 3b; do
   for r in $(seq "${AB_ROUNDS:-2}"); do for b in "${names[@]}"; do tg "$b" $m; done; done
