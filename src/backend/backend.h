@@ -176,10 +176,6 @@ struct hb_ops {
    * when it does not cover the shapes (callers then run norm_matmul + silu_matmul); 0 when it ran. */
   int (*norm_swiglu)(struct hb_ctx *ctx, const struct hb_tensor *x, const struct hb_tensor *norm_w, float eps,
                      const struct hb_tensor *w_gate, const struct hb_tensor *w_up, struct hb_tensor *out, int n);
-  /* a hint, never a change to any result: weight w is read a few ops from now. A backend may start
-   * moving it closer to its compute units in the shadow of the ops in between (CUDA: the next decode
-   * GEMV's blocks ask for it into L2 while the latency-bound attention half runs) or ignore it. */
-  void (*prefetch)(struct hb_ctx *ctx, const struct hb_tensor *w);
 };
 
 /* Backends compiled into this build. hb_cuda_ops is NULL-safe: hb_get returns NULL when absent. */

@@ -12,11 +12,6 @@ void block_embed(struct hearth_model *m, int n, float scale) {
   m->be->embed(m->bctx, &x, &m->w.tok_embd, &s->ids, n, scale);
 }
 
-/* weight w is read a few ops from now (hb_ops.prefetch: a hint, results never depend on it) */
-static void hint(const struct hb_ops *be, struct hb_ctx *c, const struct hb_tensor *w) {
-  if (be->prefetch && w->data) be->prefetch(c, w);
-}
-
 void block_attention(struct hearth_model *m, const struct layer_weights *L, int layer,
                      struct hb_batch *b, int qk_norm, int bias) {
   const struct hb_ops *be = m->be;
@@ -30,10 +25,6 @@ void block_attention(struct hearth_model *m, const struct layer_weights *L, int 
   struct hb_kv_layer *kv = &m->kv.layers[layer];
   const struct hb_tensor *ws[3] = {&L->wq, &L->wk, &L->wv};
   const struct hb_tensor *bs[3] = {bias ? &L->bq : NULL, bias ? &L->bk : NULL, bias ? &L->bv : NULL};
-  /* the MLP's weights are read after this half's latency-bound kernels: the QKV kernel asks for
-   * gate/up, the o kernel for down (block_mlp_swiglu gives the next layer's attention weights) */
-  hint(be, c, &L->w_gate);
-  hint(be, c, &L->w_up);
   /* norm + QKV + rope + cache write in one launch where the backend has it (decode) */
   int fused_rope = !qk_norm && be->norm_qkv_rope_kv &&
                    !be->norm_qkv_rope_kv(c, &x, &L->attn_norm, cfg->rms_norm_eps, ws, bs, &q, kv, b,
@@ -65,7 +56,6 @@ void block_attention(struct hearth_model *m, const struct layer_weights *L, int 
     .head_dim = cfg->head_dim, .scale = 1.0f / sqrtf((float)cfg->head_dim), .window = 0, .softcap = 0.0f,
   };
   be->attention(c, &a, &q, kv, b, &ap);
-  hint(be, c, &L->w_down);
   if (be->norm_matmul) { /* x += a · Woᵀ in one launch */
     struct hb_tensor *outs[1] = {&x};
     const struct hb_tensor *ws[1] = {&L->wo};
@@ -77,16 +67,7 @@ void block_attention(struct hearth_model *m, const struct layer_weights *L, int 
   }
 }
 
-static void hint_attention(const struct hb_ops *be, struct hb_ctx *c, const struct layer_weights *next) {
-  if (!next) return;
-  hint(be, c, &next->wq);
-  hint(be, c, &next->wk);
-  hint(be, c, &next->wv);
-  hint(be, c, &next->wo);
-}
-
-void block_mlp_swiglu(struct hearth_model *m, const struct layer_weights *L, const struct layer_weights *next,
-                      int n) {
+void block_mlp_swiglu(struct hearth_model *m, const struct layer_weights *L, int n) {
   const struct hb_ops *be = m->be;
   struct hb_ctx *c = m->bctx;
   struct model_scratch *s = &m->scratch;
@@ -97,7 +78,6 @@ void block_mlp_swiglu(struct hearth_model *m, const struct layer_weights *L, con
       !be->norm_swiglu(c, &x, &L->ffn_norm, m->cfg.rms_norm_eps, &L->w_gate, &L->w_up, &g, n)) {
     struct hb_tensor *outs[1] = {&x};
     const struct hb_tensor *ws[1] = {&L->w_down};
-    hint_attention(be, c, next);
     be->norm_matmul(c, &g, NULL, 0.0f, 0.0f, 1, outs, ws, NULL, n, 1);
     return;
   }
@@ -106,7 +86,6 @@ void block_mlp_swiglu(struct hearth_model *m, const struct layer_weights *L, con
     const struct hb_tensor *ws[2] = {&L->w_gate, &L->w_up};
     const struct hb_tensor *bs[2] = {NULL, NULL};
     be->norm_matmul(c, &x, &L->ffn_norm, m->cfg.rms_norm_eps, 0.0f, 2, outs, ws, bs, n, 0);
-    hint_attention(be, c, next);
     be->silu_matmul(c, &g, &u, &x, &L->w_down, n, 1); /* x += (silu(g)*u)·Wdᵀ */
     return;
   }

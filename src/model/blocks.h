@@ -17,10 +17,8 @@ void block_embed(struct hearth_model *m, int n, float scale);
 /* Row selection (the batch's out_rows) into scratch.sel, final norm, then the LM head into
  * scratch.logits unless want_hidden (then scratch.sel holds the final hidden states). */
 void block_head(struct hearth_model *m, struct hb_batch *b, int want_hidden);
-/* h += down(silu(gate(xn)) * up(xn)) for the first n rows, xn = rmsnorm(h) with ffn_norm. next: the
- * next layer's weights (NULL after the last), whose attention weights it hints at (hb_ops.prefetch). */
-void block_mlp_swiglu(struct hearth_model *m, const struct layer_weights *L, const struct layer_weights *next,
-                      int n);
+/* h += down(silu(gate(xn)) * up(xn)) for the first n rows, xn = rmsnorm(h) with ffn_norm. */
+void block_mlp_swiglu(struct hearth_model *m, const struct layer_weights *L, int n);
 /* Standard GQA self-attention with NeoX RoPE over the paged cache, qk-norm optional.
  * h += o_proj(attn(rope(q), rope(k), v)), xn = rmsnorm(h) with attn_norm. */
 void block_attention(struct hearth_model *m, const struct layer_weights *L, int layer,

@@ -17,7 +17,7 @@ static void qwen3_forward(struct hearth_model *m, struct hb_batch *b, int want_h
   for (int i = 0; i < m->cfg.num_hidden_layers; i++) {
     const struct layer_weights *L = &m->w.layers[i];
     block_attention(m, L, i, b, /*qk_norm=*/1, /*bias=*/m->cfg.attention_bias);
-    block_mlp_swiglu(m, L, i + 1 < m->cfg.num_hidden_layers ? L + 1 : NULL, b->n_tokens);
+    block_mlp_swiglu(m, L, b->n_tokens);
   }
   block_head(m, b, want_hidden);
 }

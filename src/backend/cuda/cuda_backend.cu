@@ -616,8 +616,6 @@ static int op_graph_launch(struct hb_ctx *c, void *graph, struct hearth_err *err
 }
 static void op_graph_free(void *graph) { hb_cuda_graph_free((struct hb_cuda_graph *)graph); }
 
-static void op_prefetch(struct hb_ctx *c, const struct hb_tensor *w) { cu_prefetch_hint(c, w); }
-
 extern "C" const struct hb_ops hb_cuda_ops = {
   /* .name = */ "cuda",
   /* .init = */ cuda_init,
@@ -649,5 +647,4 @@ extern "C" const struct hb_ops hb_cuda_ops = {
   /* .alloc_f32 = */ cuda_alloc_f32,
   /* .norm_qkv_rope_kv = */ hb_cuda_norm_qkv_rope_kv,
   /* .norm_swiglu = */ hb_cuda_norm_swiglu,
-  /* .prefetch = */ op_prefetch,
 };

@@ -35,7 +35,6 @@ extern "C" {
 #define CU_TRACE_KINDS 10
 #define CU_TRACE_NMIN 2
 
-#define CU_PF_MAX 8 /* prefetch ranges one decode GEMV issues */
 struct hb_ctx {
   int device, exact, n_sm;
   size_t smem_optin;      /* largest dynamic shared memory a block may opt in to */
@@ -68,11 +67,6 @@ struct hb_ctx {
   cudaEvent_t *marks;     /* [1024] timing marks (hb_cuda_mark), created on first use */
   unsigned gen;           /* bumped whenever a scratch buffer moves: captured graphs go stale */
   int capturing;
-  /* prefetch hints (hb_ops.prefetch) not yet handed to a decode GEMV: weight bytes and scales of up to
-   * CU_PF_MAX / 2 tensors; the next decode GEMV takes them, a GEMM launch drops them */
-  const void *pf_ptr[CU_PF_MAX];
-  size_t pf_bytes[CU_PF_MAX];
-  int n_pf;
   /* a measurement knob (HEARTH_CUDA_SKIP, bench only, never in a product run): decode launches
    * (n <= 8 tokens) of these kernel kinds are left out, so that `hearth bench` times the step
    * without them; the difference is what each kind costs inside the real PDL chain (bench/NOTES.md) */
@@ -238,8 +232,6 @@ int cu_gemv_init(struct hb_ctx *ctx);
 int cu_gemv_fused(struct hb_ctx *ctx, int pro, const struct hb_tensor *x, const struct hb_tensor *x2,
                   const struct hb_tensor *nw, float eps, float off, int n_mm, struct hb_tensor *const *outs,
                   const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, int n, int add);
-/* hb_ops.prefetch: queues w's bytes for the next decode GEMV to ask into L2 (gemv_q4.cu) */
-void cu_prefetch_hint(struct hb_ctx *ctx, const struct hb_tensor *w);
 int cu_gemv_norm_swiglu(struct hb_ctx *ctx, const struct hb_tensor *x, const struct hb_tensor *nw, float eps,
                         const struct hb_tensor *w_gate, const struct hb_tensor *w_up, struct hb_tensor *out, int n);
 int cu_gemv_qkv_rope_kv(struct hb_ctx *ctx, const struct hb_tensor *x, const struct hb_tensor *nw, float eps,

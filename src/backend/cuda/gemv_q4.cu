@@ -69,6 +69,12 @@ __host__ __device__ inline int gemv_steps(int G, int ks) { return ((G + GEMV_GPS
 #ifndef GEMV_ABLATE
 #define GEMV_ABLATE 0
 #endif
+#ifndef GEMV_XN
+/* B (x) read only by the lanes whose mma column is a token (gid < n); the other columns get zeros and are
+ * never stored. With n = 1 that is 4 lanes of 32: one shared-memory wavefront per 16-byte load where all 32
+ * lanes took four (8 of them reading the same 4 runs), ~40 % of a step's shared-memory traffic (round 11) */
+#define GEMV_XN 1
+#endif
 #ifndef GEMV_FOLD
 #define GEMV_FOLD 1 /* the -8 weight offset folded into a per-group correction (see gemv_smem) */
 #endif
@@ -96,11 +102,6 @@ struct gemv_args {
   const int32_t *pos, *seq, *bt;
   __half *kc, *vc;
   float rinv[128]; /* GEMV_ROPE: 1 / theta^(2i/hd) for i < hd/2 (hd <= 256), as rope_pow gives it on the device */
-  /* the prefetch hints this launch issues (hb_ops.prefetch): byte ranges of later kernels' weights, each
-   * 16-byte aligned and a multiple of 16 long */
-  const uint8_t *pf[CU_PF_MAX];
-  uint32_t pfn[CU_PF_MAX];
-  int n_pf;
 #if HEARTH_TRACE
   unsigned long long *tr;
   int tr_id;
@@ -195,27 +196,6 @@ __device__ __forceinline__ gemv_pre gemv_prep(const gemv_args &a, int r0, int p,
     q.ps = pos[t];
   }
   return q;
-}
-
-/* the prefetch hints into L2, spread over every thread of the grid in 16 KB pieces (one
- * cp.async.bulk.prefetch each, issued by the SM's copy engine: nothing comes back to the SM and
- * nothing waits on it). Round 11: a decode GEMV's weights come from DRAM at ~2.8 TB/s while the
- * QKV/attention/o half of a layer leaves DRAM nearly idle for ~14 µs (3B); the MLP's weights asked for
- * into L2 then (the 3B's 34 MB of gate/up/down fit the H200's 50 MB L2) stream from L2 later */
-__device__ __forceinline__ void gemv_l2_prefetch(const gemv_args &a) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr uint32_t PIECE = 16384;
-  const int64_t nt = (int64_t)gridDim.x * blockDim.x;
-  int64_t i = blockIdx.x + (int64_t)gridDim.x * threadIdx.x; /* this thread's first piece over all ranges */
-  for (int r = 0; r < a.n_pf; r++) {
-    const int64_t np = (a.pfn[r] + PIECE - 1) / PIECE;
-    for (; i < np; i += nt) {
-      const uint32_t off = (uint32_t)i * PIECE, len = a.pfn[r] - off < PIECE ? a.pfn[r] - off : PIECE;
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a.pf[r] + off), "r"(len) : "memory");
-    }
-    i -= np; /* the same stride, on into the next range */
-  }
-#endif
 }
 
 /* the epilogue of one output pair: rows lo/hi of lane group p of the tile at global row r0, token t
@@ -366,8 +346,6 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
   pdl_wait();
   pdl_trigger();
   if (threadIdx.x == 0) { CU_TRACE(1); CU_TRACE(3); }
-  /* after the wait: before it, the kernel before (still streaming its own weights) would share DRAM */
-  if (a.n_pf) gemv_l2_prefetch(a);
 
   /* prologue: x rows -> f16 (after the norm / silu) in shared memory, chunk c = 8 elements of
    * token c / (K/8); the 16-byte chunk c of 32-run R goes to its swizzled slot */
@@ -579,7 +557,10 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
         const int sw = gemv_swz(R, xt);
         uint4 xv[4];
 #pragma unroll
-        for (int c = 0; c < 4; c++) xv[c] = xp[c ^ sw];
+        for (int c = 0; c < 4; c++) {
+          if (!GEMV_XN || gid < n) xv[c] = xp[c ^ sw];
+          else xv[c] = make_uint4(0u, 0u, 0u, 0u);
+        }
         /* two accumulators (hh = 0, 1): two chains of 4 dependent mmas instead of one of 8 (four
          * chains of 2 measured the same, round 9) */
         float c4[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
@@ -594,7 +575,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
           }
         }
         float2 cr = make_float2(0.0f, 0.0f);
-        if (GEMV_FOLD) cr = *(const float2 *)&corr[g * 8 + 2 * tig]; /* tokens 2 tig, 2 tig + 1 */
+        if (GEMV_FOLD && (!GEMV_XN || 2 * tig < n)) cr = *(const float2 *)&corr[g * 8 + 2 * tig]; /* tokens 2 tig, 2 tig + 1 */
         acc[0] = fmaf(sc0, c4[0][0] + c4[1][0] - cr.x, acc[0]);
         acc[1] = fmaf(sc0, c4[0][1] + c4[1][1] - cr.y, acc[1]);
         acc[2] = fmaf(sc8, c4[0][2] + c4[1][2] - cr.x, acc[2]);
@@ -664,22 +645,7 @@ static int gemv_attr1(struct hb_ctx *ctx) {
 #undef GEMV_ATTR
   return bad;
 }
-/* prefetch hints: which decode GEMVs issue them (HEARTH_GEMV_L2PF, a bit mask for bench A/B runs:
- * 1 norm+QKV, 2 o_proj, 4 down_proj, 8 others; 0 = none) */
-static int g_gemv_l2pf = 15;
-void cu_prefetch_hint(struct hb_ctx *ctx, const struct hb_tensor *w) {
-  if (ctx->status || ctx->exact || w->dtype != HB_Q4 || !w->data || !g_gemv_l2pf) return;
-  if (ctx->n_pf + 2 > CU_PF_MAX) ctx->n_pf = 0; /* nothing took the older ones: they were for a GEMM path */
-  const size_t qb = (size_t)w->rows * (size_t)w->cols / 2, sb = (size_t)w->rows * (size_t)(w->cols / 128) * 2;
-  if (qb >= ((size_t)1 << 32)) return; /* one range's length is 32-bit */
-  ctx->pf_ptr[ctx->n_pf] = w->data;
-  ctx->pf_bytes[ctx->n_pf++] = qb & ~(size_t)15;
-  ctx->pf_ptr[ctx->n_pf] = w->aux; /* allocated 16 bytes past the scales (weight_upload) */
-  ctx->pf_bytes[ctx->n_pf++] = (sb + 15) & ~(size_t)15;
-}
 int cu_gemv_init(struct hb_ctx *ctx) {
-  const char *pf = getenv("HEARTH_GEMV_L2PF");
-  if (pf && *pf) g_gemv_l2pf = atoi(pf);
   const char *we = getenv("HEARTH_GEMV_WE_MIN"); /* a tuning knob for bench A/B runs */
   if (we && *we) g_gemv_we_min = atoi(we);
   const char *ps = getenv("HEARTH_GEMV_PER_SM"), *rm = getenv("HEARTH_GEMV_RING");
@@ -831,14 +797,6 @@ static int gemv_fill(struct hb_ctx *ctx, gemv_args &a, int pro, const struct hb_
   }
   for (int i = n_mm; i < 4; i++) a.row0[i] = r;
   a.rows_total = r;
-  /* the pending prefetch hints go with this launch, where the mask lets this kind of GEMV carry them */
-  const int kind = n_mm == 3 ? 1 : add ? (a.K > r ? 4 : 2) : 8; /* QKV, o, down, other */
-  if (g_gemv_l2pf & kind)
-    for (int i = 0; i < ctx->n_pf; i++) {
-      a.pf[a.n_pf] = (const uint8_t *)ctx->pf_ptr[i];
-      a.pfn[a.n_pf++] = (uint32_t)ctx->pf_bytes[i];
-    }
-  ctx->n_pf = 0;
   if (x->cols < a.K || (nw && nw->rows * nw->cols != a.K)) return 1;
   /* the norm weights travel by 16-byte cp.async (gemv_q4_kernel) */
   if (nw && (((uintptr_t)nw->data & 15) || (nw->dtype != HB_F32 && nw->dtype != HB_F16 && nw->dtype != HB_BF16))) return 1;

@@ -345,7 +345,6 @@ static void simt_launch(struct hb_ctx *ctx, TO *out, int64_t ldo, const TX *x, i
  * but the last whose rows are not a multiple of GM_BN, an output aliasing x under add, ...) */
 int cu_gemm_q4(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct hb_tensor *const *outs,
                const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, int n, int add) {
-  ctx->n_pf = 0; /* prefetch hints are for decode GEMVs: a prefill's GEMM streams its weights anyway */
   if (n < 1 || n_mm < 1 || n_mm > 3 || x->dtype != HB_F16 || x->cols % 8 || x->rows < n) return 1;
   const int64_t K = ws[0]->cols;
   if (K <= 0 || K % 128 || x->cols < K || K > INT32_MAX) return 1;
