@@ -69,12 +69,6 @@ __host__ __device__ inline int gemv_steps(int G, int ks) { return ((G + GEMV_GPS
 #ifndef GEMV_ABLATE
 #define GEMV_ABLATE 0
 #endif
-#ifndef GEMV_XN
-/* B (x) read only by the lanes whose mma column is a token (gid < n); the other columns get zeros and are
- * never stored. With n = 1 that is 4 lanes of 32: one shared-memory wavefront per 16-byte load where all 32
- * lanes took four (8 of them reading the same 4 runs), ~40 % of a step's shared-memory traffic (round 11) */
-#define GEMV_XN 1
-#endif
 #ifndef GEMV_FOLD
 #define GEMV_FOLD 1 /* the -8 weight offset folded into a per-group correction (see gemv_smem) */
 #endif
@@ -557,10 +551,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
         const int sw = gemv_swz(R, xt);
         uint4 xv[4];
 #pragma unroll
-        for (int c = 0; c < 4; c++) {
-          if (!GEMV_XN || gid < n) xv[c] = xp[c ^ sw];
-          else xv[c] = make_uint4(0u, 0u, 0u, 0u);
-        }
+        for (int c = 0; c < 4; c++) xv[c] = xp[c ^ sw];
         /* two accumulators (hh = 0, 1): two chains of 4 dependent mmas instead of one of 8 (four
          * chains of 2 measured the same, round 9) */
         float c4[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
@@ -575,7 +566,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
           }
         }
         float2 cr = make_float2(0.0f, 0.0f);
-        if (GEMV_FOLD && (!GEMV_XN || 2 * tig < n)) cr = *(const float2 *)&corr[g * 8 + 2 * tig]; /* tokens 2 tig, 2 tig + 1 */
+        if (GEMV_FOLD) cr = *(const float2 *)&corr[g * 8 + 2 * tig]; /* tokens 2 tig, 2 tig + 1 */
         acc[0] = fmaf(sc0, c4[0][0] + c4[1][0] - cr.x, acc[0]);
         acc[1] = fmaf(sc0, c4[0][1] + c4[1][1] - cr.y, acc[1]);
         acc[2] = fmaf(sc8, c4[0][2] + c4[1][2] - cr.x, acc[2]);
