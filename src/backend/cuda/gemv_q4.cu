@@ -95,7 +95,7 @@ struct gemv_args {
   float theta;
   const int32_t *pos, *seq, *bt;
   __half *kc, *vc;
-  float rinv[128]; /* GEMV_ROPE: 1 / theta^(2i/hd) for i < hd/2 (hd <= 256), as rope_pow gives it on the device */
+  float rinv[128]; /* GEMV_ROPE: 1 / theta^(2i/hd) for i < hd/2 (hd <= 256), rope_pow's formula on the host */
 #if HEARTH_TRACE
   unsigned long long *tr;
   int tr_id;
@@ -832,8 +832,9 @@ int cu_gemv_qkv_rope_kv(struct hb_ctx *ctx, const struct hb_tensor *x, const str
   if (gemv_fill(ctx, a, PRO_NORM, x, NULL, nw, eps, 0.0f, 3, outs, ws, biases, n, 0)) return 1;
   a.hd = hd;
   a.theta = theta;
-  /* the inverse frequencies as the device's rope_pow gives them (pow in double, then float): the same
-   * angles as rope_kv_kernel's, without a double-precision pow inside the kernel */
+  /* the inverse frequencies by rope_pow's formula (pow in double, rounded to float), so the kernel has no
+   * double pow. glibc's and the device's double pow are each within 2 ulp of the exact value, so the floats
+   * agree with rope_kv_kernel's except where the exact value lies that close to a float rounding boundary */
   for (int i = 0; i < hd / 2; i++) {
     const float e = (float)(2 * i) / (float)hd;
     a.rinv[i] = 1.0f / (float)pow((double)theta, (double)e);
