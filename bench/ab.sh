@@ -7,18 +7,17 @@
 # timed like the baseline (about a minute more each). AB_ENVS: space-separated name:VAR=value,VAR=value runs of the
 # tree's own build with those environment variables (runtime knobs: no build, only the timing rounds).
 #   AB_BASE=.ab-base bash bench/ab.sh
-#   AB_BASE=.ab-base AB_VARIANTS="l2pf:-DGEMV_L2PF=1 l2pf0:-DGEMV_L2PF=1,-DGEMV_PRE=0" bash bench/ab.sh
+#   AB_BASE=.ab-base AB_VARIANTS="gps1:-DGEMV_GPS=1 fold0:-DGEMV_FOLD=0" bash bench/ab.sh
+#   AB_ENVS="ring4:HEARTH_GEMV_RING_FIT=0 ps1:HEARTH_GEMV_PER_SM=1" bash bench/ab.sh
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 OUT=${OUT:-/tmp/hearth-gpu-out}
 mkdir -p "$OUT"
+. bench/deps.sh # PREFIX, LD_LIBRARY_PATH (before gpu.sh starts beside the builds below)
 CTEST_FIRST=1 BENCH_PARTS=gemv DEADLINE_S=${AB_DEADLINE_S:-240} E2E_ARGS=${AB_E2E:-"-p 71,1570 -n 128 -r 3 --tg-ctx 71,1570 --batch 32"} \
   bash bench/gpu.sh full >"$OUT/full.txt" 2>&1 &
 full=$!
-sleep 5 # gpu.sh unpacks .deps
-PREFIX=$ROOT/.deps/root/usr
-export LD_LIBRARY_PATH=$PREFIX/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 pids=()
 rm -f build-gpu/base/hearth # a binary left by an earlier call on a warm machine is never timed by mistake
 if [ -n "${AB_BASE:-}" ] && [ -d "$AB_BASE" ]; then

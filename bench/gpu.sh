@@ -19,15 +19,7 @@ OUT=${OUT:-/tmp/hearth-gpu-out}
 mkdir -p "$OUT"
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
-if ls .deps/*.deb >/dev/null 2>&1 && [ ! -f .deps/root/.done ]; then
-  # unpacked once (two gpu.sh runs may start together: unpack aside, then one rename wins)
-  tmp=$(mktemp -d .deps/unpack.XXXX)
-  for f in .deps/*.deb; do dpkg -x "$f" "$tmp"; done
-  touch "$tmp/.done"
-  mv -T "$tmp" .deps/root 2>/dev/null || rm -rf "$tmp"
-fi
-PREFIX=$ROOT/.deps/root/usr
-export LD_LIBRARY_PATH=$PREFIX/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+. bench/deps.sh # PREFIX, LD_LIBRARY_PATH
 { nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,clocks.sm,clocks.mem --format=csv;
   nvcc --version | tail -1; git log --oneline -1 2>/dev/null; } 2>&1 | tee "$OUT/machine.txt"
 t0=$(date +%s)

@@ -11,13 +11,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 OUT=${OUT:-/tmp/hearth-gpu-out}
 mkdir -p "$OUT"
-if ls .deps/*.deb >/dev/null 2>&1 && [ ! -f .deps/root/.done ]; then # as bench/gpu.sh does
-  tmp=$(mktemp -d .deps/unpack.XXXX)
-  for f in .deps/*.deb; do dpkg -x "$f" "$tmp"; done
-  touch "$tmp/.done"; mv -T "$tmp" .deps/root 2>/dev/null || rm -rf "$tmp"
-fi
-PREFIX=$ROOT/.deps/root/usr
-export LD_LIBRARY_PATH=$PREFIX/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+. bench/deps.sh # PREFIX, LD_LIBRARY_PATH
 B=build-gpu/trace
 stage=${TRACE_STAGE:-all}
 if [ "$stage" != run ]; then

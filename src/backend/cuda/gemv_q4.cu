@@ -92,7 +92,6 @@ struct gemv_args {
    * q goes to out[0], k and v to the paged f16 cache at each token's slot */
   int ring; /* steps in flight per warp (shared-memory slots) */
   int hd, max_blocks, bs;
-  float theta;
   const int32_t *pos, *seq, *bt;
   __half *kc, *vc;
   float rinv[128]; /* GEMV_ROPE: 1 / theta^(2i/hd) for i < hd/2 (hd <= 256), rope_pow's formula on the host */
@@ -831,7 +830,6 @@ int cu_gemv_qkv_rope_kv(struct hb_ctx *ctx, const struct hb_tensor *x, const str
   gemv_args a;
   if (gemv_fill(ctx, a, PRO_NORM, x, NULL, nw, eps, 0.0f, 3, outs, ws, biases, n, 0)) return 1;
   a.hd = hd;
-  a.theta = theta;
   /* the inverse frequencies by rope_pow's formula (pow in double, rounded to float), so the kernel has no
    * double pow. glibc's and the device's double pow are each within 2 ulp of the exact value, so the floats
    * agree with rope_kv_kernel's except where the exact value lies that close to a float rounding boundary */
