@@ -24,8 +24,8 @@
  * the KS partial sums of a tile meet in shared memory at the unit's end. KS = 1 (matrices of at least
  * 4 tiles per SM: gate/up, the LM head) has no block-wide step at all: each warp walks whole tiles
  * (tile = block + grid * warp, ...) and writes its outputs from registers.
- * The weights stream through a per-warp ring of a.ring steps in shared memory, filled by cp.async
- * (no registers hold data in flight), the first a.ring steps issued before griddepcontrol.wait
+ * The weights stream through a per-warp ring of RING steps in shared memory, filled by cp.async
+ * (no registers hold data in flight), the first RING steps issued before griddepcontrol.wait
  * (weights do not depend on the previous kernel), like the norm weights and the rope positions.
  *
  * What the measurements say (bench/NOTES.md): in round 6, occupancy (2-4 blocks per SM), the
@@ -44,7 +44,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/ptx.cuh"
 
-/* the weight stream: each warp keeps a ring of a.ring (2, 4 or 8) steps in shared memory, filled by
+/* the weight stream: each warp keeps a ring of RING (2, or 4 in 8-warp blocks) steps in shared memory, filled by
  * cp.async (no registers hold data in flight), one slot per step of GEMV_GPS groups, each group's part
  * (GEMV_SUB bytes): the 32 lanes' 16-byte runs of rows gid and gid + 8, then their two scales as the
  * aligned 4-byte words that hold them */
@@ -112,21 +112,6 @@ __host__ __device__ inline size_t gemv_smem(int n, int64_t K, int pro) {
   return (size_t)n * (size_t)K * 2 + (pro == PRO_NORM ? (size_t)K * 4 : 0) + (GEMV_FOLD ? (size_t)(K / 128) * 32 : 0);
 }
 
-/* at most r (a ring depth) cp.async groups still pending: the group before the ring has landed */
-__device__ __forceinline__ void gemv_wait_before_ring(int r) {
-  if (r == 8) cp_async_wait<8>();
-  else if (r == 4) cp_async_wait<4>();
-  else if (r == 2) cp_async_wait<2>();
-  else cp_async_wait<0>();
-}
-
-/* cp.async.wait_group takes an immediate: the ring depths the dispatch uses */
-__device__ __forceinline__ void gemv_wait_ring(int r) {
-  if (r == 8) cp_async_wait<7>();
-  else if (r == 4) cp_async_wait<3>();
-  else if (r == 2) cp_async_wait<1>();
-  else cp_async_wait<0>();
-}
 
 /* GEMV_FOLD: the A fragments keep the weights' +8 offset and the 1024.0 of the f16 trick (one lop3
  * per weight pair, q4_word_raw): even pairs are 1024 + u, odd pairs 1024 + 16 u, u = q + 8. x of the
@@ -244,7 +229,9 @@ __device__ __forceinline__ void gemv_emit(const gemv_args &a, int r0, int p, int
   }
 }
 
-template <typename TO, int PRO, int KS, int MODE, int NW>
+/* RING: the ring depth (2, or 4 in 8-warp blocks), a template parameter because cp.async.wait_group takes an
+ * immediate: as a runtime value (a.ring) every step chose among the waits through three branches */
+template <typename TO, int PRO, int KS, int MODE, int NW, int RING>
 __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void gemv_q4_kernel(const __grid_constant__ gemv_args a) {
   constexpr int TPB = NW / KS, NT = NW * 32; /* tiles of 16 rows per unit, threads */
   /* KS == 1: every warp walks whole tiles on its own (tile = warp's global index, then + all warps)
@@ -286,7 +273,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
     s_slot[threadIdx.x] = (int64_t)a.bt[(int64_t)a.seq[threadIdx.x] * a.max_blocks + ps / a.bs] * a.bs + ps % a.bs;
   }
   int lu = u0, lj = 0, slot = 0;
-  uint8_t *ring = (uint8_t *)smem + gemv_smem(n, K, PRO) + (size_t)warp * a.ring * GEMV_SLOT;
+  uint8_t *ring = (uint8_t *)smem + gemv_smem(n, K, PRO) + (size_t)warp * RING * GEMV_SLOT;
   /* rows past the matrix and steps past the groups copy nothing (zero-filled slots, never stored);
    * row pointers are set once per tile (lj == 0), a step adds 64 g */
   const uint8_t *zero = (const uint8_t *)g_gemv_zero, *pw0 = zero, *pw8 = zero, *ps0 = zero, *ps8 = zero;
@@ -322,10 +309,11 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
       cp_async4_s(ssrc + so + 128, (const uint8_t *)((uintptr_t)(ps8 + gs) & ~(uintptr_t)3), v && l8 ? 4 : 0);
     }
     cp_async_commit();
-    if (++slot == a.ring) slot = 0;
+    if (++slot == RING) slot = 0;
     if (++lj == S) { lj = 0; lu += ustride; }
   };
-  for (int i = 0; i < a.ring; i++) load();
+#pragma unroll
+  for (int i = 0; i < RING; i++) load();
   if (PRO == PRO_NORM && threadIdx.x < 8) s_inv[threadIdx.x] = 0.0f;
   if (GEMV_FOLD) /* columns past n: finite values for the mma columns that are never stored */
     for (int i = threadIdx.x; i < G * 8; i += blockDim.x)
@@ -381,7 +369,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
     return *(const uint4 *)(base + (int64_t)(c / (K / 8)) * a.ldx + (int64_t)(c % (K / 8)) * 8);
   };
   if (GEMV_ABLATE == 2) {
-    if (PRO == PRO_NORM) gemv_wait_before_ring(a.ring);
+    if (PRO == PRO_NORM) cp_async_wait<RING>();
   } else if (PRO == PRO_NORM && nch <= 4 * NT) {
     /* one read of x (up to 4 chunks per thread, kept in registers): sum of squares per token
      * (one atomic per warp when the warp's chunks are one token's), then scale and store */
@@ -391,7 +379,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
       const int c = threadIdx.x + k * NT;
       if (c < nch) xv[k] = xat(a.x, c);
     }
-    gemv_wait_before_ring(a.ring); /* the norm weights */
+    cp_async_wait<RING>(); /* the norm weights: the group before the ring's */
     __syncthreads(); /* s_inv zeroed, norm weights landed */
 #pragma unroll
     for (int k = 0; k < 4; k++) {
@@ -439,7 +427,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
     }
   } else {
     if (PRO == PRO_NORM) { /* long rows: two reads of x (the second from L1) */
-      gemv_wait_before_ring(a.ring); /* the norm weights */
+      cp_async_wait<RING>(); /* the norm weights */
       __syncthreads();
       for (int c = threadIdx.x; c < nch; c += blockDim.x) {
         const uint4 v = xat(a.x, c);
@@ -496,14 +484,17 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
 
   /* the consuming side: step (u, j) */
   const int xt = gid % n;
-  const __half *xrow = xs + (int64_t)xt * K;
+  const __half *xrow = xs + (int64_t)xt * K, *xlane = xrow + tig * 32; /* run 4 g + tig at xlane + 128 g */
+  /* gemv_swz(4 g + tig, xt) by the parity of g: ((2 g + tig / 2) ^ 2 xt) & 3 (steps begin at groups that are
+   * multiples of GEMV_GPS, so with GEMV_GPS even the parity of g is that of h) */
+  const int xsw0 = ((tig >> 1) ^ (xt << 1)) & 3, xsw1 = xsw0 ^ 2;
   int u = u0, j = 0;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   while (u < a.n_units) { /* uniform over the block (WE: over the warp) */
     {
-      /* this step's slot has landed (its group is the oldest of a.ring outstanding); it is used up
-       * (weights -> A fragments, scales -> f32) before load() refills it with the step a.ring ahead */
-      gemv_wait_ring(a.ring);
+      /* this step's slot has landed (its group is the oldest of RING outstanding); it is used up
+       * (weights -> A fragments, scales -> f32) before load() refills it with the step RING ahead */
+      cp_async_wait<RING - 1>();
 #if HEARTH_TRACE
       if (tr_first && lane == 0) CU_TRACE(5);
       tr_first = false;
@@ -518,7 +509,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
         S0[h] = *(const uint32_t *)(sb + h * GEMV_SUB + 1024 + lane * 4);
         S8[h] = *(const uint32_t *)(sb + h * GEMV_SUB + 1152 + lane * 4);
       }
-      load(); /* refill this slot with the step a.ring ahead */
+      load(); /* refill this slot with the step RING ahead */
 #pragma unroll
       for (int h = 0; h < GPS; h++) {
         const int g = (ks + j * KS) * GPS + h;
@@ -545,9 +536,8 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
         /* B: x of token xt (lanes past the n rows read row xt = gid % n: finite data for output
          * columns that are never stored), run R; the run's half2 words are stored permuted so that
          * the two words of each B fragment sit side by side */
-        const int R = 4 * g + tig;
-        const uint4 *xp = (const uint4 *)(xrow + R * 32);
-        const int sw = gemv_swz(R, xt);
+        const uint4 *xp = (const uint4 *)(xlane + g * 128);
+        const int sw = ((GEMV_GPS % 2 == 0 ? h : g) & 1) ? xsw1 : xsw0; /* gemv_swz(4 g + tig, xt) */
         uint4 xv[4];
 #pragma unroll
         for (int c = 0; c < 4; c++) xv[c] = xp[c ^ sw];
@@ -630,7 +620,8 @@ static const int g_gemv_cfg[][2] = {GEMV_CONFIGS(GEMV_CFG_ROW)};
 template <typename TO, int PRO, int MODE>
 static int gemv_attr1(struct hb_ctx *ctx) {
   int bad = 0;
-#define GEMV_ATTR(NW, KS) bad |= smem_attr(ctx, gemv_q4_kernel<TO, PRO, KS, MODE, NW>);
+#define GEMV_ATTR(NW, KS) \
+  bad |= smem_attr(ctx, gemv_q4_kernel<TO, PRO, KS, MODE, NW, 2>) | smem_attr(ctx, gemv_q4_kernel<TO, PRO, KS, MODE, NW, NW == 8 ? 4 : 2>);
   GEMV_CONFIGS(GEMV_ATTR)
 #undef GEMV_ATTR
   return bad;
@@ -733,6 +724,7 @@ static void gemv_launch_t(struct hb_ctx *ctx, gemv_args &a) {
     const int per_warp = ks == 1 ? (units + nb * nw - 1) / (nb * nw) : (units + nb - 1) / nb;
     a.ring = nw == 8 && S * per_warp > 2 && S * per_warp <= 4 ? 4 : 2;
   }
+  if (a.ring > 4 || (a.ring > 2 && nw != 8)) a.ring = nw == 8 ? 4 : 2; /* the depths built (RING) */
 #if HEARTH_TRACE
   a.tr = ctx->tr_dev;
   a.tr_id = cu_trace_id(ctx, "gemv %s n%d %dx%d %d/%d r%d", MODE == GEMV_ROPE ? "qkv" : MODE == GEMV_GLU ? "glu" : PRO == PRO_NORM ? "norm" : "plain",
@@ -742,7 +734,10 @@ static void gemv_launch_t(struct hb_ctx *ctx, gemv_args &a) {
   const dim3 grid((unsigned)nb), block((unsigned)(nw * 32));
   int k = 0;
 #define GEMV_LAUNCH(NW, KS) \
-  if (ci == k++) cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<TO, PRO, KS, MODE, NW>, grid, block, sm, a);
+  if (ci == k++) { \
+    if (a.ring == 4) cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<TO, PRO, KS, MODE, NW, NW == 8 ? 4 : 2>, grid, block, sm, a); \
+    else cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<TO, PRO, KS, MODE, NW, 2>, grid, block, sm, a); \
+  }
   GEMV_CONFIGS(GEMV_LAUNCH)
 #undef GEMV_LAUNCH
 }
