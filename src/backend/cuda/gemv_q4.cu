@@ -429,16 +429,27 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
     if (PRO == PRO_NORM) { /* long rows: two reads of x (the second from L1) */
       cp_async_wait<RING>(); /* the norm weights */
       __syncthreads();
-      for (int c = threadIdx.x; c < nch; c += blockDim.x) {
-        const uint4 v = xat(a.x, c);
-        const __half2 *h = (const __half2 *)&v;
+      /* one shared atomic per warp when its 32 chunks are one token's (a float atomicAdd on shared memory is
+       * a compare-and-swap loop: per chunk, it took 60 % of this path's time in round 12's ncu sampling) */
+      for (int c0 = 0; c0 < nch; c0 += blockDim.x) { /* uniform: the shuffles below */
+        const int c = c0 + threadIdx.x;
         float ss = 0.0f;
+        if (c < nch) {
+          const uint4 v = xat(a.x, c);
+          const __half2 *h = (const __half2 *)&v;
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-          const float2 f = __half22float2(h[e]);
-          ss += f.x * f.x + f.y * f.y;
+          for (int e = 0; e < 4; e++) {
+            const float2 f = __half22float2(h[e]);
+            ss += f.x * f.x + f.y * f.y;
+          }
         }
-        atomicAdd(&s_inv[c / (K / 8)], ss);
+        const int t = (c < nch ? c : nch - 1) / (K / 8);
+        if (__all_sync(0xffffffffu, t == __shfl_sync(0xffffffffu, t, 0))) {
+          ss = warp_sum(ss);
+          if (lane == 0) atomicAdd(&s_inv[t], ss);
+        } else if (c < nch) {
+          atomicAdd(&s_inv[t], ss);
+        }
       }
       __syncthreads();
       if (threadIdx.x < n) s_inv[threadIdx.x] = rsqrtf(s_inv[threadIdx.x] / (float)K + a.eps);
