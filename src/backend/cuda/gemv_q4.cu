@@ -90,7 +90,7 @@ struct gemv_args {
   int64_t ldo[3];
   /* GEMV_ROPE (norm+QKV only): weights 0/1 are q/k with rope_neox over head_dim hd, weight 2 is v;
    * q goes to out[0], k and v to the paged f16 cache at each token's slot */
-  int ring; /* steps in flight per warp (shared-memory slots) */
+  int ring; /* steps in flight per warp (shared-memory slots): the host's choice, which picks the RING instance */
   int hd, max_blocks, bs;
   const int32_t *pos, *seq, *bt;
   __half *kc, *vc;
@@ -696,12 +696,12 @@ static int gemv_pick(int tiles, int G, int n_sm, int per_sm8, int per_sm16, int 
 
 /* programmatic stream serialization: the kernel may start (and stream its first weights) while the
  * previous one drains; it waits with griddepcontrol.wait before it reads x or writes out */
-/* the deepest weight ring (8, 4, 2 steps per warp) with which `bps` blocks of nw warps fit an SM's
+/* the deepest weight ring (4 or 2 steps per warp) with which `bps` blocks of nw warps fit an SM's
  * shared memory (x, norm weights and corrections `base`; the static buffers, at most nw * 512 + 256
  * bytes (ptxas: 4,224 for 8 warps with rope); the per-block system reserve, plus slack); 0 when none does */
 static int gemv_ring(const struct hb_ctx *ctx, size_t base, int nw, int bps) {
   const size_t stat = (size_t)nw * 512 + 256;
-  for (int r = g_gemv_ring_max >= 8 ? 8 : g_gemv_ring_max >= 4 ? 4 : 2; r >= 2; r /= 2) {
+  for (int r = g_gemv_ring_max >= 4 ? 4 : 2; r >= 2; r /= 2) { /* the depths built: RING = 2, 4 */
     const size_t dyn = base + (size_t)nw * r * GEMV_SLOT, blk = dyn + stat + ctx->smem_reserved + 768;
     if (dyn + stat <= ctx->smem_optin && (size_t)bps * blk <= ctx->smem_sm) return r;
   }
@@ -735,7 +735,7 @@ static void gemv_launch_t(struct hb_ctx *ctx, gemv_args &a) {
     const int per_warp = ks == 1 ? (units + nb * nw - 1) / (nb * nw) : (units + nb - 1) / nb;
     a.ring = nw == 8 && S * per_warp > 2 && S * per_warp <= 4 ? 4 : 2;
   }
-  if (a.ring > 4 || (a.ring > 2 && nw != 8)) a.ring = nw == 8 ? 4 : 2; /* the depths built (RING) */
+  if (a.ring > 2 && nw != 8) a.ring = 2; /* 16-warp blocks are built with RING = 2 only */
 #if HEARTH_TRACE
   a.tr = ctx->tr_dev;
   a.tr_id = cu_trace_id(ctx, "gemv %s n%d %dx%d %d/%d r%d", MODE == GEMV_ROPE ? "qkv" : MODE == GEMV_GLU ? "glu" : PRO == PRO_NORM ? "norm" : "plain",
