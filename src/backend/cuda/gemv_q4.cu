@@ -112,7 +112,6 @@ __host__ __device__ inline size_t gemv_smem(int n, int64_t K, int pro) {
   return (size_t)n * (size_t)K * 2 + (pro == PRO_NORM ? (size_t)K * 4 : 0) + (GEMV_FOLD ? (size_t)(K / 128) * 32 : 0);
 }
 
-
 /* GEMV_FOLD: the A fragments keep the weights' +8 offset and the 1024.0 of the f16 trick (one lop3
  * per weight pair, q4_word_raw): even pairs are 1024 + u, odd pairs 1024 + 16 u, u = q + 8. x of the
  * odd pairs (elements 8-15 of every 16, i.e. every odd 8-element chunk) is stored / 16, so an odd
@@ -368,6 +367,27 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
   auto xat = [&](const __half *base, int c) {
     return *(const uint4 *)(base + (int64_t)(c / (K / 8)) * a.ldx + (int64_t)(c % (K / 8)) * 8);
   };
+  /* rmsnorm: chunk c's sum of squares into s_inv[token], one shared atomic per warp when its 32 chunks are one
+   * token's (a float atomicAdd on shared memory is a compare-and-swap loop: one per chunk took 60 % of the long-row
+   * path's time in round 12's ncu sampling). Called by every lane of the warp; dead lanes (c >= nch) add nothing. */
+  auto ss_add = [&](int c, uint4 v) {
+    float ss = 0.0f;
+    if (c < nch) {
+      const __half2 *h = (const __half2 *)&v;
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const float2 f = __half22float2(h[e]);
+        ss += f.x * f.x + f.y * f.y;
+      }
+    }
+    const int t = (c < nch ? c : nch - 1) / (K / 8);
+    if (__all_sync(0xffffffffu, t == __shfl_sync(0xffffffffu, t, 0))) {
+      ss = warp_sum(ss);
+      if (lane == 0) atomicAdd(&s_inv[t], ss);
+    } else if (c < nch) {
+      atomicAdd(&s_inv[t], ss);
+    }
+  };
   if (GEMV_ABLATE == 2) {
     if (PRO == PRO_NORM) cp_async_wait<RING>();
   } else if (PRO == PRO_NORM && nch <= 4 * NT) {
@@ -383,24 +403,8 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
     __syncthreads(); /* s_inv zeroed, norm weights landed */
 #pragma unroll
     for (int k = 0; k < 4; k++) {
-      const int c = threadIdx.x + k * NT;
       if (k * NT >= nch) break; /* uniform */
-      float ss = 0.0f;
-      if (c < nch) {
-        const __half2 *h = (const __half2 *)&xv[k];
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          const float2 f = __half22float2(h[e]);
-          ss += f.x * f.x + f.y * f.y;
-        }
-      }
-      const int t = (c < nch ? c : nch - 1) / (K / 8);
-      if (__all_sync(0xffffffffu, t == __shfl_sync(0xffffffffu, t, 0))) {
-        ss = warp_sum(ss);
-        if (lane == 0) atomicAdd(&s_inv[t], ss);
-      } else if (c < nch) {
-        atomicAdd(&s_inv[t], ss);
-      }
+      ss_add(threadIdx.x + k * NT, xv[k]);
     }
     __syncthreads();
     if (threadIdx.x < n) s_inv[threadIdx.x] = rsqrtf(s_inv[threadIdx.x] / (float)K + a.eps);
@@ -429,27 +433,9 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
     if (PRO == PRO_NORM) { /* long rows: two reads of x (the second from L1) */
       cp_async_wait<RING>(); /* the norm weights */
       __syncthreads();
-      /* one shared atomic per warp when its 32 chunks are one token's (a float atomicAdd on shared memory is
-       * a compare-and-swap loop: per chunk, it took 60 % of this path's time in round 12's ncu sampling) */
-      for (int c0 = 0; c0 < nch; c0 += blockDim.x) { /* uniform: the shuffles below */
+      for (int c0 = 0; c0 < nch; c0 += blockDim.x) { /* uniform: ss_add shuffles */
         const int c = c0 + threadIdx.x;
-        float ss = 0.0f;
-        if (c < nch) {
-          const uint4 v = xat(a.x, c);
-          const __half2 *h = (const __half2 *)&v;
-#pragma unroll
-          for (int e = 0; e < 4; e++) {
-            const float2 f = __half22float2(h[e]);
-            ss += f.x * f.x + f.y * f.y;
-          }
-        }
-        const int t = (c < nch ? c : nch - 1) / (K / 8);
-        if (__all_sync(0xffffffffu, t == __shfl_sync(0xffffffffu, t, 0))) {
-          ss = warp_sum(ss);
-          if (lane == 0) atomicAdd(&s_inv[t], ss);
-        } else if (c < nch) {
-          atomicAdd(&s_inv[t], ss);
-        }
+        ss_add(c, c < nch ? xat(a.x, c) : make_uint4(0u, 0u, 0u, 0u));
       }
       __syncthreads();
       if (threadIdx.x < n) s_inv[threadIdx.x] = rsqrtf(s_inv[threadIdx.x] / (float)K + a.eps);
