@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/ab.sh — one device call for a change to the CUDA backend: gpu.sh's build, tests, e2e and GEMV micro-
-# benchmarks of the tree as is, a baseline build beside it (AB_BASE: a directory of .cu files copied over the
+# benchmarks of the tree as is, a baseline build beside it (AB_BASE: a directory of .cu/.cuh files copied over the
 # tree's src/backend/cuda/, e.g. a previous commit's), test_cuda_ops on the baseline, tg128 A/B on both models in
 # interleaved rounds, and (AB_TRACE=1) bench/trace.sh's timeline of the tree. About 4-5 minutes; logs in $OUT.
 # AB_VARIANTS: space-separated name:CMAKE_CUDA_FLAGS builds of the tree (flags joined by commas), each tested and
@@ -25,7 +25,7 @@ pids=()
 rm -f build-gpu/base/hearth # a binary left by an earlier call on a warm machine is never timed by mistake
 if [ -n "${AB_BASE:-}" ] && [ -d "$AB_BASE" ]; then
   rm -rf /tmp/ab-base && mkdir -p /tmp/ab-base && tar --exclude=./build-gpu --exclude=./.deps -cf - . | tar -x -C /tmp/ab-base
-  cp "$AB_BASE"/*.cu /tmp/ab-base/src/backend/cuda/
+  cp "$AB_BASE"/*.cu* /tmp/ab-base/src/backend/cuda/ # .cu and .cuh
   ( cmake -S /tmp/ab-base -B build-gpu/base -DCMAKE_BUILD_TYPE=Release -DHEARTH_SERVER=OFF -DHEARTH_WERROR=OFF \
       -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$PREFIX" >"$OUT/build-base.log" 2>&1 &&
     cmake --build build-gpu/base -j4 --target hearth_cli test_cuda_ops >>"$OUT/build-base.log" 2>&1 || echo "base build failed" ) &

@@ -6,7 +6,9 @@ For each function whose mangled name contains every substring: the innermost bac
 an HMMA (the decode GEMV's step loop), its instruction count, the count by opcode, and the blocks inside it that a
 conditional forward branch can skip (in the GEMV: the per-tile setup and the emit), so that the instructions of a
 normal step are the total minus the skipped blocks that a step does not execute. Round 12 (bench/NOTES.md) found
-the big GEMVs bound by this count; compare variants by it before timing them."""
+the big GEMVs bound by this count; compare variants by it before timing them. SASS_BODY=1 also prints the loop's
+instructions."""
+import os
 import re
 import sys
 from collections import Counter
@@ -72,6 +74,9 @@ def main():
         by = Counter(op.split(".")[0] for _, _, op, _ in ins)
         print(f"  step loop 0x{lo:x}..0x{hi:x}: {len(ins)} instructions")
         print("  by opcode: " + ", ".join(f"{k} {v}" for k, v in by.most_common()))
+        if os.environ.get("SASS_BODY"):  # the loop itself, one instruction per line
+            for a, pred, op, ops in ins:
+                print(f"    {a:05x} {pred:6} {op} {ops}")
         for a, pred, op, ops in ins:  # blocks a conditional forward branch jumps over
             if op.startswith("BRA") and pred:
                 t = target(ops)

@@ -169,11 +169,11 @@ static void check_matmul_f32out(int rows, int cols, int n, double tol) {
 
 static void check_embed(enum hb_dtype dt, double tol) {
   struct pair tab, ids, o;
-  int vocab = 1000, d = 896, n = 7;
+  int vocab = 1001, d = 896, n = 7; /* 1001 rows: the device layout pads rows to blocks of 8 */
   weight_pair(&tab, dt, vocab, d, 1.0f);
   pair_alloc(&ids, HB_I32, n, 1);
   int32_t id[7];
-  for (int i = 0; i < n; i++) id[i] = irand(vocab);
+  for (int i = 0; i < n; i++) id[i] = i ? irand(vocab) : vocab - 1; /* the last row: in the padded block */
   pair_set(&ids, id);
   pair_alloc(&o, HB_F32, n, d);
   pair_poison(&o);
@@ -376,10 +376,12 @@ static void run_all(int exact) {
   check_matmul(HB_Q4, 100, 256, 2, 0, mt);     /* fewer groups (2) than warps */
   check_matmul(HB_Q4, 16384, 1664, 2, 0, mt);  /* 13 groups: a short last step (2 or 4 groups per step) */
   check_matmul(HB_Q4, 16384, 2944, 1, 1, mt);  /* 23 groups */
+  check_matmul(HB_Q4, 21, 896, 1, 1, mt);      /* rows not a multiple of 8 (padded blocks), 7 groups */
   if (!exact) { check_matmul_f32out(20000, 2048, 1, mt); check_matmul_f32out(3000, 896, 8, mt); }
   check_matmul(HB_Q4, 384, 1024, 9, 0, mg);
   check_matmul(HB_Q4, 1152, 896, 71, 1, mg);
   check_matmul(HB_Q4, 1152, 896, 50, 1, mg);   /* BM = 64 tiles */
+  check_matmul(HB_Q4, 100, 896, 40, 1, mg);    /* rows not a multiple of 8 */
   check_matmul(HB_Q4, 640, 2048, 64, 0, mg);    /* BM = 64, full */
   check_matmul(HB_Q4, 2048, 2048, 17, 1, mg);   /* BM = 32 tiles, split-K */
   check_matmul(HB_Q4, 200, 4864, 300, 0, mg);  /* split-K (grid under one wave) */

@@ -214,17 +214,18 @@ static int cuda_weight_upload(struct hb_ctx *c, struct hb_tensor *dst, const str
     if (cols % 128)
       return cu_err_set(err, HEARTH_ERR_UNSUPPORTED, "cuda: int4 weight %lldx%lld: cols must be a multiple of 128",
                      (long long)rows, (long long)cols);
-    size_t qb = (size_t)rows * (size_t)cols / 2, sb = (size_t)rows * (size_t)(cols / 128) * 2;
+    /* the source (quant/q4.h, row-major) into one transient buffer, repacked from there (cu_q4_repack) */
+    const size_t qb = (size_t)rows * (size_t)cols / 2, sb = (size_t)rows * (size_t)(cols / 128) * 2;
+    const size_t dqb = q4_bytes(rows, cols), dsb = q4_scale_bytes(rows, cols);
     void *q = NULL, *s = NULL, *tmp = NULL;
-    int rc = dev_alloc(c, &q, qb, "int4 weights", err);
-    /* +16: the decode GEMV copies each scale as the aligned 4-byte word that holds it */
-    if (!rc) rc = dev_alloc(c, &s, sb + 16, "int4 scales", err);
-    if (!rc) rc = dev_alloc(c, &tmp, qb, "the int4 repack buffer", err);
+    int rc = dev_alloc(c, &q, dqb, "int4 weights", err);
+    if (!rc) rc = dev_alloc(c, &s, dsb, "int4 scales", err);
+    if (!rc) rc = dev_alloc(c, &tmp, qb + sb, "the int4 repack buffer", err);
     if (rc) { cudaFree(q); cudaFree(s); cudaFree(tmp); return rc; }
-    c->bytes_alloc -= qb; /* tmp is transient */
+    c->bytes_alloc -= qb + sb; /* tmp is transient */
     if (!CU_OK(c, cudaMemcpyAsync(tmp, src->data, qb, cudaMemcpyHostToDevice, c->stream)) &&
-        !CU_OK(c, cudaMemcpyAsync(s, src->scales, sb, cudaMemcpyHostToDevice, c->stream))) {
-      cu_q4_repack(c, (uint8_t *)q, (const uint8_t *)tmp, rows, cols);
+        !CU_OK(c, cudaMemcpyAsync((uint8_t *)tmp + qb, src->scales, sb, cudaMemcpyHostToDevice, c->stream))) {
+      cu_q4_repack(c, (uint8_t *)q, (__half *)s, (const uint8_t *)tmp, (const __half *)((uint8_t *)tmp + qb), rows, cols);
       CU_OK(c, cudaStreamSynchronize(c->stream));
     }
     cudaFree(tmp);
@@ -234,7 +235,7 @@ static int cuda_weight_upload(struct hb_ctx *c, struct hb_tensor *dst, const str
     dst->cols = cols;
     dst->data = q;
     dst->aux = s;
-    dst->bytes = qb + sb + 16;
+    dst->bytes = dqb + dsb;
     return 0;
   }
   if (src->dtype != HB_BF16 && src->dtype != HB_F32 && src->dtype != HB_F16)

@@ -199,22 +199,45 @@ __device__ __forceinline__ float warp_max(float v) {
 __device__ __forceinline__ float rope_pow(float b, float e) { return (float)pow((double)b, (double)e); }
 
 /* ---- the int4 device layout (see matmul_q4.cu for the picture) ------------------------------
- * data: [rows][cols/2] bytes, each run of 32 weights (16 bytes) permuted so that 32-bit word t
- * (t = 0..3) holds weights {2t, 2t+1, 2t+8, 2t+9, 2t+16, 2t+17, 2t+24, 2t+25} at nibbles
- * {0, 4, 1, 5, 2, 6, 3, 7}; each nibble is q + 8. aux: [rows][cols/128] fp16 scales (unchanged).
- * Element i of a 32-run sits in word (i/2)%4 at nibble i/8 + 4*(i%2). */
-__device__ __forceinline__ int q4_elem(const uint8_t *q, int64_t row_bytes, int64_t r, int64_t i) {
-  const uint32_t *w = (const uint32_t *)(q + r * row_bytes + (i / 32) * 16);
+ * Blocks of 8 rows, group-major: group g (128 columns) of the rows 8b..8b+7 is 512 contiguous bytes,
+ * row r % 8 at 64 (r % 8), and block b's G groups follow each other (so a block is 8 rows x K/2 bytes,
+ * contiguous). Within a row's 64 bytes of a group, each run of 32 weights (16 bytes) is permuted so that
+ * 32-bit word t (t = 0..3) holds weights {2t, 2t+1, 2t+8, 2t+9, 2t+16, 2t+17, 2t+24, 2t+25} at nibbles
+ * {0, 4, 1, 5, 2, 6, 3, 7}; each nibble is q + 8. Element i of a 32-run sits in word (i/2)%4 at nibble
+ * i/8 + 4*(i%2). aux: the fp16 scales in the same order, [rows/8][G][8] (16 bytes per block and group).
+ * Rows are padded to a multiple of 8 with zero weights and scales; both buffers carry one more group of
+ * blocks' worth of zeros at the end (Q4_TAIL), so a copy of a step past the last group stays inside.
+ * Why: one GEMV step (two groups of a 16-row tile) reads two runs of 1 KB instead of 16 pieces of 64 bytes
+ * 1 KB apart (bench/probe_read.cu: 4.2 TB/s against 3.4-3.6), and its copies need one running pointer per
+ * 8-row block instead of one per row. */
+#define Q4_TAIL 1024
+__host__ __device__ __forceinline__ int64_t q4_off(int64_t r, int64_t g, int64_t G) {
+  return ((r >> 3) * G + g) * 512 + (r & 7) * 64;
+}
+__host__ __device__ __forceinline__ int64_t q4_soff(int64_t r, int64_t g, int64_t G) {
+  return ((r >> 3) * G + g) * 8 + (r & 7);
+}
+__device__ __forceinline__ int q4_elem(const uint8_t *q, int64_t G, int64_t r, int64_t i) {
+  const uint32_t *w = (const uint32_t *)(q + q4_off(r, i / 128, G) + ((i % 128) / 32) * 16);
   int e = (int)(i % 32);
   uint32_t word = w[(e / 2) % 4];
   int nib = e / 8 + 4 * (e % 2);
   return (int)((word >> (4 * nib)) & 15u) - 8;
 }
+__device__ __forceinline__ float q4_scale(const __half *s, int64_t G, int64_t r, int64_t i) {
+  return __half2float(s[q4_soff(r, i / 128, G)]);
+}
 
 /* ---- host wrappers (one per op family file) ------------------------------------------------- */
 
 /* matmul_q4.cu */
-void cu_q4_repack(struct hb_ctx *ctx, uint8_t *dst, const uint8_t *src, int64_t rows, int64_t cols);
+/* the device buffers of an int4 weight: rows padded to 8, plus the tail (see q4_off) */
+static inline size_t q4_bytes(int64_t rows, int64_t cols) { return (size_t)((rows + 7) / 8 * 8) * (size_t)cols / 2 + Q4_TAIL; }
+static inline size_t q4_scale_bytes(int64_t rows, int64_t cols) {
+  return (size_t)((rows + 7) / 8 * 8) * (size_t)(cols / 128) * 2 + Q4_TAIL / 32;
+}
+void cu_q4_repack(struct hb_ctx *ctx, uint8_t *dst, __half *dsts, const uint8_t *src, const __half *srcs, int64_t rows,
+                  int64_t cols);
 void cu_matmul(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *x,
                const struct hb_tensor *w, const struct hb_tensor *bias, int n);
 int cu_matmul_init(struct hb_ctx *ctx);

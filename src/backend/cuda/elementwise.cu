@@ -13,7 +13,7 @@ __global__ void embed_q4_kernel(TO *out, const uint8_t *q, const __half *sc, con
   int t = blockIdx.y;
   int64_t r = ids[t];
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < d; i += (int64_t)gridDim.x * blockDim.x) {
-    float v = (float)q4_elem(q, d / 2, r, i) * __half2float(sc[r * (d / 128) + i / 128]);
+    float v = (float)q4_elem(q, d / 128, r, i) * q4_scale(sc, d / 128, r, i);
     stf(out + (int64_t)t * d + i, v * scale);
   }
 }

@@ -11,14 +11,15 @@
  *   gemm_simt  everything else (the exact f32 path, dense bf16/f16/f32 weights): 64x64 tiles of f32
  *              FMA, weights dequantized exactly; it is the reference the fast kernels are held to.
  *
- * The int4 layout on the device (repacked at upload by q4_repack_kernel from quant/q4.h's layout):
- * per row, each run of 32 weights is 16 bytes = 4 words; word t holds weights
+ * The int4 layout on the device (repacked at upload by q4_repack_kernel from quant/q4.h's row-major
+ * layout; where each byte goes: q4_off in cuda_common.cuh, blocks of 8 rows, group-major):
+ * each run of 32 weights of a row is 16 bytes = 4 words; word t holds weights
  *     nibble:  0     1      2       3       4      5      6       7
  *     weight:  2t    2t+8   2t+16   2t+24   2t+1   2t+9   2t+17   2t+25      (stored as q + 8)
  * so that (w >> 4j) & 0x000F000F, or'ed with 0x6400 per half, is the f16 pair (1024 + q[2t+8j] + 8,
  * 1024 + q[2t+8j+1] + 8): exactly the m16n8k16 B fragment of thread t (j = 0,1 for the first k16
  * step, 2,3 for the second); the GEMV uses the same (w >> 4j) & 0x000F000F pairs, weights (2t+8j, 2t+8j+1).
- * Scales stay [rows][cols/128] fp16.
+ * The scales are fp16 in the same block order (q4_soff).
  */
 #include <string.h>
 
@@ -27,7 +28,7 @@
 
 /* ---- repack ------------------------------------------------------------------------------------ */
 
-__global__ void q4_repack_kernel(uint8_t *dst, const uint8_t *src, int64_t nchunks) {
+__global__ void q4_repack_kernel(uint8_t *dst, const uint8_t *src, int64_t nchunks, int64_t G) {
   for (int64_t c = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; c < nchunks; c += (int64_t)gridDim.x * blockDim.x) {
     uint4 v = ((const uint4 *)src)[c];
     uint32_t b[4] = {v.x, v.y, v.z, v.w};
@@ -43,16 +44,29 @@ __global__ void q4_repack_kernel(uint8_t *dst, const uint8_t *src, int64_t nchun
     for (int t = 0; t < 4; t++)
       w[t] = u[2 * t] | u[2 * t + 8] << 4 | u[2 * t + 16] << 8 | u[2 * t + 24] << 12 | u[2 * t + 1] << 16 |
              u[2 * t + 9] << 20 | u[2 * t + 17] << 24 | u[2 * t + 25] << 28;
-    ((uint4 *)dst)[c] = make_uint4(w[0], w[1], w[2], w[3]);
+    const int64_t r = c / (4 * G), run = c % (4 * G); /* 4 runs of 32 weights per group */
+    *(uint4 *)(dst + q4_off(r, run / 4, G) + (run % 4) * 16) = make_uint4(w[0], w[1], w[2], w[3]);
   }
 }
+__global__ void q4_scale_repack_kernel(__half *dst, const __half *src, int64_t n, int64_t G) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    dst[q4_soff(i / G, i % G, G)] = src[i];
+}
 
-void cu_q4_repack(struct hb_ctx *ctx, uint8_t *dst, const uint8_t *src, int64_t rows, int64_t cols) {
-  int64_t n = rows * cols / 32;
+/* src: quant/q4.h's rows x cols/2 bytes and rows x cols/128 fp16 scales (row-major), on the device;
+ * dst / dsts: q4_bytes / q4_scale_bytes, zeroed here (the padding rows and the tail stay zero) */
+void cu_q4_repack(struct hb_ctx *ctx, uint8_t *dst, __half *dsts, const uint8_t *src, const __half *srcs, int64_t rows,
+                  int64_t cols) {
+  const int64_t G = cols / 128, n = rows * cols / 32;
+  CU_OK(ctx, cudaMemsetAsync(dst, 0, q4_bytes(rows, cols), ctx->stream));
+  CU_OK(ctx, cudaMemsetAsync(dsts, 0, q4_scale_bytes(rows, cols), ctx->stream));
   if (!n) return;
   int64_t blocks = (n + 255) / 256;
-  q4_repack_kernel<<<(unsigned)(blocks < 65535 ? blocks : 65535), 256, 0, ctx->stream>>>(dst, src, n);
+  q4_repack_kernel<<<(unsigned)(blocks < 65535 ? blocks : 65535), 256, 0, ctx->stream>>>(dst, src, n, G);
   CU_LAUNCHED(ctx, "q4_repack");
+  blocks = (rows * G + 255) / 256;
+  q4_scale_repack_kernel<<<(unsigned)(blocks < 65535 ? blocks : 65535), 256, 0, ctx->stream>>>(dsts, srcs, rows * G, G);
+  CU_LAUNCHED(ctx, "q4_scale_repack");
 }
 
 /* nibble pair (bits 0-3, 16-19 of v) -> f16 pair (q * scale) */
@@ -122,11 +136,10 @@ __global__ __launch_bounds__(256) void gemm_q4_kernel(const __grid_constant__ ge
   /* split-K: this block takes k-tiles [kt0, kt0 + KT) and, when a.part != NULL, adds its f32 partial
    * tile into part[M][n_total] (zeroed before; gemm_finish adds the bias and converts) */
   const int kt0 = blockIdx.z * a.kt_per, KT = min(K / GM_BK - kt0, a.kt_per);
-  const int64_t rb = K / 2;
 
   for (int i = tid; i < GM_BN * gpr; i += 256) {
     int r = i / gpr, g = i % gpr;
-    Ss[i] = n0 + r < N ? ws[(int64_t)(n0 + r) * gpr + g] : __float2half(0.0f);
+    Ss[i] = n0 + r < N ? ws[q4_soff(n0 + r, g, gpr)] : __float2half(0.0f);
   }
 
   auto load = [&](int stage, int kt) {
@@ -139,7 +152,7 @@ __global__ __launch_bounds__(256) void gemm_q4_kernel(const __grid_constant__ ge
     }
     int r = tid / 2, kc = tid % 2, gn = n0 + r;
     cp_async16(Bs + ((size_t)stage * GM_BN + r) * 32 + ((kc ^ ((r >> 2) & 1)) * 16),
-               wq + (int64_t)(gn < N ? gn : 0) * rb + k0 / 2 + kc * 16, gn < N ? 16 : 0);
+               wq + q4_off(gn < N ? gn : 0, k0 / 128, gpr) + (k0 % 128) / 2 + kc * 16, gn < N ? 16 : 0);
   };
 
   float acc[MI][4][4];
@@ -260,7 +273,7 @@ __device__ __forceinline__ float w_at<__nv_bfloat16>(const void *w, const __half
 struct q4_tag {};
 template <>
 __device__ __forceinline__ float w_at<q4_tag>(const void *w, const __half *ws, int64_t n, int64_t k, int64_t K) {
-  return (float)q4_elem((const uint8_t *)w, K / 2, n, k) * __half2float(ws[n * (K / 128) + k / 128]);
+  return (float)q4_elem((const uint8_t *)w, K / 128, n, k) * q4_scale(ws, K / 128, n, k);
 }
 
 template <typename TW, typename TX, typename TO>
