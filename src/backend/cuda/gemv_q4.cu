@@ -9,7 +9,7 @@
  * rounding beyond the reference's f32 is x itself in f16 (the GPU's activation format) and, with
  * GEMV_FOLD, the cancellation of the folded offset: each group's f32 sum carries ~1032 Σx before the
  * correction takes it out (a review's simulation: ~1e-5 relative per group, 6-40 % of what f16 x
- * costs; speed-neutral in round 6 — bench/NOTES.md).
+ * costs; without it the 3B decoded 3-6 % slower in round 12 — bench/NOTES.md).
  *
  * Why the weights need no reshuffle: mma only needs A's and B's k orders to agree, and k may be
  * permuted freely. Lane (gid, tig) of a warp loads the whole 16-byte run R = 4g + tig of group g
@@ -305,7 +305,8 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
     const int g = (ks + lj * KS) * GEMV_GPS; /* uniform over the warp */
     if (g < G && GEMV_ABLATE != 1) { /* steps past the row (KS padding) copy nothing: the consumer skips them */
       const uint32_t so = (uint32_t)slot * GEMV_SLOT;
-      const bool v1 = g + 1 < G; /* an odd G's last step has one group: the second copy reads the tail */
+      const bool v1 = g + 1 < G; /* an odd G's last step has one group: the second copies zero-fill (their
+                                    addresses fall in the buffer's tail) */
       cp_async16_z(wsrc + so, pl, zl);
       cp_async16_z(wsrc + so + 512, ph, zh);
       cp_async16_z(wsrc + so + 1024, pl + 512, zl || !v1);

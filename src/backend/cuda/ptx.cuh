@@ -44,13 +44,6 @@ __device__ __forceinline__ void cp_async16_if_z(bool on, uint32_t s, const void 
                " @p cp.async.cg.shared.global [%1], [%2], 16, z;\n}" ::"r"((int)on),
                "r"(s), "l"(gmem), "r"((int)zero));
 }
-/* 4-byte global -> shared copy (through L1: .ca is the only caching mode for 4 bytes) */
-__device__ __forceinline__ void cp_async4_s(uint32_t s, const void *gmem, int src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async4(void *smem, const void *gmem, int src_bytes) {
-  cp_async4_s(smem_u32(smem), gmem, src_bytes);
-}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 /* "memory": no shared-memory read of the landed data may be moved above the wait */
 template <int N>
