@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/ab.sh — one device call for a change to the CUDA backend: gpu.sh's build, tests, e2e and GEMV micro-
 # benchmarks of the tree as is, a baseline build beside it (AB_BASE: a directory of .cu/.cuh files copied over the
-# tree's src/backend/cuda/, e.g. a previous commit's), test_cuda_ops on the baseline, tg128 A/B on both models in
+# tree's src/backend/cuda/, e.g. a previous commit's, or a whole source tree such as `git archive main`), test_cuda_ops on the baseline, tg128 A/B on both models in
 # interleaved rounds, and (AB_TRACE=1) bench/trace.sh's timeline of the tree. About 4-5 minutes; logs in $OUT.
 # AB_VARIANTS: space-separated name:CMAKE_CUDA_FLAGS builds of the tree (flags joined by commas), each tested and
 # timed like the baseline (about a minute more each). AB_ENVS: space-separated name:VAR=value,VAR=value runs of the
@@ -24,8 +24,13 @@ full=$!
 pids=()
 rm -f build-gpu/base/hearth # a binary left by an earlier call on a warm machine is never timed by mistake
 if [ -n "${AB_BASE:-}" ] && [ -d "$AB_BASE" ]; then
-  rm -rf /tmp/ab-base && mkdir -p /tmp/ab-base && tar --exclude=./build-gpu --exclude=./.deps -cf - . | tar -x -C /tmp/ab-base
-  cp "$AB_BASE"/*.cu* /tmp/ab-base/src/backend/cuda/ # .cu and .cuh
+  rm -rf /tmp/ab-base && mkdir -p /tmp/ab-base
+  if [ -f "$AB_BASE/CMakeLists.txt" ]; then # a whole tree (e.g. `git archive main`): the baseline is that tree
+    cp -r "$AB_BASE"/. /tmp/ab-base/
+  else # a folder of .cu/.cuh files over this tree's src/backend/cuda
+    tar --exclude=./build-gpu --exclude=./.deps --exclude=./.ab-base -cf - . | tar -x -C /tmp/ab-base
+    cp "$AB_BASE"/*.cu* /tmp/ab-base/src/backend/cuda/ # .cu and .cuh
+  fi
   ( cmake -S /tmp/ab-base -B build-gpu/base -DCMAKE_BUILD_TYPE=Release -DHEARTH_SERVER=OFF -DHEARTH_WERROR=OFF \
       -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$PREFIX" >"$OUT/build-base.log" 2>&1 &&
     cmake --build build-gpu/base -j4 --target hearth_cli test_cuda_ops >>"$OUT/build-base.log" 2>&1 || echo "base build failed" ) &

@@ -40,7 +40,8 @@ struct model_scratch {
   struct hb_tensor gate, up;             /* [T, ff] */
   struct hb_tensor sel;                  /* [max_out, d] rows picked for the head */
   struct hb_tensor logits;               /* [max_out, vocab] */
-  struct hb_tensor gid, glp;             /* [max_out, 1] i32 / f32: greedy ids and their logprobs */
+  struct hb_tensor gsel;                 /* [2 max_out, 1] i32: a batch of n's greedy ids, then their f32 logprobs
+                                          * (rows n..2n): one read brings both back */
 };
 
 #define MODEL_MAX_GRAPHS 65 /* decode graphs by batch width 1..64 */
@@ -81,6 +82,7 @@ struct hearth_model {
   float *b_outbuf;  /* [max_seqs × max(vocab, d)] host copy of the batch's outputs */
   int32_t *b_gid;   /* [max_seqs] greedy ids of the last batch */
   float *b_glp;     /* [max_seqs] their logprobs */
+  int32_t *b_gsel;  /* [2 max_seqs] gsel as read back */
   struct model_graph graphs[MODEL_MAX_GRAPHS];
   int max_seqs, max_blocks_per_seq;
   char family_name[16];

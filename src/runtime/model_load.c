@@ -41,8 +41,7 @@ static int alloc_scratch(struct hearth_model *m, struct hearth_err *err) {
   if (!rc && !c->is_embedding)
     rc = be->alloc_f32 ? be->alloc_f32(x, &s->logits, O, c->vocab_size, err)
                        : be->alloc(x, &s->logits, HB_F32, O, c->vocab_size, err);
-  if (!rc) rc = be->alloc(x, &s->gid, HB_I32, O, 1, err);
-  if (!rc) rc = be->alloc(x, &s->glp, HB_F32, O, 1, err);
+  if (!rc) rc = be->alloc(x, &s->gsel, HB_I32, 2 * O, 1, err);
   if (rc) return err_prefix(err, "activation scratch");
   m->max_seqs = O;
   m->b_pos = malloc(T * sizeof(int32_t));
@@ -55,7 +54,8 @@ static int alloc_scratch(struct hearth_model *m, struct hearth_err *err) {
   m->b_outbuf = malloc((size_t)O * outw * sizeof(float));
   m->b_gid = malloc(O * sizeof(int32_t));
   m->b_glp = malloc(O * sizeof(float));
-  if (!m->b_gid || !m->b_glp || !m->b_pos || !m->b_seq || !m->b_out || !m->b_len || !m->b_bt || !m->b_ids || !m->b_outbuf) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
+  m->b_gsel = malloc(2 * O * sizeof(int32_t));
+  if (!m->b_gsel || !m->b_gid || !m->b_glp || !m->b_pos || !m->b_seq || !m->b_out || !m->b_len || !m->b_bt || !m->b_ids || !m->b_outbuf) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
   return 0;
 }
 
@@ -63,11 +63,11 @@ static void free_scratch(struct hearth_model *m) {
   struct model_scratch *s = &m->scratch;
   for (int i = 0; i < MODEL_MAX_GRAPHS; i++)
     if (m->graphs[i].graph) m->be->graph_free(m->graphs[i].graph);
-  struct hb_tensor *all[] = {&s->ids, &s->x, &s->xn, &s->q, &s->k, &s->v, &s->attn, &s->o, &s->gate, &s->up, &s->sel, &s->logits, &s->gid, &s->glp};
+  struct hb_tensor *all[] = {&s->ids, &s->x, &s->xn, &s->q, &s->k, &s->v, &s->attn, &s->o, &s->gate, &s->up, &s->sel, &s->logits, &s->gsel};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     if (all[i]->data) m->be->release(m->bctx, all[i]);
   free(m->b_pos); free(m->b_seq); free(m->b_out); free(m->b_len); free(m->b_bt);
-  free(m->b_ids); free(m->b_outbuf); free(m->b_gid); free(m->b_glp);
+  free(m->b_ids); free(m->b_outbuf); free(m->b_gid); free(m->b_glp); free(m->b_gsel);
 }
 
 static void release_weights(struct hearth_model *m) {

@@ -168,10 +168,22 @@ static int run_batch(struct hearth_model *m, struct hb_batch *b, enum out_mode m
   }
   if (b->n_out == 0) return be->sync(c, err);
   if (mode == OUT_GREEDY && be->argmax) {
-    be->argmax(c, &sc->logits, b->n_out, &sc->gid, &sc->glp);
-    if (be->read(c, &sc->gid, 0, b->n_out, m->b_gid) || be->read(c, &sc->glp, 0, b->n_out, m->b_glp))
-      return err_set(err, HEARTH_ERR_BACKEND, "%s: read failed", be->name);
-    return be->sync(c, err);
+    /* ids in rows 0..n of gsel, their logprobs in rows n..2n: one read (one round trip) brings both */
+    const int n = b->n_out;
+    struct hb_tensor gid = sc->gsel, glp = sc->gsel;
+    gid.rows = n;
+    gid.bytes = 0;
+    glp.dtype = HB_F32;
+    glp.rows = n;
+    glp.data = (char *)sc->gsel.data + (size_t)n * sizeof(int32_t);
+    glp.bytes = 0;
+    be->argmax(c, &sc->logits, n, &gid, &glp);
+    if (be->read(c, &sc->gsel, 0, 2 * n, m->b_gsel)) return err_set(err, HEARTH_ERR_BACKEND, "%s: read failed", be->name);
+    rc = be->sync(c, err);
+    if (rc) return rc;
+    memcpy(m->b_gid, m->b_gsel, (size_t)n * sizeof(int32_t));
+    memcpy(m->b_glp, m->b_gsel + n, (size_t)n * sizeof(float));
+    return 0;
   }
   const struct hb_tensor *src = want_hidden ? &sc->sel : &sc->logits;
   if (be->read(c, src, 0, b->n_out, m->b_outbuf)) return err_set(err, HEARTH_ERR_BACKEND, "%s: read failed", be->name);

@@ -311,6 +311,48 @@ static double decode(struct model *m, struct bb *t, int B, int ctx0, int n_steps
 static int cmpd(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return x < y ? -1 : x > y; }
 static double median(double *v, int n) { qsort(v, (size_t)n, sizeof *v, cmpd); return v[n / 2]; }
 
+/* the device's own time per decode step: the step's graph replayed n_steps times back to back (no upload, no read,
+ * one sync at the end; positions stay put, which changes no kernel's work) */
+static double decode_replay(struct model *m, struct bb *t, int ctx0, int n_steps) {
+  struct hb_cuda_graph *gr = NULL;
+  t->b.n_tokens = 1; t->b.n_seqs = 1; t->b.n_out = 1;
+  t->seq[0] = 0; t->out[0] = 0; t->pos[0] = ctx0; t->seq_len[0] = ctx0 + 1;
+  if (G->batch_upload(gc, &t->b, &err)) DIE("batch_upload");
+  forward(m, &t->b, 1); /* once uncaptured: scratch sized */
+  if (hb_cuda_capture_begin(gc, &err)) DIE("capture_begin");
+  forward(m, &t->b, 1);
+  if (hb_cuda_capture_end(gc, &gr, &err)) DIE("capture_end");
+  for (int i = 0; i < 3; i++) if (hb_cuda_graph_launch(gc, gr, &err)) DIE("graph_launch");
+  if (G->sync(gc, &err)) DIE("sync");
+  double t0 = now();
+  for (int i = 0; i < n_steps; i++) if (hb_cuda_graph_launch(gc, gr, &err)) DIE("graph_launch");
+  if (G->sync(gc, &err)) DIE("sync");
+  double dt = now() - t0;
+  hb_cuda_graph_free(gr);
+  return dt;
+}
+
+/* what a synchronous decode loop adds per step on the host side: bench_cuda's own loop (upload, replay, read the
+ * ids, wait) against the same graph replayed back to back (bench/NOTES.md, round 14) */
+static void bench_host(const struct cfg *c) {
+  struct model m;
+  model_init(&m, c, 256, 1, 512);
+  struct bb t;
+  bb_init(&t, &m);
+  prefill(&m, &t, 0, 0, 71, 0);
+  double a[3], b[3];
+  for (int r = 0; r < 3; r++) {
+    a[r] = decode(&m, &t, 1, 71, 128, 1, 1) / 128;
+    b[r] = decode_replay(&m, &t, 71, 128) / 128;
+  }
+  const double ma = median(a, 3), mb = median(b, 3);
+  printf("| %s | %.1f | %.1f | %.1f |\n", c->name, ma * 1e6, mb * 1e6, (ma - mb) * 1e6);
+  fflush(stdout);
+  bb_free(&t);
+  model_free(&m);
+}
+
+
 static void bench_model(const struct cfg *c) {
   struct model m;
   model_init(&m, c, 1570, 32, 1570 + 160);
@@ -492,6 +534,12 @@ int main(int argc, char **argv) {
   if (!strcmp(which, "3b") || !strcmp(which, "all")) bench_model(&CFG_3B);
   if (!strcmp(which, "breakdown") || !strcmp(which, "all")) breakdown(&CFG_3B);
   if (!strcmp(which, "breakdown0.5b")) breakdown(&CFG_05B);
+  if (!strcmp(which, "host")) {
+    printf("\n### decode step, µs: bench_cuda's synchronous loop against back-to-back replays (fused, graph, @71)\n\n"
+           "| model | loop | replays | host's share |\n|---|---|---|---|\n");
+    bench_host(&CFG_05B);
+    bench_host(&CFG_3B);
+  }
   if (G->sync(gc, &err)) { fprintf(stderr, "bench_cuda: %s\n", err.msg); return 1; }
   G->free(gc);
   return 0;

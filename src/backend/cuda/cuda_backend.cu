@@ -108,6 +108,8 @@ static int cuda_init(const struct hb_config *cfg, struct hb_ctx **out, struct he
     }
     if (c->skip) fprintf(stderr, "cuda: HEARTH_CUDA_SKIP=%s: decode steps leave kernels out (timing only)\n", skip);
   }
+  const char *stage = getenv("HEARTH_CUDA_STAGE");
+  c->stage_on = !(stage && !strcmp(stage, "0"));
   if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {
     free(c);
     return cu_err_set(err, HEARTH_ERR_BACKEND, "cuda: cannot create a stream: %s", cudaGetErrorString(e));
@@ -125,7 +127,8 @@ static int cuda_init(const struct hb_config *cfg, struct hb_ctx **out, struct he
 static void cuda_free(struct hb_ctx *c) {
   if (!c) return;
   cudaStreamSynchronize(c->stream);
-  cudaFree(c->b_pos); cudaFree(c->b_seq); cudaFree(c->b_out); cudaFree(c->b_seqlen); cudaFree(c->b_bt);
+  cudaFree(c->b_in);
+  cudaFreeHost(c->stage);
   if (c->marks) {
     for (int i = 0; i < 1024; i++) if (c->marks[i]) cudaEventDestroy(c->marks[i]);
     free(c->marks);
@@ -274,11 +277,46 @@ static int cuda_weight_upload(struct hb_ctx *c, struct hb_tensor *dst, const str
 }
 
 /* host copies: the host side is always f32 (or i32); f16 tensors convert on the host */
+/* the pinned staging area (see hb_ctx): n bytes that stay untouched until the stream is next synchronized, or
+ * NULL (staging off, too large, or no pinned memory: the caller copies from pageable memory instead) */
+#define CU_STAGE_MAX ((size_t)4 << 20)
+static void *stage_get(struct hb_ctx *c, size_t n) {
+  if (!c->stage_on || n > CU_STAGE_MAX || c->capturing) return NULL;
+  n = (n + 127) & ~(size_t)127;
+  if (c->stage_off + n > c->stage_cap) {
+    if (CU_OK(c, cudaStreamSynchronize(c->stream))) return NULL; /* every staged copy has run */
+    c->stage_off = 0;
+    if (n > c->stage_cap) {
+      const size_t cap = n < ((size_t)256 << 10) ? ((size_t)256 << 10) : 2 * n;
+      void *p = NULL;
+      if (cudaHostAlloc(&p, cap, cudaHostAllocDefault) != cudaSuccess) {
+        (void)cudaGetLastError(); /* not sticky: fall back to pageable copies */
+        return NULL;
+      }
+      cudaFreeHost(c->stage);
+      c->stage = (char *)p;
+      c->stage_cap = cap;
+    }
+  }
+  void *p = c->stage + c->stage_off;
+  c->stage_off += n;
+  return p;
+}
+/* after the stream has been synchronized: every staged copy has run */
+static void stage_reset(struct hb_ctx *c) { c->stage_off = 0; }
+
 static int cuda_write(struct hb_ctx *c, struct hb_tensor *t, int64_t row0, int64_t n_rows, const void *host) {
   if (c->status) return c->status;
   size_t n = (size_t)n_rows * (size_t)t->cols, es = dtype_size(t->dtype);
   char *dst = (char *)t->data + (size_t)row0 * (size_t)t->cols * es;
-  if (t->dtype == HB_F16) {
+  void *st = (t->dtype == HB_F16 || t->dtype == HB_F32 || t->dtype == HB_I32) ? stage_get(c, n * es) : NULL;
+  if (st) { /* asynchronous: the stage holds the bytes until the copy has run */
+    if (t->dtype == HB_F16)
+      for (size_t i = 0; i < n; i++) ((__half *)st)[i] = __float2half_rn(((const float *)host)[i]);
+    else
+      memcpy(st, host, n * es);
+    CU_OK(c, cudaMemcpyAsync(dst, st, n * es, cudaMemcpyHostToDevice, c->stream));
+  } else if (t->dtype == HB_F16) {
     __half *h = (__half *)malloc(n * sizeof(__half));
     if (!h) { cu_fail(c, HEARTH_ERR_NOMEM, __FILE__, __LINE__, "out of host memory"); return c->status; }
     for (size_t i = 0; i < n; i++) h[i] = __float2half_rn(((const float *)host)[i]);
@@ -298,7 +336,17 @@ static int cuda_read(struct hb_ctx *c, const struct hb_tensor *t, int64_t row0, 
   if (c->status) return c->status;
   size_t n = (size_t)n_rows * (size_t)t->cols, es = dtype_size(t->dtype);
   const char *src = (const char *)t->data + (size_t)row0 * (size_t)t->cols * es;
-  if (t->dtype == HB_F16) {
+  void *st = (t->dtype == HB_F16 || t->dtype == HB_F32 || t->dtype == HB_I32) ? stage_get(c, n * es) : NULL;
+  if (st) { /* into pinned memory: one DMA, then the sync the caller needs anyway */
+    if (!CU_OK(c, cudaMemcpyAsync(st, src, n * es, cudaMemcpyDeviceToHost, c->stream)) &&
+        !CU_OK(c, cudaStreamSynchronize(c->stream))) {
+      if (t->dtype == HB_F16)
+        for (size_t i = 0; i < n; i++) ((float *)host)[i] = __half2float(((const __half *)st)[i]);
+      else
+        memcpy(host, st, n * es);
+      stage_reset(c);
+    }
+  } else if (t->dtype == HB_F16) {
     __half *h = (__half *)malloc(n * sizeof(__half));
     if (!h) { cu_fail(c, HEARTH_ERR_NOMEM, __FILE__, __LINE__, "out of host memory"); return c->status; }
     if (!CU_OK(c, cudaMemcpyAsync(h, src, n * 2, cudaMemcpyDeviceToHost, c->stream)) &&
@@ -322,53 +370,45 @@ static void view_i32(struct hb_tensor *t, int32_t *p, int64_t n) {
   t->data = p;
 }
 
-static int grow_i32(struct hb_ctx *c, int32_t **p, int64_t *cap, int64_t need) {
-  if (need <= *cap) return 0;
-  size_t cz = (size_t)*cap;
-  void *vp = *p;
-  int rc = cu_scratch(c, &vp, &cz, (size_t)(need < 256 ? 256 : need), sizeof(int32_t), 1);
-  *p = (int32_t *)vp;
-  *cap = (int64_t)cz;
-  return rc;
-}
-
 /* Positions, sequence ids and block tables reach the device only here, by stream-ordered copies
  * before the step's kernels: kernels launched with programmatic dependent launch (decode attention)
- * read them before griddepcontrol.wait. A kernel that ever writes them would break that. */
+ * read them before griddepcontrol.wait. A kernel that ever writes them would break that.
+ * The five arrays are packed into the stage and copied to b_in at once. Each region starts at a multiple of 32
+ * elements, at an offset fixed by (n_tokens, n_out, n_seqs, max_blocks), which a decode graph's shape fixes. */
 static int cuda_batch_upload(struct hb_ctx *c, struct hb_batch *b, struct hearth_err *err) {
   if (c->status) return report(c, err);
   if (c->capturing) return cu_err_set(err, HEARTH_ERR_ARG, "cuda: batch_upload inside a graph capture");
-  int64_t nt = b->n_tokens, ns = b->n_seqs, nbt = (int64_t)b->n_seqs * b->max_blocks, no = b->n_out;
-  int64_t ct = c->cap_tok, cs = c->cap_seq, cb = c->cap_bt;
-  int64_t ct0 = ct, need_tok = nt > no ? nt : no; /* pos, seq and out_rows share one capacity */
-  if (grow_i32(c, &c->b_pos, &ct, need_tok)) return report(c, err);
-  ct = ct0;
-  if (grow_i32(c, &c->b_seq, &ct, need_tok)) return report(c, err);
-  ct = ct0;
-  if (grow_i32(c, &c->b_out, &ct, need_tok)) return report(c, err);
-  c->cap_tok = (int)ct;
-  if (grow_i32(c, &c->b_seqlen, &cs, ns)) return report(c, err);
-  c->cap_seq = (int)cs;
-  if (grow_i32(c, &c->b_bt, &cb, nbt)) return report(c, err);
-  c->cap_bt = cb;
-  cudaMemcpyKind h2d = cudaMemcpyHostToDevice;
-  if (nt && (CU_OK(c, cudaMemcpyAsync(c->b_pos, b->pos, nt * 4, h2d, c->stream)) ||
-             CU_OK(c, cudaMemcpyAsync(c->b_seq, b->seq, nt * 4, h2d, c->stream))))
-    return report(c, err);
-  if (ns && CU_OK(c, cudaMemcpyAsync(c->b_seqlen, b->seq_len, ns * 4, h2d, c->stream))) return report(c, err);
-  if (nbt && CU_OK(c, cudaMemcpyAsync(c->b_bt, b->block_table, nbt * 4, h2d, c->stream))) return report(c, err);
-  if (no && b->out_rows && CU_OK(c, cudaMemcpyAsync(c->b_out, b->out_rows, no * 4, h2d, c->stream)))
-    return report(c, err);
-  view_i32(&b->d_pos, c->b_pos, nt);
-  view_i32(&b->d_seq, c->b_seq, nt);
-  view_i32(&b->d_seq_len, c->b_seqlen, ns);
-  view_i32(&b->d_block_table, c->b_bt, nbt);
-  view_i32(&b->d_out_rows, c->b_out, no);
+  const int64_t nt = b->n_tokens, ns = b->n_seqs, nbt = (int64_t)b->n_seqs * b->max_blocks, no = b->n_out;
+  if (nt < 0 || ns < 0 || nbt < 0 || no < 0) return cu_err_set(err, HEARTH_ERR_ARG, "cuda: batch_upload: negative count");
+  auto up = [](int64_t v) { return (v + 31) & ~(int64_t)31; };
+  const int64_t o_seq = up(nt), o_out = o_seq + up(nt), o_len = o_out + up(no), o_bt = o_len + up(ns), total = o_bt + nbt;
+  void *vp = c->b_in;
+  if (cu_scratch(c, &vp, &c->b_in_cap, (size_t)(total > 256 ? total : 256), sizeof(int32_t), 1)) return report(c, err);
+  c->b_in = (int32_t *)vp;
+  const struct { const int32_t *src; int64_t off, n; } part[5] = {
+      {b->pos, 0, nt}, {b->seq, o_seq, nt}, {b->out_rows, o_out, b->out_rows ? no : 0}, {b->seq_len, o_len, ns},
+      {b->block_table, o_bt, nbt}};
+  int32_t *st = total ? (int32_t *)stage_get(c, (size_t)total * 4) : NULL;
+  if (st) { /* one copy of the whole span (the alignment gaps carry whatever the stage held) */
+    for (int i = 0; i < 5; i++)
+      if (part[i].n) memcpy(st + part[i].off, part[i].src, (size_t)part[i].n * 4);
+    if (CU_OK(c, cudaMemcpyAsync(c->b_in, st, (size_t)total * 4, cudaMemcpyHostToDevice, c->stream))) return report(c, err);
+  } else { /* HEARTH_CUDA_STAGE=0 or no pinned memory: a copy per array from the caller's memory */
+    for (int i = 0; i < 5; i++)
+      if (part[i].n && CU_OK(c, cudaMemcpyAsync(c->b_in + part[i].off, part[i].src, (size_t)part[i].n * 4,
+                                                  cudaMemcpyHostToDevice, c->stream)))
+        return report(c, err);
+  }
+  view_i32(&b->d_pos, c->b_in, nt);
+  view_i32(&b->d_seq, c->b_in + o_seq, nt);
+  view_i32(&b->d_seq_len, c->b_in + o_len, ns);
+  view_i32(&b->d_block_table, c->b_in + o_bt, nbt);
+  view_i32(&b->d_out_rows, c->b_in + o_out, no);
   return 0;
 }
 
 static int cuda_sync(struct hb_ctx *c, struct hearth_err *err) {
-  if (!c->status && !c->capturing) CU_OK(c, cudaStreamSynchronize(c->stream));
+  if (!c->status && !c->capturing && !CU_OK(c, cudaStreamSynchronize(c->stream))) stage_reset(c);
   return report(c, err);
 }
 

@@ -45,10 +45,19 @@ struct hb_ctx {
   char msg[400];
   size_t bytes_alloc;     /* device bytes held through alloc/weight_upload */
   size_t bytes_scratch;   /* device bytes of the backend's own scratch */
-  /* batch arrays (batch_upload): fixed addresses while capacities hold, so graphs stay valid */
-  int32_t *b_pos, *b_seq, *b_out, *b_seqlen, *b_bt;
-  int cap_tok, cap_seq;
-  int64_t cap_bt;
+  /* batch arrays (batch_upload): one buffer, b_in, holding pos, seq, out_rows, seq_len and the block table one
+   * after the other (each region 128-byte aligned). The offsets depend only on the batch's counts, so a graph
+   * captured for a decode shape finds its arrays at the same addresses on every replay; b_in moving (it grew)
+   * bumps gen like any scratch buffer */
+  int32_t *b_in;
+  size_t b_in_cap;        /* int32 elements */
+  /* pinned host staging of small uploads (batch_upload, write) and reads: bump-allocated, and reset only right
+   * after the stream has been synchronized, so a copy's source bytes stay put until the copy has run. One copy
+   * per step instead of six, and no stream sync before the step (round 14, bench/NOTES.md).
+   * HEARTH_CUDA_STAGE=0: pageable copies as before (a bench knob) */
+  char *stage;
+  size_t stage_cap, stage_off;
+  int stage_on;
   /* attention split-K scratch: partial (m, l, acc[hd]) per (token, head, split), and counters */
   float *attn_part;
   size_t attn_part_cap;   /* floats */
