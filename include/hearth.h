@@ -163,6 +163,14 @@ int hearth_sessions_step_greedy(struct hearth_session **sessions, int n_sessions
                                 const int32_t *const *tokens, const int *n_tokens, int32_t *ids,
                                 float *logprobs, struct hearth_err *err);
 
+/* hearth_sessions_step with the choice made per session: greedy[i] != 0 selects as
+ * hearth_sessions_step_greedy does (ids[i], logprobs[i]; no logits), greedy[i] == 0 leaves session i's
+ * logits for hearth_session_logits (ids[i] / logprobs[i] untouched). When every session is greedy only the
+ * ids and logprobs leave the device. greedy == NULL: all greedy. */
+int hearth_sessions_step_select(struct hearth_session **sessions, int n_sessions,
+                                const int32_t *const *tokens, const int *n_tokens, const uint8_t *greedy,
+                                int32_t *ids, float *logprobs, struct hearth_err *err);
+
 /* Embedding models: evaluates tokens[0..n) from position 0 (the session is reset), pools the last
  * token's final hidden state and L2-normalises it into out[0..n_embd). */
 int hearth_session_embed(struct hearth_session *s, const int32_t *tokens, int n, float *out,

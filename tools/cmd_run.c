@@ -71,14 +71,26 @@ int cmd_run(int argc, char **argv) {
   if (!rc) hearth_sampler_set_prompt(smp, ids, n);
   if (!rc) rc = hearth_session_sync(s, ids, n, &err);
   int n_out = 0;
+  /* greedy without penalties: the next token is chosen where the logits are (on a GPU only its id comes back) */
+  const int on_device = sp.temperature == 0.0f && sp.repetition_penalty == 1.0f && sp.presence_penalty == 0.0f &&
+                        sp.frequency_penalty == 0.0f;
+  int32_t next = -1; /* chosen by the last step (on_device) */
   while (!rc && n_out < n_gen) {
-    int32_t t = hearth_sampler_sample(smp, hearth_session_logits(s), out, n_out);
+    int32_t t = next >= 0 ? next : hearth_sampler_sample(smp, hearth_session_logits(s), out, n_out);
     out[n_out++] = t;
     const struct hearth_model_info *mi = hearth_model_info(m);
     int is_eos = 0;
     for (int k = 0; k < mi->n_eos; k++) if (mi->eos_ids[k] == t) is_eos = 1;
     if (is_eos && !ignore_eos) break;
-    if (n_out < n_gen) rc = hearth_session_append(s, &t, 1, &err);
+    if (n_out < n_gen) {
+      if (on_device) {
+        const int32_t *tp = &t;
+        const int one = 1;
+        rc = hearth_sessions_step_greedy(&s, 1, &tp, &one, &next, NULL, &err);
+      } else {
+        rc = hearth_session_append(s, &t, 1, &err);
+      }
+    }
   }
   if (rc) {
     fprintf(stderr, "hearth run: %s\n", err.msg);

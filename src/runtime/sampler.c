@@ -226,6 +226,6 @@ float hearth_logprob(const float *logits, int n_vocab, int32_t id) {
   float mx = logits[0];
   for (int i = 1; i < n_vocab; i++) if (logits[i] > mx) mx = logits[i];
   double sum = 0;
-  for (int i = 0; i < n_vocab; i++) sum += exp((double)(logits[i] - mx));
-  return (float)((double)(logits[id] - mx) - log(sum));
+  for (int i = 0; i < n_vocab; i++) sum += exp((double)logits[i] - mx); /* differences in double, as the server's score() */
+  return (float)((double)logits[id] - mx - log(sum));
 }

@@ -136,8 +136,8 @@ enum out_mode { OUT_LOGITS, OUT_HIDDEN, OUT_GREEDY };
 /* Runs one forward pass over the staged batch (ids and tables already in m->b_*): uploads inputs,
  * enqueues the family forward — replayed from a captured graph for decode-shaped batches when
  * the backend offers graphs — and brings back what `mode` asks for into m->b_outbuf (logits or
- * hidden rows) or m->b_gid/b_glp (greedy ids and logprobs). */
-static int run_batch(struct hearth_model *m, struct hb_batch *b, enum out_mode mode, struct hearth_err *err) {
+ * hidden rows) or m->b_gid/b_glp (greedy ids and logprobs; with need_logits the logits rows as well). */
+static int run_batch(struct hearth_model *m, struct hb_batch *b, enum out_mode mode, int need_logits, struct hearth_err *err) {
   const struct hb_ops *be = m->be;
   struct hb_ctx *c = m->bctx;
   struct model_scratch *sc = &m->scratch;
@@ -178,7 +178,8 @@ static int run_batch(struct hearth_model *m, struct hb_batch *b, enum out_mode m
     glp.data = (char *)sc->gsel.data + (size_t)n * sizeof(int32_t);
     glp.bytes = 0;
     be->argmax(c, &sc->logits, n, &gid, &glp);
-    if (be->read(c, &sc->gsel, 0, 2 * n, m->b_gsel)) return err_set(err, HEARTH_ERR_BACKEND, "%s: read failed", be->name);
+    if ((need_logits && be->read(c, &sc->logits, 0, n, m->b_outbuf)) || be->read(c, &sc->gsel, 0, 2 * n, m->b_gsel))
+      return err_set(err, HEARTH_ERR_BACKEND, "%s: read failed", be->name);
     rc = be->sync(c, err);
     if (rc) return rc;
     memcpy(m->b_gid, m->b_gsel, (size_t)n * sizeof(int32_t));
@@ -202,7 +203,7 @@ static int run_batch(struct hearth_model *m, struct hb_batch *b, enum out_mode m
 /* every (n == 1, OUT_LOGITS only): also write the logits of every appended position to
  * every[i * n_vocab], a forward pass holding at most max_out of them */
 static int session_forward(struct hearth_session **ss, int n, const int32_t *const *tokens, const int *counts,
-                           enum out_mode mode, float *every, struct hearth_err *err) {
+                           enum out_mode mode, const uint8_t *greedy, float *every, struct hearth_err *err) {
   int want_hidden = mode == OUT_HIDDEN;
   if (n <= 0) return 0;
   struct hearth_model *m = ss[0]->m;
@@ -265,7 +266,10 @@ static int session_forward(struct hearth_session **ss, int n, const int32_t *con
       .pos = m->b_pos, .seq = m->b_seq, .block_table = m->b_bt, .seq_len = m->b_len,
       .out_rows = m->b_out, .n_out = nout,
     };
-    rc = run_batch(m, &b, mode, err);
+    int need_logits = 0; /* OUT_GREEDY: a session that wants its logits instead (greedy[i] == 0) */
+    if (mode == OUT_GREEDY && greedy)
+      for (int k = 0; k < nout; k++) need_logits |= !greedy[owner[k]];
+    rc = run_batch(m, &b, mode, need_logits, err);
     if (rc) break;
     if (every) { /* every row: the caller's; the last one of the call: the session's logits */
       memcpy(every + (size_t)first * outw, outbuf, (size_t)nout * outw * sizeof(float));
@@ -281,7 +285,7 @@ static int session_forward(struct hearth_session **ss, int n, const int32_t *con
         s->greedy_id = m->b_gid[k];
         s->greedy_logprob = m->b_glp[k];
       }
-      if (mode != OUT_GREEDY || !m->be->argmax) {
+      if (mode != OUT_GREEDY || !m->be->argmax || (greedy && !greedy[owner[k]])) {
         memcpy(s->out, outbuf + (size_t)k * outw, (size_t)outw * sizeof(float));
         s->has_out = 1;
       }
@@ -295,24 +299,31 @@ static int session_forward(struct hearth_session **ss, int n, const int32_t *con
 
 int hearth_sessions_step(struct hearth_session **sessions, int n_sessions, const int32_t *const *tokens,
                          const int *n_tokens, struct hearth_err *err) {
-  return session_forward(sessions, n_sessions, tokens, n_tokens, OUT_LOGITS, NULL, err);
+  return session_forward(sessions, n_sessions, tokens, n_tokens, OUT_LOGITS, NULL, NULL, err);
 }
 
-int hearth_sessions_step_greedy(struct hearth_session **sessions, int n_sessions, const int32_t *const *tokens,
-                                const int *n_tokens, int32_t *ids, float *logprobs, struct hearth_err *err) {
+int hearth_sessions_step_select(struct hearth_session **sessions, int n_sessions, const int32_t *const *tokens,
+                                const int *n_tokens, const uint8_t *greedy, int32_t *ids, float *logprobs,
+                                struct hearth_err *err) {
   for (int i = 0; i < n_sessions; i++) sessions[i]->has_out = 0;
-  int rc = session_forward(sessions, n_sessions, tokens, n_tokens, OUT_GREEDY, NULL, err);
+  int rc = session_forward(sessions, n_sessions, tokens, n_tokens, OUT_GREEDY, greedy, NULL, err);
   if (rc) return rc;
   for (int i = 0; i < n_sessions; i++) {
+    if (greedy && !greedy[i]) continue;
     if (ids) ids[i] = sessions[i]->greedy_id;
     if (logprobs) logprobs[i] = sessions[i]->greedy_logprob;
   }
   return 0;
 }
 
+int hearth_sessions_step_greedy(struct hearth_session **sessions, int n_sessions, const int32_t *const *tokens,
+                                const int *n_tokens, int32_t *ids, float *logprobs, struct hearth_err *err) {
+  return hearth_sessions_step_select(sessions, n_sessions, tokens, n_tokens, NULL, ids, logprobs, err);
+}
+
 int hearth_session_append(struct hearth_session *s, const int32_t *tokens, int n, struct hearth_err *err) {
   if (n <= 0) return err_set(err, HEARTH_ERR_ARG, "append needs at least one token");
-  return session_forward(&s, 1, &tokens, &n, OUT_LOGITS, NULL, err);
+  return session_forward(&s, 1, &tokens, &n, OUT_LOGITS, NULL, NULL, err);
 }
 
 int hearth_session_append_logits(struct hearth_session *s, const int32_t *tokens, int n, float *logits,
@@ -320,7 +331,7 @@ int hearth_session_append_logits(struct hearth_session *s, const int32_t *tokens
   if (n <= 0) return err_set(err, HEARTH_ERR_ARG, "append needs at least one token");
   if (!logits) return err_set(err, HEARTH_ERR_ARG, "append_logits needs an output buffer");
   if (s->m->cfg.is_embedding) return err_set(err, HEARTH_ERR_ARG, "an embedding model has no logits");
-  return session_forward(&s, 1, &tokens, &n, OUT_LOGITS, logits, err);
+  return session_forward(&s, 1, &tokens, &n, OUT_LOGITS, NULL, logits, err);
 }
 
 int hearth_session_prepare(struct hearth_session *s, const int32_t *tokens, int n, struct hearth_err *err) {
@@ -342,13 +353,13 @@ int hearth_session_sync(struct hearth_session *s, const int32_t *tokens, int n, 
   if (common < 0) return common;
   int rest = n - common;
   const int32_t *p = tokens + common;
-  return session_forward(&s, 1, &p, &rest, OUT_LOGITS, NULL, err);
+  return session_forward(&s, 1, &p, &rest, OUT_LOGITS, NULL, NULL, err);
 }
 
 int hearth_session_embed(struct hearth_session *s, const int32_t *tokens, int n, float *out, struct hearth_err *err) {
   if (n <= 0) return err_set(err, HEARTH_ERR_ARG, "embed needs at least one token");
   truncate_to(s, 0);
-  int rc = session_forward(&s, 1, &tokens, &n, OUT_HIDDEN, NULL, err);
+  int rc = session_forward(&s, 1, &tokens, &n, OUT_HIDDEN, NULL, NULL, err);
   if (rc) return rc;
   int d = s->m->cfg.hidden_size;
   double ss = 0;

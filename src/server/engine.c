@@ -245,25 +245,41 @@ static void score(const float *logits, int nv, int32_t id, int k, struct gen_eve
   }
 }
 
-/* Samples the next token of sl from logits, appends it to the request, and decides whether the
- * sequence goes on. Returns 1 if it continues (sl->pending is set), 0 if it was released. */
-static int emit(struct engine *e, struct slot *sl, const float *logits) {
+/* Whether q's next token can be chosen where the logits are (hearth_sessions_step_select: on the GPU only the
+ * id and its logprob come back): greedy, nothing that changes the logits on the host first, and no
+ * alternatives asked for. The host sampler's greedy path draws nothing from its RNG, so skipping it
+ * changes no later draw. */
+static int select_greedy(const struct gen_req *q) {
+  const struct hearth_sampling *p = &q->sampling;
+  return p->temperature == 0.0f && p->repetition_penalty == 1.0f && p->presence_penalty == 0.0f &&
+         p->frequency_penalty == 0.0f && q->n_bias == 0 && !q->prog && q->top_logprobs <= 0;
+}
+
+/* Samples the next token of sl from logits (or takes the one chosen for it: chosen != NULL, with its
+ * logprob lp; see select_greedy), appends it to the request, and decides whether the sequence goes
+ * on. Returns 1 if it continues (sl->pending is set), 0 if it was released. */
+static int emit(struct engine *e, struct slot *sl, const float *logits, const int32_t *chosen, float lp) {
   struct gen_req *q = sl->q;
   int nv = e->info->n_vocab;
-  if (q->n_bias || q->prog) {
+  if (!chosen && (q->n_bias || q->prog)) {
     memcpy(e->scratch, logits, (size_t)nv * sizeof *logits);
     for (int i = 0; i < q->n_bias; i++) e->scratch[q->bias_id[i]] += q->bias[i];
     logits = e->scratch;
   }
   /* constrained (json_object, forced tool call): only tokens that keep the output a prefix of what
    * the program allows (no end-of-sequence token: the answer ends when the program is complete) */
-  if (q->prog && !jvocab_mask(q->jv, q->prog, &sl->js, e->scratch, nv)) {
+  if (!chosen && q->prog && !jvocab_mask(q->jv, q->prog, &sl->js, e->scratch, nv)) {
     slot_release(e, sl, GEN_FIN_LENGTH, NULL); /* nothing can follow: cannot happen before done */
     return 0;
   }
   struct gen_event ev = {0};
-  ev.id = hearth_sampler_sample(sl->smp, logits, sl->hist, sl->n_gen);
-  if (q->top_logprobs >= 0) score(logits, nv, ev.id, q->top_logprobs, &ev);
+  if (chosen) {
+    ev.id = *chosen;
+    ev.logprob = lp; /* top_logprobs is 0 or off here: no alternatives */
+  } else {
+    ev.id = hearth_sampler_sample(sl->smp, logits, sl->hist, sl->n_gen);
+    if (q->top_logprobs >= 0) score(logits, nv, ev.id, q->top_logprobs, &ev);
+  }
   sl->hist[sl->n_gen++] = ev.id;
   enum gen_finish fin = GEN_RUNNING;
   if (!q->ignore_eos)
@@ -368,7 +384,7 @@ static void prefill_scored(struct engine *e, struct slot *sl) {
   }
   if (sl->prefilled < q->n_prompt) return;
   if (q->max_tokens == 0) slot_release(e, sl, GEN_FIN_LENGTH, NULL);
-  else emit(e, sl, hearth_session_logits(sl->s));
+  else emit(e, sl, hearth_session_logits(sl->s), NULL, 0.0f);
 }
 
 /* Matches a new request's prompt against its session once: the longest common prefix and any
@@ -427,14 +443,24 @@ static void step(struct engine *e) {
     budget -= take;
   }
   if (!n) return;
+  /* which sessions need their logits on the host: those that sample there (select_greedy) and finish
+   * their prompt or decode in this step; a prompt chunk that does not end the prompt needs nothing */
+  uint8_t greedy[N];
+  int32_t ids[N];
+  float lps[N];
+  for (int i = 0; i < n; i++) {
+    struct slot *sl = which[i];
+    const int ends = sl->state == SLOT_DECODE || sl->prefilled + cnt[i] >= sl->q->n_prompt;
+    greedy[i] = (uint8_t)(!ends || select_greedy(sl->q));
+  }
   struct hearth_err err = {0};
-  int rc = hearth_sessions_step(ss, n, toks, cnt, &err);
+  int rc = hearth_sessions_step_select(ss, n, toks, cnt, greedy, ids, lps, &err);
   if (rc == HEARTH_ERR_CTX_FULL && evict_idle(e) > 0)
-    rc = hearth_sessions_step(ss, n, toks, cnt, &err);
+    rc = hearth_sessions_step_select(ss, n, toks, cnt, greedy, ids, lps, &err);
   if (rc) { /* find the culprit(s): step each alone (sessions are unchanged by a failed step) */
     for (int i = 0; i < n; i++) {
       struct hearth_err e1 = {0};
-      int r1 = hearth_sessions_step(&ss[i], 1, &toks[i], &cnt[i], &e1);
+      int r1 = hearth_sessions_step_select(&ss[i], 1, &toks[i], &cnt[i], &greedy[i], &ids[i], &lps[i], &e1);
       if (r1) {
         slot_release(e, which[i], r1 == HEARTH_ERR_CTX_FULL ? GEN_FIN_LENGTH : GEN_FIN_ERROR, e1.msg);
         which[i] = NULL;
@@ -449,7 +475,8 @@ static void step(struct engine *e) {
       if (sl->prefilled < sl->q->n_prompt) continue;
       if (sl->q->max_tokens == 0) { slot_release(e, sl, GEN_FIN_LENGTH, NULL); continue; }
     }
-    emit(e, sl, hearth_session_logits(sl->s));
+    if (greedy[i]) emit(e, sl, NULL, &ids[i], lps[i]);
+    else emit(e, sl, hearth_session_logits(sl->s), NULL, 0.0f);
   }
 }
 

@@ -223,13 +223,75 @@ static void embed(const char *fx, enum hearth_dtype dt, const char *kind, double
   json_decref(ref);
 }
 
+/* hearth_sessions_step_select on the GPU (the server's and `hearth run`'s decode step): in a batch of three
+ * sessions, two greedy on the device and one with its logits, every step's device-chosen id is the argmax of
+ * the logits that an identical batch of twin sessions brings back (the same kernels on the same batch: the
+ * same logits), its logprob the twin's log-softmax there, and the logits session matches its twin exactly */
+static void select_batch(const char *fx) {
+  struct hearth_model *m = load(fx, HEARTH_DTYPE_INT4, HEARTH_BACKEND_CUDA);
+  REQUIRE(m);
+  const int nv = hearth_model_info(m)->n_vocab;
+  enum { N = 3, STEPS = 12 };
+  struct hearth_session *a[N], *b[N];
+  int32_t tok[N], prm[N][9];
+  const int32_t *ta[N], *tb[N];
+  int one[N];
+  const uint8_t greedy[N] = {1, 0, 1};
+  struct hearth_err err = {0};
+  for (int i = 0; i < N; i++) {
+    a[i] = sess(m);
+    b[i] = sess(m);
+    REQUIRE(a[i] && b[i]);
+    for (int j = 0; j < 9; j++) prm[i][j] = (int32_t)((7 + 31 * i + 13 * j) % nv);
+    REQUIRE(hearth_session_sync(a[i], prm[i], 9 - i, &err) == 0 && hearth_session_sync(b[i], prm[i], 9 - i, &err) == 0);
+    tok[i] = prm[i][0];
+    one[i] = 1;
+  }
+  int same = 0, lp_ok = 0, lg_ok = 0, greedy_null = 0;
+  for (int st = 0; st < STEPS; st++) {
+    int32_t ids[N] = {-1, -1, -1};
+    float lps[N] = {0};
+    for (int i = 0; i < N; i++) ta[i] = tb[i] = &tok[i];
+    if (hearth_sessions_step_select(a, N, ta, one, greedy, ids, lps, &err) || hearth_sessions_step(b, N, tb, one, &err)) {
+      CHECKF(0, "step %d: %s", st, err.msg);
+      break;
+    }
+    for (int i = 0; i < N; i++) {
+      const float *lb = hearth_session_logits(b[i]);
+      int best = 0;
+      for (int k = 1; k < nv; k++) if (lb[k] > lb[best]) best = k;
+      if (greedy[i]) {
+        same += ids[i] == best;
+        lp_ok += fabsf(lps[i] - hearth_logprob(lb, nv, best)) < 1e-4f;
+        greedy_null += hearth_session_logits(a[i]) == NULL;
+        tok[i] = ids[i] >= 0 && ids[i] < nv ? ids[i] : best;
+      } else {
+        const float *la = hearth_session_logits(a[i]);
+        int eq = la != NULL;
+        for (int k = 0; eq && k < nv; k++) eq = la[k] == lb[k];
+        lg_ok += eq;
+        tok[i] = best;
+      }
+    }
+  }
+  printf("  %s select on cuda: %d/%d device ids = the twin's argmax, %d logprobs within 1e-4, %d/%d logits rows equal\n",
+         fx, same, 2 * STEPS, lp_ok, lg_ok, STEPS);
+  CHECK(same == 2 * STEPS);
+  CHECK(lp_ok == 2 * STEPS);
+  CHECK(lg_ok == STEPS);
+  CHECK(greedy_null == 2 * STEPS); /* only ids and logprobs came back for the greedy sessions */
+  for (int i = 0; i < N; i++) { hearth_session_free(a[i]); hearth_session_free(b[i]); }
+  hearth_model_free(m);
+}
+
 TEST_GROUP(qwen2_f32) { lm_f32("qwen2"); }
 TEST_GROUP(qwen3_f32) { lm_f32("qwen3"); }
 TEST_GROUP(qwen2_int4) { lm_int4("qwen2"); }
 TEST_GROUP(qwen3_int4) { lm_int4("qwen3"); }
+TEST_GROUP(step_select) { select_batch("qwen2"); }
 TEST_GROUP(qwen3emb) { embed("qwen3emb", HEARTH_DTYPE_F32, "f32", 0.9999); embed("qwen3emb", HEARTH_DTYPE_INT4, "int4", 0.999); }
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmisleading-indentation"
 #endif
-TEST_MAIN(T(qwen2_f32), T(qwen3_f32), T(qwen2_int4), T(qwen3_int4), T(qwen3emb))
+TEST_MAIN(T(qwen2_f32), T(qwen3_f32), T(qwen2_int4), T(qwen3_int4), T(step_select), T(qwen3emb))

@@ -169,6 +169,27 @@ TEST_GROUP(multi_session_step) {
   CHECK(fabsf(glp[0] - hearth_logprob(lg, V, best)) < 1e-4f);
   hearth_session_free(g1);
   hearth_session_free(g2);
+  /* per-session choice: session 0 greedy, session 1 with its logits; ids/logprobs of a logits session untouched */
+  {
+    struct hearth_session *sel[2] = {NULL, NULL}, *tw[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++)
+      REQUIRE(hearth_session_new(m, NULL, &sel[i], &err) == 0 && hearth_session_new(ref, NULL, &tw[i], &err) == 0);
+    const int32_t *sp[2] = {toks[1], toks[2]};
+    int sc[2] = {11, 14};
+    const uint8_t flags[2] = {1, 0};
+    int32_t sid[2] = {-7, -7};
+    float slp[2] = {0.5f, 0.5f};
+    REQUIRE(hearth_sessions_step_select(sel, 2, sp, sc, flags, sid, slp, &err) == 0);
+    REQUIRE(hearth_session_sync(tw[0], toks[1], 11, &err) == 0 && hearth_session_sync(tw[1], toks[2], 14, &err) == 0);
+    const float *l0 = hearth_session_logits(tw[0]);
+    int32_t b0 = 0;
+    for (int i = 1; i < V; i++) if (l0[i] > l0[b0]) b0 = i;
+    CHECK(sid[0] == b0);
+    CHECK(fabsf(slp[0] - hearth_logprob(l0, V, b0)) < 1e-4f);
+    CHECK(sid[1] == -7 && slp[1] == 0.5f);
+    CHECK(hearth_session_logits(sel[1]) && max_diff(hearth_session_logits(sel[1]), hearth_session_logits(tw[1]), V) < 1e-4f);
+    for (int i = 0; i < 2; i++) { hearth_session_free(sel[i]); hearth_session_free(tw[i]); }
+  }
   /* the same session twice in one step is refused */
   struct hearth_session *x = NULL;
   REQUIRE(hearth_session_new(m, NULL, &x, &err) == 0);
