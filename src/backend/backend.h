@@ -176,6 +176,14 @@ struct hb_ops {
    * when it does not cover the shapes (callers then run norm_matmul + silu_matmul); 0 when it ran. */
   int (*norm_swiglu)(struct hb_ctx *ctx, const struct hb_tensor *x, const struct hb_tensor *norm_w, float eps,
                      const struct hb_tensor *w_gate, const struct hb_tensor *w_up, struct hb_tensor *out, int n);
+  /* Decoding one step ahead (runtime/session.c): NULL when a backend does not offer it.
+   * read_start enqueues a copy of rows [0, n_rows) of the I32 tensor t into the backend's pinned host slot
+   * `slot` (0 or 1) and returns at once; read_finish waits for that copy alone (not for work enqueued after
+   * it) and copies its bytes to host. copy_rows enqueues dst rows [0, n_rows) = src rows [0, n_rows) (I32, on
+   * the device, in stream order). */
+  int (*read_start)(struct hb_ctx *ctx, const struct hb_tensor *t, int64_t n_rows, int slot);
+  int (*read_finish)(struct hb_ctx *ctx, int slot, void *host, struct hearth_err *err);
+  void (*copy_rows)(struct hb_ctx *ctx, struct hb_tensor *dst, const struct hb_tensor *src, int64_t n_rows);
 };
 
 /* Backends compiled into this build. hb_cuda_ops is NULL-safe: hb_get returns NULL when absent. */

@@ -66,6 +66,23 @@ struct kv_pool {
 
 struct family_ops;
 
+#define AHEAD_MAX 64
+/* A decode step enqueued before the call that will most likely ask for it (runtime/session.c, "decoding one
+ * step ahead"): the sessions it advances, each one's position and session epoch then, and the token it feeds
+ * on the device (known on the host once the step before it has been read back). */
+struct model_ahead {
+  int live;     /* a step is in flight that no call has claimed */
+  int n, slot;  /* its sessions; the backend read slot of its ids and logprobs */
+  int next_slot;
+  int streak;   /* calls in a row with the same all-greedy one-token batch */
+  int off;      /* HEARTH_AHEAD=0 */
+  struct hearth_session *ss[AHEAD_MAX];
+  uint64_t epoch[AHEAD_MAX];
+  int32_t pos[AHEAD_MAX], tok[AHEAD_MAX];
+  struct hearth_session *prev[AHEAD_MAX];
+  int prev_n;
+};
+
 struct hearth_model {
   struct hf_config cfg;
   struct hearth_model_info info;
@@ -84,6 +101,8 @@ struct hearth_model {
   float *b_glp;     /* [max_seqs] their logprobs */
   int32_t *b_gsel;  /* [2 max_seqs] gsel as read back */
   struct model_graph graphs[MODEL_MAX_GRAPHS];
+  struct model_ahead ahead;
+  uint64_t epochs;      /* the last session epoch given out (runtime/session.c) */
   int max_seqs, max_blocks_per_seq;
   char family_name[16];
   uint64_t fingerprint; /* what the KV contents depend on (runtime/prefix_store.h) */

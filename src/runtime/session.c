@@ -25,7 +25,10 @@ struct hearth_session {
   float greedy_logprob;
   float *out;        /* [max(vocab, d)] last logits or hidden state */
   int has_out;
+  uint64_t epoch;    /* new at creation and at every truncation: a step enqueued ahead for an older epoch is not this one's */
 };
+
+static uint64_t next_epoch(struct hearth_model *m) { return __atomic_add_fetch(&m->epochs, 1, __ATOMIC_RELAXED); }
 
 int hearth_session_new(struct hearth_model *m, const struct hearth_session_params *p,
                        struct hearth_session **out, struct hearth_err *err) {
@@ -36,6 +39,7 @@ int hearth_session_new(struct hearth_model *m, const struct hearth_session_param
   struct hearth_session *s = calloc(1, sizeof *s);
   if (!s) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
   s->m = m;
+  s->epoch = next_epoch(m);
   s->n_ctx = n_ctx;
   s->tokens = malloc((size_t)n_ctx * sizeof *s->tokens);
   s->blocks = malloc((size_t)m->max_blocks_per_seq * sizeof *s->blocks);
@@ -61,6 +65,7 @@ static int truncate_to(struct hearth_session *s, int n) {
   while (s->n_blocks > keep) kv_block_unref(&s->m->kv, s->blocks[--s->n_blocks]);
   if (s->n_keyed > n / bs) s->n_keyed = n / bs;
   s->has_out = 0;
+  s->epoch = next_epoch(s->m);
   return n;
 }
 
@@ -133,18 +138,27 @@ static int ensure_blocks(struct hearth_session *s, int n_tokens, struct hearth_e
 /* Evaluates new tokens for n sessions; tokens[i][0..counts[i]) are appended to sessions[i]. */
 enum out_mode { OUT_LOGITS, OUT_HIDDEN, OUT_GREEDY };
 
-/* Runs one forward pass over the staged batch (ids and tables already in m->b_*): uploads inputs,
- * enqueues the family forward — replayed from a captured graph for decode-shaped batches when
- * the backend offers graphs — and brings back what `mode` asks for into m->b_outbuf (logits or
- * hidden rows) or m->b_gid/b_glp (greedy ids and logprobs; with need_logits the logits rows as well). */
-static int run_batch(struct hearth_model *m, struct hb_batch *b, enum out_mode mode, int need_logits, struct hearth_err *err) {
+/* the greedy ids (rows 0..n) and their logprobs (rows n..2n, as f32) inside scratch.gsel */
+static void gsel_views(struct model_scratch *sc, int n, struct hb_tensor *gid, struct hb_tensor *glp) {
+  *gid = sc->gsel;
+  gid->rows = n;
+  gid->bytes = 0;
+  *glp = sc->gsel;
+  glp->dtype = HB_F32;
+  glp->rows = n;
+  glp->data = (char *)sc->gsel.data + (size_t)n * sizeof(int32_t);
+  glp->bytes = 0;
+}
+
+/* Uploads the staged batch's ids and tables and enqueues the family forward, replayed from a captured graph
+ * for decode-shaped batches when the backend offers graphs (captured on the shape's second run). */
+static int enqueue_forward(struct hearth_model *m, struct hb_batch *b, int want_hidden, struct hearth_err *err) {
   const struct hb_ops *be = m->be;
   struct hb_ctx *c = m->bctx;
   struct model_scratch *sc = &m->scratch;
   if (be->write(c, &sc->ids, 0, b->n_tokens, m->b_ids)) return err_set(err, HEARTH_ERR_BACKEND, "%s: cannot copy token ids", be->name);
   int rc = be->batch_upload(c, b, err);
   if (rc) return rc;
-  int want_hidden = mode == OUT_HIDDEN;
   int decode_shape = b->n_tokens == b->n_seqs && b->n_out == b->n_tokens && !want_hidden;
   struct model_graph *g = decode_shape && be->capture_begin && b->n_tokens < MODEL_MAX_GRAPHS ? &m->graphs[b->n_tokens] : NULL;
   int ran = 0;
@@ -166,17 +180,25 @@ static int run_batch(struct hearth_model *m, struct hb_batch *b, enum out_mode m
     m->fam->forward(m, b, want_hidden);
     if (g) g->seen = 1;
   }
+  return 0;
+}
+
+/* Runs one forward pass over the staged batch (enqueue_forward) and brings back what `mode` asks for into
+ * m->b_outbuf (logits or hidden rows) or m->b_gid/b_glp (greedy ids and logprobs; with need_logits the logits
+ * rows as well). */
+static int run_batch(struct hearth_model *m, struct hb_batch *b, enum out_mode mode, int need_logits, struct hearth_err *err) {
+  const struct hb_ops *be = m->be;
+  struct hb_ctx *c = m->bctx;
+  struct model_scratch *sc = &m->scratch;
+  const int want_hidden = mode == OUT_HIDDEN;
+  int rc = enqueue_forward(m, b, want_hidden, err);
+  if (rc) return rc;
   if (b->n_out == 0) return be->sync(c, err);
   if (mode == OUT_GREEDY && be->argmax) {
     /* ids in rows 0..n of gsel, their logprobs in rows n..2n: one read (one round trip) brings both */
     const int n = b->n_out;
-    struct hb_tensor gid = sc->gsel, glp = sc->gsel;
-    gid.rows = n;
-    gid.bytes = 0;
-    glp.dtype = HB_F32;
-    glp.rows = n;
-    glp.data = (char *)sc->gsel.data + (size_t)n * sizeof(int32_t);
-    glp.bytes = 0;
+    struct hb_tensor gid, glp;
+    gsel_views(sc, n, &gid, &glp);
     be->argmax(c, &sc->logits, n, &gid, &glp);
     if ((need_logits && be->read(c, &sc->logits, 0, n, m->b_outbuf)) || be->read(c, &sc->gsel, 0, 2 * n, m->b_gsel))
       return err_set(err, HEARTH_ERR_BACKEND, "%s: read failed", be->name);
@@ -198,6 +220,154 @@ static int run_batch(struct hearth_model *m, struct hb_batch *b, enum out_mode m
     m->b_glp[k] = hearth_logprob(lg, m->cfg.vocab_size, best);
   }
   return 0;
+}
+
+/* ---- decoding one step ahead ------------------------------------------------------------------------
+ * In a decode loop (the same sessions, one greedy token each, call after call) the host's part of a step —
+ * packing and uploading the batch, launching the graph, the readback's round trip — leaves the GPU idle when
+ * the loop is synchronous (bench/NOTES.md, round 14: 27-37 µs of a 0.5-1.3 ms step). So from the second
+ * identical call on, the step after this one is enqueued before the host waits for this one: its tokens are
+ * this step's argmax, copied on the device (copy_rows), its positions one further. The next call claims it
+ * when it asks for exactly that step (the same sessions at the same epochs and positions, each passing the id
+ * it was given); anything else drops it (a sync; its work is lost, and its KV writes sit at each session's
+ * next position, which that session's next real step writes again before anything reads them). A loop that
+ * ends pays one dropped step; a batch that changes every call (one-token classification) never speculates. */
+
+static int ahead_capable(const struct hearth_model *m) {
+  const struct hb_ops *be = m->be;
+  return !m->ahead.off && be->read_start && be->read_finish && be->copy_rows && be->argmax && be->capture_begin &&
+         be->graph_launch;
+}
+
+/* with forward_mu held: waits for a step in flight and forgets it */
+static void ahead_drop(struct hearth_model *m) {
+  if (!m->ahead.live) return;
+  struct hearth_err e = {0};
+  m->be->sync(m->bctx, &e);
+  m->ahead.live = 0;
+}
+
+/* stages a decode batch of one token per session at each session's n_tokens (ids from tokens unless NULL) */
+static struct hb_batch pack_decode(struct hearth_model *m, struct hearth_session **ss, int n, const int32_t *const *tokens) {
+  const int MB = m->max_blocks_per_seq;
+  for (int i = 0; i < n; i++) {
+    const struct hearth_session *s = ss[i];
+    memcpy(m->b_bt + (size_t)i * MB, s->blocks, (size_t)s->n_blocks * sizeof(int32_t));
+    if (tokens) m->b_ids[i] = tokens[i][0];
+    m->b_pos[i] = s->n_tokens;
+    m->b_seq[i] = i;
+    m->b_len[i] = s->n_tokens + 1;
+    m->b_out[i] = i;
+  }
+  struct hb_batch b = {
+    .n_tokens = n, .n_seqs = n, .max_blocks = MB, .block_size = m->kv.block_size,
+    .pos = m->b_pos, .seq = m->b_seq, .block_table = m->b_bt, .seq_len = m->b_len, .out_rows = m->b_out, .n_out = n,
+  };
+  return b;
+}
+
+/* with forward_mu held, after this call's step has been enqueued and its tokens joined the sessions: enqueues
+ * the next step (tokens from gsel on the device) and records it in m->ahead; nothing when it cannot */
+static void ahead_enqueue(struct hearth_model *m, struct hearth_session **ss, int n) {
+  const struct hb_ops *be = m->be;
+  struct hb_ctx *c = m->bctx;
+  struct model_ahead *A = &m->ahead;
+  struct model_graph *g = &m->graphs[n];
+  struct hearth_err e = {0};
+  if (!g->graph) return;
+  for (int i = 0; i < n; i++) /* room for one more token; a new block stays with the session if the step is dropped */
+    if (ss[i]->n_tokens + 1 > ss[i]->n_ctx || ensure_blocks(ss[i], ss[i]->n_tokens + 1, &e)) return;
+  struct hb_batch b = pack_decode(m, ss, n, NULL);
+  struct hb_tensor gid, glp;
+  gsel_views(&m->scratch, n, &gid, &glp);
+  be->copy_rows(c, &m->scratch.ids, &gid, n); /* this step's argmax is the next one's input */
+  if (be->batch_upload(c, &b, &e) || be->graph_launch(c, g->graph, &e)) {
+    be->sync(c, &e); /* (a stale graph: the next plain step recaptures it) */
+    return;
+  }
+  be->argmax(c, &m->scratch.logits, n, &gid, &glp);
+  const int slot = A->next_slot;
+  if (be->read_start(c, &m->scratch.gsel, 2 * n, slot)) return;
+  A->next_slot ^= 1;
+  A->live = 1;
+  A->slot = slot;
+  A->n = n;
+  for (int i = 0; i < n; i++) {
+    A->ss[i] = ss[i];
+    A->epoch[i] = ss[i]->epoch;
+    A->pos[i] = ss[i]->n_tokens;
+  }
+}
+
+/* hearth_sessions_step_select for n sessions, one greedy token each, on a backend with ahead_capable */
+static int step_ahead(struct hearth_session **ss, int n, const int32_t *const *tokens, int32_t *ids, float *logprobs,
+                      struct hearth_err *err) {
+  struct hearth_model *m = ss[0]->m;
+  const struct hb_ops *be = m->be;
+  struct hb_ctx *c = m->bctx;
+  struct model_ahead *A = &m->ahead;
+  for (int i = 0; i < n; i++) {
+    if (ss[i]->m != m) return err_set(err, HEARTH_ERR_ARG, "sessions of different models in one step");
+    for (int j = 0; j < i; j++) if (ss[j] == ss[i]) return err_set(err, HEARTH_ERR_ARG, "a session appears twice in one step");
+    if (ss[i]->n_tokens + 1 > ss[i]->n_ctx)
+      return err_set(err, HEARTH_ERR_CTX_FULL, "context full: %d + 1 tokens exceed n_ctx %d", ss[i]->n_tokens, ss[i]->n_ctx);
+    if (tokens[i][0] < 0 || tokens[i][0] >= m->cfg.vocab_size)
+      return err_set(err, HEARTH_ERR_ARG, "token id %d out of range [0, %d)", tokens[i][0], m->cfg.vocab_size);
+  }
+  pthread_mutex_lock(&m->forward_mu);
+  int claimed = A->live && A->n == n;
+  for (int i = 0; i < n && claimed; i++)
+    claimed = ss[i] == A->ss[i] && ss[i]->epoch == A->epoch[i] && ss[i]->n_tokens == A->pos[i] && tokens[i][0] == A->tok[i];
+  if (!claimed) ahead_drop(m);
+  A->live = 0;
+  int same = n == A->prev_n;
+  for (int i = 0; i < n && same; i++) same = ss[i] == A->prev[i];
+  A->streak = same ? A->streak + 1 : 1;
+  A->prev_n = n;
+  memcpy(A->prev, ss, (size_t)n * sizeof *ss);
+  int rc = 0, slot = A->slot;
+  if (!claimed) {
+    for (int i = 0; i < n && !rc; i++) rc = ensure_blocks(ss[i], ss[i]->n_tokens + 1, err);
+    struct hb_batch b = pack_decode(m, ss, n, tokens);
+    if (!rc) rc = enqueue_forward(m, &b, 0, err);
+    if (!rc) {
+      struct hb_tensor gid, glp;
+      gsel_views(&m->scratch, n, &gid, &glp);
+      be->argmax(c, &m->scratch.logits, n, &gid, &glp);
+      slot = A->next_slot;
+      A->next_slot ^= 1;
+      if (be->read_start(c, &m->scratch.gsel, 2 * n, slot)) rc = be->sync(c, err);
+    }
+    if (rc) {
+      be->sync(c, &(struct hearth_err){0});
+      pthread_mutex_unlock(&m->forward_mu);
+      for (int i = 0; i < n; i++) truncate_to(ss[i], ss[i]->n_tokens); /* blocks taken for this step go back */
+      return rc;
+    }
+  }
+  for (int i = 0; i < n; i++) { /* this step's tokens join the sessions */
+    ss[i]->tokens[ss[i]->n_tokens++] = tokens[i][0];
+    ss[i]->has_out = 0;
+  }
+  if (A->streak >= 2) ahead_enqueue(m, ss, n);
+  rc = be->read_finish(c, slot, m->b_gsel, err);
+  if (!rc)
+    for (int i = 0; i < n; i++) {
+      float lp;
+      memcpy(&lp, m->b_gsel + n + i, sizeof lp);
+      ss[i]->greedy_id = A->tok[i] = m->b_gsel[i];
+      ss[i]->greedy_logprob = lp;
+      if (ids) ids[i] = m->b_gsel[i];
+      if (logprobs) logprobs[i] = lp;
+    }
+  else
+    ahead_drop(m);
+  pthread_mutex_unlock(&m->forward_mu);
+  for (int i = 0; i < n; i++) {
+    if (rc) truncate_to(ss[i], ss[i]->n_tokens - 1); /* KV past the start is unreliable */
+    else key_full_blocks(ss[i]);
+  }
+  return rc;
 }
 
 /* every (n == 1, OUT_LOGITS only): also write the logits of every appended position to
@@ -232,6 +402,9 @@ static int session_forward(struct hearth_session **ss, int n, const int32_t *con
   int rc = 0, start[64];
   for (int i = 0; i < n; i++) start[i] = ss[i]->n_tokens;
   pthread_mutex_lock(&m->forward_mu); /* guards the model's batch staging (b_*, b_ids, b_outbuf) */
+  ahead_drop(m); /* a decode loop was left: its step ahead is lost */
+  m->ahead.streak = 0;
+  m->ahead.prev_n = 0;
   int32_t *ids = m->b_ids;
   float *outbuf = m->b_outbuf;
   for (;;) {
@@ -305,6 +478,10 @@ int hearth_sessions_step(struct hearth_session **sessions, int n_sessions, const
 int hearth_sessions_step_select(struct hearth_session **sessions, int n_sessions, const int32_t *const *tokens,
                                 const int *n_tokens, const uint8_t *greedy, int32_t *ids, float *logprobs,
                                 struct hearth_err *err) {
+  int one = n_sessions > 0 && n_sessions <= AHEAD_MAX && n_sessions < MODEL_MAX_GRAPHS &&
+            n_sessions <= sessions[0]->m->max_seqs && ahead_capable(sessions[0]->m);
+  for (int i = 0; i < n_sessions && one; i++) one = n_tokens[i] == 1 && (!greedy || greedy[i]);
+  if (one) return step_ahead(sessions, n_sessions, tokens, ids, logprobs, err); /* a decode loop's step */
   for (int i = 0; i < n_sessions; i++) sessions[i]->has_out = 0;
   int rc = session_forward(sessions, n_sessions, tokens, n_tokens, OUT_GREEDY, greedy, NULL, err);
   if (rc) return rc;

@@ -284,14 +284,73 @@ static void select_batch(const char *fx) {
   hearth_model_free(m);
 }
 
+/* A greedy decode loop through hearth_sessions_step_greedy (on the GPU each step after the second is enqueued
+ * one call ahead: runtime/session.c) against twin sessions stepped for their logits, with what drops a step
+ * in flight: a token other than the one returned (step 12), a session re-synced to a shorter prompt between
+ * steps (step 20), one session stepped alone (step 27), the loop resuming after each. Every id and logprob
+ * equals the twins' argmax and log-softmax. */
+static void ahead_loop(const char *fx) {
+  struct hearth_model *m = load(fx, HEARTH_DTYPE_INT4, HEARTH_BACKEND_CUDA);
+  REQUIRE(m);
+  const int nv = hearth_model_info(m)->n_vocab;
+  enum { N = 2, STEPS = 36 };
+  struct hearth_session *a[N], *b[N];
+  int32_t tok[N], prm[N][12];
+  struct hearth_err err = {0};
+  for (int i = 0; i < N; i++) {
+    a[i] = sess(m);
+    b[i] = sess(m);
+    REQUIRE(a[i] && b[i]);
+    for (int j = 0; j < 12; j++) prm[i][j] = (int32_t)((11 + 17 * i + 29 * j) % nv);
+    REQUIRE(hearth_session_sync(a[i], prm[i], 10, &err) == 0 && hearth_session_sync(b[i], prm[i], 10, &err) == 0);
+    tok[i] = prm[i][10];
+  }
+  int ok = 0, lp_ok = 0, total = 0;
+  for (int st = 0; st < STEPS; st++) {
+    if (st == 12) tok[0] = (tok[0] + 1) % nv;
+    if (st == 20) {
+      REQUIRE(hearth_session_sync(a[1], prm[1], 6, &err) == 0 && hearth_session_sync(b[1], prm[1], 6, &err) == 0);
+      tok[1] = prm[1][6];
+    }
+    int n = N;
+    if (st == 27) n = 1; /* session 0 alone */
+    const int32_t *ta[N] = {&tok[0], &tok[1]}, *tb[N] = {&tok[0], &tok[1]};
+    int one[N] = {1, 1};
+    int32_t ids[N] = {-1, -1};
+    float lps[N] = {0};
+    if (hearth_sessions_step_greedy(a, n, ta, one, ids, lps, &err) || hearth_sessions_step(b, n, tb, one, &err)) {
+      CHECKF(0, "step %d: %s", st, err.msg);
+      break;
+    }
+    for (int i = 0; i < n; i++) {
+      const float *lb = hearth_session_logits(b[i]);
+      int best = 0;
+      for (int k = 1; k < nv; k++) if (lb[k] > lb[best]) best = k;
+      ok += ids[i] == best;
+      lp_ok += fabsf(lps[i] - hearth_logprob(lb, nv, best)) < 1e-4f;
+      total++;
+      CHECKF(ids[i] == best, "step %d session %d: id %d, the twin's argmax %d", st, i, ids[i], best);
+      tok[i] = best;
+    }
+    CHECK(hearth_session_n_tokens(a[0]) == hearth_session_n_tokens(b[0]) &&
+          hearth_session_n_tokens(a[1]) == hearth_session_n_tokens(b[1]));
+  }
+  printf("  %s greedy loop on cuda (one step ahead): %d/%d ids = the twins' argmax, %d logprobs within 1e-4\n", fx, ok,
+         total, lp_ok);
+  CHECK(total > 0 && ok == total && lp_ok == total);
+  for (int i = 0; i < N; i++) { hearth_session_free(a[i]); hearth_session_free(b[i]); }
+  hearth_model_free(m);
+}
+
 TEST_GROUP(qwen2_f32) { lm_f32("qwen2"); }
 TEST_GROUP(qwen3_f32) { lm_f32("qwen3"); }
 TEST_GROUP(qwen2_int4) { lm_int4("qwen2"); }
 TEST_GROUP(qwen3_int4) { lm_int4("qwen3"); }
 TEST_GROUP(step_select) { select_batch("qwen2"); }
+TEST_GROUP(step_ahead) { ahead_loop("qwen2"); }
 TEST_GROUP(qwen3emb) { embed("qwen3emb", HEARTH_DTYPE_F32, "f32", 0.9999); embed("qwen3emb", HEARTH_DTYPE_INT4, "int4", 0.999); }
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmisleading-indentation"
 #endif
-TEST_MAIN(T(qwen2_f32), T(qwen3_f32), T(qwen2_int4), T(qwen3_int4), T(step_select), T(qwen3emb))
+TEST_MAIN(T(qwen2_f32), T(qwen3_f32), T(qwen2_int4), T(qwen3_int4), T(step_select), T(step_ahead), T(qwen3emb))

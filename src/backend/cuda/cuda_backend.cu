@@ -129,6 +129,10 @@ static void cuda_free(struct hb_ctx *c) {
   cudaStreamSynchronize(c->stream);
   cudaFree(c->b_in);
   cudaFreeHost(c->stage);
+  for (int i = 0; i < 2; i++) {
+    cudaFreeHost(c->rd[i].buf);
+    if (c->rd[i].ev) cudaEventDestroy(c->rd[i].ev);
+  }
   if (c->marks) {
     for (int i = 0; i < 1024; i++) if (c->marks[i]) cudaEventDestroy(c->marks[i]);
     free(c->marks);
@@ -405,6 +409,48 @@ static int cuda_batch_upload(struct hb_ctx *c, struct hb_batch *b, struct hearth
   view_i32(&b->d_block_table, c->b_in + o_bt, nbt);
   view_i32(&b->d_out_rows, c->b_in + o_out, no);
   return 0;
+}
+
+/* ---- reads that the host waits for later (decoding one step ahead, runtime/session.c) --------------- */
+static int cuda_read_start(struct hb_ctx *c, const struct hb_tensor *t, int64_t n_rows, int slot) {
+  if (c->status) return c->status;
+  if (slot < 0 || slot > 1 || t->dtype != HB_I32 || n_rows < 0 || n_rows > t->rows || c->capturing) {
+    CU_ARG(c, "read_start: slot %d, dtype %d, %lld rows", slot, (int)t->dtype, (long long)n_rows);
+    return c->status;
+  }
+  const size_t n = (size_t)n_rows * (size_t)t->cols * 4;
+  if (n > c->rd[slot].cap) { /* the slot's previous copy was waited for (read_finish) or the stream synced */
+    void *p = NULL;
+    if ((c->rd[slot].ev && CU_OK(c, cudaEventSynchronize(c->rd[slot].ev))) ||
+        CU_OK(c, cudaHostAlloc(&p, n < 4096 ? 4096 : 2 * n, cudaHostAllocDefault)))
+      return c->status;
+    cudaFreeHost(c->rd[slot].buf);
+    c->rd[slot].buf = p;
+    c->rd[slot].cap = n < 4096 ? 4096 : 2 * n;
+  }
+  if (!c->rd[slot].ev && CU_OK(c, cudaEventCreateWithFlags(&c->rd[slot].ev, cudaEventDisableTiming))) return c->status;
+  c->rd[slot].bytes = n;
+  if (!CU_OK(c, cudaMemcpyAsync(c->rd[slot].buf, t->data, n, cudaMemcpyDeviceToHost, c->stream)))
+    CU_OK(c, cudaEventRecord(c->rd[slot].ev, c->stream));
+  return c->status;
+}
+
+static int cuda_read_finish(struct hb_ctx *c, int slot, void *host, struct hearth_err *err) {
+  if (!c->status && (slot < 0 || slot > 1 || !c->rd[slot].ev)) CU_ARG(c, "read_finish: slot %d was never started", slot);
+  if (!c->status && !CU_OK(c, cudaEventSynchronize(c->rd[slot].ev)) && host)
+    memcpy(host, c->rd[slot].buf, c->rd[slot].bytes);
+  return report(c, err);
+}
+
+static void cuda_copy_rows(struct hb_ctx *c, struct hb_tensor *dst, const struct hb_tensor *src, int64_t n_rows) {
+  if (c->status) return;
+  if (dst->dtype != HB_I32 || src->dtype != HB_I32 || dst->cols != src->cols || n_rows > dst->rows || n_rows > src->rows) {
+    CU_ARG(c, "copy_rows: I32 tensors of equal width and >= %lld rows", (long long)n_rows);
+    return;
+  }
+  if (n_rows > 0)
+    CU_OK(c, cudaMemcpyAsync(dst->data, src->data, (size_t)n_rows * (size_t)src->cols * 4, cudaMemcpyDeviceToDevice,
+                             c->stream));
 }
 
 static int cuda_sync(struct hb_ctx *c, struct hearth_err *err) {
@@ -688,4 +734,7 @@ extern "C" const struct hb_ops hb_cuda_ops = {
   /* .alloc_f32 = */ cuda_alloc_f32,
   /* .norm_qkv_rope_kv = */ hb_cuda_norm_qkv_rope_kv,
   /* .norm_swiglu = */ hb_cuda_norm_swiglu,
+  /* .read_start = */ cuda_read_start,
+  /* .read_finish = */ cuda_read_finish,
+  /* .copy_rows = */ cuda_copy_rows,
 };

@@ -58,6 +58,8 @@ struct hb_ctx {
   char *stage;
   size_t stage_cap, stage_off;
   int stage_on;
+  /* read_start / read_finish (decoding one step ahead): two pinned slots, each with the event after its copy */
+  struct { void *buf; size_t cap, bytes; cudaEvent_t ev; } rd[2];
   /* attention split-K scratch: partial (m, l, acc[hd]) per (token, head, split), and counters */
   float *attn_part;
   size_t attn_part_cap;   /* floats */
