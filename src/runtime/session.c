@@ -231,7 +231,8 @@ static int run_batch(struct hearth_model *m, struct hb_batch *b, enum out_mode m
  * when it asks for exactly that step (the same sessions at the same epochs and positions, each passing the id
  * it was given); anything else drops it (a sync; its work is lost, and its KV writes sit at each session's
  * next position, which that session's next real step writes again before anything reads them). A loop that
- * ends pays one dropped step; a batch that changes every call (one-token classification) never speculates. */
+ * ends pays one dropped step; a batch that changes every call (one-token classification) never speculates,
+ * and one that changes every few steps stops after a few drops (ahead_drop). */
 
 static int ahead_capable(const struct hearth_model *m) {
   const struct hb_ops *be = m->be;
@@ -239,12 +240,17 @@ static int ahead_capable(const struct hearth_model *m) {
          be->graph_launch;
 }
 
-/* with forward_mu held: waits for a step in flight and forgets it */
+/* with forward_mu held: waits for a step in flight and forgets it. A dropped step costs a whole step of the
+ * device's time and a claimed one saves a few percent of one, so each drop makes the next speculation wait for a
+ * longer streak (a server whose batch changes every few steps soon stops speculating) */
 static void ahead_drop(struct hearth_model *m) {
-  if (!m->ahead.live) return;
+  struct model_ahead *A = &m->ahead;
+  if (!A->live) return;
   struct hearth_err e = {0};
   m->be->sync(m->bctx, &e);
-  m->ahead.live = 0;
+  A->live = 0;
+  A->need = A->need < 2 ? 8 : A->need >= 256 ? 1024 : 4 * A->need;
+  A->claims = 0;
 }
 
 /* stages a decode batch of one token per session at each session's n_tokens (ids from tokens unless NULL) */
@@ -319,6 +325,10 @@ static int step_ahead(struct hearth_session **ss, int n, const int32_t *const *t
   for (int i = 0; i < n && claimed; i++)
     claimed = ss[i] == A->ss[i] && ss[i]->epoch == A->epoch[i] && ss[i]->n_tokens == A->pos[i] && tokens[i][0] == A->tok[i];
   if (!claimed) ahead_drop(m);
+  else if (++A->claims == 32) {
+    A->need = A->need > 4 ? A->need / 2 : 2;
+    A->claims = 0;
+  }
   A->live = 0;
   int same = n == A->prev_n;
   for (int i = 0; i < n && same; i++) same = ss[i] == A->prev[i];
@@ -349,7 +359,7 @@ static int step_ahead(struct hearth_session **ss, int n, const int32_t *const *t
     ss[i]->tokens[ss[i]->n_tokens++] = tokens[i][0];
     ss[i]->has_out = 0;
   }
-  if (A->streak >= 2) ahead_enqueue(m, ss, n);
+  if (A->streak >= (A->need < 2 ? 2 : A->need)) ahead_enqueue(m, ss, n);
   rc = be->read_finish(c, slot, m->b_gsel, err);
   if (!rc)
     for (int i = 0; i < n; i++) {

@@ -286,14 +286,15 @@ static void select_batch(const char *fx) {
 
 /* A greedy decode loop through hearth_sessions_step_greedy (on the GPU each step after the second is enqueued
  * one call ahead: runtime/session.c) against twin sessions stepped for their logits, with what drops a step
- * in flight: a token other than the one returned (step 12), a session re-synced to a shorter prompt between
- * steps (step 20), one session stepped alone (step 27), the loop resuming after each. Every id and logprob
- * equals the twins' argmax and log-softmax. */
+ * in flight: a token other than the one returned (step 12), one session stepped alone (step 16), a session
+ * re-synced to a shorter prompt between steps (step 24), the loop resuming after each (each drop makes the
+ * next speculation wait for a longer streak: 8, then 32 steps, so it resumes near step 48). Every id and
+ * logprob equals the twins' argmax and log-softmax. */
 static void ahead_loop(const char *fx) {
   struct hearth_model *m = load(fx, HEARTH_DTYPE_INT4, HEARTH_BACKEND_CUDA);
   REQUIRE(m);
   const int nv = hearth_model_info(m)->n_vocab;
-  enum { N = 2, STEPS = 36 };
+  enum { N = 2, STEPS = 60 };
   struct hearth_session *a[N], *b[N];
   int32_t tok[N], prm[N][12];
   struct hearth_err err = {0};
@@ -308,12 +309,12 @@ static void ahead_loop(const char *fx) {
   int ok = 0, lp_ok = 0, total = 0;
   for (int st = 0; st < STEPS; st++) {
     if (st == 12) tok[0] = (tok[0] + 1) % nv;
-    if (st == 20) {
+    if (st == 24) {
       REQUIRE(hearth_session_sync(a[1], prm[1], 6, &err) == 0 && hearth_session_sync(b[1], prm[1], 6, &err) == 0);
       tok[1] = prm[1][6];
     }
     int n = N;
-    if (st == 27) n = 1; /* session 0 alone */
+    if (st == 16) n = 1; /* session 0 alone */
     const int32_t *ta[N] = {&tok[0], &tok[1]}, *tb[N] = {&tok[0], &tok[1]};
     int one[N] = {1, 1};
     int32_t ids[N] = {-1, -1};
