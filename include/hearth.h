@@ -171,6 +171,10 @@ int hearth_sessions_step_select(struct hearth_session **sessions, int n_sessions
                                 const int32_t *const *tokens, const int *n_tokens, const uint8_t *greedy,
                                 int32_t *ids, float *logprobs, struct hearth_err *err);
 
+/* Decode steps enqueued one call ahead (greedy loops on a GPU: docs/decisions.md) that a later call claimed, and
+ * that were dropped unused, since the model was loaded. */
+void hearth_model_ahead_counts(struct hearth_model *m, uint64_t *claimed, uint64_t *dropped);
+
 /* Embedding models: evaluates tokens[0..n) from position 0 (the session is reset), pools the last
  * token's final hidden state and L2-normalises it into out[0..n_embd). */
 int hearth_session_embed(struct hearth_session *s, const int32_t *tokens, int n, float *out,

@@ -78,6 +78,7 @@ struct model_ahead {
   int need;     /* the streak from which a step is enqueued ahead: 2, x4 after a dropped step (at most 1024), halved
                  * after every 32 claimed ones (0 = not yet set: 2) */
   int claims;   /* claimed steps since need last changed */
+  uint64_t n_claimed, n_dropped; /* since load (hearth_model_ahead_counts) */
   int off;      /* HEARTH_AHEAD=0 */
   struct hearth_session *ss[AHEAD_MAX];
   uint64_t epoch[AHEAD_MAX];

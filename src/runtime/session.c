@@ -185,8 +185,10 @@ static int enqueue_forward(struct hearth_model *m, struct hb_batch *b, int want_
 
 /* Runs one forward pass over the staged batch (enqueue_forward) and brings back what `mode` asks for into
  * m->b_outbuf (logits or hidden rows) or m->b_gid/b_glp (greedy ids and logprobs; with need_logits the logits
- * rows as well). */
-static int run_batch(struct hearth_model *m, struct hb_batch *b, enum out_mode mode, int need_logits, struct hearth_err *err) {
+ * rows as well; without a device argmax only rows with row_greedy[k] set, or all when it is NULL, are chosen
+ * on the host). */
+static int run_batch(struct hearth_model *m, struct hb_batch *b, enum out_mode mode, int need_logits,
+                     const uint8_t *row_greedy, struct hearth_err *err) {
   const struct hb_ops *be = m->be;
   struct hb_ctx *c = m->bctx;
   struct model_scratch *sc = &m->scratch;
@@ -213,6 +215,7 @@ static int run_batch(struct hearth_model *m, struct hb_batch *b, enum out_mode m
   rc = be->sync(c, err);
   if (rc || mode != OUT_GREEDY) return rc;
   for (int k = 0; k < b->n_out; k++) { /* host selection when the backend has no argmax op */
+    if (row_greedy && !row_greedy[k]) continue; /* this row's caller samples from its logits */
     const float *lg = m->b_outbuf + (size_t)k * m->cfg.vocab_size;
     int32_t best = 0;
     for (int i = 1; i < m->cfg.vocab_size; i++) if (lg[i] > lg[best]) best = i;
@@ -249,6 +252,7 @@ static void ahead_drop(struct hearth_model *m) {
   struct hearth_err e = {0};
   m->be->sync(m->bctx, &e);
   A->live = 0;
+  A->n_dropped++;
   A->need = A->need < 2 ? 8 : A->need >= 256 ? 1024 : 4 * A->need;
   A->claims = 0;
 }
@@ -325,14 +329,14 @@ static int step_ahead(struct hearth_session **ss, int n, const int32_t *const *t
   for (int i = 0; i < n && claimed; i++)
     claimed = ss[i] == A->ss[i] && ss[i]->epoch == A->epoch[i] && ss[i]->n_tokens == A->pos[i] && tokens[i][0] == A->tok[i];
   if (!claimed) ahead_drop(m);
-  else if (++A->claims == 32) {
+  else if (A->n_claimed++, ++A->claims == 32) {
     A->need = A->need > 4 ? A->need / 2 : 2;
     A->claims = 0;
   }
   A->live = 0;
   int same = n == A->prev_n;
   for (int i = 0; i < n && same; i++) same = ss[i] == A->prev[i];
-  A->streak = same ? A->streak + 1 : 1;
+  A->streak = same ? (A->streak < (1 << 30) ? A->streak + 1 : A->streak) : 1;
   A->prev_n = n;
   memcpy(A->prev, ss, (size_t)n * sizeof *ss);
   int rc = 0, slot = A->slot;
@@ -378,6 +382,13 @@ static int step_ahead(struct hearth_session **ss, int n, const int32_t *const *t
     else key_full_blocks(ss[i]);
   }
   return rc;
+}
+
+void hearth_model_ahead_counts(struct hearth_model *m, uint64_t *claimed, uint64_t *dropped) {
+  pthread_mutex_lock(&m->forward_mu);
+  if (claimed) *claimed = m->ahead.n_claimed;
+  if (dropped) *dropped = m->ahead.n_dropped;
+  pthread_mutex_unlock(&m->forward_mu);
 }
 
 /* every (n == 1, OUT_LOGITS only): also write the logits of every appended position to
@@ -450,9 +461,13 @@ static int session_forward(struct hearth_session **ss, int n, const int32_t *con
       .out_rows = m->b_out, .n_out = nout,
     };
     int need_logits = 0; /* OUT_GREEDY: a session that wants its logits instead (greedy[i] == 0) */
+    uint8_t rowg[64];
     if (mode == OUT_GREEDY && greedy)
-      for (int k = 0; k < nout; k++) need_logits |= !greedy[owner[k]];
-    rc = run_batch(m, &b, mode, need_logits, err);
+      for (int k = 0; k < nout; k++) {
+        rowg[k] = greedy[owner[k]] != 0;
+        need_logits |= !rowg[k];
+      }
+    rc = run_batch(m, &b, mode, need_logits, mode == OUT_GREEDY && greedy ? rowg : NULL, err);
     if (rc) break;
     if (every) { /* every row: the caller's; the last one of the call: the session's logits */
       memcpy(every + (size_t)first * outw, outbuf, (size_t)nout * outw * sizeof(float));
@@ -492,11 +507,14 @@ int hearth_sessions_step_select(struct hearth_session **sessions, int n_sessions
             n_sessions <= sessions[0]->m->max_seqs && ahead_capable(sessions[0]->m);
   for (int i = 0; i < n_sessions && one; i++) one = n_tokens[i] == 1 && (!greedy || greedy[i]);
   if (one) return step_ahead(sessions, n_sessions, tokens, ids, logprobs, err); /* a decode loop's step */
-  for (int i = 0; i < n_sessions; i++) sessions[i]->has_out = 0;
+  int any = !greedy;
+  for (int i = 0; i < n_sessions && !any; i++) any = greedy[i] != 0;
+  if (!any) return session_forward(sessions, n_sessions, tokens, n_tokens, OUT_LOGITS, NULL, NULL, err);
+  for (int i = 0; i < n_sessions; i++) if (!greedy || greedy[i]) sessions[i]->has_out = 0;
   int rc = session_forward(sessions, n_sessions, tokens, n_tokens, OUT_GREEDY, greedy, NULL, err);
   if (rc) return rc;
   for (int i = 0; i < n_sessions; i++) {
-    if (greedy && !greedy[i]) continue;
+    if ((greedy && !greedy[i]) || n_tokens[i] == 0) continue; /* logits wanted, or no new token: no choice made */
     if (ids) ids[i] = sessions[i]->greedy_id;
     if (logprobs) logprobs[i] = sessions[i]->greedy_logprob;
   }

@@ -15,6 +15,8 @@
 #include <jansson.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "hearth.h"
 #include "test.h"
@@ -291,8 +293,10 @@ static void select_batch(const char *fx) {
  * next speculation wait for a longer streak: 8, then 32 steps, so it resumes near step 48). Every id and
  * logprob equals the twins' argmax and log-softmax. */
 static void ahead_loop(const char *fx) {
-  struct hearth_model *m = load(fx, HEARTH_DTYPE_INT4, HEARTH_BACKEND_CUDA);
-  REQUIRE(m);
+  /* the twins live in a second instance of the model: stepped in the first, their calls would drop its step
+   * ahead and restart its streak every time, and nothing would ever be claimed */
+  struct hearth_model *m = load(fx, HEARTH_DTYPE_INT4, HEARTH_BACKEND_CUDA), *mt = load(fx, HEARTH_DTYPE_INT4, HEARTH_BACKEND_CUDA);
+  REQUIRE(m && mt);
   const int nv = hearth_model_info(m)->n_vocab;
   enum { N = 2, STEPS = 60 };
   struct hearth_session *a[N], *b[N];
@@ -300,7 +304,7 @@ static void ahead_loop(const char *fx) {
   struct hearth_err err = {0};
   for (int i = 0; i < N; i++) {
     a[i] = sess(m);
-    b[i] = sess(m);
+    b[i] = sess(mt);
     REQUIRE(a[i] && b[i]);
     for (int j = 0; j < 12; j++) prm[i][j] = (int32_t)((11 + 17 * i + 29 * j) % nv);
     REQUIRE(hearth_session_sync(a[i], prm[i], 10, &err) == 0 && hearth_session_sync(b[i], prm[i], 10, &err) == 0);
@@ -342,11 +346,19 @@ static void ahead_loop(const char *fx) {
     CHECK(hearth_session_n_tokens(a[0]) == hearth_session_n_tokens(b[0]) &&
           hearth_session_n_tokens(a[1]) == hearth_session_n_tokens(b[1]));
   }
-  printf("  %s greedy loop on cuda (one step ahead): %d/%d ids = the twins' argmax, %d logprobs within 1e-4\n", fx, ok,
-         total, lp_ok);
+  uint64_t claimed = 0, dropped = 0;
+  hearth_model_ahead_counts(m, &claimed, &dropped);
+  printf("  %s greedy loop on cuda: %d/%d ids = the twins' argmax, %d logprobs within 1e-4; steps ahead: %llu claimed, "
+         "%llu dropped\n", fx, ok, total, lp_ok, (unsigned long long)claimed, (unsigned long long)dropped);
   CHECK(total > 0 && ok == total && lp_ok == total);
+  /* claims in both phases (steps 2-15, and after the longer streak that the drops at 12 and 16 ask for); drops at
+   * 12 and 16 (none under HEARTH_AHEAD=0, when nothing is enqueued ahead) */
+  const char *off = getenv("HEARTH_AHEAD");
+  if (off && !strcmp(off, "0")) CHECK(claimed == 0 && dropped == 0);
+  else CHECK(claimed >= 14 && dropped >= 2);
   for (int i = 0; i < N; i++) { hearth_session_free(a[i]); hearth_session_free(b[i]); }
   hearth_model_free(m);
+  hearth_model_free(mt);
 }
 
 TEST_GROUP(qwen2_f32) { lm_f32("qwen2"); }

@@ -63,7 +63,9 @@ int cu_scratch(struct hb_ctx *ctx, void **buf, size_t *cap, size_t need, size_t 
   void *p = NULL;
   if (CU_OK(ctx, cudaStreamSynchronize(ctx->stream))) return 1;
   if (CU_OK(ctx, cudaMalloc(&p, n * elem))) return 1;
-  if (zero && CU_OK(ctx, cudaMemset(p, 0, n * elem))) { cudaFree(p); return 1; }
+  /* on this context's stream: a legacy-stream memset is not ordered with it (it is non-blocking) and could land
+   * after the first work that uses the buffer */
+  if (zero && CU_OK(ctx, cudaMemsetAsync(p, 0, n * elem, ctx->stream))) { cudaFree(p); return 1; }
   if (*buf) cudaFree(*buf);
   ctx->bytes_scratch += (n - *cap) * elem;
   *buf = p;
@@ -289,12 +291,17 @@ static void *stage_get(struct hb_ctx *c, size_t n) {
   n = (n + 127) & ~(size_t)127;
   if (c->stage_off + n > c->stage_cap) {
     if (CU_OK(c, cudaStreamSynchronize(c->stream))) return NULL; /* every staged copy has run */
+    /* full after fewer than 64 uploads since the last sync (a loop that never syncs: decoding ahead with large
+     * block tables): grow, so that such syncs stay rare */
+    size_t cap = n > c->stage_cap ? 2 * n : c->stage_n < 64 && c->stage_cap < ((size_t)64 << 20) ? 2 * c->stage_cap : 0;
     c->stage_off = 0;
-    if (n > c->stage_cap) {
-      const size_t cap = n < ((size_t)256 << 10) ? ((size_t)256 << 10) : 2 * n;
+    c->stage_n = 0;
+    if (cap) {
+      if (cap < ((size_t)256 << 10)) cap = (size_t)256 << 10;
       void *p = NULL;
       if (cudaHostAlloc(&p, cap, cudaHostAllocDefault) != cudaSuccess) {
-        (void)cudaGetLastError(); /* not sticky: fall back to pageable copies */
+        (void)cudaGetLastError(); /* not sticky: pageable copies from now on */
+        c->stage_on = 0;
         return NULL;
       }
       cudaFreeHost(c->stage);
@@ -304,10 +311,11 @@ static void *stage_get(struct hb_ctx *c, size_t n) {
   }
   void *p = c->stage + c->stage_off;
   c->stage_off += n;
+  c->stage_n++;
   return p;
 }
 /* after the stream has been synchronized: every staged copy has run */
-static void stage_reset(struct hb_ctx *c) { c->stage_off = 0; }
+static void stage_reset(struct hb_ctx *c) { c->stage_off = 0; c->stage_n = 0; }
 
 static int cuda_write(struct hb_ctx *c, struct hb_tensor *t, int64_t row0, int64_t n_rows, const void *host) {
   if (c->status) return c->status;

@@ -57,6 +57,7 @@ struct hb_ctx {
    * HEARTH_CUDA_STAGE=0: pageable copies as before (a bench knob) */
   char *stage;
   size_t stage_cap, stage_off;
+  int stage_n;            /* copies staged since the last reset */
   int stage_on;
   /* read_start / read_finish (decoding one step ahead): two pinned slots, each with the event after its copy */
   struct { void *buf; size_t cap, bytes; cudaEvent_t ev; } rd[2];

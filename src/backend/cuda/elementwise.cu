@@ -8,10 +8,11 @@
 
 template <typename TO>
 __global__ void embed_q4_kernel(TO *out, const uint8_t *q, const __half *sc, const int32_t *ids, int n,
-                                int64_t d, float scale) {
+                                int64_t d, float scale, int64_t rows) {
   pdl_trigger();
   int t = blockIdx.y;
   int64_t r = ids[t];
+  if (r < 0 || r >= rows) r = 0; /* an id fed on the device (decoding ahead) never reads past the table */
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < d; i += (int64_t)gridDim.x * blockDim.x) {
     float v = (float)q4_elem(q, d / 128, r, i) * q4_scale(sc, d / 128, r, i);
     stf(out + (int64_t)t * d + i, v * scale);
@@ -19,10 +20,11 @@ __global__ void embed_q4_kernel(TO *out, const uint8_t *q, const __half *sc, con
 }
 
 template <typename TO, typename TT>
-__global__ void embed_dense_kernel(TO *out, const TT *tab, const int32_t *ids, int64_t d, float scale) {
+__global__ void embed_dense_kernel(TO *out, const TT *tab, const int32_t *ids, int64_t d, float scale, int64_t rows) {
   pdl_trigger();
   int t = blockIdx.y;
   int64_t r = ids[t];
+  if (r < 0 || r >= rows) r = 0;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < d; i += (int64_t)gridDim.x * blockDim.x)
     stf(out + (int64_t)t * d + i, ldf(tab + r * d + i) * scale);
 }
@@ -35,17 +37,17 @@ static void embed_t(struct hb_ctx *ctx, TO *out, const struct hb_tensor *table, 
   switch (table->dtype) {
   case HB_Q4:
     embed_q4_kernel<TO><<<grid, 256, 0, ctx->stream>>>(out, (const uint8_t *)table->data,
-                                                        (const __half *)table->aux, ids, n, d, scale);
+                                                        (const __half *)table->aux, ids, n, d, scale, table->rows);
     break;
   case HB_BF16:
     embed_dense_kernel<TO, __nv_bfloat16><<<grid, 256, 0, ctx->stream>>>(out, (const __nv_bfloat16 *)table->data,
-                                                                         ids, d, scale);
+                                                                         ids, d, scale, table->rows);
     break;
   case HB_F16:
-    embed_dense_kernel<TO, __half><<<grid, 256, 0, ctx->stream>>>(out, (const __half *)table->data, ids, d, scale);
+    embed_dense_kernel<TO, __half><<<grid, 256, 0, ctx->stream>>>(out, (const __half *)table->data, ids, d, scale, table->rows);
     break;
   case HB_F32:
-    embed_dense_kernel<TO, float><<<grid, 256, 0, ctx->stream>>>(out, (const float *)table->data, ids, d, scale);
+    embed_dense_kernel<TO, float><<<grid, 256, 0, ctx->stream>>>(out, (const float *)table->data, ids, d, scale, table->rows);
     break;
   default:
     CU_ARG(ctx, "embed: table dtype %d", (int)table->dtype);

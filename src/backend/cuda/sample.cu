@@ -35,7 +35,7 @@ __global__ __launch_bounds__(1024) void argmax_kernel(const T *logits, int64_t v
       int oi = __shfl_xor_sync(0xffffffffu, bi, o);
       if (ov > best || (ov == best && oi < bi)) { best = ov; bi = oi; }
     }
-    if (lane == 0) { s_v[0] = best; s_i[0] = bi; }
+    if (lane == 0) { s_v[0] = best; s_i[0] = bi == 0x7fffffff ? 0 : bi; } /* no finite max (all NaN): 0, as the host */
   }
   __syncthreads();
   const float mx = s_v[0];
