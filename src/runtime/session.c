@@ -186,9 +186,9 @@ static int enqueue_forward(struct hearth_model *m, struct hb_batch *b, int want_
 /* Runs one forward pass over the staged batch (enqueue_forward) and brings back what `mode` asks for into
  * m->b_outbuf (logits or hidden rows) or m->b_gid/b_glp (greedy ids and logprobs; with need_logits the logits
  * rows as well; without a device argmax only rows with row_greedy[k] set, or all when it is NULL, are chosen
- * on the host). */
+ * on the host, and their logprobs computed only with want_lp). */
 static int run_batch(struct hearth_model *m, struct hb_batch *b, enum out_mode mode, int need_logits,
-                     const uint8_t *row_greedy, struct hearth_err *err) {
+                     const uint8_t *row_greedy, int want_lp, struct hearth_err *err) {
   const struct hb_ops *be = m->be;
   struct hb_ctx *c = m->bctx;
   struct model_scratch *sc = &m->scratch;
@@ -220,7 +220,7 @@ static int run_batch(struct hearth_model *m, struct hb_batch *b, enum out_mode m
     int32_t best = 0;
     for (int i = 1; i < m->cfg.vocab_size; i++) if (lg[i] > lg[best]) best = i;
     m->b_gid[k] = best;
-    m->b_glp[k] = hearth_logprob(lg, m->cfg.vocab_size, best);
+    m->b_glp[k] = want_lp ? hearth_logprob(lg, m->cfg.vocab_size, best) : 0.0f; /* a second pass, with exp */
   }
   return 0;
 }
@@ -394,7 +394,8 @@ void hearth_model_ahead_counts(struct hearth_model *m, uint64_t *claimed, uint64
 /* every (n == 1, OUT_LOGITS only): also write the logits of every appended position to
  * every[i * n_vocab], a forward pass holding at most max_out of them */
 static int session_forward(struct hearth_session **ss, int n, const int32_t *const *tokens, const int *counts,
-                           enum out_mode mode, const uint8_t *greedy, float *every, struct hearth_err *err) {
+                           enum out_mode mode, const uint8_t *greedy, int want_lp, float *every,
+                           struct hearth_err *err) {
   int want_hidden = mode == OUT_HIDDEN;
   if (n <= 0) return 0;
   struct hearth_model *m = ss[0]->m;
@@ -467,7 +468,7 @@ static int session_forward(struct hearth_session **ss, int n, const int32_t *con
         rowg[k] = greedy[owner[k]] != 0;
         need_logits |= !rowg[k];
       }
-    rc = run_batch(m, &b, mode, need_logits, mode == OUT_GREEDY && greedy ? rowg : NULL, err);
+    rc = run_batch(m, &b, mode, need_logits, mode == OUT_GREEDY && greedy ? rowg : NULL, want_lp, err);
     if (rc) break;
     if (every) { /* every row: the caller's; the last one of the call: the session's logits */
       memcpy(every + (size_t)first * outw, outbuf, (size_t)nout * outw * sizeof(float));
@@ -497,7 +498,7 @@ static int session_forward(struct hearth_session **ss, int n, const int32_t *con
 
 int hearth_sessions_step(struct hearth_session **sessions, int n_sessions, const int32_t *const *tokens,
                          const int *n_tokens, struct hearth_err *err) {
-  return session_forward(sessions, n_sessions, tokens, n_tokens, OUT_LOGITS, NULL, NULL, err);
+  return session_forward(sessions, n_sessions, tokens, n_tokens, OUT_LOGITS, NULL, 0, NULL, err);
 }
 
 int hearth_sessions_step_select(struct hearth_session **sessions, int n_sessions, const int32_t *const *tokens,
@@ -509,9 +510,9 @@ int hearth_sessions_step_select(struct hearth_session **sessions, int n_sessions
   if (one) return step_ahead(sessions, n_sessions, tokens, ids, logprobs, err); /* a decode loop's step */
   int any = !greedy;
   for (int i = 0; i < n_sessions && !any; i++) any = greedy[i] != 0;
-  if (!any) return session_forward(sessions, n_sessions, tokens, n_tokens, OUT_LOGITS, NULL, NULL, err);
+  if (!any) return session_forward(sessions, n_sessions, tokens, n_tokens, OUT_LOGITS, NULL, 0, NULL, err);
   for (int i = 0; i < n_sessions; i++) if (!greedy || greedy[i]) sessions[i]->has_out = 0;
-  int rc = session_forward(sessions, n_sessions, tokens, n_tokens, OUT_GREEDY, greedy, NULL, err);
+  int rc = session_forward(sessions, n_sessions, tokens, n_tokens, OUT_GREEDY, greedy, logprobs != NULL, NULL, err);
   if (rc) return rc;
   for (int i = 0; i < n_sessions; i++) {
     if ((greedy && !greedy[i]) || n_tokens[i] == 0) continue; /* logits wanted, or no new token: no choice made */
@@ -528,7 +529,7 @@ int hearth_sessions_step_greedy(struct hearth_session **sessions, int n_sessions
 
 int hearth_session_append(struct hearth_session *s, const int32_t *tokens, int n, struct hearth_err *err) {
   if (n <= 0) return err_set(err, HEARTH_ERR_ARG, "append needs at least one token");
-  return session_forward(&s, 1, &tokens, &n, OUT_LOGITS, NULL, NULL, err);
+  return session_forward(&s, 1, &tokens, &n, OUT_LOGITS, NULL, 0, NULL, err);
 }
 
 int hearth_session_append_logits(struct hearth_session *s, const int32_t *tokens, int n, float *logits,
@@ -536,7 +537,7 @@ int hearth_session_append_logits(struct hearth_session *s, const int32_t *tokens
   if (n <= 0) return err_set(err, HEARTH_ERR_ARG, "append needs at least one token");
   if (!logits) return err_set(err, HEARTH_ERR_ARG, "append_logits needs an output buffer");
   if (s->m->cfg.is_embedding) return err_set(err, HEARTH_ERR_ARG, "an embedding model has no logits");
-  return session_forward(&s, 1, &tokens, &n, OUT_LOGITS, NULL, logits, err);
+  return session_forward(&s, 1, &tokens, &n, OUT_LOGITS, NULL, 0, logits, err);
 }
 
 int hearth_session_prepare(struct hearth_session *s, const int32_t *tokens, int n, struct hearth_err *err) {
@@ -558,13 +559,13 @@ int hearth_session_sync(struct hearth_session *s, const int32_t *tokens, int n, 
   if (common < 0) return common;
   int rest = n - common;
   const int32_t *p = tokens + common;
-  return session_forward(&s, 1, &p, &rest, OUT_LOGITS, NULL, NULL, err);
+  return session_forward(&s, 1, &p, &rest, OUT_LOGITS, NULL, 0, NULL, err);
 }
 
 int hearth_session_embed(struct hearth_session *s, const int32_t *tokens, int n, float *out, struct hearth_err *err) {
   if (n <= 0) return err_set(err, HEARTH_ERR_ARG, "embed needs at least one token");
   truncate_to(s, 0);
-  int rc = session_forward(&s, 1, &tokens, &n, OUT_HIDDEN, NULL, NULL, err);
+  int rc = session_forward(&s, 1, &tokens, &n, OUT_HIDDEN, NULL, 0, NULL, err);
   if (rc) return rc;
   int d = s->m->cfg.hidden_size;
   double ss = 0;

@@ -448,19 +448,23 @@ static void step(struct engine *e) {
   uint8_t greedy[N];
   int32_t ids[N];
   float lps[N];
+  int want_lp = 0; /* a greedy token's logprob is asked for (on a CPU it costs a second pass over the row) */
   for (int i = 0; i < n; i++) {
     struct slot *sl = which[i];
     const int ends = sl->state == SLOT_DECODE || sl->prefilled + cnt[i] >= sl->q->n_prompt;
     greedy[i] = (uint8_t)(!ends || select_greedy(sl->q));
+    want_lp |= ends && greedy[i] && sl->q->top_logprobs == 0;
+    lps[i] = 0.0f;
   }
+  float *lp = want_lp ? lps : NULL;
   struct hearth_err err = {0};
-  int rc = hearth_sessions_step_select(ss, n, toks, cnt, greedy, ids, lps, &err);
+  int rc = hearth_sessions_step_select(ss, n, toks, cnt, greedy, ids, lp, &err);
   if (rc == HEARTH_ERR_CTX_FULL && evict_idle(e) > 0)
-    rc = hearth_sessions_step_select(ss, n, toks, cnt, greedy, ids, lps, &err);
+    rc = hearth_sessions_step_select(ss, n, toks, cnt, greedy, ids, lp, &err);
   if (rc) { /* find the culprit(s): step each alone (sessions are unchanged by a failed step) */
     for (int i = 0; i < n; i++) {
       struct hearth_err e1 = {0};
-      int r1 = hearth_sessions_step_select(&ss[i], 1, &toks[i], &cnt[i], &greedy[i], &ids[i], &lps[i], &e1);
+      int r1 = hearth_sessions_step_select(&ss[i], 1, &toks[i], &cnt[i], &greedy[i], &ids[i], lp ? &lps[i] : NULL, &e1);
       if (r1) {
         slot_release(e, which[i], r1 == HEARTH_ERR_CTX_FULL ? GEN_FIN_LENGTH : GEN_FIN_ERROR, e1.msg);
         which[i] = NULL;
