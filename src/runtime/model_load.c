@@ -90,6 +90,8 @@ static void release_weights(struct hearth_model *m) {
 void hearth_model_free(struct hearth_model *m) {
   if (!m) return;
   if (m->bctx) {
+    struct hearth_err e = {0};
+    m->be->sync(m->bctx, &e); /* a decode step enqueued ahead may still run: nothing is freed under it */
     free_scratch(m);
     kv_pool_free(m);
     release_weights(m);
