@@ -188,6 +188,14 @@ TEST_GROUP(multi_session_step) {
     CHECK(fabsf(slp[0] - hearth_logprob(l0, V, b0)) < 1e-4f);
     CHECK(sid[1] == -7 && slp[1] == 0.5f);
     CHECK(hearth_session_logits(sel[1]) && max_diff(hearth_session_logits(sel[1]), hearth_session_logits(tw[1]), V) < 1e-4f);
+    /* a greedy session with no new token gets no choice (its id is left as it was) */
+    const uint8_t both[2] = {1, 1};
+    int zc[2] = {1, 0};
+    const int32_t *zp[2] = {&toks[1][11], &toks[2][14]};
+    sid[0] = sid[1] = -7;
+    REQUIRE(hearth_sessions_step_select(sel, 2, zp, zc, both, sid, NULL, &err) == 0);
+    CHECK(sid[0] >= 0 && sid[0] < V && sid[1] == -7);
+    CHECK(hearth_session_n_tokens(sel[0]) == 12 && hearth_session_n_tokens(sel[1]) == 14);
     for (int i = 0; i < 2; i++) { hearth_session_free(sel[i]); hearth_session_free(tw[i]); }
   }
   /* the same session twice in one step is refused */
