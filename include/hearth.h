@@ -194,6 +194,10 @@ struct hearth_sampling {
 };
 
 void hearth_sampling_default(struct hearth_sampling *p);
+/* Whether p picks the argmax of the raw logits: temperature 0 and no penalty that changes them first. Such a
+ * token can be chosen where the logits are (hearth_sessions_step_select), and the sampler's greedy path draws
+ * nothing from its RNG, so choosing it elsewhere changes no later draw. */
+int hearth_sampling_is_plain_greedy(const struct hearth_sampling *p);
 
 struct hearth_sampler; /* seeded RNG + scratch for one request */
 int hearth_sampler_new(const struct hearth_sampling *p, int n_vocab, struct hearth_sampler **out,

@@ -71,9 +71,8 @@ int cmd_run(int argc, char **argv) {
   if (!rc) hearth_sampler_set_prompt(smp, ids, n);
   if (!rc) rc = hearth_session_sync(s, ids, n, &err);
   int n_out = 0;
-  /* greedy without penalties: the next token is chosen where the logits are (on a GPU only its id comes back) */
-  const int on_device = sp.temperature == 0.0f && sp.repetition_penalty == 1.0f && sp.presence_penalty == 0.0f &&
-                        sp.frequency_penalty == 0.0f;
+  /* plain greedy: the next token is chosen where the logits are (on a GPU only its id comes back) */
+  const int on_device = hearth_sampling_is_plain_greedy(&sp);
   int32_t next = -1; /* chosen by the last step (on_device) */
   while (!rc && n_out < n_gen) {
     int32_t t = next >= 0 ? next : hearth_sampler_sample(smp, hearth_session_logits(s), out, n_out);

@@ -75,8 +75,8 @@ struct model_ahead {
   int n, slot;  /* its sessions; the backend read slot of its ids and logprobs */
   int next_slot;
   int streak;   /* calls in a row with the same all-greedy one-token batch */
-  int need;     /* the streak from which a step is enqueued ahead: 2, x4 after a dropped step (at most 1024), halved
-                 * after every 32 claimed ones (0 = not yet set: 2) */
+  int need;     /* the streak from which a step is enqueued ahead: 2 at load, x4 after a dropped step (at most
+                 * 1024), halved after every 32 claimed ones (never below 2) */
   int claims;   /* claimed steps since need last changed */
   uint64_t n_claimed, n_dropped; /* since load (hearth_model_ahead_counts) */
   int off;      /* HEARTH_AHEAD=0 */

@@ -151,6 +151,7 @@ int hearth_model_load(const struct hearth_model_params *p, struct hearth_model *
   pthread_mutex_init(&m->forward_mu, NULL);
   const char *ahead = getenv("HEARTH_AHEAD"); /* 0: no decode step enqueued ahead (a bench knob) */
   m->ahead.off = ahead && !strcmp(ahead, "0");
+  m->ahead.need = 2;
   char dir[4096];
   int rc = hub_resolve(p->path, dir, sizeof dir, err);
   if (rc) goto fail;

@@ -49,6 +49,11 @@ void hearth_sampling_default(struct hearth_sampling *p) {
   p->repetition_penalty = 1.0f;
 }
 
+int hearth_sampling_is_plain_greedy(const struct hearth_sampling *p) {
+  return p->temperature == 0.0f && p->repetition_penalty == 1.0f && p->presence_penalty == 0.0f &&
+         p->frequency_penalty == 0.0f;
+}
+
 int hearth_sampler_new(const struct hearth_sampling *p, int n_vocab, struct hearth_sampler **out, struct hearth_err *err) {
   *out = NULL;
   if (n_vocab <= 0) return err_set(err, HEARTH_ERR_ARG, "n_vocab must be positive");

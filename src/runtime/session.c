@@ -225,6 +225,37 @@ static int run_batch(struct hearth_model *m, struct hb_batch *b, enum out_mode m
   return 0;
 }
 
+/* The checks every step makes before it touches anything: sessions of one model, none twice, room for their new
+ * tokens, ids in the vocabulary, at most max_seqs sessions */
+static int check_step(struct hearth_session **ss, int n, const int32_t *const *tokens, const int *counts,
+                      struct hearth_err *err) {
+  struct hearth_model *m = ss[0]->m;
+  for (int i = 0; i < n; i++) {
+    if (ss[i]->m != m) return err_set(err, HEARTH_ERR_ARG, "sessions of different models in one step");
+    for (int j = 0; j < i; j++) if (ss[j] == ss[i]) return err_set(err, HEARTH_ERR_ARG, "a session appears twice in one step");
+    if (counts[i] < 0) return err_set(err, HEARTH_ERR_ARG, "negative token count");
+    if (ss[i]->n_tokens + counts[i] > ss[i]->n_ctx)
+      return err_set(err, HEARTH_ERR_CTX_FULL, "context full: %d + %d tokens exceed n_ctx %d", ss[i]->n_tokens, counts[i], ss[i]->n_ctx);
+    for (int t = 0; t < counts[i]; t++)
+      if (tokens[i][t] < 0 || tokens[i][t] >= m->cfg.vocab_size)
+        return err_set(err, HEARTH_ERR_ARG, "token id %d out of range [0, %d)", tokens[i][t], m->cfg.vocab_size);
+  }
+  if (n > m->max_seqs) return err_set(err, HEARTH_ERR_ARG, "at most %d sessions per step", m->max_seqs);
+  return 0;
+}
+
+/* KV blocks for every session's new tokens; on failure the blocks taken are given back (sessions unchanged) */
+static int take_blocks(struct hearth_session **ss, int n, const int *counts, struct hearth_err *err) {
+  for (int i = 0; i < n; i++) {
+    int rc = ensure_blocks(ss[i], ss[i]->n_tokens + counts[i], err);
+    if (rc) {
+      for (int j = 0; j <= i; j++) truncate_to(ss[j], ss[j]->n_tokens);
+      return rc;
+    }
+  }
+  return 0;
+}
+
 /* ---- decoding one step ahead ------------------------------------------------------------------------
  * In a decode loop (the same sessions, one greedy token each, call after call) the host's part of a step —
  * packing and uploading the batch, launching the graph, the readback's round trip — leaves the GPU idle when
@@ -253,7 +284,7 @@ static void ahead_drop(struct hearth_model *m) {
   m->be->sync(m->bctx, &e);
   A->live = 0;
   A->n_dropped++;
-  A->need = A->need < 2 ? 8 : A->need >= 256 ? 1024 : 4 * A->need;
+  A->need = A->need >= 256 ? 1024 : 4 * A->need;
   A->claims = 0;
 }
 
@@ -310,20 +341,14 @@ static void ahead_enqueue(struct hearth_model *m, struct hearth_session **ss, in
 }
 
 /* hearth_sessions_step_select for n sessions, one greedy token each, on a backend with ahead_capable */
-static int step_ahead(struct hearth_session **ss, int n, const int32_t *const *tokens, int32_t *ids, float *logprobs,
-                      struct hearth_err *err) {
+static int step_ahead(struct hearth_session **ss, int n, const int32_t *const *tokens, const int *counts, int32_t *ids,
+                      float *logprobs, struct hearth_err *err) {
   struct hearth_model *m = ss[0]->m;
   const struct hb_ops *be = m->be;
   struct hb_ctx *c = m->bctx;
   struct model_ahead *A = &m->ahead;
-  for (int i = 0; i < n; i++) {
-    if (ss[i]->m != m) return err_set(err, HEARTH_ERR_ARG, "sessions of different models in one step");
-    for (int j = 0; j < i; j++) if (ss[j] == ss[i]) return err_set(err, HEARTH_ERR_ARG, "a session appears twice in one step");
-    if (ss[i]->n_tokens + 1 > ss[i]->n_ctx)
-      return err_set(err, HEARTH_ERR_CTX_FULL, "context full: %d + 1 tokens exceed n_ctx %d", ss[i]->n_tokens, ss[i]->n_ctx);
-    if (tokens[i][0] < 0 || tokens[i][0] >= m->cfg.vocab_size)
-      return err_set(err, HEARTH_ERR_ARG, "token id %d out of range [0, %d)", tokens[i][0], m->cfg.vocab_size);
-  }
+  int rc = check_step(ss, n, tokens, counts, err);
+  if (rc) return rc;
   pthread_mutex_lock(&m->forward_mu);
   int claimed = A->live && A->n == n;
   for (int i = 0; i < n && claimed; i++)
@@ -339,9 +364,9 @@ static int step_ahead(struct hearth_session **ss, int n, const int32_t *const *t
   A->streak = same ? (A->streak < (1 << 30) ? A->streak + 1 : A->streak) : 1;
   A->prev_n = n;
   memcpy(A->prev, ss, (size_t)n * sizeof *ss);
-  int rc = 0, slot = A->slot;
+  int slot = A->slot;
   if (!claimed) {
-    for (int i = 0; i < n && !rc; i++) rc = ensure_blocks(ss[i], ss[i]->n_tokens + 1, err);
+    rc = take_blocks(ss, n, counts, err);
     struct hb_batch b = pack_decode(m, ss, n, tokens);
     if (!rc) rc = enqueue_forward(m, &b, 0, err);
     if (!rc) {
@@ -363,7 +388,7 @@ static int step_ahead(struct hearth_session **ss, int n, const int32_t *const *t
     ss[i]->tokens[ss[i]->n_tokens++] = tokens[i][0];
     ss[i]->has_out = 0;
   }
-  if (A->streak >= (A->need < 2 ? 2 : A->need)) ahead_enqueue(m, ss, n);
+  if (A->streak >= A->need) ahead_enqueue(m, ss, n);
   rc = be->read_finish(c, slot, m->b_gsel, err);
   if (!rc)
     for (int i = 0; i < n; i++) {
@@ -399,24 +424,9 @@ static int session_forward(struct hearth_session **ss, int n, const int32_t *con
   int want_hidden = mode == OUT_HIDDEN;
   if (n <= 0) return 0;
   struct hearth_model *m = ss[0]->m;
-  for (int i = 0; i < n; i++) {
-    if (ss[i]->m != m) return err_set(err, HEARTH_ERR_ARG, "sessions of different models in one step");
-    for (int j = 0; j < i; j++) if (ss[j] == ss[i]) return err_set(err, HEARTH_ERR_ARG, "a session appears twice in one step");
-    if (counts[i] < 0) return err_set(err, HEARTH_ERR_ARG, "negative token count");
-    if (ss[i]->n_tokens + counts[i] > ss[i]->n_ctx)
-      return err_set(err, HEARTH_ERR_CTX_FULL, "context full: %d + %d tokens exceed n_ctx %d", ss[i]->n_tokens, counts[i], ss[i]->n_ctx);
-    for (int t = 0; t < counts[i]; t++)
-      if (tokens[i][t] < 0 || tokens[i][t] >= m->cfg.vocab_size)
-        return err_set(err, HEARTH_ERR_ARG, "token id %d out of range [0, %d)", tokens[i][t], m->cfg.vocab_size);
-  }
-  if (n > m->max_seqs) return err_set(err, HEARTH_ERR_ARG, "at most %d sessions per step", m->max_seqs);
-  for (int i = 0; i < n; i++) {
-    int rc = ensure_blocks(ss[i], ss[i]->n_tokens + counts[i], err);
-    if (rc) { /* give back what the step took: sessions are unchanged by a failed step */
-      for (int j = 0; j <= i; j++) truncate_to(ss[j], ss[j]->n_tokens);
-      return rc;
-    }
-  }
+  int crc = check_step(ss, n, tokens, counts, err);
+  if (!crc) crc = take_blocks(ss, n, counts, err);
+  if (crc) return crc;
   const int T = m->scratch.max_tokens, MB = m->max_blocks_per_seq;
   int done[64];
   memset(done, 0, sizeof done);
@@ -507,7 +517,7 @@ int hearth_sessions_step_select(struct hearth_session **sessions, int n_sessions
   int one = n_sessions > 0 && n_sessions <= AHEAD_MAX && n_sessions < MODEL_MAX_GRAPHS &&
             n_sessions <= sessions[0]->m->max_seqs && ahead_capable(sessions[0]->m);
   for (int i = 0; i < n_sessions && one; i++) one = n_tokens[i] == 1 && (!greedy || greedy[i]);
-  if (one) return step_ahead(sessions, n_sessions, tokens, ids, logprobs, err); /* a decode loop's step */
+  if (one) return step_ahead(sessions, n_sessions, tokens, n_tokens, ids, logprobs, err); /* a decode loop's step */
   int any = !greedy;
   for (int i = 0; i < n_sessions && !any; i++) any = greedy[i] != 0;
   if (!any) return session_forward(sessions, n_sessions, tokens, n_tokens, OUT_LOGITS, NULL, 0, NULL, err);

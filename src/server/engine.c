@@ -246,13 +246,10 @@ static void score(const float *logits, int nv, int32_t id, int k, struct gen_eve
 }
 
 /* Whether q's next token can be chosen where the logits are (hearth_sessions_step_select: on the GPU only the
- * id and its logprob come back): greedy, nothing that changes the logits on the host first, and no
- * alternatives asked for. The host sampler's greedy path draws nothing from its RNG, so skipping it
- * changes no later draw. */
+ * id and its logprob come back): plain greedy, no logit_bias or constraint applied on the host first, and no
+ * alternatives asked for. */
 static int select_greedy(const struct gen_req *q) {
-  const struct hearth_sampling *p = &q->sampling;
-  return p->temperature == 0.0f && p->repetition_penalty == 1.0f && p->presence_penalty == 0.0f &&
-         p->frequency_penalty == 0.0f && q->n_bias == 0 && !q->prog && q->top_logprobs <= 0;
+  return hearth_sampling_is_plain_greedy(&q->sampling) && q->n_bias == 0 && !q->prog && q->top_logprobs <= 0;
 }
 
 /* Samples the next token of sl from logits (or takes the one chosen for it: chosen != NULL, with its

@@ -260,8 +260,7 @@ static void select_batch(const char *fx) {
     }
     for (int i = 0; i < N; i++) {
       const float *lb = hearth_session_logits(b[i]);
-      int best = 0;
-      for (int k = 1; k < nv; k++) if (lb[k] > lb[best]) best = k;
+      const int best = argmax(lb, nv);
       if (greedy[i]) {
         same += ids[i] == best;
         lp_ok += fabsf(lps[i] - hearth_logprob(lb, nv, best)) < 1e-4f;
@@ -332,8 +331,7 @@ static void ahead_loop(const char *fx) {
     }
     for (int i = 0; i < n; i++) {
       const float *lb = hearth_session_logits(b[i]);
-      int best = 0;
-      for (int k = 1; k < nv; k++) if (lb[k] > lb[best]) best = k;
+      const int best = argmax(lb, nv);
       ok += ids[i] == best;
       const float want = hearth_logprob(lb, nv, best);
       lp_ok += fabsf(lps[i] - want) < 1e-4f;

@@ -282,7 +282,6 @@ static int cuda_weight_upload(struct hb_ctx *c, struct hb_tensor *dst, const str
   return 0;
 }
 
-/* host copies: the host side is always f32 (or i32); f16 tensors convert on the host */
 /* the pinned staging area (see hb_ctx): n bytes that stay untouched until the stream is next synchronized, or
  * NULL (staging off, too large, or no pinned memory: the caller copies from pageable memory instead) */
 #define CU_STAGE_MAX ((size_t)4 << 20)
@@ -316,12 +315,18 @@ static void *stage_get(struct hb_ctx *c, size_t n) {
 }
 /* after the stream has been synchronized: every staged copy has run */
 static void stage_reset(struct hb_ctx *c) { c->stage_off = 0; c->stage_n = 0; }
+/* a tensor whose host copies may go through the stage (the host side is always f32 or i32; f16 converts there) */
+static void *stage_for(struct hb_ctx *c, const struct hb_tensor *t, size_t bytes) {
+  return t->dtype == HB_F16 || t->dtype == HB_F32 || t->dtype == HB_I32 ? stage_get(c, bytes) : NULL;
+}
+
+/* host copies: the host side is always f32 (or i32); f16 tensors convert on the host */
 
 static int cuda_write(struct hb_ctx *c, struct hb_tensor *t, int64_t row0, int64_t n_rows, const void *host) {
   if (c->status) return c->status;
   size_t n = (size_t)n_rows * (size_t)t->cols, es = dtype_size(t->dtype);
   char *dst = (char *)t->data + (size_t)row0 * (size_t)t->cols * es;
-  void *st = (t->dtype == HB_F16 || t->dtype == HB_F32 || t->dtype == HB_I32) ? stage_get(c, n * es) : NULL;
+  void *st = stage_for(c, t, n * es);
   if (st) { /* asynchronous: the stage holds the bytes until the copy has run */
     if (t->dtype == HB_F16)
       for (size_t i = 0; i < n; i++) ((__half *)st)[i] = __float2half_rn(((const float *)host)[i]);
@@ -348,7 +353,7 @@ static int cuda_read(struct hb_ctx *c, const struct hb_tensor *t, int64_t row0, 
   if (c->status) return c->status;
   size_t n = (size_t)n_rows * (size_t)t->cols, es = dtype_size(t->dtype);
   const char *src = (const char *)t->data + (size_t)row0 * (size_t)t->cols * es;
-  void *st = (t->dtype == HB_F16 || t->dtype == HB_F32 || t->dtype == HB_I32) ? stage_get(c, n * es) : NULL;
+  void *st = stage_for(c, t, n * es);
   if (st) { /* into pinned memory: one DMA, then the sync the caller needs anyway */
     if (!CU_OK(c, cudaMemcpyAsync(st, src, n * es, cudaMemcpyDeviceToHost, c->stream)) &&
         !CU_OK(c, cudaStreamSynchronize(c->stream))) {
@@ -429,12 +434,13 @@ static int cuda_read_start(struct hb_ctx *c, const struct hb_tensor *t, int64_t 
   const size_t n = (size_t)n_rows * (size_t)t->cols * 4;
   if (n > c->rd[slot].cap) { /* the slot's previous copy was waited for (read_finish) or the stream synced */
     void *p = NULL;
+    const size_t cap = n < 4096 ? 4096 : 2 * n;
     if ((c->rd[slot].ev && CU_OK(c, cudaEventSynchronize(c->rd[slot].ev))) ||
-        CU_OK(c, cudaHostAlloc(&p, n < 4096 ? 4096 : 2 * n, cudaHostAllocDefault)))
+        CU_OK(c, cudaHostAlloc(&p, cap, cudaHostAllocDefault)))
       return c->status;
     cudaFreeHost(c->rd[slot].buf);
     c->rd[slot].buf = p;
-    c->rd[slot].cap = n < 4096 ? 4096 : 2 * n;
+    c->rd[slot].cap = cap;
   }
   if (!c->rd[slot].ev && CU_OK(c, cudaEventCreateWithFlags(&c->rd[slot].ev, cudaEventDisableTiming))) return c->status;
   c->rd[slot].bytes = n;
