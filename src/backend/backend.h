@@ -184,6 +184,9 @@ struct hb_ops {
   int (*read_start)(struct hb_ctx *ctx, const struct hb_tensor *t, int64_t n_rows, int slot);
   int (*read_finish)(struct hb_ctx *ctx, int slot, void *host, struct hearth_err *err);
   void (*copy_rows)(struct hb_ctx *ctx, struct hb_tensor *dst, const struct hb_tensor *src, int64_t n_rows);
+  /* a decode batch's device positions and sequence lengths (b->d_pos, b->d_seq_len, as batch_upload left them)
+   * += 1, in stream order: the next decode step of the same sequences without an upload (capture-safe) */
+  void (*decode_advance)(struct hb_ctx *ctx, const struct hb_batch *b);
 };
 
 /* Backends compiled into this build. hb_cuda_ops is NULL-safe: hb_get returns NULL when absent. */

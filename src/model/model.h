@@ -105,6 +105,7 @@ struct hearth_model {
   float *b_glp;     /* [max_seqs] their logprobs */
   int32_t *b_gsel;  /* [2 max_seqs] gsel as read back */
   struct model_graph graphs[MODEL_MAX_GRAPHS];
+  struct model_graph graphs_greedy[MODEL_MAX_GRAPHS]; /* the same step ending in its greedy tail (session.c) */
   struct model_ahead ahead;
   uint64_t epochs;      /* the last session epoch given out (runtime/session.c) */
   int max_seqs, max_blocks_per_seq;

@@ -61,8 +61,10 @@ static int alloc_scratch(struct hearth_model *m, struct hearth_err *err) {
 
 static void free_scratch(struct hearth_model *m) {
   struct model_scratch *s = &m->scratch;
-  for (int i = 0; i < MODEL_MAX_GRAPHS; i++)
+  for (int i = 0; i < MODEL_MAX_GRAPHS; i++) {
     if (m->graphs[i].graph) m->be->graph_free(m->graphs[i].graph);
+    if (m->graphs_greedy[i].graph) m->be->graph_free(m->graphs_greedy[i].graph);
+  }
   struct hb_tensor *all[] = {&s->ids, &s->x, &s->xn, &s->q, &s->k, &s->v, &s->attn, &s->o, &s->gate, &s->up, &s->sel, &s->logits, &s->gsel};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     if (all[i]->data) m->be->release(m->bctx, all[i]);

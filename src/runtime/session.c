@@ -150,17 +150,34 @@ static void gsel_views(struct model_scratch *sc, int n, struct hb_tensor *gid, s
   glp->bytes = 0;
 }
 
-/* Uploads the staged batch's ids and tables and enqueues the family forward, replayed from a captured graph
- * for decode-shaped batches when the backend offers graphs (captured on the shape's second run). */
-static int enqueue_forward(struct hearth_model *m, struct hb_batch *b, int want_hidden, struct hearth_err *err) {
+/* Whether a greedy decode step can end inside its graph: the argmax into gsel, its ids copied into the next
+ * step's input (scratch.ids) and the batch's positions and lengths advanced by one on the device. A step
+ * enqueued ahead (step_ahead) is then that graph and its readback alone, with no upload unless a session
+ * enters a new KV block. */
+static int greedy_tail_capable(const struct hearth_model *m) {
+  const struct hb_ops *be = m->be;
+  return be->argmax && be->copy_rows && be->decode_advance;
+}
+
+/* what a greedy decode step enqueues after the forward pass (greedy_tail_capable) */
+static void greedy_tail(struct hearth_model *m, struct hb_batch *b) {
+  struct hb_tensor gid, glp;
+  gsel_views(&m->scratch, b->n_out, &gid, &glp);
+  m->be->argmax(m->bctx, &m->scratch.logits, b->n_out, &gid, &glp);
+  m->be->copy_rows(m->bctx, &m->scratch.ids, &gid, b->n_out);
+  m->be->decode_advance(m->bctx, b);
+}
+
+/* Enqueues the family forward of the uploaded batch (plus greedy_tail with tail), replayed from a captured
+ * graph for decode-shaped batches when the backend offers graphs (captured on the shape's second run; greedy
+ * steps have graphs of their own) */
+static int enqueue_graph(struct hearth_model *m, struct hb_batch *b, int want_hidden, int tail, struct hearth_err *err) {
   const struct hb_ops *be = m->be;
   struct hb_ctx *c = m->bctx;
-  struct model_scratch *sc = &m->scratch;
-  if (be->write(c, &sc->ids, 0, b->n_tokens, m->b_ids)) return err_set(err, HEARTH_ERR_BACKEND, "%s: cannot copy token ids", be->name);
-  int rc = be->batch_upload(c, b, err);
-  if (rc) return rc;
+  int rc = 0;
   int decode_shape = b->n_tokens == b->n_seqs && b->n_out == b->n_tokens && !want_hidden;
-  struct model_graph *g = decode_shape && be->capture_begin && b->n_tokens < MODEL_MAX_GRAPHS ? &m->graphs[b->n_tokens] : NULL;
+  struct model_graph *g = decode_shape && be->capture_begin && b->n_tokens < MODEL_MAX_GRAPHS
+                              ? &(tail ? m->graphs_greedy : m->graphs)[b->n_tokens] : NULL;
   int ran = 0;
   if (g && g->graph) {
     rc = be->graph_launch(c, g->graph, err);
@@ -169,6 +186,7 @@ static int enqueue_forward(struct hearth_model *m, struct hb_batch *b, int want_
   } else if (g && g->seen) {
     if (be->capture_begin(c, err) == 0) {
       m->fam->forward(m, b, want_hidden);
+      if (tail) greedy_tail(m, b);
       void *graph = NULL;
       if (be->capture_end(c, &graph, err) == 0 && graph) {
         g->graph = graph;
@@ -178,9 +196,19 @@ static int enqueue_forward(struct hearth_model *m, struct hb_batch *b, int want_
   }
   if (!ran) {
     m->fam->forward(m, b, want_hidden);
+    if (tail) greedy_tail(m, b);
     if (g) g->seen = 1;
   }
   return 0;
+}
+
+/* Uploads the staged batch's ids and tables and enqueues its forward pass (enqueue_graph) */
+static int enqueue_forward(struct hearth_model *m, struct hb_batch *b, int want_hidden, int tail, struct hearth_err *err) {
+  const struct hb_ops *be = m->be;
+  struct hb_ctx *c = m->bctx;
+  if (be->write(c, &m->scratch.ids, 0, b->n_tokens, m->b_ids)) return err_set(err, HEARTH_ERR_BACKEND, "%s: cannot copy token ids", be->name);
+  int rc = be->batch_upload(c, b, err);
+  return rc ? rc : enqueue_graph(m, b, want_hidden, tail, err);
 }
 
 /* Runs one forward pass over the staged batch (enqueue_forward) and brings back what `mode` asks for into
@@ -193,7 +221,10 @@ static int run_batch(struct hearth_model *m, struct hb_batch *b, enum out_mode m
   struct hb_ctx *c = m->bctx;
   struct model_scratch *sc = &m->scratch;
   const int want_hidden = mode == OUT_HIDDEN;
-  int rc = enqueue_forward(m, b, want_hidden, err);
+  /* a greedy decode-shaped step ends in its graph (greedy_tail) */
+  const int tail = mode == OUT_GREEDY && b->n_out > 0 && b->n_tokens == b->n_seqs && b->n_out == b->n_tokens &&
+                   greedy_tail_capable(m);
+  int rc = enqueue_forward(m, b, want_hidden, tail, err);
   if (rc) return rc;
   if (b->n_out == 0) return be->sync(c, err);
   if (mode == OUT_GREEDY && be->argmax) {
@@ -201,7 +232,7 @@ static int run_batch(struct hearth_model *m, struct hb_batch *b, enum out_mode m
     const int n = b->n_out;
     struct hb_tensor gid, glp;
     gsel_views(sc, n, &gid, &glp);
-    be->argmax(c, &sc->logits, n, &gid, &glp);
+    if (!tail) be->argmax(c, &sc->logits, n, &gid, &glp);
     if ((need_logits && be->read(c, &sc->logits, 0, n, m->b_outbuf)) || be->read(c, &sc->gsel, 0, 2 * n, m->b_gsel))
       return err_set(err, HEARTH_ERR_BACKEND, "%s: read failed", be->name);
     rc = be->sync(c, err);
@@ -270,7 +301,7 @@ static int take_blocks(struct hearth_session **ss, int n, const int *counts, str
 
 static int ahead_capable(const struct hearth_model *m) {
   const struct hb_ops *be = m->be;
-  return !m->ahead.off && be->read_start && be->read_finish && be->copy_rows && be->argmax && be->capture_begin &&
+  return !m->ahead.off && be->read_start && be->read_finish && greedy_tail_capable(m) && be->capture_begin &&
          be->graph_launch;
 }
 
@@ -307,26 +338,34 @@ static struct hb_batch pack_decode(struct hearth_model *m, struct hearth_session
   return b;
 }
 
-/* with forward_mu held, after this call's step has been enqueued and its tokens joined the sessions: enqueues
- * the next step (tokens from gsel on the device) and records it in m->ahead; nothing when it cannot */
+/* with forward_mu held, after this call's step (a greedy graph: greedy_tail) has been enqueued and its tokens
+ * joined the sessions: enqueues the next step and records it in m->ahead; nothing when it cannot. The step
+ * before left the next ids in scratch.ids and the positions and lengths advanced on the device, so the
+ * batch is uploaded again only when a session enters a new KV block (its block table changes). */
 static void ahead_enqueue(struct hearth_model *m, struct hearth_session **ss, int n) {
   const struct hb_ops *be = m->be;
   struct hb_ctx *c = m->bctx;
   struct model_ahead *A = &m->ahead;
-  struct model_graph *g = &m->graphs[n];
+  struct model_graph *g = &m->graphs_greedy[n];
   struct hearth_err e = {0};
   if (!g->graph) return;
-  for (int i = 0; i < n; i++) /* room for one more token; a new block stays with the session if the step is dropped */
+  int grew = 0;
+  for (int i = 0; i < n; i++) { /* room for one more token; a new block stays with the session if the step is dropped */
+    const int had = ss[i]->n_blocks;
     if (ss[i]->n_tokens + 1 > ss[i]->n_ctx || ensure_blocks(ss[i], ss[i]->n_tokens + 1, &e)) return;
-  struct hb_batch b = pack_decode(m, ss, n, NULL);
-  struct hb_tensor gid, glp;
-  gsel_views(&m->scratch, n, &gid, &glp);
-  be->copy_rows(c, &m->scratch.ids, &gid, n); /* this step's argmax is the next one's input */
-  if (be->batch_upload(c, &b, &e) || be->graph_launch(c, g->graph, &e)) {
+    grew |= ss[i]->n_blocks != had;
+  }
+  if (grew) { /* host arrays equal to what decode_advance left, with the new block table */
+    struct hb_batch b = pack_decode(m, ss, n, NULL);
+    if (be->batch_upload(c, &b, &e)) {
+      be->sync(c, &e);
+      return;
+    }
+  }
+  if (be->graph_launch(c, g->graph, &e)) {
     be->sync(c, &e); /* (a stale graph: the next plain step recaptures it) */
     return;
   }
-  be->argmax(c, &m->scratch.logits, n, &gid, &glp);
   const int slot = A->next_slot;
   if (be->read_start(c, &m->scratch.gsel, 2 * n, slot)) return;
   A->next_slot ^= 1;
@@ -368,11 +407,8 @@ static int step_ahead(struct hearth_session **ss, int n, const int32_t *const *t
   if (!claimed) {
     rc = take_blocks(ss, n, counts, err);
     struct hb_batch b = pack_decode(m, ss, n, tokens);
-    if (!rc) rc = enqueue_forward(m, &b, 0, err);
+    if (!rc) rc = enqueue_forward(m, &b, 0, 1, err); /* with greedy_tail (ahead_capable implies it) */
     if (!rc) {
-      struct hb_tensor gid, glp;
-      gsel_views(&m->scratch, n, &gid, &glp);
-      be->argmax(c, &m->scratch.logits, n, &gid, &glp);
       slot = A->next_slot;
       A->next_slot ^= 1;
       if (be->read_start(c, &m->scratch.gsel, 2 * n, slot)) rc = be->sync(c, err);

@@ -467,6 +467,22 @@ static void cuda_copy_rows(struct hb_ctx *c, struct hb_tensor *dst, const struct
                              c->stream));
 }
 
+/* decode_advance: every token's position and every sequence's length one further (a decode batch: one token per
+ * sequence), where the batch's graph reads them */
+__global__ void decode_advance_kernel(int32_t *pos, int nt, int32_t *len, int ns) {
+  const int i = threadIdx.x + blockIdx.x * blockDim.x;
+  if (i < nt) pos[i] += 1;
+  if (i < ns) len[i] += 1;
+}
+static void cuda_decode_advance(struct hb_ctx *c, const struct hb_batch *b) {
+  if (c->status) return;
+  const int n = b->n_tokens > b->n_seqs ? b->n_tokens : b->n_seqs;
+  if (n <= 0) return;
+  decode_advance_kernel<<<(n + 127) / 128, 128, 0, c->stream>>>((int32_t *)b->d_pos.data, b->n_tokens,
+                                                               (int32_t *)b->d_seq_len.data, b->n_seqs);
+  CU_LAUNCHED(c, "decode_advance");
+}
+
 static int cuda_sync(struct hb_ctx *c, struct hearth_err *err) {
   if (!c->status && !c->capturing && !CU_OK(c, cudaStreamSynchronize(c->stream))) stage_reset(c);
   return report(c, err);
@@ -751,4 +767,5 @@ extern "C" const struct hb_ops hb_cuda_ops = {
   /* .read_start = */ cuda_read_start,
   /* .read_finish = */ cuda_read_finish,
   /* .copy_rows = */ cuda_copy_rows,
+  /* .decode_advance = */ cuda_decode_advance,
 };
