@@ -388,8 +388,10 @@ static void view_i32(struct hb_tensor *t, int32_t *p, int64_t n) {
 }
 
 /* Positions, sequence ids and block tables reach the device only here, by stream-ordered copies
- * before the step's kernels: kernels launched with programmatic dependent launch (decode attention)
- * read them before griddepcontrol.wait. A kernel that ever writes them would break that.
+ * before the step's kernels: kernels launched with programmatic dependent launch (decode attention,
+ * the QKV+rope GEMV) read them before griddepcontrol.wait. The one kernel that writes them,
+ * decode_advance, is launched without PDL as the last node of a greedy graph, so a graph or copy boundary
+ * always separates it from their next reader; a kernel writing them anywhere else would break that.
  * The five arrays are packed into the stage and copied to b_in at once. Each region starts at a multiple of 32
  * elements, at an offset fixed by (n_tokens, n_out, n_seqs, max_blocks), which a decode graph's shape fixes. */
 static int cuda_batch_upload(struct hb_ctx *c, struct hb_batch *b, struct hearth_err *err) {
@@ -468,7 +470,8 @@ static void cuda_copy_rows(struct hb_ctx *c, struct hb_tensor *dst, const struct
 }
 
 /* decode_advance: every token's position and every sequence's length one further (a decode batch: one token per
- * sequence), where the batch's graph reads them */
+ * sequence), where the batch's graph reads them. Never with PDL (cu_launch_pdl), and never directly before a PDL
+ * kernel: those read positions before their griddepcontrol.wait (see cuda_batch_upload) */
 __global__ void decode_advance_kernel(int32_t *pos, int nt, int32_t *len, int ns) {
   const int i = threadIdx.x + blockIdx.x * blockDim.x;
   if (i < nt) pos[i] += 1;

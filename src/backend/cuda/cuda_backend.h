@@ -25,8 +25,9 @@ extern const struct hb_ops hb_cuda_ops;
  * Rules: run a shape once uncaptured before capturing it (scratch buffers size themselves then);
  * no write/read/batch_upload/sync between begin and end; graph_launch returns HEARTH_ERR_ARG
  * ("stale") when a scratch or batch buffer moved since capture: free it and capture again.
- * Kernels read positions, sequence ids and block tables from the device copies batch_upload made,
- * and size their grids from shapes only, so one graph serves every step of that shape. */
+ * Kernels read positions, sequence ids and block tables from the device copies batch_upload made (or that a
+ * greedy graph's last node, decode_advance, moved one step on), and size their grids from shapes only, so one
+ * graph serves every step of that shape. */
 struct hb_cuda_graph;
 int hb_cuda_capture_begin(struct hb_ctx *ctx, struct hearth_err *err);
 int hb_cuda_capture_end(struct hb_ctx *ctx, struct hb_cuda_graph **out, struct hearth_err *err);
