@@ -62,8 +62,9 @@ __host__ __device__ inline int gemv_steps(int G, int ks) { return ((G + GEMV_GPS
 #endif
 /* a measurement knob, never set in a product build (bench/ablate.sh): 1 = no weight bytes from memory
  * (the ring's copies are not issued), 2 = no x prologue (no x read, norm or silu: shared x left as is),
- * 3 = no epilogue (outputs stored only under a condition that never holds). The difference to 0
- * is what that stage costs inside a kernel (bench/NOTES.md, round 6). */
+ * 3 = no epilogue (outputs stored only under a condition that never holds), 4 = no int4 -> f16 conversion
+ * (the mma takes the raw weight words), 5 = no x reads in the step loop (B fragments from registers),
+ * 6 = 4 and 5. The difference to 0 is what that stage costs inside a kernel (bench/NOTES.md, rounds 6, 15). */
 #ifndef GEMV_ABLATE
 #define GEMV_ABLATE 0
 #endif
@@ -534,7 +535,13 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
           const uint32_t a0[4] = {W0[h].x, W0[h].y, W0[h].z, W0[h].w}, a8[4] = {W8[h].x, W8[h].y, W8[h].z, W8[h].w};
 #pragma unroll
           for (int q = 0; q < 4; q++) {
-            if (GEMV_FOLD) {
+            if (GEMV_ABLATE == 4 || GEMV_ABLATE == 6) {
+#pragma unroll
+              for (int i = 0; i < 4; i++) {
+                p0[q][i] = a0[q];
+                p8[q][i] = a8[q];
+              }
+            } else if (GEMV_FOLD) {
               q4_word_raw(a0[q], p0[q]);
               q4_word_raw(a8[q], p8[q]);
             } else {
@@ -551,7 +558,9 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
         const int sw = (h & 1) ? xsw1 : xsw0; /* gemv_swz(4 g + tig, xt) */
         uint4 xv[4];
 #pragma unroll
-        for (int c = 0; c < 4; c++) xv[c] = xp[c ^ sw];
+        for (int c = 0; c < 4; c++)
+          xv[c] = GEMV_ABLATE == 5 || GEMV_ABLATE == 6 ? make_uint4(0x3c003c00u ^ lane, 0x3c003c00u ^ c, 0x3c003c00u, 0x3c003c00u ^ h)
+                                                        : xp[c ^ sw];
         /* two accumulators (hh = 0, 1): two chains of 4 dependent mmas instead of one of 8 (four
          * chains of 2 measured the same, round 9) */
         float c4[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
