@@ -64,7 +64,8 @@ __host__ __device__ inline int gemv_steps(int G, int ks) { return ((G + GEMV_GPS
  * (the ring's copies are not issued), 2 = no x prologue (no x read, norm or silu: shared x left as is),
  * 3 = no epilogue (outputs stored only under a condition that never holds), 4 = no int4 -> f16 conversion
  * (the mma takes the raw weight words), 5 = no x reads in the step loop (B fragments from registers),
- * 6 = 4 and 5. The difference to 0 is what that stage costs inside a kernel (bench/NOTES.md, rounds 6, 15). */
+ * 6 = 4 and 5, 7 = no mma (its operands folded into the accumulators by XOR and FADD: a 4-cycle link instead of
+ * the mma's latency), 8 = 1, 4, 5 and 7 (the loop's skeleton). The difference to 0 is what that stage costs inside a kernel (bench/NOTES.md, rounds 6, 15). */
 #ifndef GEMV_ABLATE
 #define GEMV_ABLATE 0
 #endif
@@ -304,7 +305,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
       zsc = !sl;
     }
     const int g = (ks + lj * KS) * GEMV_GPS; /* uniform over the warp */
-    if (g < G && GEMV_ABLATE != 1) { /* steps past the row (KS padding) copy nothing: the consumer skips them */
+    if (g < G && GEMV_ABLATE != 1 && GEMV_ABLATE != 8) { /* steps past the row (KS padding) copy nothing: the consumer skips them */
       const uint32_t so = (uint32_t)slot * GEMV_SLOT;
       const bool v1 = g + 1 < G; /* an odd G's last step has one group: the second copies zero-fill (their
                                     addresses fall in the buffer's tail) */
@@ -535,7 +536,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
           const uint32_t a0[4] = {W0[h].x, W0[h].y, W0[h].z, W0[h].w}, a8[4] = {W8[h].x, W8[h].y, W8[h].z, W8[h].w};
 #pragma unroll
           for (int q = 0; q < 4; q++) {
-            if (GEMV_ABLATE == 4 || GEMV_ABLATE == 6) {
+            if (GEMV_ABLATE == 4 || GEMV_ABLATE == 6 || GEMV_ABLATE == 8) {
 #pragma unroll
               for (int i = 0; i < 4; i++) {
                 p0[q][i] = a0[q];
@@ -559,7 +560,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
         uint4 xv[4];
 #pragma unroll
         for (int c = 0; c < 4; c++)
-          xv[c] = GEMV_ABLATE == 5 || GEMV_ABLATE == 6 ? make_uint4(0x3c003c00u ^ lane, 0x3c003c00u ^ c, 0x3c003c00u, 0x3c003c00u ^ h)
+          xv[c] = GEMV_ABLATE == 5 || GEMV_ABLATE == 6 || GEMV_ABLATE == 8 ? make_uint4(0x3c003c00u ^ lane, 0x3c003c00u ^ c, 0x3c003c00u, 0x3c003c00u ^ h)
                                                         : xp[c ^ sw];
         /* two accumulators (hh = 0, 1): two chains of 4 dependent mmas instead of one of 8 (four
          * chains of 2 measured the same, round 9) */
@@ -578,7 +579,14 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
             const uint32_t af[4] = {p0[q][2 * hh], p8[q][2 * hh], p0[q][2 * hh + 1], p8[q][2 * hh + 1]};
             const uint4 xc = xv[2 * hh + (q >> 1)];
             const uint32_t bf[2] = {q & 1 ? xc.z : xc.x, q & 1 ? xc.w : xc.y};
-            mma_16816(c4[hh], af, bf);
+            if (GEMV_ABLATE == 7 || GEMV_ABLATE == 8) {
+              c4[hh][0] += __uint_as_float((af[0] ^ bf[0]) & 0x3c7fffffu);
+              c4[hh][1] += __uint_as_float((af[1] ^ bf[1]) & 0x3c7fffffu);
+              c4[hh][2] += __uint_as_float(af[2] & 0x3c7fffffu);
+              c4[hh][3] += __uint_as_float(af[3] & 0x3c7fffffu);
+            } else {
+              mma_16816(c4[hh], af, bf);
+            }
           }
         }
         float2 cr = make_float2(0.0f, 0.0f);
