@@ -646,8 +646,6 @@ static int g_gemv_ring_fit = 1; /* HEARTH_GEMV_RING_FIT=0: always the deepest ri
  * (the next kernel's blocks fit beside this one's); round 9: 4 for the 0.5B's gate/up; round 13, with the blocked
  * weight layout: 2 everywhere, 0.5B +8-10 %, 3B +0-2 % (same build, the knob set) */
 static int g_gemv_per_sm = 0, g_gemv_ring_max = 2;
-/* HEARTH_GEMV_RING_LONG: steps per warp from which a kernel takes a 4-step ring (gemv_launch_t); 0 = never */
-static int g_gemv_ring_long = 16;
 
 /* the launch shapes: (warps per block, warps per tile) */
 #define GEMV_CONFIGS(X) X(8, 1) X(8, 2) X(8, 4) X(8, 8) X(16, 16)
@@ -673,8 +671,6 @@ int cu_gemv_init(struct hb_ctx *ctx) {
   if (rf && *rf == '0') g_gemv_ring_fit = 0;
   if (ps && *ps) g_gemv_per_sm = atoi(ps);
   if (rm && *rm) g_gemv_ring_max = atoi(rm);
-  const char *rl = getenv("HEARTH_GEMV_RING_LONG");
-  if (rl && *rl) g_gemv_ring_long = atoi(rl);
   return gemv_attr1<__half, PRO_PLAIN, GEMV_PLAIN>(ctx) | gemv_attr1<__half, PRO_NORM, GEMV_PLAIN>(ctx) |
          gemv_attr1<__half, PRO_NORM, GEMV_GLU>(ctx) |
          gemv_attr1<__half, PRO_SILU, GEMV_PLAIN>(ctx) | gemv_attr1<float, PRO_PLAIN, GEMV_PLAIN>(ctx) |
@@ -729,9 +725,9 @@ static int gemv_pick(int tiles, int G, int n_sm, int per_sm8, int per_sm16, int 
 /* the deepest weight ring (4 or 2 steps per warp) with which `bps` blocks of nw warps fit an SM's
  * shared memory (x, norm weights and corrections `base`; the static buffers, at most nw * 512 + 256
  * bytes (ptxas: 4,224 for 8 warps with rope); the per-block system reserve, plus slack); 0 when none does */
-static int gemv_ring(const struct hb_ctx *ctx, size_t base, int nw, int bps, int rmax) {
+static int gemv_ring(const struct hb_ctx *ctx, size_t base, int nw, int bps) {
   const size_t stat = (size_t)nw * 512 + 256;
-  for (int r = rmax >= 4 ? 4 : 2; r >= 2; r /= 2) { /* the depths built: RING = 2, 4 */
+  for (int r = g_gemv_ring_max >= 4 ? 4 : 2; r >= 2; r /= 2) { /* the depths built: RING = 2, 4 */
     const size_t dyn = base + (size_t)nw * r * GEMV_SLOT, blk = dyn + stat + ctx->smem_reserved + 768;
     if (dyn + stat <= ctx->smem_optin && (size_t)bps * blk <= ctx->smem_sm) return r;
   }
@@ -742,9 +738,9 @@ template <typename TO, int PRO, int MODE = GEMV_PLAIN>
 static void gemv_launch_t(struct hb_ctx *ctx, gemv_args &a) {
   const size_t base = gemv_smem(a.n, a.K, PRO);
   int per_sm = g_gemv_per_sm > 0 && g_gemv_per_sm < GEMV_MINB ? g_gemv_per_sm : GEMV_MINB, ring8 = 0;
-  for (; per_sm >= 1 && !(ring8 = gemv_ring(ctx, base, 8, per_sm, g_gemv_ring_max)); per_sm--) {}
+  for (; per_sm >= 1 && !(ring8 = gemv_ring(ctx, base, 8, per_sm)); per_sm--) {}
   int per_sm16 = GEMV_MINB16, ring16 = 0;
-  for (; per_sm16 >= 1 && !(ring16 = gemv_ring(ctx, base, 16, per_sm16, g_gemv_ring_max)); per_sm16--) {}
+  for (; per_sm16 >= 1 && !(ring16 = gemv_ring(ctx, base, 16, per_sm16)); per_sm16--) {}
   const int tiles = (a.rows_total + 15) / 16;
   int units = tiles;
   const int ci = gemv_pick(tiles, gemv_steps(a.K / 128, 1), ctx->n_sm, per_sm, ring16 ? per_sm16 : 0, &units);
@@ -764,15 +760,6 @@ static void gemv_launch_t(struct hb_ctx *ctx, gemv_args &a) {
     const int S = gemv_steps(a.K / 128, ks);
     const int per_warp = ks == 1 ? (units + nb * nw - 1) / (nb * nw) : (units + nb - 1) / nb;
     a.ring = nw == 8 && S * per_warp > 2 && S * per_warp <= 4 ? 4 : 2;
-  }
-  if (g_gemv_ring_long > 0 && nw == 8 && a.ring == 2) {
-    /* a long stream (>= 16 steps per warp: the LM head, 36 on the 3B) is memory-bound (round 15: 29.6 of its 45.4 µs
-     * are left with no weight bytes read) and holds 4 KB in flight per warp where bench/probe_read.cu reads at 4.3 TB/s
-     * with 8 KB: 4 steps, when they fit at the same blocks per SM. It is the step's last big kernel, so the shared
-     * memory it holds keeps no next kernel out. */
-    const int S = gemv_steps(a.K / 128, ks);
-    const int per_warp = ks == 1 ? (units + nb * nw - 1) / (nb * nw) : (units + nb - 1) / nb;
-    if (S * per_warp >= g_gemv_ring_long && gemv_ring(ctx, base, 8, per_sm, 4) == 4) a.ring = 4;
   }
   if (a.ring > 2 && nw != 8) a.ring = 2; /* 16-warp blocks are built with RING = 2 only */
 #if HEARTH_TRACE
@@ -799,7 +786,7 @@ static int gemv_fill(struct hb_ctx *ctx, gemv_args &a, int pro, const struct hb_
   if (ctx->exact || n < 1 || n > 8 || n_mm < 1 || n_mm > 3 || x->dtype != HB_F16 || x->cols % 8) return 1;
   if (ws[0]->cols % 128 || ws[0]->cols > GEMV_KMAX) return 1;
   /* x etc. and at least a 2-step ring of 8 warps in one block (gemv_ring) */
-  if (!gemv_ring(ctx, gemv_smem(n, ws[0]->cols, pro), 8, 1, 2)) return 1;
+  if (!gemv_ring(ctx, gemv_smem(n, ws[0]->cols, pro), 8, 1)) return 1;
   if (x->rows < n) return 1;
   if (x2 && (x2->dtype != HB_F16 || x2->cols != x->cols)) return 1;
   memset(&a, 0, sizeof a);
