@@ -15,7 +15,8 @@ for v in $vs; do
 done
 wait
 names=("full kernel" "no weight bytes (zero-filled ring)" "no x prologue" "no epilogue" "no int4 conversion"
-  "no x reads in the step loop" "no conversion, no x reads" "no mma" "the loop's skeleton (1, 4, 5, 7)")
+  "no x reads in the step loop" "no conversion, no x reads" "no mma" "the loop's skeleton (1, 4, 5, 7)"
+  "no weight bytes, no mma (1, 7)")
 for v in $vs; do
   echo "== GEMV_ABLATE=$v: ${names[$v]}"
   if [ ! -x "build-ab$v/bench_cuda" ]; then echo "build failed (see $OUT/ablate/b$v/build.log)"; continue; fi

@@ -65,7 +65,8 @@ __host__ __device__ inline int gemv_steps(int G, int ks) { return ((G + GEMV_GPS
  * 3 = no epilogue (outputs stored only under a condition that never holds), 4 = no int4 -> f16 conversion
  * (the mma takes the raw weight words), 5 = no x reads in the step loop (B fragments from registers),
  * 6 = 4 and 5, 7 = no mma (its operands folded into the accumulators by XOR and FADD: a 4-cycle link instead of
- * the mma's latency), 8 = 1, 4, 5 and 7 (the loop's skeleton). The difference to 0 is what that stage costs inside a kernel (bench/NOTES.md, rounds 6, 15). */
+ * the mma's latency), 8 = 1, 4, 5 and 7 (the loop's skeleton), 9 = 1 and 7 (the conversion and x reads alone).
+ * The difference to 0 is what that stage costs inside a kernel (bench/NOTES.md, rounds 6, 15). */
 #ifndef GEMV_ABLATE
 #define GEMV_ABLATE 0
 #endif
@@ -305,7 +306,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
       zsc = !sl;
     }
     const int g = (ks + lj * KS) * GEMV_GPS; /* uniform over the warp */
-    if (g < G && GEMV_ABLATE != 1 && GEMV_ABLATE != 8) { /* steps past the row (KS padding) copy nothing: the consumer skips them */
+    if (g < G && GEMV_ABLATE != 1 && GEMV_ABLATE != 8 && GEMV_ABLATE != 9) { /* steps past the row (KS padding) copy nothing: the consumer skips them */
       const uint32_t so = (uint32_t)slot * GEMV_SLOT;
       const bool v1 = g + 1 < G; /* an odd G's last step has one group: the second copies zero-fill (their
                                     addresses fall in the buffer's tail) */
@@ -579,7 +580,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
             const uint32_t af[4] = {p0[q][2 * hh], p8[q][2 * hh], p0[q][2 * hh + 1], p8[q][2 * hh + 1]};
             const uint4 xc = xv[2 * hh + (q >> 1)];
             const uint32_t bf[2] = {q & 1 ? xc.z : xc.x, q & 1 ? xc.w : xc.y};
-            if (GEMV_ABLATE == 7 || GEMV_ABLATE == 8) {
+            if (GEMV_ABLATE == 7 || GEMV_ABLATE == 8 || GEMV_ABLATE == 9) {
               c4[hh][0] += __uint_as_float((af[0] ^ bf[0]) & 0x3c7fffffu);
               c4[hh][1] += __uint_as_float((af[1] ^ bf[1]) & 0x3c7fffffu);
               c4[hh][2] += __uint_as_float(af[2] & 0x3c7fffffu);
