@@ -405,9 +405,13 @@ static int step_ahead(struct hearth_session **ss, int n, const int32_t *const *t
   memcpy(A->prev, ss, (size_t)n * sizeof *ss);
   int slot = A->slot;
   if (!claimed) {
-    rc = take_blocks(ss, n, counts, err);
+    rc = take_blocks(ss, n, counts, err); /* on failure it gave its blocks back */
+    if (rc) {
+      pthread_mutex_unlock(&m->forward_mu);
+      return rc;
+    }
     struct hb_batch b = pack_decode(m, ss, n, tokens);
-    if (!rc) rc = enqueue_forward(m, &b, 0, 1, err); /* with greedy_tail (ahead_capable implies it) */
+    rc = enqueue_forward(m, &b, 0, 1, err); /* with greedy_tail (ahead_capable implies it) */
     if (!rc) {
       slot = A->next_slot;
       A->next_slot ^= 1;

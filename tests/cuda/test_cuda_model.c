@@ -225,6 +225,20 @@ static void embed(const char *fx, enum hearth_dtype dt, const char *kind, double
   json_decref(ref);
 }
 
+/* a session of m and its twin (of m or a second instance of it), both synced to p[0..n): 0 when both are */
+static int twins(struct hearth_model *m, struct hearth_model *mt, const int32_t *p, int n, struct hearth_session **a,
+                 struct hearth_session **b) {
+  struct hearth_err err = {0};
+  if (!*a) *a = sess(m);
+  if (!*b) *b = sess(mt);
+  if (!*a || !*b) return -1;
+  if (hearth_session_sync(*a, p, n, &err) || hearth_session_sync(*b, p, n, &err)) {
+    fprintf(stderr, "twins: %s\n", err.msg);
+    return -1;
+  }
+  return 0;
+}
+
 /* hearth_sessions_step_select on the GPU (the server's and `hearth run`'s decode step): in a batch of three
  * sessions, two greedy on the device and one with its logits, every step's device-chosen id is the argmax of
  * the logits that an identical batch of twin sessions brings back (the same kernels on the same batch: the
@@ -241,11 +255,9 @@ static void select_batch(const char *fx) {
   const uint8_t greedy[N] = {1, 0, 1};
   struct hearth_err err = {0};
   for (int i = 0; i < N; i++) {
-    a[i] = sess(m);
-    b[i] = sess(m);
-    REQUIRE(a[i] && b[i]);
+    a[i] = b[i] = NULL;
     for (int j = 0; j < 9; j++) prm[i][j] = (int32_t)((7 + 31 * i + 13 * j) % nv);
-    REQUIRE(hearth_session_sync(a[i], prm[i], 9 - i, &err) == 0 && hearth_session_sync(b[i], prm[i], 9 - i, &err) == 0);
+    REQUIRE(twins(m, m, prm[i], 9 - i, &a[i], &b[i]) == 0);
     tok[i] = prm[i][0];
     one[i] = 1;
   }
@@ -302,11 +314,9 @@ static void ahead_loop(const char *fx) {
   int32_t tok[N], prm[N][12];
   struct hearth_err err = {0};
   for (int i = 0; i < N; i++) {
-    a[i] = sess(m);
-    b[i] = sess(mt);
-    REQUIRE(a[i] && b[i]);
+    a[i] = b[i] = NULL;
     for (int j = 0; j < 12; j++) prm[i][j] = (int32_t)((11 + 17 * i + 29 * j) % nv);
-    REQUIRE(hearth_session_sync(a[i], prm[i], 10, &err) == 0 && hearth_session_sync(b[i], prm[i], 10, &err) == 0);
+    REQUIRE(twins(m, mt, prm[i], 10, &a[i], &b[i]) == 0);
     tok[i] = prm[i][10];
   }
   int ok = 0, lp_ok = 0, total = 0;
@@ -316,7 +326,7 @@ static void ahead_loop(const char *fx) {
                        * keep one twin's cached block and re-evaluate the other's, on another kernel path) */
       int32_t q[7];
       for (int j = 0; j < 7; j++) q[j] = (prm[1][j] + 5) % nv;
-      REQUIRE(hearth_session_sync(a[1], q, 6, &err) == 0 && hearth_session_sync(b[1], q, 6, &err) == 0);
+      REQUIRE(twins(m, mt, q, 6, &a[1], &b[1]) == 0);
       tok[1] = q[6];
     }
     int n = N;

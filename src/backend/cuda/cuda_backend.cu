@@ -321,6 +321,12 @@ static void *stage_for(struct hb_ctx *c, const struct hb_tensor *t, size_t bytes
 }
 
 /* host copies: the host side is always f32 (or i32); f16 tensors convert on the host */
+static void f32_to_f16(__half *dst, const float *src, size_t n) {
+  for (size_t i = 0; i < n; i++) dst[i] = __float2half_rn(src[i]);
+}
+static void f16_to_f32(float *dst, const __half *src, size_t n) {
+  for (size_t i = 0; i < n; i++) dst[i] = __half2float(src[i]);
+}
 
 static int cuda_write(struct hb_ctx *c, struct hb_tensor *t, int64_t row0, int64_t n_rows, const void *host) {
   if (c->status) return c->status;
@@ -329,14 +335,14 @@ static int cuda_write(struct hb_ctx *c, struct hb_tensor *t, int64_t row0, int64
   void *st = stage_for(c, t, n * es);
   if (st) { /* asynchronous: the stage holds the bytes until the copy has run */
     if (t->dtype == HB_F16)
-      for (size_t i = 0; i < n; i++) ((__half *)st)[i] = __float2half_rn(((const float *)host)[i]);
+      f32_to_f16((__half *)st, (const float *)host, n);
     else
       memcpy(st, host, n * es);
     CU_OK(c, cudaMemcpyAsync(dst, st, n * es, cudaMemcpyHostToDevice, c->stream));
   } else if (t->dtype == HB_F16) {
     __half *h = (__half *)malloc(n * sizeof(__half));
     if (!h) { cu_fail(c, HEARTH_ERR_NOMEM, __FILE__, __LINE__, "out of host memory"); return c->status; }
-    for (size_t i = 0; i < n; i++) h[i] = __float2half_rn(((const float *)host)[i]);
+    f32_to_f16(h, (const float *)host, n);
     if (!CU_OK(c, cudaMemcpyAsync(dst, h, n * 2, cudaMemcpyHostToDevice, c->stream)))
       CU_OK(c, cudaStreamSynchronize(c->stream));
     free(h);
@@ -358,7 +364,7 @@ static int cuda_read(struct hb_ctx *c, const struct hb_tensor *t, int64_t row0, 
     if (!CU_OK(c, cudaMemcpyAsync(st, src, n * es, cudaMemcpyDeviceToHost, c->stream)) &&
         !CU_OK(c, cudaStreamSynchronize(c->stream))) {
       if (t->dtype == HB_F16)
-        for (size_t i = 0; i < n; i++) ((float *)host)[i] = __half2float(((const __half *)st)[i]);
+        f16_to_f32((float *)host, (const __half *)st, n);
       else
         memcpy(host, st, n * es);
       stage_reset(c);
@@ -368,7 +374,7 @@ static int cuda_read(struct hb_ctx *c, const struct hb_tensor *t, int64_t row0, 
     if (!h) { cu_fail(c, HEARTH_ERR_NOMEM, __FILE__, __LINE__, "out of host memory"); return c->status; }
     if (!CU_OK(c, cudaMemcpyAsync(h, src, n * 2, cudaMemcpyDeviceToHost, c->stream)) &&
         !CU_OK(c, cudaStreamSynchronize(c->stream)))
-      for (size_t i = 0; i < n; i++) ((float *)host)[i] = __half2float(h[i]);
+      f16_to_f32((float *)host, h, n);
     free(h);
   } else if (t->dtype == HB_F32 || t->dtype == HB_I32) {
     if (!CU_OK(c, cudaMemcpyAsync(host, src, n * es, cudaMemcpyDeviceToHost, c->stream)))
