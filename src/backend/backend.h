@@ -187,6 +187,14 @@ struct hb_ops {
   /* a decode batch's device positions and sequence lengths (b->d_pos, b->d_seq_len, as batch_upload left them)
    * += 1, in stream order: the next decode step of the same sequences without an upload (capture-safe) */
   void (*decode_advance)(struct hb_ctx *ctx, const struct hb_batch *b);
+  /* x += attention(q over the cache, p)·woᵀ for a batch of one token (the attention op, then norm_matmul
+   * without a norm and with add, in one launch). Returns 1, having done nothing, when it does not cover the shapes
+   * or the sequence is longer than attn_o_max_len; 0 when it ran. */
+  int (*attn_o)(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *q, const struct hb_kv_layer *kv,
+                const struct hb_batch *b, const struct hb_attn_params *p, const struct hb_tensor *wo);
+  /* the longest sequence (its keys after the step) attn_o takes at this head_dim; 0: none. A decode step's graph
+   * differs on either side of it, so the runtime keeps graphs of its own for the steps below it (session.c). */
+  int (*attn_o_max_len)(struct hb_ctx *ctx, int head_dim);
 };
 
 /* Backends compiled into this build. hb_cuda_ops is NULL-safe: hb_get returns NULL when absent. */

@@ -55,6 +55,8 @@ void block_attention(struct hearth_model *m, const struct layer_weights *L, int 
     .n_heads = cfg->num_attention_heads, .n_kv_heads = cfg->num_key_value_heads,
     .head_dim = cfg->head_dim, .scale = 1.0f / sqrtf((float)cfg->head_dim), .window = 0, .softcap = 0.0f,
   };
+  /* one token: attention and x += a · Woᵀ in one launch where the backend has it (short sequences) */
+  if (n == 1 && be->attn_o && !be->attn_o(c, &x, &q, kv, b, &ap, &L->wo)) return;
   be->attention(c, &a, &q, kv, b, &ap);
   if (be->norm_matmul) { /* x += a · Woᵀ in one launch */
     struct hb_tensor *outs[1] = {&x};

@@ -106,6 +106,9 @@ struct hearth_model {
   int32_t *b_gsel;  /* [2 max_seqs] gsel as read back */
   struct model_graph graphs[MODEL_MAX_GRAPHS];
   struct model_graph graphs_greedy[MODEL_MAX_GRAPHS]; /* the same step ending in its greedy tail (session.c) */
+  /* one-token steps short enough for the backend's fused attention + o_proj (attn_o_max_len): their kernels
+   * differ, so they have graphs of their own: [0] plain, [1] with the greedy tail */
+  struct model_graph graphs_short[2];
   struct model_ahead ahead;
   uint64_t epochs;      /* the last session epoch given out (runtime/session.c) */
   int max_seqs, max_blocks_per_seq;

@@ -168,6 +168,13 @@ static void greedy_tail(struct hearth_model *m, struct hb_batch *b) {
   m->be->decode_advance(m->bctx, b);
 }
 
+/* Whether a decode step of n tokens whose sequence holds len keys after it takes the backend's fused attention
+ * + o_proj (attn_o): such steps replay graphs of their own (graphs_short), since their kernels differ */
+static int short_step(const struct hearth_model *m, int n, int len) {
+  const struct hb_ops *be = m->be;
+  return n == 1 && be->attn_o && be->attn_o_max_len && len <= be->attn_o_max_len(m->bctx, m->cfg.head_dim);
+}
+
 /* Enqueues the family forward of the uploaded batch (plus greedy_tail with tail), replayed from a captured
  * graph for decode-shaped batches when the backend offers graphs (captured on the shape's second run; greedy
  * steps have graphs of their own) */
@@ -176,8 +183,9 @@ static int enqueue_graph(struct hearth_model *m, struct hb_batch *b, int want_hi
   struct hb_ctx *c = m->bctx;
   int rc = 0;
   int decode_shape = b->n_tokens == b->n_seqs && b->n_out == b->n_tokens && !want_hidden;
-  struct model_graph *g = decode_shape && be->capture_begin && b->n_tokens < MODEL_MAX_GRAPHS
-                              ? &(tail ? m->graphs_greedy : m->graphs)[b->n_tokens] : NULL;
+  struct model_graph *g = !decode_shape || !be->capture_begin || b->n_tokens >= MODEL_MAX_GRAPHS ? NULL
+                           : short_step(m, b->n_tokens, b->seq_len[0]) ? &m->graphs_short[tail]
+                                                                        : &(tail ? m->graphs_greedy : m->graphs)[b->n_tokens];
   int ran = 0;
   if (g && g->graph) {
     rc = be->graph_launch(c, g->graph, err);
@@ -346,9 +354,9 @@ static void ahead_enqueue(struct hearth_model *m, struct hearth_session **ss, in
   const struct hb_ops *be = m->be;
   struct hb_ctx *c = m->bctx;
   struct model_ahead *A = &m->ahead;
-  struct model_graph *g = &m->graphs_greedy[n];
+  struct model_graph *g = short_step(m, n, ss[0]->n_tokens + 1) ? &m->graphs_short[1] : &m->graphs_greedy[n];
   struct hearth_err e = {0};
-  if (!g->graph) return;
+  if (!g->graph) return; /* (not captured yet, e.g. the step crosses attn_o's length: the next call runs it plainly) */
   int grew = 0;
   for (int i = 0; i < n; i++) { /* room for one more token; a new block stays with the session if the step is dropped */
     const int had = ss[i]->n_blocks;

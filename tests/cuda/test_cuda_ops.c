@@ -596,6 +596,61 @@ static void check_silu_matmul(int K, int rows, int n, int add, double tol) {
 }
 
 /* the fused decode entry points of cuda_backend.h against the CPU op sequences they stand for */
+/* attn_o: x += attention(q over the cache) · Woᵀ for one token at position p, against the CPU's attention, matmul
+ * and add: once with x = 0 (the product alone), once with a random residual. max_len > 0 raises the fused path's
+ * length limit for the case (contexts over one 256-key chunk walk the keys in chunks); a step longer than the
+ * limit and a two-token batch must be declined without a launch. */
+static void check_attn_o(int n_heads, int n_kv, int hd, int d, int p, int max_len) {
+  struct hearth_err err = {0};
+  const int bs = 16, max_blocks = 64;
+  struct kvpair kv;
+  kv_alloc(&kv, max_blocks, bs, n_kv, hd);
+  struct tb pre, st;
+  int zero[1] = {0}, ctx[1] = {p}, one[1] = {1};
+  make_batch(&pre, 1, zero, ctx, bs, max_blocks);
+  make_batch(&st, 1, ctx, one, bs, max_blocks);
+  memcpy(st.bt, pre.bt, sizeof st.bt);
+  fill_cache(&kv, &pre, n_kv, hd);
+  struct pair q, k, v, a, o, x, wo;
+  pair_rand(&q, HB_F32, 1, n_heads * hd, 1.5f);
+  pair_rand(&k, HB_F32, 1, n_kv * hd, 1.0f);
+  pair_rand(&v, HB_F32, 1, n_kv * hd, 1.0f);
+  weight_pair(&wo, HB_Q4, d, n_heads * hd, 0.5f);
+  pair_alloc(&a, HB_F32, 1, n_heads * hd);
+  pair_alloc(&o, HB_F32, 1, d);
+  pair_alloc(&x, HB_F32, 1, d);
+  C->batch_upload(cc, &st.b, &err);
+  CHECK(G->batch_upload(gc, &st.b, &err) == 0);
+  C->kv_write(cc, &kv.c, &k.c, &v.c, &st.b);
+  G->kv_write(gc, &kv.g, &k.g, &v.g, &st.b);
+  struct hb_attn_params ap = {n_heads, n_kv, hd, 1.0f / sqrtf((float)hd), 0, 0.0f};
+  C->attention(cc, &a.c, &q.c, &kv.c, &st.b, &ap);
+  C->matmul(cc, &o.c, &a.c, &wo.c, NULL, 1);
+  if (max_len > 0) hb_cuda_set_attn_o_max(gc, max_len);
+  const int limit = hb_cuda_attn_o_max_len(gc, hd);
+  CHECKF(limit >= p + 1, "attn_o: limit %d below the case's %d keys", limit, p + 1);
+  float *h = calloc((size_t)d, sizeof *h);
+  for (int rep = 0; rep < 2; rep++) {
+    if (rep) for (int i = 0; i < d; i++) h[i] = frand() * 2.0f;
+    pair_set(&x, h);
+    C->add(cc, &x.c, &o.c, 1);
+    CHECK(hb_cuda_attn_o(gc, &x.g, &q.g, &kv.g, &st.b, &ap, &wo.g) == 0);
+    char what[112];
+    snprintf(what, sizeof what, "attn_o h%d/%d hd%d d%d keys %d%s", n_heads, n_kv, hd, d, p + 1, rep ? " +x" : "");
+    cmp(&x, 1, what, 1.5e-2);
+  }
+  /* declined: a sequence over the limit, two tokens */
+  st.seq_len[0] = limit + 1;
+  CHECK(hb_cuda_attn_o(gc, &x.g, &q.g, &kv.g, &st.b, &ap, &wo.g) == 1);
+  st.seq_len[0] = p + 1;
+  st.b.n_tokens = 2;
+  CHECK(hb_cuda_attn_o(gc, &x.g, &q.g, &kv.g, &st.b, &ap, &wo.g) == 1);
+  if (max_len > 0) hb_cuda_set_attn_o_max(gc, 256);
+  free(h);
+  pair_free(&q); pair_free(&k); pair_free(&v); pair_free(&a); pair_free(&o); pair_free(&x); pair_free(&wo);
+  kv_free(&kv);
+}
+
 TEST_GROUP(fused) {
   if (setup(0)) return;
   struct hearth_err err = {0};
@@ -820,6 +875,18 @@ TEST_GROUP(fused) {
     pair_free(&x); pair_free(&nw); pair_free(&xn); pair_free(&q); pair_free(&k); pair_free(&v); pair_free(&o);
     for (int i = 0; i < 3; i++) { pair_free(&w[i]); pair_free(&bi[i]); }
     kv_free(&kv);
+  }
+  /* attention + o_proj in one launch (one-token steps): the 3B's and the 0.5B's shapes at the lengths of a tg128
+   * run, the chunked walk of longer rows, wider groups and one head per group (clusters of 4 and 8) */
+  if (hb_cuda_attn_o_max_len(gc, 128) > 0) {
+    static const int shapes[][4] = {{16, 2, 128, 2048}, {14, 2, 64, 896}, {32, 4, 64, 1024}, {8, 8, 128, 512}};
+    static const int lens[] = {0, 70, 198, 255};
+    for (int si = 0; si < 4; si++)
+      for (int li = 0; li < 4; li++) check_attn_o(shapes[si][0], shapes[si][1], shapes[si][2], shapes[si][3], lens[li], 0);
+    check_attn_o(16, 2, 128, 2048, 700, 1024); /* three chunks */
+    check_attn_o(14, 2, 64, 896, 512, 1024);   /* two whole chunks and the new key alone in a third */
+  } else {
+    printf("  attn_o: not offered on this device (needs sm_90)\n");
   }
   teardown();
 }

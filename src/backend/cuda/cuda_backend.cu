@@ -96,6 +96,7 @@ static int cuda_init(const struct hb_config *cfg, struct hb_ctx **out, struct he
   c->device = dev;
   c->exact = cfg ? cfg->exact : 0;
   c->n_sm = prop.multiProcessorCount;
+  c->cc_major = prop.major;
   c->smem_optin = prop.sharedMemPerBlockOptin;
   c->smem_sm = prop.sharedMemPerMultiprocessor;
   c->smem_reserved = prop.reservedSharedMemPerBlock;
@@ -116,6 +117,7 @@ static int cuda_init(const struct hb_config *cfg, struct hb_ctx **out, struct he
     free(c);
     return cu_err_set(err, HEARTH_ERR_BACKEND, "cuda: cannot create a stream: %s", cudaGetErrorString(e));
   }
+  cu_attn_o_init(c);
   if (cu_matmul_init(c)) {
     int rc = report(c, err);
     cudaStreamDestroy(c->stream);
@@ -682,6 +684,17 @@ extern "C" int hb_cuda_norm_swiglu(struct hb_ctx *c, const struct hb_tensor *x, 
   return cu_gemv_norm_swiglu(c, x, norm_w, eps, w_gate, w_up, out, n);
 }
 
+extern "C" int hb_cuda_attn_o(struct hb_ctx *c, struct hb_tensor *x, const struct hb_tensor *q,
+                              const struct hb_kv_layer *kv, const struct hb_batch *b, const struct hb_attn_params *p,
+                              const struct hb_tensor *wo) {
+  if (c->status) return 0; /* sticky error: nothing runs either way */
+  return cu_attn_o(c, x, q, kv, b, p, wo);
+}
+
+extern "C" int hb_cuda_attn_o_max_len(struct hb_ctx *c, int head_dim) { return cu_attn_o_max_len(c, head_dim); }
+
+extern "C" void hb_cuda_set_attn_o_max(struct hb_ctx *c, int max_len) { c->attn_o_max = max_len < 0 ? 0 : max_len; }
+
 extern "C" void hb_cuda_rope_kv_write(struct hb_ctx *c, struct hb_tensor *q, struct hb_tensor *k,
                                       const struct hb_tensor *v, struct hb_kv_layer *kv, const struct hb_batch *b,
                                       int n_heads, int n_rot, float theta) {
@@ -777,4 +790,6 @@ extern "C" const struct hb_ops hb_cuda_ops = {
   /* .read_finish = */ cuda_read_finish,
   /* .copy_rows = */ cuda_copy_rows,
   /* .decode_advance = */ cuda_decode_advance,
+  /* .attn_o = */ hb_cuda_attn_o,
+  /* .attn_o_max_len = */ hb_cuda_attn_o_max_len,
 };

@@ -69,6 +69,13 @@ int hb_cuda_norm_swiglu(struct hb_ctx *ctx, const struct hb_tensor *x, const str
                         const struct hb_tensor *w_gate, const struct hb_tensor *w_up, struct hb_tensor *out, int n);
 void hb_cuda_rope_kv_write(struct hb_ctx *ctx, struct hb_tensor *q, struct hb_tensor *k, const struct hb_tensor *v,
                            struct hb_kv_layer *kv, const struct hb_batch *b, int n_heads, int n_rot, float theta);
+/* attn_o (backend.h): one launch for a one-token step (f16, int4 wo, sm_90); 1 = not covered */
+int hb_cuda_attn_o(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *q, const struct hb_kv_layer *kv,
+                   const struct hb_batch *b, const struct hb_attn_params *p, const struct hb_tensor *wo);
+int hb_cuda_attn_o_max_len(struct hb_ctx *ctx, int head_dim);
+/* tests and bench only: the longest sequence attn_o takes (0: off). Above its 256-key chunk it walks the keys in
+ * chunks, which the tests cover this way; the default is one chunk (HEARTH_ATTN_O=0 at init: off) */
+void hb_cuda_set_attn_o_max(struct hb_ctx *ctx, int max_len);
 
 /* ---- sampling on the device ---------------------------------------------------------------------
  * ids[i] = the token runtime/sampler.c would draw from logits row i (after its penalties, which the

@@ -36,7 +36,8 @@ extern "C" {
 #define CU_TRACE_NMIN 2
 
 struct hb_ctx {
-  int device, exact, n_sm;
+  int device, exact, n_sm, cc_major;
+  int attn_o_max;         /* attn_o.cu: the longest sequence the fused attention + o_proj takes (0: off) */
   size_t smem_optin;      /* largest dynamic shared memory a block may opt in to */
   size_t smem_sm;         /* shared memory per multiprocessor, and what the system keeps per block */
   size_t smem_reserved;
@@ -292,6 +293,12 @@ void cu_rope_kv_write(struct hb_ctx *ctx, struct hb_tensor *q, struct hb_tensor 
                       struct hb_kv_layer *kv, const struct hb_batch *b, int n_heads, int n_rot, float theta);
 void cu_attention(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *q,
                   const struct hb_kv_layer *kv, const struct hb_batch *b, const struct hb_attn_params *p);
+/* attn_o.cu: the one-token decode step's attention and o_proj in one launch (x += attention · Woᵀ); returns 0 when
+ * it launched (or recorded an error), 1 when the shapes or the sequence length need attention + the GEMV */
+int cu_attn_o(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *q, const struct hb_kv_layer *kv,
+              const struct hb_batch *b, const struct hb_attn_params *p, const struct hb_tensor *wo);
+int cu_attn_o_max_len(struct hb_ctx *ctx, int head_dim);
+void cu_attn_o_init(struct hb_ctx *ctx);
 /* sample.cu */
 void cu_argmax(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, struct hb_tensor *ids,
                struct hb_tensor *logprobs);

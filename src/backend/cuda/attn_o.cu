@@ -1,0 +1,338 @@
+/* backend/cuda/attn_o.cu — one launch for a one-token decode step's attention and its o_proj:
+ * x += softmax(q·Kᵀ·scale)·V · Woᵀ over the paged cache (f16 q, cache and x; int4 Wo).
+ *
+ * Why (bench/NOTES.md, round 16): in the decode chain, attention and the o_proj GEMV are two small
+ * kernels whose own work is tiny (a few hundred keys, 2 MB of weights on the 3B) and whose time is a chain of
+ * latencies: two kernel boundaries, the new keys' and q's round trips, the attention's reductions, x's
+ * arrival in the GEMV, one weight step and the emit: ~8 µs of each 3B layer. This kernel prefetches both
+ * the cached keys and its slice of Wo before griddepcontrol.wait, so after the wait it has only q, the new key,
+ * the arithmetic and one exchange left.
+ *
+ * Split. Block (r, j): KV group j's heads (HPG = n_heads / n_kv ≤ 8 query heads), output rows
+ * [r·RB, r·RB + RB). Every block of group j computes that group's attention (a few hundred keys: cheap, and
+ * redundant only in L2 reads made before the wait), then multiplies its RB rows of Wo by the group's columns.
+ * The n_kv blocks of one row slice form a thread-block cluster: rank 0 sums their partial rows through
+ * distributed shared memory in rank order (deterministic), adds the residual and writes x.
+ *
+ * Attention on tensor cores (m16n8k16): A = q (rows: the group's heads, 8 of the 16 used), B = K rows as
+ * stored; each warp takes 16-key tiles round-robin with its own online softmax (FlashAttention-2 style: the
+ * score accumulators become the P·V A operand in registers), and the warps' (max, sum, O) meet in shared
+ * memory once. Keys come in chunks of ADO_C; contexts above one chunk work (online rescale), but the runtime
+ * only uses this path up to cu_attn_o_max_len keys (the split kernel is faster for long rows).
+ *
+ * o_proj: Wo's slice (RB rows × the quantization groups that overlap the group's columns) is copied to shared
+ * memory in the device int4 layout (cuda_common.cuh); A = weights (q4_word: exact f16), B = O (columns outside
+ * the group's range are skipped), the group's scale applied per 128 columns in f32. */
+#include <cooperative_groups.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/ptx.cuh"
+
+namespace cg = cooperative_groups;
+
+#define ADO_THREADS 256
+#define ADO_WARPS 8
+#define ADO_C 256      /* keys per chunk (a multiple of 16) */
+#define ADO_HPG 8      /* query heads per KV group, at most */
+#define ADO_MAX_NG 12  /* quantization groups of Wo one block's columns may overlap */
+
+/* shared memory: K, V chunk rows (HD + 8 halves: ldmatrix rows of 8 keys hit distinct banks), q, O (f16), the
+ * warps' partials (aliasing K), Wo's slice and scales, the row partials */
+template <int HD>
+struct ado_smem {
+  static constexpr int LDS = HD + 8;
+  static constexpr size_t kv = (size_t)ADO_C * LDS * 2;                    /* bytes of K (and of V) */
+  static constexpr size_t part = (size_t)ADO_WARPS * ADO_HPG * (HD + 2) * 4; /* O, m, l per warp and head */
+  static_assert(part <= kv, "the warps' partials alias K");
+};
+static size_t ado_bytes(int hd, int RB, int NG) {
+  const size_t kv = (size_t)ADO_C * (hd + 8) * 2;
+  return 2 * kv + (size_t)ADO_HPG * hd * 2 * 2 /* q, O */ + (size_t)RB / 8 * NG * (512 + 16) +
+         ADO_WARPS * 16 * 4 /* the row partials: (8 / tiles) parts × RB rows */;
+}
+
+__device__ __forceinline__ uint32_t ado_h2(float lo, float hi) {
+  __half2 h = __floats2half2_rn(lo, hi);
+  return *(uint32_t *)&h;
+}
+
+template <int HD>
+__global__ __launch_bounds__(ADO_THREADS, 2) void attn_o_kernel(
+    __half *x, const __half *q, const __half *kc, const __half *vc, const uint8_t *wq, const __half *ws,
+    const int32_t *pos, const int32_t *seq, const int32_t *bt, int max_blocks, int bs, int n_heads, int n_kv,
+    float scale_log2, int G, int RB, int NG CU_TRACE_PARAMS) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int LDS = ado_smem<HD>::LDS, KSTEPS = HD / 16, DT = HD / 8;
+  extern __shared__ __align__(16) uint8_t ado_sm[];
+  __half *Ks = (__half *)ado_sm, *Vs = Ks + (size_t)ADO_C * LDS;
+  __half *Qs = Vs + (size_t)ADO_C * LDS, *Os = Qs + ADO_HPG * HD;
+  uint8_t *Wq = (uint8_t *)(Os + ADO_HPG * HD);
+  __half *Wsc = (__half *)(Wq + (size_t)RB / 8 * NG * 512);
+  float *Yp = (float *)(Wsc + (size_t)RB / 8 * NG * 8); /* [8 / tiles parts][RB] */
+  float *Pt = (float *)Ks;                               /* after the last chunk: [warp][head][HD + 2] */
+  if (threadIdx.x == 0) { CU_TRACE(0); CU_TRACE(6); }
+
+  cg::cluster_group cl = cg::this_cluster();
+  const int j = (int)cl.block_rank(), r0 = (int)(blockIdx.x / n_kv) * RB;
+  const int HPG = n_heads / n_kv, lane = threadIdx.x % 32, warp = threadIdx.x / 32, gid = lane / 4, tig = lane % 4;
+  const int c_lo = j * HPG * HD, c_hi = c_lo + HPG * HD, g_lo = c_lo / 128;
+  const int ng = (c_hi + 127) / 128 - g_lo;
+
+  /* before the wait: Wo's slice (no kernel writes it) and the cached keys (earlier steps wrote them) */
+  {
+    const int per_rb = ng * 32; /* 16-byte pieces of one 8-row block's groups */
+    for (int i = threadIdx.x; i < RB / 8 * per_rb; i += ADO_THREADS) {
+      const int rb = i / per_rb, k = i % per_rb;
+      const int64_t src = ((int64_t)(r0 / 8 + rb) * G + g_lo) * 512 + (int64_t)k * 16;
+      cp_async16(Wq + (size_t)rb * NG * 512 + k * 16, wq + src, 16);
+    }
+    for (int i = threadIdx.x; i < RB / 8 * ng; i += ADO_THREADS) {
+      const int rb = i / ng, g = i % ng;
+      cp_async16(Wsc + ((size_t)rb * NG + g) * 8, ws + ((int64_t)(r0 / 8 + rb) * G + g_lo + g) * 8, 16);
+    }
+  }
+  const int p = pos[0], sq = seq[0], len = p + 1;
+  const int32_t *btr = bt + (int64_t)sq * max_blocks;
+  const int64_t kvw = (int64_t)n_kv * HD;
+  const __half *kbase = kc + (int64_t)j * HD, *vbase = vc + (int64_t)j * HD;
+  /* keys [k0, k1) of the chunk at kb into its rows; rows [k1, pad) zero (a tile's keys past the context) */
+  auto copy = [&](int kb, int k0, int k1, int pad) {
+    for (int i = threadIdx.x; i < (pad - k0) * (HD / 8); i += ADO_THREADS) {
+      const int kp = k0 + i / (HD / 8), c = i % (HD / 8);
+      const bool live = kp < k1;
+      const int64_t off = live ? ((int64_t)btr[kp / bs] * bs + kp % bs) * kvw + c * 8 : 0;
+      const int rr = (kp - kb) * LDS + c * 8;
+      cp_async16(Ks + rr, kbase + off, live ? 16 : 0);
+      cp_async16(Vs + rr, vbase + off, live ? 16 : 0);
+    }
+  };
+  int kn = min(ADO_C, len);
+  copy(0, 0, min(kn, p), min(kn, p));
+  cp_async_commit();
+  pdl_wait();
+  pdl_trigger();
+  if (threadIdx.x == 0) { CU_TRACE(1); CU_TRACE(3); }
+  /* after the wait: the new key (written by the kernel before), the pad rows, q */
+  copy(0, min(kn, p), kn, (kn + 15) / 16 * 16);
+  for (int i = threadIdx.x; i < HPG * HD / 8; i += ADO_THREADS)
+    cp_async16(Qs + i * 8, q + (int64_t)j * HPG * HD + i * 8, 16);
+  cp_async_commit();
+  float xres = 0.0f;
+  if (j == 0 && threadIdx.x < RB) xres = __half2float(x[r0 + threadIdx.x]);
+
+  float o[DT][4], m_a = -INFINITY, l_a = 0.0f;
+#pragma unroll
+  for (int i = 0; i < DT; i++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) o[i][e] = 0.0f;
+  uint32_t qa[KSTEPS][2];
+  for (int kb = 0;;) {
+    cp_async_wait<0>();
+    __syncthreads();
+    if (kb == 0) {
+      if (threadIdx.x == 0) CU_TRACE(4);
+#pragma unroll
+      for (int kk = 0; kk < KSTEPS; kk++) { /* row gid of A = head gid of the group; rows gid + 8 stay 0 */
+        qa[kk][0] = gid < HPG ? *(const uint32_t *)(Qs + gid * HD + kk * 16 + 2 * tig) : 0u;
+        qa[kk][1] = gid < HPG ? *(const uint32_t *)(Qs + gid * HD + kk * 16 + 8 + 2 * tig) : 0u;
+      }
+    }
+    for (int tl = warp; tl * 16 < kn; tl += ADO_WARPS) {
+      /* S = q·Kᵀ for keys [16 tl, 16 tl + 16): s[0] keys +0..7, s[1] keys +8..15 (row gid: e = 0, 1) */
+      float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+      for (int kk = 0; kk < KSTEPS; kk++) {
+        uint32_t kf[4];
+        ldmatrix_x4(kf, Ks + (tl * 16 + (lane / 16) * 8 + lane % 8) * LDS + kk * 16 + ((lane / 8) % 2) * 8);
+        const uint32_t a[4] = {qa[kk][0], 0u, qa[kk][1], 0u};
+        mma_16816(s[0], a, kf);
+        mma_16816(s[1], a, kf + 2);
+      }
+      float mx = m_a;
+#pragma unroll
+      for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+          const int key = tl * 16 + 8 * h + 2 * tig + e;
+          s[h][e] = key < kn ? s[h][e] * scale_log2 : -INFINITY;
+          mx = fmaxf(mx, s[h][e]);
+        }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float al = exp2f(m_a - mx); /* m_a = -inf at first: 0 (mx is finite: key 16 tl is live) */
+      m_a = mx;
+      float sum = 0.0f;
+#pragma unroll
+      for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+          s[h][e] = exp2f(s[h][e] - mx);
+          sum += s[h][e];
+        }
+      l_a = l_a * al + sum;
+#pragma unroll
+      for (int i = 0; i < DT; i++) {
+        o[i][0] *= al;
+        o[i][1] *= al;
+      }
+      /* O += P·V: P (row gid, keys 2 tig.. and 8 + 2 tig..) as the A operand; V by ldmatrix.trans */
+      const uint32_t pa[4] = {ado_h2(s[0][0], s[0][1]), 0u, ado_h2(s[1][0], s[1][1]), 0u};
+#pragma unroll
+      for (int dp = 0; dp < HD / 16; dp++) {
+        uint32_t vf[4];
+        ldmatrix_x4_trans(vf, Vs + (tl * 16 + lane % 16) * LDS + dp * 16 + (lane / 16) * 8);
+        mma_16816(o[2 * dp], pa, vf);
+        mma_16816(o[2 * dp + 1], pa, vf + 2);
+      }
+    }
+    kb += kn;
+    if (kb >= len) break;
+    kn = min(ADO_C, len - kb);
+    __syncthreads(); /* every warp is done with the chunk's rows */
+    copy(kb, kb, min(kb + kn, len), kb + (kn + 15) / 16 * 16);
+    cp_async_commit();
+  }
+  /* the warps' (max, sum, O) per head into Pt (over K: every warp is past its last tile after the barrier) */
+  l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
+  l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
+  __syncthreads();
+  if (gid < HPG) {
+    float *pr = Pt + ((size_t)warp * ADO_HPG + gid) * (HD + 2);
+#pragma unroll
+    for (int i = 0; i < DT; i++) *(float2 *)(pr + 8 * i + 2 * tig) = make_float2(o[i][0], o[i][1]);
+    if (tig == 0) { pr[HD] = m_a; pr[HD + 1] = l_a; }
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < HPG * HD; e += ADO_THREADS) {
+    const int h = e / HD, d = e % HD;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < ADO_WARPS; w++) M = fmaxf(M, Pt[((size_t)w * ADO_HPG + h) * (HD + 2) + HD]);
+    float L = 0.0f, A = 0.0f;
+#pragma unroll
+    for (int w = 0; w < ADO_WARPS; w++) {
+      const float *pr = Pt + ((size_t)w * ADO_HPG + h) * (HD + 2);
+      const float f = pr[HD] == -INFINITY ? 0.0f : exp2f(pr[HD] - M); /* a warp with no key: weight 0 */
+      L += pr[HD + 1] * f;
+      A += pr[d] * f;
+    }
+    Os[e] = __float2half_rn(A / L); /* L >= 1: the largest score contributes exp2(0) */
+  }
+  __syncthreads();
+
+  /* o_proj: warp → tile (16 rows) and a share of the groups; A = Wo (exact f16 from the int4 layout), B = O */
+  const int tiles = RB / 16, wpt = ADO_WARPS / tiles, tile = warp % tiles, part = warp / tiles;
+  float tot_lo = 0.0f, tot_hi = 0.0f;
+  for (int g = part; g < ng; g += wpt) {
+    const uint8_t *wlo = Wq + ((size_t)(2 * tile) * NG + g) * 512 + gid * 64 + tig * 4;
+    const uint8_t *whi = wlo + (size_t)NG * 512;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int run = 0; run < 4; run++) {
+      const int kc0 = (g_lo + g) * 128 + run * 32; /* the run's first column of Wo */
+      if (kc0 + 32 <= c_lo || kc0 >= c_hi) continue; /* warp-uniform; c_lo, c_hi are multiples of 32 */
+      uint32_t pl[4], ph[4];
+      q4_word(*(const uint32_t *)(wlo + run * 16), pl);
+      q4_word(*(const uint32_t *)(whi + run * 16), ph);
+#pragma unroll
+      for (int st = 0; st < 2; st++) {
+        const __half *xo = Os + (kc0 - c_lo) + st * 16 + 2 * tig;
+        const uint32_t b[2] = {*(const uint32_t *)xo, *(const uint32_t *)(xo + 8)};
+        const uint32_t a[4] = {pl[2 * st], ph[2 * st], pl[2 * st + 1], ph[2 * st + 1]};
+        mma_16816(acc, a, b);
+      }
+    }
+    const __half *sc = Wsc + ((size_t)(2 * tile) * NG + g) * 8 + gid;
+    tot_lo = fmaf(acc[0], __half2float(sc[0]), tot_lo);
+    tot_hi = fmaf(acc[2], __half2float(sc[(size_t)NG * 8]), tot_hi);
+  }
+  /* column 0 of the result (every column is the same: B's columns are all O) */
+  if (tig == 0) {
+    Yp[part * RB + tile * 16 + gid] = tot_lo;
+    Yp[part * RB + tile * 16 + gid + 8] = tot_hi;
+  }
+  __syncthreads();
+  if (threadIdx.x < RB) {
+    float y = 0.0f;
+    for (int pp = 0; pp < wpt; pp++) y += Yp[pp * RB + threadIdx.x];
+    Yp[threadIdx.x] = y; /* part 0's row, read back by its own thread only */
+  }
+  cl.sync(); /* every rank's rows are in its shared memory */
+  if (j == 0 && threadIdx.x < RB) {
+    float y = Yp[threadIdx.x];
+    for (int rk = 1; rk < n_kv; rk++) y += cl.map_shared_rank(Yp, rk)[threadIdx.x];
+    x[r0 + threadIdx.x] = __float2half_rn(xres + y);
+  }
+  cl.sync(); /* rank 0 has read the others' rows before they exit */
+  if (threadIdx.x == 0) CU_TRACE(2);
+#endif
+}
+
+void cu_attn_o_init(struct hb_ctx *ctx) {
+  const char *e = getenv("HEARTH_ATTN_O"); /* 0: attention and o_proj as two launches (a bench A/B knob) */
+  ctx->attn_o_max = e && !strcmp(e, "0") ? 0 : ADO_C;
+}
+
+int cu_attn_o_max_len(struct hb_ctx *ctx, int head_dim) {
+  if (ctx->exact || ctx->cc_major < 9 || (head_dim != 64 && head_dim != 128)) return 0;
+  return ctx->attn_o_max;
+}
+
+int cu_attn_o(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *q, const struct hb_kv_layer *kv,
+              const struct hb_batch *b, const struct hb_attn_params *p, const struct hb_tensor *wo) {
+  const int hd = p->head_dim, n_heads = p->n_heads, n_kv = p->n_kv_heads;
+  const int max_len = cu_attn_o_max_len(ctx, hd);
+  if (!max_len || b->n_tokens != 1 || !b->seq_len || b->seq_len[0] > max_len) return 1;
+  if (p->window != 0 || p->softcap != 0.0f || n_kv < 1 || n_kv > 8 || n_heads % n_kv || n_heads / n_kv > ADO_HPG)
+    return 1;
+  if (x->dtype != HB_F16 || q->dtype != HB_F16 || kv->k.dtype != HB_F16 || kv->v.dtype != HB_F16 || wo->dtype != HB_Q4)
+    return 1;
+  if (wo->cols != (int64_t)n_heads * hd || wo->cols % 128 || wo->rows != x->cols || x->cols % 16) return 1;
+  const int rows = (int)wo->rows, G = (int)(wo->cols / 128), HPG = n_heads / n_kv;
+  const int RB = rows % 64 == 0 ? 64 : rows % 32 == 0 ? 32 : 16;
+  int NG = 0;
+  for (int j = 0; j < n_kv; j++) {
+    const int lo = j * HPG * hd, hi = lo + HPG * hd, ng = (hi + 127) / 128 - lo / 128;
+    if (lo % 32) return 1; /* the o_proj loop skips whole 32-column runs */
+    NG = ng > NG ? ng : NG;
+  }
+  if (NG > ADO_MAX_NG) return 1;
+  const size_t sm = ado_bytes(hd, RB, NG);
+  if (sm > ctx->smem_optin) return 1;
+  if (ctx->skip & (CU_SKIP_ATTN | CU_SKIP_O)) return 1; /* timing runs that leave one of them out */
+
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)(rows / RB * n_kv));
+  cfg.blockDim = dim3(ADO_THREADS);
+  cfg.dynamicSmemBytes = sm;
+  cfg.stream = ctx->stream;
+  cudaLaunchAttribute at[2];
+  at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at[0].val.programmaticStreamSerializationAllowed = 1;
+  at[1].id = cudaLaunchAttributeClusterDimension;
+  at[1].val.clusterDim.x = (unsigned)n_kv;
+  at[1].val.clusterDim.y = 1;
+  at[1].val.clusterDim.z = 1;
+  cfg.attrs = at;
+  cfg.numAttrs = 2;
+  const float scale_log2 = p->scale * 1.4426950408889634f;
+#define ADO_LAUNCH(HD)                                                                                              \
+  do {                                                                                                              \
+    if (CU_OK(ctx, cudaFuncSetAttribute(attn_o_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm)))  \
+      return 0;                                                                                                     \
+    cu_ok_(ctx,                                                                                                     \
+           cudaLaunchKernelEx(&cfg, attn_o_kernel<HD>, (__half *)x->data, (const __half *)q->data,                  \
+                              (const __half *)kv->k.data, (const __half *)kv->v.data, (const uint8_t *)wo->data,    \
+                              (const __half *)wo->aux, (const int32_t *)b->d_pos.data,                              \
+                              (const int32_t *)b->d_seq.data, (const int32_t *)b->d_block_table.data,               \
+                              b->max_blocks, b->block_size, n_heads, n_kv, scale_log2, G, RB,                       \
+                              NG CU_TRACE_ARGS(ctx, cu_trace_id(ctx, "attn+o hd%d", HD))),                          \
+           "attn_o", __FILE__, __LINE__);                                                                           \
+  } while (0)
+  if (hd == 128) ADO_LAUNCH(128);
+  else ADO_LAUNCH(64);
+#undef ADO_LAUNCH
+  return 0;
+}
