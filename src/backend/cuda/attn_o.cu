@@ -37,6 +37,8 @@ namespace cg = cooperative_groups;
 #define ADO_C 256      /* keys per chunk (a multiple of 16) */
 #define ADO_HPG 8      /* query heads per KV group, at most */
 #define ADO_MAX_NG 12  /* quantization groups of Wo one block's columns may overlap */
+/* registers: beside one block of the QKV GEMV before it (8 warps, <= 100), so that its copies start early */
+#define ADO_MAXREG 144
 
 /* shared memory: K, V chunk rows (HD + 8 halves: ldmatrix rows of 8 keys hit distinct banks), q, O (f16), the
  * warps' partials (aliasing K), Wo's slice and scales, the row partials */
@@ -50,7 +52,8 @@ struct ado_smem {
 static size_t ado_bytes(int hd, int RB, int NG) {
   const size_t kv = (size_t)ADO_C * (hd + 8) * 2;
   return 2 * kv + (size_t)ADO_HPG * hd * 2 * 2 /* q, O */ + (size_t)RB / 8 * NG * (512 + 16) +
-         ADO_WARPS * 16 * 4 /* the row partials: (8 / tiles) parts × RB rows */;
+         ADO_WARPS * 16 * 4 /* Yp: (8 / tiles) parts × RB rows */ + (size_t)8 * RB * 4 /* Yr */ +
+         ADO_WARPS * ADO_HPG * 4 /* Fw */;
 }
 
 __device__ __forceinline__ uint32_t ado_h2(float lo, float hi) {
@@ -59,28 +62,32 @@ __device__ __forceinline__ uint32_t ado_h2(float lo, float hi) {
 }
 
 template <int HD>
-__global__ __launch_bounds__(ADO_THREADS, 2) void attn_o_kernel(
+__global__ __maxnreg__(ADO_MAXREG) void attn_o_kernel(
     __half *x, const __half *q, const __half *kc, const __half *vc, const uint8_t *wq, const __half *ws,
     const int32_t *pos, const int32_t *seq, const int32_t *bt, int max_blocks, int bs, int n_heads, int n_kv,
     float scale_log2, int G, int RB, int NG CU_TRACE_PARAMS) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int LDS = ado_smem<HD>::LDS, KSTEPS = HD / 16, DT = HD / 8;
+  static_assert(ADO_C == ADO_THREADS && ADO_C == 2 * 16 * ADO_WARPS, "a thread per key row, two 16-key tiles per warp");
   extern __shared__ __align__(16) uint8_t ado_sm[];
   __half *Ks = (__half *)ado_sm, *Vs = Ks + (size_t)ADO_C * LDS;
   __half *Qs = Vs + (size_t)ADO_C * LDS, *Os = Qs + ADO_HPG * HD;
   uint8_t *Wq = (uint8_t *)(Os + ADO_HPG * HD);
   __half *Wsc = (__half *)(Wq + (size_t)RB / 8 * NG * 512);
   float *Yp = (float *)(Wsc + (size_t)RB / 8 * NG * 8); /* [8 / tiles parts][RB] */
-  float *Pt = (float *)Ks;                               /* after the last chunk: [warp][head][HD + 2] */
+  float *Yr = Yp + ADO_WARPS * 16;                      /* rank 0's: [rank][RB] */
+  float *Fw = Yr + 8 * RB;                              /* [warp][head]: each warp's weight in the merge */
+  float *Pt = (float *)Ks;                              /* after the last chunk: [warp][head][HD + 2] */
   if (threadIdx.x == 0) { CU_TRACE(0); CU_TRACE(6); }
+  /* the cluster's first barrier phase: every block has started before any touches another's shared memory */
+  asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory");
 
-  cg::cluster_group cl = cg::this_cluster();
-  const int j = (int)cl.block_rank(), r0 = (int)(blockIdx.x / n_kv) * RB;
+  const int j = (int)cg::this_cluster().block_rank(), r0 = (int)(blockIdx.x / n_kv) * RB;
   const int HPG = n_heads / n_kv, lane = threadIdx.x % 32, warp = threadIdx.x / 32, gid = lane / 4, tig = lane % 4;
   const int c_lo = j * HPG * HD, c_hi = c_lo + HPG * HD, g_lo = c_lo / 128;
   const int ng = (c_hi + 127) / 128 - g_lo;
 
-  /* before the wait: Wo's slice (no kernel writes it) and the cached keys (earlier steps wrote them) */
+  /* before the wait: Wo's slice (no kernel writes it) */
   {
     const int per_rb = ng * 32; /* 16-byte pieces of one 8-row block's groups */
     for (int i = threadIdx.x; i < RB / 8 * per_rb; i += ADO_THREADS) {
@@ -93,31 +100,32 @@ __global__ __launch_bounds__(ADO_THREADS, 2) void attn_o_kernel(
       cp_async16(Wsc + ((size_t)rb * NG + g) * 8, ws + ((int64_t)(r0 / 8 + rb) * G + g_lo + g) * 8, 16);
     }
   }
+  /* keys: thread i copies row i of a chunk (key kb + i), zeros past the context up to the chunk's last 16-key
+   * tile. Its block-table entry is loaded first: one global load per thread, then 2 × HD / 8 copies. */
   const int p = pos[0], sq = seq[0], len = p + 1;
   const int32_t *btr = bt + (int64_t)sq * max_blocks;
   const int64_t kvw = (int64_t)n_kv * HD;
   const __half *kbase = kc + (int64_t)j * HD, *vbase = vc + (int64_t)j * HD;
-  /* keys [k0, k1) of the chunk at kb into its rows; rows [k1, pad) zero (a tile's keys past the context) */
-  auto copy = [&](int kb, int k0, int k1, int pad) {
-    for (int i = threadIdx.x; i < (pad - k0) * (HD / 8); i += ADO_THREADS) {
-      const int kp = k0 + i / (HD / 8), c = i % (HD / 8);
-      const bool live = kp < k1;
-      const int64_t off = live ? ((int64_t)btr[kp / bs] * bs + kp % bs) * kvw + c * 8 : 0;
-      const int rr = (kp - kb) * LDS + c * 8;
-      cp_async16(Ks + rr, kbase + off, live ? 16 : 0);
-      cp_async16(Vs + rr, vbase + off, live ? 16 : 0);
+  auto row_src = [&](int kp) -> int64_t { return ((int64_t)btr[kp / bs] * bs + kp % bs) * kvw; };
+  auto copy_row = [&](int row, int64_t off, bool live) {
+#pragma unroll
+    for (int c = 0; c < HD / 8; c++) {
+      cp_async16(Ks + row * LDS + c * 8, kbase + off + c * 8, live ? 16 : 0);
+      cp_async16(Vs + row * LDS + c * 8, vbase + off + c * 8, live ? 16 : 0);
     }
   };
   int kn = min(ADO_C, len);
-  copy(0, 0, min(kn, p), min(kn, p));
+  const int me = threadIdx.x; /* this thread's row of chunk 0 */
+  const bool live0 = me < kn, pad0 = me < (kn + 15) / 16 * 16;
+  const int64_t off0 = live0 ? row_src(me) : 0;
+  if (pad0 && me != p) copy_row(me, off0, live0); /* the cached keys, and the zero rows */
   cp_async_commit();
   pdl_wait();
   pdl_trigger();
   if (threadIdx.x == 0) { CU_TRACE(1); CU_TRACE(3); }
-  /* after the wait: the new key (written by the kernel before), the pad rows, q */
-  copy(0, min(kn, p), kn, (kn + 15) / 16 * 16);
-  for (int i = threadIdx.x; i < HPG * HD / 8; i += ADO_THREADS)
-    cp_async16(Qs + i * 8, q + (int64_t)j * HPG * HD + i * 8, 16);
+  /* after the wait: the new key (written by the kernel before) and q */
+  if (me == p) copy_row(me, off0, true);
+  if (threadIdx.x < HPG * HD / 8) cp_async16(Qs + threadIdx.x * 8, q + (int64_t)j * HPG * HD + threadIdx.x * 8, 16);
   cp_async_commit();
   float xres = 0.0f;
   if (j == 0 && threadIdx.x < RB) xres = __half2float(x[r0 + threadIdx.x]);
@@ -139,38 +147,55 @@ __global__ __launch_bounds__(ADO_THREADS, 2) void attn_o_kernel(
         qa[kk][1] = gid < HPG ? *(const uint32_t *)(Qs + gid * HD + kk * 16 + 8 + 2 * tig) : 0u;
       }
     }
-    for (int tl = warp; tl * 16 < kn; tl += ADO_WARPS) {
-      /* S = q·Kᵀ for keys [16 tl, 16 tl + 16): s[0] keys +0..7, s[1] keys +8..15 (row gid: e = 0, 1) */
-      float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+    /* this warp's tiles of 16 keys: warp and warp + 8; their four score chains run side by side */
+    const int nt16 = (kn + 15) / 16;
+    if (warp < nt16) { /* warp-uniform */
+      const bool two = warp + ADO_WARPS < nt16;
+      float s[2][2][4]; /* [tile][keys +0..7, +8..15][c] */
+#pragma unroll
+      for (int t = 0; t < 2; t++)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) s[t][h][e] = 0.0f;
 #pragma unroll
       for (int kk = 0; kk < KSTEPS; kk++) {
-        uint32_t kf[4];
-        ldmatrix_x4(kf, Ks + (tl * 16 + (lane / 16) * 8 + lane % 8) * LDS + kk * 16 + ((lane / 8) % 2) * 8);
         const uint32_t a[4] = {qa[kk][0], 0u, qa[kk][1], 0u};
-        mma_16816(s[0], a, kf);
-        mma_16816(s[1], a, kf + 2);
+#pragma unroll
+        for (int t = 0; t < 2; t++) {
+          if (t && !two) break;
+          uint32_t kf[4];
+          const int tl = warp + t * ADO_WARPS;
+          ldmatrix_x4(kf, Ks + (tl * 16 + (lane / 16) * 8 + lane % 8) * LDS + kk * 16 + ((lane / 8) % 2) * 8);
+          mma_16816(s[t][0], a, kf);
+          mma_16816(s[t][1], a, kf + 2);
+        }
       }
       float mx = m_a;
 #pragma unroll
-      for (int h = 0; h < 2; h++)
+      for (int t = 0; t < 2; t++)
 #pragma unroll
-        for (int e = 0; e < 2; e++) {
-          const int key = tl * 16 + 8 * h + 2 * tig + e;
-          s[h][e] = key < kn ? s[h][e] * scale_log2 : -INFINITY;
-          mx = fmaxf(mx, s[h][e]);
-        }
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+          for (int e = 0; e < 2; e++) {
+            const int key = (warp + t * ADO_WARPS) * 16 + 8 * h + 2 * tig + e;
+            s[t][h][e] = key < kn && (t == 0 || two) ? s[t][h][e] * scale_log2 : -INFINITY;
+            mx = fmaxf(mx, s[t][h][e]);
+          }
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float al = exp2f(m_a - mx); /* m_a = -inf at first: 0 (mx is finite: key 16 tl is live) */
+      const float al = exp2f(m_a - mx); /* m_a = -inf at first: 0 (mx is finite: key 16 warp is live) */
       m_a = mx;
       float sum = 0.0f;
 #pragma unroll
-      for (int h = 0; h < 2; h++)
+      for (int t = 0; t < 2; t++)
 #pragma unroll
-        for (int e = 0; e < 2; e++) {
-          s[h][e] = exp2f(s[h][e] - mx);
-          sum += s[h][e];
-        }
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+          for (int e = 0; e < 2; e++) {
+            s[t][h][e] = exp2f(s[t][h][e] - mx);
+            sum += s[t][h][e];
+          }
       l_a = l_a * al + sum;
 #pragma unroll
       for (int i = 0; i < DT; i++) {
@@ -178,26 +203,32 @@ __global__ __launch_bounds__(ADO_THREADS, 2) void attn_o_kernel(
         o[i][1] *= al;
       }
       /* O += P·V: P (row gid, keys 2 tig.. and 8 + 2 tig..) as the A operand; V by ldmatrix.trans */
-      const uint32_t pa[4] = {ado_h2(s[0][0], s[0][1]), 0u, ado_h2(s[1][0], s[1][1]), 0u};
 #pragma unroll
-      for (int dp = 0; dp < HD / 16; dp++) {
-        uint32_t vf[4];
-        ldmatrix_x4_trans(vf, Vs + (tl * 16 + lane % 16) * LDS + dp * 16 + (lane / 16) * 8);
-        mma_16816(o[2 * dp], pa, vf);
-        mma_16816(o[2 * dp + 1], pa, vf + 2);
+      for (int t = 0; t < 2; t++) {
+        if (t && !two) break;
+        const int tl = warp + t * ADO_WARPS;
+        const uint32_t pa[4] = {ado_h2(s[t][0][0], s[t][0][1]), 0u, ado_h2(s[t][1][0], s[t][1][1]), 0u};
+#pragma unroll
+        for (int dp = 0; dp < HD / 16; dp++) {
+          uint32_t vf[4];
+          ldmatrix_x4_trans(vf, Vs + (tl * 16 + lane % 16) * LDS + dp * 16 + (lane / 16) * 8);
+          mma_16816(o[2 * dp], pa, vf);
+          mma_16816(o[2 * dp + 1], pa, vf + 2);
+        }
       }
     }
     kb += kn;
     if (kb >= len) break;
     kn = min(ADO_C, len - kb);
     __syncthreads(); /* every warp is done with the chunk's rows */
-    copy(kb, kb, min(kb + kn, len), kb + (kn + 15) / 16 * 16);
+    if (me < (kn + 15) / 16 * 16) copy_row(me, me < kn ? row_src(kb + me) : 0, me < kn);
     cp_async_commit();
   }
   /* the warps' (max, sum, O) per head into Pt (over K: every warp is past its last tile after the barrier) */
   l_a += __shfl_xor_sync(0xffffffffu, l_a, 1);
   l_a += __shfl_xor_sync(0xffffffffu, l_a, 2);
   __syncthreads();
+  if (threadIdx.x == 0) CU_TRACE(7); /* attention's tiles done */
   if (gid < HPG) {
     float *pr = Pt + ((size_t)warp * ADO_HPG + gid) * (HD + 2);
 #pragma unroll
@@ -205,48 +236,69 @@ __global__ __launch_bounds__(ADO_THREADS, 2) void attn_o_kernel(
     if (tig == 0) { pr[HD] = m_a; pr[HD + 1] = l_a; }
   }
   __syncthreads();
-  for (int e = threadIdx.x; e < HPG * HD; e += ADO_THREADS) {
-    const int h = e / HD, d = e % HD;
-    float M = -INFINITY;
+  /* each warp's weight per head, 2^(m_w - M) / L, by 8 lanes per head (threads 0..63) */
+  if (threadIdx.x < ADO_WARPS * ADO_HPG) {
+    const int h = threadIdx.x / ADO_WARPS, w = threadIdx.x % ADO_WARPS;
+    const float *pr = Pt + ((size_t)w * ADO_HPG + h) * (HD + 2);
+    const float m = h < HPG ? pr[HD] : -INFINITY, l = h < HPG ? pr[HD + 1] : 0.0f;
+    float M = m;
 #pragma unroll
-    for (int w = 0; w < ADO_WARPS; w++) M = fmaxf(M, Pt[((size_t)w * ADO_HPG + h) * (HD + 2) + HD]);
-    float L = 0.0f, A = 0.0f;
+    for (int o2 = 1; o2 < ADO_WARPS; o2 <<= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o2));
+    const float f = m == -INFINITY ? 0.0f : exp2f(m - M); /* a warp with no key: weight 0 */
+    float L = l * f;
 #pragma unroll
-    for (int w = 0; w < ADO_WARPS; w++) {
-      const float *pr = Pt + ((size_t)w * ADO_HPG + h) * (HD + 2);
-      const float f = pr[HD] == -INFINITY ? 0.0f : exp2f(pr[HD] - M); /* a warp with no key: weight 0 */
-      L += pr[HD + 1] * f;
-      A += pr[d] * f;
-    }
-    Os[e] = __float2half_rn(A / L); /* L >= 1: the largest score contributes exp2(0) */
+    for (int o2 = 1; o2 < ADO_WARPS; o2 <<= 1) L += __shfl_xor_sync(0xffffffffu, L, o2);
+    Fw[w * ADO_HPG + h] = L > 0.0f ? f / L : 0.0f; /* L >= 1 for a head of the group */
   }
   __syncthreads();
+  for (int e = threadIdx.x; e < HPG * HD; e += ADO_THREADS) {
+    const int h = e / HD, d = e % HD;
+    float A = 0.0f;
+#pragma unroll
+    for (int w = 0; w < ADO_WARPS; w++) A = fmaf(Pt[((size_t)w * ADO_HPG + h) * (HD + 2) + d], Fw[w * ADO_HPG + h], A);
+    Os[e] = __float2half_rn(A);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) CU_TRACE(8); /* O merged */
 
-  /* o_proj: warp → tile (16 rows) and a share of the groups; A = Wo (exact f16 from the int4 layout), B = O */
+  /* o_proj: warp → tile (16 rows) and every (8 / tiles)-th group from `part`, four groups' chains at a time;
+   * A = Wo (exact f16 from the int4 layout), B = O */
   const int tiles = RB / 16, wpt = ADO_WARPS / tiles, tile = warp % tiles, part = warp / tiles;
   float tot_lo = 0.0f, tot_hi = 0.0f;
-  for (int g = part; g < ng; g += wpt) {
-    const uint8_t *wlo = Wq + ((size_t)(2 * tile) * NG + g) * 512 + gid * 64 + tig * 4;
-    const uint8_t *whi = wlo + (size_t)NG * 512;
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int g0 = part; g0 < ng; g0 += 4 * wpt) {
+    float acc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) acc[i][e] = 0.0f;
 #pragma unroll
     for (int run = 0; run < 4; run++) {
-      const int kc0 = (g_lo + g) * 128 + run * 32; /* the run's first column of Wo */
-      if (kc0 + 32 <= c_lo || kc0 >= c_hi) continue; /* warp-uniform; c_lo, c_hi are multiples of 32 */
-      uint32_t pl[4], ph[4];
-      q4_word(*(const uint32_t *)(wlo + run * 16), pl);
-      q4_word(*(const uint32_t *)(whi + run * 16), ph);
 #pragma unroll
-      for (int st = 0; st < 2; st++) {
-        const __half *xo = Os + (kc0 - c_lo) + st * 16 + 2 * tig;
-        const uint32_t b[2] = {*(const uint32_t *)xo, *(const uint32_t *)(xo + 8)};
-        const uint32_t a[4] = {pl[2 * st], ph[2 * st], pl[2 * st + 1], ph[2 * st + 1]};
-        mma_16816(acc, a, b);
+      for (int i = 0; i < 4; i++) {
+        const int g = g0 + i * wpt;
+        const int kc0 = (g_lo + g) * 128 + run * 32; /* the run's first column of Wo */
+        if (g >= ng || kc0 + 32 <= c_lo || kc0 >= c_hi) continue; /* warp-uniform; c_lo, c_hi: multiples of 32 */
+        const uint8_t *wlo = Wq + ((size_t)(2 * tile) * NG + g) * 512 + gid * 64 + tig * 4 + run * 16;
+        uint32_t pl[4], ph[4];
+        q4_word(*(const uint32_t *)wlo, pl);
+        q4_word(*(const uint32_t *)(wlo + (size_t)NG * 512), ph);
+#pragma unroll
+        for (int st = 0; st < 2; st++) {
+          const __half *xo = Os + (kc0 - c_lo) + st * 16 + 2 * tig;
+          const uint32_t b[2] = {*(const uint32_t *)xo, *(const uint32_t *)(xo + 8)};
+          const uint32_t a[4] = {pl[2 * st], ph[2 * st], pl[2 * st + 1], ph[2 * st + 1]};
+          mma_16816(acc[i], a, b);
+        }
       }
     }
-    const __half *sc = Wsc + ((size_t)(2 * tile) * NG + g) * 8 + gid;
-    tot_lo = fmaf(acc[0], __half2float(sc[0]), tot_lo);
-    tot_hi = fmaf(acc[2], __half2float(sc[(size_t)NG * 8]), tot_hi);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const int g = g0 + i * wpt;
+      if (g >= ng) break;
+      const __half *sc = Wsc + ((size_t)(2 * tile) * NG + g) * 8 + gid;
+      tot_lo = fmaf(acc[i][0], __half2float(sc[0]), tot_lo);
+      tot_hi = fmaf(acc[i][2], __half2float(sc[(size_t)NG * 8]), tot_hi);
+    }
   }
   /* column 0 of the result (every column is the same: B's columns are all O) */
   if (tig == 0) {
@@ -254,18 +306,26 @@ __global__ __launch_bounds__(ADO_THREADS, 2) void attn_o_kernel(
     Yp[part * RB + tile * 16 + gid + 8] = tot_hi;
   }
   __syncthreads();
-  if (threadIdx.x < RB) {
-    float y = 0.0f;
+  float y = 0.0f;
+  if (threadIdx.x < RB)
     for (int pp = 0; pp < wpt; pp++) y += Yp[pp * RB + threadIdx.x];
-    Yp[threadIdx.x] = y; /* part 0's row, read back by its own thread only */
+  if (threadIdx.x == 0) CU_TRACE(9); /* this block's rows of o_proj */
+  /* the rows of ranks 1.. into rank 0's Yr (every block of the cluster has started: the first phase), then one
+   * barrier phase, after which rank 0 sums them (nobody reads the other ranks' shared memory) */
+  asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
+  if (threadIdx.x < RB) {
+    float *dst = j == 0 ? Yr : cg::this_cluster().map_shared_rank(Yr, 0);
+    dst[j * RB + threadIdx.x] = y;
   }
-  cl.sync(); /* every rank's rows are in its shared memory */
-  if (j == 0 && threadIdx.x < RB) {
-    float y = Yp[threadIdx.x];
-    for (int rk = 1; rk < n_kv; rk++) y += cl.map_shared_rank(Yp, rk)[threadIdx.x];
-    x[r0 + threadIdx.x] = __float2half_rn(xres + y);
+  asm volatile("barrier.cluster.arrive.release;" ::: "memory");
+  asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
+  if (j == 0) {
+    if (threadIdx.x < RB) {
+      float yy = Yr[threadIdx.x];
+      for (int rk = 1; rk < n_kv; rk++) yy += Yr[rk * RB + threadIdx.x];
+      x[r0 + threadIdx.x] = __float2half_rn(xres + yy);
+    }
   }
-  cl.sync(); /* rank 0 has read the others' rows before they exit */
   if (threadIdx.x == 0) CU_TRACE(2);
 #endif
 }
