@@ -645,7 +645,7 @@ static void check_attn_o(int n_heads, int n_kv, int hd, int d, int p, int max_le
   st.seq_len[0] = p + 1;
   st.b.n_tokens = 2;
   CHECK(hb_cuda_attn_o(gc, &x.g, &q.g, &kv.g, &st.b, &ap, &wo.g) == 1);
-  if (max_len > 0) hb_cuda_set_attn_o_max(gc, 256);
+  if (max_len > 0) hb_cuda_set_attn_o_max(gc, -1);
   free(h);
   pair_free(&q); pair_free(&k); pair_free(&v); pair_free(&a); pair_free(&o); pair_free(&x); pair_free(&wo);
   kv_free(&kv);
@@ -880,11 +880,13 @@ TEST_GROUP(fused) {
    * run, the chunked walk of longer rows, wider groups and one head per group (clusters of 4 and 8) */
   if (hb_cuda_attn_o_max_len(gc, 128) > 0) {
     static const int shapes[][4] = {{16, 2, 128, 2048}, {14, 2, 64, 896}, {32, 4, 64, 1024}, {8, 8, 128, 512}};
-    static const int lens[] = {0, 70, 198, 255};
-    for (int si = 0; si < 4; si++)
+    for (int si = 0; si < 4; si++) {
+      const int lim = hb_cuda_attn_o_max_len(gc, shapes[si][2]), lens[4] = {0, 70, 198, lim - 1}; /* lim: one chunk */
       for (int li = 0; li < 4; li++) check_attn_o(shapes[si][0], shapes[si][1], shapes[si][2], shapes[si][3], lens[li], 0);
-    check_attn_o(16, 2, 128, 2048, 700, 1024); /* three chunks */
-    check_attn_o(14, 2, 64, 896, 512, 1024);   /* two whole chunks and the new key alone in a third */
+    }
+    check_attn_o(16, 2, 128, 2048, 700, 1024); /* four chunks of 208 keys */
+    check_attn_o(14, 2, 64, 896, 512, 1024);   /* two whole chunks of 256 and the new key alone in a third */
+    check_attn_o(16, 2, 128, 2048, 415, 1024); /* two whole chunks and the new key alone in a third */
   } else {
     printf("  attn_o: not offered on this device (needs sm_90)\n");
   }

@@ -17,7 +17,7 @@
  * Attention on tensor cores (m16n8k16): A = q (rows: the group's heads, 8 of the 16 used), B = K rows as
  * stored; each warp takes 16-key tiles round-robin with its own online softmax (FlashAttention-2 style: the
  * score accumulators become the P·V A operand in registers), and the warps' (max, sum, O) meet in shared
- * memory once. Keys come in chunks of ADO_C; contexts above one chunk work (online rescale), but the runtime
+ * memory once. Keys come in chunks (ado_chunk); contexts above one chunk work (online rescale), but the runtime
  * only uses this path up to cu_attn_o_max_len keys (the split kernel is faster for long rows).
  *
  * o_proj: Wo's slice (RB rows × the quantization groups that overlap the group's columns) is copied to shared
@@ -34,23 +34,41 @@ namespace cg = cooperative_groups;
 
 #define ADO_THREADS 256
 #define ADO_WARPS 8
-#define ADO_C 256      /* keys per chunk (a multiple of 16) */
+/* keys per chunk (a multiple of 16, at most a key row per thread and two 16-key tiles per warp): 256 at hd 64; 208
+ * at hd 128, so that a block (K and V rows of 272 bytes, Wo's slice, ~155 KB) fits beside one block of the 3B's
+ * QKV GEMV (~53 KB) and starts its copies while that kernel runs (round 16: at 256 keys, 181 KB, it could not, and
+ * its copies began only when the QKV kernel ended) */
+template <int HD>
+struct ado_chunk {
+  static constexpr int C = HD == 128 ? 208 : 256;
+};
+#define ADO_C_MAX 256
 #define ADO_HPG 8      /* query heads per KV group, at most */
 #define ADO_MAX_NG 12  /* quantization groups of Wo one block's columns may overlap */
 /* registers: beside one block of the QKV GEMV before it (8 warps, <= 100), so that its copies start early */
 #define ADO_MAXREG 144
+/* ADO_ROLL 1: the loops whose bodies do not index register arrays stay loops (smaller code: every stage of this
+ * kernel runs its instructions once, so their fetch is on the critical path); 0: unrolled */
+#ifndef ADO_ROLL
+#define ADO_ROLL 1
+#endif
+#if ADO_ROLL
+#define ADO_UNROLL_ROLLED _Pragma("unroll 1")
+#else
+#define ADO_UNROLL_ROLLED _Pragma("unroll")
+#endif
 
 /* shared memory: K, V chunk rows (HD + 8 halves: ldmatrix rows of 8 keys hit distinct banks), q, O (f16), the
  * warps' partials (aliasing K), Wo's slice and scales, the row partials */
 template <int HD>
 struct ado_smem {
   static constexpr int LDS = HD + 8;
-  static constexpr size_t kv = (size_t)ADO_C * LDS * 2;                    /* bytes of K (and of V) */
+  static constexpr size_t kv = (size_t)ado_chunk<HD>::C * LDS * 2;                    /* bytes of K (and of V) */
   static constexpr size_t part = (size_t)ADO_WARPS * ADO_HPG * (HD + 2) * 4; /* O, m, l per warp and head */
   static_assert(part <= kv, "the warps' partials alias K");
 };
 static size_t ado_bytes(int hd, int RB, int NG) {
-  const size_t kv = (size_t)ADO_C * (hd + 8) * 2;
+  const size_t kv = (size_t)(hd == 128 ? ado_chunk<128>::C : ado_chunk<64>::C) * (hd + 8) * 2;
   return 2 * kv + (size_t)ADO_HPG * hd * 2 * 2 /* q, O */ + (size_t)RB / 8 * NG * (512 + 16) +
          ADO_WARPS * 16 * 4 /* Yp: (8 / tiles) parts × RB rows */ + (size_t)8 * RB * 4 /* Yr */ +
          ADO_WARPS * ADO_HPG * 4 /* Fw */;
@@ -67,8 +85,9 @@ __global__ __maxnreg__(ADO_MAXREG) void attn_o_kernel(
     const int32_t *pos, const int32_t *seq, const int32_t *bt, int max_blocks, int bs, int n_heads, int n_kv,
     float scale_log2, int G, int RB, int NG CU_TRACE_PARAMS) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr int LDS = ado_smem<HD>::LDS, KSTEPS = HD / 16, DT = HD / 8;
-  static_assert(ADO_C == ADO_THREADS && ADO_C == 2 * 16 * ADO_WARPS, "a thread per key row, two 16-key tiles per warp");
+  constexpr int LDS = ado_smem<HD>::LDS, KSTEPS = HD / 16, DT = HD / 8, ADO_C = ado_chunk<HD>::C;
+  static_assert(ADO_C <= ADO_THREADS && ADO_C <= 2 * 16 * ADO_WARPS && ADO_C % 16 == 0,
+                "a thread per key row, at most two 16-key tiles per warp");
   extern __shared__ __align__(16) uint8_t ado_sm[];
   __half *Ks = (__half *)ado_sm, *Vs = Ks + (size_t)ADO_C * LDS;
   __half *Qs = Vs + (size_t)ADO_C * LDS, *Os = Qs + ADO_HPG * HD;
@@ -108,7 +127,7 @@ __global__ __maxnreg__(ADO_MAXREG) void attn_o_kernel(
   const __half *kbase = kc + (int64_t)j * HD, *vbase = vc + (int64_t)j * HD;
   auto row_src = [&](int kp) -> int64_t { return ((int64_t)btr[kp / bs] * bs + kp % bs) * kvw; };
   auto copy_row = [&](int row, int64_t off, bool live) {
-#pragma unroll
+    ADO_UNROLL_ROLLED
     for (int c = 0; c < HD / 8; c++) {
       cp_async16(Ks + row * LDS + c * 8, kbase + off + c * 8, live ? 16 : 0);
       cp_async16(Vs + row * LDS + c * 8, vbase + off + c * 8, live ? 16 : 0);
@@ -116,7 +135,7 @@ __global__ __maxnreg__(ADO_MAXREG) void attn_o_kernel(
   };
   int kn = min(ADO_C, len);
   const int me = threadIdx.x; /* this thread's row of chunk 0 */
-  const bool live0 = me < kn, pad0 = me < (kn + 15) / 16 * 16;
+  const bool live0 = me < kn, pad0 = me < (kn + 15) / 16 * 16; /* (kn <= ADO_C: pad0 only for rows of the chunk) */
   const int64_t off0 = live0 ? row_src(me) : 0;
   if (pad0 && me != p) copy_row(me, off0, live0); /* the cached keys, and the zero rows */
   cp_async_commit();
@@ -124,7 +143,7 @@ __global__ __maxnreg__(ADO_MAXREG) void attn_o_kernel(
   pdl_trigger();
   if (threadIdx.x == 0) { CU_TRACE(1); CU_TRACE(3); }
   /* after the wait: the new key (written by the kernel before) and q */
-  if (me == p) copy_row(me, off0, true);
+  if (me == p && p < kn) copy_row(me, off0, true); /* (p >= kn: the new key is in a later chunk) */
   if (threadIdx.x < HPG * HD / 8) cp_async16(Qs + threadIdx.x * 8, q + (int64_t)j * HPG * HD + threadIdx.x * 8, 16);
   cp_async_commit();
   float xres = 0.0f;
@@ -135,18 +154,11 @@ __global__ __maxnreg__(ADO_MAXREG) void attn_o_kernel(
   for (int i = 0; i < DT; i++)
 #pragma unroll
     for (int e = 0; e < 4; e++) o[i][e] = 0.0f;
-  uint32_t qa[KSTEPS][2];
+  const __half *qrow = Qs + (gid < HPG ? gid : 0) * HD + 2 * tig; /* row gid of A = head gid; rows gid + 8 stay 0 */
   for (int kb = 0;;) {
     cp_async_wait<0>();
     __syncthreads();
-    if (kb == 0) {
-      if (threadIdx.x == 0) CU_TRACE(4);
-#pragma unroll
-      for (int kk = 0; kk < KSTEPS; kk++) { /* row gid of A = head gid of the group; rows gid + 8 stay 0 */
-        qa[kk][0] = gid < HPG ? *(const uint32_t *)(Qs + gid * HD + kk * 16 + 2 * tig) : 0u;
-        qa[kk][1] = gid < HPG ? *(const uint32_t *)(Qs + gid * HD + kk * 16 + 8 + 2 * tig) : 0u;
-      }
-    }
+    if (kb == 0 && threadIdx.x == 0) CU_TRACE(4);
     /* this warp's tiles of 16 keys: warp and warp + 8; their four score chains run side by side */
     const int nt16 = (kn + 15) / 16;
     if (warp < nt16) { /* warp-uniform */
@@ -158,9 +170,10 @@ __global__ __maxnreg__(ADO_MAXREG) void attn_o_kernel(
         for (int h = 0; h < 2; h++)
 #pragma unroll
           for (int e = 0; e < 4; e++) s[t][h][e] = 0.0f;
-#pragma unroll
+      ADO_UNROLL_ROLLED
       for (int kk = 0; kk < KSTEPS; kk++) {
-        const uint32_t a[4] = {qa[kk][0], 0u, qa[kk][1], 0u};
+        const uint32_t a[4] = {gid < HPG ? *(const uint32_t *)(qrow + kk * 16) : 0u, 0u,
+                               gid < HPG ? *(const uint32_t *)(qrow + kk * 16 + 8) : 0u, 0u};
 #pragma unroll
         for (int t = 0; t < 2; t++) {
           if (t && !two) break;
@@ -271,7 +284,7 @@ __global__ __maxnreg__(ADO_MAXREG) void attn_o_kernel(
     for (int i = 0; i < 4; i++)
 #pragma unroll
       for (int e = 0; e < 4; e++) acc[i][e] = 0.0f;
-#pragma unroll
+    ADO_UNROLL_ROLLED
     for (int run = 0; run < 4; run++) {
 #pragma unroll
       for (int i = 0; i < 4; i++) {
@@ -332,12 +345,13 @@ __global__ __maxnreg__(ADO_MAXREG) void attn_o_kernel(
 
 void cu_attn_o_init(struct hb_ctx *ctx) {
   const char *e = getenv("HEARTH_ATTN_O"); /* 0: attention and o_proj as two launches (a bench A/B knob) */
-  ctx->attn_o_max = e && !strcmp(e, "0") ? 0 : ADO_C;
+  ctx->attn_o_max = e && !strcmp(e, "0") ? 0 : -1; /* -1: one chunk at the head dim (cu_attn_o_max_len) */
 }
 
 int cu_attn_o_max_len(struct hb_ctx *ctx, int head_dim) {
   if (ctx->exact || ctx->cc_major < 9 || (head_dim != 64 && head_dim != 128)) return 0;
-  return ctx->attn_o_max;
+  if (ctx->attn_o_max >= 0) return ctx->attn_o_max;
+  return head_dim == 128 ? ado_chunk<128>::C : ado_chunk<64>::C;
 }
 
 int cu_attn_o(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *q, const struct hb_kv_layer *kv,

@@ -693,7 +693,7 @@ extern "C" int hb_cuda_attn_o(struct hb_ctx *c, struct hb_tensor *x, const struc
 
 extern "C" int hb_cuda_attn_o_max_len(struct hb_ctx *c, int head_dim) { return cu_attn_o_max_len(c, head_dim); }
 
-extern "C" void hb_cuda_set_attn_o_max(struct hb_ctx *c, int max_len) { c->attn_o_max = max_len < 0 ? 0 : max_len; }
+extern "C" void hb_cuda_set_attn_o_max(struct hb_ctx *c, int max_len) { c->attn_o_max = max_len < 0 ? -1 : max_len; }
 
 extern "C" void hb_cuda_rope_kv_write(struct hb_ctx *c, struct hb_tensor *q, struct hb_tensor *k,
                                       const struct hb_tensor *v, struct hb_kv_layer *kv, const struct hb_batch *b,

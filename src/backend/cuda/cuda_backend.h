@@ -73,8 +73,9 @@ void hb_cuda_rope_kv_write(struct hb_ctx *ctx, struct hb_tensor *q, struct hb_te
 int hb_cuda_attn_o(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *q, const struct hb_kv_layer *kv,
                    const struct hb_batch *b, const struct hb_attn_params *p, const struct hb_tensor *wo);
 int hb_cuda_attn_o_max_len(struct hb_ctx *ctx, int head_dim);
-/* tests and bench only: the longest sequence attn_o takes (0: off). Above its 256-key chunk it walks the keys in
- * chunks, which the tests cover this way; the default is one chunk (HEARTH_ATTN_O=0 at init: off) */
+/* tests and bench only: the longest sequence attn_o takes (0: off, -1: the default, one chunk of keys: 208 at head
+ * dim 128, 256 at 64; HEARTH_ATTN_O=0 at init: off). Above one chunk it walks the keys in chunks, which the tests
+ * cover this way */
 void hb_cuda_set_attn_o_max(struct hb_ctx *ctx, int max_len);
 
 /* ---- sampling on the device ---------------------------------------------------------------------

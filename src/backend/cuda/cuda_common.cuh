@@ -37,7 +37,7 @@ extern "C" {
 
 struct hb_ctx {
   int device, exact, n_sm, cc_major;
-  int attn_o_max;         /* attn_o.cu: the longest sequence the fused attention + o_proj takes (0: off) */
+  int attn_o_max;         /* attn_o.cu: the longest sequence the fused attention + o_proj takes (0: off, -1: one chunk) */
   size_t smem_optin;      /* largest dynamic shared memory a block may opt in to */
   size_t smem_sm;         /* shared memory per multiprocessor, and what the system keeps per block */
   size_t smem_reserved;
