@@ -394,7 +394,8 @@ int cu_attn_o(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *q
   const float scale_log2 = p->scale * 1.4426950408889634f;
 #define ADO_LAUNCH(HD)                                                                                              \
   do {                                                                                                              \
-    if (CU_OK(ctx, cudaFuncSetAttribute(attn_o_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm)))  \
+    if (CU_OK(ctx, cudaFuncSetAttribute(attn_o_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm)) || \
+        carveout_attr(ctx, attn_o_kernel<HD>))                                                                       \
       return 0;                                                                                                     \
     cu_ok_(ctx,                                                                                                     \
            cudaLaunchKernelEx(&cfg, attn_o_kernel<HD>, (__half *)x->data, (const __half *)q->data,                  \

@@ -117,6 +117,8 @@ static int cuda_init(const struct hb_config *cfg, struct hb_ctx **out, struct he
     free(c);
     return cu_err_set(err, HEARTH_ERR_BACKEND, "cuda: cannot create a stream: %s", cudaGetErrorString(e));
   }
+  const char *co = getenv("HEARTH_CUDA_CARVEOUT");
+  c->carveout_max = !(co && !strcmp(co, "0"));
   cu_attn_o_init(c);
   if (cu_matmul_init(c)) {
     int rc = report(c, err);

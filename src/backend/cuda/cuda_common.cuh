@@ -37,6 +37,10 @@ extern "C" {
 
 struct hb_ctx {
   int device, exact, n_sm, cc_major;
+  /* every decode kernel prefers the largest shared-memory carveout (HEARTH_CUDA_CARVEOUT=0: the driver's choice, a
+   * bench knob): an SM configured for a kernel with little shared memory cannot take a block of the next kernel that
+   * needs more until it drains, so that block's prefetch could not overlap the kernel before (round 16) */
+  int carveout_max;
   int attn_o_max;         /* attn_o.cu: the longest sequence the fused attention + o_proj takes (0: off, -1: one chunk) */
   size_t smem_optin;      /* largest dynamic shared memory a block may opt in to */
   size_t smem_sm;         /* shared memory per multiprocessor, and what the system keeps per block */
@@ -145,11 +149,17 @@ __device__ __forceinline__ void pdl_wait() {
 
 /* raises a kernel's dynamic shared memory limit to what the device allows beside its static part */
 template <typename KERN>
+static inline int carveout_attr(struct hb_ctx *ctx, KERN kern) {
+  return ctx->carveout_max &&
+         CU_OK(ctx, cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+}
+template <typename KERN>
 static inline int smem_attr(struct hb_ctx *ctx, KERN kern) {
   cudaFuncAttributes fa;
   if (CU_OK(ctx, cudaFuncGetAttributes(&fa, kern))) return 1;
   return CU_OK(ctx, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)(ctx->smem_optin - fa.sharedSizeBytes)));
+                                         (int)(ctx->smem_optin - fa.sharedSizeBytes))) ||
+         carveout_attr(ctx, kern);
 }
 
 /* launches kern with programmatic stream serialization (it must pdl_wait() before it reads what
