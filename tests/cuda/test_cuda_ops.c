@@ -597,9 +597,9 @@ static void check_silu_matmul(int K, int rows, int n, int add, double tol) {
 
 /* the fused decode entry points of cuda_backend.h against the CPU op sequences they stand for */
 /* attn_o: x += attention(q over the cache) · Woᵀ for one token at position p, against the CPU's attention, matmul
- * and add: once with x = 0 (the product alone), once with a random residual. max_len > 0 raises the fused path's
- * length limit for the case (contexts over one 256-key chunk walk the keys in chunks); a step longer than the
- * limit and a two-token batch must be declined without a launch. */
+ * and add: once with x = 0 (the product alone), once with a random residual. max_len: the fused path's length limit
+ * for the case (hb_cuda_set_attn_o_max: -2 one chunk at every head dim; above one chunk the keys are walked in
+ * chunks); a step longer than the limit and a two-token batch must be declined without a launch. */
 static void check_attn_o(int n_heads, int n_kv, int hd, int d, int p, int max_len) {
   struct hearth_err err = {0};
   const int bs = 16, max_blocks = 64;
@@ -626,7 +626,7 @@ static void check_attn_o(int n_heads, int n_kv, int hd, int d, int p, int max_le
   struct hb_attn_params ap = {n_heads, n_kv, hd, 1.0f / sqrtf((float)hd), 0, 0.0f};
   C->attention(cc, &a.c, &q.c, &kv.c, &st.b, &ap);
   C->matmul(cc, &o.c, &a.c, &wo.c, NULL, 1);
-  if (max_len > 0) hb_cuda_set_attn_o_max(gc, max_len);
+  hb_cuda_set_attn_o_max(gc, max_len);
   const int limit = hb_cuda_attn_o_max_len(gc, hd);
   CHECKF(limit >= p + 1, "attn_o: limit %d below the case's %d keys", limit, p + 1);
   float *h = calloc((size_t)d, sizeof *h);
@@ -645,7 +645,6 @@ static void check_attn_o(int n_heads, int n_kv, int hd, int d, int p, int max_le
   st.seq_len[0] = p + 1;
   st.b.n_tokens = 2;
   CHECK(hb_cuda_attn_o(gc, &x.g, &q.g, &kv.g, &st.b, &ap, &wo.g) == 1);
-  if (max_len > 0) hb_cuda_set_attn_o_max(gc, -1);
   free(h);
   pair_free(&q); pair_free(&k); pair_free(&v); pair_free(&a); pair_free(&o); pair_free(&x); pair_free(&wo);
   kv_free(&kv);
@@ -878,18 +877,24 @@ TEST_GROUP(fused) {
   }
   /* attention + o_proj in one launch (one-token steps): the 3B's and the 0.5B's shapes at the lengths of a tg128
    * run, the chunked walk of longer rows, wider groups and one head per group (clusters of 4 and 8) */
+  hb_cuda_set_attn_o_max(gc, -2);
   if (hb_cuda_attn_o_max_len(gc, 128) > 0) {
     static const int shapes[][4] = {{16, 2, 128, 2048}, {14, 2, 64, 896}, {32, 4, 64, 1024}, {8, 8, 128, 512}};
     for (int si = 0; si < 4; si++) {
-      const int lim = hb_cuda_attn_o_max_len(gc, shapes[si][2]), lens[4] = {0, 70, 198, lim - 1}; /* lim: one chunk */
-      for (int li = 0; li < 4; li++) check_attn_o(shapes[si][0], shapes[si][1], shapes[si][2], shapes[si][3], lens[li], 0);
+      const int lim = hb_cuda_attn_o_chunk(shapes[si][2]), lens[4] = {0, 70, 198, lim - 1}; /* lim: one chunk */
+      for (int li = 0; li < 4; li++)
+        check_attn_o(shapes[si][0], shapes[si][1], shapes[si][2], shapes[si][3], lens[li], -2);
     }
     check_attn_o(16, 2, 128, 2048, 700, 1024); /* four chunks of 208 keys */
     check_attn_o(14, 2, 64, 896, 512, 1024);   /* two whole chunks of 256 and the new key alone in a third */
     check_attn_o(16, 2, 128, 2048, 415, 1024); /* two whole chunks and the new key alone in a third */
+    /* the default: one chunk at head dim 64, off at 128 (where it measured slower: attn_o.cu) */
+    hb_cuda_set_attn_o_max(gc, -1);
+    CHECK(hb_cuda_attn_o_max_len(gc, 64) == hb_cuda_attn_o_chunk(64) && hb_cuda_attn_o_max_len(gc, 128) == 0);
   } else {
     printf("  attn_o: not offered on this device (needs sm_90)\n");
   }
+  hb_cuda_set_attn_o_max(gc, -1);
   teardown();
 }
 

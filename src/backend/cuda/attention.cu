@@ -1077,8 +1077,7 @@ static int ads_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb
   if (cu_scratch(ctx, &cp, &ctx->attn_cnt_cap, need_cnt, sizeof(unsigned), 1)) return 0;
   ctx->attn_cnt = (unsigned *)cp;
   const size_t sm = ads_smem(HD, C);
-  if (CU_OK(ctx, cudaFuncSetAttribute(attn_decode_smem_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm)) ||
-      carveout_attr(ctx, attn_decode_smem_kernel<HD>))
+  if (CU_OK(ctx, cudaFuncSetAttribute(attn_decode_smem_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm)))
     return 0;
   dim3 grid((unsigned)nt, (unsigned)p->n_heads, (unsigned)NS);
   cu_launch_pdl(ctx, "attn_decode_smem", attn_decode_smem_kernel<HD>, grid, dim3(ADS_THREADS), sm,

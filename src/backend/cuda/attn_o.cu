@@ -1,28 +1,33 @@
 /* backend/cuda/attn_o.cu — one launch for a one-token decode step's attention and its o_proj:
- * x += softmax(q·Kᵀ·scale)·V · Woᵀ over the paged cache (f16 q, cache and x; int4 Wo).
+ * x += softmax(q·Kᵀ·scale)·V · Woᵀ over the paged cache (f16 q, cache and x; int4 Wo; sm_90).
  *
  * Why (bench/NOTES.md, round 16): in the decode chain, attention and the o_proj GEMV are two small
- * kernels whose own work is tiny (a few hundred keys, 2 MB of weights on the 3B) and whose time is a chain of
- * latencies: two kernel boundaries, the new keys' and q's round trips, the attention's reductions, x's
- * arrival in the GEMV, one weight step and the emit: ~8 µs of each 3B layer. This kernel prefetches both
- * the cached keys and its slice of Wo before griddepcontrol.wait, so after the wait it has only q, the new key,
- * the arithmetic and one exchange left.
+ * kernels whose own work is tiny (a few hundred keys, 0.4-2 MB of weights) and whose time is a chain of
+ * latencies: two kernel boundaries, the new key's and q's round trips, the attention's reductions, x's
+ * arrival in the GEMV, one weight step and the emit. This kernel copies both the cached keys and its slice of
+ * Wo before griddepcontrol.wait, so after the wait it has only q, the new key, the arithmetic and one exchange.
+ * Where it is used: cu_attn_o_max_len (on by default at head dim 64, where it measured faster; see there).
  *
  * Split. Block (r, j): KV group j's heads (HPG = n_heads / n_kv ≤ 8 query heads), output rows
  * [r·RB, r·RB + RB). Every block of group j computes that group's attention (a few hundred keys: cheap, and
  * redundant only in L2 reads made before the wait), then multiplies its RB rows of Wo by the group's columns.
- * The n_kv blocks of one row slice form a thread-block cluster: rank 0 sums their partial rows through
- * distributed shared memory in rank order (deterministic), adds the residual and writes x.
+ * The n_kv blocks of one row slice form a thread-block cluster: ranks 1.. write their rows into rank 0's shared
+ * memory, and after one cluster barrier rank 0 sums them in rank order (deterministic), adds the residual and
+ * writes x.
+ *
+ * Keys. Thread i copies key row i of a chunk (one block-table load, then the row's 16-byte pieces): the cached
+ * keys and the zero rows up to the chunk's last 16-key tile before the wait, the new key after it.
  *
  * Attention on tensor cores (m16n8k16): A = q (rows: the group's heads, 8 of the 16 used), B = K rows as
- * stored; each warp takes 16-key tiles round-robin with its own online softmax (FlashAttention-2 style: the
- * score accumulators become the P·V A operand in registers), and the warps' (max, sum, O) meet in shared
- * memory once. Keys come in chunks (ado_chunk); contexts above one chunk work (online rescale), but the runtime
- * only uses this path up to cu_attn_o_max_len keys (the split kernel is faster for long rows).
+ * stored; each warp takes two 16-key tiles (warp, warp + 8) with its own online softmax (FlashAttention-2 style:
+ * the score accumulators become the P·V A operand in registers; V by ldmatrix.trans), and the warps' (max, sum,
+ * O) meet in shared memory once, weighted by 2^(m_w − M) / L. Keys come in chunks (ado_chunk); contexts above
+ * one chunk work (online rescale, copies after the wait), but the runtime keeps this path to one chunk.
  *
  * o_proj: Wo's slice (RB rows × the quantization groups that overlap the group's columns) is copied to shared
  * memory in the device int4 layout (cuda_common.cuh); A = weights (q4_word: exact f16), B = O (columns outside
- * the group's range are skipped), the group's scale applied per 128 columns in f32. */
+ * the group's range are skipped), the group's scale applied per 128 columns in f32, four groups' chains in
+ * flight per warp. */
 #include <cooperative_groups.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,14 +40,13 @@ namespace cg = cooperative_groups;
 #define ADO_THREADS 256
 #define ADO_WARPS 8
 /* keys per chunk (a multiple of 16, at most a key row per thread and two 16-key tiles per warp): 256 at hd 64; 208
- * at hd 128, so that a block (K and V rows of 272 bytes, Wo's slice, ~155 KB) fits beside one block of the 3B's
- * QKV GEMV (~53 KB) and starts its copies while that kernel runs (round 16: at 256 keys, 181 KB, it could not, and
- * its copies began only when the QKV kernel ended) */
+ * at hd 128, so that a block (K and V rows of 272 bytes, Wo's slice: ~150 KB) fits beside one block of the 3B's
+ * QKV GEMV (~52 KB). (Round 16: at 256 keys, ~181 KB, it could not; at 208 the 3B's blocks still entered late,
+ * see cu_attn_o_max_len.) */
 template <int HD>
 struct ado_chunk {
   static constexpr int C = HD == 128 ? 208 : 256;
 };
-#define ADO_C_MAX 256
 #define ADO_HPG 8      /* query heads per KV group, at most */
 #define ADO_MAX_NG 12  /* quantization groups of Wo one block's columns may overlap */
 /* registers: beside one block of the QKV GEMV before it (8 warps, <= 100), so that its copies start early */
@@ -343,15 +347,23 @@ __global__ __maxnreg__(ADO_MAXREG) void attn_o_kernel(
 #endif
 }
 
+/* HEARTH_ATTN_O: unset, the default (below); 0 off; 1 one chunk at every head dim it covers (bench A/B knobs) */
 void cu_attn_o_init(struct hb_ctx *ctx) {
-  const char *e = getenv("HEARTH_ATTN_O"); /* 0: attention and o_proj as two launches (a bench A/B knob) */
-  ctx->attn_o_max = e && !strcmp(e, "0") ? 0 : -1; /* -1: one chunk at the head dim (cu_attn_o_max_len) */
+  const char *e = getenv("HEARTH_ATTN_O");
+  ctx->attn_o_max = e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "1") ? -2 : -1;
 }
 
+int cu_attn_o_chunk(int head_dim) {
+  return head_dim == 128 ? ado_chunk<128>::C : head_dim == 64 ? ado_chunk<64>::C : 0;
+}
+
+/* The default takes the fused path where it measured faster (bench/NOTES.md, round 16): head dim 64 (the 0.5B: +4 %
+ * tg128). At head dim 128 (the 3B) it lost 7-9 %: its 64 blocks of ~150 KB do not all find an SM beside the QKV
+ * kernel's blocks, and those that start late copy their keys after that kernel ends. */
 int cu_attn_o_max_len(struct hb_ctx *ctx, int head_dim) {
-  if (ctx->exact || ctx->cc_major < 9 || (head_dim != 64 && head_dim != 128)) return 0;
-  if (ctx->attn_o_max >= 0) return ctx->attn_o_max;
-  return head_dim == 128 ? ado_chunk<128>::C : ado_chunk<64>::C;
+  if (ctx->exact || ctx->cc_major < 9 || !cu_attn_o_chunk(head_dim) || ctx->attn_o_max == 0) return 0;
+  if (ctx->attn_o_max > 0) return ctx->attn_o_max;
+  return ctx->attn_o_max == -2 || head_dim == 64 ? cu_attn_o_chunk(head_dim) : 0;
 }
 
 int cu_attn_o(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *q, const struct hb_kv_layer *kv,
@@ -365,7 +377,9 @@ int cu_attn_o(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *q
     return 1;
   if (wo->cols != (int64_t)n_heads * hd || wo->cols % 128 || wo->rows != x->cols || x->cols % 16) return 1;
   const int rows = (int)wo->rows, G = (int)(wo->cols / 128), HPG = n_heads / n_kv;
-  const int RB = rows % 64 == 0 ? 64 : rows % 32 == 0 ? 32 : 16;
+  static const char *rbe = getenv("HEARTH_ATTN_O_RB"); /* rows per block: a bench knob (64 by default) */
+  const int rbk = rbe ? atoi(rbe) : 64;
+  const int RB = rbk == 128 && rows % 128 == 0 ? 128 : rows % 64 == 0 ? 64 : rows % 32 == 0 ? 32 : 16;
   int NG = 0;
   for (int j = 0; j < n_kv; j++) {
     const int lo = j * HPG * hd, hi = lo + HPG * hd, ng = (hi + 127) / 128 - lo / 128;
@@ -394,8 +408,7 @@ int cu_attn_o(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *q
   const float scale_log2 = p->scale * 1.4426950408889634f;
 #define ADO_LAUNCH(HD)                                                                                              \
   do {                                                                                                              \
-    if (CU_OK(ctx, cudaFuncSetAttribute(attn_o_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm)) || \
-        carveout_attr(ctx, attn_o_kernel<HD>))                                                                       \
+    if (CU_OK(ctx, cudaFuncSetAttribute(attn_o_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm)))  \
       return 0;                                                                                                     \
     cu_ok_(ctx,                                                                                                     \
            cudaLaunchKernelEx(&cfg, attn_o_kernel<HD>, (__half *)x->data, (const __half *)q->data,                  \

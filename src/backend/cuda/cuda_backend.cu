@@ -117,8 +117,6 @@ static int cuda_init(const struct hb_config *cfg, struct hb_ctx **out, struct he
     free(c);
     return cu_err_set(err, HEARTH_ERR_BACKEND, "cuda: cannot create a stream: %s", cudaGetErrorString(e));
   }
-  const char *co = getenv("HEARTH_CUDA_CARVEOUT");
-  c->carveout_max = !(co && !strcmp(co, "0"));
   cu_attn_o_init(c);
   if (cu_matmul_init(c)) {
     int rc = report(c, err);
@@ -695,7 +693,9 @@ extern "C" int hb_cuda_attn_o(struct hb_ctx *c, struct hb_tensor *x, const struc
 
 extern "C" int hb_cuda_attn_o_max_len(struct hb_ctx *c, int head_dim) { return cu_attn_o_max_len(c, head_dim); }
 
-extern "C" void hb_cuda_set_attn_o_max(struct hb_ctx *c, int max_len) { c->attn_o_max = max_len < 0 ? -1 : max_len; }
+extern "C" void hb_cuda_set_attn_o_max(struct hb_ctx *c, int max_len) { c->attn_o_max = max_len < -2 ? -1 : max_len; }
+
+extern "C" int hb_cuda_attn_o_chunk(int head_dim) { return cu_attn_o_chunk(head_dim); }
 
 extern "C" void hb_cuda_rope_kv_write(struct hb_ctx *c, struct hb_tensor *q, struct hb_tensor *k,
                                       const struct hb_tensor *v, struct hb_kv_layer *kv, const struct hb_batch *b,

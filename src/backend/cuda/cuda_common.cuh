@@ -37,11 +37,8 @@ extern "C" {
 
 struct hb_ctx {
   int device, exact, n_sm, cc_major;
-  /* every decode kernel prefers the largest shared-memory carveout (HEARTH_CUDA_CARVEOUT=0: the driver's choice, a
-   * bench knob): an SM configured for a kernel with little shared memory cannot take a block of the next kernel that
-   * needs more until it drains, so that block's prefetch could not overlap the kernel before (round 16) */
-  int carveout_max;
-  int attn_o_max;         /* attn_o.cu: the longest sequence the fused attention + o_proj takes (0: off, -1: one chunk) */
+  int attn_o_max;         /* attn_o.cu: the longest sequence the fused attention + o_proj takes: -1 the default (one
+                           * chunk where it measured faster: head dim 64), -2 one chunk at every head dim, 0 off */
   size_t smem_optin;      /* largest dynamic shared memory a block may opt in to */
   size_t smem_sm;         /* shared memory per multiprocessor, and what the system keeps per block */
   size_t smem_reserved;
@@ -149,17 +146,11 @@ __device__ __forceinline__ void pdl_wait() {
 
 /* raises a kernel's dynamic shared memory limit to what the device allows beside its static part */
 template <typename KERN>
-static inline int carveout_attr(struct hb_ctx *ctx, KERN kern) {
-  return ctx->carveout_max &&
-         CU_OK(ctx, cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
-}
-template <typename KERN>
 static inline int smem_attr(struct hb_ctx *ctx, KERN kern) {
   cudaFuncAttributes fa;
   if (CU_OK(ctx, cudaFuncGetAttributes(&fa, kern))) return 1;
   return CU_OK(ctx, cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)(ctx->smem_optin - fa.sharedSizeBytes))) ||
-         carveout_attr(ctx, kern);
+                                         (int)(ctx->smem_optin - fa.sharedSizeBytes)));
 }
 
 /* launches kern with programmatic stream serialization (it must pdl_wait() before it reads what
@@ -308,6 +299,7 @@ void cu_attention(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_ten
 int cu_attn_o(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *q, const struct hb_kv_layer *kv,
               const struct hb_batch *b, const struct hb_attn_params *p, const struct hb_tensor *wo);
 int cu_attn_o_max_len(struct hb_ctx *ctx, int head_dim);
+int cu_attn_o_chunk(int head_dim); /* keys per chunk (0: a head dim attn_o does not cover) */
 void cu_attn_o_init(struct hb_ctx *ctx);
 /* sample.cu */
 void cu_argmax(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, struct hb_tensor *ids,
