@@ -87,7 +87,7 @@ template <int HD>
 __global__ __maxnreg__(ADO_MAXREG) void attn_o_kernel(
     __half *x, const __half *q, const __half *kc, const __half *vc, const uint8_t *wq, const __half *ws,
     const int32_t *pos, const int32_t *seq, const int32_t *bt, int max_blocks, int bs, int n_heads, int n_kv,
-    float scale_log2, int G, int RB, int NG CU_TRACE_PARAMS) {
+    float scale_log2, int G, int RB, int NG, int late_trigger CU_TRACE_PARAMS) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int LDS = ado_smem<HD>::LDS, KSTEPS = HD / 16, DT = HD / 8, ADO_C = ado_chunk<HD>::C;
   static_assert(ADO_C <= ADO_THREADS && ADO_C <= 2 * 16 * ADO_WARPS && ADO_C % 16 == 0,
@@ -144,7 +144,7 @@ __global__ __maxnreg__(ADO_MAXREG) void attn_o_kernel(
   if (pad0 && me != p) copy_row(me, off0, live0); /* the cached keys, and the zero rows */
   cp_async_commit();
   pdl_wait();
-  pdl_trigger();
+  if (!late_trigger) pdl_trigger();
   if (threadIdx.x == 0) { CU_TRACE(1); CU_TRACE(3); }
   /* after the wait: the new key (written by the kernel before) and q */
   if (me == p && p < kn) copy_row(me, off0, true); /* (p >= kn: the new key is in a later chunk) */
@@ -343,6 +343,7 @@ __global__ __maxnreg__(ADO_MAXREG) void attn_o_kernel(
       x[r0 + threadIdx.x] = __float2half_rn(xres + yy);
     }
   }
+  if (late_trigger) pdl_trigger(); /* (a bench knob: the next kernel's blocks launch only as this one ends) */
   if (threadIdx.x == 0) CU_TRACE(2);
 #endif
 }
@@ -378,6 +379,8 @@ int cu_attn_o(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *q
   if (wo->cols != (int64_t)n_heads * hd || wo->cols % 128 || wo->rows != x->cols || x->cols % 16) return 1;
   const int rows = (int)wo->rows, G = (int)(wo->cols / 128), HPG = n_heads / n_kv;
   static const char *rbe = getenv("HEARTH_ATTN_O_RB"); /* rows per block: a bench knob (64 by default) */
+  static const char *lte = getenv("HEARTH_ATTN_O_LATE"); /* 1: launch_dependents at the end (a bench knob) */
+  const int late = lte && !strcmp(lte, "1");
   const int rbk = rbe ? atoi(rbe) : 64;
   const int RB = rbk == 128 && rows % 128 == 0 ? 128 : rows % 64 == 0 ? 64 : rows % 32 == 0 ? 32 : 16;
   int NG = 0;
@@ -416,7 +419,7 @@ int cu_attn_o(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *q
                               (const __half *)wo->aux, (const int32_t *)b->d_pos.data,                              \
                               (const int32_t *)b->d_seq.data, (const int32_t *)b->d_block_table.data,               \
                               b->max_blocks, b->block_size, n_heads, n_kv, scale_log2, G, RB,                       \
-                              NG CU_TRACE_ARGS(ctx, cu_trace_id(ctx, "attn+o hd%d", HD))),                          \
+                              NG, late CU_TRACE_ARGS(ctx, cu_trace_id(ctx, "attn+o hd%d", HD))),                    \
            "attn_o", __FILE__, __LINE__);                                                                           \
   } while (0)
   if (hd == 128) ADO_LAUNCH(128);
