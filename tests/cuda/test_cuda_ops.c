@@ -879,15 +879,18 @@ TEST_GROUP(fused) {
    * run, the chunked walk of longer rows, wider groups and one head per group (clusters of 4 and 8) */
   hb_cuda_set_attn_o_max(gc, -2);
   if (hb_cuda_attn_o_max_len(gc, 128) > 0) {
-    static const int shapes[][4] = {{16, 2, 128, 2048}, {14, 2, 64, 896}, {32, 4, 64, 1024}, {8, 8, 128, 512}};
-    for (int si = 0; si < 4; si++) {
+    /* (heads, KV heads, head dim, rows of Wo): the 3B's and the 0.5B's, clusters of 4 and 8, one head per group, a
+     * cluster of one and of three, and rows that are not a multiple of 64 (32- and 16-row blocks) */
+    static const int shapes[][4] = {{16, 2, 128, 2048}, {14, 2, 64, 896}, {32, 4, 64, 1024}, {8, 8, 128, 512},
+                                    {4, 1, 128, 512},   {12, 3, 64, 992}, {8, 2, 64, 528}};
+    for (int si = 0; si < (int)(sizeof shapes / sizeof shapes[0]); si++) {
       const int lim = hb_cuda_attn_o_chunk(shapes[si][2]), lens[4] = {0, 70, 198, lim - 1}; /* lim: one chunk */
       for (int li = 0; li < 4; li++)
         check_attn_o(shapes[si][0], shapes[si][1], shapes[si][2], shapes[si][3], lens[li], -2);
     }
     check_attn_o(16, 2, 128, 2048, 700, 1024); /* four chunks of 208 keys */
     check_attn_o(14, 2, 64, 896, 512, 1024);   /* two whole chunks of 256 and the new key alone in a third */
-    check_attn_o(16, 2, 128, 2048, 415, 1024); /* two whole chunks and the new key alone in a third */
+    check_attn_o(16, 2, 128, 2048, 416, 1024); /* two whole chunks of 208 and the new key alone in a third */
     /* the default: one chunk at head dim 64, off at 128 (where it measured slower: attn_o.cu) */
     hb_cuda_set_attn_o_max(gc, -1);
     CHECK(hb_cuda_attn_o_max_len(gc, 64) == hb_cuda_attn_o_chunk(64) && hb_cuda_attn_o_max_len(gc, 128) == 0);

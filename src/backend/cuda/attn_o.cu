@@ -345,6 +345,8 @@ __global__ __maxnreg__(ADO_MAXREG) void attn_o_kernel(
   }
   if (late_trigger) pdl_trigger(); /* (a bench knob: the next kernel's blocks launch only as this one ends) */
   if (threadIdx.x == 0) CU_TRACE(2);
+#else
+  __trap(); /* never launched: cu_attn_o_init turns the path off unless the sm_90 code is in the binary */
 #endif
 }
 
@@ -352,6 +354,21 @@ __global__ __maxnreg__(ADO_MAXREG) void attn_o_kernel(
 void cu_attn_o_init(struct hb_ctx *ctx) {
   const char *e = getenv("HEARTH_ATTN_O");
   ctx->attn_o_max = e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "1") ? -2 : -1;
+  if (ctx->cc_major < 9) return; /* (cu_attn_o_max_len: off) */
+  /* the kernels run only from sm_90 code (clusters, griddepcontrol): a binary whose code for this device is JIT-
+   * compiled from older PTX would launch an empty body, so the path is off then. The shared-memory limit is raised
+   * once here, not per launch. */
+  cudaFuncAttributes f64, f128;
+  if (cudaFuncGetAttributes(&f64, attn_o_kernel<64>) != cudaSuccess ||
+      cudaFuncGetAttributes(&f128, attn_o_kernel<128>) != cudaSuccess || f64.ptxVersion < 90 || f128.ptxVersion < 90 ||
+      cudaFuncSetAttribute(attn_o_kernel<64>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           (int)(ctx->smem_optin - f64.sharedSizeBytes)) != cudaSuccess ||
+      cudaFuncSetAttribute(attn_o_kernel<128>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           (int)(ctx->smem_optin - f128.sharedSizeBytes)) != cudaSuccess) {
+    cudaGetLastError(); /* not sticky: the path is only off */
+    ctx->attn_o_max = 0;
+    ctx->attn_o_off = 1;
+  }
 }
 
 int cu_attn_o_chunk(int head_dim) {
@@ -362,7 +379,7 @@ int cu_attn_o_chunk(int head_dim) {
  * tg128). At head dim 128 (the 3B) it lost 7-9 %: its 64 blocks of ~150 KB do not all find an SM beside the QKV
  * kernel's blocks, and those that start late copy their keys after that kernel ends. */
 int cu_attn_o_max_len(struct hb_ctx *ctx, int head_dim) {
-  if (ctx->exact || ctx->cc_major < 9 || !cu_attn_o_chunk(head_dim) || ctx->attn_o_max == 0) return 0;
+  if (ctx->exact || ctx->cc_major < 9 || ctx->attn_o_off || !cu_attn_o_chunk(head_dim) || ctx->attn_o_max == 0) return 0;
   if (ctx->attn_o_max > 0) return ctx->attn_o_max;
   return ctx->attn_o_max == -2 || head_dim == 64 ? cu_attn_o_chunk(head_dim) : 0;
 }
@@ -391,7 +408,7 @@ int cu_attn_o(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *q
   }
   if (NG > ADO_MAX_NG) return 1;
   const size_t sm = ado_bytes(hd, RB, NG);
-  if (sm > ctx->smem_optin) return 1;
+  if (sm > ctx->smem_optin) return 1; /* (the kernels' limit was raised to smem_optin at init) */
   if (ctx->skip & (CU_SKIP_ATTN | CU_SKIP_O)) return 1; /* timing runs that leave one of them out */
 
   cudaLaunchConfig_t cfg = {};
@@ -411,8 +428,6 @@ int cu_attn_o(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *q
   const float scale_log2 = p->scale * 1.4426950408889634f;
 #define ADO_LAUNCH(HD)                                                                                              \
   do {                                                                                                              \
-    if (CU_OK(ctx, cudaFuncSetAttribute(attn_o_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm)))  \
-      return 0;                                                                                                     \
     cu_ok_(ctx,                                                                                                     \
            cudaLaunchKernelEx(&cfg, attn_o_kernel<HD>, (__half *)x->data, (const __half *)q->data,                  \
                               (const __half *)kv->k.data, (const __half *)kv->v.data, (const uint8_t *)wo->data,    \

@@ -39,6 +39,7 @@ struct hb_ctx {
   int device, exact, n_sm, cc_major;
   int attn_o_max;         /* attn_o.cu: the longest sequence the fused attention + o_proj takes: -1 the default (one
                            * chunk where it measured faster: head dim 64), -2 one chunk at every head dim, 0 off */
+  int attn_o_off;         /* attn_o.cu: not available in this binary on this device (init), whatever attn_o_max says */
   size_t smem_optin;      /* largest dynamic shared memory a block may opt in to */
   size_t smem_sm;         /* shared memory per multiprocessor, and what the system keeps per block */
   size_t smem_reserved;
