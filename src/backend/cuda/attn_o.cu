@@ -78,7 +78,7 @@ template <int HD>
 __global__ __maxnreg__(ADO_MAXREG) void attn_o_kernel(
     __half *x, const __half *q, const __half *kc, const __half *vc, const uint8_t *wq, const __half *ws,
     const int32_t *pos, const int32_t *seq, const int32_t *bt, int max_blocks, int bs, int n_heads, int n_kv,
-    float scale_log2, int G, int RB, int NG, int late_trigger CU_TRACE_PARAMS) {
+    float scale_log2, int G, int RB, int NG, int late_trigger, float l2f CU_TRACE_PARAMS) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int LDS = ado_smem<HD>::LDS, KSTEPS = HD / 16, DT = HD / 8, ADO_C = ado_chunk<HD>::C;
   static_assert(ADO_C <= ADO_THREADS && ADO_C <= 2 * 16 * ADO_WARPS && ADO_C % 16 == 0,
@@ -101,17 +101,18 @@ __global__ __maxnreg__(ADO_MAXREG) void attn_o_kernel(
   const int c_lo = j * HPG * HD, c_hi = c_lo + HPG * HD, g_lo = c_lo / 128;
   const int ng = (c_hi + 127) / 128 - g_lo;
 
-  /* before the wait: Wo's slice (no kernel writes it) */
+  /* before the wait: Wo's slice (no kernel writes it), read evict_first (ptx.cuh: the weight stream) */
   {
+    const uint64_t pol_w = l2_evict_first(l2f);
     const int per_rb = ng * 32; /* 16-byte pieces of one 8-row block's groups */
     for (int i = threadIdx.x; i < RB / 8 * per_rb; i += ADO_THREADS) {
       const int rb = i / per_rb, k = i % per_rb;
       const int64_t src = ((int64_t)(r0 / 8 + rb) * G + g_lo) * 512 + (int64_t)k * 16;
-      cp_async16(Wq + (size_t)rb * NG * 512 + k * 16, wq + src, 16);
+      cp_async16_h(Wq + (size_t)rb * NG * 512 + k * 16, wq + src, pol_w);
     }
     for (int i = threadIdx.x; i < RB / 8 * ng; i += ADO_THREADS) {
       const int rb = i / ng, g = i % ng;
-      cp_async16(Wsc + ((size_t)rb * NG + g) * 8, ws + ((int64_t)(r0 / 8 + rb) * G + g_lo + g) * 8, 16);
+      cp_async16_h(Wsc + ((size_t)rb * NG + g) * 8, ws + ((int64_t)(r0 / 8 + rb) * G + g_lo + g) * 8, pol_w);
     }
   }
   /* keys: thread i copies row i of a chunk (key kb + i), zeros past the context up to the chunk's last 16-key
@@ -424,7 +425,7 @@ int cu_attn_o(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *q
                               (const __half *)wo->aux, (const int32_t *)b->d_pos.data,                              \
                               (const int32_t *)b->d_seq.data, (const int32_t *)b->d_block_table.data,               \
                               b->max_blocks, b->block_size, n_heads, n_kv, scale_log2, G, RB,                       \
-                              NG, late CU_TRACE_ARGS(ctx, cu_trace_id(ctx, "attn+o hd%d", HD))),                    \
+                              NG, late, g_l2_hint CU_TRACE_ARGS(ctx, cu_trace_id(ctx, "attn+o hd%d", HD))),                    \
            "attn_o", __FILE__, __LINE__);                                                                           \
   } while (0)
   if (hd == 128) ADO_LAUNCH(128);

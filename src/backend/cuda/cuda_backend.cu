@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cuda_profiler_api.h>
+
 #include "backend/cuda/cuda_common.cuh"
 
 extern "C" {
@@ -110,6 +112,14 @@ static int cuda_init(const struct hb_config *cfg, struct hb_ctx **out, struct he
       p += l + (p[l] == ',');
     }
     if (c->skip) fprintf(stderr, "cuda: HEARTH_CUDA_SKIP=%s: decode steps leave kernels out (timing only)\n", skip);
+  }
+  /* HEARTH_CUDA_DUP=qkv,gateup (timing only, bench/NOTES.md round 17): those decode kernels run twice in a row, so the
+   * trace shows each one's stages a second time with its code and constants just used */
+  const char *dup = getenv("HEARTH_CUDA_DUP");
+  if (dup) {
+    if (strstr(dup, "qkv")) c->dup |= CU_SKIP_QKV;
+    if (strstr(dup, "gateup")) c->dup |= CU_SKIP_GATEUP;
+    if (c->dup) fprintf(stderr, "cuda: HEARTH_CUDA_DUP=%s: decode kernels launched twice (timing only)\n", dup);
   }
   const char *stage = getenv("HEARTH_CUDA_STAGE");
   c->stage_on = !(stage && !strcmp(stage, "0"));
@@ -696,6 +706,7 @@ extern "C" int hb_cuda_attn_o_max_len(struct hb_ctx *c, int head_dim) { return c
 extern "C" void hb_cuda_set_attn_o_max(struct hb_ctx *c, int max_len) { c->attn_o_max = max_len < -2 ? -1 : max_len; }
 
 extern "C" int hb_cuda_attn_o_chunk(int head_dim) { return cu_attn_o_chunk(head_dim); }
+extern "C" void hb_cuda_profiler_range(int on) { (void)(on ? cudaProfilerStart() : cudaProfilerStop()); }
 
 extern "C" void hb_cuda_rope_kv_write(struct hb_ctx *c, struct hb_tensor *q, struct hb_tensor *k,
                                       const struct hb_tensor *v, struct hb_kv_layer *kv, const struct hb_batch *b,

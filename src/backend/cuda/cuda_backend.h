@@ -78,6 +78,9 @@ int hb_cuda_attn_o_max_len(struct hb_ctx *ctx, int head_dim);
  * which the tests cover this way). hb_cuda_attn_o_chunk: keys per chunk at a head dim (0: not covered). */
 void hb_cuda_set_attn_o_max(struct hb_ctx *ctx, int max_len);
 int hb_cuda_attn_o_chunk(int head_dim);
+/* a measurement hook (bench_cuda replay*): the profiler's collection range (cudaProfilerStart / Stop), so that
+ * `ncu --profile-from-start off --graph-profiling graph` takes exactly the replayed decode graphs */
+void hb_cuda_profiler_range(int on);
 
 /* ---- sampling on the device ---------------------------------------------------------------------
  * ids[i] = the token runtime/sampler.c would draw from logits row i (after its penalties, which the

@@ -86,6 +86,7 @@ struct hb_ctx {
    * (n <= 8 tokens) of these kernel kinds are left out, so that `hearth bench` times the step
    * without them; the difference is what each kind costs inside the real PDL chain (bench/NOTES.md) */
   unsigned skip;
+  unsigned dup; /* HEARTH_CUDA_DUP (timing only): kinds whose decode launch runs twice (qkv, gateup: idempotent) */
 #if HEARTH_TRACE
   unsigned long long *tr_dev;  /* [CU_TRACE_KINDS][CU_TRACE_MAX] stamps (kinds: above) */
   int tr_captures, tr_seq;     /* captures begun; ids given out in the latest one */
@@ -95,6 +96,9 @@ struct hb_ctx {
   unsigned tr_cnt[CU_TRACE_MAX];
 #endif
 };
+/* HEARTH_L2_HINT (gemv_q4.cu): 1 (default) = the weight streams read evict_first and small per-layer constants
+ * evict_last, 0 = no L2 hints (ptx.cuh l2_evict_*) */
+extern float g_l2_hint;
 enum { CU_SKIP_QKV = 1, CU_SKIP_ATTN = 2, CU_SKIP_O = 4, CU_SKIP_GATEUP = 8, CU_SKIP_DOWN = 16, CU_SKIP_HEAD = 32 };
 
 void cu_fail(struct hb_ctx *ctx, int code, const char *file, int line, const char *fmt, ...)

@@ -44,6 +44,40 @@ __device__ __forceinline__ void cp_async16_if_z(bool on, uint32_t s, const void 
                " @p cp.async.cg.shared.global [%1], [%2], 16, z;\n}" ::"r"((int)on),
                "r"(s), "l"(gmem), "r"((int)zero));
 }
+/* L2 eviction priorities (bench/NOTES.md, round 17). A decode step streams ~1.6 GB of weights (3B) through a 50 MB L2,
+ * so with no hint every small buffer the step reads again one token later (the norm weights, biases, the KV cache)
+ * has been pushed out and comes from DRAM, behind the weight stream, on the critical path of a kernel's prologue.
+ * The weight stream is read evict_first and the small per-layer constants evict_last. `frac` is the fraction of
+ * accesses that take the priority (1: all, 0: none, i.e. evict_unchanged: the knob HEARTH_L2_HINT=0) */
+__device__ __forceinline__ uint64_t l2_evict_first(float frac) {
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_first.L2::evict_unchanged.b64 %0, %1;" : "=l"(p) : "f"(frac));
+  return p;
+}
+__device__ __forceinline__ uint64_t l2_evict_last(float frac) {
+  uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_last.L2::evict_unchanged.b64 %0, %1;" : "=l"(p) : "f"(frac));
+  return p;
+}
+/* cp_async16 / cp_async16_z / cp_async16_if_z with an L2 cache policy (l2_evict_*) */
+__device__ __forceinline__ void cp_async16_h(void *smem, const void *gmem, uint64_t pol) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(smem_u32(smem)), "l"(gmem), "l"(pol));
+}
+__device__ __forceinline__ void cp_async16_zh(uint32_t s, const void *gmem, bool zero, uint64_t pol) {
+  asm volatile("{\n .reg .pred z;\n setp.ne.b32 z, %2, 0;\n cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, z, %3;\n}" ::"r"(s),
+               "l"(gmem), "r"((int)zero), "l"(pol));
+}
+__device__ __forceinline__ void cp_async16_if_zh(bool on, uint32_t s, const void *gmem, bool zero, uint64_t pol) {
+  asm volatile("{\n .reg .pred p, z;\n setp.ne.b32 p, %0, 0;\n setp.ne.b32 z, %3, 0;\n"
+               " @p cp.async.cg.shared.global.L2::cache_hint [%1], [%2], 16, z, %4;\n}" ::"r"((int)on),
+               "r"(s), "l"(gmem), "r"((int)zero), "l"(pol));
+}
+/* a 4-byte load with an L2 cache policy */
+__device__ __forceinline__ float ld_f32_h(const float *p, uint64_t pol) {
+  float r;
+  asm volatile("ld.global.L2::cache_hint.f32 %0, [%1], %2;" : "=f"(r) : "l"(p), "l"(pol));
+  return r;
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 /* "memory": no shared-memory read of the landed data may be moved above the wait */
 template <int N>
