@@ -784,11 +784,6 @@ static size_t prefill_mma_smem(int hd) {
   return ((size_t)2 * 2 * bk + (hd <= 128 ? 0 : AM_Q)) * (hd + 8) * sizeof(__half);
 }
 
-__device__ __forceinline__ uint32_t half2_bits(float lo, float hi) {
-  __half2 h = __floats2half2_rn(lo, hi);
-  return *(uint32_t *)&h;
-}
-
 /* keys [kb, kb + BK) of the sequence whose block-table row is btr into stage buffers Kd, Vd; keys past
  * kmax are zero-filled. Warp w copies rows [w·BK/4, (w+1)·BK/4), a 16-byte chunk per lane per step
  * (a row is read by consecutive lanes); lane j < BK/4 looks up the cache slot of the warp's row j

@@ -69,11 +69,6 @@ static size_t ado_bytes(int RB, int NG) {
          ADO_WARPS * ADO_HPG * 4 /* Fw */;
 }
 
-__device__ __forceinline__ uint32_t ado_h2(float lo, float hi) {
-  __half2 h = __floats2half2_rn(lo, hi);
-  return *(uint32_t *)&h;
-}
-
 template <int HD>
 __global__ __maxnreg__(ADO_MAXREG) void attn_o_kernel(
     __half *x, const __half *q, const __half *kc, const __half *vc, const uint8_t *wq, const __half *ws,
@@ -216,7 +211,7 @@ __global__ __maxnreg__(ADO_MAXREG) void attn_o_kernel(
       for (int t = 0; t < 2; t++) {
         if (t && !two) break;
         const int tl = warp + t * ADO_WARPS;
-        const uint32_t pa[4] = {ado_h2(s[t][0][0], s[t][0][1]), 0u, ado_h2(s[t][1][0], s[t][1][1]), 0u};
+        const uint32_t pa[4] = {half2_bits(s[t][0][0], s[t][0][1]), 0u, half2_bits(s[t][1][0], s[t][1][1]), 0u};
 #pragma unroll
         for (int dp = 0; dp < HD / 16; dp++) {
           uint32_t vf[4];
@@ -346,6 +341,9 @@ __global__ __maxnreg__(ADO_MAXREG) void attn_o_kernel(
 void cu_attn_o_init(struct hb_ctx *ctx) {
   const char *e = getenv("HEARTH_ATTN_O");
   ctx->attn_o_max = e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "1") ? -2 : -1;
+  const char *rb = getenv("HEARTH_ATTN_O_RB"), *late = getenv("HEARTH_ATTN_O_LATE");
+  ctx->attn_o_rb = rb && atoi(rb) == 128 ? 128 : 64;
+  ctx->attn_o_late = late && !strcmp(late, "1");
   if (ctx->cc_major < 9) return; /* (cu_attn_o_max_len: off) */
   /* the kernels run only from sm_90 code (clusters, griddepcontrol): a binary whose code for this device is JIT-
    * compiled from older PTX would launch an empty body, so the path is off then. The shared-memory limit is raised
@@ -386,11 +384,7 @@ int cu_attn_o(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *q
     return 1;
   if (wo->cols != (int64_t)n_heads * hd || wo->cols % 128 || wo->rows != x->cols || x->cols % 16) return 1;
   const int rows = (int)wo->rows, G = (int)(wo->cols / 128), HPG = n_heads / n_kv;
-  static const char *rbe = getenv("HEARTH_ATTN_O_RB"); /* rows per block: a bench knob (64 by default) */
-  static const char *lte = getenv("HEARTH_ATTN_O_LATE"); /* 1: launch_dependents at the end (a bench knob) */
-  const int late = lte && !strcmp(lte, "1");
-  const int rbk = rbe ? atoi(rbe) : 64;
-  const int RB = rbk == 128 && rows % 128 == 0 ? 128 : rows % 64 == 0 ? 64 : rows % 32 == 0 ? 32 : 16;
+  const int RB = ctx->attn_o_rb == 128 && rows % 128 == 0 ? 128 : rows % 64 == 0 ? 64 : rows % 32 == 0 ? 32 : 16;
   /* the most quantization groups one KV group's columns overlap (≤ 9: HPG·hd ≤ 1024; each group starts at a multiple
    * of 64 columns, so the o_proj loop's 32-column runs lie wholly inside or outside it) */
   int NG = 0;
@@ -425,7 +419,8 @@ int cu_attn_o(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *q
                               (const __half *)wo->aux, (const int32_t *)b->d_pos.data,                              \
                               (const int32_t *)b->d_seq.data, (const int32_t *)b->d_block_table.data,               \
                               b->max_blocks, b->block_size, n_heads, n_kv, scale_log2, G, RB,                       \
-                              NG, late, g_l2_hint CU_TRACE_ARGS(ctx, cu_trace_id(ctx, "attn+o hd%d", HD))),                    \
+                              NG, ctx->attn_o_late, g_l2_hint                                                       \
+                              CU_TRACE_ARGS(ctx, cu_trace_id(ctx, "attn+o hd%d", HD))),                             \
            "attn_o", __FILE__, __LINE__);                                                                           \
   } while (0)
   if (hd == 128) ADO_LAUNCH(128);

@@ -78,6 +78,19 @@ int cu_scratch(struct hb_ctx *ctx, void **buf, size_t *cap, size_t need, size_t 
 
 /* ---- init / free ------------------------------------------------------------------------------ */
 
+/* the CU_SKIP_* bits named in a comma-separated list of kinds (qkv,attn,o,gateup,down,head) of a measurement knob */
+static unsigned kind_mask(const char *list) {
+  static const char *kinds[] = {"qkv", "attn", "o", "gateup", "down", "head"};
+  unsigned m = 0;
+  for (const char *p = list; p && *p;) {
+    const size_t l = strcspn(p, ",");
+    for (int i = 0; i < 6; i++)
+      if (strlen(kinds[i]) == l && !strncmp(p, kinds[i], l)) m |= 1u << i;
+    p += l + (p[l] == ',');
+  }
+  return m;
+}
+
 static int cuda_init(const struct hb_config *cfg, struct hb_ctx **out, struct hearth_err *err) {
   *out = NULL;
   int n = 0;
@@ -102,25 +115,14 @@ static int cuda_init(const struct hb_config *cfg, struct hb_ctx **out, struct he
   c->smem_optin = prop.sharedMemPerBlockOptin;
   c->smem_sm = prop.sharedMemPerMultiprocessor;
   c->smem_reserved = prop.reservedSharedMemPerBlock;
-  const char *skip = getenv("HEARTH_CUDA_SKIP"); /* comma-separated kinds: qkv,attn,o,gateup,down,head */
-  if (skip) {
-    static const char *kinds[] = {"qkv", "attn", "o", "gateup", "down", "head"};
-    for (const char *p = skip; *p;) {
-      const size_t l = strcspn(p, ",");
-      for (int i = 0; i < 6; i++)
-        if (strlen(kinds[i]) == l && !strncmp(p, kinds[i], l)) c->skip |= 1u << i;
-      p += l + (p[l] == ',');
-    }
-    if (c->skip) fprintf(stderr, "cuda: HEARTH_CUDA_SKIP=%s: decode steps leave kernels out (timing only)\n", skip);
-  }
+  const char *skip = getenv("HEARTH_CUDA_SKIP");
+  c->skip = kind_mask(skip);
+  if (c->skip) fprintf(stderr, "cuda: HEARTH_CUDA_SKIP=%s: decode steps leave kernels out (timing only)\n", skip);
   /* HEARTH_CUDA_DUP=qkv,gateup (timing only, bench/NOTES.md round 17): those decode kernels run twice in a row, so the
-   * trace shows each one's stages a second time with its code and constants just used */
+   * trace shows each one's stages a second time with its code and constants just used (other kinds: ignored) */
   const char *dup = getenv("HEARTH_CUDA_DUP");
-  if (dup) {
-    if (strstr(dup, "qkv")) c->dup |= CU_SKIP_QKV;
-    if (strstr(dup, "gateup")) c->dup |= CU_SKIP_GATEUP;
-    if (c->dup) fprintf(stderr, "cuda: HEARTH_CUDA_DUP=%s: decode kernels launched twice (timing only)\n", dup);
-  }
+  c->dup = kind_mask(dup) & (CU_SKIP_QKV | CU_SKIP_GATEUP);
+  if (c->dup) fprintf(stderr, "cuda: HEARTH_CUDA_DUP=%s: decode kernels launched twice (timing only)\n", dup);
   const char *stage = getenv("HEARTH_CUDA_STAGE");
   c->stage_on = !(stage && !strcmp(stage, "0"));
   if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {

@@ -40,6 +40,8 @@ struct hb_ctx {
   int attn_o_max;         /* attn_o.cu: the longest sequence the fused attention + o_proj takes: -1 the default (one
                            * chunk where it measured faster: head dim 64), -2 one chunk at every head dim, 0 off */
   int attn_o_off;         /* attn_o.cu: not available in this binary on this device (init), whatever attn_o_max says */
+  int attn_o_rb, attn_o_late; /* attn_o.cu bench knobs (init): output rows per block (64; HEARTH_ATTN_O_RB=128), and
+                               * HEARTH_ATTN_O_LATE=1: launch_dependents at the kernel's end */
   size_t smem_optin;      /* largest dynamic shared memory a block may opt in to */
   size_t smem_sm;         /* shared memory per multiprocessor, and what the system keeps per block */
   size_t smem_reserved;

@@ -98,6 +98,12 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t r[4], const void *sme
                : "r"(s));
 }
 
+/* two floats rounded to an f16 pair, as the 32-bit register an mma operand takes (P·V's A fragment) */
+__device__ __forceinline__ uint32_t half2_bits(float lo, float hi) {
+  __half2 h = __floats2half2_rn(lo, hi);
+  return *(uint32_t *)&h;
+}
+
 /* c += a · b, m16n8k16, a row-major 16x16 f16, b col-major 16x8 f16, c 16x8 f32 */
 __device__ __forceinline__ void mma_16816(float c[4], const uint32_t a[4], const uint32_t b[2]) {
   asm volatile(
