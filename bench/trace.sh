@@ -27,7 +27,7 @@ for m in 0.5b 3b; do
   [ -f "$dir/model.safetensors" ] || timeout 120 $B/hearth mkmodel --config "$cfg" --out "$dir" >/dev/null
   timeout 60 $B/hearth bench --model $dir --backend cuda -p 71 -n 64 -r 2 --tg-ctx 71 >"$OUT/trace-$m.txt" 2>&1
   rc=$?
-  if [ $rc -ne 0 ]; then # round 18: attn_o's trace build stops the 0.5B ("illegal instruction"); time it without
+  if [ $rc -ne 0 ]; then # round 18: with attn_o on, the 0.5B's trace build stops ("illegal instruction")
     echo "== $m: rc $rc ($(head -c 160 "$OUT/trace-$m.txt")); again with HEARTH_ATTN_O=0"
     HEARTH_ATTN_O=0 timeout 60 $B/hearth bench --model $dir --backend cuda -p 71 -n 64 -r 2 --tg-ctx 71 \
       >"$OUT/trace-$m.txt" 2>&1
