@@ -6,6 +6,8 @@
 # multiplied, partial tiles reduced, outputs written, end) was done. Logs: $OUT/trace-<model>.txt.
 #   bash bench/trace.sh                 build, then run (about 2 minutes)
 #   TRACE_STAGE=build|run bash bench/trace.sh   one half (e.g. build beside bench/gpu.sh, run after it)
+#   TRACE_FLAGS=-DHEARTH_L2_HINTS=0 bash bench/trace.sh   more CUDA flags for the trace build (here: no cache hints,
+#                                       the suspect of the 0.5B's stop below, round 19)
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -16,7 +18,7 @@ B=build-gpu/trace
 stage=${TRACE_STAGE:-all}
 if [ "$stage" != run ]; then
   cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DHEARTH_SERVER=OFF -DHEARTH_WERROR=OFF -DCMAKE_CUDA_ARCHITECTURES=90 \
-    -DCMAKE_PREFIX_PATH="$PREFIX" -DCMAKE_CUDA_FLAGS=-DHEARTH_TRACE=1 >"$OUT/build-trace.log" 2>&1 &&
+    -DCMAKE_PREFIX_PATH="$PREFIX" -DCMAKE_CUDA_FLAGS="-DHEARTH_TRACE=1 ${TRACE_FLAGS:-}" >"$OUT/build-trace.log" 2>&1 &&
     cmake --build $B -j"${TRACE_JOBS:-$(nproc)}" --target hearth_cli >>"$OUT/build-trace.log" 2>&1 ||
     { echo "trace build failed"; tail -n 20 "$OUT/build-trace.log"; exit 1; }
 fi
