@@ -27,12 +27,12 @@ for m in 0.5b 3b; do
   case $m in 0.5b) cfg=configs/qwen2.5-0.5b-instruct.json ;; 3b) cfg=configs/qwen2.5-3b-instruct.json ;; esac
   dir=/tmp/hearth-bench-$m
   [ -f "$dir/model.safetensors" ] || timeout 120 $B/hearth mkmodel --config "$cfg" --out "$dir" >/dev/null
-  timeout 60 $B/hearth bench --model $dir --backend cuda -p 71 -n 64 -r 2 --tg-ctx 71 >"$OUT/trace-$m.txt" 2>&1
+  tg() { timeout 60 $B/hearth bench --model "$dir" --backend cuda -p 71 -n 64 -r 2 --tg-ctx 71 >"$OUT/trace-$m.txt" 2>&1; }
+  tg
   rc=$?
   if [ $rc -ne 0 ]; then # round 18: with attn_o on, the 0.5B's trace build stops ("illegal instruction")
     echo "== $m: rc $rc ($(head -c 160 "$OUT/trace-$m.txt")); again with HEARTH_ATTN_O=0"
-    HEARTH_ATTN_O=0 timeout 60 $B/hearth bench --model $dir --backend cuda -p 71 -n 64 -r 2 --tg-ctx 71 \
-      >"$OUT/trace-$m.txt" 2>&1
+    HEARTH_ATTN_O=0 tg
     rc=$?
   fi
   echo "== timeline $m (rc $rc; the whole table in trace-$m.txt)"

@@ -56,26 +56,18 @@ __device__ __forceinline__ void cp_async16_if_z(bool on, uint32_t s, const void 
 #ifndef HEARTH_L2_HINTS
 #define HEARTH_L2_HINTS 1
 #endif
-__device__ __forceinline__ uint64_t l2_evict_first(float frac) {
-  uint64_t p = 0;
 #if HEARTH_L2_HINTS
+__device__ __forceinline__ uint64_t l2_evict_first(float frac) {
+  uint64_t p;
   asm volatile("createpolicy.fractional.L2::evict_first.L2::evict_unchanged.b64 %0, %1;" : "=l"(p) : "f"(frac));
-#else
-  (void)frac;
-#endif
   return p;
 }
 __device__ __forceinline__ uint64_t l2_evict_last(float frac) {
-  uint64_t p = 0;
-#if HEARTH_L2_HINTS
+  uint64_t p;
   asm volatile("createpolicy.fractional.L2::evict_last.L2::evict_unchanged.b64 %0, %1;" : "=l"(p) : "f"(frac));
-#else
-  (void)frac;
-#endif
   return p;
 }
 /* cp_async16 / cp_async16_z / cp_async16_if_z with an L2 cache policy (l2_evict_*) */
-#if HEARTH_L2_HINTS
 __device__ __forceinline__ void cp_async16_h(void *smem, const void *gmem, uint64_t pol) {
   asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(smem_u32(smem)), "l"(gmem), "l"(pol));
 }
@@ -94,7 +86,9 @@ __device__ __forceinline__ float ld_f32_h(const float *p, uint64_t pol) {
   asm volatile("ld.global.L2::cache_hint.f32 %0, [%1], %2;" : "=f"(r) : "l"(p), "l"(pol));
   return r;
 }
-#else
+#else /* the same calls without hints: no policy is made, the plain forms above run */
+__device__ __forceinline__ uint64_t l2_evict_first(float) { return 0; }
+__device__ __forceinline__ uint64_t l2_evict_last(float) { return 0; }
 __device__ __forceinline__ void cp_async16_h(void *smem, const void *gmem, uint64_t) { cp_async16(smem, gmem, 16); }
 __device__ __forceinline__ void cp_async16_zh(uint32_t s, const void *gmem, bool zero, uint64_t) {
   cp_async16_z(s, gmem, zero);
