@@ -7,7 +7,8 @@
  * Parts are taken out by the variant bits (1 conversion, 2 mma, 4 x reads, 8 weight reads); a part taken out is
  * replaced by a register copy so that the rest keeps its inputs. Bit 16 wraps the step in the engine's ring protocol
  * (wait for the slot, refill it two steps ahead by cp.async, commit) with zero fills, so no bytes move; bit 32 does
- * the same streaming the weights from device memory (each warp its own run of 64 × 2 KB). Printed: cycles per step per warp (clock64 over
+ * the same streaming the weights from device memory (each warp its own run of 64 × 2 KB); bit 64 makes the ring 4
+ * slots deep instead of 2. Printed: cycles per step per warp (clock64 over
  * NS steps, mean over the stepping warps) and µs per launch (events over many launches).
  *   nvcc -O3 -arch=sm_90 -o probe_step bench/probe_step.cu && ./probe_step */
 #include <cstdio>
@@ -41,8 +42,9 @@ __global__ __launch_bounds__(256, 2) void step_probe(int act, int NS, float *out
   extern __shared__ uint4 sm[];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, tig = lane % 4, gid = lane / 4;
   /* per warp: two 2,112-byte ring slots; x (4 KB) and corrections (1 KB) shared by the block */
-  uint8_t *ring = (uint8_t *)sm + 5120 + warp * 2 * 2112;
-  for (int i = threadIdx.x; i < (5120 + 8 * 2 * 2112) / 16; i += 256)
+  constexpr int R = (V & 64) ? 4 : 2; /* ring slots per warp (bit 64: 4) */
+  uint8_t *ring = (uint8_t *)sm + 5120 + warp * R * 2112;
+  for (int i = threadIdx.x; i < (5120 + 8 * R * 2112) / 16; i += 256)
     sm[i] = make_uint4(0x3c003c01u * (i + 1), 0x3c003c00u ^ i, 0x2c002c00u + i, 0x3c013c00u);
   __syncthreads();
   if (warp >= act) return;
@@ -58,17 +60,21 @@ __global__ __launch_bounds__(256, 2) void step_probe(int act, int NS, float *out
   const uint8_t *wp = wg + (size_t)(blockIdx.x * 8 + warp) * (size_t)NS * 2048 + lane * 16;
   const int nb = (V & 32) ? 16 : 0;
   auto refill = [&](int st) {
-    const uint32_t d = rs + (st & 1) * 2112;
+    const uint32_t d = rs + (st % R) * 2112;
     const uint8_t *src = wp + (size_t)st * 2048;
     cpa(d, src, nb); cpa(d + 512, src + 512, nb); cpa(d + 1024, src + 1024, nb); cpa(d + 1536, src + 1536, nb);
     if (lane < 4) cpa(d + 2048, wg + lane * 16, nb); /* the scales (lanes 0-3) */
     asm volatile("cp.async.commit_group;" ::: "memory");
   };
-  if (V & 48) { refill(0); refill(1); }
+  if (V & 48)
+    for (int i = 0; i < R; i++) refill(i);
   const unsigned long long t0 = clock64();
   for (int s = 0; s < NS; s++) {
-    if (V & 48) asm volatile("cp.async.wait_group 1;" ::: "memory");
-    const uint8_t *sb = ring + (s & 1) * 2112;
+    if (V & 48) {
+      if (R == 4) asm volatile("cp.async.wait_group 3;" ::: "memory");
+      else asm volatile("cp.async.wait_group 1;" ::: "memory");
+    }
+    const uint8_t *sb = ring + (s % R) * 2112;
     uint4 W0[2], W8[2];
     __half S0[2], S8[2];
 #pragma unroll
@@ -79,7 +85,7 @@ __global__ __launch_bounds__(256, 2) void step_probe(int act, int NS, float *out
       S8[h] = *(const __half *)(sb + 2048 + 32 + h * 16 + gid * 2);
     }
     if (V & 48) {
-      if (s + 2 < NS) refill(s + 2);
+      if (s + R < NS) refill(s + R);
       else asm volatile("cp.async.commit_group;" ::: "memory");
     }
 #pragma unroll
@@ -136,7 +142,7 @@ __global__ __launch_bounds__(256, 2) void step_probe(int act, int NS, float *out
 
 template <int V>
 static int run(const char *name, int act, int NS, float *out, unsigned long long *cyc, const uint8_t *wg) {
-  const int smem = 5120 + 8 * 2 * 2112;
+  const int smem = 5120 + 8 * ((V & 64) ? 4 : 2) * 2112;
   CK(cudaFuncSetAttribute(step_probe<V>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   step_probe<V><<<264, 256, smem>>>(act, NS, out, cyc, wg);
   CK(cudaDeviceSynchronize());
@@ -183,6 +189,8 @@ int main() {
     bad |= run<1 | 2 | 4 | 16>("skeleton + ring protocol, zero fills", act, NS, out, cyc, wg);
     bad |= run<32>("full step + ring streaming the weights", act, NS, out, cyc, wg);
     bad |= run<1 | 2 | 4 | 32>("skeleton + ring streaming the weights", act, NS, out, cyc, wg);
+    bad |= run<32 | 64>("full step + ring of 4 streaming the weights", act, NS, out, cyc, wg);
+    bad |= run<16 | 64>("full step + ring of 4, zero fills", act, NS, out, cyc, wg);
   }
   bad |= run<0>("full step", 1, NS, out, cyc, wg);
   bad |= run<1 | 2 | 4>("skeleton", 1, NS, out, cyc, wg);
