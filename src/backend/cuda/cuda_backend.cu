@@ -807,4 +807,5 @@ extern "C" const struct hb_ops hb_cuda_ops = {
   /* .decode_advance = */ cuda_decode_advance,
   /* .attn_o = */ hb_cuda_attn_o,
   /* .attn_o_max_len = */ hb_cuda_attn_o_max_len,
+  /* .decode_stack = */ hb_cuda_decode_stack,
 };

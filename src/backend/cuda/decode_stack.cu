@@ -1,0 +1,756 @@
+/* backend/cuda/decode_stack.cu — one decode token through a whole Qwen2-style layer stack in one persistent
+ * launch (the decode_stack op of backend.h).
+ *
+ * Why: the five-kernel chain per layer (gemv_q4.cu, attention.cu) spends ~33 µs on a 3B layer whose weights take
+ * ~9 µs to stream at 4.4 TB/s (bench/NOTES.md, rounds 10-20): each kernel's weight stream starts only at its launch
+ * and stops at its end, and what lies between (the boundary, the x prologue, the tail) is paid in series five times
+ * a layer. Here one block per SM lives for the whole step. Its producer warp streams the block's share of every
+ * layer's weights, in the order the block will use them, into a ring of shared-memory slots by bulk copies on
+ * mbarriers. It never waits for activations, so the stream runs on through the grid barriers between the phases, and
+ * a phase finds most of its weights already on chip.
+ *
+ * The consumer warps run the phases of each layer, with a grid barrier after each (ds_grid_sync):
+ *   QKV   rmsnorm(x) → q/k/v GEMV + bias, rope on q/k, q to a buffer and k/v into the paged cache
+ *   ATTN  attention of the one token over the cache: block (head, split) → partial (m, l, acc); the last
+ *         split of a head merges them into att (f16)
+ *   O     x += att · Woᵀ
+ *   GU    rmsnorm(x) → h = silu(x·Wgᵀ) · (x·Wuᵀ)
+ *   DOWN  x += h · Wdᵀ
+ * A GEMV phase gives each block a contiguous range of 16-row tiles (the host's plan, the same for every layer); the
+ * block's T·S two-group steps are cut into NC equal runs, one per consumer warp, and the ring holds them round-robin
+ * (warp w's r-th step at stream position r·NC + w), so that all warps work at once and every slot has exactly one
+ * consumer. A step is gemv_q4.cu's: the weights are the mma A operand, x (f16, with the folded offset correction) the
+ * B operand; only column 0 (the one token) is used. Partial tiles meet in shared memory and are emitted by one thread
+ * per output pair.
+ *
+ * Numerics are gemv_q4.cu's and attention.cu's: f16 x and activations, int4 × f16 products exact, f32 sums and
+ * softmax; only the order of the f32 sums differs. Cross-block data (x, q, att, h, the cache) is read with ld.cg
+ * (L2), since L1 is not coherent between SMs and every block reads the same buffers again every layer.
+ *
+ * Deadlock freedom: every block must be resident (grid = SMs, one block per SM, nothing else running beside it in
+ * the decode stream); the producer waits only for slots its own consumers free, and each consumer warp takes its
+ * slots in stream order. */
+#include <math.h>
+#include <string.h>
+
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/ptx.cuh"
+
+#define DS_NC 12                   /* consumer warps per block */
+#define DS_CT (DS_NC * 32)         /* consumer threads */
+#define DS_NT (DS_CT + 32)         /* + the producer warp */
+#define DS_SLOT 2112               /* one step: lo weights of 2 groups (1 KB), hi (1 KB), scales lo h0 h1, hi h0 h1 */
+#define DS_MAXT 20                 /* tiles per block and phase */
+#define DS_KMAX 24576              /* widest x (d, heads × hd, ff) */
+#define DS_NR 4                    /* x chunks per thread held in registers by the norm prologue: d <= 8 · 4 · DS_CT */
+enum { DS_QKV = 0, DS_O = 1, DS_GU = 2, DS_DOWN = 3, DS_NPH = 4 };
+/* the matrices of a layer */
+enum { DM_Q = 0, DM_K, DM_V, DM_O, DM_G, DM_U, DM_D, DM_N };
+
+/* a 16-row tile: its lo and hi 8-row blocks, as (matrix, first row); rhi < 0: no hi rows (the lo block is copied
+ * there so the mma reads finite data; nothing is emitted from it) */
+struct ds_tile {
+  int mlo, rlo, mhi, rhi;
+};
+struct ds_layer {
+  const uint8_t *wq[DM_N];
+  const __half *ws[DM_N];
+  const float *bias[3];
+  const void *n_attn, *n_ffn;
+  __half *kc, *vc;
+};
+struct ds_args {
+  const ds_layer *layers;
+  const ds_tile *plan; /* [gridDim.x][DS_NPH][DS_MAXT] */
+  const int *plan_n;   /* [gridDim.x][DS_NPH] */
+  int n_layers, d, H, KVH, hd, ff, nwdt, sa, ring, kmax;
+  float eps, scale;
+  __half *x, *q, *att, *h;
+  float *part;   /* [H][sa][hd + 2]: acc, m, l */
+  unsigned *cnt; /* [H]: splits done (the last resets it) */
+  unsigned *bar; /* the grid barrier's counter (the last arrival of a launch resets it) */
+  const int32_t *pos, *seq, *bt;
+  int max_blocks, bs;
+  float rinv[128];
+};
+
+/* ---- PTX: mbarriers, bulk copies, named barriers ----------------------------------------------------- */
+__device__ __forceinline__ void ds_mbar_init(uint32_t bar) { asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar)); }
+__device__ __forceinline__ void ds_mbar_expect(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void ds_mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void ds_mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile("{\n .reg .pred p;\n DS_W%=: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra DS_W%=;\n}" ::"r"(bar),
+               "r"(parity)
+               : "memory");
+}
+__device__ __forceinline__ void ds_bulk(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst), "l"(src),
+               "r"(bytes), "r"(bar)
+               : "memory");
+}
+/* the consumer warps only (the producer never joins) */
+__device__ __forceinline__ void ds_csync() { asm volatile("bar.sync 1, %0;" ::"n"(DS_CT) : "memory"); }
+__device__ __forceinline__ unsigned ds_ld_acquire(const unsigned *p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ uint4 ds_ldcg4(const void *p) { return __ldcg((const uint4 *)p); }
+__device__ __forceinline__ float ds_ldcg_h(const __half *p) { return __half2float(__ldcg(p)); }
+
+/* all consumer threads of all blocks: every write before it (by any block) is visible after it. `last`: the
+ * launch's final arrival, which nobody waits for; the block that arrives last resets the counter for the next launch
+ * (every block has passed every earlier barrier by then, so no one is still reading it) */
+__device__ __forceinline__ void ds_grid_sync(const ds_args &a, unsigned &nbar, bool last) {
+  ds_csync();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    const unsigned old = atomicAdd(a.bar, 1u), target = (nbar + 1) * gridDim.x;
+    if (last) {
+      if (old + 1 == target) atomicExch(a.bar, 0u);
+    } else {
+      while (ds_ld_acquire(a.bar) < target) {}
+      __threadfence();
+    }
+  }
+  nbar++;
+  if (!last) ds_csync();
+}
+
+/* ---- shared memory ------------------------------------------------------------------------------------ */
+struct ds_smem_layout {
+  size_t xs, corr, red, plan, plan_n, mbar, ring, total;
+};
+__host__ __device__ inline ds_smem_layout ds_layout(int ring, int kmax) {
+  ds_smem_layout L;
+  L.xs = 0;                                        /* f16 x, gemv_q4.cu's swizzled order */
+  L.corr = L.xs + (size_t)kmax * 2;                /* [K/128][16] f32 corrections (GEMV_CINIT) */
+  L.red = L.corr + (size_t)(kmax / 128) * 16 * 4;  /* [DS_MAXT][DS_NC][16] partial tiles */
+  L.plan = L.red + (size_t)DS_MAXT * DS_NC * 16 * 4;
+  L.plan_n = L.plan + (size_t)DS_NPH * DS_MAXT * sizeof(ds_tile);
+  L.mbar = L.plan_n + 64;
+  L.ring = L.mbar + (size_t)ring * 16; /* full[ring], empty[ring] */
+  L.ring = (L.ring + 127) / 128 * 128;
+  L.total = L.ring + (size_t)ring * DS_SLOT;
+  return L;
+}
+
+/* K of a phase's GEMV */
+__device__ __forceinline__ int ds_K(const ds_args &a, int ph) {
+  return ph == DS_O ? a.H * a.hd : ph == DS_DOWN ? a.ff : a.d;
+}
+
+/* ---- the producer ------------------------------------------------------------------------------------- */
+__device__ void ds_produce(const ds_args &a, const ds_tile *plan, const int *plan_n, uint8_t *ring, uint32_t mbar) {
+  const uint32_t ring_s = smem_u32(ring);
+  int slot = 0, lap = 0;
+  for (int l = 0; l < a.n_layers; l++) {
+    const ds_layer *L = a.layers + l;
+    const uint8_t *wq[DM_N];
+    const __half *ws[DM_N];
+#pragma unroll
+    for (int m = 0; m < DM_N; m++) {
+      wq[m] = L->wq[m];
+      ws[m] = L->ws[m];
+    }
+    for (int ph = 0; ph < DS_NPH; ph++) {
+      const int T = plan_n[ph], G = ds_K(a, ph) / 128, S = (G + 1) / 2, TS = T * S;
+      const int R = (TS + DS_NC - 1) / DS_NC;
+      for (int k = 0; k < R * DS_NC; k++) {
+        const uint32_t full = mbar + slot * 8, empty = mbar + (a.ring + slot) * 8;
+        if (lap > 0) ds_mbar_wait(empty, (lap - 1) & 1);
+        const int step = (k % DS_NC) * R + k / DS_NC;
+        if (step < TS) {
+          const ds_tile t = plan[ph * DS_MAXT + step / S];
+          const int g = (step % S) * 2, ng = g + 1 < G ? 2 : 1;
+          const int rhi = t.rhi >= 0 ? t.rhi : t.rlo, mhi = t.rhi >= 0 ? t.mhi : t.mlo;
+          const uint32_t dst = ring_s + slot * DS_SLOT;
+          ds_mbar_expect(full, (uint32_t)ng * (1024 + 32));
+          ds_bulk(dst, wq[t.mlo] + q4_off(t.rlo, g, G), ng * 512, full);
+          ds_bulk(dst + 1024, wq[mhi] + q4_off(rhi, g, G), ng * 512, full);
+          ds_bulk(dst + 2048, ws[t.mlo] + q4_soff(t.rlo, g, G), ng * 16, full);
+          ds_bulk(dst + 2048 + 32, ws[mhi] + q4_soff(rhi, g, G), ng * 16, full);
+        } else {
+          ds_mbar_arrive(full); /* a padding step: nothing to copy, the consumer only frees it */
+        }
+        if (++slot == a.ring) { slot = 0; lap++; }
+      }
+    }
+  }
+}
+
+/* ---- consumer pieces ---------------------------------------------------------------------------------- */
+/* chunk c (8 elements) of x into the swizzled shared order (gemv_q4.cu's put, one token); returns its share of the
+ * group's folded-offset correction (odd chunks are stored / 16) */
+__device__ __forceinline__ float ds_put(__half *xs, int c, uint4 v) {
+  const int R = c / 4, sw = (R >> 1) & 3;
+  uint32_t *run = (uint32_t *)(xs + R * 32);
+  __half2 *h = (__half2 *)&v;
+  const bool odd = c & 1;
+  float cs = 0.0f;
+#pragma unroll
+  for (int e = 0; e < 4; e++) {
+    if (odd) h[e] = __hmul2(h[e], __half2half2(__ushort_as_half((unsigned short)0x2C00))); /* 1/16 */
+    const float2 f = __half22float2(h[e]);
+    cs += f.x + f.y;
+  }
+  cs *= odd ? 72.0f * 16.0f : 1032.0f;
+  const uint32_t wv[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int e = 0; e < 4; e++) {
+    const int w = (c % 4) * 4 + e, p = (w & 8) | ((w & 3) << 1) | ((w >> 2) & 1);
+    run[(((p >> 2) ^ sw) << 2) | (p & 3)] = wv[e];
+  }
+  return cs;
+}
+/* the 16 chunks of a group sit in 16 aligned lanes (c = c0 + thread, DS_CT a multiple of 16): their correction
+ * summed by shuffles and stored negated for token 0 (columns 0 and 2 of the float4 of tig 0) */
+__device__ __forceinline__ void ds_corr(float *corr, int c, float cs, bool live) {
+#pragma unroll
+  for (int o = 8; o > 0; o >>= 1) cs += __shfl_xor_sync(0xffffffffu, cs, o);
+  if (live && (threadIdx.x & 15) == 0) {
+    corr[(c / 16) * 16] = -cs;
+    corr[(c / 16) * 16 + 2] = -cs;
+  }
+}
+/* x (f16 [K], written by other blocks) → shared, with rmsnorm by nw when given */
+__device__ void ds_prep(const ds_args &a, __half *xs, float *corr, const __half *src, int K, const void *nw, float *s_red) {
+  const int nch = K / 8, tid = threadIdx.x;
+  if (nw) {
+    uint4 v[DS_NR];
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < DS_NR; k++) {
+      const int c = tid + k * DS_CT;
+      if (c < nch) {
+        v[k] = ds_ldcg4(src + c * 8);
+        const __half2 *h = (const __half2 *)&v[k];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const float2 f = __half22float2(h[e]);
+          ss += f.x * f.x + f.y * f.y;
+        }
+      }
+    }
+    ss = warp_sum(ss);
+    if ((tid & 31) == 0) s_red[tid / 32] = ss;
+    ds_csync();
+    float tot = 0.0f;
+#pragma unroll
+    for (int w = 0; w < DS_NC; w++) tot += s_red[w];
+    const float inv = rsqrtf(tot / (float)K + a.eps);
+#pragma unroll
+    for (int k = 0; k < DS_NR; k++) {
+      if (k * DS_CT >= nch) break; /* uniform */
+      const int c = tid + k * DS_CT;
+      const bool live = c < nch;
+      float cs = 0.0f;
+      if (live) {
+        __half2 *h = (__half2 *)&v[k];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const float2 f = __half22float2(h[e]);
+          h[e] = __floats2half2_rn(f.x * inv * ld_any(nw, a.nwdt, c * 8 + 2 * e), f.y * inv * ld_any(nw, a.nwdt, c * 8 + 2 * e + 1));
+        }
+        cs = ds_put(xs, c, v[k]);
+      }
+      ds_corr(corr, c, cs, live);
+    }
+  } else {
+    for (int c0 = 0; c0 < nch; c0 += DS_CT) { /* uniform: ds_corr shuffles */
+      const int c = c0 + tid;
+      const bool live = c < nch;
+      float cs = 0.0f;
+      if (live) cs = ds_put(xs, c, ds_ldcg4(src + c * 8));
+      ds_corr(corr, c, cs, live);
+    }
+  }
+  ds_csync();
+}
+
+/* a GEMV phase's steps for consumer warp w; partial tiles into red. slot/par: the phase's first stream position */
+__device__ void ds_gemv(const ds_args &a, int ph, const int *plan_n, const __half *xs, const float *corr, float *red,
+                        const uint8_t *ring, uint32_t mbar, int &slot0, int &par0) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane / 4, tig = lane % 4;
+  const int T = plan_n[ph], G = ds_K(a, ph) / 128, S = (G + 1) / 2, TS = T * S;
+  const int R = (TS + DS_NC - 1) / DS_NC;
+  int slot = slot0 + warp, par = par0;
+  if (slot >= a.ring) { slot -= a.ring; par ^= 1; }
+  const __half *xlane = xs + tig * 32;
+  const int xsw0 = (tig >> 1) & 3, xsw1 = xsw0 ^ 2;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  int cur = -1;
+  for (int r = 0; r < R; r++) {
+    const int step = warp * R + r;
+    const uint32_t full = mbar + slot * 8, empty = mbar + (a.ring + slot) * 8;
+    ds_mbar_wait(full, par);
+    if (step < TS) {
+      const int tile = step / S, j = step % S;
+      if (tile != cur) {
+        if (cur >= 0 && tig == 0) {
+          red[(cur * DS_NC + warp) * 16 + gid] = acc[0];
+          red[(cur * DS_NC + warp) * 16 + 8 + gid] = acc[2];
+        }
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[e] = 0.0f;
+        cur = tile;
+      }
+      const uint8_t *sb = ring + slot * DS_SLOT;
+      uint4 W0[2], W8[2];
+      __half S0[2], S8[2];
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        W0[h] = *(const uint4 *)(sb + h * 512 + lane * 16);
+        W8[h] = *(const uint4 *)(sb + 1024 + h * 512 + lane * 16);
+        S0[h] = *(const __half *)(sb + 2048 + h * 16 + gid * 2);
+        S8[h] = *(const __half *)(sb + 2048 + 32 + h * 16 + gid * 2);
+      }
+      __syncwarp();
+      if (lane == 0) ds_mbar_arrive(empty);
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        const int g = 2 * j + h;
+        if (g >= G) break; /* uniform */
+        uint32_t p0[4][4], p8[4][4];
+        {
+          const uint32_t a0[4] = {W0[h].x, W0[h].y, W0[h].z, W0[h].w}, a8[4] = {W8[h].x, W8[h].y, W8[h].z, W8[h].w};
+#pragma unroll
+          for (int q = 0; q < 4; q++) {
+            q4_word_raw(a0[q], p0[q]);
+            q4_word_raw(a8[q], p8[q]);
+          }
+        }
+        const float sc0 = __half2float(S0[h]), sc8 = __half2float(S8[h]);
+        const uint4 *xp = (const uint4 *)(xlane + g * 128);
+        const int sw = (h & 1) ? xsw1 : xsw0;
+        uint4 xv[4];
+#pragma unroll
+        for (int c = 0; c < 4; c++) xv[c] = xp[c ^ sw];
+        float c4[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+        {
+          const float4 cr = *(const float4 *)&corr[g * 16 + tig * 4];
+          c4[1][0] = cr.x;
+          c4[1][1] = cr.y;
+          c4[1][2] = cr.z;
+          c4[1][3] = cr.w;
+        }
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+#pragma unroll
+          for (int hh = 0; hh < 2; hh++) {
+            const uint32_t af[4] = {p0[q][2 * hh], p8[q][2 * hh], p0[q][2 * hh + 1], p8[q][2 * hh + 1]};
+            const uint4 xc = xv[2 * hh + (q >> 1)];
+            const uint32_t bf[2] = {q & 1 ? xc.z : xc.x, q & 1 ? xc.w : xc.y};
+            mma_16816(c4[hh], af, bf);
+          }
+        }
+        acc[0] = fmaf(sc0, c4[0][0] + c4[1][0], acc[0]);
+        acc[1] = fmaf(sc0, c4[0][1] + c4[1][1], acc[1]);
+        acc[2] = fmaf(sc8, c4[0][2] + c4[1][2], acc[2]);
+        acc[3] = fmaf(sc8, c4[0][3] + c4[1][3], acc[3]);
+      }
+    } else {
+      __syncwarp();
+      if (lane == 0) ds_mbar_arrive(empty);
+    }
+    slot += DS_NC;
+    if (slot >= a.ring) { slot -= a.ring; par ^= 1; }
+  }
+  if (cur >= 0 && tig == 0) {
+    red[(cur * DS_NC + warp) * 16 + gid] = acc[0];
+    red[(cur * DS_NC + warp) * 16 + 8 + gid] = acc[2];
+  }
+  /* the next phase starts R·NC positions on */
+  slot0 += R * DS_NC;
+  while (slot0 >= a.ring) { slot0 -= a.ring; par0 ^= 1; }
+  ds_csync();
+}
+
+/* the phase's outputs: one thread per (tile, lane group p) sums the tile's partials over the warps that had it */
+__device__ void ds_emit(const ds_args &a, int ph, const ds_layer &L, const ds_tile *plan, const int *plan_n,
+                        const float *red, int ps, int64_t kslot) {
+  const int T = plan_n[ph], G = ds_K(a, ph) / 128, S = (G + 1) / 2, TS = T * S;
+  const int R = (TS + DS_NC - 1) / DS_NC;
+  for (int o = threadIdx.x; o < T * 8; o += DS_CT) {
+    const int ti = o / 8, p = o % 8;
+    const int w0 = ti * S / R, w1 = ((ti + 1) * S - 1) / R;
+    float vl = 0.0f, vh = 0.0f;
+    for (int w = w0; w <= w1; w++) {
+      vl += red[(ti * DS_NC + w) * 16 + p];
+      vh += red[(ti * DS_NC + w) * 16 + 8 + p];
+    }
+    const ds_tile t = plan[ph * DS_MAXT + ti];
+    const int lo = t.rlo + p, hi = t.rhi + p;
+    if (ph == DS_QKV) {
+      const int m = t.mlo; /* q, k or v: whole heads, so rhi >= 0 */
+      vl += L.bias[m][lo];
+      vh += L.bias[m][hi];
+      if (m < 2) {
+        float sn, cs;
+        sincosf((float)ps * a.rinv[lo % a.hd], &sn, &cs);
+        const float x0 = vl, x1 = vh;
+        vl = x0 * cs - x1 * sn;
+        vh = x1 * cs + x0 * sn;
+      }
+      if (m == 0) {
+        a.q[lo] = __float2half_rn(vl);
+        a.q[hi] = __float2half_rn(vh);
+      } else {
+        __half *cp = (m == 1 ? L.kc : L.vc) + kslot * (int64_t)(a.KVH * a.hd);
+        cp[lo] = __float2half_rn(vl);
+        cp[hi] = __float2half_rn(vh);
+      }
+    } else if (ph == DS_GU) {
+      a.h[lo] = __float2half_rn(vl / (1.0f + expf(-vl)) * vh);
+    } else { /* O, DOWN: the residual */
+      a.x[lo] = __float2half_rn(ds_ldcg_h(a.x + lo) + vl);
+      if (t.rhi >= 0) a.x[hi] = __float2half_rn(ds_ldcg_h(a.x + hi) + vh);
+    }
+  }
+}
+
+/* the token's cache slot of position p */
+__device__ __forceinline__ int64_t ds_slot(const ds_args &a, int seq, int p) {
+  return (int64_t)a.bt[(int64_t)seq * a.max_blocks + p / a.bs] * a.bs + p % a.bs;
+}
+
+/* attention of the one token over keys 0..ps of its sequence: task (head, split) per block, keys of a split in passes
+ * of DS_CT (one thread per key for the scores, then threads by (dimension, key subset) for p·V) with an online
+ * softmax across passes; the last split of a head to finish merges the head's partials into att */
+__device__ void ds_attention(const ds_args &a, const ds_layer &L, int ps, int seq, float *sm) {
+  const int tid = threadIdx.x, hd = a.hd, nkv = a.KVH * hd, Lk = ps + 1;
+  float *qf = sm;                 /* [hd] */
+  float *pr = qf + 256;           /* [DS_CT] probabilities of the pass */
+  float *pacc = pr + DS_CT;       /* [DS_CT] p·V partial per (dimension, subset) */
+  float *wred = pacc + DS_CT;     /* [DS_NC] */
+  __shared__ unsigned s_last;
+  const int chunk = (Lk + a.sa - 1) / a.sa, parts = DS_CT / hd;
+  for (int task = blockIdx.x; task < a.H * a.sa; task += gridDim.x) {
+    const int hh = task / a.sa, sp = task % a.sa, g = hh / (a.H / a.KVH);
+    const int k0 = sp * chunk, k1 = min(Lk, k0 + chunk);
+    if (tid < hd) qf[tid] = ds_ldcg_h(a.q + hh * hd + tid);
+    ds_csync();
+    float m = -INFINITY, l = 0.0f, acc = 0.0f; /* acc: dimension tid % hd, subset tid / hd (tid < parts * hd) */
+    const int d = tid % hd, sub = tid / hd;
+    for (int p0 = k0; p0 < k1; p0 += DS_CT) {
+      const int p = p0 + tid;
+      float s = -INFINITY;
+      if (p < k1) {
+        const __half *kr = L.kc + ds_slot(a, seq, p) * nkv + g * hd;
+        float dot = 0.0f;
+        for (int i = 0; i < hd; i += 8) {
+          const uint4 kv = ds_ldcg4(kr + i);
+          const __half2 *k2 = (const __half2 *)&kv;
+#pragma unroll
+          for (int e = 0; e < 4; e++) {
+            const float2 f = __half22float2(k2[e]);
+            dot = fmaf(f.x, qf[i + 2 * e], dot);
+            dot = fmaf(f.y, qf[i + 2 * e + 1], dot);
+          }
+        }
+        s = dot * a.scale;
+      }
+      float mx = warp_max(s);
+      if ((tid & 31) == 0) wred[tid / 32] = mx;
+      ds_csync();
+      mx = m;
+#pragma unroll
+      for (int w = 0; w < DS_NC; w++) mx = fmaxf(mx, wred[w]);
+      const float pe = p < k1 ? expf(s - mx) : 0.0f;
+      pr[tid] = pe;
+      float ls = warp_sum(pe);
+      ds_csync(); /* wred read by all before it is reused */
+      if ((tid & 31) == 0) wred[tid / 32] = ls;
+      ds_csync();
+      ls = 0.0f;
+#pragma unroll
+      for (int w = 0; w < DS_NC; w++) ls += wred[w];
+      const float corr = expf(m - mx); /* m = -inf on the first pass: 0 */
+      l = l * corr + ls;
+      acc *= corr;
+      m = mx;
+      if (sub < parts) {
+        const int np = min(DS_CT, k1 - p0);
+        for (int k = sub; k < np; k += parts) acc = fmaf(pr[k], ds_ldcg_h(L.vc + ds_slot(a, seq, p0 + k) * nkv + g * hd + d), acc);
+      }
+      ds_csync(); /* pr and wred reused by the next pass */
+    }
+    if (sub < parts) pacc[tid] = acc;
+    ds_csync();
+    float *pp = a.part + (size_t)task * (hd + 2);
+    if (tid < hd) {
+      float v = 0.0f;
+      for (int s2 = 0; s2 < parts; s2++) v += pacc[s2 * hd + tid];
+      pp[tid] = v;
+    }
+    if (tid == 0) {
+      pp[hd] = m;
+      pp[hd + 1] = l;
+    }
+    ds_csync();
+    if (tid == 0) {
+      __threadfence();
+      s_last = atomicAdd(a.cnt + hh, 1u) + 1 == (unsigned)a.sa;
+      if (s_last) __threadfence();
+    }
+    ds_csync();
+    if (s_last) { /* merge the head's splits (empty ones have m = -inf, l = 0) */
+      const float *hp = a.part + (size_t)hh * a.sa * (hd + 2);
+      float M = -INFINITY;
+      for (int s2 = 0; s2 < a.sa; s2++) M = fmaxf(M, __ldcg(hp + s2 * (hd + 2) + hd));
+      if (tid < hd) {
+        float num = 0.0f, den = 0.0f;
+        for (int s2 = 0; s2 < a.sa; s2++) {
+          const float ms = __ldcg(hp + s2 * (hd + 2) + hd);
+          const float w = ms == -INFINITY ? 0.0f : expf(ms - M);
+          num = fmaf(w, __ldcg(hp + s2 * (hd + 2) + tid), num);
+          den = fmaf(w, __ldcg(hp + s2 * (hd + 2) + hd + 1), den);
+        }
+        a.att[hh * hd + tid] = __float2half_rn(num / den);
+      }
+      if (tid == 0) a.cnt[hh] = 0;
+    }
+    ds_csync();
+  }
+}
+
+__global__ __launch_bounds__(DS_NT, 1) void ds_kernel(const __grid_constant__ ds_args a) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  __shared__ float s_att[256 + 2 * DS_CT + DS_NC];
+  __shared__ float s_red[DS_NC];
+  const ds_smem_layout SL = ds_layout(a.ring, a.kmax);
+  __half *xs = (__half *)(smem + SL.xs);
+  float *corr = (float *)(smem + SL.corr), *red = (float *)(smem + SL.red);
+  ds_tile *plan = (ds_tile *)(smem + SL.plan);
+  int *plan_n = (int *)(smem + SL.plan_n);
+  uint8_t *ring = smem + SL.ring;
+  const uint32_t mbar = smem_u32(smem + SL.mbar);
+  const int tid = threadIdx.x;
+  for (int i = tid; i < DS_NPH * DS_MAXT; i += DS_NT) plan[i] = a.plan[(size_t)blockIdx.x * DS_NPH * DS_MAXT + i];
+  if (tid < DS_NPH) plan_n[tid] = a.plan_n[blockIdx.x * DS_NPH + tid];
+  for (int i = tid; i < (a.kmax / 128) * 16; i += DS_NT) corr[i] = 0.0f; /* the columns past token 0 stay 0 */
+  if (tid < a.ring) {
+    ds_mbar_init(mbar + tid * 8);
+    ds_mbar_init(mbar + (a.ring + tid) * 8);
+  }
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  __syncthreads();
+  if (tid >= DS_CT) { /* the producer: one lane streams, the others are done */
+    if (tid == DS_CT) ds_produce(a, plan, plan_n, ring, mbar);
+    return;
+  }
+  const int ps = a.pos[0], seq = a.seq[0];
+  const int64_t kslot = ds_slot(a, seq, ps);
+  unsigned nbar = 0;
+  int slot0 = 0, par0 = 0;
+  for (int l = 0; l < a.n_layers; l++) {
+    const ds_layer L = a.layers[l];
+    ds_prep(a, xs, corr, a.x, a.d, L.n_attn, s_red);
+    ds_gemv(a, DS_QKV, plan_n, xs, corr, red, ring, mbar, slot0, par0);
+    ds_emit(a, DS_QKV, L, plan, plan_n, red, ps, kslot);
+    ds_grid_sync(a, nbar, false);
+    ds_attention(a, L, ps, seq, s_att);
+    ds_grid_sync(a, nbar, false);
+    ds_prep(a, xs, corr, a.att, a.H * a.hd, NULL, s_red);
+    ds_gemv(a, DS_O, plan_n, xs, corr, red, ring, mbar, slot0, par0);
+    ds_emit(a, DS_O, L, plan, plan_n, red, ps, kslot);
+    ds_grid_sync(a, nbar, false);
+    ds_prep(a, xs, corr, a.x, a.d, L.n_ffn, s_red);
+    ds_gemv(a, DS_GU, plan_n, xs, corr, red, ring, mbar, slot0, par0);
+    ds_emit(a, DS_GU, L, plan, plan_n, red, ps, kslot);
+    ds_grid_sync(a, nbar, false);
+    ds_prep(a, xs, corr, a.h, a.ff, NULL, s_red);
+    ds_gemv(a, DS_DOWN, plan_n, xs, corr, red, ring, mbar, slot0, par0);
+    ds_emit(a, DS_DOWN, L, plan, plan_n, red, ps, kslot);
+    ds_grid_sync(a, nbar, l == a.n_layers - 1);
+  }
+}
+
+/* ---- host ------------------------------------------------------------------------------------------------ */
+
+/* the per-model state: the layer table and the plan on the device, built on the first (uncaptured) call */
+struct ds_state {
+  const void *key; /* layer 0's wq data: the model this was built for */
+  int n_layers, n_sm;
+  ds_layer *layers;
+  ds_tile *plan;
+  int *plan_n;
+  __half *q, *att, *h;
+  float *part;
+  unsigned *cnt, *bar;
+  int ring, kmax;
+};
+static ds_state g_ds; /* one model per process in the decode path (the state is rebuilt when another one calls) */
+
+static int ds_env_off(void) {
+  const char *e = getenv("HEARTH_DECODE_STACK"); /* 0: the per-layer kernels (an A/B knob) */
+  return e && *e == '0';
+}
+
+/* contiguous ranges of a phase's tiles per block */
+static void ds_split(ds_tile *plan, int *plan_n, int nb, int ph, const ds_tile *tiles, int nt) {
+  for (int b = 0; b < nb; b++) {
+    const int t0 = (int)((int64_t)nt * b / nb), t1 = (int)((int64_t)nt * (b + 1) / nb);
+    plan_n[b * DS_NPH + ph] = t1 - t0;
+    for (int i = t0; i < t1; i++) plan[((size_t)b * DS_NPH + ph) * DS_MAXT + (i - t0)] = tiles[i];
+  }
+}
+
+static int ds_build(struct hb_ctx *ctx, const struct hb_stack_layer *ls, int n_layers, int d, int H, int KVH, int hd, int ff) {
+  ds_state &s = g_ds;
+  if (s.key == ls[0].wq->data && s.n_layers == n_layers && s.n_sm == ctx->n_sm) return 0;
+  if (ctx->capturing) {
+    CU_ARG(ctx, "decode_stack: first call inside a graph capture");
+    return 1;
+  }
+  if (CU_OK(ctx, cudaStreamSynchronize(ctx->stream))) return 1;
+  cudaFree(s.layers); cudaFree(s.plan); cudaFree(s.plan_n); cudaFree(s.q); cudaFree(s.att); cudaFree(s.h);
+  cudaFree(s.part); cudaFree(s.cnt); cudaFree(s.bar);
+  memset(&s, 0, sizeof s);
+  const int nb = ctx->n_sm, sa = nb / H > 0 ? nb / H : 1;
+  /* the tiles of each phase */
+  const int nq = H * hd / 16, nk = KVH * hd / 16, no = (d + 15) / 16, ngu = ff / 8, nd = (d + 15) / 16;
+  const int nmax = nq + 2 * nk > ngu ? nq + 2 * nk : ngu;
+  ds_tile *tiles = (ds_tile *)calloc((size_t)nmax + no + nd, sizeof *tiles);
+  ds_tile *plan = (ds_tile *)calloc((size_t)nb * DS_NPH * DS_MAXT, sizeof *plan);
+  int *plan_n = (int *)calloc((size_t)nb * DS_NPH, sizeof *plan_n);
+  ds_layer *lt = (ds_layer *)calloc((size_t)n_layers, sizeof *lt);
+  int bad = !tiles || !plan || !plan_n || !lt;
+  if (!bad) {
+    int n = 0;
+    const int per = hd / 16;
+    for (int m = 0; m < 2; m++) /* q, k: rotation pairs (i, i + hd/2) of a head, i = 8 (tile in head) + lane group */
+      for (int t = 0; t < (m == 0 ? nq : nk); t++) {
+        const int lo = (t / per) * hd + (t % per) * 8;
+        tiles[n++] = ds_tile{m, lo, m, lo + hd / 2};
+      }
+    for (int t = 0; t < nk; t++) tiles[n++] = ds_tile{DM_V, 16 * t, DM_V, 16 * t + 8};
+    ds_split(plan, plan_n, nb, DS_QKV, tiles, n);
+    n = 0;
+    for (int t = 0; t < no; t++) tiles[n++] = ds_tile{DM_O, 16 * t, DM_O, 16 * t + 8 < d ? 16 * t + 8 : -1};
+    ds_split(plan, plan_n, nb, DS_O, tiles, n);
+    n = 0;
+    for (int t = 0; t < ngu; t++) tiles[n++] = ds_tile{DM_G, 8 * t, DM_U, 8 * t};
+    ds_split(plan, plan_n, nb, DS_GU, tiles, n);
+    n = 0;
+    for (int t = 0; t < nd; t++) tiles[n++] = ds_tile{DM_D, 16 * t, DM_D, 16 * t + 8 < d ? 16 * t + 8 : -1};
+    ds_split(plan, plan_n, nb, DS_DOWN, tiles, n);
+    for (int i = 0; i < n_layers; i++) {
+      const struct hb_stack_layer *L = &ls[i];
+      const struct hb_tensor *w[DM_N] = {L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up, L->w_down};
+      for (int m = 0; m < DM_N; m++) {
+        lt[i].wq[m] = (const uint8_t *)w[m]->data;
+        lt[i].ws[m] = (const __half *)w[m]->aux;
+      }
+      lt[i].bias[0] = (const float *)L->bq->data;
+      lt[i].bias[1] = (const float *)L->bk->data;
+      lt[i].bias[2] = (const float *)L->bv->data;
+      lt[i].n_attn = L->attn_norm->data;
+      lt[i].n_ffn = L->ffn_norm->data;
+      lt[i].kc = (__half *)L->kv->k.data;
+      lt[i].vc = (__half *)L->kv->v.data;
+    }
+  }
+  const size_t npl = (size_t)nb * DS_NPH * DS_MAXT;
+  if (bad || CU_OK(ctx, cudaMalloc(&s.layers, n_layers * sizeof(ds_layer))) || CU_OK(ctx, cudaMalloc(&s.plan, npl * sizeof(ds_tile))) ||
+      CU_OK(ctx, cudaMalloc(&s.plan_n, (size_t)nb * DS_NPH * sizeof(int))) || CU_OK(ctx, cudaMalloc(&s.q, (size_t)H * hd * 2)) ||
+      CU_OK(ctx, cudaMalloc(&s.att, (size_t)H * hd * 2)) || CU_OK(ctx, cudaMalloc(&s.h, (size_t)ff * 2)) ||
+      CU_OK(ctx, cudaMalloc(&s.part, (size_t)H * sa * (hd + 2) * 4)) || CU_OK(ctx, cudaMalloc(&s.cnt, (size_t)H * 4)) ||
+      CU_OK(ctx, cudaMalloc(&s.bar, 4)) ||
+      CU_OK(ctx, cudaMemcpy(s.layers, lt, n_layers * sizeof(ds_layer), cudaMemcpyHostToDevice)) ||
+      CU_OK(ctx, cudaMemcpy(s.plan, plan, npl * sizeof(ds_tile), cudaMemcpyHostToDevice)) ||
+      CU_OK(ctx, cudaMemcpy(s.plan_n, plan_n, (size_t)nb * DS_NPH * sizeof(int), cudaMemcpyHostToDevice)) ||
+      CU_OK(ctx, cudaMemset(s.cnt, 0, (size_t)H * 4)) || CU_OK(ctx, cudaMemset(s.bar, 0, 4))) {
+    if (bad) CU_ARG(ctx, "decode_stack: out of host memory");
+    free(tiles); free(plan); free(plan_n); free(lt);
+    return 1;
+  }
+  free(tiles); free(plan); free(plan_n); free(lt);
+  ctx->bytes_scratch += npl * sizeof(ds_tile) + (size_t)H * sa * (hd + 2) * 4 + ((size_t)2 * H * hd + ff) * 2;
+  /* the ring: what is left of the block's shared memory beside the static part */
+  int kmax = d > ff ? d : ff;
+  if (H * hd > kmax) kmax = H * hd;
+  cudaFuncAttributes fa;
+  if (CU_OK(ctx, cudaFuncGetAttributes(&fa, ds_kernel))) return 1;
+  int ring = 0;
+  while (ds_layout(ring + 1, kmax).total + fa.sharedSizeBytes <= ctx->smem_optin) ring++;
+  if (ring < 2 * DS_NC) {
+    CU_ARG(ctx, "decode_stack: %d ring slots fit in shared memory, %d needed", ring, 2 * DS_NC);
+    return 1;
+  }
+  s.ring = ring;
+  s.kmax = kmax;
+  if (CU_OK(ctx, cudaFuncSetAttribute(ds_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ds_layout(ring, kmax).total)))
+    return 1;
+  s.key = ls[0].wq->data;
+  s.n_layers = n_layers;
+  s.n_sm = nb;
+  return 0;
+}
+
+extern "C" int hb_cuda_decode_stack(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_stack_layer *ls, int n_layers,
+                                    const struct hb_batch *b, const struct hb_attn_params *p, float eps, float theta) {
+  if (ctx->status) return 0; /* sticky error: nothing runs either way */
+  if (ctx->exact || ds_env_off() || ctx->skip || ctx->dup || b->n_tokens != 1 || !b->d_pos.data || x->dtype != HB_F16 ||
+      n_layers < 1 || ctx->cc_major < 9)
+    return 1;
+  const int d = (int)x->cols, H = p->n_heads, KVH = p->n_kv_heads, hd = p->head_dim;
+  const int ff = (int)ls[0].w_gate->rows;
+  if (p->window || p->softcap != 0.0f || hd % 32 || hd > 256 || d % 128 || ff % 128 || (H * hd) % 128 || H % KVH ||
+      d > DS_KMAX || ff > DS_KMAX || H * hd > DS_KMAX || d / 8 > DS_NR * DS_CT)
+    return 1;
+  for (int i = 0; i < n_layers; i++) {
+    const struct hb_stack_layer *L = &ls[i];
+    const struct hb_tensor *w[DM_N] = {L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up, L->w_down};
+    const int64_t rows[DM_N] = {H * hd, KVH * hd, KVH * hd, d, ff, ff, d}, cols[DM_N] = {d, d, d, H * hd, d, d, ff};
+    for (int m = 0; m < DM_N; m++)
+      if (w[m]->dtype != HB_Q4 || w[m]->rows != rows[m] || w[m]->cols != cols[m]) return 1;
+    if (!L->bq || !L->bk || !L->bv || L->bq->dtype != HB_F32 || L->bk->dtype != HB_F32 || L->bv->dtype != HB_F32) return 1;
+    if (L->attn_norm->dtype != L->ffn_norm->dtype || L->attn_norm->dtype != ls[0].attn_norm->dtype) return 1;
+    if (L->kv->k.dtype != HB_F16 || L->kv->v.dtype != HB_F16 || L->kv->head_dim != hd || L->kv->n_kv_heads != KVH) return 1;
+  }
+  const int nb = ctx->n_sm;
+  if ((ff / 8 + nb - 1) / nb > DS_MAXT || (H * hd / 16 + 2 * KVH * hd / 16 + nb - 1) / nb > DS_MAXT) return 1;
+  if (ds_build(ctx, ls, n_layers, d, H, KVH, hd, ff)) return 0;
+  ds_state &s = g_ds;
+  ds_args a;
+  memset(&a, 0, sizeof a);
+  a.layers = s.layers;
+  a.plan = s.plan;
+  a.plan_n = s.plan_n;
+  a.n_layers = n_layers;
+  a.d = d;
+  a.H = H;
+  a.KVH = KVH;
+  a.hd = hd;
+  a.ff = ff;
+  a.nwdt = (int)ls[0].attn_norm->dtype;
+  a.sa = nb / H > 0 ? nb / H : 1;
+  a.ring = s.ring;
+  a.kmax = s.kmax;
+  a.eps = eps;
+  a.scale = p->scale;
+  a.x = (__half *)x->data;
+  a.q = s.q;
+  a.att = s.att;
+  a.h = s.h;
+  a.part = s.part;
+  a.cnt = s.cnt;
+  a.bar = s.bar;
+  a.pos = (const int32_t *)b->d_pos.data;
+  a.seq = (const int32_t *)b->d_seq.data;
+  a.bt = (const int32_t *)b->d_block_table.data;
+  a.max_blocks = b->max_blocks;
+  a.bs = b->block_size;
+  for (int i = 0; i < hd / 2; i++) { /* rope_pow's formula, as cu_gemv_qkv_rope_kv */
+    const float e = (float)(2 * i) / (float)hd;
+    a.rinv[i] = 1.0f / (float)pow((double)theta, (double)e);
+  }
+  ds_kernel<<<nb, DS_NT, ds_layout(s.ring, s.kmax).total, ctx->stream>>>(a);
+  CU_LAUNCHED(ctx, "decode_stack");
+  return 0;
+}
