@@ -249,6 +249,8 @@ __device__ __forceinline__ float q4_scale(const __half *s, int64_t G, int64_t r,
   return __half2float(s[q4_soff(r, i / 128, G)]);
 }
 
+/* decode_stack.cu: HEARTH_DS_TIME=1's stage times, printed when the context is freed */
+void cu_decode_stack_report(struct hb_ctx *ctx);
 /* ---- host wrappers (one per op family file) ------------------------------------------------- */
 
 /* matmul_q4.cu */

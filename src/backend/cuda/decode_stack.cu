@@ -31,6 +31,8 @@
  * the decode stream); the producer waits only for slots its own consumers free, and each consumer warp takes its
  * slots in stream order. */
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_common.cuh"
@@ -71,8 +73,13 @@ struct ds_args {
   unsigned *bar; /* the grid barrier's counter (the last arrival of a launch resets it) */
   const int32_t *pos, *seq, *bt;
   int max_blocks, bs;
+  /* measurement knobs (HEARTH_DS_ABL, bench only: the outputs are garbage): 1 no weight copies, 2 no step math,
+   * 4 grid barriers that do not wait, 8 no attention */
+  int abl;
+  unsigned long long *ts; /* HEARTH_DS_TIME=1: [DS_NTS] sums of block 0's phase times (ns), else NULL */
   float rinv[128];
 };
+#define DS_NTS 24 /* 1..18 the stages of a layer, 20 producer's waits, 21 consumer warp 0's waits, 0 layers */
 
 /* ---- PTX: mbarriers, bulk copies, named barriers ----------------------------------------------------- */
 __device__ __forceinline__ void ds_mbar_init(uint32_t bar) { asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar)); }
@@ -110,7 +117,7 @@ __device__ __forceinline__ void ds_grid_sync(const ds_args &a, unsigned &nbar, b
   if (threadIdx.x == 0) {
     __threadfence();
     const unsigned old = atomicAdd(a.bar, 1u), target = (nbar + 1) * gridDim.x;
-    if (last) {
+    if (last || (a.abl & 4)) {
       if (old + 1 == target) atomicExch(a.bar, 0u);
     } else {
       while (ds_ld_acquire(a.bar) < target) {}
@@ -119,6 +126,20 @@ __device__ __forceinline__ void ds_grid_sync(const ds_args &a, unsigned &nbar, b
   }
   nbar++;
   if (!last) ds_csync();
+}
+
+__device__ __forceinline__ unsigned long long ds_now() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+/* block 0, thread 0: the time since the last stamp, added to stage i */
+__device__ __forceinline__ void ds_stamp(const ds_args &a, int i, unsigned long long &t) {
+  if (a.ts && blockIdx.x == 0 && threadIdx.x == 0) {
+    const unsigned long long n = ds_now();
+    a.ts[i] += n - t;
+    t = n;
+  }
 }
 
 /* ---- shared memory ------------------------------------------------------------------------------------ */
@@ -162,9 +183,13 @@ __device__ void ds_produce(const ds_args &a, const ds_tile *plan, const int *pla
       const int R = (TS + DS_NC - 1) / DS_NC;
       for (int k = 0; k < R * DS_NC; k++) {
         const uint32_t full = mbar + slot * 8, empty = mbar + (a.ring + slot) * 8;
-        if (lap > 0) ds_mbar_wait(empty, (lap - 1) & 1);
+        if (lap > 0) {
+          const unsigned long long t0 = a.ts && blockIdx.x == 0 ? ds_now() : 0;
+          ds_mbar_wait(empty, (lap - 1) & 1);
+          if (a.ts && blockIdx.x == 0) a.ts[20] += ds_now() - t0;
+        }
         const int step = (k % DS_NC) * R + k / DS_NC;
-        if (step < TS) {
+        if (step < TS && !(a.abl & 1)) {
           const ds_tile t = plan[ph * DS_MAXT + step / S];
           const int g = (step % S) * 2, ng = g + 1 < G ? 2 : 1;
           const int rhi = t.rhi >= 0 ? t.rhi : t.rlo, mhi = t.rhi >= 0 ? t.mhi : t.mlo;
@@ -287,8 +312,14 @@ __device__ void ds_gemv(const ds_args &a, int ph, const int *plan_n, const __hal
   for (int r = 0; r < R; r++) {
     const int step = warp * R + r;
     const uint32_t full = mbar + slot * 8, empty = mbar + (a.ring + slot) * 8;
-    ds_mbar_wait(full, par);
-    if (step < TS) {
+    if (a.ts && blockIdx.x == 0 && threadIdx.x == 0) {
+      const unsigned long long t0 = ds_now();
+      ds_mbar_wait(full, par);
+      a.ts[21] += ds_now() - t0;
+    } else {
+      ds_mbar_wait(full, par);
+    }
+    if (step < TS && !(a.abl & 2)) {
       const int tile = step / S, j = step % S;
       if (tile != cur) {
         if (cur >= 0 && tig == 0) {
@@ -428,6 +459,7 @@ __device__ void ds_attention(const ds_args &a, const ds_layer &L, int ps, int se
   float *pacc = pr + DS_CT;       /* [DS_CT] p·V partial per (dimension, subset) */
   float *wred = pacc + DS_CT;     /* [DS_NC] */
   __shared__ unsigned s_last;
+  __shared__ int64_t s_kslot[DS_CT]; /* the pass's keys' cache rows (the p·V loop reads them again) */
   const int chunk = (Lk + a.sa - 1) / a.sa, parts = DS_CT / hd;
   for (int task = blockIdx.x; task < a.H * a.sa; task += gridDim.x) {
     const int hh = task / a.sa, sp = task % a.sa, g = hh / (a.H / a.KVH);
@@ -440,7 +472,9 @@ __device__ void ds_attention(const ds_args &a, const ds_layer &L, int ps, int se
       const int p = p0 + tid;
       float s = -INFINITY;
       if (p < k1) {
-        const __half *kr = L.kc + ds_slot(a, seq, p) * nkv + g * hd;
+        const int64_t ks = ds_slot(a, seq, p) * nkv + g * hd;
+        s_kslot[tid] = ks;
+        const __half *kr = L.kc + ks;
         float dot = 0.0f;
         for (int i = 0; i < hd; i += 8) {
           const uint4 kv = ds_ldcg4(kr + i);
@@ -475,7 +509,8 @@ __device__ void ds_attention(const ds_args &a, const ds_layer &L, int ps, int se
       m = mx;
       if (sub < parts) {
         const int np = min(DS_CT, k1 - p0);
-        for (int k = sub; k < np; k += parts) acc = fmaf(pr[k], ds_ldcg_h(L.vc + ds_slot(a, seq, p0 + k) * nkv + g * hd + d), acc);
+#pragma unroll 4
+        for (int k = sub; k < np; k += parts) acc = fmaf(pr[k], ds_ldcg_h(L.vc + s_kslot[k] + d), acc);
       }
       ds_csync(); /* pr and wred reused by the next pass */
     }
@@ -547,26 +582,46 @@ __global__ __launch_bounds__(DS_NT, 1) void ds_kernel(const __grid_constant__ ds
   const int64_t kslot = ds_slot(a, seq, ps);
   unsigned nbar = 0;
   int slot0 = 0, par0 = 0;
+  unsigned long long t = a.ts && blockIdx.x == 0 && tid == 0 ? ds_now() : 0;
   for (int l = 0; l < a.n_layers; l++) {
     const ds_layer L = a.layers[l];
     ds_prep(a, xs, corr, a.x, a.d, L.n_attn, s_red);
+    ds_stamp(a, 1, t);
     ds_gemv(a, DS_QKV, plan_n, xs, corr, red, ring, mbar, slot0, par0);
+    ds_stamp(a, 2, t);
     ds_emit(a, DS_QKV, L, plan, plan_n, red, ps, kslot);
+    ds_stamp(a, 3, t);
     ds_grid_sync(a, nbar, false);
-    ds_attention(a, L, ps, seq, s_att);
+    ds_stamp(a, 4, t);
+    if (!(a.abl & 8)) ds_attention(a, L, ps, seq, s_att);
+    ds_stamp(a, 5, t);
     ds_grid_sync(a, nbar, false);
+    ds_stamp(a, 6, t);
     ds_prep(a, xs, corr, a.att, a.H * a.hd, NULL, s_red);
+    ds_stamp(a, 7, t);
     ds_gemv(a, DS_O, plan_n, xs, corr, red, ring, mbar, slot0, par0);
+    ds_stamp(a, 8, t);
     ds_emit(a, DS_O, L, plan, plan_n, red, ps, kslot);
+    ds_stamp(a, 9, t);
     ds_grid_sync(a, nbar, false);
+    ds_stamp(a, 10, t);
     ds_prep(a, xs, corr, a.x, a.d, L.n_ffn, s_red);
+    ds_stamp(a, 11, t);
     ds_gemv(a, DS_GU, plan_n, xs, corr, red, ring, mbar, slot0, par0);
+    ds_stamp(a, 12, t);
     ds_emit(a, DS_GU, L, plan, plan_n, red, ps, kslot);
+    ds_stamp(a, 13, t);
     ds_grid_sync(a, nbar, false);
+    ds_stamp(a, 14, t);
     ds_prep(a, xs, corr, a.h, a.ff, NULL, s_red);
+    ds_stamp(a, 15, t);
     ds_gemv(a, DS_DOWN, plan_n, xs, corr, red, ring, mbar, slot0, par0);
+    ds_stamp(a, 16, t);
     ds_emit(a, DS_DOWN, L, plan, plan_n, red, ps, kslot);
+    ds_stamp(a, 17, t);
     ds_grid_sync(a, nbar, l == a.n_layers - 1);
+    ds_stamp(a, 18, t);
+    if (a.ts && blockIdx.x == 0 && tid == 0) a.ts[0]++;
   }
 }
 
@@ -583,6 +638,8 @@ struct ds_state {
   float *part;
   unsigned *cnt, *bar;
   int ring, kmax;
+  unsigned long long *ts; /* HEARTH_DS_TIME=1 */
+  int abl;
 };
 static ds_state g_ds; /* one model per process in the decode path (the state is rebuilt when another one calls) */
 
@@ -609,7 +666,7 @@ static int ds_build(struct hb_ctx *ctx, const struct hb_stack_layer *ls, int n_l
   }
   if (CU_OK(ctx, cudaStreamSynchronize(ctx->stream))) return 1;
   cudaFree(s.layers); cudaFree(s.plan); cudaFree(s.plan_n); cudaFree(s.q); cudaFree(s.att); cudaFree(s.h);
-  cudaFree(s.part); cudaFree(s.cnt); cudaFree(s.bar);
+  cudaFree(s.part); cudaFree(s.cnt); cudaFree(s.bar); cudaFree(s.ts);
   memset(&s, 0, sizeof s);
   const int nb = ctx->n_sm, sa = nb / H > 0 ? nb / H : 1;
   /* the tiles of each phase */
@@ -684,6 +741,10 @@ static int ds_build(struct hb_ctx *ctx, const struct hb_stack_layer *ls, int n_l
   }
   s.ring = ring;
   s.kmax = kmax;
+  const char *ab = getenv("HEARTH_DS_ABL"), *tm = getenv("HEARTH_DS_TIME");
+  s.abl = ab && *ab ? atoi(ab) : 0;
+  if (s.abl) fprintf(stderr, "decode_stack: HEARTH_DS_ABL=%d (timing only: outputs are garbage)\n", s.abl);
+  if (tm && *tm == '1' && (CU_OK(ctx, cudaMalloc(&s.ts, DS_NTS * 8)) || CU_OK(ctx, cudaMemset(s.ts, 0, DS_NTS * 8)))) return 1;
   if (CU_OK(ctx, cudaFuncSetAttribute(ds_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ds_layout(ring, kmax).total)))
     return 1;
   s.key = ls[0].wq->data;
@@ -732,6 +793,8 @@ extern "C" int hb_cuda_decode_stack(struct hb_ctx *ctx, struct hb_tensor *x, con
   a.sa = nb / H > 0 ? nb / H : 1;
   a.ring = s.ring;
   a.kmax = s.kmax;
+  a.abl = s.abl;
+  a.ts = s.ts;
   a.eps = eps;
   a.scale = p->scale;
   a.x = (__half *)x->data;
@@ -753,4 +816,24 @@ extern "C" int hb_cuda_decode_stack(struct hb_ctx *ctx, struct hb_tensor *x, con
   ds_kernel<<<nb, DS_NT, ds_layout(s.ring, s.kmax).total, ctx->stream>>>(a);
   CU_LAUNCHED(ctx, "decode_stack");
   return 0;
+}
+
+/* HEARTH_DS_TIME=1: block 0's mean time per layer in each stage (cuda_free calls it) */
+void cu_decode_stack_report(struct hb_ctx *ctx) {
+  ds_state &s = g_ds;
+  if (!s.ts) return;
+  unsigned long long h[DS_NTS];
+  if (cudaStreamSynchronize(ctx->stream) != cudaSuccess || cudaMemcpy(h, s.ts, sizeof h, cudaMemcpyDeviceToHost) != cudaSuccess || !h[0])
+    return;
+  static const char *names[19] = {"", "qkv prep", "qkv steps", "qkv emit", "sync", "attention", "sync", "o prep",
+                                  "o steps", "o emit", "sync", "gu prep", "gu steps", "gu emit", "sync", "down prep",
+                                  "down steps", "down emit", "sync"};
+  double tot = 0.0;
+  fprintf(stderr, "decode_stack: block 0, mean us per layer over %llu layers\n", h[0]);
+  for (int i = 1; i <= 18; i++) {
+    tot += h[i] / (double)h[0] / 1e3;
+    fprintf(stderr, "  %2d %-11s %7.2f\n", i, names[i], h[i] / (double)h[0] / 1e3);
+  }
+  fprintf(stderr, "  layer %.2f; producer waits %.2f, warp 0 waits %.2f\n", tot, h[20] / (double)h[0] / 1e3,
+          h[21] / (double)h[0] / 1e3);
 }
