@@ -38,7 +38,8 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/ptx.cuh"
 
-#define DS_NC 12                   /* consumer warps per block */
+#define DS_NC 15 /* consumer warps per block: with the producer 16 warps, what 128 registers a thread allow (13 warps are
+                  * allocated as 16: __maxnreg__(152) at 13 warps failed to launch, "too many resources") */
 #define DS_CT (DS_NC * 32)         /* consumer threads */
 #define DS_NT (DS_CT + 32)         /* + the producer warp */
 #define DS_SLOT 2112               /* one step: lo weights of 2 groups (1 KB), hi (1 KB), scales lo h0 h1, hi h0 h1 */
@@ -596,7 +597,7 @@ __device__ __noinline__ void ds_attention(const ds_args &a, const ds_layer &L, i
   }
 }
 
-__global__ __maxnreg__(152) void ds_kernel(const __grid_constant__ ds_args a) {
+__global__ __launch_bounds__(DS_NT, 1) void ds_kernel(const __grid_constant__ ds_args a) {
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ float s_att[256 + DS_CT + DS_NC];
   __shared__ float s_red[DS_NC];
@@ -817,6 +818,13 @@ extern "C" int hb_cuda_decode_stack(struct hb_ctx *ctx, struct hb_tensor *x, con
     if (L->attn_norm->dtype != L->ffn_norm->dtype || L->attn_norm->dtype != ls[0].attn_norm->dtype) return 1;
     if (L->kv->k.dtype != HB_F16 || L->kv->v.dtype != HB_F16 || L->kv->head_dim != hd || L->kv->n_kv_heads != KVH) return 1;
   }
+  static int launchable = -1; /* the kernel fits a block of DS_NT threads on this device */
+  if (launchable < 0) {
+    cudaFuncAttributes fa;
+    launchable = cudaFuncGetAttributes(&fa, ds_kernel) == cudaSuccess && fa.maxThreadsPerBlock >= DS_NT;
+    cudaGetLastError();
+  }
+  if (!launchable) return 1;
   const int nb = ctx->n_sm;
   if ((ff / 8 + nb - 1) / nb > DS_MAXT || (H * hd / 16 + 2 * KVH * hd / 16 + nb - 1) / nb > DS_MAXT) return 1;
   if (ds_build(ctx, ls, n_layers, d, H, KVH, hd, ff)) return 0;
