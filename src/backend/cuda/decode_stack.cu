@@ -100,6 +100,46 @@ __device__ __forceinline__ void ds_bulk(uint32_t dst, const void *src, uint32_t 
                "r"(bytes), "r"(bar)
                : "memory");
 }
+/* the same with an L2 priority (round 17's reason: the stream must not push out what the step reads again: norm
+ * weights, biases, the KV cache); without HEARTH_L2_HINTS (ptx.cuh) the plain form */
+__device__ __forceinline__ void ds_bulk_h(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar, uint64_t pol) {
+#if HEARTH_L2_HINTS
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar), "l"(pol)
+               : "memory");
+#else
+  (void)pol;
+  ds_bulk(dst, src, bytes, bar);
+#endif
+}
+__device__ __forceinline__ float4 ds_ld4_h(const void *p, uint64_t pol) {
+  float4 r;
+#if HEARTH_L2_HINTS
+  asm volatile("ld.global.L2::cache_hint.v4.f32 {%0,%1,%2,%3}, [%4], %5;" : "=f"(r.x), "=f"(r.y), "=f"(r.z), "=f"(r.w) : "l"(p), "l"(pol));
+#else
+  (void)pol;
+  r = *(const float4 *)p;
+#endif
+  return r;
+}
+__device__ __forceinline__ uint4 ds_ldcg4_h(const void *p, uint64_t pol) {
+  uint4 r;
+#if HEARTH_L2_HINTS
+  asm volatile("ld.global.cg.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p), "l"(pol));
+#else
+  (void)pol;
+  r = __ldcg((const uint4 *)p);
+#endif
+  return r;
+}
+/* one probe of a phase's completion (no blocking) */
+__device__ __forceinline__ bool ds_mbar_test(uint32_t bar, uint32_t parity) {
+  uint32_t ok;
+  asm volatile("{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}" : "=r"(ok)
+               : "r"(bar), "r"(parity)
+               : "memory");
+  return ok != 0;
+}
 /* the consumer warps only (the producer never joins) */
 __device__ __forceinline__ void ds_csync() { asm volatile("bar.sync 1, %0;" ::"n"(DS_CT) : "memory"); }
 __device__ __forceinline__ unsigned ds_ld_acquire(const unsigned *p) {
@@ -174,6 +214,7 @@ __device__ __forceinline__ int ds_K(const ds_args &a, int ph) {
 __device__ __noinline__ void ds_produce(const ds_args &a, const ds_tile *plan, const int *plan_n, uint8_t *ring, uint32_t mbar) {
   const uint32_t ring_s = smem_u32(ring);
   const int lane = threadIdx.x % 32;
+  const uint64_t pol = l2_evict_first(1.0f);
   int64_t base = 0; /* the phase's first stream position */
   for (int l = 0; l < a.n_layers; l++) {
     const ds_layer *L = a.layers + l;
@@ -186,7 +227,9 @@ __device__ __noinline__ void ds_produce(const ds_args &a, const ds_tile *plan, c
         const uint32_t full = mbar + slot * 8, empty = mbar + (a.ring + slot) * 8;
         if (lap > 0) {
           const unsigned long long t0 = a.ts && blockIdx.x == 0 && lane == 0 ? ds_now() : 0;
-          ds_mbar_wait(empty, (lap - 1) & 1);
+          /* with a pause between probes: 32 lanes spinning on their slots slowed every consumer stage 1.5-2x
+           * (call 4) */
+          while (!ds_mbar_test(empty, (lap - 1) & 1)) __nanosleep(128);
           if (a.ts && blockIdx.x == 0 && lane == 0) a.ts[20] += ds_now() - t0;
         }
         const int step = (k % DS_NC) * R + k / DS_NC;
@@ -196,10 +239,10 @@ __device__ __noinline__ void ds_produce(const ds_args &a, const ds_tile *plan, c
           const int rhi = t.rhi >= 0 ? t.rhi : t.rlo, mhi = t.rhi >= 0 ? t.mhi : t.mlo;
           const uint32_t dst = ring_s + slot * DS_SLOT;
           ds_mbar_expect(full, (uint32_t)ng * (1024 + 32));
-          ds_bulk(dst, L->wq[t.mlo] + q4_off(t.rlo, g, G), ng * 512, full);
-          ds_bulk(dst + 1024, L->wq[mhi] + q4_off(rhi, g, G), ng * 512, full);
-          ds_bulk(dst + 2048, L->ws[t.mlo] + q4_soff(t.rlo, g, G), ng * 16, full);
-          ds_bulk(dst + 2048 + 32, L->ws[mhi] + q4_soff(rhi, g, G), ng * 16, full);
+          ds_bulk_h(dst, L->wq[t.mlo] + q4_off(t.rlo, g, G), ng * 512, full, pol);
+          ds_bulk_h(dst + 1024, L->wq[mhi] + q4_off(rhi, g, G), ng * 512, full, pol);
+          ds_bulk_h(dst + 2048, L->ws[t.mlo] + q4_soff(t.rlo, g, G), ng * 16, full, pol);
+          ds_bulk_h(dst + 2048 + 32, L->ws[mhi] + q4_soff(rhi, g, G), ng * 16, full, pol);
         } else {
           ds_mbar_arrive(full); /* a padding step: nothing to copy, the consumer only frees it */
         }
@@ -249,6 +292,7 @@ __device__ __forceinline__ void ds_corr(float *corr, int c, float cs, bool live)
 __device__ __noinline__ void ds_prep(const ds_args &a, __half *xs, float *corr, const __half *src, int K, const void *nw, float *s_red) {
   const int nch = K / 8, tid = threadIdx.x;
   const bool nwf = nw && a.nwdt == HB_F32;
+  const uint64_t pk = l2_evict_last(1.0f);
   for (int c0 = 0; c0 < nch; c0 += DS_NR * DS_CT) { /* uniform */
     uint4 v[DS_NR];
     float4 w0[DS_NR], w1[DS_NR];
@@ -258,8 +302,8 @@ __device__ __noinline__ void ds_prep(const ds_args &a, __half *xs, float *corr, 
       if (c < nch) {
         v[k] = ds_ldcg4(src + c * 8);
         if (nwf) {
-          w0[k] = __ldg((const float4 *)nw + 2 * c);
-          w1[k] = __ldg((const float4 *)nw + 2 * c + 1);
+          w0[k] = ds_ld4_h((const float4 *)nw + 2 * c, pk);
+          w1[k] = ds_ld4_h((const float4 *)nw + 2 * c + 1, pk);
         }
       }
     }
@@ -437,8 +481,9 @@ __device__ __noinline__ void ds_emit(const ds_args &a, int ph, const ds_layer &L
     const int lo = t.rlo + p, hi = t.rhi + p;
     if (ph == DS_QKV) {
       const int m = t.mlo; /* q, k or v: whole heads, so rhi >= 0 */
-      vl += L.bias[m][lo];
-      vh += L.bias[m][hi];
+      const uint64_t pk = l2_evict_last(1.0f);
+      vl += ld_f32_h(L.bias[m] + lo, pk);
+      vh += ld_f32_h(L.bias[m] + hi, pk);
       if (m < 2) {
         float sn, cs;
         sincosf((float)ps * a.rinv[lo % a.hd], &sn, &cs);
@@ -483,6 +528,7 @@ __device__ __noinline__ void ds_attention(const ds_args &a, const ds_layer &L, i
   __shared__ unsigned s_last;
   __shared__ int64_t s_kslot[DS_CT]; /* the pass's keys' cache rows (the p·V loop reads them again) */
   const int need = (Lk + DS_CT - 1) / DS_CT, sae = need < a.sa ? need : a.sa;
+  const uint64_t pk = l2_evict_last(1.0f); /* the cache stays in L2 beside the weight stream (evict_first) */
   const int chunk = (Lk + sae - 1) / sae;
   const int ndc = hd / 8, nkg = DS_CT / ndc, dc = tid % ndc, kg = tid / ndc; /* p·V: dims 8 dc.., keys kg mod nkg */
   for (int task = blockIdx.x; task < a.H * sae; task += gridDim.x) {
@@ -503,7 +549,7 @@ __device__ __noinline__ void ds_attention(const ds_args &a, const ds_layer &L, i
           uint4 kv[16];
 #pragma unroll
           for (int i = 0; i < 16; i++)
-            if (i0 + i < hd / 8) kv[i] = ds_ldcg4(kr + 8 * (i0 + i));
+            if (i0 + i < hd / 8) kv[i] = ds_ldcg4_h(kr + 8 * (i0 + i), pk);
 #pragma unroll
           for (int i = 0; i < 16; i++) {
             if (i0 + i >= hd / 8) break;
@@ -535,7 +581,7 @@ __device__ __noinline__ void ds_attention(const ds_args &a, const ds_layer &L, i
       const int np = min(DS_CT, k1 - p0);
 #pragma unroll 4
       for (int k = kg; k < np; k += nkg) {
-        const uint4 vv = ds_ldcg4(L.vc + s_kslot[k] + dc * 8);
+        const uint4 vv = ds_ldcg4_h(L.vc + s_kslot[k] + dc * 8, pk);
         const __half2 *v2 = (const __half2 *)&vv;
         const float pk = pr[k];
 #pragma unroll
