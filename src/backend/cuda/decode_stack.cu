@@ -823,10 +823,16 @@ static int ds_build(struct hb_ctx *ctx, const struct hb_stack_layer *ls, int n_l
   if (H * hd > kmax) kmax = H * hd;
   cudaFuncAttributes fa;
   if (CU_OK(ctx, cudaFuncGetAttributes(&fa, ds_kernel))) return 1;
+  /* the block's shared memory, at most HEARTH_DS_SMEM_KB (default 164): the rest of the SM's 256 KB is L1, which
+   * holds the spills, the stack of the phase calls and the layer table; at the largest carve-out (228) L1 is ~28 KB
+   * (round 21, call 5: every stage 2-3x its model) */
+  const char *sk = getenv("HEARTH_DS_SMEM_KB");
+  size_t cap = (size_t)(sk && *sk ? atoi(sk) : 164) * 1024;
+  if (cap > ctx->smem_optin) cap = ctx->smem_optin;
   int ring = 0;
-  while (ds_layout(ring + 1, kmax).total + fa.sharedSizeBytes <= ctx->smem_optin) ring++;
-  if (ring < 64) { /* ds_produce needs more than 32; a phase's round of NC steps per lap and then some */
-    CU_ARG(ctx, "decode_stack: %d ring slots fit in shared memory, 64 needed", ring);
+  while (ds_layout(ring + 1, kmax).total + fa.sharedSizeBytes <= cap) ring++;
+  if (ring < 40) { /* ds_produce needs more than 32 */
+    CU_ARG(ctx, "decode_stack: %d ring slots fit in shared memory, 40 needed", ring);
     return 1;
   }
   s.ring = ring;
@@ -837,6 +843,11 @@ static int ds_build(struct hb_ctx *ctx, const struct hb_stack_layer *ls, int n_l
   if (tm && *tm == '1' && (CU_OK(ctx, cudaMalloc(&s.ts, DS_NTS * 8)) || CU_OK(ctx, cudaMemset(s.ts, 0, DS_NTS * 8)))) return 1;
   if (CU_OK(ctx, cudaFuncSetAttribute(ds_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ds_layout(ring, kmax).total)))
     return 1;
+  /* the smallest carve-out that holds the block, so that the rest stays L1 */
+  const size_t need = ds_layout(ring, kmax).total + fa.sharedSizeBytes + ctx->smem_reserved;
+  int pct = (int)((need * 100 + ctx->smem_sm - 1) / ctx->smem_sm);
+  if (pct > 100) pct = 100;
+  if (CU_OK(ctx, cudaFuncSetAttribute(ds_kernel, cudaFuncAttributePreferredSharedMemoryCarveout, pct))) return 1;
   s.key = ls[0].wq->data;
   s.n_layers = n_layers;
   s.n_sm = nb;
