@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/stack.sh — one device call for the persistent decode stack (decode_stack.cu): build, the CUDA tests, greedy
 # ids with the stack on and off on mkmodel checkpoints of the real 3B and 0.5B configs, and tg128 in interleaved
-# rounds (HEARTH_DECODE_STACK=0 is the per-layer chain). Every command runs under a timeout (a grid-barrier deadlock
+# rounds (HEARTH_DECODE_STACK=1 turns the stack on, 0 is the per-layer chain). Every command runs under a timeout (a grid-barrier deadlock
 # must not eat the call). Logs in $OUT.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)

@@ -20,7 +20,7 @@ wait
 for m in ${ABL_MODELS:-3b 0.5b}; do
   for k in ${ABL_LIST:-0 1 2 3 4 8 12 15}; do
     [ $m = 0.5b ] && [ $k != 0 ] && continue
-    HEARTH_DS_TIME=1 HEARTH_DS_ABL=$k timeout 90 $H bench --model /tmp/hearth-bench-$m --backend cuda -p 71 -n 64 -r 2 --tg-ctx 71 \
+    HEARTH_DECODE_STACK=1 HEARTH_DS_TIME=1 HEARTH_DS_ABL=$k timeout 90 $H bench --model /tmp/hearth-bench-$m --backend cuda -p 71 -n 64 -r 2 --tg-ctx 71 \
       >"$OUT/abl-$m-$k.txt" 2>&1
     echo "== $m abl=$k rc $? $(grep -E '^\| tg' "$OUT/abl-$m-$k.txt" | head -1)"
     sed -n '/decode_stack: block 0/,/layer /p' "$OUT/abl-$m-$k.txt" | tail -20

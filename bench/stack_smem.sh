@@ -11,10 +11,10 @@ cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DHEARTH_SERVER=OFF -DHEARTH_WERROR=
 H=$B/hearth M=/tmp/hearth-bench-3b
 [ -f $M/model.safetensors ] || timeout 120 $H mkmodel --config configs/qwen2.5-3b-instruct.json --out $M >/dev/null
 for kb in ${SMEM_LIST:-164 228}; do
-  HEARTH_DS_SMEM_KB=$kb timeout 60 $H bench --model $M --backend cuda -p 71 -n 128 -r 3 --tg-ctx 71 >"$OUT/smem-$kb.txt" 2>&1
+  HEARTH_DECODE_STACK=1 HEARTH_DS_SMEM_KB=$kb timeout 60 $H bench --model $M --backend cuda -p 71 -n 128 -r 3 --tg-ctx 71 >"$OUT/smem-$kb.txt" 2>&1
   echo "smem $kb rc $? $(grep -E '^\| tg' "$OUT/smem-$kb.txt" | head -1) $(grep -i error "$OUT/smem-$kb.txt" | head -1)"
 done
 HEARTH_DECODE_STACK=0 timeout 60 $H bench --model $M --backend cuda -p 71 -n 128 -r 3 --tg-ctx 71 >"$OUT/chain.txt" 2>&1
 echo "chain rc $? $(grep -E '^\| tg' "$OUT/chain.txt" | head -1)"
-HEARTH_DS_TIME=1 timeout 60 $H bench --model $M --backend cuda -p 71 -n 64 -r 1 --tg-ctx 71 >"$OUT/time.txt" 2>&1
+HEARTH_DECODE_STACK=1 HEARTH_DS_TIME=1 timeout 60 $H bench --model $M --backend cuda -p 71 -n 64 -r 1 --tg-ctx 71 >"$OUT/time.txt" 2>&1
 sed -n '/decode_stack: block 0/,/layer /p' "$OUT/time.txt"

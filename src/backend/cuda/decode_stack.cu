@@ -27,6 +27,9 @@
  * softmax; only the order of the f32 sums differs. Cross-block data (x, q, att, h, the cache) is read with ld.cg
  * (L2), since L1 is not coherent between SMs and every block reads the same buffers again every layer.
  *
+ * Status: experimental, off unless HEARTH_DECODE_STACK=1 (round 21: correct, but half the chain's speed; see
+ * bench/NOTES.md for the stage times and what is left to try).
+ *
  * Deadlock freedom: every block must be resident (grid = SMs, one block per SM, nothing else running beside it in
  * the decode stream); the producer waits only for slots its own consumers free, and each consumer warp takes its
  * slots in stream order. */
@@ -733,9 +736,11 @@ struct ds_state {
 };
 static ds_state g_ds; /* one model per process in the decode path (the state is rebuilt when another one calls) */
 
+/* HEARTH_DECODE_STACK=1 turns the stack on. It is off by default: round 21 measured it at half the per-layer chain's
+ * speed (3B 424 against 855 tok/s, 0.5B 934 against 1,969; bench/NOTES.md), so the product path stays the chain */
 static int ds_env_off(void) {
-  const char *e = getenv("HEARTH_DECODE_STACK"); /* 0: the per-layer kernels (an A/B knob) */
-  return e && *e == '0';
+  const char *e = getenv("HEARTH_DECODE_STACK");
+  return !(e && *e == '1');
 }
 
 /* contiguous ranges of a phase's tiles per block */
