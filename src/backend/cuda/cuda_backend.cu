@@ -143,7 +143,7 @@ static int cuda_init(const struct hb_config *cfg, struct hb_ctx **out, struct he
 static void cuda_free(struct hb_ctx *c) {
   if (!c) return;
   cudaStreamSynchronize(c->stream);
-  cu_decode_stack_report(c);
+  cu_decode_stack_free(c);
   cudaFree(c->b_in);
   cudaFreeHost(c->stage);
   for (int i = 0; i < 2; i++) {

@@ -83,6 +83,7 @@ struct hb_ctx {
   size_t sample_rows_cap;
   cudaEvent_t *marks;     /* [1024] timing marks (hb_cuda_mark), created on first use */
   unsigned gen;           /* bumped whenever a scratch buffer moves: captured graphs go stale */
+  void *ds;               /* decode_stack.cu's state: the layer table, the plan and the stack's scratch (NULL until used) */
   int capturing;
   /* a measurement knob (HEARTH_CUDA_SKIP, bench only, never in a product run): decode launches
    * (n <= 8 tokens) of these kernel kinds are left out, so that `hearth bench` times the step
@@ -249,8 +250,8 @@ __device__ __forceinline__ float q4_scale(const __half *s, int64_t G, int64_t r,
   return __half2float(s[q4_soff(r, i / 128, G)]);
 }
 
-/* decode_stack.cu: HEARTH_DS_TIME=1's stage times, printed when the context is freed */
-void cu_decode_stack_report(struct hb_ctx *ctx);
+/* decode_stack.cu: frees the context's decode-stack state (after printing HEARTH_DS_TIME=1's stage times) */
+void cu_decode_stack_free(struct hb_ctx *ctx);
 /* ---- host wrappers (one per op family file) ------------------------------------------------- */
 
 /* matmul_q4.cu */

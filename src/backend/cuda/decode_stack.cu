@@ -734,7 +734,16 @@ struct ds_state {
   unsigned long long *ts; /* HEARTH_DS_TIME=1 */
   int abl;
 };
-static ds_state g_ds; /* one model per process in the decode path (the state is rebuilt when another one calls) */
+/* the context's state (ctx->ds), made on first use; cu_decode_stack_free releases it with the context */
+static ds_state *ds_get(struct hb_ctx *ctx) {
+  if (!ctx->ds) ctx->ds = calloc(1, sizeof(ds_state));
+  return (ds_state *)ctx->ds;
+}
+static void ds_release(ds_state &s) {
+  cudaFree(s.layers); cudaFree(s.plan); cudaFree(s.plan_n); cudaFree(s.q); cudaFree(s.att); cudaFree(s.h);
+  cudaFree(s.part); cudaFree(s.cnt); cudaFree(s.bar); cudaFree(s.ts);
+  memset(&s, 0, sizeof s);
+}
 
 /* HEARTH_DECODE_STACK=1 turns the stack on. It is off by default: round 21 measured it at half the per-layer chain's
  * speed (3B 424 against 855 tok/s, 0.5B 934 against 1,969; bench/NOTES.md), so the product path stays the chain */
@@ -753,16 +762,20 @@ static void ds_split(ds_tile *plan, int *plan_n, int nb, int ph, const ds_tile *
 }
 
 static int ds_build(struct hb_ctx *ctx, const struct hb_stack_layer *ls, int n_layers, int d, int H, int KVH, int hd, int ff) {
-  ds_state &s = g_ds;
+  ds_state *sp = ds_get(ctx);
+  if (!sp) {
+    CU_ARG(ctx, "decode_stack: out of host memory");
+    return 1;
+  }
+  ds_state &s = *sp;
   if (s.key == ls[0].wq->data && s.n_layers == n_layers && s.n_sm == ctx->n_sm) return 0;
   if (ctx->capturing) {
     CU_ARG(ctx, "decode_stack: first call inside a graph capture");
     return 1;
   }
   if (CU_OK(ctx, cudaStreamSynchronize(ctx->stream))) return 1;
-  cudaFree(s.layers); cudaFree(s.plan); cudaFree(s.plan_n); cudaFree(s.q); cudaFree(s.att); cudaFree(s.h);
-  cudaFree(s.part); cudaFree(s.cnt); cudaFree(s.bar); cudaFree(s.ts);
-  memset(&s, 0, sizeof s);
+  if (s.key) ctx->gen++; /* buffers a captured graph may name are about to move: graphs go stale */
+  ds_release(s);
   const int nb = ctx->n_sm, sa = nb / H > 0 ? nb / H : 1;
   /* the tiles of each phase */
   const int nq = H * hd / 16, nk = KVH * hd / 16, no = (d + 15) / 16, ngu = ff / 8, nd = (d + 15) / 16;
@@ -890,7 +903,7 @@ extern "C" int hb_cuda_decode_stack(struct hb_ctx *ctx, struct hb_tensor *x, con
   const int nb = ctx->n_sm;
   if ((ff / 8 + nb - 1) / nb > DS_MAXT || (H * hd / 16 + 2 * KVH * hd / 16 + nb - 1) / nb > DS_MAXT) return 1;
   if (ds_build(ctx, ls, n_layers, d, H, KVH, hd, ff)) return 0;
-  ds_state &s = g_ds;
+  ds_state &s = *(ds_state *)ctx->ds;
   ds_args a;
   memset(&a, 0, sizeof a);
   a.layers = s.layers;
@@ -931,9 +944,8 @@ extern "C" int hb_cuda_decode_stack(struct hb_ctx *ctx, struct hb_tensor *x, con
   return 0;
 }
 
-/* HEARTH_DS_TIME=1: block 0's mean time per layer in each stage (cuda_free calls it) */
-void cu_decode_stack_report(struct hb_ctx *ctx) {
-  ds_state &s = g_ds;
+/* HEARTH_DS_TIME=1: block 0's mean time per layer in each stage */
+static void ds_report(struct hb_ctx *ctx, const ds_state &s) {
   if (!s.ts) return;
   unsigned long long h[DS_NTS];
   if (cudaStreamSynchronize(ctx->stream) != cudaSuccess || cudaMemcpy(h, s.ts, sizeof h, cudaMemcpyDeviceToHost) != cudaSuccess || !h[0])
@@ -949,4 +961,13 @@ void cu_decode_stack_report(struct hb_ctx *ctx) {
   }
   fprintf(stderr, "  layer %.2f; producer waits %.2f, warp 0 waits %.2f\n", tot, h[20] / (double)h[0] / 1e3,
           h[21] / (double)h[0] / 1e3);
+}
+
+void cu_decode_stack_free(struct hb_ctx *ctx) {
+  if (!ctx->ds) return;
+  ds_state *s = (ds_state *)ctx->ds;
+  ds_report(ctx, *s);
+  ds_release(*s);
+  free(s);
+  ctx->ds = NULL;
 }
