@@ -4,19 +4,11 @@
 # rounds (HEARTH_DECODE_STACK=1 turns the stack on, 0 is the per-layer chain). Every command runs under a timeout (a grid-barrier deadlock
 # must not eat the call). Logs in $OUT.
 set -uo pipefail
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-cd "$ROOT"
-OUT=${OUT:-/tmp/hearth-stack-out}
-mkdir -p "$OUT"
-. bench/deps.sh
-B=build-gpu/stack
-cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DHEARTH_SERVER=OFF -DHEARTH_WERROR=OFF -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DCMAKE_PREFIX_PATH="$PREFIX" ${STACK_FLAGS:+"-DCMAKE_CUDA_FLAGS=$STACK_FLAGS"} >"$OUT/build.log" 2>&1 &&
-  cmake --build $B -j16 --target hearth_cli test_cuda_model test_cuda_ops >>"$OUT/build.log" 2>&1 || { echo "build failed"; tail -30 "$OUT/build.log"; exit 1; }
-H=$B/hearth
+cd "$(dirname "$0")/.."
+STACK_TARGETS="hearth_cli test_cuda_model test_cuda_ops" . bench/stack_build.sh
 for m in 3b 0.5b; do
-  cfg=configs/qwen2.5-$m-instruct.json; [ $m = 0.5b ] && cfg=configs/qwen2.5-0.5b-instruct.json
-  [ -f /tmp/hearth-bench-$m/model.safetensors ] || timeout 120 $H mkmodel --config $cfg --out /tmp/hearth-bench-$m >/dev/null &
+  [ -f /tmp/hearth-bench-$m/model.safetensors ] ||
+    timeout 120 $H mkmodel --config configs/qwen2.5-$m-instruct.json --out /tmp/hearth-bench-$m >/dev/null &
 done
 ( cd $B && timeout ${STACK_CTEST_S:-240} ctest -L cuda -E test_cuda_ops --output-on-failure >"$OUT/ctest.log" 2>&1; echo "ctest rc $?" ) &
 wait

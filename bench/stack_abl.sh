@@ -3,16 +3,8 @@
 # one 0.5B run) with HEARTH_DS_TIME=1 (block 0's stage times per layer) and each HEARTH_DS_ABL knob (1 no weight
 # copies, 2 no step math, 4 barriers without waiting, 8 no attention; sums combine). Logs in $OUT.
 set -uo pipefail
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
-cd "$ROOT"
-OUT=${OUT:-/tmp/hearth-stack-out}
-mkdir -p "$OUT"
-. bench/deps.sh
-B=build-gpu/stack
-cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DHEARTH_SERVER=OFF -DHEARTH_WERROR=OFF -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DCMAKE_PREFIX_PATH="$PREFIX" >"$OUT/build.log" 2>&1 &&
-  cmake --build $B -j16 --target hearth_cli >>"$OUT/build.log" 2>&1 || { echo "build failed"; tail -30 "$OUT/build.log"; exit 1; }
-H=$B/hearth
+cd "$(dirname "$0")/.."
+. bench/stack_build.sh
 for m in ${ABL_MODELS:-3b 0.5b}; do
   [ -f /tmp/hearth-bench-$m/model.safetensors ] || timeout 120 $H mkmodel --config configs/qwen2.5-$m-instruct.json --out /tmp/hearth-bench-$m >/dev/null &
 done

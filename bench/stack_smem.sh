@@ -3,12 +3,8 @@
 # the rest of the SM is L1), against the per-layer chain, with block 0's stage times at the default cap. Logs in $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/hearth-stack-out}; mkdir -p "$OUT"
-. bench/deps.sh
-B=build-gpu/stack
-cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DHEARTH_SERVER=OFF -DHEARTH_WERROR=OFF -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DCMAKE_PREFIX_PATH="$PREFIX" >"$OUT/build.log" 2>&1 && cmake --build $B -j16 --target hearth_cli >>"$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; exit 1; }
-H=$B/hearth M=/tmp/hearth-bench-3b
+. bench/stack_build.sh
+M=/tmp/hearth-bench-3b
 [ -f $M/model.safetensors ] || timeout 120 $H mkmodel --config configs/qwen2.5-3b-instruct.json --out $M >/dev/null
 for kb in ${SMEM_LIST:-164 228}; do
   HEARTH_DECODE_STACK=1 HEARTH_DS_SMEM_KB=$kb timeout 60 $H bench --model $M --backend cuda -p 71 -n 128 -r 3 --tg-ctx 71 >"$OUT/smem-$kb.txt" 2>&1

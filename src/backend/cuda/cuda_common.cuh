@@ -11,6 +11,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <math.h>
 #include <stdint.h>
 
 extern "C" {
@@ -219,6 +220,13 @@ __device__ __forceinline__ float warp_max(float v) {
 /* powf(b, e) rounded as the host's correctly rounded powf: computed in double, then rounded, so
  * rotary frequencies match the CPU reference bit for bit (CUDA's powf is within 2 ulp) */
 __device__ __forceinline__ float rope_pow(float b, float e) { return (float)pow((double)b, (double)e); }
+/* the host's table of inverse rope frequencies 1 / theta^(2i/hd), i < hd/2, by rope_pow's formula (pow in double,
+ * rounded to float), so the decode kernels have no double pow. glibc's and the device's double pow are each within
+ * 2 ulp of the exact value, so the floats agree with rope_kv_kernel's except where the exact value lies that close to
+ * a float rounding boundary */
+static inline void cu_rope_rinv(float *rinv, int hd, float theta) {
+  for (int i = 0; i < hd / 2; i++) rinv[i] = 1.0f / (float)pow((double)theta, (double)((float)(2 * i) / (float)hd));
+}
 
 /* ---- the int4 device layout (see matmul_q4.cu for the picture) ------------------------------
  * Blocks of 8 rows, group-major: group g (128 columns) of the rows 8b..8b+7 is 512 contiguous bytes,

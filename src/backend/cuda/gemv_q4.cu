@@ -870,13 +870,7 @@ int cu_gemv_qkv_rope_kv(struct hb_ctx *ctx, const struct hb_tensor *x, const str
   gemv_args a;
   if (gemv_fill(ctx, a, PRO_NORM, x, NULL, nw, eps, 0.0f, 3, outs, ws, biases, n, 0)) return 1;
   a.hd = hd;
-  /* the inverse frequencies by rope_pow's formula (pow in double, rounded to float), so the kernel has no
-   * double pow. glibc's and the device's double pow are each within 2 ulp of the exact value, so the floats
-   * agree with rope_kv_kernel's except where the exact value lies that close to a float rounding boundary */
-  for (int i = 0; i < hd / 2; i++) {
-    const float e = (float)(2 * i) / (float)hd;
-    a.rinv[i] = 1.0f / (float)pow((double)theta, (double)e);
-  }
+  cu_rope_rinv(a.rinv, hd, theta);
   a.pos = (const int32_t *)b->d_pos.data;
   a.seq = (const int32_t *)b->d_seq.data;
   a.bt = (const int32_t *)b->d_block_table.data;
