@@ -368,6 +368,7 @@ static void run_all(int exact) {
   for (int n = 1; n <= 8; n++) check_matmul(HB_Q4, 384, 1024, n, n == 3, mt);
   check_matmul(HB_Q4, 2560, 2048, 1, 1, mt);
   check_matmul(HB_Q4, 2048, 11008, 4, 0, mt);
+  check_matmul(HB_Q4, 2048, 11008, 1, 1, mt);  /* 3B down_proj + residual at one token (HEARTH_GEMV_CORES=2: a 6-step ring) */
   check_matmul(HB_Q4, 136, 896, 2, 0, mt);
   check_matmul(HB_Q4, 256, 11008, 8, 0, mt);   /* 176 KB of f16 x in the GEMV's shared memory */
   check_matmul(HB_Q4, 32768, 2048, 1, 0, mt);  /* LM-head-like: 1-2 warps per 16-row tile */
@@ -702,6 +703,22 @@ TEST_GROUP(fused) {
     pair_free(&gt); pair_free(&up); pair_free(&wd); pair_free(&r); pair_free(&h); pair_free(&t2);
     pair_free(&x); pair_free(&nw); pair_free(&xn); pair_free(&t);
     for (int i = 0; i < 3; i++) { pair_free(&w[i]); pair_free(&b[i]); pair_free(&o[i]); }
+  }
+  /* the 3B's down_proj + residual at one token: 128 tiles of 86 groups (the long-row split GEMV; with
+   * HEARTH_GEMV_CORES=2 the 8-warp form whose ring holds all six steps) */
+  {
+    struct pair h, wd, r, t;
+    pair_rand(&h, HB_F32, 1, 11008, 2.0f);
+    weight_pair(&wd, HB_Q4, 2048, 11008, 0.5f);
+    pair_rand(&r, HB_F32, 1, 2048, 5.0f);
+    pair_alloc(&t, HB_F32, 1, 2048);
+    C->matmul(cc, &t.c, &h.c, &wd.c, NULL, 1);
+    C->add(cc, &r.c, &t.c, 1);
+    struct hb_tensor *o1[1] = {&r.g};
+    const struct hb_tensor *w1[1] = {&wd.g};
+    hb_cuda_norm_matmul(gc, &h.g, NULL, 0.0f, 0.0f, 1, o1, w1, NULL, 1, 1);
+    cmp(&r, 1, "matmul+add 2048x11008 n=1", 1.5e-2);
+    pair_free(&h); pair_free(&wd); pair_free(&r); pair_free(&t);
   }
   /* n > 8: one multi-weight tensor-core GEMM per call (tile grids and splits as on 132 SMs; a joined
    * launch splits as its largest weight alone would) */

@@ -41,6 +41,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <type_traits>
+
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/ptx.cuh"
 
@@ -60,6 +62,10 @@ __host__ __device__ inline int gemv_steps(int G, int ks) { return ((G + GEMV_GPS
 #ifndef GEMV_MINB16
 #define GEMV_MINB16 1 /* the same for 16-warp blocks */
 #endif
+/* HEARTH_GEMV_CORES (a bench knob, off by default): the whole-tile shape of one block per SM with this many
+ * warps, so that a block of the next kernel (8 warps at <= 104 registers) fits beside it: 11 + 8 warps x 104
+ * registers = 63,232 of the SM's 65,536 */
+#define GEMV_CORES_NW 11
 /* a measurement knob, never set in a product build (bench/ablate.sh): 1 = no weight bytes from memory
  * (the ring's copies are not issued), 2 = no x prologue (no x read, norm or silu: shared x left as is),
  * 3 = no epilogue (outputs stored only under a condition that never holds), 4 = no int4 -> f16 conversion
@@ -104,6 +110,10 @@ struct gemv_args {
   const int32_t *pos, *seq, *bt;
   __half *kc, *vc;
   float rinv[128]; /* GEMV_ROPE: 1 / theta^(2i/hd) for i < hd/2 (hd <= 256), rope_pow's formula on the host */
+  /* the co-resident gate/up shape (NW == GEMV_CORES_NW, HEARTH_GEMV_CORES): the dependents' launch is triggered
+   * after each warp's trig-th step instead of right after the wait (0), so that the next kernel's deep prefetch
+   * does not compete with this one's x read and first steps */
+  int trig;
 #if HEARTH_TRACE
   unsigned long long *tr;
   int tr_id;
@@ -337,7 +347,8 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
     pre0 = gemv_prep<MODE>(a, (u0 * TPB + ot) * 16, p, t, a.pos, pol_k);
   }
   pdl_wait();
-  pdl_trigger();
+  const bool trig_late = NW == GEMV_CORES_NW && a.trig > 0; /* uniform; false at compile time in the other shapes */
+  if (!trig_late) pdl_trigger();
   if (threadIdx.x == 0) { CU_TRACE(1); CU_TRACE(3); }
 
   /* prologue: x rows -> f16 (after the norm / silu) in shared memory, chunk c = 8 elements of
@@ -509,6 +520,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
   int u = u0, j = 0;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   int slot = 0; /* the step's ring slot */
+  int steps_done = 0; /* trig_late: this warp's steps so far */
   while (u < a.n_units) { /* uniform over the block (WE: over the warp) */
     {
       /* this step's slot has landed (its group is the oldest of RING outstanding); it is used up
@@ -599,6 +611,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
         acc[2] = fmaf(sc8, c4[0][2] + c4[1][2] - cr.x, acc[2]);
         acc[3] = fmaf(sc8, c4[0][3] + c4[1][3] - cr.y, acc[3]);
       }
+      if (trig_late && ++steps_done == a.trig) pdl_trigger();
       if (++j < S) continue;
       j = 0;
       if (lane == 0) CU_TRACE(7); /* the unit's last step multiplied */
@@ -651,6 +664,13 @@ static int g_gemv_ring_fit = 1; /* HEARTH_GEMV_RING_FIT=0: always the deepest ri
  * (the next kernel's blocks fit beside this one's); round 9: 4 for the 0.5B's gate/up; round 13, with the blocked
  * weight layout: 2 everywhere, 0.5B +8-10 %, 3B +0-2 % (same build, the knob set) */
 static int g_gemv_per_sm = 0, g_gemv_ring_max = 2;
+/* HEARTH_GEMV_CORES, a bench knob (bench/NOTES.md round 22; off by default): shapes chosen so that each decode kernel's
+ * blocks fit beside the one before and prefetch deeper. 1: norm+gate/up (whole-tile warps) as one block of
+ * GEMV_CORES_NW warps per SM; 2: long-row split GEMVs (down_proj) as 8-warp blocks of one tile each whose ring holds
+ * every step (4 or 6), all issued before griddepcontrol.wait; 4: every GEMV instance prefers the largest shared-memory
+ * carveout (an SM configured for smaller blocks cannot take a larger one until it drains).
+ * HEARTH_GEMV_TRIG_GU: with 1, the gate/up kernel triggers its dependents after each warp's n-th step (0: after the wait). */
+static int g_gemv_cores = 0, g_gemv_trig_gu = 0;
 
 /* the launch shapes: (warps per block, warps per tile) */
 #define GEMV_CONFIGS(X) X(8, 1) X(8, 2) X(8, 4) X(8, 8) X(16, 16)
@@ -659,11 +679,18 @@ static const int g_gemv_cfg[][2] = {GEMV_CONFIGS(GEMV_CFG_ROW)};
 #undef GEMV_CFG_ROW
 #define GEMV_NCFG ((int)(sizeof g_gemv_cfg / sizeof g_gemv_cfg[0]))
 
+/* the shared-memory limit raised to what the device allows; HEARTH_GEMV_CORES & 4: the largest carveout preferred */
+template <typename KERN>
+static int gemv_attr_k(struct hb_ctx *ctx, KERN kern) {
+  if (smem_attr(ctx, kern)) return 1;
+  return (g_gemv_cores & 4) &&
+         CU_OK(ctx, cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+}
 template <typename TO, int PRO, int MODE>
 static int gemv_attr1(struct hb_ctx *ctx) {
   int bad = 0;
 #define GEMV_ATTR(NW, KS) \
-  bad |= smem_attr(ctx, gemv_q4_kernel<TO, PRO, KS, MODE, NW, 2>) | smem_attr(ctx, gemv_q4_kernel<TO, PRO, KS, MODE, NW, NW == 8 ? 4 : 2>);
+  bad |= gemv_attr_k(ctx, gemv_q4_kernel<TO, PRO, KS, MODE, NW, 2>) | gemv_attr_k(ctx, gemv_q4_kernel<TO, PRO, KS, MODE, NW, NW == 8 ? 4 : 2>);
   GEMV_CONFIGS(GEMV_ATTR)
 #undef GEMV_ATTR
   return bad;
@@ -678,7 +705,11 @@ int cu_gemv_init(struct hb_ctx *ctx) {
   if (lh && *lh == '0') g_l2_hint = 0.0f;
   if (ps && *ps) g_gemv_per_sm = atoi(ps);
   if (rm && *rm) g_gemv_ring_max = atoi(rm);
-  return gemv_attr1<__half, PRO_PLAIN, GEMV_PLAIN>(ctx) | gemv_attr1<__half, PRO_NORM, GEMV_PLAIN>(ctx) |
+  const char *co = getenv("HEARTH_GEMV_CORES"), *tg = getenv("HEARTH_GEMV_TRIG_GU");
+  if (co && *co) g_gemv_cores = atoi(co);
+  if (tg && *tg) g_gemv_trig_gu = atoi(tg);
+  return gemv_attr_k(ctx, gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 2>) |
+         gemv_attr_k(ctx, gemv_q4_kernel<__half, PRO_PLAIN, 8, GEMV_PLAIN, 8, 6>) | gemv_attr1<__half, PRO_PLAIN, GEMV_PLAIN>(ctx) | gemv_attr1<__half, PRO_NORM, GEMV_PLAIN>(ctx) |
          gemv_attr1<__half, PRO_NORM, GEMV_GLU>(ctx) |
          gemv_attr1<__half, PRO_SILU, GEMV_PLAIN>(ctx) | gemv_attr1<float, PRO_PLAIN, GEMV_PLAIN>(ctx) |
          gemv_attr1<float, PRO_NORM, GEMV_PLAIN>(ctx) | gemv_attr1<float, PRO_SILU, GEMV_PLAIN>(ctx) |
@@ -741,8 +772,49 @@ static int gemv_ring(const struct hb_ctx *ctx, size_t base, int nw, int bps) {
   return 0;
 }
 
+/* HEARTH_GEMV_CORES (above): launches the co-resident shape and returns 1 where it applies to this GEMV, else 0 */
+template <typename TO, int PRO, int MODE>
+static int gemv_cores_launch(struct hb_ctx *ctx, gemv_args &a) {
+  if (!std::is_same<TO, __half>::value || !(PRO == PRO_NORM && MODE == GEMV_GLU) && !(PRO == PRO_PLAIN && MODE == GEMV_PLAIN))
+    return 0;
+  const size_t base = gemv_smem(a.n, a.K, PRO);
+  const int tiles = (a.rows_total + 15) / 16, G = a.K / 128;
+  if (MODE == GEMV_GLU) {
+    if (!(g_gemv_cores & 1) || tiles < g_gemv_we_min * ctx->n_sm || tiles > GEMV_CORES_NW * ctx->n_sm) return 0;
+    const size_t sm = base + (size_t)GEMV_CORES_NW * 2 * GEMV_SLOT, stat = (size_t)GEMV_CORES_NW * 512 + 256;
+    if (sm + stat > ctx->smem_optin) return 0;
+    a.n_units = tiles;
+    a.ring = 2;
+    a.trig = g_gemv_trig_gu;
+#if HEARTH_TRACE
+    a.tr = ctx->tr_dev;
+    a.tr_id = cu_trace_id(ctx, "gemv glu n%d %dx%d %d/1 r2 co", a.n, a.rows_total, a.K, GEMV_CORES_NW);
+#endif
+    cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 2>, dim3((unsigned)ctx->n_sm),
+                  dim3(GEMV_CORES_NW * 32), sm, a);
+    return 1;
+  }
+  /* long rows (one 16-row tile per block, at least 3 two-group steps per warp of 8) */
+  const int S = gemv_steps(G, 8), ring = S <= 4 ? 4 : 6;
+  if (!(g_gemv_cores & 2) || tiles > ctx->n_sm || S < 3 || S > 6) return 0;
+  const size_t sm = base + (size_t)8 * ring * GEMV_SLOT, stat = (size_t)8 * 512 + 256;
+  if (sm + stat > ctx->smem_optin) return 0;
+  a.n_units = tiles;
+  a.ring = ring;
+#if HEARTH_TRACE
+  a.tr = ctx->tr_dev;
+  a.tr_id = cu_trace_id(ctx, "gemv plain n%d %dx%d 8/8 r%d co", a.n, a.rows_total, a.K, ring);
+#endif
+  if (ring == 4)
+    cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<__half, PRO_PLAIN, 8, GEMV_PLAIN, 8, 4>, dim3((unsigned)tiles), dim3(256), sm, a);
+  else
+    cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<__half, PRO_PLAIN, 8, GEMV_PLAIN, 8, 6>, dim3((unsigned)tiles), dim3(256), sm, a);
+  return 1;
+}
+
 template <typename TO, int PRO, int MODE = GEMV_PLAIN>
 static void gemv_launch_t(struct hb_ctx *ctx, gemv_args &a) {
+  if (g_gemv_cores & 3 && gemv_cores_launch<TO, PRO, MODE>(ctx, a)) return;
   const size_t base = gemv_smem(a.n, a.K, PRO);
   int per_sm = g_gemv_per_sm > 0 && g_gemv_per_sm < GEMV_MINB ? g_gemv_per_sm : GEMV_MINB, ring8 = 0;
   for (; per_sm >= 1 && !(ring8 = gemv_ring(ctx, base, 8, per_sm)); per_sm--) {}
