@@ -12,8 +12,8 @@ for m in 3b 0.5b; do
   [ -f /tmp/hearth-bench-$m/model.safetensors ] ||
     timeout 120 $H mkmodel --config configs/qwen2.5-$m-instruct.json --out /tmp/hearth-bench-$m >/dev/null &
 done
-( HEARTH_GEMV_CORES=7 HEARTH_GEMV_WE_MIN=0 HEARTH_GEMV_TRIG_GU=3 timeout 200 $B/tests/cuda/test_cuda_ops fast fused \
-    >"$OUT/ops-cores.log" 2>&1; echo "test_cuda_ops fast fused (cores) rc $?" ) &
+( HEARTH_GEMV_CORES=${CORES_TEST_BITS:-15} HEARTH_GEMV_WE_MIN=0 HEARTH_GEMV_TRIG_GU=3 timeout 200 $B/tests/cuda/test_cuda_ops fast fused \
+    >"$OUT/ops-cores.log" 2>&1; echo "test_cuda_ops fast fused (cores ${CORES_TEST_BITS:-15}) rc $?" ) &
 wait
 grep -E "passed|failed|FAIL" "$OUT/ops-cores.log" | tail -5
 run_env() { # NAME:ENV,ENV -> runs the rest of the command line with those variables set
@@ -24,7 +24,7 @@ run_env() { # NAME:ENV,ENV -> runs the rest of the command line with those varia
 }
 ids=$(seq 11 81 | tr '\n' ' ')
 for m in 3b 0.5b; do
-  for v in base: co:HEARTH_GEMV_CORES=7; do
+  for v in base: co:HEARTH_GEMV_CORES=${CORES_IDS_BITS:-7}; do
     run_env "$v" timeout 60 $H run --model /tmp/hearth-bench-$m --backend cuda --prompt-ids "$ids" -n 100 --ids --ignore-eos \
       >"$OUT/ids-$m-${v%%:*}.txt" 2>"$OUT/ids-$m-${v%%:*}.err"; echo "run $m ${v%%:*} rc $?"
   done
@@ -45,7 +45,14 @@ tg() { # model variant round -> prints the tg128 tok/s
 for v in $V3; do
   t=$(tg 3b "$v" 1); echo "3b ${v%%:*} r1 $t"; echo "$t $v" >>"$OUT/tg3b.txt"
 done
-for v in base: c7:HEARTH_GEMV_CORES=7; do echo "0.5b ${v%%:*} r1 $(tg 0.5b "$v" 1)"; done
+V05=${CORES_VARIANTS_05:-"base: c7:HEARTH_GEMV_CORES=7"}
+for v in $V05; do echo "0.5b ${v%%:*} r1 $(tg 0.5b "$v" 1)"; done
 best=$(grep -v ' base:$' "$OUT/tg3b.txt" | sort -rn | head -2 | awk '{print $2}')
 for v in base: $best; do echo "3b ${v%%:*} r2 $(tg 3b "$v" 2)"; done
-for v in base: c7:HEARTH_GEMV_CORES=7; do echo "0.5b ${v%%:*} r2 $(tg 0.5b "$v" 2)"; done
+for v in $V05; do echo "0.5b ${v%%:*} r2 $(tg 0.5b "$v" 2)"; done
+# CORES_STACK=1: the decode stack's shared-memory cap question of round 21 (bench/stack_smem.sh's runs, 3B tg128)
+if [ "${CORES_STACK:-0}" = 1 ]; then
+  for kb in 164 228; do
+    echo "3b stack smem $kb $(tg 3b "stack$kb:HEARTH_DECODE_STACK=1,HEARTH_DS_SMEM_KB=$kb" 1)"
+  done
+fi

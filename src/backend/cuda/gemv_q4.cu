@@ -668,7 +668,8 @@ static int g_gemv_per_sm = 0, g_gemv_ring_max = 2;
  * blocks fit beside the one before and prefetch deeper. 1: norm+gate/up (whole-tile warps) as one block of
  * GEMV_CORES_NW warps per SM; 2: long-row split GEMVs (down_proj) as 8-warp blocks of one tile each whose ring holds
  * every step (4 or 6), all issued before griddepcontrol.wait; 4: every GEMV instance prefers the largest shared-memory
- * carveout (an SM configured for smaller blocks cannot take a larger one until it drains).
+ * carveout (an SM configured for smaller blocks cannot take a larger one until it drains); 8: with 1, a 4-step ring
+ * (half of the 3B gate/up's steps asked for before griddepcontrol.wait, while o_proj runs).
  * HEARTH_GEMV_TRIG_GU: with 1, the gate/up kernel triggers its dependents after each warp's n-th step (0: after the wait). */
 static int g_gemv_cores = 0, g_gemv_trig_gu = 0;
 
@@ -709,6 +710,7 @@ int cu_gemv_init(struct hb_ctx *ctx) {
   if (co && *co) g_gemv_cores = atoi(co);
   if (tg && *tg) g_gemv_trig_gu = atoi(tg);
   return gemv_attr_k(ctx, gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 2>) |
+         gemv_attr_k(ctx, gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 4>) |
          gemv_attr_k(ctx, gemv_q4_kernel<__half, PRO_PLAIN, 8, GEMV_PLAIN, 8, 6>) | gemv_attr1<__half, PRO_PLAIN, GEMV_PLAIN>(ctx) | gemv_attr1<__half, PRO_NORM, GEMV_PLAIN>(ctx) |
          gemv_attr1<__half, PRO_NORM, GEMV_GLU>(ctx) |
          gemv_attr1<__half, PRO_SILU, GEMV_PLAIN>(ctx) | gemv_attr1<float, PRO_PLAIN, GEMV_PLAIN>(ctx) |
@@ -781,17 +783,19 @@ static int gemv_cores_launch(struct hb_ctx *ctx, gemv_args &a) {
   const int tiles = (a.rows_total + 15) / 16, G = a.K / 128;
   if (MODE == GEMV_GLU) {
     if (!(g_gemv_cores & 1) || tiles < g_gemv_we_min * ctx->n_sm || tiles > GEMV_CORES_NW * ctx->n_sm) return 0;
-    const size_t sm = base + (size_t)GEMV_CORES_NW * 2 * GEMV_SLOT, stat = (size_t)GEMV_CORES_NW * 512 + 256;
+    const int ring = g_gemv_cores & 8 ? 4 : 2;
+    const size_t sm = base + (size_t)GEMV_CORES_NW * ring * GEMV_SLOT, stat = (size_t)GEMV_CORES_NW * 512 + 256;
     if (sm + stat > ctx->smem_optin) return 0;
     a.n_units = tiles;
-    a.ring = 2;
+    a.ring = ring;
     a.trig = g_gemv_trig_gu;
 #if HEARTH_TRACE
     a.tr = ctx->tr_dev;
-    a.tr_id = cu_trace_id(ctx, "gemv glu n%d %dx%d %d/1 r2 co", a.n, a.rows_total, a.K, GEMV_CORES_NW);
+    a.tr_id = cu_trace_id(ctx, "gemv glu n%d %dx%d %d/1 r%d co", a.n, a.rows_total, a.K, GEMV_CORES_NW, ring);
 #endif
-    cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 2>, dim3((unsigned)ctx->n_sm),
-                  dim3(GEMV_CORES_NW * 32), sm, a);
+    const dim3 grid((unsigned)ctx->n_sm), block(GEMV_CORES_NW * 32);
+    if (ring == 4) cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 4>, grid, block, sm, a);
+    else cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 2>, grid, block, sm, a);
     return 1;
   }
   /* long rows (one 16-row tile per block, at least 3 two-group steps per warp of 8) */
