@@ -248,7 +248,11 @@ __device__ __forceinline__ void gemv_emit(const gemv_args &a, int r0, int p, int
 
 /* RING: the ring depth (2, or 4 in 8-warp blocks), a template parameter because cp.async.wait_group takes an
  * immediate: as a runtime value (a.ring) every step chose among the waits through three branches */
-template <typename TO, int PRO, int KS, int MODE, int NW, int RING>
+/* XF (x first; HEARTH_GEMV_XF, a bench knob): for a kernel whose blocks cannot enter before the kernel before has ended
+ * (they find its grid done at once), the ring's first steps are issued after the x loads instead of before
+ * griddepcontrol.wait, so that the x read does not queue behind them (round 20: an L2-hit read behind 4 KB per warp of
+ * weight copies takes ~1.2 µs instead of ~0.3); plain x is then read whole into registers before any of it is stored */
+template <typename TO, int PRO, int KS, int MODE, int NW, int RING, int XF = 0>
 __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void gemv_q4_kernel(const __grid_constant__ gemv_args a) {
   constexpr int TPB = NW / KS, NT = NW * 32; /* tiles of 16 rows per unit, threads */
   /* KS == 1: every warp walks whole tiles on its own (tile = warp's global index, then + all warps)
@@ -334,8 +338,11 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
     psc += KS * GEMV_GPS * 16;
     if (++lj == S) { lj = 0; lu += ustride; }
   };
+  auto load_ring = [&]() {
 #pragma unroll
-  for (int i = 0; i < RING; i++) load(i);
+    for (int i = 0; i < RING; i++) load(i);
+  };
+  if (!XF) load_ring();
   if (PRO == PRO_NORM && threadIdx.x < 8) s_inv[threadIdx.x] = 0.0f;
   if (GEMV_FOLD) /* columns past n: finite values for the mma columns that are never stored */
     for (int i = threadIdx.x; i < G * GEMV_CPG; i += blockDim.x)
@@ -421,6 +428,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
     }
   };
   if (GEMV_ABLATE == 2) {
+    if (XF) load_ring();
     if (PRO == PRO_NORM) cp_async_wait<RING>();
   } else if (PRO == PRO_NORM && nch <= 4 * NT) {
     /* one read of x (up to 4 chunks per thread, kept in registers): sum of squares per token
@@ -431,6 +439,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
       const int c = threadIdx.x + k * NT;
       if (c < nch) xv[k] = xat(a.x, c);
     }
+    if (XF) load_ring();
     cp_async_wait<RING>(); /* the norm weights: the group before the ring's */
     __syncthreads(); /* s_inv zeroed, norm weights landed */
 #pragma unroll
@@ -461,7 +470,24 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
       }
       corr_add(c, cs, live);
     }
+  } else if (XF && PRO == PRO_PLAIN && nch <= 4 * NT) {
+    uint4 xv[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+      const int c = threadIdx.x + k * NT;
+      if (c < nch) xv[k] = xat(a.x, c);
+    }
+    load_ring();
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+      if (k * NT >= nch) break; /* uniform */
+      const int c = threadIdx.x + k * NT;
+      const bool live = c < nch;
+      const float cs = live ? put(c, xv[k]) : 0.0f;
+      corr_add(c, cs, live);
+    }
   } else {
+    if (XF) load_ring(); /* shapes the x-first forms do not cover: the ring first, as without XF */
     if (PRO == PRO_NORM) { /* long rows: two reads of x (the second from L1) */
       cp_async_wait<RING>(); /* the norm weights */
       __syncthreads();
@@ -664,14 +690,20 @@ static int g_gemv_ring_fit = 1; /* HEARTH_GEMV_RING_FIT=0: always the deepest ri
  * (the next kernel's blocks fit beside this one's); round 9: 4 for the 0.5B's gate/up; round 13, with the blocked
  * weight layout: 2 everywhere, 0.5B +8-10 %, 3B +0-2 % (same build, the knob set) */
 static int g_gemv_per_sm = 0, g_gemv_ring_max = 2;
-/* HEARTH_GEMV_CORES, a bench knob (bench/NOTES.md round 22; off by default): shapes chosen so that each decode kernel's
- * blocks fit beside the one before and prefetch deeper. 1: norm+gate/up (whole-tile warps) as one block of
+/* HEARTH_GEMV_CORES (bench/NOTES.md round 22): shapes chosen so that each decode kernel's blocks fit beside the one
+ * before and prefetch deeper. Unset, bits 1, 4 and 8 apply where they were measured to help: one-token norm+gate/up
+ * with at least 8 tiles per SM (the 3B: +1.5 % tg128; the 0.5B's 4.6 tiles per SM lost 4 %). Set, the bits apply to
+ * every shape that fits (tests, A/B runs). 1: norm+gate/up (whole-tile warps) as one block of
  * GEMV_CORES_NW warps per SM; 2: long-row split GEMVs (down_proj) as 8-warp blocks of one tile each whose ring holds
  * every step (4 or 6), all issued before griddepcontrol.wait; 4: every GEMV instance prefers the largest shared-memory
  * carveout (an SM configured for smaller blocks cannot take a larger one until it drains); 8: with 1, a 4-step ring
  * (half of the 3B gate/up's steps asked for before griddepcontrol.wait, while o_proj runs).
  * HEARTH_GEMV_TRIG_GU: with 1, the gate/up kernel triggers its dependents after each warp's n-th step (0: after the wait). */
-static int g_gemv_cores = 0, g_gemv_trig_gu = 0;
+static int g_gemv_cores = 1 | 4 | 8, g_gemv_cores_auto = 1, g_gemv_trig_gu = 0;
+/* HEARTH_GEMV_XF, a bench knob (bench/NOTES.md round 22; off by default): the x-first instances (gemv_q4_kernel's XF) for
+ * the kernels whose blocks enter only after the kernel before has ended: 1 = the 16-warp long-row split (down_proj
+ * after gate/up), 2 = norm+QKV+rope (after down_proj) */
+static int g_gemv_xf = 0;
 
 /* the launch shapes: (warps per block, warps per tile) */
 #define GEMV_CONFIGS(X) X(8, 1) X(8, 2) X(8, 4) X(8, 8) X(16, 16)
@@ -706,12 +738,19 @@ int cu_gemv_init(struct hb_ctx *ctx) {
   if (lh && *lh == '0') g_l2_hint = 0.0f;
   if (ps && *ps) g_gemv_per_sm = atoi(ps);
   if (rm && *rm) g_gemv_ring_max = atoi(rm);
+  const char *xf = getenv("HEARTH_GEMV_XF");
+  if (xf && *xf) g_gemv_xf = atoi(xf);
   const char *co = getenv("HEARTH_GEMV_CORES"), *tg = getenv("HEARTH_GEMV_TRIG_GU");
-  if (co && *co) g_gemv_cores = atoi(co);
+  if (co && *co) {
+    g_gemv_cores = atoi(co);
+    g_gemv_cores_auto = 0;
+  }
   if (tg && *tg) g_gemv_trig_gu = atoi(tg);
   return gemv_attr_k(ctx, gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 2>) |
          gemv_attr_k(ctx, gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 4>) |
-         gemv_attr_k(ctx, gemv_q4_kernel<__half, PRO_PLAIN, 8, GEMV_PLAIN, 8, 6>) | gemv_attr1<__half, PRO_PLAIN, GEMV_PLAIN>(ctx) | gemv_attr1<__half, PRO_NORM, GEMV_PLAIN>(ctx) |
+         gemv_attr_k(ctx, gemv_q4_kernel<__half, PRO_PLAIN, 8, GEMV_PLAIN, 8, 6>) |
+         gemv_attr_k(ctx, gemv_q4_kernel<__half, PRO_PLAIN, 16, GEMV_PLAIN, 16, 2, 1>) |
+         gemv_attr_k(ctx, gemv_q4_kernel<__half, PRO_NORM, 8, GEMV_ROPE, 8, 2, 1>) | gemv_attr1<__half, PRO_PLAIN, GEMV_PLAIN>(ctx) | gemv_attr1<__half, PRO_NORM, GEMV_PLAIN>(ctx) |
          gemv_attr1<__half, PRO_NORM, GEMV_GLU>(ctx) |
          gemv_attr1<__half, PRO_SILU, GEMV_PLAIN>(ctx) | gemv_attr1<float, PRO_PLAIN, GEMV_PLAIN>(ctx) |
          gemv_attr1<float, PRO_NORM, GEMV_PLAIN>(ctx) | gemv_attr1<float, PRO_SILU, GEMV_PLAIN>(ctx) |
@@ -783,6 +822,7 @@ static int gemv_cores_launch(struct hb_ctx *ctx, gemv_args &a) {
   const int tiles = (a.rows_total + 15) / 16, G = a.K / 128;
   if (MODE == GEMV_GLU) {
     if (!(g_gemv_cores & 1) || tiles < g_gemv_we_min * ctx->n_sm || tiles > GEMV_CORES_NW * ctx->n_sm) return 0;
+    if (g_gemv_cores_auto && (a.n != 1 || tiles < 8 * ctx->n_sm)) return 0;
     const int ring = g_gemv_cores & 8 ? 4 : 2;
     const size_t sm = base + (size_t)GEMV_CORES_NW * ring * GEMV_SLOT, stat = (size_t)GEMV_CORES_NW * 512 + 256;
     if (sm + stat > ctx->smem_optin) return 0;
@@ -852,6 +892,16 @@ static void gemv_launch_t(struct hb_ctx *ctx, gemv_args &a) {
 #endif
   const size_t sm = base + (size_t)nw * a.ring * GEMV_SLOT;
   const dim3 grid((unsigned)nb), block((unsigned)(nw * 32));
+  if (g_gemv_xf && std::is_same<TO, __half>::value && a.ring == 2) { /* HEARTH_GEMV_XF (above) */
+    if ((g_gemv_xf & 1) && PRO == PRO_PLAIN && MODE == GEMV_PLAIN && nw == 16 && ks == 16) {
+      cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<__half, PRO_PLAIN, 16, GEMV_PLAIN, 16, 2, 1>, grid, block, sm, a);
+      return;
+    }
+    if ((g_gemv_xf & 2) && PRO == PRO_NORM && MODE == GEMV_ROPE && nw == 8 && ks == 8) {
+      cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<__half, PRO_NORM, 8, GEMV_ROPE, 8, 2, 1>, grid, block, sm, a);
+      return;
+    }
+  }
   int k = 0;
 #define GEMV_LAUNCH(NW, KS) \
   if (ci == k++) { \
