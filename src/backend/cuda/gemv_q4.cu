@@ -62,9 +62,8 @@ __host__ __device__ inline int gemv_steps(int G, int ks) { return ((G + GEMV_GPS
 #ifndef GEMV_MINB16
 #define GEMV_MINB16 1 /* the same for 16-warp blocks */
 #endif
-/* HEARTH_GEMV_CORES (a bench knob, off by default): the whole-tile shape of one block per SM with this many
- * warps, so that a block of the next kernel (8 warps at <= 104 registers) fits beside it: 11 + 8 warps x 104
- * registers = 63,232 of the SM's 65,536 */
+/* the co-resident gate/up shape (HEARTH_GEMV_CORES, gemv_cores_launch): one block per SM of this many whole-tile warps,
+ * so that o_proj's 8-warp block before it fits beside it: 11 + 8 warps x 104 registers = 63,232 of the SM's 65,536 */
 #define GEMV_CORES_NW 11
 /* a measurement knob, never set in a product build (bench/ablate.sh): 1 = no weight bytes from memory
  * (the ring's copies are not issued), 2 = no x prologue (no x read, norm or silu: shared x left as is),
@@ -110,10 +109,6 @@ struct gemv_args {
   const int32_t *pos, *seq, *bt;
   __half *kc, *vc;
   float rinv[128]; /* GEMV_ROPE: 1 / theta^(2i/hd) for i < hd/2 (hd <= 256), rope_pow's formula on the host */
-  /* the co-resident gate/up shape (NW == GEMV_CORES_NW, HEARTH_GEMV_CORES): the dependents' launch is triggered
-   * after each warp's trig-th step instead of right after the wait (0), so that the next kernel's deep prefetch
-   * does not compete with this one's x read and first steps */
-  int trig;
 #if HEARTH_TRACE
   unsigned long long *tr;
   int tr_id;
@@ -248,11 +243,7 @@ __device__ __forceinline__ void gemv_emit(const gemv_args &a, int r0, int p, int
 
 /* RING: the ring depth (2, or 4 in 8-warp blocks), a template parameter because cp.async.wait_group takes an
  * immediate: as a runtime value (a.ring) every step chose among the waits through three branches */
-/* XF (x first; HEARTH_GEMV_XF, a bench knob): for a kernel whose blocks cannot enter before the kernel before has ended
- * (they find its grid done at once), the ring's first steps are issued after the x loads instead of before
- * griddepcontrol.wait, so that the x read does not queue behind them (round 20: an L2-hit read behind 4 KB per warp of
- * weight copies takes ~1.2 µs instead of ~0.3); plain x is then read whole into registers before any of it is stored */
-template <typename TO, int PRO, int KS, int MODE, int NW, int RING, int XF = 0>
+template <typename TO, int PRO, int KS, int MODE, int NW, int RING>
 __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void gemv_q4_kernel(const __grid_constant__ gemv_args a) {
   constexpr int TPB = NW / KS, NT = NW * 32; /* tiles of 16 rows per unit, threads */
   /* KS == 1: every warp walks whole tiles on its own (tile = warp's global index, then + all warps)
@@ -338,11 +329,8 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
     psc += KS * GEMV_GPS * 16;
     if (++lj == S) { lj = 0; lu += ustride; }
   };
-  auto load_ring = [&]() {
 #pragma unroll
-    for (int i = 0; i < RING; i++) load(i);
-  };
-  if (!XF) load_ring();
+  for (int i = 0; i < RING; i++) load(i);
   if (PRO == PRO_NORM && threadIdx.x < 8) s_inv[threadIdx.x] = 0.0f;
   if (GEMV_FOLD) /* columns past n: finite values for the mma columns that are never stored */
     for (int i = threadIdx.x; i < G * GEMV_CPG; i += blockDim.x)
@@ -354,8 +342,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
     pre0 = gemv_prep<MODE>(a, (u0 * TPB + ot) * 16, p, t, a.pos, pol_k);
   }
   pdl_wait();
-  const bool trig_late = NW == GEMV_CORES_NW && a.trig > 0; /* uniform; false at compile time in the other shapes */
-  if (!trig_late) pdl_trigger();
+  pdl_trigger();
   if (threadIdx.x == 0) { CU_TRACE(1); CU_TRACE(3); }
 
   /* prologue: x rows -> f16 (after the norm / silu) in shared memory, chunk c = 8 elements of
@@ -428,7 +415,6 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
     }
   };
   if (GEMV_ABLATE == 2) {
-    if (XF) load_ring();
     if (PRO == PRO_NORM) cp_async_wait<RING>();
   } else if (PRO == PRO_NORM && nch <= 4 * NT) {
     /* one read of x (up to 4 chunks per thread, kept in registers): sum of squares per token
@@ -439,7 +425,6 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
       const int c = threadIdx.x + k * NT;
       if (c < nch) xv[k] = xat(a.x, c);
     }
-    if (XF) load_ring();
     cp_async_wait<RING>(); /* the norm weights: the group before the ring's */
     __syncthreads(); /* s_inv zeroed, norm weights landed */
 #pragma unroll
@@ -470,24 +455,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
       }
       corr_add(c, cs, live);
     }
-  } else if (XF && PRO == PRO_PLAIN && nch <= 4 * NT) {
-    uint4 xv[4];
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-      const int c = threadIdx.x + k * NT;
-      if (c < nch) xv[k] = xat(a.x, c);
-    }
-    load_ring();
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-      if (k * NT >= nch) break; /* uniform */
-      const int c = threadIdx.x + k * NT;
-      const bool live = c < nch;
-      const float cs = live ? put(c, xv[k]) : 0.0f;
-      corr_add(c, cs, live);
-    }
   } else {
-    if (XF) load_ring(); /* shapes the x-first forms do not cover: the ring first, as without XF */
     if (PRO == PRO_NORM) { /* long rows: two reads of x (the second from L1) */
       cp_async_wait<RING>(); /* the norm weights */
       __syncthreads();
@@ -546,7 +514,6 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
   int u = u0, j = 0;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   int slot = 0; /* the step's ring slot */
-  int steps_done = 0; /* trig_late: this warp's steps so far */
   while (u < a.n_units) { /* uniform over the block (WE: over the warp) */
     {
       /* this step's slot has landed (its group is the oldest of RING outstanding); it is used up
@@ -637,7 +604,6 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
         acc[2] = fmaf(sc8, c4[0][2] + c4[1][2] - cr.x, acc[2]);
         acc[3] = fmaf(sc8, c4[0][3] + c4[1][3] - cr.y, acc[3]);
       }
-      if (trig_late && ++steps_done == a.trig) pdl_trigger();
       if (++j < S) continue;
       j = 0;
       if (lane == 0) CU_TRACE(7); /* the unit's last step multiplied */
@@ -690,20 +656,17 @@ static int g_gemv_ring_fit = 1; /* HEARTH_GEMV_RING_FIT=0: always the deepest ri
  * (the next kernel's blocks fit beside this one's); round 9: 4 for the 0.5B's gate/up; round 13, with the blocked
  * weight layout: 2 everywhere, 0.5B +8-10 %, 3B +0-2 % (same build, the knob set) */
 static int g_gemv_per_sm = 0, g_gemv_ring_max = 2;
-/* HEARTH_GEMV_CORES (bench/NOTES.md round 22): shapes chosen so that each decode kernel's blocks fit beside the one
- * before and prefetch deeper. Unset, bits 1, 4 and 8 apply where they were measured to help: one-token norm+gate/up
- * with at least 8 tiles per SM (the 3B: +1.5 % tg128; the 0.5B's 4.6 tiles per SM lost 4 %). Set, the bits apply to
- * every shape that fits (tests, A/B runs). 1: norm+gate/up (whole-tile warps) as one block of
- * GEMV_CORES_NW warps per SM; 2: long-row split GEMVs (down_proj) as 8-warp blocks of one tile each whose ring holds
- * every step (4 or 6), all issued before griddepcontrol.wait; 4: every GEMV instance prefers the largest shared-memory
- * carveout (an SM configured for smaller blocks cannot take a larger one until it drains); 8: with 1, a 4-step ring
- * (half of the 3B gate/up's steps asked for before griddepcontrol.wait, while o_proj runs).
- * HEARTH_GEMV_TRIG_GU: with 1, the gate/up kernel triggers its dependents after each warp's n-th step (0: after the wait). */
-static int g_gemv_cores = 1 | 4 | 8, g_gemv_cores_auto = 1, g_gemv_trig_gu = 0;
-/* HEARTH_GEMV_XF, a bench knob (bench/NOTES.md round 22; off by default): the x-first instances (gemv_q4_kernel's XF) for
- * the kernels whose blocks enter only after the kernel before has ended: 1 = the 16-warp long-row split (down_proj
- * after gate/up), 2 = norm+QKV+rope (after down_proj) */
-static int g_gemv_xf = 0;
+/* HEARTH_GEMV_CORES (bench/NOTES.md round 22): the norm+gate/up GEMV as one block of GEMV_CORES_NW whole-tile warps per
+ * SM, so that every one of its blocks enters beside o_proj's (two 8-warp blocks per SM do not fit beside it: only half
+ * of them started their ring while o_proj ran). Bits: 1 that shape, 4 every GEMV instance prefers the largest
+ * shared-memory carveout (an SM configured for smaller blocks cannot take a larger one until it drains), 8 a 4-step
+ * ring in that shape (half of the 3B's gate/up steps asked for while o_proj runs). Unset: all three where they were
+ * measured to help, one-token steps of at least 8 tiles per SM (the 3B: +0.7 to +1.5 % tg128; the 0.5B's 4.6 tiles per
+ * SM lost 4 %); 0 turns it off; other values force those bits on every shape that fits (tests, A/B runs). Round 22
+ * also measured, and dropped (bench/patches/round22-knobs.patch): down_proj as 8-warp blocks whose ring holds every
+ * step, resident beside this shape (−4 %), the dependents' trigger after the k-th step (±0), and the x read before
+ * the ring's first steps in the kernels that enter after the kernel before has ended (−3 to −7 %). */
+static int g_gemv_cores = 1 | 4 | 8, g_gemv_cores_auto = 1;
 
 /* the launch shapes: (warps per block, warps per tile) */
 #define GEMV_CONFIGS(X) X(8, 1) X(8, 2) X(8, 4) X(8, 8) X(16, 16)
@@ -712,7 +675,7 @@ static const int g_gemv_cfg[][2] = {GEMV_CONFIGS(GEMV_CFG_ROW)};
 #undef GEMV_CFG_ROW
 #define GEMV_NCFG ((int)(sizeof g_gemv_cfg / sizeof g_gemv_cfg[0]))
 
-/* the shared-memory limit raised to what the device allows; HEARTH_GEMV_CORES & 4: the largest carveout preferred */
+/* the dynamic shared-memory limit raised to what the device allows; HEARTH_GEMV_CORES & 4: the largest carveout */
 template <typename KERN>
 static int gemv_attr_k(struct hb_ctx *ctx, KERN kern) {
   if (smem_attr(ctx, kern)) return 1;
@@ -738,19 +701,13 @@ int cu_gemv_init(struct hb_ctx *ctx) {
   if (lh && *lh == '0') g_l2_hint = 0.0f;
   if (ps && *ps) g_gemv_per_sm = atoi(ps);
   if (rm && *rm) g_gemv_ring_max = atoi(rm);
-  const char *xf = getenv("HEARTH_GEMV_XF");
-  if (xf && *xf) g_gemv_xf = atoi(xf);
-  const char *co = getenv("HEARTH_GEMV_CORES"), *tg = getenv("HEARTH_GEMV_TRIG_GU");
+  const char *co = getenv("HEARTH_GEMV_CORES");
   if (co && *co) {
     g_gemv_cores = atoi(co);
     g_gemv_cores_auto = 0;
   }
-  if (tg && *tg) g_gemv_trig_gu = atoi(tg);
   return gemv_attr_k(ctx, gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 2>) |
-         gemv_attr_k(ctx, gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 4>) |
-         gemv_attr_k(ctx, gemv_q4_kernel<__half, PRO_PLAIN, 8, GEMV_PLAIN, 8, 6>) |
-         gemv_attr_k(ctx, gemv_q4_kernel<__half, PRO_PLAIN, 16, GEMV_PLAIN, 16, 2, 1>) |
-         gemv_attr_k(ctx, gemv_q4_kernel<__half, PRO_NORM, 8, GEMV_ROPE, 8, 2, 1>) | gemv_attr1<__half, PRO_PLAIN, GEMV_PLAIN>(ctx) | gemv_attr1<__half, PRO_NORM, GEMV_PLAIN>(ctx) |
+         gemv_attr_k(ctx, gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 4>) | gemv_attr1<__half, PRO_PLAIN, GEMV_PLAIN>(ctx) | gemv_attr1<__half, PRO_NORM, GEMV_PLAIN>(ctx) |
          gemv_attr1<__half, PRO_NORM, GEMV_GLU>(ctx) |
          gemv_attr1<__half, PRO_SILU, GEMV_PLAIN>(ctx) | gemv_attr1<float, PRO_PLAIN, GEMV_PLAIN>(ctx) |
          gemv_attr1<float, PRO_NORM, GEMV_PLAIN>(ctx) | gemv_attr1<float, PRO_SILU, GEMV_PLAIN>(ctx) |
@@ -813,52 +770,31 @@ static int gemv_ring(const struct hb_ctx *ctx, size_t base, int nw, int bps) {
   return 0;
 }
 
-/* HEARTH_GEMV_CORES (above): launches the co-resident shape and returns 1 where it applies to this GEMV, else 0 */
+/* HEARTH_GEMV_CORES (above): launches the norm+gate/up GEMV in the co-resident shape and returns 1 where that applies */
 template <typename TO, int PRO, int MODE>
 static int gemv_cores_launch(struct hb_ctx *ctx, gemv_args &a) {
-  if (!std::is_same<TO, __half>::value || !(PRO == PRO_NORM && MODE == GEMV_GLU) && !(PRO == PRO_PLAIN && MODE == GEMV_PLAIN))
-    return 0;
-  const size_t base = gemv_smem(a.n, a.K, PRO);
-  const int tiles = (a.rows_total + 15) / 16, G = a.K / 128;
-  if (MODE == GEMV_GLU) {
-    if (!(g_gemv_cores & 1) || tiles < g_gemv_we_min * ctx->n_sm || tiles > GEMV_CORES_NW * ctx->n_sm) return 0;
-    if (g_gemv_cores_auto && (a.n != 1 || tiles < 8 * ctx->n_sm)) return 0;
-    const int ring = g_gemv_cores & 8 ? 4 : 2;
-    const size_t sm = base + (size_t)GEMV_CORES_NW * ring * GEMV_SLOT, stat = (size_t)GEMV_CORES_NW * 512 + 256;
-    if (sm + stat > ctx->smem_optin) return 0;
-    a.n_units = tiles;
-    a.ring = ring;
-    a.trig = g_gemv_trig_gu;
-#if HEARTH_TRACE
-    a.tr = ctx->tr_dev;
-    a.tr_id = cu_trace_id(ctx, "gemv glu n%d %dx%d %d/1 r%d co", a.n, a.rows_total, a.K, GEMV_CORES_NW, ring);
-#endif
-    const dim3 grid((unsigned)ctx->n_sm), block(GEMV_CORES_NW * 32);
-    if (ring == 4) cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 4>, grid, block, sm, a);
-    else cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 2>, grid, block, sm, a);
-    return 1;
-  }
-  /* long rows (one 16-row tile per block, at least 3 two-group steps per warp of 8) */
-  const int S = gemv_steps(G, 8), ring = S <= 4 ? 4 : 6;
-  if (!(g_gemv_cores & 2) || tiles > ctx->n_sm || S < 3 || S > 6) return 0;
-  const size_t sm = base + (size_t)8 * ring * GEMV_SLOT, stat = (size_t)8 * 512 + 256;
-  if (sm + stat > ctx->smem_optin) return 0;
+  if (!std::is_same<TO, __half>::value || PRO != PRO_NORM || MODE != GEMV_GLU || !(g_gemv_cores & 1)) return 0;
+  const int tiles = (a.rows_total + 15) / 16;
+  if (tiles < g_gemv_we_min * ctx->n_sm || tiles > GEMV_CORES_NW * ctx->n_sm) return 0; /* whole-tile warps, one tile each */
+  if (g_gemv_cores_auto && (a.n != 1 || tiles < 8 * ctx->n_sm)) return 0;
+  const int ring = g_gemv_cores & 8 ? 4 : 2;
+  const size_t sm = gemv_smem(a.n, a.K, PRO) + (size_t)GEMV_CORES_NW * ring * GEMV_SLOT;
+  if (sm + (size_t)GEMV_CORES_NW * 512 + 256 > ctx->smem_optin) return 0; /* the static buffers as in gemv_ring */
   a.n_units = tiles;
   a.ring = ring;
 #if HEARTH_TRACE
   a.tr = ctx->tr_dev;
-  a.tr_id = cu_trace_id(ctx, "gemv plain n%d %dx%d 8/8 r%d co", a.n, a.rows_total, a.K, ring);
+  a.tr_id = cu_trace_id(ctx, "gemv glu n%d %dx%d %d/1 r%d co", a.n, a.rows_total, a.K, GEMV_CORES_NW, ring);
 #endif
-  if (ring == 4)
-    cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<__half, PRO_PLAIN, 8, GEMV_PLAIN, 8, 4>, dim3((unsigned)tiles), dim3(256), sm, a);
-  else
-    cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<__half, PRO_PLAIN, 8, GEMV_PLAIN, 8, 6>, dim3((unsigned)tiles), dim3(256), sm, a);
+  const dim3 grid((unsigned)ctx->n_sm), block(GEMV_CORES_NW * 32);
+  if (ring == 4) cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 4>, grid, block, sm, a);
+  else cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 2>, grid, block, sm, a);
   return 1;
 }
 
 template <typename TO, int PRO, int MODE = GEMV_PLAIN>
 static void gemv_launch_t(struct hb_ctx *ctx, gemv_args &a) {
-  if (g_gemv_cores & 3 && gemv_cores_launch<TO, PRO, MODE>(ctx, a)) return;
+  if (gemv_cores_launch<TO, PRO, MODE>(ctx, a)) return;
   const size_t base = gemv_smem(a.n, a.K, PRO);
   int per_sm = g_gemv_per_sm > 0 && g_gemv_per_sm < GEMV_MINB ? g_gemv_per_sm : GEMV_MINB, ring8 = 0;
   for (; per_sm >= 1 && !(ring8 = gemv_ring(ctx, base, 8, per_sm)); per_sm--) {}
@@ -892,16 +828,6 @@ static void gemv_launch_t(struct hb_ctx *ctx, gemv_args &a) {
 #endif
   const size_t sm = base + (size_t)nw * a.ring * GEMV_SLOT;
   const dim3 grid((unsigned)nb), block((unsigned)(nw * 32));
-  if (g_gemv_xf && std::is_same<TO, __half>::value && a.ring == 2) { /* HEARTH_GEMV_XF (above) */
-    if ((g_gemv_xf & 1) && PRO == PRO_PLAIN && MODE == GEMV_PLAIN && nw == 16 && ks == 16) {
-      cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<__half, PRO_PLAIN, 16, GEMV_PLAIN, 16, 2, 1>, grid, block, sm, a);
-      return;
-    }
-    if ((g_gemv_xf & 2) && PRO == PRO_NORM && MODE == GEMV_ROPE && nw == 8 && ks == 8) {
-      cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<__half, PRO_NORM, 8, GEMV_ROPE, 8, 2, 1>, grid, block, sm, a);
-      return;
-    }
-  }
   int k = 0;
 #define GEMV_LAUNCH(NW, KS) \
   if (ci == k++) { \
