@@ -4,7 +4,8 @@
 # fast and fused groups with the co-resident shapes forced on every size, compares greedy ids with the knob on and
 # off, then times tg128 on mkmodel checkpoints of the real 3B and 0.5B configs: every variant of CORES_VARIANTS once,
 # then the baseline and the two fastest 3B variants again. Every command runs under a timeout. Logs in $OUT.
-# Variants are NAME:ENV[,ENV...] (ENV = VAR=VALUE); "base" is the product path.
+# Variants are NAME:ENV[,ENV...] (ENV = VAR=VALUE); "base" is the product path. Round 22 ran it with the knobs of
+# bench/patches/round22-knobs.patch applied (`git apply` it first: bit 2 and HEARTH_GEMV_TRIG_GU exist only there).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STACK_TARGETS="hearth_cli test_cuda_ops" . bench/stack_build.sh
@@ -45,7 +46,7 @@ tg() { # model variant round -> prints the tg128 tok/s
 for v in $V3; do
   t=$(tg 3b "$v" 1); echo "3b ${v%%:*} r1 $t"; echo "$t $v" >>"$OUT/tg3b.txt"
 done
-V05=${CORES_VARIANTS_05:-"base: c7:HEARTH_GEMV_CORES=7"}
+V05=${CORES_VARIANTS_05:-"base: c0:HEARTH_GEMV_CORES=0"}
 for v in $V05; do echo "0.5b ${v%%:*} r1 $(tg 0.5b "$v" 1)"; done
 best=$(grep -v ' base:$' "$OUT/tg3b.txt" | sort -rn | head -2 | awk '{print $2}')
 for v in base: $best; do echo "3b ${v%%:*} r2 $(tg 3b "$v" 2)"; done

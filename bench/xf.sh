@@ -4,7 +4,7 @@
 # co-resident shapes forced on, greedy ids of the variants against the default (x-first changes no sum, so they must be
 # equal), tg128 A/B rounds on mkmodel checkpoints of the real 3B and 0.5B configs, then (XF_FULL=1, while time is left)
 # the issue's whole W1/W2 table at the default. Everything runs under timeouts and a deadline (XF_DEADLINE_S from the
-# start, default 540). Logs in $OUT.
+# start, default 540). Logs in $OUT. HEARTH_GEMV_XF exists only with bench/patches/round22-knobs.patch applied.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 T0=$(date +%s)
