@@ -707,7 +707,8 @@ int cu_gemv_init(struct hb_ctx *ctx) {
     g_gemv_cores_auto = 0;
   }
   return gemv_attr_k(ctx, gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 2>) |
-         gemv_attr_k(ctx, gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 4>) | gemv_attr1<__half, PRO_PLAIN, GEMV_PLAIN>(ctx) | gemv_attr1<__half, PRO_NORM, GEMV_PLAIN>(ctx) |
+         gemv_attr_k(ctx, gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 4>) |
+         gemv_attr1<__half, PRO_PLAIN, GEMV_PLAIN>(ctx) | gemv_attr1<__half, PRO_NORM, GEMV_PLAIN>(ctx) |
          gemv_attr1<__half, PRO_NORM, GEMV_GLU>(ctx) |
          gemv_attr1<__half, PRO_SILU, GEMV_PLAIN>(ctx) | gemv_attr1<float, PRO_PLAIN, GEMV_PLAIN>(ctx) |
          gemv_attr1<float, PRO_NORM, GEMV_PLAIN>(ctx) | gemv_attr1<float, PRO_SILU, GEMV_PLAIN>(ctx) |
