@@ -9,51 +9,30 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STACK_TARGETS="hearth_cli test_cuda_ops" . bench/stack_build.sh
-for m in 3b 0.5b; do
-  [ -f /tmp/hearth-bench-$m/model.safetensors ] ||
-    timeout 120 $H mkmodel --config configs/qwen2.5-$m-instruct.json --out /tmp/hearth-bench-$m >/dev/null &
-done
+mk_models 3b 0.5b
 ( HEARTH_GEMV_CORES=${CORES_TEST_BITS:-15} HEARTH_GEMV_WE_MIN=0 HEARTH_GEMV_TRIG_GU=3 timeout 200 $B/tests/cuda/test_cuda_ops fast fused \
     >"$OUT/ops-cores.log" 2>&1; echo "test_cuda_ops fast fused (cores ${CORES_TEST_BITS:-15}) rc $?" ) &
 wait
 grep -E "passed|failed|FAIL" "$OUT/ops-cores.log" | tail -5
-run_env() { # NAME:ENV,ENV -> runs the rest of the command line with those variables set
-  local spec=$1; shift
-  local envs=${spec#*:}
-  [ "$envs" = "$spec" ] && envs=""
-  env ${envs//,/ } "$@"
-}
-ids=$(seq 11 81 | tr '\n' ' ')
 for m in 3b 0.5b; do
   for v in base: co:HEARTH_GEMV_CORES=${CORES_IDS_BITS:-7}; do
-    run_env "$v" timeout 60 $H run --model /tmp/hearth-bench-$m --backend cuda --prompt-ids "$ids" -n 100 --ids --ignore-eos \
-      >"$OUT/ids-$m-${v%%:*}.txt" 2>"$OUT/ids-$m-${v%%:*}.err"; echo "run $m ${v%%:*} rc $?"
+    ids_run "$v" $m "$OUT/ids-$m-${v%%:*}.txt"; echo "run $m ${v%%:*} rc $?"
   done
-  python3 - "$OUT/ids-$m-co.txt" "$OUT/ids-$m-base.txt" <<'PY'
-import sys
-a = open(sys.argv[1]).read().split(); b = open(sys.argv[2]).read().split()
-n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-print(f"ids: {len(a)} vs {len(b)} tokens, first difference at {n}")
-PY
+  ids_diff "$OUT/ids-$m-co.txt" "$OUT/ids-$m-base.txt" "$m co against base"
 done
 V3=${CORES_VARIANTS:-"base: c3:HEARTH_GEMV_CORES=3 c7:HEARTH_GEMV_CORES=7 c7t2:HEARTH_GEMV_CORES=7,HEARTH_GEMV_TRIG_GU=2 c7t4:HEARTH_GEMV_CORES=7,HEARTH_GEMV_TRIG_GU=4 c7t6:HEARTH_GEMV_CORES=7,HEARTH_GEMV_TRIG_GU=6 c5:HEARTH_GEMV_CORES=5 c6:HEARTH_GEMV_CORES=6"}
-tg() { # model variant round -> prints the tg128 tok/s
-  run_env "$2" timeout 90 $H bench --model /tmp/hearth-bench-$1 --backend cuda -p 71 -n 128 -r 5 --tg-ctx 71 \
-    >"$OUT/bench-$1-${2%%:*}-$3.txt" 2>&1
-  grep -E '^\| tg' "$OUT/bench-$1-${2%%:*}-$3.txt" | head -1 | awk -F'|' '{print $3}' | tr -d ' '
-}
 : >"$OUT/tg3b.txt"
 for v in $V3; do
-  t=$(tg 3b "$v" 1); echo "3b ${v%%:*} r1 $t"; echo "$t $v" >>"$OUT/tg3b.txt"
+  t=$(tg_bench 3b "$v" 1); echo "3b ${v%%:*} r1 $t"; echo "$t $v" >>"$OUT/tg3b.txt"
 done
 V05=${CORES_VARIANTS_05:-"base: c0:HEARTH_GEMV_CORES=0"}
-for v in $V05; do echo "0.5b ${v%%:*} r1 $(tg 0.5b "$v" 1)"; done
+for v in $V05; do echo "0.5b ${v%%:*} r1 $(tg_bench 0.5b "$v" 1)"; done
 best=$(grep -v ' base:$' "$OUT/tg3b.txt" | sort -rn | head -2 | awk '{print $2}')
-for v in base: $best; do echo "3b ${v%%:*} r2 $(tg 3b "$v" 2)"; done
-for v in $V05; do echo "0.5b ${v%%:*} r2 $(tg 0.5b "$v" 2)"; done
+for v in base: $best; do echo "3b ${v%%:*} r2 $(tg_bench 3b "$v" 2)"; done
+for v in $V05; do echo "0.5b ${v%%:*} r2 $(tg_bench 0.5b "$v" 2)"; done
 # CORES_STACK=1: the decode stack's shared-memory cap question of round 21 (bench/stack_smem.sh's runs, 3B tg128)
 if [ "${CORES_STACK:-0}" = 1 ]; then
   for kb in 164 228; do
-    echo "3b stack smem $kb $(tg 3b "stack$kb:HEARTH_DECODE_STACK=1,HEARTH_DS_SMEM_KB=$kb" 1)"
+    echo "3b stack smem $kb $(tg_bench 3b "stack$kb:HEARTH_DECODE_STACK=1,HEARTH_DS_SMEM_KB=$kb" 1)"
   done
 fi

@@ -8,8 +8,7 @@ cd "$(dirname "$0")/.."
 T0=$(date +%s)
 left() { echo $(( ${CHECK_DEADLINE_S:-300} - ($(date +%s) - T0) )); }
 STACK_TARGETS="hearth_cli test_cuda_ops test_cuda_model" . bench/stack_build.sh
-M=/tmp/hearth-bench-3b
-[ -f $M/model.safetensors ] || timeout 120 $H mkmodel --config configs/qwen2.5-3b-instruct.json --out $M >/dev/null &
+mk_models 3b
 ( cd $B && timeout 150 ctest -R 'test_cuda_ops|test_cuda_model' -E stack --output-on-failure >"$OUT/ctest.log" 2>&1
   echo "ctest rc $?" )
 wait
@@ -17,8 +16,7 @@ grep -E "tests passed|Failed|\*\*\*|Not Run" "$OUT/ctest.log" | head -20
 for r in 1 2; do
   for v in def c0; do
     [ "$(left)" -gt 25 ] || { echo "deadline: skipped $v r$r"; continue; }
-    e=""; [ $v = c0 ] && e="HEARTH_GEMV_CORES=0"
-    env $e timeout 60 $H bench --model $M --backend cuda -p 71 -n 128 -r 5 --tg-ctx 71 >"$OUT/bench-$v-$r.txt" 2>&1
-    echo "3b $v r$r $(grep -E '^\| tg' "$OUT/bench-$v-$r.txt" | head -1)"
+    s=$v:; [ $v = c0 ] && s=c0:HEARTH_GEMV_CORES=0
+    echo "3b $v r$r $(tg_bench 3b $s $r)"
   done
 done

@@ -9,7 +9,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STACK_TARGETS="hearth_cli test_cuda_ops test_cuda_model" . bench/stack_build.sh
-B0=$B; H0=$H
+B0=$B
 git apply bench/patches/round23-det-splitk.patch || { echo "the patch does not apply"; exit 1; }
 trap 'git apply -R bench/patches/round23-det-splitk.patch' EXIT
 B1=build-gpu/det
@@ -17,28 +17,15 @@ cmake -S . -B $B1 -DCMAKE_BUILD_TYPE=Release -DHEARTH_SERVER=OFF -DHEARTH_WERROR
   -DCMAKE_PREFIX_PATH="$PREFIX" >"$OUT/build-det.log" 2>&1 &&
   cmake --build $B1 -j16 --target hearth_cli test_cuda_ops test_cuda_model >>"$OUT/build-det.log" 2>&1 ||
   { echo "patched build failed"; tail -30 "$OUT/build-det.log"; exit 1; }
-H1=$B1/hearth
-for m in 3b 0.5b; do
-  [ -f /tmp/hearth-bench-$m/model.safetensors ] ||
-    timeout 120 $H0 mkmodel --config configs/qwen2.5-$m-instruct.json --out /tmp/hearth-bench-$m >/dev/null &
-done
+mk_models 3b 0.5b
 wait
-ids=$(seq 11 81 | tr '\n' ' ')
 for v in 0 1; do
   b=$([ $v = 0 ] && echo $B0 || echo $B1); h=$b/hearth
   ( cd $b && timeout 150 ctest -R 'test_cuda_ops|test_cuda_model' -E stack >"$OUT/ctest-$v.log" 2>&1; echo "build $v ctest rc $?" )
   grep -E "tests passed|Failed" "$OUT/ctest-$v.log" | head -5
   for m in 3b 0.5b; do
-    for r in 1 2 3; do
-      timeout 60 $h run --model /tmp/hearth-bench-$m --backend cuda --prompt-ids "$ids" -n 100 --ids --ignore-eos \
-        >"$OUT/ids-$v-$m-$r.txt" 2>/dev/null
-    done
-    python3 - "$OUT/ids-$v-$m-1.txt" "$OUT/ids-$v-$m-2.txt" "$OUT/ids-$v-$m-3.txt" "build $v $m" <<'PY'
-import sys
-runs = [open(f).read().split() for f in sys.argv[1:4]]
-def first(a, b): return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-print(f"{sys.argv[4]}: {len(runs[0])} ids; run 2 first differs at {first(runs[0], runs[1])}, run 3 at {first(runs[0], runs[2])}")
-PY
+    for r in 1 2 3; do H=$h ids_run base: $m "$OUT/ids-$v-$m-$r.txt"; done
+    for r in 2 3; do ids_diff "$OUT/ids-$v-$m-1.txt" "$OUT/ids-$v-$m-$r.txt" "build $v $m, run $r against run 1"; done
   done
   timeout 120 $h bench --model /tmp/hearth-bench-3b --backend cuda -p 71,512 -n 128 -r 3 --tg-ctx 71 --batch 32 \
     >"$OUT/bench-$v.txt" 2>&1

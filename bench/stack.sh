@@ -6,25 +6,15 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STACK_TARGETS="hearth_cli test_cuda_model test_cuda_ops" . bench/stack_build.sh
-for m in 3b 0.5b; do
-  [ -f /tmp/hearth-bench-$m/model.safetensors ] ||
-    timeout 120 $H mkmodel --config configs/qwen2.5-$m-instruct.json --out /tmp/hearth-bench-$m >/dev/null &
-done
+mk_models 3b 0.5b
 ( cd $B && timeout ${STACK_CTEST_S:-240} ctest -L cuda -E test_cuda_ops --output-on-failure >"$OUT/ctest.log" 2>&1; echo "ctest rc $?" ) &
 wait
 grep -E "tests passed|Failed|\*\*\*" "$OUT/ctest.log" | head
-ids=$(seq 11 81 | tr '\n' ' ')
 for m in ${STACK_MODELS:-3b 0.5b}; do
   for s in 1 0; do
-    HEARTH_DECODE_STACK=$s timeout 60 $H run --model /tmp/hearth-bench-$m --backend cuda --prompt-ids "$ids" -n 200 --ids --ignore-eos \
-      >"$OUT/ids-$m-$s.txt" 2>"$OUT/ids-$m-$s.err"; echo "run $m stack=$s rc $?"
+    ids_run stack$s:HEARTH_DECODE_STACK=$s $m "$OUT/ids-$m-$s.txt" 200; echo "run $m stack=$s rc $?"
   done
-  python3 - "$OUT/ids-$m-1.txt" "$OUT/ids-$m-0.txt" <<'PY'
-import sys
-a = open(sys.argv[1]).read().split(); b = open(sys.argv[2]).read().split()
-n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-print(f"ids: {len(a)} vs {len(b)} tokens, first difference at {n}")
-PY
+  ids_diff "$OUT/ids-$m-1.txt" "$OUT/ids-$m-0.txt" "$m stack against the chain"
 done
 for r in 1 2; do
   for m in ${STACK_MODELS:-3b 0.5b}; do

@@ -5,9 +5,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . bench/stack_build.sh
-for m in ${ABL_MODELS:-3b 0.5b}; do
-  [ -f /tmp/hearth-bench-$m/model.safetensors ] || timeout 120 $H mkmodel --config configs/qwen2.5-$m-instruct.json --out /tmp/hearth-bench-$m >/dev/null &
-done
+mk_models ${ABL_MODELS:-3b 0.5b}
 wait
 for m in ${ABL_MODELS:-3b 0.5b}; do
   for k in ${ABL_LIST:-0 1 2 3 4 8 12 15}; do

@@ -39,6 +39,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/gemv_x.cuh"
 #include "backend/cuda/ptx.cuh"
 
 #define DS_NC 15 /* consumer warps per block: with the producer 16 warps, what 128 registers a thread allow (13 warps are
@@ -270,28 +271,12 @@ __device__ __noinline__ void ds_produce(const ds_args &a, const ds_tile *plan, c
 }
 
 /* ---- consumer pieces ---------------------------------------------------------------------------------- */
-/* chunk c (8 elements) of x into the swizzled shared order (gemv_q4.cu's put, one token); returns its share of the
+/* chunk c (8 elements) of x into the swizzled shared order (gemv_x.cuh, one token); returns its share of the
  * group's folded-offset correction (odd chunks are stored / 16) */
 __device__ __forceinline__ float ds_put(__half *xs, int c, uint4 v) {
-  const int R = c / 4, sw = (R >> 1) & 3;
+  const int R = c / 4, sw = gemv_swz(R, 0);
   uint32_t *run = (uint32_t *)(xs + R * 32);
-  __half2 *h = (__half2 *)&v;
-  const bool odd = c & 1;
-  float cs = 0.0f;
-#pragma unroll
-  for (int e = 0; e < 4; e++) {
-    if (odd) h[e] = __hmul2(h[e], __half2half2(__ushort_as_half((unsigned short)0x2C00))); /* 1/16 */
-    const float2 f = __half22float2(h[e]);
-    cs += f.x + f.y;
-  }
-  cs *= odd ? 72.0f * 16.0f : 1032.0f;
-  const uint32_t wv[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int e = 0; e < 4; e++) {
-    const int w = (c % 4) * 4 + e, p = (w & 8) | ((w & 3) << 1) | ((w >> 2) & 1);
-    run[(((p >> 2) ^ sw) << 2) | (p & 3)] = wv[e];
-  }
-  return cs;
+  return gemv_put_chunk<true>(run, c, sw, v);
 }
 /* the 16 chunks of a group sit in 16 aligned lanes (c = c0 + thread, DS_CT a multiple of 16): their correction
  * summed by shuffles and stored negated for token 0 (columns 0 and 2 of the float4 of tig 0) */

@@ -44,6 +44,7 @@
 #include <type_traits>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/gemv_x.cuh"
 #include "backend/cuda/ptx.cuh"
 
 /* the weight stream: each warp keeps a ring of RING (2; 4 in 8-warp blocks under HEARTH_GEMV_RING=4) steps in shared
@@ -115,11 +116,7 @@ struct gemv_args {
 #endif
 };
 
-/* x of token t as f16 in shared memory: [n][K]; within each 32-run the 16 half2 words are stored in
- * the order 0,4,1,5,2,6,3,7, 8,12,9,13,10,14,11,15 (the pairs one B fragment takes), and the 16-byte
- * chunk c of run R sits at chunk c ^ swz(R, t), so that the 8 lanes of a load phase (4 runs × 2
- * tokens) hit 8 different bank groups */
-__device__ __forceinline__ int gemv_swz(int R, int t) { return ((R >> 1) ^ (t << 1)) & 3; }
+/* x in shared memory: gemv_x.cuh (gemv_swz, gemv_put_chunk) */
 /* f16 x rows, then (rmsnorm prologue) the norm weights as f32, then (GEMV_FOLD) the per-group
  * corrections [K/128][GEMV_CPG] as f32, then the warps' weight rings */
 __host__ __device__ inline size_t gemv_smem(int n, int64_t K, int pro) {
@@ -352,25 +349,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
   auto put = [&](int c, uint4 v) -> float {
     const int t = c / (K / 8), k8 = c % (K / 8), R = k8 / 4, sw = gemv_swz(R, t);
     uint32_t *run = (uint32_t *)(xs + (int64_t)t * K + R * 32);
-    float cs = 0.0f;
-    if (GEMV_FOLD) {
-      __half2 *h = (__half2 *)&v;
-      const bool odd = k8 & 1;
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        if (odd) h[e] = __hmul2(h[e], __half2half2(__ushort_as_half((unsigned short)0x2C00))); /* 1/16 */
-        const float2 f = __half22float2(h[e]);
-        cs += f.x + f.y;
-      }
-      cs *= odd ? 72.0f * 16.0f : 1032.0f;
-    }
-    const uint32_t wv[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int e = 0; e < 4; e++) {
-      const int w = (k8 % 4) * 4 + e, pos = (w & 8) | ((w & 3) << 1) | ((w >> 2) & 1);
-      run[(((pos >> 2) ^ sw) << 2) | (pos & 3)] = wv[e];
-    }
-    return cs;
+    return gemv_put_chunk<GEMV_FOLD != 0>(run, k8, sw, v);
   };
   /* the 16 chunks of one (token, group) sit in 16 aligned lanes of one warp (chunk c = c0 + thread,
    * c0 a multiple of the block size, K/8 a multiple of 16): sum them by shuffles (a fixed order, so
@@ -762,12 +741,14 @@ static int gemv_pick(int tiles, int G, int n_sm, int per_sm8, int per_sm16, int 
 /* the deepest weight ring (4 or 2 steps per warp) with which `bps` blocks of nw warps fit an SM's
  * shared memory (x, norm weights and corrections `base`; the static buffers, at most nw * 512 + 256
  * bytes (ptxas: 4,224 for 8 warps with rope); the per-block system reserve, plus slack); 0 when none does */
-static int gemv_ring(const struct hb_ctx *ctx, size_t base, int nw, int bps) {
+static bool gemv_ring_fits(const struct hb_ctx *ctx, size_t base, int nw, int r, int bps) {
   const size_t stat = (size_t)nw * 512 + 256;
-  for (int r = g_gemv_ring_max >= 4 ? 4 : 2; r >= 2; r /= 2) { /* the depths built: RING = 2, 4 */
-    const size_t dyn = base + (size_t)nw * r * GEMV_SLOT, blk = dyn + stat + ctx->smem_reserved + 768;
-    if (dyn + stat <= ctx->smem_optin && (size_t)bps * blk <= ctx->smem_sm) return r;
-  }
+  const size_t dyn = base + (size_t)nw * r * GEMV_SLOT, blk = dyn + stat + ctx->smem_reserved + 768;
+  return dyn + stat <= ctx->smem_optin && (size_t)bps * blk <= ctx->smem_sm;
+}
+static int gemv_ring(const struct hb_ctx *ctx, size_t base, int nw, int bps) {
+  for (int r = g_gemv_ring_max >= 4 ? 4 : 2; r >= 2; r /= 2) /* the depths built: RING = 2, 4 */
+    if (gemv_ring_fits(ctx, base, nw, r, bps)) return r;
   return 0;
 }
 
@@ -779,8 +760,8 @@ static int gemv_cores_launch(struct hb_ctx *ctx, gemv_args &a) {
   if (tiles < g_gemv_we_min * ctx->n_sm || tiles > GEMV_CORES_NW * ctx->n_sm) return 0; /* whole-tile warps, one tile each */
   if (g_gemv_cores_auto && (a.n != 1 || tiles < 8 * ctx->n_sm)) return 0;
   const int ring = g_gemv_cores & 8 ? 4 : 2;
-  const size_t sm = gemv_smem(a.n, a.K, PRO) + (size_t)GEMV_CORES_NW * ring * GEMV_SLOT;
-  if (sm + (size_t)GEMV_CORES_NW * 512 + 256 > ctx->smem_optin) return 0; /* the static buffers as in gemv_ring */
+  const size_t base = gemv_smem(a.n, a.K, PRO), sm = base + (size_t)GEMV_CORES_NW * ring * GEMV_SLOT;
+  if (!gemv_ring_fits(ctx, base, GEMV_CORES_NW, ring, 1)) return 0;
   a.n_units = tiles;
   a.ring = ring;
 #if HEARTH_TRACE

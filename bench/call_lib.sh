@@ -1,0 +1,33 @@
+# bench/call_lib.sh — helpers the device call scripts share (sourced by bench/stack_build.sh, after it has set OUT and H).
+# A variant is NAME:VAR=VALUE[,VAR=VALUE...] ("base:" runs with nothing set). H may be set per call (H=... tg_bench ...).
+
+run_env() { # SPEC CMD... -> CMD with SPEC's variables set
+  local spec=$1; shift
+  local envs=${spec#*:}
+  [ "$envs" = "$spec" ] && envs=""
+  env ${envs//,/ } "$@"
+}
+mk_models() { # M... -> mkmodel checkpoints of configs/qwen2.5-M-instruct.json in /tmp/hearth-bench-M, in the background
+  local m
+  for m; do
+    [ -f /tmp/hearth-bench-$m/model.safetensors ] ||
+      timeout 120 $H mkmodel --config configs/qwen2.5-$m-instruct.json --out /tmp/hearth-bench-$m >/dev/null &
+  done
+}
+ids_run() { # SPEC M FILE [N] -> N (100) greedy ids of model M after a fixed 71-token prompt, into FILE (stderr FILE.err)
+  run_env "$1" timeout 60 $H run --model /tmp/hearth-bench-$2 --backend cuda --prompt-ids "$(seq 11 81 | tr '\n' ' ')" \
+    -n "${4:-100}" --ids --ignore-eos >"$3" 2>"$3.err"
+}
+ids_diff() { # A B LABEL -> where two id files first differ
+  python3 - "$1" "$2" "$3" <<'PY'
+import sys
+a = open(sys.argv[1]).read().split(); b = open(sys.argv[2]).read().split()
+n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+print(f"ids {sys.argv[3]}: {len(a)} vs {len(b)} tokens, first difference at {n}")
+PY
+}
+tg_bench() { # M SPEC ROUND -> prints tg128's median tok/s (of 5) after a 71-token prompt; log $OUT/bench-M-NAME-ROUND.txt
+  local log="$OUT/bench-$1-${2%%:*}-$3.txt"
+  run_env "$2" timeout 90 $H bench --model /tmp/hearth-bench-$1 --backend cuda -p 71 -n 128 -r 5 --tg-ctx 71 >"$log" 2>&1
+  grep -E '^\| tg' "$log" | head -1 | awk -F'|' '{print $3}' | tr -d ' '
+}
