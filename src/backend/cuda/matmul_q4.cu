@@ -107,7 +107,8 @@ struct gemm_args {
   const float *bias[3];
   void *out[3];
   int64_t ldo[3];
-  float *part; /* split-K: f32 partial sums [M][n_total] (zeroed before); NULL: no split */
+  float *part; /* split-K: f32 partial sums, one slice [M][n_total] per split; NULL: no split */
+  int n_split;  /* split-K: the slices gemm_finish adds, in order (a fixed order: the sum is the same on every run) */
 };
 
 /* which weight owns concatenated column c */
@@ -133,8 +134,9 @@ __global__ __launch_bounds__(256) void gemm_q4_kernel(const __grid_constant__ ge
   const uint8_t *__restrict__ wq = a.wq[wi];
   const __half *__restrict__ ws = a.ws[wi];
   const int gpr = K / 128;
-  /* split-K: this block takes k-tiles [kt0, kt0 + KT) and, when a.part != NULL, adds its f32 partial
-   * tile into part[M][n_total] (zeroed before; gemm_finish adds the bias and converts) */
+  /* split-K: this block takes k-tiles [kt0, kt0 + KT) and, when a.part != NULL, stores its f32 partial
+   * tile into slice blockIdx.z of part (every element of a slice is written by exactly one block; gemm_finish sums
+   * the slices in order, adds the bias and converts) */
   const int kt0 = blockIdx.z * a.kt_per, KT = min(K / GM_BK - kt0, a.kt_per);
 
   for (int i = tid; i < GM_BN * gpr; i += 256) {
@@ -211,7 +213,8 @@ __global__ __launch_bounds__(256) void gemm_q4_kernel(const __grid_constant__ ge
   TO *out = (TO *)a.out[wi];
   const float *bias = a.bias[wi];
   const int64_t ldo = a.ldo[wi];
-  float *part = a.part ? a.part + a.col0[wi] : NULL; /* this weight's columns of the partial rows */
+  /* this split's slice, at this weight's columns of the partial rows */
+  float *part = a.part ? a.part + (size_t)blockIdx.z * (size_t)M * a.n_total + a.col0[wi] : NULL;
 #pragma unroll
   for (int mi = 0; mi < MI; mi++) {
 #pragma unroll
@@ -222,8 +225,8 @@ __global__ __launch_bounds__(256) void gemm_q4_kernel(const __grid_constant__ ge
         int cc = col + e;
         if (cc >= N) continue;
         if (part) {
-          if (row < M) atomicAdd(part + (int64_t)row * a.n_total + cc, acc[mi][ni][e]);
-          if (row + 8 < M) atomicAdd(part + (int64_t)(row + 8) * a.n_total + cc, acc[mi][ni][2 + e]);
+          if (row < M) part[(int64_t)row * a.n_total + cc] = acc[mi][ni][e];
+          if (row + 8 < M) part[(int64_t)(row + 8) * a.n_total + cc] = acc[mi][ni][2 + e];
           continue;
         }
         float bv = bias ? bias[cc] : 0.0f;
@@ -240,7 +243,8 @@ __global__ __launch_bounds__(256) void gemm_q4_kernel(const __grid_constant__ ge
   }
 }
 
-/* split-K epilogue: out[m][n] (+)= part[m][n] + bias[n], each concatenated column to its weight */
+/* split-K epilogue: out[m][n] (+)= sum over the splits z, in order, of part[z][m][n], + bias[n], each concatenated column
+ * to its weight */
 template <typename TO>
 __global__ void gemm_finish_kernel(const __grid_constant__ gemm_args a) {
   pdl_trigger();
@@ -250,7 +254,9 @@ __global__ void gemm_finish_kernel(const __grid_constant__ gemm_args a) {
     const int wi = gemm_weight(a, c), n = c - a.col0[wi];
     TO *o = (TO *)a.out[wi] + (int64_t)m * a.ldo[wi] + n;
     const float *bias = a.bias[wi];
-    stf(o, a.part[i] + (bias ? bias[n] : 0.0f) + (a.add ? ldf(o) : 0.0f));
+    float v = 0.0f;
+    for (int z = 0; z < a.n_split; z++) v += a.part[(int64_t)z * total + i];
+    stf(o, v + (bias ? bias[n] : 0.0f) + (a.add ? ldf(o) : 0.0f));
   }
 }
 
@@ -412,13 +418,13 @@ int cu_gemm_q4(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct h
   }
   a.kt_per = (KT + S - 1) / S;
   S = (KT + a.kt_per - 1) / a.kt_per;
-  if (S > 1) {
-    const size_t np = (size_t)n * (size_t)a.n_total;
+  if (S > 1) { /* one slice per split, each written whole by the split's blocks: nothing to zero */
+    const size_t np = (size_t)S * (size_t)n * (size_t)a.n_total;
     void *pp = ctx->gemm_part;
     if (cu_scratch(ctx, &pp, &ctx->gemm_part_cap, np, sizeof(float), 0)) return 0;
     ctx->gemm_part = (float *)pp;
     a.part = ctx->gemm_part;
-    if (CU_OK(ctx, cudaMemsetAsync(a.part, 0, np * sizeof(float), ctx->stream))) return 0;
+    a.n_split = S;
   }
   dim3 grid((unsigned)gx, (unsigned)gy, (unsigned)S);
 #define GQ(MM, TO) gemm_q4_kernel<MM, TO><<<grid, 256, sm, ctx->stream>>>(a)
