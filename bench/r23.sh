@@ -15,7 +15,6 @@ mkdir -p "$OUT"
 . bench/deps.sh
 H=build-gpu/stack/hearth
 . bench/call_lib.sh
-mk_models 3b 0.5b
 build() { # DIR FLAGS
   cmake -S . -B $1 -DCMAKE_BUILD_TYPE=Release -DHEARTH_SERVER=OFF -DHEARTH_WERROR=OFF -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DCMAKE_PREFIX_PATH="$PREFIX" ${2:+"-DCMAKE_CUDA_FLAGS=$2"} >"$OUT/build-${1##*/}.log" 2>&1 &&
@@ -28,13 +27,19 @@ wait $P0 || { echo "build 0 failed"; tail -30 "$OUT/build-ndet0.log"; }
 wait
 echo "built at $(( $(date +%s) - T0 )) s"
 B1=build-gpu/stack B0=build-gpu/ndet0
+mk_models 3b 0.5b
 ( cd $B1 && timeout 200 ctest -j3 -R 'test_cuda_ops|test_cuda_model' --output-on-failure >"$OUT/ctest.log" 2>&1
   echo "ctest rc $?" )
 grep -E "tests passed|Failed|\*\*\*|Not Run|Timeout" "$OUT/ctest.log" | head -20
 grep -E "repeats differ" "$OUT/ctest.log" | sort | uniq | head -12
-( timeout 60 $B0/test_cuda_ops repeat >"$OUT/repeat-ndet0.log" 2>&1; echo "ndet0 repeat rc $?" )
-grep -E "repeats differ" "$OUT/repeat-ndet0.log" | head -12
+grep -E "CHECK failed|REQUIRE failed|gpu error|repeat:" "$OUT/ctest.log" | sort | uniq -c | head -30
+( HEARTH_GEMV_CORES=13 HEARTH_GEMV_WE_MIN=0 timeout 60 $B1/tests/cuda/test_cuda_ops fused >"$OUT/fused-cores.log" 2>&1
+  echo "ndet1 fused with CORES=13 rc $?" )
+grep -E "CHECK failed|REQUIRE|error|NON-FINITE" "$OUT/fused-cores.log" | head -12
+( timeout 60 $B0/tests/cuda/test_cuda_ops repeat >"$OUT/repeat-ndet0.log" 2>&1; echo "ndet0 repeat rc $?" )
+grep -E "repeats differ|CHECK failed" "$OUT/repeat-ndet0.log" | head -20
 echo "tests done at $(( $(date +%s) - T0 )) s"
+wait # the checkpoints
 for r in 1 2; do
   for b in 1 0; do
     for v in def q4; do
