@@ -66,9 +66,6 @@ __host__ __device__ inline int gemv_steps(int G, int ks) { return ((G + GEMV_GPS
 /* the co-resident gate/up shape (HEARTH_GEMV_CORES, gemv_cores_launch): one block per SM of this many whole-tile warps,
  * so that o_proj's 8-warp block before it fits beside it: 11 + 8 warps x 104 registers = 63,232 of the SM's 65,536 */
 #define GEMV_CORES_NW 11
-/* the QKV shape beside down_proj (HEARTH_GEMV_QKV4, gemv_qkv4_launch): 4-warp blocks of one tile (KS = 4) held to 96
- * registers, so that one fits beside a 16-warp down_proj block at 104: 16 x 3,328 + 4 x 3,072 = 65,536 registers */
-#define GEMV_MINB4 5
 /* a measurement knob, never set in a product build (bench/ablate.sh): 1 = no weight bytes from memory
  * (the ring's copies are not issued), 2 = no x prologue (no x read, norm or silu: shared x left as is),
  * 3 = no epilogue (outputs stored only under a condition that never holds), 4 = no int4 -> f16 conversion
@@ -78,15 +75,6 @@ __host__ __device__ inline int gemv_steps(int G, int ks) { return ((G + GEMV_GPS
  * The difference to 0 is what that stage costs inside a kernel (bench/NOTES.md, rounds 6, 15). */
 #ifndef GEMV_ABLATE
 #define GEMV_ABLATE 0
-#endif
-/* GEMV_NDET (round 23): the rmsnorm prologue's sum of squares without atomics. Each (token, group of 128 columns) is
- * summed over the 16 lanes that hold its chunks (a fixed shuffle order) into a slot of its own in shared memory; after
- * the one barrier every thread adds its token's G slots in order (G <= 32), or one warp per token does (longer rows).
- * So every block of every kernel computes the same bits for a token's 1/rms, and a run gives the same result every time;
- * it also drops two of the fast path's four barriers and the shared float atomics (a compare-and-swap loop each).
- * 0 builds the arrival-order float atomics of rounds 6-22 (the A/B control). */
-#ifndef GEMV_NDET
-#define GEMV_NDET 1
 #endif
 #ifndef GEMV_FOLD
 #define GEMV_FOLD 1 /* the -8 weight offset folded into a per-group correction (see gemv_smem) */
@@ -130,14 +118,10 @@ struct gemv_args {
 
 /* x in shared memory: gemv_x.cuh (gemv_swz, gemv_put_chunk) */
 /* f16 x rows, then (rmsnorm prologue) the norm weights as f32, then (GEMV_FOLD) the per-group
- * corrections [K/128][GEMV_CPG] as f32, then (below) the norm's sums of squares, then the warps' weight rings */
-__host__ __device__ inline size_t gemv_gsq_off(int n, int64_t K, int pro) {
+ * corrections [K/128][GEMV_CPG] as f32, then the warps' weight rings */
+__host__ __device__ inline size_t gemv_smem(int n, int64_t K, int pro) {
   return (size_t)n * (size_t)K * 2 + (pro == PRO_NORM ? (size_t)K * 4 : 0) +
          (GEMV_FOLD ? (size_t)(K / 128) * GEMV_CPG * 4 : 0);
-}
-/* ... then (GEMV_NDET, rmsnorm) the sums of squares per token and group, [n][K/128] f32, padded to 16 bytes */
-__host__ __device__ inline size_t gemv_smem(int n, int64_t K, int pro) {
-  return gemv_gsq_off(n, K, pro) + (GEMV_NDET && pro == PRO_NORM ? (((size_t)n * (size_t)(K / 128) + 3) & ~(size_t)3) * 4 : 0);
 }
 
 /* GEMV_FOLD: the A fragments keep the weights' +8 offset and the 1024.0 of the f16 trick (one lop3
@@ -257,7 +241,7 @@ __device__ __forceinline__ void gemv_emit(const gemv_args &a, int r0, int p, int
 /* RING: the ring depth (2, or 4 in 8-warp blocks), a template parameter because cp.async.wait_group takes an
  * immediate: as a runtime value (a.ring) every step chose among the waits through three branches */
 template <typename TO, int PRO, int KS, int MODE, int NW, int RING>
-__global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : NW == 4 ? GEMV_MINB4 : GEMV_MINB16) void gemv_q4_kernel(const __grid_constant__ gemv_args a) {
+__global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void gemv_q4_kernel(const __grid_constant__ gemv_args a) {
   constexpr int TPB = NW / KS, NT = NW * 32; /* tiles of 16 rows per unit, threads */
   /* KS == 1: every warp walks whole tiles on its own (tile = warp's global index, then + all warps)
    * and writes its outputs from registers: no block-wide reduction, no barrier after the prologue */
@@ -287,7 +271,6 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : NW == 4 ? GEMV_MINB4
    * a loop of plain loads and shared stores ran as K / threads dependent round trips */
   float *nws = (float *)(xs + (int64_t)n * K);
   float *corr = nws + (PRO == PRO_NORM ? K : 0); /* GEMV_FOLD: [G][GEMV_CPG] (see GEMV_CINIT) */
-  float *gsq = (float *)((uint8_t *)smem + gemv_gsq_off(n, K, PRO)); /* GEMV_NDET: [n][G] */
   if (PRO == PRO_NORM) {
     const int nb = K * (a.nwdt == HB_F32 ? 4 : 2);
     for (int i = threadIdx.x * 16; i < nb; i += NT * 16) cp_async16_h((uint8_t *)nws + i, (const uint8_t *)a.nw + i, pol_k);
@@ -345,7 +328,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : NW == 4 ? GEMV_MINB4
   };
 #pragma unroll
   for (int i = 0; i < RING; i++) load(i);
-  if (!GEMV_NDET && PRO == PRO_NORM && threadIdx.x < 8) s_inv[threadIdx.x] = 0.0f;
+  if (PRO == PRO_NORM && threadIdx.x < 8) s_inv[threadIdx.x] = 0.0f;
   if (GEMV_FOLD) /* columns past n: finite values for the mma columns that are never stored */
     for (int i = threadIdx.x; i < G * GEMV_CPG; i += blockDim.x)
       if ((GEMV_CINIT ? (i % 16) / 4 * 2 + (i & 1) : i % 8) >= n) corr[i] = 0.0f;
@@ -410,33 +393,9 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : NW == 4 ? GEMV_MINB4
       atomicAdd(&s_inv[t], ss);
     }
   };
-  /* GEMV_NDET: chunk c's sum of squares, summed over the 16 lanes of its (token, group) (chunk c = c0 + thread, c0 a
-   * multiple of the block size, so they are 16 aligned lanes, all live or all dead) into gsq[c / 16] = gsq[token][group].
-   * Called by every lane of the warp. */
-  auto gsq_put = [&](int c, uint4 v) {
-    float ss = 0.0f;
-    if (c < nch) {
-      const __half2 *h = (const __half2 *)&v;
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const float2 f = __half22float2(h[e]);
-        ss += f.x * f.x + f.y * f.y;
-      }
-    }
-#pragma unroll
-    for (int o = 8; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    if (c < nch && lane % 16 == 0) gsq[c / 16] = ss;
-  };
-  /* token t's 1 / rms from its G slots, added in order by the calling thread (the fast path: G <= 32) */
-  auto gsq_inv = [&](int t) {
-    const float *q = gsq + t * G;
-    float s = 0.0f;
-    for (int g = 0; g < G; g++) s += q[g];
-    return rsqrtf(s / (float)K + a.eps);
-  };
   if (GEMV_ABLATE == 2) {
     if (PRO == PRO_NORM) cp_async_wait<RING>();
-  } else if (PRO == PRO_NORM && nch <= 4 * NT && (!GEMV_NDET || G <= 32)) {
+  } else if (PRO == PRO_NORM && nch <= 4 * NT) {
     /* one read of x (up to 4 chunks per thread, kept in registers): sum of squares per token
      * (one atomic per warp when the warp's chunks are one token's), then scale and store */
     uint4 xv[4];
@@ -445,28 +404,16 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : NW == 4 ? GEMV_MINB4
       const int c = threadIdx.x + k * NT;
       if (c < nch) xv[k] = xat(a.x, c);
     }
-    if (GEMV_NDET) {
+    cp_async_wait<RING>(); /* the norm weights: the group before the ring's */
+    __syncthreads(); /* s_inv zeroed, norm weights landed */
 #pragma unroll
-      for (int k = 0; k < 4; k++) {
-        if (k * NT >= nch) break; /* uniform */
-        gsq_put(threadIdx.x + k * NT, xv[k]);
-      }
-      cp_async_wait<RING>(); /* the norm weights: the group before the ring's */
-      __syncthreads(); /* the sums of squares and the norm weights */
-    } else {
-      cp_async_wait<RING>(); /* the norm weights: the group before the ring's */
-      __syncthreads(); /* s_inv zeroed, norm weights landed */
-#pragma unroll
-      for (int k = 0; k < 4; k++) {
-        if (k * NT >= nch) break; /* uniform */
-        ss_add(threadIdx.x + k * NT, xv[k]);
-      }
-      __syncthreads();
-      if (threadIdx.x < n) s_inv[threadIdx.x] = rsqrtf(s_inv[threadIdx.x] / (float)K + a.eps);
-      __syncthreads();
+    for (int k = 0; k < 4; k++) {
+      if (k * NT >= nch) break; /* uniform */
+      ss_add(threadIdx.x + k * NT, xv[k]);
     }
-    int inv_t = -1; /* the token whose 1 / rms this thread holds (GEMV_NDET) */
-    float inv_v = 0.0f;
+    __syncthreads();
+    if (threadIdx.x < n) s_inv[threadIdx.x] = rsqrtf(s_inv[threadIdx.x] / (float)K + a.eps);
+    __syncthreads();
 #pragma unroll
     for (int k = 0; k < 4; k++) {
       if (k * NT >= nch) break; /* uniform */
@@ -474,14 +421,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : NW == 4 ? GEMV_MINB4
       const bool live = c < nch;
       float cs = 0.0f;
       if (live) {
-        float inv;
-        if (GEMV_NDET) {
-          const int t = c / (K / 8);
-          if (t != inv_t) { inv_v = gsq_inv(t); inv_t = t; }
-          inv = inv_v;
-        } else {
-          inv = s_inv[c / (K / 8)];
-        }
+        const float inv = s_inv[c / (K / 8)];
         const int w0i = (c % (K / 8)) * 8;
         __half2 *h = (__half2 *)&xv[k];
 #pragma unroll
@@ -495,21 +435,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : NW == 4 ? GEMV_MINB4
       corr_add(c, cs, live);
     }
   } else {
-    if (PRO == PRO_NORM && GEMV_NDET) { /* long rows: two reads of x (the second from L1); a warp per token adds its slots */
-      for (int c0 = 0; c0 < nch; c0 += blockDim.x) { /* uniform: gsq_put shuffles */
-        const int c = c0 + threadIdx.x;
-        gsq_put(c, c < nch ? xat(a.x, c) : make_uint4(0u, 0u, 0u, 0u));
-      }
-      cp_async_wait<RING>(); /* the norm weights */
-      __syncthreads();
-      for (int t = warp; t < n; t += NW) { /* lane-strided partials, then a butterfly: the same bits in every block */
-        float sq = 0.0f;
-        for (int g = lane; g < G; g += 32) sq += gsq[t * G + g];
-        sq = warp_sum(sq);
-        if (lane == 0) s_inv[t] = rsqrtf(sq / (float)K + a.eps);
-      }
-      __syncthreads();
-    } else if (PRO == PRO_NORM) { /* long rows: two reads of x (the second from L1) */
+    if (PRO == PRO_NORM) { /* long rows: two reads of x (the second from L1) */
       cp_async_wait<RING>(); /* the norm weights */
       __syncthreads();
       for (int c0 = 0; c0 < nch; c0 += blockDim.x) { /* uniform: ss_add shuffles */
@@ -720,10 +646,6 @@ static int g_gemv_per_sm = 0, g_gemv_ring_max = 2;
  * step, resident beside this shape (−4 %), the dependents' trigger after the k-th step (±0), and the x read before
  * the ring's first steps in the kernels that enter after the kernel before has ended (−3 to −7 %). */
 static int g_gemv_cores = 1 | 4 | 8, g_gemv_cores_auto = 1;
-/* HEARTH_GEMV_QKV4=1 (round 23, a bench knob until measured): the norm+QKV+rope GEMV as 4-warp blocks of one tile at 96
- * registers (GEMV_MINB4), which fit beside down_proj's 16-warp block, so its blocks start their copies while down runs
- * (today they enter only as down's blocks leave: QKV's release comes ~1.5 us after down's end, the other kernels' 0.6) */
-static int g_gemv_qkv4 = 0;
 
 /* the launch shapes: (warps per block, warps per tile) */
 #define GEMV_CONFIGS(X) X(8, 1) X(8, 2) X(8, 4) X(8, 8) X(16, 16)
@@ -763,10 +685,7 @@ int cu_gemv_init(struct hb_ctx *ctx) {
     g_gemv_cores = atoi(co);
     g_gemv_cores_auto = 0;
   }
-  const char *q4 = getenv("HEARTH_GEMV_QKV4");
-  if (q4 && *q4) g_gemv_qkv4 = atoi(q4);
-  return gemv_attr_k(ctx, gemv_q4_kernel<__half, PRO_NORM, 4, GEMV_ROPE, 4, 2>) |
-         gemv_attr_k(ctx, gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 2>) |
+  return gemv_attr_k(ctx, gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 2>) |
          gemv_attr_k(ctx, gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 4>) |
          gemv_attr1<__half, PRO_PLAIN, GEMV_PLAIN>(ctx) | gemv_attr1<__half, PRO_NORM, GEMV_PLAIN>(ctx) |
          gemv_attr1<__half, PRO_NORM, GEMV_GLU>(ctx) |
@@ -855,27 +774,9 @@ static int gemv_cores_launch(struct hb_ctx *ctx, gemv_args &a) {
   return 1;
 }
 
-/* HEARTH_GEMV_QKV4 (above): launches the norm+QKV+rope GEMV as 4-warp one-tile blocks and returns 1 where that applies */
-template <typename TO, int PRO, int MODE>
-static int gemv_qkv4_launch(struct hb_ctx *ctx, gemv_args &a) {
-  if (!std::is_same<TO, __half>::value || PRO != PRO_NORM || MODE != GEMV_ROPE || !g_gemv_qkv4) return 0;
-  const size_t base = gemv_smem(a.n, a.K, PRO), sm = base + (size_t)4 * 2 * GEMV_SLOT;
-  if (!gemv_ring_fits(ctx, base, 4, 2, 1)) return 0;
-  const int tiles = (a.rows_total + 15) / 16;
-  a.n_units = tiles;
-  a.ring = 2;
-#if HEARTH_TRACE
-  a.tr = ctx->tr_dev;
-  a.tr_id = cu_trace_id(ctx, "gemv qkv n%d %dx%d 4/4 r2 q4", a.n, a.rows_total, a.K);
-#endif
-  cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<__half, PRO_NORM, 4, GEMV_ROPE, 4, 2>, dim3((unsigned)tiles), dim3(128), sm, a);
-  return 1;
-}
-
 template <typename TO, int PRO, int MODE = GEMV_PLAIN>
 static void gemv_launch_t(struct hb_ctx *ctx, gemv_args &a) {
   if (gemv_cores_launch<TO, PRO, MODE>(ctx, a)) return;
-  if (gemv_qkv4_launch<TO, PRO, MODE>(ctx, a)) return;
   const size_t base = gemv_smem(a.n, a.K, PRO);
   int per_sm = g_gemv_per_sm > 0 && g_gemv_per_sm < GEMV_MINB ? g_gemv_per_sm : GEMV_MINB, ring8 = 0;
   for (; per_sm >= 1 && !(ring8 = gemv_ring(ctx, base, 8, per_sm)); per_sm--) {}
