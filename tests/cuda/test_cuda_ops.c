@@ -1010,35 +1010,38 @@ TEST_GROUP(sample) {
   teardown();
 }
 
-/* run-to-run determinism of the prefill GEMM: the same split-K GEMM (after the rmsnorm or silu kernel) launched again on
- * the same inputs must give the same bits. Until round 23 the splits added their partial tiles with float atomics in
- * arrival order, and greedy ids of one checkpoint differed from run to run (bench/NOTES.md). The decode GEMV's norm
- * prologue (n <= 8) still adds each warp's sum of squares with a shared float atomic: at several tokens its bits follow
- * the warps' timing (round 23 measured it; the deterministic prologue cost the 0.5B 7.5 %), so it is not tested here.
- * kind: 0 norm_matmul, 2 silu_matmul (no residual) */
+/* run-to-run determinism: the same decode GEMV with the rmsnorm prologue, or the same split-K GEMM, launched again on
+ * the same inputs must give the same bits. Until round 23 both added partial sums with f32 atomics in arrival order (the
+ * norm's sum of squares per warp; split-K's partial tiles), and greedy ids of one checkpoint differed from run to run
+ * (bench/NOTES.md). kind: 0 norm_matmul (n <= 8: the decode GEMV; more: rmsnorm + GEMM), 1 norm_swiglu, 2 silu_matmul
+ * (no residual: the GEMM with split-K) */
 static void check_repeat(int kind, int K, int n_mm, const int *rows, int n) {
   struct hearth_err err = {0};
   struct pair x, x2, nw, w[3], o[3];
   pair_rand(&x, HB_F32, n, K, 3.0f);
   if (kind == 2) pair_rand(&x2, HB_F32, n, K, 2.0f);
   else weight_pair(&nw, HB_F32, 1, K, 1.0f);
+  const int n_out = kind == 0 ? n_mm : 1;
   size_t tot = 0;
   for (int i = 0; i < n_mm; i++) {
     weight_pair(&w[i], HB_Q4, rows[i], K, 0.5f);
-    pair_alloc(&o[i], HB_F32, n, rows[i]);
-    tot += (size_t)n * (size_t)rows[i];
+    if (i < n_out) {
+      pair_alloc(&o[i], HB_F32, n, rows[i]);
+      tot += (size_t)n * (size_t)rows[i];
+    }
   }
   float *ref = malloc(tot * sizeof *ref), *got = malloc(tot * sizeof *got);
   struct hb_tensor *og[3] = {&o[0].g, &o[1].g, &o[2].g};
   const struct hb_tensor *wg[3] = {&w[0].g, &w[1].g, &w[2].g};
   int differ = 0, reps = 24, bad = 0;
   for (int rep = 0; rep < reps && !bad; rep++) {
-    for (int i = 0; i < n_mm; i++) pair_poison(&o[i]); /* a launch that wrote nothing cannot pass */
+    for (int i = 0; i < n_out; i++) pair_poison(&o[i]); /* a launch that wrote nothing cannot pass */
     if (kind == 0) hb_cuda_norm_matmul(gc, &x.g, &nw.g, 1e-6f, 0.0f, n_mm, og, wg, NULL, n, 0);
+    else if (kind == 1) bad = hb_cuda_norm_swiglu(gc, &x.g, &nw.g, 1e-6f, &w[0].g, &w[1].g, &o[0].g, n) != 0;
     else hb_cuda_silu_matmul(gc, &x.g, &x2.g, &o[0].g, &w[0].g, n, 0);
     float *dst = rep ? got : ref;
     size_t off = 0;
-    for (int i = 0; i < n_mm; i++) {
+    for (int i = 0; i < n_out; i++) {
       G->read(gc, &o[i].g, 0, n, dst + off);
       off += (size_t)n * (size_t)rows[i];
     }
@@ -1047,13 +1050,16 @@ static void check_repeat(int kind, int K, int n_mm, const int *rows, int n) {
     if (rep && memcmp(ref, got, tot * sizeof *ref)) differ++;
   }
   char what[96];
-  snprintf(what, sizeof what, "%s K=%d rows=%d%s n=%d", kind == 0 ? "norm_matmul" : "silu_matmul", K, rows[0],
-           n_mm > 1 ? "+" : "", n);
+  snprintf(what, sizeof what, "%s K=%d rows=%d%s n=%d", kind == 0 ? "norm_matmul" : kind == 1 ? "norm_swiglu" : "silu_matmul",
+           K, rows[0], n_mm > 1 ? "+" : "", n);
   printf("  %-44s %d of %d repeats differ from the first%s\n", what, differ, reps - 1, bad ? ", ERROR or NON-FINITE" : "");
   CHECKF(!bad && differ == 0, "%s: %d of %d repeated launches differ from the first (error or non-finite: %d)", what,
          differ, reps - 1, bad);
   free(ref); free(got);
-  for (int i = 0; i < n_mm; i++) { pair_free(&w[i]); pair_free(&o[i]); }
+  for (int i = 0; i < n_mm; i++) {
+    pair_free(&w[i]);
+    if (i < n_out) pair_free(&o[i]);
+  }
   if (kind == 2) pair_free(&x2);
   else pair_free(&nw);
   pair_free(&x);
@@ -1061,11 +1067,21 @@ static void check_repeat(int kind, int K, int n_mm, const int *rows, int n) {
 
 TEST_GROUP(repeat) {
   if (setup(0)) return;
-  const int qkv3[3] = {2048, 256, 256}, qkv05[3] = {896, 128, 128}, gu[2] = {11008, 11008}, down[1] = {2048};
-  check_repeat(0, 2048, 3, qkv3, 71);  /* the 3B's QKV at a 71-token prompt: split-K 8 over all three */
-  check_repeat(0, 896, 3, qkv05, 71);  /* the 0.5B's: split-K 3 (5, 5, 4 k-tiles) */
-  check_repeat(0, 2048, 2, gu, 40);    /* the 3B's gate/up: split-K 4 */
-  check_repeat(2, 11008, 1, down, 17); /* the 3B's down at 17 rows: split-K 16 */
+  const int qkv3[3] = {2048, 256, 256}, qkv05[3] = {896, 128, 128}, gu3b[2] = {11008, 11008}, gu[2] = {1024, 1024};
+  const int gu8[2] = {4864, 4864}, head[1] = {16384}, down[1] = {2048};
+  /* the decode GEMV's norm prologue (n <= 8) */
+  check_repeat(0, 2048, 3, qkv3, 1);     /* the 3B's norm + QKV, one token: 8 warps' sums */
+  check_repeat(0, 2048, 3, qkv3, 3);     /* three tokens (round 23: 23 of 23 repeats differed with f32 slots) */
+  check_repeat(0, 896, 3, qkv05, 5);     /* the 0.5B's: 7 groups, warps whose chunks straddle two tokens */
+  check_repeat(0, 2048, 1, head, 1);     /* LM-head-like: whole-tile warps */
+  check_repeat(1, 2048, 2, gu3b, 1);     /* the 3B's gate/up: the co-resident 11-warp shape */
+  check_repeat(1, 2048, 2, gu, 3);
+  check_repeat(1, 2048, 2, gu8, 8);      /* eight tokens: the long-row prologue */
+  /* the prefill GEMM's split-K (after the rmsnorm or silu kernel) */
+  check_repeat(0, 2048, 3, qkv3, 71);    /* the 3B's QKV at a 71-token prompt: split-K 8 over all three */
+  check_repeat(0, 896, 3, qkv05, 71);    /* the 0.5B's: split-K 3 (5, 5, 4 k-tiles) */
+  check_repeat(0, 2048, 2, gu3b, 40);    /* the 3B's gate/up: split-K 4 */
+  check_repeat(2, 11008, 1, down, 17);   /* the 3B's down at 17 rows: split-K 16 */
   teardown();
 }
 

@@ -76,6 +76,18 @@ __host__ __device__ inline int gemv_steps(int G, int ks) { return ((G + GEMV_GPS
 #ifndef GEMV_ABLATE
 #define GEMV_ABLATE 0
 #endif
+/* GEMV_DSUM (round 23): the rmsnorm prologue adds each warp's f32 sum of squares into an f64 shared slot. The warps'
+ * atomics arrive in timing order; in f32 that order changed the last bits of 1 / rms from run to run (at one token
+ * the 3B's greedy ids differed from token 9), while the f64 sum of a few f32 values of like size is exact, so any order
+ * gives the same bits. 0 builds the f32 slots of rounds 6-22 (the A/B control). */
+#ifndef GEMV_DSUM
+#define GEMV_DSUM 1
+#endif
+#if GEMV_DSUM
+typedef double gemv_ss_t;
+#else
+typedef float gemv_ss_t;
+#endif
 #ifndef GEMV_FOLD
 #define GEMV_FOLD 1 /* the -8 weight offset folded into a per-group correction (see gemv_smem) */
 #endif
@@ -248,6 +260,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
   constexpr bool WE = KS == 1;
   extern __shared__ uint4 smem[];
   __shared__ float s_inv[8];
+  __shared__ gemv_ss_t s_ss[8]; /* rmsnorm: each token's sum of squares (GEMV_DSUM) */
   __shared__ int s_pos[8];        /* GEMV_ROPE: each token's position and cache slot (from batch_upload, */
   __shared__ int64_t s_slot[8];   /* not from the kernel before: read before griddepcontrol.wait) */
   __shared__ float red[NW][4][32]; /* per warp, C fragment element, lane */
@@ -328,7 +341,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
   };
 #pragma unroll
   for (int i = 0; i < RING; i++) load(i);
-  if (PRO == PRO_NORM && threadIdx.x < 8) s_inv[threadIdx.x] = 0.0f;
+  if (PRO == PRO_NORM && threadIdx.x < 8) s_ss[threadIdx.x] = 0.0f;
   if (GEMV_FOLD) /* columns past n: finite values for the mma columns that are never stored */
     for (int i = threadIdx.x; i < G * GEMV_CPG; i += blockDim.x)
       if ((GEMV_CINIT ? (i % 16) / 4 * 2 + (i & 1) : i % 8) >= n) corr[i] = 0.0f;
@@ -372,7 +385,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
   auto xat = [&](const __half *base, int c) {
     return *(const uint4 *)(base + (int64_t)(c / (K / 8)) * a.ldx + (int64_t)(c % (K / 8)) * 8);
   };
-  /* rmsnorm: chunk c's sum of squares into s_inv[token], one shared atomic per warp when its 32 chunks are one
+  /* rmsnorm: chunk c's sum of squares into s_ss[token], one shared atomic per warp when its 32 chunks are one
    * token's (a float atomicAdd on shared memory is a compare-and-swap loop: one per chunk took 60 % of the long-row
    * path's time in round 12's ncu sampling). Called by every lane of the warp; dead lanes (c >= nch) add nothing. */
   auto ss_add = [&](int c, uint4 v) {
@@ -388,9 +401,9 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
     const int t = (c < nch ? c : nch - 1) / (K / 8);
     if (__all_sync(0xffffffffu, t == __shfl_sync(0xffffffffu, t, 0))) {
       ss = warp_sum(ss);
-      if (lane == 0) atomicAdd(&s_inv[t], ss);
+      if (lane == 0) atomicAdd(&s_ss[t], (gemv_ss_t)ss);
     } else if (c < nch) {
-      atomicAdd(&s_inv[t], ss);
+      atomicAdd(&s_ss[t], (gemv_ss_t)ss);
     }
   };
   if (GEMV_ABLATE == 2) {
@@ -405,14 +418,14 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
       if (c < nch) xv[k] = xat(a.x, c);
     }
     cp_async_wait<RING>(); /* the norm weights: the group before the ring's */
-    __syncthreads(); /* s_inv zeroed, norm weights landed */
+    __syncthreads(); /* s_ss zeroed, norm weights landed */
 #pragma unroll
     for (int k = 0; k < 4; k++) {
       if (k * NT >= nch) break; /* uniform */
       ss_add(threadIdx.x + k * NT, xv[k]);
     }
     __syncthreads();
-    if (threadIdx.x < n) s_inv[threadIdx.x] = rsqrtf(s_inv[threadIdx.x] / (float)K + a.eps);
+    if (threadIdx.x < n) s_inv[threadIdx.x] = rsqrtf((float)s_ss[threadIdx.x] / (float)K + a.eps);
     __syncthreads();
 #pragma unroll
     for (int k = 0; k < 4; k++) {
@@ -443,7 +456,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
         ss_add(c, c < nch ? xat(a.x, c) : make_uint4(0u, 0u, 0u, 0u));
       }
       __syncthreads();
-      if (threadIdx.x < n) s_inv[threadIdx.x] = rsqrtf(s_inv[threadIdx.x] / (float)K + a.eps);
+      if (threadIdx.x < n) s_inv[threadIdx.x] = rsqrtf((float)s_ss[threadIdx.x] / (float)K + a.eps);
       __syncthreads();
     }
 #pragma unroll 4
