@@ -1,6 +1,16 @@
-# bench/call_lib.sh — helpers the device call scripts share (sourced by bench/stack_build.sh, after it has set OUT and H).
+# bench/call_lib.sh — helpers the device call scripts share (sourced after OUT, H and, for cmake_build, PREFIX (bench/deps.sh)
+# are set; by bench/stack_build.sh and the round 23 scripts).
 # A variant is NAME:VAR=VALUE[,VAR=VALUE...] ("base:" runs with nothing set). H may be set per call (H=... tg_bench ...).
 
+cmake_build() { # DIR TARGETS [CUDA_FLAGS] [SRC] -> a Release build of SRC (default .) in DIR; log $OUT/build-DIR's-name.log
+  local log="$OUT/build-${1##*/}.log"
+  cmake -S "${4:-.}" -B "$1" -DCMAKE_BUILD_TYPE=Release -DHEARTH_SERVER=OFF -DHEARTH_WERROR=OFF -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DCMAKE_PREFIX_PATH="$PREFIX" ${3:+"-DCMAKE_CUDA_FLAGS=$3"} >"$log" 2>&1 && cmake --build "$1" -j16 --target $2 >>"$log" 2>&1
+}
+left() { # seconds left before DEADLINE_S (default 540) counted from T0 (set by the caller, else from sourcing this file)
+  echo $(( ${DEADLINE_S:-540} - ($(date +%s) - ${T0:-$CALL_LIB_T0}) ))
+}
+CALL_LIB_T0=$(date +%s)
 run_env() { # SPEC CMD... -> CMD with SPEC's variables set
   local spec=$1; shift
   local envs=${spec#*:}

@@ -6,8 +6,7 @@
 # from a one-token context: llama-bench's tg128 starts from an empty one), the whole tables. Deadline CHECK_DEADLINE_S.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-T0=$(date +%s)
-left() { echo $(( ${CHECK_DEADLINE_S:-540} - ($(date +%s) - T0) )); }
+T0=$(date +%s) DEADLINE_S=${CHECK_DEADLINE_S:-540}
 OUT=${OUT:-/tmp/hearth-check23-out}
 mkdir -p "$OUT"
 . bench/deps.sh
@@ -16,12 +15,8 @@ B1=build-gpu/stack H=$B1/hearth
 OLD=/tmp/hearth-old-splitk
 rm -rf $OLD && mkdir -p $OLD && git ls-files -z | xargs -0 cp --parents -t $OLD
 ( cd $OLD && git apply -R "$OLDPWD/bench/patches/round23-det-splitk.patch" ) || echo "revert failed"
-build() { # SRC DIR TARGETS
-  cmake -S $1 -B $2 -DCMAKE_BUILD_TYPE=Release -DHEARTH_SERVER=OFF -DHEARTH_WERROR=OFF -DCMAKE_CUDA_ARCHITECTURES=90 \
-    -DCMAKE_PREFIX_PATH="$PREFIX" >"$OUT/build-${2##*/}.log" 2>&1 && cmake --build $2 -j16 --target $3 >>"$OUT/build-${2##*/}.log" 2>&1
-}
-build . $B1 "hearth_cli test_cuda_ops test_cuda_model" & P1=$!
-build $OLD $OLD/build "test_cuda_ops" & P0=$!
+cmake_build $B1 "hearth_cli test_cuda_ops test_cuda_model" & P1=$!
+cmake_build $OLD/build test_cuda_ops "" $OLD & P0=$!
 wait $P1 || { echo "build failed"; tail -30 "$OUT/build-stack.log"; exit 1; }
 wait $P0 || { echo "old build failed"; tail -20 "$OUT/build-build.log"; }
 echo "built at $(( $(date +%s) - T0 )) s"

@@ -5,8 +5,7 @@
 # interleaved rounds, under a deadline (CHECK_DEADLINE_S from the start, default 300). Logs in $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-T0=$(date +%s)
-left() { echo $(( ${CHECK_DEADLINE_S:-300} - ($(date +%s) - T0) )); }
+T0=$(date +%s) DEADLINE_S=${CHECK_DEADLINE_S:-300}
 STACK_TARGETS="hearth_cli test_cuda_ops test_cuda_model" . bench/stack_build.sh
 mk_models 3b
 ( cd $B && timeout 150 ctest -R 'test_cuda_ops|test_cuda_model' -E stack --output-on-failure >"$OUT/ctest.log" 2>&1

@@ -6,20 +6,15 @@
 # ids of three runs per build on the 3B and of the tree on the 0.5B. Deadline R23B_DEADLINE_S (default 480).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-T0=$(date +%s)
-left() { echo $(( ${R23B_DEADLINE_S:-480} - ($(date +%s) - T0) )); }
+T0=$(date +%s) DEADLINE_S=${R23B_DEADLINE_S:-480}
 OUT=${OUT:-/tmp/hearth-r23b-out}
 mkdir -p "$OUT"
 . bench/deps.sh
 B1=build-gpu/stack B0=build-gpu/dsum0 H=build-gpu/stack/hearth
 . bench/call_lib.sh
-build() { # DIR FLAGS
-  cmake -S . -B $1 -DCMAKE_BUILD_TYPE=Release -DHEARTH_SERVER=OFF -DHEARTH_WERROR=OFF -DCMAKE_CUDA_ARCHITECTURES=90 \
-    -DCMAKE_PREFIX_PATH="$PREFIX" ${2:+"-DCMAKE_CUDA_FLAGS=$2"} >"$OUT/build-${1##*/}.log" 2>&1 &&
-    cmake --build $1 -j16 --target hearth_cli test_cuda_ops test_cuda_model >>"$OUT/build-${1##*/}.log" 2>&1
-}
-build $B1 "" & P1=$!
-build $B0 "-DGEMV_DSUM=0" & P0=$!
+TG="hearth_cli test_cuda_ops test_cuda_model"
+cmake_build $B1 "$TG" & P1=$!
+cmake_build $B0 "$TG" -DGEMV_DSUM=0 & P0=$!
 wait $P1 || { echo "build 1 failed"; tail -30 "$OUT/build-stack.log"; exit 1; }
 wait $P0 || { echo "build 0 failed"; tail -30 "$OUT/build-dsum0.log"; }
 echo "built at $(( $(date +%s) - T0 )) s"

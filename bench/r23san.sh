@@ -7,9 +7,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/hearth-r23san-out}; mkdir -p "$OUT"
 . bench/deps.sh
-S=.deps/r23src B=/tmp/bs
-cmake -S $S -B $B -DCMAKE_BUILD_TYPE=Release -DHEARTH_SERVER=OFF -DHEARTH_WERROR=OFF -DCMAKE_CUDA_ARCHITECTURES=90 \
-  -DCMAKE_PREFIX_PATH="$PREFIX" -DCMAKE_CUDA_FLAGS=-lineinfo >$OUT/b.log 2>&1 && cmake --build $B -j16 --target test_cuda_ops >>$OUT/b.log 2>&1
+H=""
+. bench/call_lib.sh
+B=/tmp/bs
+cmake_build $B test_cuda_ops -lineinfo .deps/r23src
 echo "build rc $? at $SECONDS s"
 T=$B/tests/cuda/test_cuda_ops
 timeout 100 compute-sanitizer --kernel-name kns=gemv_q4 --print-limit 2 $T repeat >$OUT/san.txt 2>&1

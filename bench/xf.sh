@@ -7,8 +7,7 @@
 # start, default 540). Logs in $OUT. HEARTH_GEMV_XF exists only with bench/patches/round22-knobs.patch applied.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-T0=$(date +%s)
-left() { echo $(( ${XF_DEADLINE_S:-540} - ($(date +%s) - T0) )); }
+T0=$(date +%s) DEADLINE_S=${XF_DEADLINE_S:-540}
 STACK_TARGETS="hearth_cli test_cuda_ops" . bench/stack_build.sh
 mk_models 3b 0.5b
 ( HEARTH_GEMV_XF=3 HEARTH_GEMV_CORES=13 HEARTH_GEMV_WE_MIN=0 timeout 200 $B/tests/cuda/test_cuda_ops fast fused \

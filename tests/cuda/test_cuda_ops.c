@@ -368,7 +368,7 @@ static void run_all(int exact) {
   for (int n = 1; n <= 8; n++) check_matmul(HB_Q4, 384, 1024, n, n == 3, mt);
   check_matmul(HB_Q4, 2560, 2048, 1, 1, mt);
   check_matmul(HB_Q4, 2048, 11008, 4, 0, mt);
-  check_matmul(HB_Q4, 2048, 11008, 1, 1, mt);  /* 3B down_proj + residual at one token (HEARTH_GEMV_CORES=2: a 6-step ring) */
+  check_matmul(HB_Q4, 2048, 11008, 1, 1, mt);  /* 3B down_proj + residual at one token (16-warp blocks) */
   check_matmul(HB_Q4, 136, 896, 2, 0, mt);
   check_matmul(HB_Q4, 256, 11008, 8, 0, mt);   /* 176 KB of f16 x in the GEMV's shared memory */
   check_matmul(HB_Q4, 32768, 2048, 1, 0, mt);  /* LM-head-like: 1-2 warps per 16-row tile */
@@ -704,8 +704,7 @@ TEST_GROUP(fused) {
     pair_free(&x); pair_free(&nw); pair_free(&xn); pair_free(&t);
     for (int i = 0; i < 3; i++) { pair_free(&w[i]); pair_free(&b[i]); pair_free(&o[i]); }
   }
-  /* the 3B's down_proj + residual at one token: 128 tiles of 86 groups (the long-row split GEMV; with
-   * HEARTH_GEMV_CORES=2 the 8-warp form whose ring holds all six steps) */
+  /* the 3B's down_proj + residual at one token: 128 tiles of 86 groups (the long-row split GEMV in 16-warp blocks) */
   {
     struct pair h, wd, r, t;
     pair_rand(&h, HB_F32, 1, 11008, 2.0f);
