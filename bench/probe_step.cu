@@ -8,7 +8,11 @@
  * replaced by a register copy so that the rest keeps its inputs. Bit 16 wraps the step in the engine's ring protocol
  * (wait for the slot, refill it two steps ahead by cp.async, commit) with zero fills, so no bytes move; bit 32 does
  * the same streaming the weights from device memory (each warp its own run of 64 × 2 KB); bit 64 makes the ring 4
- * slots deep instead of 2. Printed: cycles per step per warp (clock64 over
+ * slots deep instead of 2; bit 128 (with 32) fills each slot by two bulk copies (cp.async.bulk: the 2 KB of weights
+ * and the 64 bytes of scales) issued by lane 0 on an mbarrier per slot, which every lane waits on by try_wait, in
+ * place of five 16-byte cp.async per lane, a commit and a wait_group (round 24); bit 256 (with 32) gives the cp.async
+ * copies the engine's evict_first L2 policy (round 24). Printed: cycles per step per warp
+ * (clock64 over
  * NS steps, mean over the stepping warps) and µs per launch (events over many launches).
  *   nvcc -O3 -arch=sm_90 -o probe_step bench/probe_step.cu && ./probe_step */
 #include <cstdio>
@@ -36,6 +40,27 @@ __device__ __forceinline__ void q4w(uint32_t w, uint32_t m, uint32_t *p) {
 __device__ __forceinline__ void cpa(uint32_t dst, const void *src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
+/* the same with the engine's L2 policy on weight copies (evict_first, fraction 1: ptx.cuh l2_evict_first) */
+__device__ __forceinline__ void cpa_h(uint32_t dst, const void *src, int src_bytes, uint64_t pol) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;" ::"r"(dst), "l"(src), "r"(src_bytes),
+               "l"(pol) : "memory");
+}
+
+/* the bulk ring's slot barrier: armed by lane 0 for `bytes`, completed by the copies' transaction count */
+__device__ __forceinline__ void mb_init(uint32_t bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mb_expect(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst), "l"(src),
+               "r"(bytes), "r"(bar) : "memory");
+}
+__device__ __forceinline__ void mb_wait(uint32_t bar, uint32_t parity) {
+  asm volatile("{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra W;\n}" ::"r"(bar),
+               "r"(parity) : "memory");
+}
 
 template <int V>
 __global__ __launch_bounds__(256, 2) void step_probe(int act, int NS, float *out, unsigned long long *cyc, const uint8_t *wg) {
@@ -46,6 +71,12 @@ __global__ __launch_bounds__(256, 2) void step_probe(int act, int NS, float *out
   uint8_t *ring = (uint8_t *)sm + 5120 + warp * R * 2112;
   for (int i = threadIdx.x; i < (5120 + 8 * R * 2112) / 16; i += 256)
     sm[i] = make_uint4(0x3c003c01u * (i + 1), 0x3c003c00u ^ i, 0x2c002c00u + i, 0x3c013c00u);
+  constexpr bool BULK = (V & 128) != 0;
+  const uint32_t bars = (uint32_t)__cvta_generic_to_shared(sm) + 5120 + 8 * R * 2112 + warp * R * 8;
+  if (BULK && lane == 0) {
+    for (int i = 0; i < R; i++) mb_init(bars + 8 * i);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
   __syncthreads();
   if (warp >= act) return;
   const __half *x = (const __half *)sm;
@@ -59,18 +90,40 @@ __global__ __launch_bounds__(256, 2) void step_probe(int act, int NS, float *out
   const uint32_t rs = (uint32_t)__cvta_generic_to_shared(ring) + lane * 16;
   const uint8_t *wp = wg + (size_t)(blockIdx.x * 8 + warp) * (size_t)NS * 2048 + lane * 16;
   const int nb = (V & 32) ? 16 : 0;
+  uint64_t pol = 0;
+  if (V & 256) asm volatile("createpolicy.fractional.L2::evict_first.L2::evict_unchanged.b64 %0, %1;" : "=l"(pol) : "f"(1.0f));
+  const uint32_t rs0 = (uint32_t)__cvta_generic_to_shared(ring);
+  const uint8_t *wp0 = wg + (size_t)(blockIdx.x * 8 + warp) * (size_t)NS * 2048;
   auto refill = [&](int st) {
+    if (BULK) { /* the lanes' reads of this slot are done (they were issued before, their values are in registers) */
+      __syncwarp();
+      if (lane == 0) {
+        const uint32_t bar = bars + 8 * (st % R), d = rs0 + (st % R) * 2112;
+        mb_expect(bar, 2048 + 64);
+        bulk_g2s(d, wp0 + (size_t)st * 2048, 2048, bar);
+        bulk_g2s(d + 2048, wg, 64, bar);
+      }
+      return;
+    }
     const uint32_t d = rs + (st % R) * 2112;
     const uint8_t *src = wp + (size_t)st * 2048;
-    cpa(d, src, nb); cpa(d + 512, src + 512, nb); cpa(d + 1024, src + 1024, nb); cpa(d + 1536, src + 1536, nb);
-    if (lane < 4) cpa(d + 2048, wg + lane * 16, nb); /* the scales (lanes 0-3) */
+    if (V & 256) {
+      cpa_h(d, src, nb, pol); cpa_h(d + 512, src + 512, nb, pol); cpa_h(d + 1024, src + 1024, nb, pol);
+      cpa_h(d + 1536, src + 1536, nb, pol);
+      if (lane < 4) cpa_h(d + 2048, wg + lane * 16, nb, pol);
+    } else {
+      cpa(d, src, nb); cpa(d + 512, src + 512, nb); cpa(d + 1024, src + 1024, nb); cpa(d + 1536, src + 1536, nb);
+      if (lane < 4) cpa(d + 2048, wg + lane * 16, nb); /* the scales (lanes 0-3) */
+    }
     asm volatile("cp.async.commit_group;" ::: "memory");
   };
   if (V & 48)
     for (int i = 0; i < R; i++) refill(i);
   const unsigned long long t0 = clock64();
   for (int s = 0; s < NS; s++) {
-    if (V & 48) {
+    if (BULK) {
+      mb_wait(bars + 8 * (s % R), (uint32_t)(s / R) & 1u);
+    } else if (V & 48) {
       if (R == 4) asm volatile("cp.async.wait_group 3;" ::: "memory");
       else asm volatile("cp.async.wait_group 1;" ::: "memory");
     }
@@ -84,7 +137,9 @@ __global__ __launch_bounds__(256, 2) void step_probe(int act, int NS, float *out
       S0[h] = *(const __half *)(sb + 2048 + h * 16 + gid * 2);
       S8[h] = *(const __half *)(sb + 2048 + 32 + h * 16 + gid * 2);
     }
-    if (V & 48) {
+    if (BULK) {
+      if (s + R < NS) refill(s + R);
+    } else if (V & 48) {
       if (s + R < NS) refill(s + R);
       else asm volatile("cp.async.commit_group;" ::: "memory");
     }
@@ -142,7 +197,7 @@ __global__ __launch_bounds__(256, 2) void step_probe(int act, int NS, float *out
 
 template <int V>
 static int run(const char *name, int act, int NS, float *out, unsigned long long *cyc, const uint8_t *wg) {
-  const int smem = 5120 + 8 * ((V & 64) ? 4 : 2) * 2112;
+  const int smem = 5120 + 8 * ((V & 64) ? 4 : 2) * (2112 + 8);
   CK(cudaFuncSetAttribute(step_probe<V>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   step_probe<V><<<264, 256, smem>>>(act, NS, out, cyc, wg);
   CK(cudaDeviceSynchronize());
@@ -177,7 +232,7 @@ int main() {
   printf("264 blocks x 8 warps, %d steps per stepping warp; cycles per step per warp (SM clock), µs per launch\n", NS);
   printf("| variant | warps stepping per block | cycles / step | µs / launch |\n|---|---|---|---|\n");
   int bad = 0;
-  for (int act : {5, 8}) {
+  for (int act : {5, 6, 8}) {
     bad |= run<0>("full step", act, NS, out, cyc, wg);
     bad |= run<1>("no conversion", act, NS, out, cyc, wg);
     bad |= run<2>("no mma (XOR/FADD stand-ins)", act, NS, out, cyc, wg);
@@ -191,6 +246,11 @@ int main() {
     bad |= run<1 | 2 | 4 | 32>("skeleton + ring streaming the weights", act, NS, out, cyc, wg);
     bad |= run<32 | 64>("full step + ring of 4 streaming the weights", act, NS, out, cyc, wg);
     bad |= run<16 | 64>("full step + ring of 4, zero fills", act, NS, out, cyc, wg);
+    bad |= run<32 | 128>("full step + bulk-copy ring streaming the weights", act, NS, out, cyc, wg);
+    bad |= run<32 | 64 | 128>("full step + bulk-copy ring of 4 streaming", act, NS, out, cyc, wg);
+    bad |= run<1 | 2 | 4 | 32 | 128>("skeleton + bulk-copy ring streaming", act, NS, out, cyc, wg);
+    bad |= run<32 | 256>("full step + ring streaming, evict_first hint", act, NS, out, cyc, wg);
+    bad |= run<32 | 64 | 256>("full step + ring of 4 streaming, evict_first hint", act, NS, out, cyc, wg);
   }
   bad |= run<0>("full step", 1, NS, out, cyc, wg);
   bad |= run<1 | 2 | 4>("skeleton", 1, NS, out, cyc, wg);

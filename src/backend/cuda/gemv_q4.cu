@@ -80,6 +80,11 @@ __host__ __device__ inline int gemv_steps(int G, int ks) { return ((G + GEMV_GPS
  * atomics arrive in timing order; in f32 that order changed the last bits of 1 / rms from run to run (at one token
  * the 3B's greedy ids differed from token 9), while the f64 sum of a few f32 values of like size is exact, so any order
  * gives the same bits. 0 builds the f32 slots of rounds 6-22 (the A/B control). */
+/* GEMV_NW_HINT: the rmsnorm weights' cp.async into shared memory with an L2 evict_last hint (1) or none (0). The
+ * hinted form is where rounds 19 and 23 saw "an illegal instruction" after prologue changes (NOTES round 24) */
+#ifndef GEMV_NW_HINT
+#define GEMV_NW_HINT 1
+#endif
 #ifndef GEMV_DSUM
 #define GEMV_DSUM 1
 #endif
@@ -286,7 +291,12 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
   float *corr = nws + (PRO == PRO_NORM ? K : 0); /* GEMV_FOLD: [G][GEMV_CPG] (see GEMV_CINIT) */
   if (PRO == PRO_NORM) {
     const int nb = K * (a.nwdt == HB_F32 ? 4 : 2);
-    for (int i = threadIdx.x * 16; i < nb; i += NT * 16) cp_async16_h((uint8_t *)nws + i, (const uint8_t *)a.nw + i, pol_k);
+    for (int i = threadIdx.x * 16; i < nb; i += NT * 16)
+#if GEMV_NW_HINT
+      cp_async16_h((uint8_t *)nws + i, (const uint8_t *)a.nw + i, pol_k);
+#else
+      cp_async16((uint8_t *)nws + i, (const uint8_t *)a.nw + i, 16);
+#endif
   }
   cp_async_commit();
   if (MODE == GEMV_ROPE && threadIdx.x < n) {
