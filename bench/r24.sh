@@ -4,9 +4,9 @@
 # prepared in the carried .deps/r24ndet, see below) built with the norm weights' copy hinted (GEMV_NW_HINT=1, as it
 # stopped) and unhinted (0): test_cuda_ops fused with the 11-warp gate/up forced on every size; (c) main with and without
 # the hint on that copy: test_cuda_ops on the unhinted build, tg128 A/B in interleaved rounds on both models.
-# Prepare (b) here: rm -rf .deps/r24ndet && mkdir -p .deps/r24ndet && git archive c8ce3da | tar -x -C .deps/r24ndet &&
-# (cd .deps/r24ndet && git apply ../../bench/patches/round23-knobs.patch), then the GEMV_NW_HINT switch of main's
-# gemv_q4.cu copied around its norm-weight cp.async. Deadline R24_DEADLINE_S (default 540).
+# Prepared for (b) in call 1 by `git apply` inside .deps/r24ndet, which git ignores there (a subfolder of this repository:
+# it skipped every path and said nothing), so call 1 built plain c8ce3da; bench/r24b.sh does (b) again with 2215c22's tree.
+# Deadline R24_DEADLINE_S (default 540).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 T0=$(date +%s) DEADLINE_S=${R24_DEADLINE_S:-540}

@@ -651,9 +651,40 @@ static void check_attn_o(int n_heads, int n_kv, int hd, int d, int p, int max_le
   kv_free(&kv);
 }
 
+/* the one-read rmsnorm prologue (gemv_q4.cu GEMV_DEFER: x * w in shared memory, 1 / rms applied in the emit): a
+ * 0.5B-wide row at three tokens, so that a 16-lane group's token changes inside a warp, and one token whose x * w is
+ * beyond f16 (entries of +-40,000 against norm weights up to 4), which that block must normalize before the product */
+static void check_norm_defer(int n, int K, int big) {
+  struct pair x, nw, w, o, xn;
+  const int rows = 256;
+  pair_alloc(&x, HB_F32, n, K);
+  float *h = randv((int64_t)n * K, 3.0f);
+  if (big)
+    for (int i = 0; i < n * K; i += 32) h[i] = (i & 64) ? 40000.0f : -40000.0f;
+  pair_set(&x, h);
+  free(h);
+  weight_pair(&nw, HB_F32, 1, K, big ? 4.0f : 1.0f);
+  weight_pair(&w, HB_Q4, rows, K, 0.5f);
+  pair_alloc(&xn, HB_F32, n, K);
+  pair_alloc(&o, HB_F32, n, rows);
+  pair_poison(&o);
+  C->rmsnorm(cc, &xn.c, &x.c, &nw.c, 1e-6f, 0.0f);
+  C->matmul(cc, &o.c, &xn.c, &w.c, NULL, n);
+  struct hb_tensor *og[1] = {&o.g};
+  const struct hb_tensor *wg[1] = {&w.g};
+  hb_cuda_norm_matmul(gc, &x.g, &nw.g, 1e-6f, 0.0f, 1, og, wg, NULL, n, 0);
+  char what[64];
+  snprintf(what, sizeof what, "norm_matmul n=%d K=%d%s", n, K, big ? " x*w beyond f16" : "");
+  cmp(&o, n, what, 1.5e-2);
+  pair_free(&x); pair_free(&nw); pair_free(&w); pair_free(&o); pair_free(&xn);
+}
+
 TEST_GROUP(fused) {
   if (setup(0)) return;
   struct hearth_err err = {0};
+  check_norm_defer(3, 896, 0);
+  check_norm_defer(1, 1024, 1);
+  check_norm_defer(2, 2048, 1);
   for (int n = 1; n <= 8; n += 7) {
     int K = n == 8 ? 2048 : 1024, rows[3] = {512, 128, 72}; /* n = 8: the two-read norm prologue */
     struct pair x, nw, w[3], b[3], o[3], xn, t;
