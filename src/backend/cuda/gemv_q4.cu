@@ -89,23 +89,11 @@ typedef double gemv_ss_t;
 typedef float gemv_ss_t;
 #endif
 /* GEMV_NW_HINT: the rmsnorm weights' cp.async into shared memory with an L2 evict_last hint (1) or none (0, the
- * default since round 24: 3B +0.6 %, 0.5B +1.6 % tg128 without it). The hinted form is also where rounds 19 and 23
- * saw "an illegal instruction" after prologue changes. */
+ * default since round 24: tg128 3B +0.6 %, 0.5B +1.6 % without it). The hinted form is also what stopped round 23's
+ * NDET prologue with "an illegal instruction" (round 24 call 2: the same tree runs with this copy unhinted). */
 #ifndef GEMV_NW_HINT
 #define GEMV_NW_HINT 0
 #endif
-/* GEMV_DEFER (round 24): the one-read rmsnorm prologue stores x * w (the norm weight) without waiting for the
- * token's sum of squares, and the emit multiplies each output by 1 / rms: W (x w / rms) = (W (x w)) / rms. The sum
- * of squares goes into a slot per (token, 128-column group) (the 16 lanes that hold its chunks, a fixed shuffle
- * order), read only after the prologue's one barrier, in group order: deterministic, no atomics, and the prologue
- * has one barrier instead of four. Each thread copies the norm weights of its own chunks, so none waits for another's
- * copy. A block whose x * w would overflow f16 (|x w| > 65,000) normalizes as before, after that barrier. 0 builds
- * the prologue of rounds 6-23. */
-#ifndef GEMV_DEFER
-#define GEMV_DEFER 1
-#endif
-#define GEMV_DCH 2  /* GEMV_DEFER's path: up to this many 16-byte chunks of x per thread (n * K / 8 <= 2 threads) */
-#define GEMV_GSQ 64 /* its slots: n * K / 128 <= GEMV_DCH * threads / 16 <= 64 */
 #ifndef GEMV_FOLD
 #define GEMV_FOLD 1 /* the -8 weight offset folded into a per-group correction (see gemv_smem) */
 #endif
@@ -279,7 +267,6 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
   extern __shared__ uint4 smem[];
   __shared__ float s_inv[8];
   __shared__ gemv_ss_t s_ss[8]; /* rmsnorm: each token's sum of squares (GEMV_DSUM) */
-  __shared__ float s_gsq[GEMV_DEFER && PRO == PRO_NORM ? GEMV_GSQ : 1]; /* GEMV_DEFER: [token][group] sums of squares */
   __shared__ int s_pos[8];        /* GEMV_ROPE: each token's position and cache slot (from batch_upload, */
   __shared__ int64_t s_slot[8];   /* not from the kernel before: read before griddepcontrol.wait) */
   __shared__ float red[NW][4][32]; /* per warp, C fragment element, lane */
@@ -303,18 +290,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
    * a loop of plain loads and shared stores ran as K / threads dependent round trips */
   float *nws = (float *)(xs + (int64_t)n * K);
   float *corr = nws + (PRO == PRO_NORM ? K : 0); /* GEMV_FOLD: [G][GEMV_CPG] (see GEMV_CINIT) */
-  /* GEMV_DEFER's one-read path (block-uniform): the rmsnorm with its 1 / rms applied in the emit */
-  const bool dfr_path = GEMV_DEFER && GEMV_ABLATE == 0 && PRO == PRO_NORM && n * (K / 8) <= GEMV_DCH * NT;
-  if (dfr_path) { /* each thread the norm weights of its own chunks (so it needs no barrier to read them) */
-    const int esz = a.nwdt == HB_F32 ? 4 : 2;
-#pragma unroll
-    for (int k = 0; k < GEMV_DCH; k++) {
-      const int c = threadIdx.x + k * NT;
-      if (c >= n * (K / 8)) break;
-      const int b0 = (c % (K / 8)) * 8 * esz;
-      for (int b = 0; b < 8 * esz; b += 16) cp_async16((uint8_t *)nws + b0 + b, (const uint8_t *)a.nw + b0 + b, 16);
-    }
-  } else if (PRO == PRO_NORM) {
+  if (PRO == PRO_NORM) {
     const int nb = K * (a.nwdt == HB_F32 ? 4 : 2);
     for (int i = threadIdx.x * 16; i < nb; i += NT * 16)
 #if GEMV_NW_HINT
@@ -441,49 +417,9 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
       atomicAdd(&s_ss[t], (gemv_ss_t)ss);
     }
   };
-  bool dfr = false; /* the emit multiplies by 1 / rms (GEMV_DEFER) */
-  if (dfr_path) {
-    uint4 xv[GEMV_DCH];
-#pragma unroll
-    for (int k = 0; k < GEMV_DCH; k++) {
-      const int c = threadIdx.x + k * NT;
-      if (c < nch) xv[k] = xat(a.x, c);
-    }
-    cp_async_wait<RING>(); /* this thread's norm weights: the group before the ring's */
-    bool ovf = false;
-#pragma unroll
-    for (int k = 0; k < GEMV_DCH; k++) {
-      if (k * NT >= nch) break; /* uniform */
-      const int c = threadIdx.x + k * NT;
-      const bool live = c < nch; /* uniform over each 16 lanes (nch and NT are multiples of 16) */
-      float cs = 0.0f, ss = 0.0f;
-      if (live) {
-        const int w0i = (c % (K / 8)) * 8;
-        __half2 *h = (__half2 *)&xv[k];
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          const float2 f = __half22float2(h[e]);
-          ss += f.x * f.x + f.y * f.y;
-          const float px = f.x * (ld_any(nws, a.nwdt, w0i + 2 * e) + a.off);
-          const float py = f.y * (ld_any(nws, a.nwdt, w0i + 2 * e + 1) + a.off);
-          ovf |= !(fabsf(px) <= 65000.0f && fabsf(py) <= 65000.0f);
-          h[e] = __floats2half2_rn(px, py);
-        }
-        cs = put(c, xv[k]);
-      }
-#pragma unroll
-      for (int o = 8; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o); /* the 16 chunks of one group */
-      if (live && lane % 16 == 0) s_gsq[(c / (K / 8)) * G + (c % (K / 8)) / 16] = ss;
-      corr_add(c, cs, live);
-    }
-    /* the barrier: x, corrections and slots in place. Where x * w overflows f16 (rare: |x| > 65,000 / |w|), the
-     * block normalizes before the product instead, through the long-row path below (its chunks are this path's) */
-    dfr = !__syncthreads_or(ovf);
-  }
-  if (dfr) {
-  } else if (GEMV_ABLATE == 2) {
+  if (GEMV_ABLATE == 2) {
     if (PRO == PRO_NORM) cp_async_wait<RING>();
-  } else if (PRO == PRO_NORM && nch <= 4 * NT && !dfr_path) {
+  } else if (PRO == PRO_NORM && nch <= 4 * NT) {
     /* one read of x (up to 4 chunks per thread, kept in registers): sum of squares per token
      * (one atomic per warp when the warp's chunks are one token's), then scale and store */
     uint4 xv[4];
@@ -566,23 +502,8 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
       corr_add(c, cs, live);
     }
   }
-  if (!dfr) __syncthreads(); /* (the deferred path ended in its own) */
+  __syncthreads();
   if (threadIdx.x == 0) CU_TRACE(4);
-  /* GEMV_DEFER: 1 / rms of the tokens this thread emits, from the slots in group order */
-  auto ninv = [&](int t) {
-    float sum = 0.0f;
-    for (int g = 0; g < G; g++) sum += s_gsq[t * G + g];
-    return rsqrtf(sum / (float)K + a.eps);
-  };
-  float iv[2] = {1.0f, 1.0f}; /* WE: tokens 2 tig, 2 tig + 1 */
-  if (dfr) {
-    if (WE) {
-      if (2 * (lane % 4) < n) iv[0] = ninv(2 * (lane % 4));
-      if (2 * (lane % 4) + 1 < n) iv[1] = ninv(2 * (lane % 4) + 1);
-    } else if (threadIdx.x < n) {
-      s_inv[threadIdx.x] = ninv(threadIdx.x); /* read after the partial tiles' barrier */
-    }
-  }
 #if HEARTH_TRACE
   bool tr_first = true;
 #endif
@@ -693,7 +614,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
 #pragma unroll
         for (int e = 0; e < 2; e++)
           if (2 * tig + e < n)
-            gemv_emit<TO, MODE>(a, u * 16, gid, 2 * tig + e, acc[e] * iv[e], acc[2 + e] * iv[e], s_pos, s_slot, false, gemv_pre{});
+            gemv_emit<TO, MODE>(a, u * 16, gid, 2 * tig + e, acc[e], acc[2 + e], s_pos, s_slot, false, gemv_pre{});
         if (lane == 0) CU_TRACE(9);
 #pragma unroll
         for (int e = 0; e < 4; e++) acc[e] = 0.0f;
@@ -713,10 +634,6 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
             vh += red[ot * KS + k][2 + t % 2][ln];
           }
           const int r0 = (u * TPB + ot) * 16;
-          if (dfr) {
-            vl *= s_inv[t];
-            vh *= s_inv[t];
-          }
           gemv_emit<TO, MODE>(a, r0, p, t, vl, vh, s_pos, s_slot, MODE == GEMV_ROPE && u == u0 && o == threadIdx.x, pre0);
           CU_TRACE(9); /* emitted (a residual's load has returned) */
         }
