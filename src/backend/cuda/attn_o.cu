@@ -37,6 +37,11 @@
 
 namespace cg = cooperative_groups;
 
+/* ATTN_O_HINT: Wo's slice and scales copied with the evict_first policy (1, the default) or none (0; round 24: the same
+ * hinted cp.async form as the norm weights' copy that stopped kernels in rounds 19 and 23) */
+#ifndef ATTN_O_HINT
+#define ATTN_O_HINT 1
+#endif
 #define ADO_THREADS 256
 #define ADO_WARPS 8
 /* keys per chunk (a multiple of 16, at most a key row per thread and two 16-key tiles per warp): 256 at hd 64; 208
@@ -99,15 +104,24 @@ __global__ __maxnreg__(ADO_MAXREG) void attn_o_kernel(
   /* before the wait: Wo's slice (no kernel writes it), read evict_first (ptx.cuh: the weight stream) */
   {
     const uint64_t pol_w = l2_evict_first(l2f);
+    (void)pol_w;
     const int per_rb = ng * 32; /* 16-byte pieces of one 8-row block's groups */
     for (int i = threadIdx.x; i < RB / 8 * per_rb; i += ADO_THREADS) {
       const int rb = i / per_rb, k = i % per_rb;
       const int64_t src = ((int64_t)(r0 / 8 + rb) * G + g_lo) * 512 + (int64_t)k * 16;
+#if ATTN_O_HINT
       cp_async16_h(Wq + (size_t)rb * NG * 512 + k * 16, wq + src, pol_w);
+#else
+      cp_async16(Wq + (size_t)rb * NG * 512 + k * 16, wq + src, 16);
+#endif
     }
     for (int i = threadIdx.x; i < RB / 8 * ng; i += ADO_THREADS) {
       const int rb = i / ng, g = i % ng;
+#if ATTN_O_HINT
       cp_async16_h(Wsc + ((size_t)rb * NG + g) * 8, ws + ((int64_t)(r0 / 8 + rb) * G + g_lo + g) * 8, pol_w);
+#else
+      cp_async16(Wsc + ((size_t)rb * NG + g) * 8, ws + ((int64_t)(r0 / 8 + rb) * G + g_lo + g) * 8, 16);
+#endif
     }
   }
   /* keys: thread i copies row i of a chunk (key kb + i), zeros past the context up to the chunk's last 16-key

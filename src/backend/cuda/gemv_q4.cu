@@ -91,6 +91,10 @@ typedef float gemv_ss_t;
 /* GEMV_NW_HINT: the rmsnorm weights' cp.async into shared memory with an L2 evict_last hint (1) or none (0, the
  * default since round 24: tg128 3B +0.6 %, 0.5B +1.6 % without it). The hinted form is also what stopped round 23's
  * NDET prologue with "an illegal instruction" (round 24 call 2: the same tree runs with this copy unhinted). */
+/* GEMV_BIAS_HINT: the QKV emit's bias loads with the evict_last policy (1, the default) or none (0; round 24) */
+#ifndef GEMV_BIAS_HINT
+#define GEMV_BIAS_HINT 1
+#endif
 #ifndef GEMV_NW_HINT
 #define GEMV_NW_HINT 0
 #endif
@@ -193,8 +197,8 @@ __device__ __forceinline__ gemv_pre gemv_prep(const gemv_args &a, int r0, int p,
   const int lo = gemv_row_lo<MODE>(a, m, r0 - a.row0[m], p), hi = gemv_row_hi<MODE>(a, m, lo);
   const float *bias = a.bias[m];
   if (bias) {
-    if (lo < rows) q.bl = ld_f32_h(bias + lo, pk);
-    if (hi < rows) q.bh = ld_f32_h(bias + hi, pk);
+    if (lo < rows) q.bl = GEMV_BIAS_HINT ? ld_f32_h(bias + lo, pk) : bias[lo];
+    if (hi < rows) q.bh = GEMV_BIAS_HINT ? ld_f32_h(bias + hi, pk) : bias[hi];
   }
   if (MODE == GEMV_ROPE && m < 2) {
     q.inv = a.rinv[lo % a.hd];
