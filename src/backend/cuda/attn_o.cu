@@ -37,10 +37,11 @@
 
 namespace cg = cooperative_groups;
 
-/* ATTN_O_HINT: Wo's slice and scales copied with the evict_first policy (1, the default) or none (0; round 24: the same
- * hinted cp.async form as the norm weights' copy that stopped kernels in rounds 19 and 23) */
+/* ATTN_O_HINT: Wo's slice and scales copied with the evict_first policy (1) or none (0, the default since round 24:
+ * tg128 the same within 0.1 % on both models, and it is the hinted cp.async form, with a shared-memory address, that
+ * stopped kernels in rounds 19 and 23) */
 #ifndef ATTN_O_HINT
-#define ATTN_O_HINT 1
+#define ATTN_O_HINT 0
 #endif
 #define ADO_THREADS 256
 #define ADO_WARPS 8
