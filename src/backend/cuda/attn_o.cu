@@ -102,10 +102,10 @@ __global__ __maxnreg__(ADO_MAXREG) void attn_o_kernel(
   const int c_lo = j * HPG * HD, c_hi = c_lo + HPG * HD, g_lo = c_lo / 128;
   const int ng = (c_hi + 127) / 128 - g_lo;
 
-  /* before the wait: Wo's slice (no kernel writes it), read evict_first (ptx.cuh: the weight stream) */
+  /* before the wait: Wo's slice (no kernel writes it); with ATTN_O_HINT read evict_first (ptx.cuh: the weight stream) */
   {
     const uint64_t pol_w = l2_evict_first(l2f);
-    (void)pol_w;
+    (void)pol_w; /* unused unless ATTN_O_HINT */
     const int per_rb = ng * 32; /* 16-byte pieces of one 8-row block's groups */
     for (int i = threadIdx.x; i < RB / 8 * per_rb; i += ADO_THREADS) {
       const int rb = i / per_rb, k = i % per_rb;

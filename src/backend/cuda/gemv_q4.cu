@@ -91,12 +91,12 @@ typedef float gemv_ss_t;
 /* GEMV_NW_HINT: the rmsnorm weights' cp.async into shared memory with an L2 evict_last hint (1) or none (0, the
  * default since round 24: tg128 3B +0.6 %, 0.5B +1.6 % without it). The hinted form is also what stopped round 23's
  * NDET prologue with "an illegal instruction" (round 24 call 2: the same tree runs with this copy unhinted). */
-/* GEMV_BIAS_HINT: the QKV emit's bias loads with the evict_last policy (1, the default) or none (0; round 24) */
-#ifndef GEMV_BIAS_HINT
-#define GEMV_BIAS_HINT 1
-#endif
 #ifndef GEMV_NW_HINT
 #define GEMV_NW_HINT 0
+#endif
+/* GEMV_BIAS_HINT: the QKV emit's bias loads with the evict_last policy (1, the default) or none (0; round 24: ±0.1 %) */
+#ifndef GEMV_BIAS_HINT
+#define GEMV_BIAS_HINT 1
 #endif
 #ifndef GEMV_FOLD
 #define GEMV_FOLD 1 /* the -8 weight offset folded into a per-group correction (see gemv_smem) */
