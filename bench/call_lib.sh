@@ -1,6 +1,6 @@
 # bench/call_lib.sh — helpers the device call scripts share (sourced after OUT, H and, for cmake_build, PREFIX (bench/deps.sh)
-# are set; by bench/stack_build.sh and the round 23 scripts).
-# A variant is NAME:VAR=VALUE[,VAR=VALUE...] ("base:" runs with nothing set). H may be set per call (H=... tg_bench ...).
+# are set; by bench/stack_build.sh and the round 23-24 scripts). A variant is NAME:VAR=VALUE[,VAR=VALUE...] ("base:" runs
+# with nothing set). H may be set per call (H=... tg_bench ...).
 
 cmake_build() { # DIR TARGETS [CUDA_FLAGS] [SRC] -> a Release build of SRC (default .) in DIR; log $OUT/build-DIR's-name.log
   local log="$OUT/build-${1##*/}.log"
@@ -40,4 +40,17 @@ tg_bench() { # M SPEC ROUND -> prints tg128's median tok/s (of 5) after a 71-tok
   local log="$OUT/bench-$1-${2%%:*}-$3.txt"
   run_env "$2" timeout 90 $H bench --model /tmp/hearth-bench-$1 --backend cuda -p 71 -n 128 -r 5 --tg-ctx 71 >"$log" 2>&1
   grep -E '^\| tg' "$log" | head -1 | awk -F'|' '{print $3}' | tr -d ' '
+}
+ctest_cuda() { # BUILD [TIMEOUT] -> ctest -L cuda -E oracle in BUILD (log $OUT/ctest.log): the summary and any failure lines
+  ( cd "$1" && timeout "${2:-200}" ctest -j3 -L cuda -E oracle --output-on-failure >"$OUT/ctest.log" 2>&1; echo "ctest rc $?" )
+  grep -E "tests passed|Failed|\*\*\*|Not Run|Timeout" "$OUT/ctest.log" | head -20
+  grep -E "CHECK failed|REQUIRE failed|gpu error|illegal" "$OUT/ctest.log" | sort | uniq -c | head -12
+}
+tg_specs() { # MIN_LEFT MODEL:BUILD:ROUND... -> tg128 (tg_bench) of each with BUILD's hearth, skipped under MIN_LEFT s left
+  local min=$1 spec m b r; shift
+  for spec; do
+    IFS=: read -r m b r <<<"$spec"
+    [ "$(left)" -gt "$min" ] || { echo "deadline: skipped $spec"; continue; }
+    echo "$m ${b##*/} r$r $(H=$b/hearth tg_bench "$m" "${b##*/}:" "$r")"
+  done
 }

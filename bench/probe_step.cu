@@ -11,9 +11,8 @@
  * slots deep instead of 2; bit 128 (with 32) fills each slot by two bulk copies (cp.async.bulk: the 2 KB of weights
  * and the 64 bytes of scales) issued by lane 0 on an mbarrier per slot, which every lane waits on by try_wait, in
  * place of five 16-byte cp.async per lane, a commit and a wait_group (round 24); bit 256 (with 32) gives the cp.async
- * copies the engine's evict_first L2 policy (round 24). Printed: cycles per step per warp
- * (clock64 over
- * NS steps, mean over the stepping warps) and µs per launch (events over many launches).
+ * copies the engine's evict_first L2 policy (round 24). Printed: cycles per step per warp (clock64 over NS steps, mean
+ * over the stepping warps) and µs per launch (events over many launches).
  *   nvcc -O3 -arch=sm_90 -o probe_step bench/probe_step.cu && ./probe_step */
 #include <cstdio>
 #include <cstdint>
@@ -87,13 +86,15 @@ __global__ __launch_bounds__(256, 2) void step_probe(int act, int NS, float *out
   /* bits 16/32: the engine's ring protocol around the step (wait for the slot, read it, refill it two steps ahead:
    * four 16-byte copies per lane and the scales by lanes 0-3, one commit), with zero fills (16) or with the weights
    * streamed from device memory (32: each warp its own NS * 2 KB run) */
-  const uint32_t rs = (uint32_t)__cvta_generic_to_shared(ring) + lane * 16;
-  const uint8_t *wp = wg + (size_t)(blockIdx.x * 8 + warp) * (size_t)NS * 2048 + lane * 16;
+  const uint32_t rs0 = (uint32_t)__cvta_generic_to_shared(ring), rs = rs0 + lane * 16;
+  const uint8_t *wp0 = wg + (size_t)(blockIdx.x * 8 + warp) * (size_t)NS * 2048, *wp = wp0 + lane * 16;
   const int nb = (V & 32) ? 16 : 0;
   uint64_t pol = 0;
   if (V & 256) asm volatile("createpolicy.fractional.L2::evict_first.L2::evict_unchanged.b64 %0, %1;" : "=l"(pol) : "f"(1.0f));
-  const uint32_t rs0 = (uint32_t)__cvta_generic_to_shared(ring);
-  const uint8_t *wp0 = wg + (size_t)(blockIdx.x * 8 + warp) * (size_t)NS * 2048;
+  auto cp = [&](uint32_t d, const void *src) { /* one lane's 16-byte copy, hinted with bit 256 */
+    if (V & 256) cpa_h(d, src, nb, pol);
+    else cpa(d, src, nb);
+  };
   auto refill = [&](int st) {
     if (BULK) { /* the lanes' reads of this slot are done (they were issued before, their values are in registers) */
       __syncwarp();
@@ -107,14 +108,8 @@ __global__ __launch_bounds__(256, 2) void step_probe(int act, int NS, float *out
     }
     const uint32_t d = rs + (st % R) * 2112;
     const uint8_t *src = wp + (size_t)st * 2048;
-    if (V & 256) {
-      cpa_h(d, src, nb, pol); cpa_h(d + 512, src + 512, nb, pol); cpa_h(d + 1024, src + 1024, nb, pol);
-      cpa_h(d + 1536, src + 1536, nb, pol);
-      if (lane < 4) cpa_h(d + 2048, wg + lane * 16, nb, pol);
-    } else {
-      cpa(d, src, nb); cpa(d + 512, src + 512, nb); cpa(d + 1024, src + 1024, nb); cpa(d + 1536, src + 1536, nb);
-      if (lane < 4) cpa(d + 2048, wg + lane * 16, nb); /* the scales (lanes 0-3) */
-    }
+    cp(d, src); cp(d + 512, src + 512); cp(d + 1024, src + 1024); cp(d + 1536, src + 1536);
+    if (lane < 4) cp(d + 2048, wg + lane * 16); /* the scales (lanes 0-3) */
     asm volatile("cp.async.commit_group;" ::: "memory");
   };
   if (V & 48)

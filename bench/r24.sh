@@ -38,10 +38,5 @@ grep -E "illegal|gpu error|CHECK failed|groups? passed|failed" "$OUT/ops-h0.log"
 ( HEARTH_GEMV_CORES=13 HEARTH_GEMV_WE_MIN=0 timeout 60 $B0/tests/cuda/test_cuda_ops fused >"$OUT/ops-h0-cores.log" 2>&1; echo "h0 fused cores 13 rc $?" )
 echo "tests done at $(( $(date +%s) - T0 )) s"
 wait # the checkpoints
-for spec in 3b:1:1 3b:0:1 3b:0:2 3b:1:2 0.5b:1:1 0.5b:0:1; do
-  IFS=: read -r m b r <<<"$spec"
-  [ "$(left)" -gt 30 ] || { echo "deadline: skipped $spec"; continue; }
-  bb=$([ $b = 1 ] && echo $B1 || echo $B0)
-  echo "$m hint$b r$r $(H=$bb/hearth tg_bench $m h$b: $r)"
-done
+tg_specs 30 3b:$B1:1 3b:$B0:1 3b:$B0:2 3b:$B1:2 0.5b:$B1:1 0.5b:$B0:1
 echo "done at $(( $(date +%s) - T0 )) s"

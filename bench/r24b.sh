@@ -22,9 +22,7 @@ wait $P1 || { echo "build d1 failed"; grep -E "error" "$OUT/build-d1.log" | head
 wait $P0 || { echo "build d0 failed"; tail -20 "$OUT/build-d0.log"; }
 echo "built d at $(( $(date +%s) - T0 )) s"
 mk_models 3b 0.5b
-( cd $B1 && timeout 200 ctest -j3 -L cuda -E oracle --output-on-failure >"$OUT/ctest.log" 2>&1; echo "ctest rc $?" )
-grep -E "tests passed|Failed|\*\*\*|Not Run|Timeout" "$OUT/ctest.log" | head -20
-grep -E "CHECK failed|REQUIRE failed|gpu error|illegal|max rel|norm_matmul" "$OUT/ctest.log" | sort | uniq -c | head -16
+ctest_cuda $B1
 wait $Q1 || { echo "build n1 failed"; tail -20 "$OUT/build-n1.log"; }
 wait $Q0 || { echo "build n0 failed"; tail -20 "$OUT/build-n0.log"; }
 echo "built n, tests done at $(( $(date +%s) - T0 )) s"
@@ -33,12 +31,7 @@ for b in n1 n0; do
   grep -E "illegal|gpu error|CHECK failed|passed|failed" "$OUT/ndet-$b.log" | sort | uniq -c | head -6
 done
 wait # the checkpoints
-for spec in 3b:1:1 3b:0:1 3b:0:2 3b:1:2 0.5b:1:1 0.5b:0:1; do
-  IFS=: read -r m b r <<<"$spec"
-  [ "$(left)" -gt 40 ] || { echo "deadline: skipped $spec"; continue; }
-  bb=$([ $b = 1 ] && echo $B1 || echo $B0)
-  echo "$m defer$b r$r $(H=$bb/hearth tg_bench $m d$b: $r)"
-done
+tg_specs 40 3b:$B1:1 3b:$B0:1 3b:$B0:2 3b:$B1:2 0.5b:$B1:1 0.5b:$B0:1
 for r in 1 2 3; do
   [ "$(left)" -gt 20 ] || { echo "deadline: skipped ids $r"; continue; }
   H=$B1/hearth ids_run base: 3b "$OUT/ids-3b-$r.txt"

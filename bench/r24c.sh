@@ -17,9 +17,7 @@ cmake_build $B0 "hearth_cli" -DHEARTH_L2_HINTS=0 & P0=$!
 wait $P1 || { echo "build f1 failed"; tail -30 "$OUT/build-f1.log"; exit 1; }
 echo "built f1 at $(( $(date +%s) - T0 )) s"
 mk_models 3b 0.5b
-( cd $B1 && timeout 200 ctest -j3 -L cuda -E oracle --output-on-failure >"$OUT/ctest.log" 2>&1; echo "ctest rc $?" )
-grep -E "tests passed|Failed|\*\*\*|Not Run|Timeout" "$OUT/ctest.log" | head -20
-grep -E "CHECK failed|REQUIRE failed|gpu error|illegal" "$OUT/ctest.log" | sort | uniq -c | head -12
+ctest_cuda $B1
 wait $P0 || { echo "build f0 failed"; tail -20 "$OUT/build-f0.log"; }
 echo "tests done, f0 built at $(( $(date +%s) - T0 )) s"
 wait # the checkpoints

@@ -25,9 +25,6 @@ for b in vb va; do
 done
 echo "tests done at $(( $(date +%s) - T0 )) s"
 wait # the checkpoints
-for spec in 3b:v0:1 3b:vb:1 3b:va:1 3b:va:2 3b:vb:2 3b:v0:2 0.5b:v0:1 0.5b:vb:1 0.5b:va:1; do
-  IFS=: read -r m b r <<<"$spec"
-  [ "$(left)" -gt 25 ] || { echo "deadline: skipped $spec"; continue; }
-  echo "$m $b r$r $(H=build-gpu/$b/hearth tg_bench $m $b: $r)"
-done
+V=build-gpu
+tg_specs 25 3b:$V/v0:1 3b:$V/vb:1 3b:$V/va:1 3b:$V/va:2 3b:$V/vb:2 3b:$V/v0:2 0.5b:$V/v0:1 0.5b:$V/vb:1 0.5b:$V/va:1
 echo "done at $(( $(date +%s) - T0 )) s"

@@ -16,9 +16,7 @@ cmake_build build-gpu/tr0 hearth_cli -DHEARTH_TRACE=1 & P1=$!
 cmake_build build-gpu/tr1 hearth_cli "-DHEARTH_TRACE=1 -DATTN_O_HINT=1" & P2=$!
 wait $P0 || { echo "build fin failed"; tail -30 "$OUT/build-fin.log"; exit 1; }
 mk_models 3b 0.5b
-( cd $B && timeout 150 ctest -j3 -L cuda -E oracle --output-on-failure >"$OUT/ctest.log" 2>&1; echo "ctest rc $?" )
-grep -E "tests passed|Failed|\*\*\*|Not Run|Timeout" "$OUT/ctest.log" | head -12
-grep -E "CHECK failed|REQUIRE failed|gpu error|illegal" "$OUT/ctest.log" | sort | uniq -c | head -8
+ctest_cuda $B 150
 wait # builds and checkpoints
 echo "built and tested at $(( $(date +%s) - T0 )) s"
 for m in 3b 0.5b; do

@@ -104,26 +104,24 @@ __global__ __maxnreg__(ADO_MAXREG) void attn_o_kernel(
 
   /* before the wait: Wo's slice (no kernel writes it); with ATTN_O_HINT read evict_first (ptx.cuh: the weight stream) */
   {
+#if ATTN_O_HINT
     const uint64_t pol_w = l2_evict_first(l2f);
-    (void)pol_w; /* unused unless ATTN_O_HINT */
+#define ADO_COPY(dst, src) cp_async16_h(dst, src, pol_w)
+#else
+    (void)l2f;
+#define ADO_COPY(dst, src) cp_async16(dst, src, 16)
+#endif
     const int per_rb = ng * 32; /* 16-byte pieces of one 8-row block's groups */
     for (int i = threadIdx.x; i < RB / 8 * per_rb; i += ADO_THREADS) {
       const int rb = i / per_rb, k = i % per_rb;
       const int64_t src = ((int64_t)(r0 / 8 + rb) * G + g_lo) * 512 + (int64_t)k * 16;
-#if ATTN_O_HINT
-      cp_async16_h(Wq + (size_t)rb * NG * 512 + k * 16, wq + src, pol_w);
-#else
-      cp_async16(Wq + (size_t)rb * NG * 512 + k * 16, wq + src, 16);
-#endif
+      ADO_COPY(Wq + (size_t)rb * NG * 512 + k * 16, wq + src);
     }
     for (int i = threadIdx.x; i < RB / 8 * ng; i += ADO_THREADS) {
       const int rb = i / ng, g = i % ng;
-#if ATTN_O_HINT
-      cp_async16_h(Wsc + ((size_t)rb * NG + g) * 8, ws + ((int64_t)(r0 / 8 + rb) * G + g_lo + g) * 8, pol_w);
-#else
-      cp_async16(Wsc + ((size_t)rb * NG + g) * 8, ws + ((int64_t)(r0 / 8 + rb) * G + g_lo + g) * 8, 16);
-#endif
+      ADO_COPY(Wsc + ((size_t)rb * NG + g) * 8, ws + ((int64_t)(r0 / 8 + rb) * G + g_lo + g) * 8);
     }
+#undef ADO_COPY
   }
   /* keys: thread i copies row i of a chunk (key kb + i), zeros past the context up to the chunk's last 16-key
    * tile. Its block-table entry is loaded first: one global load per thread, then 2 × HD / 8 copies. */
