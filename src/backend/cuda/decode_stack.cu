@@ -86,36 +86,7 @@ struct ds_args {
 };
 #define DS_NTS 24 /* 1..18 the stages of a layer, 20 producer's waits, 21 consumer warp 0's waits, 0 layers */
 
-/* ---- PTX: mbarriers, bulk copies, named barriers ----------------------------------------------------- */
-__device__ __forceinline__ void ds_mbar_init(uint32_t bar) { asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar)); }
-__device__ __forceinline__ void ds_mbar_expect(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void ds_mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void ds_mbar_wait(uint32_t bar, uint32_t parity) {
-  asm volatile("{\n .reg .pred p;\n DS_W%=: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra DS_W%=;\n}" ::"r"(bar),
-               "r"(parity)
-               : "memory");
-}
-__device__ __forceinline__ void ds_bulk(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst), "l"(src),
-               "r"(bytes), "r"(bar)
-               : "memory");
-}
-/* the same with an L2 priority (round 17's reason: the stream must not push out what the step reads again: norm
- * weights, biases, the KV cache); without HEARTH_L2_HINTS (ptx.cuh) the plain form */
-__device__ __forceinline__ void ds_bulk_h(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar, uint64_t pol) {
-#if HEARTH_L2_HINTS
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(bar), "l"(pol)
-               : "memory");
-#else
-  (void)pol;
-  ds_bulk(dst, src, bytes, bar);
-#endif
-}
+/* ---- PTX: named barriers and hinted loads (the mbarriers and bulk copies are in ptx.cuh) -------------- */
 __device__ __forceinline__ float4 ds_ld4_h(const void *p, uint64_t pol) {
   float4 r;
 #if HEARTH_L2_HINTS
@@ -135,14 +106,6 @@ __device__ __forceinline__ uint4 ds_ldcg4_h(const void *p, uint64_t pol) {
   r = __ldcg((const uint4 *)p);
 #endif
   return r;
-}
-/* one probe of a phase's completion (no blocking) */
-__device__ __forceinline__ bool ds_mbar_test(uint32_t bar, uint32_t parity) {
-  uint32_t ok;
-  asm volatile("{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}" : "=r"(ok)
-               : "r"(bar), "r"(parity)
-               : "memory");
-  return ok != 0;
 }
 /* the consumer warps only (the producer never joins) */
 __device__ __forceinline__ void ds_csync() { asm volatile("bar.sync 1, %0;" ::"n"(DS_CT) : "memory"); }
@@ -247,7 +210,7 @@ __device__ __noinline__ void ds_produce(const ds_args &a, const ds_tile *plan, c
           const unsigned long long t0 = a.ts && blockIdx.x == 0 && lane == 0 ? ds_now() : 0;
           /* with a pause between probes: 32 lanes spinning on their slots slowed every consumer stage 1.5-2x
            * (call 4) */
-          while (!ds_mbar_test(empty, (lap - 1) & 1)) __nanosleep(128);
+          while (!mbar_test(empty, (lap - 1) & 1)) __nanosleep(128);
           if (a.ts && blockIdx.x == 0 && lane == 0) a.ts[20] += ds_now() - t0;
         }
         const int step = (k % DS_NC) * R + k / DS_NC;
@@ -256,13 +219,13 @@ __device__ __noinline__ void ds_produce(const ds_args &a, const ds_tile *plan, c
           const int g = (step % S) * 2, ng = g + 1 < G ? 2 : 1;
           const int rhi = t.rhi >= 0 ? t.rhi : t.rlo, mhi = t.rhi >= 0 ? t.mhi : t.mlo;
           const uint32_t dst = ring_s + slot * DS_SLOT;
-          ds_mbar_expect(full, (uint32_t)ng * (1024 + 32));
-          ds_bulk_h(dst, L->wq[t.mlo] + q4_off(t.rlo, g, G), ng * 512, full, pol);
-          ds_bulk_h(dst + 1024, L->wq[mhi] + q4_off(rhi, g, G), ng * 512, full, pol);
-          ds_bulk_h(dst + 2048, L->ws[t.mlo] + q4_soff(t.rlo, g, G), ng * 16, full, pol);
-          ds_bulk_h(dst + 2048 + 32, L->ws[mhi] + q4_soff(rhi, g, G), ng * 16, full, pol);
+          mbar_expect(full, (uint32_t)ng * (1024 + 32));
+          bulk_g2s_h(dst, L->wq[t.mlo] + q4_off(t.rlo, g, G), ng * 512, full, pol);
+          bulk_g2s_h(dst + 1024, L->wq[mhi] + q4_off(rhi, g, G), ng * 512, full, pol);
+          bulk_g2s_h(dst + 2048, L->ws[t.mlo] + q4_soff(t.rlo, g, G), ng * 16, full, pol);
+          bulk_g2s_h(dst + 2048 + 32, L->ws[mhi] + q4_soff(rhi, g, G), ng * 16, full, pol);
         } else {
-          ds_mbar_arrive(full); /* a padding step: nothing to copy, the consumer only frees it */
+          mbar_arrive(full); /* a padding step: nothing to copy, the consumer only frees it */
         }
       }
       base += n;
@@ -379,10 +342,10 @@ __device__ __noinline__ void ds_gemv(const ds_args &a, int ph, const int *plan_n
     const uint32_t full = mbar + slot * 8, empty = mbar + (a.ring + slot) * 8;
     if (a.ts && blockIdx.x == 0 && threadIdx.x == 0) {
       const unsigned long long t0 = ds_now();
-      ds_mbar_wait(full, par);
+      mbar_wait(full, par);
       a.ts[21] += ds_now() - t0;
     } else {
-      ds_mbar_wait(full, par);
+      mbar_wait(full, par);
     }
     if (step < TS && !(a.abl & 2)) {
       const int tile = step / S, j = step % S;
@@ -406,7 +369,7 @@ __device__ __noinline__ void ds_gemv(const ds_args &a, int ph, const int *plan_n
         S8[h] = *(const __half *)(sb + 2048 + 32 + h * 16 + gid * 2);
       }
       __syncwarp();
-      if (lane == 0) ds_mbar_arrive(empty);
+      if (lane == 0) mbar_arrive(empty);
 #pragma unroll
       for (int h = 0; h < 2; h++) {
         const int g = 2 * j + h;
@@ -451,7 +414,7 @@ __device__ __noinline__ void ds_gemv(const ds_args &a, int ph, const int *plan_n
       }
     } else {
       __syncwarp();
-      if (lane == 0) ds_mbar_arrive(empty);
+      if (lane == 0) mbar_arrive(empty);
     }
     slot += DS_NC;
     if (slot >= a.ring) { slot -= a.ring; par ^= 1; }
@@ -661,8 +624,8 @@ __global__ __launch_bounds__(DS_NT, 1) void ds_kernel(const __grid_constant__ ds
   if (tid < DS_NPH) plan_n[tid] = a.plan_n[blockIdx.x * DS_NPH + tid];
   for (int i = tid; i < (a.kmax / 128) * 16; i += DS_NT) corr[i] = 0.0f; /* the columns past token 0 stay 0 */
   if (tid < a.ring) {
-    ds_mbar_init(mbar + tid * 8);
-    ds_mbar_init(mbar + (a.ring + tid) * 8);
+    mbar_init(mbar + tid * 8);
+    mbar_init(mbar + (a.ring + tid) * 8);
   }
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   __syncthreads();

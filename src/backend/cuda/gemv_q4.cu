@@ -98,6 +98,22 @@ typedef float gemv_ss_t;
 #ifndef GEMV_BIAS_HINT
 #define GEMV_BIAS_HINT 1
 #endif
+/* GEMV_BULK (round 25): the weight ring filled by bulk copies on one mbarrier per slot instead of cp.async. Lane 0 of a
+ * warp issues a step's four pieces (the tile's lo 8-row block, 1 KB; the hi block, 1 KB; their scales, 32 bytes each)
+ * and every lane waits on the slot's barrier, where the cp.async ring has each lane issue five 16-byte copies, commit
+ * and wait_group every step. Round 20's probe_chain: an L2-hit read of x is slowed less by bulk copies in flight than by
+ * cp.async ones (0.98 against 1.35 µs at 8 KB per warp); round 20's probe_step: the cp.async ring's protocol costs a
+ * step 221 cycles with no bytes moved. Blocks past a weight's rows and an odd G's missing group copy nothing (their
+ * slot keeps stale bytes; those mma rows / the group are never stored / never multiplied). sm_90 only: the compute_80
+ * PTX keeps the cp.async ring. */
+#ifndef GEMV_BULK
+#define GEMV_BULK 0
+#endif
+#if GEMV_BULK && (!defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900)
+#define GEMV_BULK_ON 1
+#else
+#define GEMV_BULK_ON 0
+#endif
 #ifndef GEMV_FOLD
 #define GEMV_FOLD 1 /* the -8 weight offset folded into a per-group correction (see gemv_smem) */
 #endif
@@ -286,6 +302,19 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
   if (threadIdx.x == 0) { CU_TRACE(0); CU_TRACE(6); }
   const int S = gemv_steps(G, KS);
   const uint64_t pol_w = l2_evict_first(a.l2f), pol_k = l2_evict_last(a.l2f);
+  /* the cp.async groups outstanding behind the norm weights' (GEMV_BULK: none, the ring is on mbarriers) */
+  constexpr int CPW = GEMV_BULK_ON ? 0 : RING;
+#if GEMV_BULK_ON
+  __shared__ __align__(8) uint64_t s_bar[NW][RING];
+  const uint32_t bar0 = smem_u32(&s_bar[warp][0]);
+  if (lane == 0) {
+#pragma unroll
+    for (int i = 0; i < RING; i++) mbar_init(bar0 + 8 * i);
+    mbar_fence_init();
+  }
+  __syncwarp();
+  uint32_t bpar = 0; /* bit s: the parity of slot s's next phase */
+#endif
 
   /* the weight-loading side of the pipeline: step (lu, lj) = groups (ks + lj * KS) * GPS .. + GPS - 1
    * of tile lu * TPB + ts (WE: of tile lu); out-of-range blocks load zeros, steps past the row nothing */
@@ -316,6 +345,9 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
    * weight's rows zero-fills (ignore-src) at block 0 of the weight, so every address stays inside the buffer: no
    * select per copy. Liveness is uniform over the warp (blocks of 8 rows, rows padded to 8). */
   const uint8_t *pl = NULL, *ph = NULL, *psc = NULL;
+#if GEMV_BULK_ON
+  const uint8_t *psh = NULL; /* the hi block's scales (lane 0's psc is the lo block's) */
+#endif
   bool zl = true, zh = true, zsc = true; /* zero-fill instead of copying (cp.async's ignore-src) */
   const uint32_t wsrc = smem_u32(ring) + lane * 16, ssrc = smem_u32(ring) + 2048 + lane * 16;
   auto load = [&](int slot) { /* the step (lu, lj) into ring slot `slot` */
@@ -336,8 +368,36 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
       const bool sl = lane < 2 ? bl : bh;
       psc = (const uint8_t *)(a.ws[lane < 2 ? m : mh] + q4_soff(sl ? (lane < 2 ? lo : hi) : 0, g0 + (lane & 1), G));
       zsc = !sl;
+#if GEMV_BULK_ON
+      psh = (const uint8_t *)(a.ws[mh] + q4_soff(bh ? hi : 0, g0, G));
+#endif
     }
     const int g = (ks + lj * KS) * GEMV_GPS; /* uniform over the warp */
+#if GEMV_BULK_ON
+    /* slot layout: lo groups g, g + 1 (1 KB, contiguous in the device layout), hi groups g, g + 1, lo scales, hi scales */
+    if (lane == 0) {
+      const uint32_t bar = bar0 + 8 * slot, dst = smem_u32(ring) + (uint32_t)slot * GEMV_SLOT;
+      if (g < G && GEMV_ABLATE != 1 && GEMV_ABLATE != 8 && GEMV_ABLATE != 9) {
+        const uint32_t ng = g + 1 < G ? 2 : 1, bw = zl ? 0 : ng * 512, bwh = zh ? 0 : ng * 512;
+        const uint32_t bs = zl ? 0 : ng * 16, bsh = zh ? 0 : ng * 16;
+        if (bw + bwh) {
+          mbar_expect(bar, bw + bwh + bs + bsh);
+          if (bw) { bulk_g2s_h(dst, pl, bw, bar, pol_w); bulk_g2s_h(dst + 2048, psc, bs, bar, pol_w); }
+          if (bwh) { bulk_g2s_h(dst + 1024, ph, bwh, bar, pol_w); bulk_g2s_h(dst + 2048 + 32, psh, bsh, bar, pol_w); }
+        } else {
+          mbar_arrive(bar);
+        }
+      } else {
+        mbar_arrive(bar); /* nothing to copy: the phase completes with the arrival */
+      }
+    }
+    pl += KS * GEMV_GPS * 512;
+    ph += KS * GEMV_GPS * 512;
+    psc += KS * GEMV_GPS * 16;
+    psh += KS * GEMV_GPS * 16;
+    if (++lj == S) { lj = 0; lu += ustride; }
+    return;
+#endif
     if (g < G && GEMV_ABLATE != 1 && GEMV_ABLATE != 8 && GEMV_ABLATE != 9) { /* steps past the row (KS padding) copy nothing: the consumer skips them */
       const uint32_t so = (uint32_t)slot * GEMV_SLOT;
       const bool v1 = g + 1 < G; /* an odd G's last step has one group: the second copies zero-fill (their
@@ -422,7 +482,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
     }
   };
   if (GEMV_ABLATE == 2) {
-    if (PRO == PRO_NORM) cp_async_wait<RING>();
+    if (PRO == PRO_NORM) cp_async_wait<CPW>();
   } else if (PRO == PRO_NORM && nch <= 4 * NT) {
     /* one read of x (up to 4 chunks per thread, kept in registers): sum of squares per token
      * (one atomic per warp when the warp's chunks are one token's), then scale and store */
@@ -432,7 +492,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
       const int c = threadIdx.x + k * NT;
       if (c < nch) xv[k] = xat(a.x, c);
     }
-    cp_async_wait<RING>(); /* the norm weights: the group before the ring's */
+    cp_async_wait<CPW>(); /* the norm weights: the group before the ring's */
     __syncthreads(); /* s_ss zeroed, norm weights landed */
 #pragma unroll
     for (int k = 0; k < 4; k++) {
@@ -464,7 +524,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
     }
   } else {
     if (PRO == PRO_NORM) { /* long rows: two reads of x (the second from L1) */
-      cp_async_wait<RING>(); /* the norm weights */
+      cp_async_wait<CPW>(); /* the norm weights */
       __syncthreads();
       for (int c0 = 0; c0 < nch; c0 += blockDim.x) { /* uniform: ss_add shuffles */
         const int c = c0 + threadIdx.x;
@@ -525,7 +585,12 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
     {
       /* this step's slot has landed (its group is the oldest of RING outstanding); it is used up
        * (weights -> A fragments, scales -> f32) before load() refills it with the step RING ahead */
+#if GEMV_BULK_ON
+      mbar_wait(bar0 + 8 * slot, (bpar >> slot) & 1u);
+      bpar ^= 1u << slot;
+#else
       cp_async_wait<RING - 1>();
+#endif
 #if HEARTH_TRACE
       if (tr_first && lane == 0) CU_TRACE(5);
       tr_first = false;
@@ -535,11 +600,14 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
       __half S0[GPS], S8[GPS];
 #pragma unroll
       for (int h = 0; h < GPS; h++) {
-        W0[h] = *(const uint4 *)(sb + h * 1024 + lane * 16);
-        W8[h] = *(const uint4 *)(sb + h * 1024 + 512 + lane * 16);
+        W0[h] = *(const uint4 *)(sb + (GEMV_BULK_ON ? h * 512 : h * 1024) + lane * 16);
+        W8[h] = *(const uint4 *)(sb + (GEMV_BULK_ON ? 1024 + h * 512 : h * 1024 + 512) + lane * 16);
         S0[h] = *(const __half *)(sb + 2048 + h * 16 + gid * 2);
         S8[h] = *(const __half *)(sb + 2048 + 32 + h * 16 + gid * 2);
       }
+#if GEMV_BULK_ON
+      __syncwarp(); /* every lane's reads of the slot done before lane 0's copies overwrite it */
+#endif
       load(slot); /* refill this slot with the step RING ahead */
       if (++slot == RING) slot = 0;
 #pragma unroll

@@ -98,6 +98,48 @@ __device__ __forceinline__ void cp_async16_if_zh(bool on, uint32_t s, const void
 }
 __device__ __forceinline__ float ld_f32_h(const float *p, uint64_t) { return *p; }
 #endif
+/* mbarriers and bulk copies (sm_90; only issued by code compiled for sm_90: decode_stack.cu, the GEMV's GEMV_BULK ring).
+ * An mbarrier of count 1 completes its phase when its one arrival (arrive, or arrive.expect_tx with the bytes to come)
+ * and every byte of the bulk copies that name it have landed. */
+__device__ __forceinline__ void mbar_init(uint32_t bar) { asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar)); }
+__device__ __forceinline__ void mbar_expect(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile("{\n .reg .pred p;\n MBW%=: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra MBW%=;\n}" ::"r"(bar),
+               "r"(parity)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst), "l"(src),
+               "r"(bytes), "r"(bar)
+               : "memory");
+}
+/* the same with an L2 priority (round 17's reason: the stream must not push out what the step reads again: norm
+ * weights, biases, the KV cache); without HEARTH_L2_HINTS (ptx.cuh) the plain form */
+__device__ __forceinline__ void bulk_g2s_h(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar, uint64_t pol) {
+#if HEARTH_L2_HINTS
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar), "l"(pol)
+               : "memory");
+#else
+  (void)pol;
+  bulk_g2s(dst, src, bytes, bar);
+#endif
+}
+/* one probe of a phase's completion (no blocking) */
+__device__ __forceinline__ bool mbar_test(uint32_t bar, uint32_t parity) {
+  uint32_t ok;
+  asm volatile("{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}" : "=r"(ok)
+               : "r"(bar), "r"(parity)
+               : "memory");
+  return ok != 0;
+}
+/* the inits above made visible to the bulk copies (the async proxy) before any copy names the barrier */
+__device__ __forceinline__ void mbar_fence_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 /* "memory": no shared-memory read of the landed data may be moved above the wait */
 template <int N>
