@@ -98,22 +98,6 @@ typedef float gemv_ss_t;
 #ifndef GEMV_BIAS_HINT
 #define GEMV_BIAS_HINT 1
 #endif
-/* GEMV_BULK (round 25): the weight ring filled by bulk copies on one mbarrier per slot instead of cp.async. Lane 0 of a
- * warp issues a step's four pieces (the tile's lo 8-row block, 1 KB; the hi block, 1 KB; their scales, 32 bytes each)
- * and every lane waits on the slot's barrier, where the cp.async ring has each lane issue five 16-byte copies, commit
- * and wait_group every step. Round 20's probe_chain: an L2-hit read of x is slowed less by bulk copies in flight than by
- * cp.async ones (0.98 against 1.35 µs at 8 KB per warp); round 20's probe_step: the cp.async ring's protocol costs a
- * step 221 cycles with no bytes moved. Blocks past a weight's rows and an odd G's missing group copy nothing (their
- * slot keeps stale bytes; those mma rows / the group are never stored / never multiplied). sm_90 only: the compute_80
- * PTX keeps the cp.async ring. */
-#ifndef GEMV_BULK
-#define GEMV_BULK 0
-#endif
-#if GEMV_BULK && (!defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900)
-#define GEMV_BULK_ON 1
-#else
-#define GEMV_BULK_ON 0
-#endif
 #ifndef GEMV_FOLD
 #define GEMV_FOLD 1 /* the -8 weight offset folded into a per-group correction (see gemv_smem) */
 #endif
@@ -148,6 +132,12 @@ struct gemv_args {
   const int32_t *pos, *seq, *bt;
   __half *kc, *vc;
   float rinv[128]; /* GEMV_ROPE: 1 / theta^(2i/hd) for i < hd/2 (hd <= 256), rope_pow's formula on the host */
+  /* prefetch_next (HEARTH_GEMV_PF): n_pf byte ranges of the launch after this one, each split evenly over all warps of
+   * the grid; a warp asks for its share into L2 at ring step pf_step of its first unit (after its last step if a unit
+   * has fewer, or if it has no unit) */
+  const uint8_t *pf[6];
+  uint32_t pfb[6];
+  int n_pf, pf_step;
 #if HEARTH_TRACE
   unsigned long long *tr;
   int tr_id;
@@ -276,6 +266,21 @@ __device__ __forceinline__ void gemv_emit(const gemv_args &a, int r0, int p, int
   }
 }
 
+/* a warp's share of the prefetch_next ranges into L2 (lane 0; one bulk prefetch per range). sm_90: the compute_80 PTX
+ * asks for nothing */
+__device__ __noinline__ void gemv_prefetch_next(const gemv_args &a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const uint32_t nw = blockDim.x / 32, nwt = gridDim.x * nw, wg = blockIdx.x * nw + threadIdx.x / 32;
+  for (int e = 0; e < a.n_pf; e++) {
+    const uint32_t ch = ((a.pfb[e] + nwt - 1) / nwt + 15) & ~15u, off = wg * ch;
+    if (off < a.pfb[e])
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a.pf[e] + off), "r"(min(ch, a.pfb[e] - off)) : "memory");
+  }
+#else
+  (void)a;
+#endif
+}
+
 /* RING: the ring depth (2, or 4 in 8-warp blocks), a template parameter because cp.async.wait_group takes an
  * immediate: as a runtime value (a.ring) every step chose among the waits through three branches */
 template <typename TO, int PRO, int KS, int MODE, int NW, int RING>
@@ -302,19 +307,6 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
   if (threadIdx.x == 0) { CU_TRACE(0); CU_TRACE(6); }
   const int S = gemv_steps(G, KS);
   const uint64_t pol_w = l2_evict_first(a.l2f), pol_k = l2_evict_last(a.l2f);
-  /* the cp.async groups outstanding behind the norm weights' (GEMV_BULK: none, the ring is on mbarriers) */
-  constexpr int CPW = GEMV_BULK_ON ? 0 : RING;
-#if GEMV_BULK_ON
-  __shared__ __align__(8) uint64_t s_bar[NW][RING];
-  const uint32_t bar0 = smem_u32(&s_bar[warp][0]);
-  if (lane == 0) {
-#pragma unroll
-    for (int i = 0; i < RING; i++) mbar_init(bar0 + 8 * i);
-    mbar_fence_init();
-  }
-  __syncwarp();
-  uint32_t bpar = 0; /* bit s: the parity of slot s's next phase */
-#endif
 
   /* the weight-loading side of the pipeline: step (lu, lj) = groups (ks + lj * KS) * GPS .. + GPS - 1
    * of tile lu * TPB + ts (WE: of tile lu); out-of-range blocks load zeros, steps past the row nothing */
@@ -345,9 +337,6 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
    * weight's rows zero-fills (ignore-src) at block 0 of the weight, so every address stays inside the buffer: no
    * select per copy. Liveness is uniform over the warp (blocks of 8 rows, rows padded to 8). */
   const uint8_t *pl = NULL, *ph = NULL, *psc = NULL;
-#if GEMV_BULK_ON
-  const uint8_t *psh = NULL; /* the hi block's scales (lane 0's psc is the lo block's) */
-#endif
   bool zl = true, zh = true, zsc = true; /* zero-fill instead of copying (cp.async's ignore-src) */
   const uint32_t wsrc = smem_u32(ring) + lane * 16, ssrc = smem_u32(ring) + 2048 + lane * 16;
   auto load = [&](int slot) { /* the step (lu, lj) into ring slot `slot` */
@@ -368,36 +357,8 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
       const bool sl = lane < 2 ? bl : bh;
       psc = (const uint8_t *)(a.ws[lane < 2 ? m : mh] + q4_soff(sl ? (lane < 2 ? lo : hi) : 0, g0 + (lane & 1), G));
       zsc = !sl;
-#if GEMV_BULK_ON
-      psh = (const uint8_t *)(a.ws[mh] + q4_soff(bh ? hi : 0, g0, G));
-#endif
     }
     const int g = (ks + lj * KS) * GEMV_GPS; /* uniform over the warp */
-#if GEMV_BULK_ON
-    /* slot layout: lo groups g, g + 1 (1 KB, contiguous in the device layout), hi groups g, g + 1, lo scales, hi scales */
-    if (lane == 0) {
-      const uint32_t bar = bar0 + 8 * slot, dst = smem_u32(ring) + (uint32_t)slot * GEMV_SLOT;
-      if (g < G && GEMV_ABLATE != 1 && GEMV_ABLATE != 8 && GEMV_ABLATE != 9) {
-        const uint32_t ng = g + 1 < G ? 2 : 1, bw = zl ? 0 : ng * 512, bwh = zh ? 0 : ng * 512;
-        const uint32_t bs = zl ? 0 : ng * 16, bsh = zh ? 0 : ng * 16;
-        if (bw + bwh) {
-          mbar_expect(bar, bw + bwh + bs + bsh);
-          if (bw) { bulk_g2s_h(dst, pl, bw, bar, pol_w); bulk_g2s_h(dst + 2048, psc, bs, bar, pol_w); }
-          if (bwh) { bulk_g2s_h(dst + 1024, ph, bwh, bar, pol_w); bulk_g2s_h(dst + 2048 + 32, psh, bsh, bar, pol_w); }
-        } else {
-          mbar_arrive(bar);
-        }
-      } else {
-        mbar_arrive(bar); /* nothing to copy: the phase completes with the arrival */
-      }
-    }
-    pl += KS * GEMV_GPS * 512;
-    ph += KS * GEMV_GPS * 512;
-    psc += KS * GEMV_GPS * 16;
-    psh += KS * GEMV_GPS * 16;
-    if (++lj == S) { lj = 0; lu += ustride; }
-    return;
-#endif
     if (g < G && GEMV_ABLATE != 1 && GEMV_ABLATE != 8 && GEMV_ABLATE != 9) { /* steps past the row (KS padding) copy nothing: the consumer skips them */
       const uint32_t so = (uint32_t)slot * GEMV_SLOT;
       const bool v1 = g + 1 < G; /* an odd G's last step has one group: the second copies zero-fill (their
@@ -482,7 +443,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
     }
   };
   if (GEMV_ABLATE == 2) {
-    if (PRO == PRO_NORM) cp_async_wait<CPW>();
+    if (PRO == PRO_NORM) cp_async_wait<RING>();
   } else if (PRO == PRO_NORM && nch <= 4 * NT) {
     /* one read of x (up to 4 chunks per thread, kept in registers): sum of squares per token
      * (one atomic per warp when the warp's chunks are one token's), then scale and store */
@@ -492,7 +453,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
       const int c = threadIdx.x + k * NT;
       if (c < nch) xv[k] = xat(a.x, c);
     }
-    cp_async_wait<CPW>(); /* the norm weights: the group before the ring's */
+    cp_async_wait<RING>(); /* the norm weights: the group before the ring's */
     __syncthreads(); /* s_ss zeroed, norm weights landed */
 #pragma unroll
     for (int k = 0; k < 4; k++) {
@@ -524,7 +485,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
     }
   } else {
     if (PRO == PRO_NORM) { /* long rows: two reads of x (the second from L1) */
-      cp_async_wait<CPW>(); /* the norm weights */
+      cp_async_wait<RING>(); /* the norm weights */
       __syncthreads();
       for (int c0 = 0; c0 < nch; c0 += blockDim.x) { /* uniform: ss_add shuffles */
         const int c = c0 + threadIdx.x;
@@ -585,29 +546,22 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
     {
       /* this step's slot has landed (its group is the oldest of RING outstanding); it is used up
        * (weights -> A fragments, scales -> f32) before load() refills it with the step RING ahead */
-#if GEMV_BULK_ON
-      mbar_wait(bar0 + 8 * slot, (bpar >> slot) & 1u);
-      bpar ^= 1u << slot;
-#else
       cp_async_wait<RING - 1>();
-#endif
 #if HEARTH_TRACE
       if (tr_first && lane == 0) CU_TRACE(5);
       tr_first = false;
 #endif
+      if (a.n_pf && u == u0 && j == a.pf_step && lane == 0) gemv_prefetch_next(a); /* step pf_step of the first unit */
       const uint8_t *sb = ring + slot * GEMV_SLOT;
       uint4 W0[GPS], W8[GPS];
       __half S0[GPS], S8[GPS];
 #pragma unroll
       for (int h = 0; h < GPS; h++) {
-        W0[h] = *(const uint4 *)(sb + (GEMV_BULK_ON ? h * 512 : h * 1024) + lane * 16);
-        W8[h] = *(const uint4 *)(sb + (GEMV_BULK_ON ? 1024 + h * 512 : h * 1024 + 512) + lane * 16);
+        W0[h] = *(const uint4 *)(sb + h * 1024 + lane * 16);
+        W8[h] = *(const uint4 *)(sb + h * 1024 + 512 + lane * 16);
         S0[h] = *(const __half *)(sb + 2048 + h * 16 + gid * 2);
         S8[h] = *(const __half *)(sb + 2048 + 32 + h * 16 + gid * 2);
       }
-#if GEMV_BULK_ON
-      __syncwarp(); /* every lane's reads of the slot done before lane 0's copies overwrite it */
-#endif
       load(slot); /* refill this slot with the step RING ahead */
       if (++slot == RING) slot = 0;
 #pragma unroll
@@ -714,6 +668,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
       u += ustride;
     }
   }
+  if (a.n_pf && (a.pf_step >= S || u0 >= a.n_units) && lane == 0) gemv_prefetch_next(a); /* fewer steps, or none */
   cp_async_wait<0>(); /* the prefetches past the last step */
   if (lane == 0) CU_TRACE(2);
 }
@@ -742,6 +697,22 @@ static int g_gemv_per_sm = 0, g_gemv_ring_max = 2;
  * step, resident beside this shape (−4 %), the dependents' trigger after the k-th step (±0), and the x read before
  * the ring's first steps in the kernels that enter after the kernel before has ended (−3 to −7 %). */
 static int g_gemv_cores = 1 | 4 | 8, g_gemv_cores_auto = 1;
+/* HEARTH_GEMV_PF (round 25): the ring step at which a decode GEMV's warps ask for the prefetch_next hint's weights into
+ * L2 (a large value: after the warp's last step); -1: the hint is ignored */
+static int g_gemv_pf = -1;
+
+void cu_gemv_prefetch_next(struct hb_ctx *ctx, const struct hb_tensor *const *ws, int n) {
+  ctx->pf_n = 0;
+  for (int i = 0; i < n && i < 3; i++) {
+    const struct hb_tensor *w = ws[i];
+    if (!w || w->dtype != HB_Q4 || !w->data || !w->aux) continue;
+    const size_t r8 = (size_t)((w->rows + 7) / 8 * 8);
+    ctx->pf_ptr[ctx->pf_n] = w->data;
+    ctx->pf_bytes[ctx->pf_n++] = r8 * (size_t)w->cols / 2;
+    ctx->pf_ptr[ctx->pf_n] = w->aux;
+    ctx->pf_bytes[ctx->pf_n++] = r8 * (size_t)(w->cols / 128) * 2;
+  }
+}
 
 /* the launch shapes: (warps per block, warps per tile) */
 #define GEMV_CONFIGS(X) X(8, 1) X(8, 2) X(8, 4) X(8, 8) X(16, 16)
@@ -781,6 +752,8 @@ int cu_gemv_init(struct hb_ctx *ctx) {
     g_gemv_cores = atoi(co);
     g_gemv_cores_auto = 0;
   }
+  const char *pf = getenv("HEARTH_GEMV_PF");
+  if (pf && *pf) g_gemv_pf = atoi(pf);
   return gemv_attr_k(ctx, gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 2>) |
          gemv_attr_k(ctx, gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 4>) |
          gemv_attr1<__half, PRO_PLAIN, GEMV_PLAIN>(ctx) | gemv_attr1<__half, PRO_NORM, GEMV_PLAIN>(ctx) |
@@ -927,6 +900,14 @@ static int gemv_fill(struct hb_ctx *ctx, gemv_args &a, int pro, const struct hb_
   if (x->rows < n) return 1;
   if (x2 && (x2->dtype != HB_F16 || x2->cols != x->cols)) return 1;
   memset(&a, 0, sizeof a);
+  if (g_gemv_pf >= 0) /* prefetch_next's hint: this launch asks for the next one's weights (ranges under 4 GB, 16-byte multiples) */
+    for (int i = 0; i < ctx->pf_n; i++)
+      if (ctx->pf_bytes[i] >= 16 && ctx->pf_bytes[i] < (1ull << 32)) {
+        a.pf[a.n_pf] = (const uint8_t *)ctx->pf_ptr[i];
+        a.pfb[a.n_pf++] = (uint32_t)(ctx->pf_bytes[i] & ~(size_t)15);
+      }
+  a.pf_step = g_gemv_pf;
+  ctx->pf_n = 0;
   a.x = (const __half *)x->data;
   a.x2 = x2 ? (const __half *)x2->data : NULL;
   a.ldx = x->cols;

@@ -98,7 +98,7 @@ __device__ __forceinline__ void cp_async16_if_zh(bool on, uint32_t s, const void
 }
 __device__ __forceinline__ float ld_f32_h(const float *p, uint64_t) { return *p; }
 #endif
-/* mbarriers and bulk copies (sm_90; only issued by code compiled for sm_90: decode_stack.cu, the GEMV's GEMV_BULK ring).
+/* mbarriers and bulk copies (sm_90: decode_stack.cu; the GEMV ring on them is bench/patches/round25-bulk.patch, which lost).
  * An mbarrier of count 1 completes its phase when its one arrival (arrive, or arrive.expect_tx with the bytes to come)
  * and every byte of the bulk copies that name it have landed. */
 __device__ __forceinline__ void mbar_init(uint32_t bar) { asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar)); }
