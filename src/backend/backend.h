@@ -206,10 +206,6 @@ struct hb_ops {
    * nothing, when it does not cover the shapes; 0 when it ran. */
   int (*decode_stack)(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_stack_layer *layers, int n_layers,
                       const struct hb_batch *b, const struct hb_attn_params *p, float eps, float theta);
-  /* A hint, no effect on results: the weights ws[0..n) (n <= 3) are what the launch after the next one multiplies by,
-   * so the next launch may ask for them into a cache while it runs (CUDA: the decode GEMV's warps, into L2). It holds
-   * for the next launch only; n = 0 takes it back (the next launch declined). NULL: no such hint. */
-  void (*prefetch_next)(struct hb_ctx *ctx, const struct hb_tensor *const *ws, int n);
 };
 
 /* Backends compiled into this build. hb_cuda_ops is NULL-safe: hb_get returns NULL when absent. */

@@ -75,20 +75,14 @@ void block_mlp_swiglu(struct hearth_model *m, const struct layer_weights *L, int
   struct model_scratch *s = &m->scratch;
   struct hb_tensor x = rows_view(&s->x, n), xn = rows_view(&s->xn, n), g = rows_view(&s->gate, n),
                    u = rows_view(&s->up, n), o = rows_view(&s->o, n);
-  /* decode: silu(gate) * up in the gate/up GEMV's epilogue, then x += h·Wdᵀ in one launch. The prefetch hints: the
-   * gate/up launch may ask for down_proj's weights while it runs, and down_proj's launch for the next layer's q/k/v */
-  const struct hb_tensor *wd[1] = {&L->w_down};
-  if (be->norm_swiglu && be->norm_matmul && be->prefetch_next) be->prefetch_next(c, wd, 1);
+  /* decode: silu(gate) * up in the gate/up GEMV's epilogue, then x += h·Wdᵀ in one launch */
   if (be->norm_swiglu && be->norm_matmul &&
       !be->norm_swiglu(c, &x, &L->ffn_norm, m->cfg.rms_norm_eps, &L->w_gate, &L->w_up, &g, n)) {
     struct hb_tensor *outs[1] = {&x};
-    const struct layer_weights *Ln = L + 1 < m->w.layers + m->cfg.num_hidden_layers ? L + 1 : NULL;
-    const struct hb_tensor *wn[3] = {Ln ? &Ln->wq : NULL, Ln ? &Ln->wk : NULL, Ln ? &Ln->wv : NULL};
-    if (be->prefetch_next) be->prefetch_next(c, wn, Ln ? 3 : 0);
-    be->norm_matmul(c, &g, NULL, 0.0f, 0.0f, 1, outs, wd, NULL, n, 1);
+    const struct hb_tensor *ws[1] = {&L->w_down};
+    be->norm_matmul(c, &g, NULL, 0.0f, 0.0f, 1, outs, ws, NULL, n, 1);
     return;
   }
-  if (be->prefetch_next) be->prefetch_next(c, NULL, 0);
   if (be->norm_matmul && be->silu_matmul) {
     struct hb_tensor *outs[2] = {&g, &u};
     const struct hb_tensor *ws[2] = {&L->w_gate, &L->w_up};

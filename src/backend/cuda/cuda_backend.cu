@@ -688,8 +688,6 @@ extern "C" int hb_cuda_norm_qkv_rope_kv(struct hb_ctx *c, const struct hb_tensor
   return cu_gemv_qkv_rope_kv(c, x, norm_w, eps, ws, biases, q, kv, b, n_heads, theta, n);
 }
 
-static void cuda_prefetch_next(struct hb_ctx *c, const struct hb_tensor *const *ws, int n) { cu_gemv_prefetch_next(c, ws, n); }
-
 extern "C" int hb_cuda_norm_swiglu(struct hb_ctx *c, const struct hb_tensor *x, const struct hb_tensor *norm_w,
                                    float eps, const struct hb_tensor *w_gate, const struct hb_tensor *w_up,
                                    struct hb_tensor *out, int n) {
@@ -811,5 +809,4 @@ extern "C" const struct hb_ops hb_cuda_ops = {
   /* .attn_o = */ hb_cuda_attn_o,
   /* .attn_o_max_len = */ hb_cuda_attn_o_max_len,
   /* .decode_stack = */ hb_cuda_decode_stack,
-  /* .prefetch_next = */ cuda_prefetch_next,
 };

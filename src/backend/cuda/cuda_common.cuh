@@ -91,11 +91,6 @@ struct hb_ctx {
    * without them; the difference is what each kind costs inside the real PDL chain (bench/NOTES.md) */
   unsigned skip;
   unsigned dup; /* HEARTH_CUDA_DUP (timing only): kinds whose decode launch runs twice (qkv, gateup: idempotent) */
-  /* prefetch_next's hint (gemv_q4.cu): byte ranges (an int4 weight's codes, then its scales) the next decode GEMV asks
-   * into L2 for the launch after it; taken (and cleared) by that GEMV's gemv_fill */
-  const void *pf_ptr[6];
-  size_t pf_bytes[6];
-  int pf_n;
 #if HEARTH_TRACE
   unsigned long long *tr_dev;  /* [CU_TRACE_KINDS][CU_TRACE_MAX] stamps (kinds: above) */
   int tr_captures, tr_seq;     /* captures begun; ids given out in the latest one */
@@ -292,7 +287,6 @@ int cu_gemv_init(struct hb_ctx *ctx);
 int cu_gemv_fused(struct hb_ctx *ctx, int pro, const struct hb_tensor *x, const struct hb_tensor *x2,
                   const struct hb_tensor *nw, float eps, float off, int n_mm, struct hb_tensor *const *outs,
                   const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, int n, int add);
-void cu_gemv_prefetch_next(struct hb_ctx *ctx, const struct hb_tensor *const *ws, int n);
 int cu_gemv_norm_swiglu(struct hb_ctx *ctx, const struct hb_tensor *x, const struct hb_tensor *nw, float eps,
                         const struct hb_tensor *w_gate, const struct hb_tensor *w_up, struct hb_tensor *out, int n);
 int cu_gemv_qkv_rope_kv(struct hb_ctx *ctx, const struct hb_tensor *x, const struct hb_tensor *nw, float eps,

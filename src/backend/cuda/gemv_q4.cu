@@ -132,12 +132,6 @@ struct gemv_args {
   const int32_t *pos, *seq, *bt;
   __half *kc, *vc;
   float rinv[128]; /* GEMV_ROPE: 1 / theta^(2i/hd) for i < hd/2 (hd <= 256), rope_pow's formula on the host */
-  /* prefetch_next (HEARTH_GEMV_PF): n_pf byte ranges of the launch after this one, each split evenly over all warps of
-   * the grid; a warp asks for its share into L2 at ring step pf_step of its first unit (after its last step if a unit
-   * has fewer, or if it has no unit) */
-  const uint8_t *pf[6];
-  uint32_t pfb[6];
-  int n_pf, pf_step;
 #if HEARTH_TRACE
   unsigned long long *tr;
   int tr_id;
@@ -264,21 +258,6 @@ __device__ __forceinline__ void gemv_emit(const gemv_args &a, int r0, int p, int
     if (a.add) vh += ldf(op + hi);
     stf(op + hi, vh);
   }
-}
-
-/* a warp's share of the prefetch_next ranges into L2 (lane 0; one bulk prefetch per range). sm_90: the compute_80 PTX
- * asks for nothing */
-__device__ __noinline__ void gemv_prefetch_next(const gemv_args &a) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const uint32_t nw = blockDim.x / 32, nwt = gridDim.x * nw, wg = blockIdx.x * nw + threadIdx.x / 32;
-  for (int e = 0; e < a.n_pf; e++) {
-    const uint32_t ch = ((a.pfb[e] + nwt - 1) / nwt + 15) & ~15u, off = wg * ch;
-    if (off < a.pfb[e])
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a.pf[e] + off), "r"(min(ch, a.pfb[e] - off)) : "memory");
-  }
-#else
-  (void)a;
-#endif
 }
 
 /* RING: the ring depth (2, or 4 in 8-warp blocks), a template parameter because cp.async.wait_group takes an
@@ -551,7 +530,6 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
       if (tr_first && lane == 0) CU_TRACE(5);
       tr_first = false;
 #endif
-      if (a.n_pf && u == u0 && j == a.pf_step && lane == 0) gemv_prefetch_next(a); /* step pf_step of the first unit */
       const uint8_t *sb = ring + slot * GEMV_SLOT;
       uint4 W0[GPS], W8[GPS];
       __half S0[GPS], S8[GPS];
@@ -668,7 +646,6 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
       u += ustride;
     }
   }
-  if (a.n_pf && (a.pf_step >= S || u0 >= a.n_units) && lane == 0) gemv_prefetch_next(a); /* fewer steps, or none */
   cp_async_wait<0>(); /* the prefetches past the last step */
   if (lane == 0) CU_TRACE(2);
 }
@@ -697,22 +674,6 @@ static int g_gemv_per_sm = 0, g_gemv_ring_max = 2;
  * step, resident beside this shape (−4 %), the dependents' trigger after the k-th step (±0), and the x read before
  * the ring's first steps in the kernels that enter after the kernel before has ended (−3 to −7 %). */
 static int g_gemv_cores = 1 | 4 | 8, g_gemv_cores_auto = 1;
-/* HEARTH_GEMV_PF (round 25): the ring step at which a decode GEMV's warps ask for the prefetch_next hint's weights into
- * L2 (a large value: after the warp's last step); -1: the hint is ignored */
-static int g_gemv_pf = -1;
-
-void cu_gemv_prefetch_next(struct hb_ctx *ctx, const struct hb_tensor *const *ws, int n) {
-  ctx->pf_n = 0;
-  for (int i = 0; i < n && i < 3; i++) {
-    const struct hb_tensor *w = ws[i];
-    if (!w || w->dtype != HB_Q4 || !w->data || !w->aux) continue;
-    const size_t r8 = (size_t)((w->rows + 7) / 8 * 8);
-    ctx->pf_ptr[ctx->pf_n] = w->data;
-    ctx->pf_bytes[ctx->pf_n++] = r8 * (size_t)w->cols / 2;
-    ctx->pf_ptr[ctx->pf_n] = w->aux;
-    ctx->pf_bytes[ctx->pf_n++] = r8 * (size_t)(w->cols / 128) * 2;
-  }
-}
 
 /* the launch shapes: (warps per block, warps per tile) */
 #define GEMV_CONFIGS(X) X(8, 1) X(8, 2) X(8, 4) X(8, 8) X(16, 16)
@@ -752,8 +713,6 @@ int cu_gemv_init(struct hb_ctx *ctx) {
     g_gemv_cores = atoi(co);
     g_gemv_cores_auto = 0;
   }
-  const char *pf = getenv("HEARTH_GEMV_PF");
-  if (pf && *pf) g_gemv_pf = atoi(pf);
   return gemv_attr_k(ctx, gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 2>) |
          gemv_attr_k(ctx, gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 4>) |
          gemv_attr1<__half, PRO_PLAIN, GEMV_PLAIN>(ctx) | gemv_attr1<__half, PRO_NORM, GEMV_PLAIN>(ctx) |
@@ -900,14 +859,6 @@ static int gemv_fill(struct hb_ctx *ctx, gemv_args &a, int pro, const struct hb_
   if (x->rows < n) return 1;
   if (x2 && (x2->dtype != HB_F16 || x2->cols != x->cols)) return 1;
   memset(&a, 0, sizeof a);
-  if (g_gemv_pf >= 0) /* prefetch_next's hint: this launch asks for the next one's weights (ranges under 4 GB, 16-byte multiples) */
-    for (int i = 0; i < ctx->pf_n; i++)
-      if (ctx->pf_bytes[i] >= 16 && ctx->pf_bytes[i] < (1ull << 32)) {
-        a.pf[a.n_pf] = (const uint8_t *)ctx->pf_ptr[i];
-        a.pfb[a.n_pf++] = (uint32_t)(ctx->pf_bytes[i] & ~(size_t)15);
-      }
-  a.pf_step = g_gemv_pf;
-  ctx->pf_n = 0;
   a.x = (const __half *)x->data;
   a.x2 = x2 ? (const __half *)x2->data : NULL;
   a.ldx = x->cols;
