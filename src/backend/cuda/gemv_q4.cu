@@ -98,6 +98,12 @@ typedef float gemv_ss_t;
 #ifndef GEMV_BIAS_HINT
 #define GEMV_BIAS_HINT 1
 #endif
+/* GEMV_N1 (round 25): one-token launches (every decode step of one sequence) run instances built for n = 1, in which
+ * the batch width is a constant: the token index of a lane, the sum-of-squares slots, the emit's token loop and the
+ * prologue's chunk counts fold away. 0: one instance for every n (the A/B control). */
+#ifndef GEMV_N1
+#define GEMV_N1 1
+#endif
 #ifndef GEMV_FOLD
 #define GEMV_FOLD 1 /* the -8 weight offset folded into a per-group correction (see gemv_smem) */
 #endif
@@ -262,7 +268,7 @@ __device__ __forceinline__ void gemv_emit(const gemv_args &a, int r0, int p, int
 
 /* RING: the ring depth (2, or 4 in 8-warp blocks), a template parameter because cp.async.wait_group takes an
  * immediate: as a runtime value (a.ring) every step chose among the waits through three branches */
-template <typename TO, int PRO, int KS, int MODE, int NW, int RING>
+template <typename TO, int PRO, int KS, int MODE, int NW, int RING, int N1 = 0>
 __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void gemv_q4_kernel(const __grid_constant__ gemv_args a) {
   constexpr int TPB = NW / KS, NT = NW * 32; /* tiles of 16 rows per unit, threads */
   /* KS == 1: every warp walks whole tiles on its own (tile = warp's global index, then + all warps)
@@ -275,7 +281,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
   __shared__ int64_t s_slot[8];   /* not from the kernel before: read before griddepcontrol.wait) */
   __shared__ float red[NW][4][32]; /* per warp, C fragment element, lane */
   __half *xs = (__half *)smem;
-  const int K = a.K, G = K / 128, n = a.n;
+  const int K = a.K, G = K / 128, n = N1 ? 1 : a.n; /* N1: launched for one token only */
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane / 4, tig = lane % 4;
   const int ts = warp / KS, ks = warp % KS;
   constexpr int GPS = GEMV_GPS;
@@ -682,6 +688,15 @@ static const int g_gemv_cfg[][2] = {GEMV_CONFIGS(GEMV_CFG_ROW)};
 #undef GEMV_CFG_ROW
 #define GEMV_NCFG ((int)(sizeof g_gemv_cfg / sizeof g_gemv_cfg[0]))
 
+/* the n = 1 instances exist only with GEMV_N1 (a reference would instantiate them) */
+#if GEMV_N1
+#define GEMV_N1_ATTR(K) gemv_attr_k(ctx, K)
+#define GEMV_N1_LAUNCH(NAME, K, GRID, BLOCK, SM, A) \
+  if ((A).n == 1) cu_launch_pdl(ctx, NAME, K, GRID, BLOCK, SM, A); else
+#else
+#define GEMV_N1_ATTR(K) 0
+#define GEMV_N1_LAUNCH(NAME, K, GRID, BLOCK, SM, A)
+#endif
 /* the dynamic shared-memory limit raised to what the device allows; HEARTH_GEMV_CORES & 4: the largest carveout */
 template <typename KERN>
 static int gemv_attr_k(struct hb_ctx *ctx, KERN kern) {
@@ -693,7 +708,8 @@ template <typename TO, int PRO, int MODE>
 static int gemv_attr1(struct hb_ctx *ctx) {
   int bad = 0;
 #define GEMV_ATTR(NW, KS) \
-  bad |= gemv_attr_k(ctx, gemv_q4_kernel<TO, PRO, KS, MODE, NW, 2>) | gemv_attr_k(ctx, gemv_q4_kernel<TO, PRO, KS, MODE, NW, NW == 8 ? 4 : 2>);
+  bad |= gemv_attr_k(ctx, gemv_q4_kernel<TO, PRO, KS, MODE, NW, 2>) | gemv_attr_k(ctx, gemv_q4_kernel<TO, PRO, KS, MODE, NW, NW == 8 ? 4 : 2>) | \
+         GEMV_N1_ATTR((gemv_q4_kernel<TO, PRO, KS, MODE, NW, 2, 1>)) | GEMV_N1_ATTR((gemv_q4_kernel<TO, PRO, KS, MODE, NW, NW == 8 ? 4 : 2, 1>));
   GEMV_CONFIGS(GEMV_ATTR)
 #undef GEMV_ATTR
   return bad;
@@ -715,6 +731,8 @@ int cu_gemv_init(struct hb_ctx *ctx) {
   }
   return gemv_attr_k(ctx, gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 2>) |
          gemv_attr_k(ctx, gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 4>) |
+         GEMV_N1_ATTR((gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 2, 1>)) |
+         GEMV_N1_ATTR((gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 4, 1>)) |
          gemv_attr1<__half, PRO_PLAIN, GEMV_PLAIN>(ctx) | gemv_attr1<__half, PRO_NORM, GEMV_PLAIN>(ctx) |
          gemv_attr1<__half, PRO_NORM, GEMV_GLU>(ctx) |
          gemv_attr1<__half, PRO_SILU, GEMV_PLAIN>(ctx) | gemv_attr1<float, PRO_PLAIN, GEMV_PLAIN>(ctx) |
@@ -797,8 +815,13 @@ static int gemv_cores_launch(struct hb_ctx *ctx, gemv_args &a) {
   a.tr_id = cu_trace_id(ctx, "gemv glu n%d %dx%d %d/1 r%d co", a.n, a.rows_total, a.K, GEMV_CORES_NW, ring);
 #endif
   const dim3 grid((unsigned)ctx->n_sm), block(GEMV_CORES_NW * 32);
-  if (ring == 4) cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 4>, grid, block, sm, a);
-  else cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 2>, grid, block, sm, a);
+  if (ring == 4) {
+    GEMV_N1_LAUNCH("gemv_q4", (gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 4, 1>), grid, block, sm, a)
+    cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 4>, grid, block, sm, a);
+  } else {
+    GEMV_N1_LAUNCH("gemv_q4", (gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 2, 1>), grid, block, sm, a)
+    cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 2>, grid, block, sm, a);
+  }
   return 1;
 }
 
@@ -841,8 +864,13 @@ static void gemv_launch_t(struct hb_ctx *ctx, gemv_args &a) {
   int k = 0;
 #define GEMV_LAUNCH(NW, KS) \
   if (ci == k++) { \
-    if (a.ring == 4) cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<TO, PRO, KS, MODE, NW, NW == 8 ? 4 : 2>, grid, block, sm, a); \
-    else cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<TO, PRO, KS, MODE, NW, 2>, grid, block, sm, a); \
+    if (a.ring == 4) { \
+      GEMV_N1_LAUNCH("gemv_q4", (gemv_q4_kernel<TO, PRO, KS, MODE, NW, NW == 8 ? 4 : 2, 1>), grid, block, sm, a) \
+      cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<TO, PRO, KS, MODE, NW, NW == 8 ? 4 : 2>, grid, block, sm, a); \
+    } else { \
+      GEMV_N1_LAUNCH("gemv_q4", (gemv_q4_kernel<TO, PRO, KS, MODE, NW, 2, 1>), grid, block, sm, a) \
+      cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<TO, PRO, KS, MODE, NW, 2>, grid, block, sm, a); \
+    } \
   }
   GEMV_CONFIGS(GEMV_LAUNCH)
 #undef GEMV_LAUNCH
