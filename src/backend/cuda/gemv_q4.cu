@@ -104,6 +104,16 @@ typedef float gemv_ss_t;
 #ifndef GEMV_N1
 #define GEMV_N1 1
 #endif
+/* GEMV_N1_FOLD: in the n = 1 instances, a prologue chunk's token (c / (K/8)) is 0 and its place in the row (c % (K/8))
+ * is c, written out: the compiler cannot see that c < K/8, so it kept both integer divisions by a runtime K per chunk,
+ * on the chain after griddepcontrol.wait. GEMV_HD_SHIFT: the rope pairing's divisions by head_dim (per tile and per
+ * emitted pair) as shifts and masks when head_dim is a power of two (a.hds). 0 / 0: the A/B control. */
+#ifndef GEMV_N1_FOLD
+#define GEMV_N1_FOLD 1
+#endif
+#ifndef GEMV_HD_SHIFT
+#define GEMV_HD_SHIFT 1
+#endif
 #ifndef GEMV_FOLD
 #define GEMV_FOLD 1 /* the -8 weight offset folded into a per-group correction (see gemv_smem) */
 #endif
@@ -135,6 +145,7 @@ struct gemv_args {
    * q goes to out[0], k and v to the paged f16 cache at each token's slot */
   int ring; /* steps in flight per warp (shared-memory slots): the host's choice, which picks the RING instance */
   int hd, max_blocks, bs;
+  int hds; /* GEMV_ROPE: log2(hd) when hd is a power of two, else -1 (GEMV_HD_SHIFT) */
   const int32_t *pos, *seq, *bt;
   __half *kc, *vc;
   float rinv[128]; /* GEMV_ROPE: 1 / theta^(2i/hd) for i < hd/2 (hd <= 256), rope_pow's formula on the host */
@@ -175,7 +186,12 @@ template <int MODE>
 __device__ __forceinline__ int gemv_row_lo(const gemv_args &a, int m, int r0, int gid) {
   if (MODE == GEMV_GLU) return r0 / 2 + gid;
   if (MODE != GEMV_ROPE || m == 2) return r0 + gid;
-  const int per = a.hd / 16, lt = r0 / 16;
+  const int lt = r0 / 16;
+  if (GEMV_HD_SHIFT && a.hds >= 0) {
+    const int sh = a.hds - 4; /* per = hd / 16 tiles a head */
+    return ((lt >> sh) << a.hds) + ((lt & ((1 << sh) - 1)) << 3) + gid;
+  }
+  const int per = a.hd / 16;
   return (lt / per) * a.hd + (lt % per) * 8 + gid;
 }
 template <int MODE>
@@ -207,7 +223,7 @@ __device__ __forceinline__ gemv_pre gemv_prep(const gemv_args &a, int r0, int p,
     if (hi < rows) q.bh = GEMV_BIAS_HINT ? ld_f32_h(bias + hi, pk) : bias[hi];
   }
   if (MODE == GEMV_ROPE && m < 2) {
-    q.inv = a.rinv[lo % a.hd];
+    q.inv = a.rinv[GEMV_HD_SHIFT && a.hds >= 0 ? lo & (a.hd - 1) : lo % a.hd];
     q.ps = pos[t];
   }
   return q;
@@ -239,7 +255,7 @@ __device__ __forceinline__ void gemv_emit(const gemv_args &a, int r0, int p, int
   if (MODE == GEMV_ROPE) { /* rows < rows always: q/k/v are whole heads */
     if (m < 2) { /* rope_neox as rope_kv_kernel computes it (the same angle: rinv is rope_pow's value) */
       float sn, cs;
-      sincosf((float)(hq ? q.ps : spos[t]) * (hq ? q.inv : a.rinv[lo % a.hd]), &sn, &cs);
+      sincosf((float)(hq ? q.ps : spos[t]) * (hq ? q.inv : a.rinv[GEMV_HD_SHIFT && a.hds >= 0 ? lo & (a.hd - 1) : lo % a.hd]), &sn, &cs);
       const float x0 = vl, x1 = vh;
       vl = x0 * cs - x1 * sn;
       vh = x1 * cs + x0 * sn;
@@ -379,9 +395,13 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
   /* prologue: x rows -> f16 (after the norm / silu) in shared memory, chunk c = 8 elements of
    * token c / (K/8); the 16-byte chunk c of 32-run R goes to its swizzled slot */
   const int nch = n * (K / 8);
+  /* chunk c's token and its chunk index in the row (GEMV_N1_FOLD) */
+  constexpr bool C1 = GEMV_N1_FOLD && N1;
+  auto ctok = [&](int c) { return C1 ? 0 : c / (K / 8); };
+  auto cpos = [&](int c) { return C1 ? c : c % (K / 8); };
   /* returns (GEMV_FOLD) the chunk's share of its group's correction; odd chunks are stored / 16 */
   auto put = [&](int c, uint4 v) -> float {
-    const int t = c / (K / 8), k8 = c % (K / 8), R = k8 / 4, sw = gemv_swz(R, t);
+    const int t = ctok(c), k8 = cpos(c), R = k8 / 4, sw = gemv_swz(R, t);
     uint32_t *run = (uint32_t *)(xs + (int64_t)t * K + R * 32);
     return gemv_put_chunk<GEMV_FOLD != 0>(run, k8, sw, v);
   };
@@ -392,7 +412,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
     if (GEMV_FOLD) {
 #pragma unroll
       for (int o = 8; o > 0; o >>= 1) cs += __shfl_xor_sync(0xffffffffu, cs, o);
-      const int t = c / (K / 8), g = (c % (K / 8)) / 16;
+      const int t = ctok(c), g = cpos(c) / 16;
       if (live && lane % 16 == 0) {
         if (GEMV_CINIT) {
           corr[g * 16 + t / 2 * 4 + (t & 1)] = -cs;
@@ -404,7 +424,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
     }
   };
   auto xat = [&](const __half *base, int c) {
-    return *(const uint4 *)(base + (int64_t)(c / (K / 8)) * a.ldx + (int64_t)(c % (K / 8)) * 8);
+    return *(const uint4 *)(base + (int64_t)ctok(c) * a.ldx + (int64_t)cpos(c) * 8);
   };
   /* rmsnorm: chunk c's sum of squares into s_ss[token], one shared atomic per warp when its 32 chunks are one
    * token's (a float atomicAdd on shared memory is a compare-and-swap loop: one per chunk took 60 % of the long-row
@@ -419,7 +439,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
         ss += f.x * f.x + f.y * f.y;
       }
     }
-    const int t = (c < nch ? c : nch - 1) / (K / 8);
+    const int t = ctok(c < nch ? c : nch - 1);
     if (__all_sync(0xffffffffu, t == __shfl_sync(0xffffffffu, t, 0))) {
       ss = warp_sum(ss);
       if (lane == 0) atomicAdd(&s_ss[t], (gemv_ss_t)ss);
@@ -455,8 +475,8 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
       const bool live = c < nch;
       float cs = 0.0f;
       if (live) {
-        const float inv = s_inv[c / (K / 8)];
-        const int w0i = (c % (K / 8)) * 8;
+        const float inv = s_inv[ctok(c)];
+        const int w0i = cpos(c) * 8;
         __half2 *h = (__half2 *)&xv[k];
 #pragma unroll
         for (int e = 0; e < 4; e++) {
@@ -491,8 +511,8 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
         __half2 *h = (__half2 *)&v;
         const uint4 v2 = PRO == PRO_SILU ? xat(a.x2, c) : v;
         const __half2 *h2 = (const __half2 *)&v2;
-        const float inv = PRO == PRO_NORM ? s_inv[c / (K / 8)] : 0.0f;
-        const int w0i = (c % (K / 8)) * 8;
+        const float inv = PRO == PRO_NORM ? s_inv[ctok(c)] : 0.0f;
+        const int w0i = cpos(c) * 8;
 #pragma unroll
         for (int e = 0; e < 4; e++) {
           float2 f = __half22float2(h[e]);
@@ -960,6 +980,7 @@ int cu_gemv_qkv_rope_kv(struct hb_ctx *ctx, const struct hb_tensor *x, const str
   gemv_args a;
   if (gemv_fill(ctx, a, PRO_NORM, x, NULL, nw, eps, 0.0f, 3, outs, ws, biases, n, 0)) return 1;
   a.hd = hd;
+  a.hds = (hd & (hd - 1)) ? -1 : __builtin_ctz((unsigned)hd);
   cu_rope_rinv(a.rinv, hd, theta);
   a.pos = (const int32_t *)b->d_pos.data;
   a.seq = (const int32_t *)b->d_seq.data;
