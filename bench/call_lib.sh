@@ -54,3 +54,15 @@ tg_specs() { # MIN_LEFT MODEL:BUILD:ROUND... -> tg128 (tg_bench) of each with BU
     echo "$m ${b##*/} r$r $(H=$b/hearth tg_bench "$m" "${b##*/}:" "$r")"
   done
 }
+fastest_3b() { # TG_FILE -> the build whose 3B tg128 rounds (tg_specs' lines "3b BUILD rR TOK/S") add up highest
+  awk '$1=="3b"{s[$2]+=$4} END{b=""; for (k in s) if (b=="" || s[k] > s[b]) b=k; print b}' "$1"
+}
+whole_tables() { # BUILD MIN_LEFT M... -> the issue's whole benchmark table of each model with BUILD's hearth ($OUT/table-M.txt)
+  local b=$1 min=$2 m; shift 2
+  for m; do
+    [ "$(left)" -gt "$min" ] || { echo "deadline: no table for $m"; continue; }
+    echo "== whole table, $m, build ${b##*/}"
+    timeout $(( $(left) - 10 )) $b/hearth bench --model /tmp/hearth-bench-$m --backend cuda -p 71,512,1570 -n 128 -r 3 \
+      --tg-ctx 71,1570 --batch 8,32 2>&1 | grep -E '^\| [pt]' | tee "$OUT/table-$m.txt"
+  done
+}

@@ -23,11 +23,5 @@ echo "tests done at $(( $(date +%s) - T0 )) s"
 wait # the checkpoints
 V=build-gpu
 tg_specs 25 3b:$V/v0:1 3b:$V/vn:1 3b:$V/vn:2 3b:$V/v0:2 0.5b:$V/v0:1 0.5b:$V/vn:1 | tee "$OUT/tg.txt"
-best=$(awk '$1=="3b"{s[$2]+=$4} END{print (s["v0"]>=s["vn"]) ? "v0" : "vn"}' "$OUT/tg.txt")
-for m in 3b 0.5b; do
-  [ "$(left)" -gt 90 ] || { echo "deadline: no table for $m"; continue; }
-  echo "== whole table, $m, build $best"
-  timeout $(( $(left) - 15 )) $V/$best/hearth bench --model /tmp/hearth-bench-$m --backend cuda -p 71,512,1570 -n 128 -r 3 \
-    --tg-ctx 71,1570 --batch 8,32 2>&1 | grep -E '^\|' | tee "$OUT/table-$m.txt"
-done
+whole_tables $V/$(fastest_3b "$OUT/tg.txt") 80 3b 0.5b
 echo "done at $(( $(date +%s) - T0 )) s"

@@ -28,11 +28,5 @@ echo "tests done at $(( $(date +%s) - T0 )) s"
 wait
 V=build-gpu
 tg_specs 25 3b:$V/v0:1 3b:$V/vf:1 3b:$V/va:1 3b:$V/va:2 3b:$V/vf:2 3b:$V/v0:2 0.5b:$V/v0:1 0.5b:$V/va:1 | tee "$OUT/tg.txt"
-best=$(awk '$1=="3b"{s[$2]+=$4} END{b="v0"; for (k in s) if (s[k] > s[b]) b=k; print b}' "$OUT/tg.txt")
-for m in 3b 0.5b; do
-  [ "$(left)" -gt 80 ] || { echo "deadline: no table for $m"; continue; }
-  echo "== whole table, $m, build $best"
-  timeout $(( $(left) - 10 )) $V/$best/hearth bench --model /tmp/hearth-bench-$m --backend cuda -p 71,512,1570 -n 128 -r 3 \
-    --tg-ctx 71,1570 --batch 8,32 2>&1 | grep -E '^\| [pt]' | tee "$OUT/table-$m.txt"
-done
+whole_tables $V/$(fastest_3b "$OUT/tg.txt") 80 3b 0.5b
 echo "done at $(( $(date +%s) - T0 )) s"

@@ -627,7 +627,7 @@ __global__ __launch_bounds__(DS_NT, 1) void ds_kernel(const __grid_constant__ ds
     mbar_init(mbar + tid * 8);
     mbar_init(mbar + (a.ring + tid) * 8);
   }
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  mbar_fence_init();
   __syncthreads();
   if (tid >= DS_CT) { /* the producer warp */
     ds_produce(a, plan, plan_n, ring, mbar);

@@ -194,6 +194,10 @@ __device__ __forceinline__ int gemv_row_lo(const gemv_args &a, int m, int r0, in
   const int per = a.hd / 16;
   return (lt / per) * a.hd + (lt % per) * 8 + gid;
 }
+/* row lo's place in its head, the rope frequency index: a mask when head_dim is a power of two (GEMV_HD_SHIFT) */
+__device__ __forceinline__ int gemv_hd_pos(const gemv_args &a, int lo) {
+  return GEMV_HD_SHIFT && a.hds >= 0 ? lo & (a.hd - 1) : lo % a.hd;
+}
 template <int MODE>
 __device__ __forceinline__ int gemv_row_hi(const gemv_args &a, int m, int lo) {
   if (MODE == GEMV_GLU) return lo;
@@ -223,7 +227,7 @@ __device__ __forceinline__ gemv_pre gemv_prep(const gemv_args &a, int r0, int p,
     if (hi < rows) q.bh = GEMV_BIAS_HINT ? ld_f32_h(bias + hi, pk) : bias[hi];
   }
   if (MODE == GEMV_ROPE && m < 2) {
-    q.inv = a.rinv[GEMV_HD_SHIFT && a.hds >= 0 ? lo & (a.hd - 1) : lo % a.hd];
+    q.inv = a.rinv[gemv_hd_pos(a, lo)];
     q.ps = pos[t];
   }
   return q;
@@ -255,7 +259,7 @@ __device__ __forceinline__ void gemv_emit(const gemv_args &a, int r0, int p, int
   if (MODE == GEMV_ROPE) { /* rows < rows always: q/k/v are whole heads */
     if (m < 2) { /* rope_neox as rope_kv_kernel computes it (the same angle: rinv is rope_pow's value) */
       float sn, cs;
-      sincosf((float)(hq ? q.ps : spos[t]) * (hq ? q.inv : a.rinv[GEMV_HD_SHIFT && a.hds >= 0 ? lo & (a.hd - 1) : lo % a.hd]), &sn, &cs);
+      sincosf((float)(hq ? q.ps : spos[t]) * (hq ? q.inv : a.rinv[gemv_hd_pos(a, lo)]), &sn, &cs);
       const float x0 = vl, x1 = vh;
       vl = x0 * cs - x1 * sn;
       vh = x1 * cs + x0 * sn;
@@ -708,15 +712,6 @@ static const int g_gemv_cfg[][2] = {GEMV_CONFIGS(GEMV_CFG_ROW)};
 #undef GEMV_CFG_ROW
 #define GEMV_NCFG ((int)(sizeof g_gemv_cfg / sizeof g_gemv_cfg[0]))
 
-/* the n = 1 instances exist only with GEMV_N1 (a reference would instantiate them) */
-#if GEMV_N1
-#define GEMV_N1_ATTR(K) gemv_attr_k(ctx, K)
-#define GEMV_N1_LAUNCH(NAME, K, GRID, BLOCK, SM, A) \
-  if ((A).n == 1) cu_launch_pdl(ctx, NAME, K, GRID, BLOCK, SM, A); else
-#else
-#define GEMV_N1_ATTR(K) 0
-#define GEMV_N1_LAUNCH(NAME, K, GRID, BLOCK, SM, A)
-#endif
 /* the dynamic shared-memory limit raised to what the device allows; HEARTH_GEMV_CORES & 4: the largest carveout */
 template <typename KERN>
 static int gemv_attr_k(struct hb_ctx *ctx, KERN kern) {
@@ -724,12 +719,24 @@ static int gemv_attr_k(struct hb_ctx *ctx, KERN kern) {
   return (g_gemv_cores & 4) &&
          CU_OK(ctx, cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
 }
+/* one shape at one ring depth: its general instance and (GEMV_N1) its n = 1 instance, which every one-token launch
+ * takes; with GEMV_N1 0 both names are the general instance, so no n = 1 code is built */
+#define GEMV_KN1 (GEMV_N1 ? 1 : 0)
+template <typename TO, int PRO, int KS, int MODE, int NW, int RING>
+static int gemv_attr_n(struct hb_ctx *ctx) {
+  return gemv_attr_k(ctx, gemv_q4_kernel<TO, PRO, KS, MODE, NW, RING>) |
+         (GEMV_N1 ? gemv_attr_k(ctx, gemv_q4_kernel<TO, PRO, KS, MODE, NW, RING, GEMV_KN1>) : 0);
+}
+template <typename TO, int PRO, int KS, int MODE, int NW, int RING>
+static void gemv_launch_k(struct hb_ctx *ctx, dim3 grid, dim3 block, size_t sm, const gemv_args &a) {
+  if (GEMV_N1 && a.n == 1) cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<TO, PRO, KS, MODE, NW, RING, GEMV_KN1>, grid, block, sm, a);
+  else cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<TO, PRO, KS, MODE, NW, RING>, grid, block, sm, a);
+}
 template <typename TO, int PRO, int MODE>
 static int gemv_attr1(struct hb_ctx *ctx) {
   int bad = 0;
 #define GEMV_ATTR(NW, KS) \
-  bad |= gemv_attr_k(ctx, gemv_q4_kernel<TO, PRO, KS, MODE, NW, 2>) | gemv_attr_k(ctx, gemv_q4_kernel<TO, PRO, KS, MODE, NW, NW == 8 ? 4 : 2>) | \
-         GEMV_N1_ATTR((gemv_q4_kernel<TO, PRO, KS, MODE, NW, 2, 1>)) | GEMV_N1_ATTR((gemv_q4_kernel<TO, PRO, KS, MODE, NW, NW == 8 ? 4 : 2, 1>));
+  bad |= gemv_attr_n<TO, PRO, KS, MODE, NW, 2>(ctx) | gemv_attr_n<TO, PRO, KS, MODE, NW, NW == 8 ? 4 : 2>(ctx);
   GEMV_CONFIGS(GEMV_ATTR)
 #undef GEMV_ATTR
   return bad;
@@ -749,10 +756,8 @@ int cu_gemv_init(struct hb_ctx *ctx) {
     g_gemv_cores = atoi(co);
     g_gemv_cores_auto = 0;
   }
-  return gemv_attr_k(ctx, gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 2>) |
-         gemv_attr_k(ctx, gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 4>) |
-         GEMV_N1_ATTR((gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 2, 1>)) |
-         GEMV_N1_ATTR((gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 4, 1>)) |
+  return gemv_attr_n<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 2>(ctx) |
+         gemv_attr_n<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 4>(ctx) |
          gemv_attr1<__half, PRO_PLAIN, GEMV_PLAIN>(ctx) | gemv_attr1<__half, PRO_NORM, GEMV_PLAIN>(ctx) |
          gemv_attr1<__half, PRO_NORM, GEMV_GLU>(ctx) |
          gemv_attr1<__half, PRO_SILU, GEMV_PLAIN>(ctx) | gemv_attr1<float, PRO_PLAIN, GEMV_PLAIN>(ctx) |
@@ -835,13 +840,8 @@ static int gemv_cores_launch(struct hb_ctx *ctx, gemv_args &a) {
   a.tr_id = cu_trace_id(ctx, "gemv glu n%d %dx%d %d/1 r%d co", a.n, a.rows_total, a.K, GEMV_CORES_NW, ring);
 #endif
   const dim3 grid((unsigned)ctx->n_sm), block(GEMV_CORES_NW * 32);
-  if (ring == 4) {
-    GEMV_N1_LAUNCH("gemv_q4", (gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 4, 1>), grid, block, sm, a)
-    cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 4>, grid, block, sm, a);
-  } else {
-    GEMV_N1_LAUNCH("gemv_q4", (gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 2, 1>), grid, block, sm, a)
-    cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 2>, grid, block, sm, a);
-  }
+  if (ring == 4) gemv_launch_k<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 4>(ctx, grid, block, sm, a);
+  else gemv_launch_k<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 2>(ctx, grid, block, sm, a);
   return 1;
 }
 
@@ -884,13 +884,8 @@ static void gemv_launch_t(struct hb_ctx *ctx, gemv_args &a) {
   int k = 0;
 #define GEMV_LAUNCH(NW, KS) \
   if (ci == k++) { \
-    if (a.ring == 4) { \
-      GEMV_N1_LAUNCH("gemv_q4", (gemv_q4_kernel<TO, PRO, KS, MODE, NW, NW == 8 ? 4 : 2, 1>), grid, block, sm, a) \
-      cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<TO, PRO, KS, MODE, NW, NW == 8 ? 4 : 2>, grid, block, sm, a); \
-    } else { \
-      GEMV_N1_LAUNCH("gemv_q4", (gemv_q4_kernel<TO, PRO, KS, MODE, NW, 2, 1>), grid, block, sm, a) \
-      cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<TO, PRO, KS, MODE, NW, 2>, grid, block, sm, a); \
-    } \
+    if (a.ring == 4) gemv_launch_k<TO, PRO, KS, MODE, NW, NW == 8 ? 4 : 2>(ctx, grid, block, sm, a); \
+    else gemv_launch_k<TO, PRO, KS, MODE, NW, 2>(ctx, grid, block, sm, a); \
   }
   GEMV_CONFIGS(GEMV_LAUNCH)
 #undef GEMV_LAUNCH
