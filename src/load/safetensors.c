@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/file.h"
+
 enum { ST_MAX_HEADER = 100 * 1024 * 1024 }; /* the format's own cap on header size */
 
 static const struct { const char *name; enum st_dtype dt; size_t size; } k_dtypes[] = {
@@ -37,10 +39,41 @@ static enum st_dtype dtype_from_name(const char *s) {
   return ST_UNKNOWN;
 }
 
+/* ---- name index ---------------------------------------------------------------------------- */
+
+static uint64_t name_hash(const char *s) { /* FNV-1a */
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+static void index_put(struct st_set *set, int32_t i) {
+  size_t mask = set->index_cap - 1, k = (size_t)name_hash(set->tensors[i].name) & mask;
+  while (set->index[k] >= 0) k = (k + 1) & mask;
+  set->index[k] = i;
+}
+
+/* Makes room for n_more names (load factor <= 1/2). Returns 0 or -1 (out of memory). */
+static int index_reserve(struct st_set *set, size_t n_more) {
+  size_t need = 2 * ((size_t)set->n_tensors + n_more), cap = set->index_cap ? set->index_cap : 64;
+  if (need <= set->index_cap) return 0;
+  while (cap < need) cap *= 2;
+  int32_t *ix = malloc(cap * sizeof *ix);
+  if (!ix) return -1;
+  for (size_t k = 0; k < cap; k++) ix[k] = -1;
+  free(set->index);
+  set->index = ix;
+  set->index_cap = cap;
+  for (int i = 0; i < set->n_tensors; i++) index_put(set, i);
+  return 0;
+}
+
+/* Empty tensors first at an offset, then by offset: an empty range overlaps nothing. */
 static int cmp_by_offset(const void *a, const void *b) {
   const struct st_tensor *x = *(const struct st_tensor *const *)a, *y = *(const struct st_tensor *const *)b;
   const char *px = x->data, *py = y->data;
-  return px < py ? -1 : px > py ? 1 : 0;
+  if (px != py) return px < py ? -1 : 1;
+  return x->n_bytes < y->n_bytes ? -1 : x->n_bytes > y->n_bytes ? 1 : 0;
 }
 
 int st_parse(const void *buf, size_t len, const char *path, struct st_set *set, int file_index,
@@ -62,6 +95,12 @@ int st_parse(const void *buf, size_t len, const char *path, struct st_set *set, 
   const unsigned char *data = p + 8 + hlen;
   size_t data_len = len - 8 - (size_t)hlen;
   size_t n_new = json_object_size(root);
+  if (n_new > (size_t)ST_MAX_TENSORS - (size_t)set->n_tensors) {
+    json_decref(root);
+    return err_set(err, HEARTH_ERR_FORMAT, "%s: header lists %zu entries; hearth accepts at most %d tensors per checkpoint",
+                   path, n_new, ST_MAX_TENSORS);
+  }
+  if (index_reserve(set, n_new)) { json_decref(root); return err_set(err, HEARTH_ERR_NOMEM, "%s: out of memory", path); }
   struct st_tensor *grown = realloc(set->tensors, (set->n_tensors + n_new + 1) * sizeof *grown);
   if (!grown) { json_decref(root); return err_set(err, HEARTH_ERR_NOMEM, "%s: out of memory", path); }
   set->tensors = grown;
@@ -112,6 +151,7 @@ int st_parse(const void *buf, size_t len, const char *path, struct st_set *set, 
     if (!t.name) { rc = err_set(err, HEARTH_ERR_NOMEM, "out of memory"); break; }
     if (st_find(set, key)) { free(t.name); rc = err_set(err, HEARTH_ERR_FORMAT, "%s: tensor '%s' appears in more than one shard", path, key); break; }
     set->tensors[set->n_tensors++] = t;
+    index_put(set, set->n_tensors - 1);
   }
   json_decref(root);
   if (!rc) { /* overlap check within this file */
@@ -120,10 +160,12 @@ int st_parse(const void *buf, size_t len, const char *path, struct st_set *set, 
     if (n && !v) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
     for (int i = 0; i < n; i++) v[i] = &set->tensors[first + i];
     if (n > 1) qsort(v, (size_t)n, sizeof *v, cmp_by_offset);
-    for (int i = 1; i < n && !rc; i++) {
-      const char *prev_end = (const char *)v[i - 1]->data + v[i - 1]->n_bytes;
-      if ((const char *)v[i]->data < prev_end)
-        rc = err_set(err, HEARTH_ERR_FORMAT, "%s: tensors '%s' and '%s' overlap", path, v[i - 1]->name, v[i]->name);
+    const struct st_tensor *prev = NULL; /* the last non-empty tensor */
+    for (int i = 0; i < n && !rc; i++) {
+      if (!v[i]->n_bytes) continue; /* occupies no bytes, wherever it points */
+      if (prev && (const char *)v[i]->data < (const char *)prev->data + prev->n_bytes)
+        rc = err_set(err, HEARTH_ERR_FORMAT, "%s: tensors '%s' and '%s' overlap", path, prev->name, v[i]->name);
+      prev = v[i];
     }
     free(v);
   }
@@ -131,14 +173,9 @@ int st_parse(const void *buf, size_t len, const char *path, struct st_set *set, 
 }
 
 static int map_file(const char *path, struct st_file *f, struct hearth_err *err) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return err_set(err, HEARTH_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-  struct stat sb;
-  if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
-    close(fd);
-    return err_set(err, HEARTH_ERR_IO, "%s: not a regular file", path);
-  }
-  f->size = (size_t)sb.st_size;
+  int fd;
+  int rc = file_open_regular(path, FILE_CAP_NONE, &fd, &f->size, err);
+  if (rc) return rc;
   f->map = NULL;
   if (f->size) {
     void *m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -181,11 +218,6 @@ int st_open_file(const char *path, struct st_set **out, struct hearth_err *err) 
   return 0;
 }
 
-static int file_exists(const char *p) {
-  struct stat sb;
-  return stat(p, &sb) == 0;
-}
-
 int st_open_dir(const char *dir, struct st_set **out, struct hearth_err *err) {
   *out = NULL;
   char path[4096];
@@ -196,8 +228,13 @@ int st_open_dir(const char *dir, struct st_set **out, struct hearth_err *err) {
       return err_set(err, HEARTH_ERR_IO, "%s: no model.safetensors or model.safetensors.index.json", dir);
     return st_open_file(path, out, err);
   }
+  char *text;
+  size_t text_len;
+  int rc0 = file_read_all(path, FILE_CAP_JSON, &text, &text_len, err);
+  if (rc0) return rc0;
   json_error_t jerr;
-  json_t *idx = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+  json_t *idx = json_loadb(text, text_len, JSON_REJECT_DUPLICATES, &jerr);
+  free(text);
   if (!idx) return err_set(err, HEARTH_ERR_FORMAT, "%s: not valid JSON: %s (line %d)", path, jerr.text, jerr.line);
   json_t *map = json_object_get(idx, "weight_map");
   if (!json_is_object(map)) {
@@ -232,8 +269,10 @@ int st_open_dir(const char *dir, struct st_set **out, struct hearth_err *err) {
 }
 
 const struct st_tensor *st_find(const struct st_set *set, const char *name) {
-  for (int i = 0; i < set->n_tensors; i++)
-    if (!strcmp(set->tensors[i].name, name)) return &set->tensors[i];
+  if (!set->index_cap) return NULL;
+  size_t mask = set->index_cap - 1;
+  for (size_t k = (size_t)name_hash(name) & mask; set->index[k] >= 0; k = (k + 1) & mask)
+    if (!strcmp(set->tensors[set->index[k]].name, name)) return &set->tensors[set->index[k]];
   return NULL;
 }
 
@@ -251,6 +290,7 @@ void st_close(struct st_set *set) {
     free(set->files[i].path);
   }
   free(set->tensors);
+  free(set->index);
   free(set->files);
   free(set);
 }

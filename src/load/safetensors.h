@@ -5,7 +5,10 @@
  * section, byte length = dtype size × product of dims (no overflow), entries not overlapping.
  * A directory is opened through model.safetensors.index.json when present (every shard named in
  * weight_map is opened once and every mapped tensor must exist in its shard), else
- * model.safetensors. This module interprets nothing: binding tensors to a model is model/bind.c. */
+ * model.safetensors. This module interprets nothing: binding tensors to a model is model/bind.c.
+ * Zero-size tensors (a 0 in the shape, begin == end) are legal and overlap nothing; whether a
+ * model may use one is the binder's shape check. Names are found through a hash table: a header
+ * with 100k entries must not make loading quadratic. */
 #ifndef HEARTH_LOAD_SAFETENSORS_H
 #define HEARTH_LOAD_SAFETENSORS_H
 #include <stddef.h>
@@ -17,6 +20,7 @@ enum st_dtype { ST_F32, ST_F16, ST_BF16, ST_F64, ST_I64, ST_I32, ST_I16, ST_I8, 
                 ST_F8_E4M3, ST_F8_E5M2, ST_UNKNOWN };
 
 #define ST_MAX_DIMS 8
+#define ST_MAX_TENSORS (1 << 20) /* per set; the largest real checkpoints hold ~100k tensors */
 
 struct st_tensor {
   char *name;
@@ -40,6 +44,8 @@ struct st_set {
   int n_files;
   struct st_tensor *tensors;
   int n_tensors;
+  int32_t *index;   /* open-addressing hash of tensor names -> index into tensors; -1 = empty */
+  size_t index_cap; /* a power of two, >= 2 * n_tensors */
 };
 
 /* Opens DIR's safetensors (index or single file). On error *out is NULL and err names the file. */

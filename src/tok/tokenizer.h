@@ -56,6 +56,10 @@ int tok_decode(const struct tok *t, const int32_t *ids, int n, int skip_special,
                struct hearth_err *err);
 
 int tok_vocab_size(const struct tok *t);  /* largest id + 1 */
+/* Checks at load that every token id is a row of the model's embedding (n_model_rows, config.json
+ * vocab_size). The model may have more rows than the tokenizer has ids (Qwen pads 151,665 to
+ * 151,936). Returns 0 or HEARTH_ERR_FORMAT naming the first id out of range. */
+int tok_check_model_vocab(const struct tok *t, int n_model_rows, struct hearth_err *err);
 /* The token's string as written in tokenizer.json (byte-level tokens are in the GPT-2 mapped
  * alphabet, e.g. "Ġthe"); NULL for an id without a token. */
 const char *tok_token_text(const struct tok *t, int32_t id, size_t *len);
