@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -286,6 +287,21 @@ TEST_GROUP(safetensors_limits) {
   }
   st_close(st);
 
+  /* the tensor-count cap: a set already holding ST_MAX_TENSORS - 1 (faked: the cap is checked
+   * before anything is read or allocated) refuses a header with two more */
+  struct st_set *big = calloc(1, sizeof *big);
+  REQUIRE(big);
+  big->n_tensors = ST_MAX_TENSORS - 1;
+  size_t bn;
+  unsigned char *bb = make_st("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                              "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, &bn);
+  rc = st_parse(bb, bn, "shard9.safetensors", big, 0, &err);
+  CHECKF(rc == HEARTH_ERR_FORMAT && strstr(err.msg, "shard9.safetensors") && strstr(err.msg, "at most 1048576 tensors"),
+         "rc %d: %s", rc, err.msg);
+  big->n_tensors = 0;
+  st_close(big);
+  free(bb);
+
   /* zero-size tensors: at the same offset as a real one, at the end of the data, several at once —
    * they occupy no bytes, so they overlap nothing */
   put_st(dir, "model.safetensors",
@@ -540,6 +556,55 @@ TEST_GROUP(tokenizer_limits) {
   CHECK_PEAK_GROWTH(150);
 }
 
+/* ---- the server refuses a hostile model directory at start (the wiring, end to end) -------------- */
+
+/* Runs `hearth serve` on dir for at most limit_s seconds; returns its exit status (124: still
+ * running at the limit) and its output in out. */
+static int serve(const char *dir, int limit_s, char *out, size_t n) {
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "timeout %d '%s/hearth' serve --model '%s' --port 0 --threads 1 2>&1", limit_s,
+           HEARTH_BINARY_DIR, dir);
+  FILE *p = popen(cmd, "r");
+  if (!p) return -1;
+  size_t k = fread(out, 1, n - 1, p);
+  out[k] = 0;
+  int st = pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void tiny_model(const char *dir, int vocab_rows) {
+  char cfg[512], cmd[1200];
+  snprintf(cfg, sizeof cfg, "{\"architectures\":[\"Qwen2ForCausalLM\"],\"hidden_size\":64,\"intermediate_size\":128,"
+           "\"num_hidden_layers\":1,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"max_position_embeddings\":256,"
+           "\"tie_word_embeddings\":true,\"vocab_size\":%d}", vocab_rows);
+  puts_file(g_root, "tiny-config.json", cfg);
+  snprintf(cmd, sizeof cmd, "'%s/hearth' mkmodel --config '%s/tiny-config.json' --out '%s' --seed 1 > /dev/null 2>&1",
+           HEARTH_BINARY_DIR, g_root, dir);
+  if (system(cmd) != 0) { fprintf(stderr, "mkmodel failed: %s\n", cmd); abort(); }
+  puts_file(dir, "tokenizer.json", MINI_TOK); /* ids 0..2 */
+}
+
+TEST_GROUP(server_start) {
+  static char out[16384];
+  char dir[256];
+  /* the tokenizer's id 2 has no embedding row: refused at start, naming both sides */
+  fresh_dir(dir, sizeof dir, "srv");
+  tiny_model(dir, 2);
+  int rc = serve(dir, 30, out, sizeof out);
+  CHECKF(rc != 0 && rc != 124 && strstr(out, "token id 2 ('ab')") && strstr(out, "2 embedding rows"), "rc %d: %s", rc, out);
+  /* a FIFO as tokenizer.json: refused at start, not a server stuck in open() */
+  fresh_dir(dir, sizeof dir, "srv");
+  tiny_model(dir, 3);
+  plant(dir, "tokenizer.json", H_FIFO, 0);
+  rc = serve(dir, 30, out, sizeof out);
+  CHECKF(rc != 0 && rc != 124 && strstr(out, "tokenizer.json") && strstr(out, "FIFO"), "rc %d: %s", rc, out);
+  /* more embedding rows than tokenizer ids (Qwen's padding) is normal: it serves */
+  fresh_dir(dir, sizeof dir, "srv");
+  tiny_model(dir, 8);
+  rc = serve(dir, 5, out, sizeof out);
+  CHECKF(rc == 124 && strstr(out, "listening"), "rc %d: %s", rc, out);
+}
+
 static void setup(void) {
   snprintf(g_root, sizeof g_root, "/tmp/hearth_test_hostile_%d", (int)getpid());
   mkdir(g_root, 0700);
@@ -556,6 +621,8 @@ static void run_model_dir_files(void) { setup(); model_dir_files(); cleanup(); }
 static void run_safetensors_limits(void) { setup(); safetensors_limits(); cleanup(); }
 static void run_model_limits(void) { setup(); model_limits(); cleanup(); }
 static void run_tokenizer_limits(void) { setup(); tokenizer_limits(); cleanup(); }
+static void run_server_start(void) { setup(); server_start(); cleanup(); }
 
 TEST_MAIN({"model_dir_files", run_model_dir_files}, {"safetensors_limits", run_safetensors_limits},
-          {"model_limits", run_model_limits}, {"tokenizer_limits", run_tokenizer_limits})
+          {"model_limits", run_model_limits}, {"tokenizer_limits", run_tokenizer_limits},
+          {"server_start", run_server_start})
