@@ -39,32 +39,30 @@ static enum st_dtype dtype_from_name(const char *s) {
   return ST_UNKNOWN;
 }
 
-/* ---- name index ---------------------------------------------------------------------------- */
+/* ---- name index ----------------------------------------------------------------------------
+ * Names sorted (a binary search finds one): a header with 100k entries must not make loading
+ * quadratic, and unlike a hash table no choice of names can make it so again. Each parsed file's
+ * names are sorted (glibc's qsort merge-sorts: n log n whatever the input) and merged in. */
 
-static uint64_t name_hash(const char *s) { /* FNV-1a */
-  uint64_t h = 1469598103934665603ull;
-  for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return h;
+static int cmp_name(const void *a, const void *b) {
+  return strcmp(((const struct st_name *)a)->name, ((const struct st_name *)b)->name);
 }
 
-static void index_put(struct st_set *set, int32_t i) {
-  size_t mask = set->index_cap - 1, k = (size_t)name_hash(set->tensors[i].name) & mask;
-  while (set->index[k] >= 0) k = (k + 1) & mask;
-  set->index[k] = i;
-}
-
-/* Makes room for n_more names (load factor <= 1/2). Returns 0 or -1 (out of memory). */
-static int index_reserve(struct st_set *set, size_t n_more) {
-  size_t need = 2 * ((size_t)set->n_tensors + n_more), cap = set->index_cap ? set->index_cap : 64;
-  if (need <= set->index_cap) return 0;
-  while (cap < need) cap *= 2;
-  int32_t *ix = malloc(cap * sizeof *ix);
-  if (!ix) return -1;
-  for (size_t k = 0; k < cap; k++) ix[k] = -1;
-  free(set->index);
-  set->index = ix;
-  set->index_cap = cap;
-  for (int i = 0; i < set->n_tensors; i++) index_put(set, i);
+/* Adds tensors [first, n_tensors) to the sorted index. Returns 0 or -1 (out of memory). */
+static int index_merge(struct st_set *set, int first) {
+  size_t n_old = (size_t)set->n_by_name, n_new = (size_t)(set->n_tensors - first);
+  if (!n_new) return 0;
+  struct st_name *fresh = malloc(n_new * sizeof *fresh), *all = malloc((n_old + n_new) * sizeof *all);
+  if (!fresh || !all) { free(fresh), free(all); return -1; }
+  for (size_t i = 0; i < n_new; i++) fresh[i] = (struct st_name){set->tensors[first + (int)i].name, first + (int32_t)i};
+  qsort(fresh, n_new, sizeof *fresh, cmp_name);
+  size_t i = 0, j = 0, k = 0;
+  while (i < n_old || j < n_new) /* names are unique (checked by st_parse), so no ties */
+    all[k++] = j == n_new || (i < n_old && strcmp(set->by_name[i].name, fresh[j].name) < 0) ? set->by_name[i++] : fresh[j++];
+  free(fresh);
+  free(set->by_name);
+  set->by_name = all;
+  set->n_by_name = (int)k;
   return 0;
 }
 
@@ -100,7 +98,6 @@ int st_parse(const void *buf, size_t len, const char *path, struct st_set *set, 
     return err_set(err, HEARTH_ERR_FORMAT, "%s: header lists %zu entries; hearth accepts at most %d tensors per checkpoint",
                    path, n_new, ST_MAX_TENSORS);
   }
-  if (index_reserve(set, n_new)) { json_decref(root); return err_set(err, HEARTH_ERR_NOMEM, "%s: out of memory", path); }
   struct st_tensor *grown = realloc(set->tensors, (set->n_tensors + n_new + 1) * sizeof *grown);
   if (!grown) { json_decref(root); return err_set(err, HEARTH_ERR_NOMEM, "%s: out of memory", path); }
   set->tensors = grown;
@@ -151,7 +148,6 @@ int st_parse(const void *buf, size_t len, const char *path, struct st_set *set, 
     if (!t.name) { rc = err_set(err, HEARTH_ERR_NOMEM, "out of memory"); break; }
     if (st_find(set, key)) { free(t.name); rc = err_set(err, HEARTH_ERR_FORMAT, "%s: tensor '%s' appears in more than one shard", path, key); break; }
     set->tensors[set->n_tensors++] = t;
-    index_put(set, set->n_tensors - 1);
   }
   json_decref(root);
   if (!rc) { /* overlap check within this file */
@@ -169,6 +165,7 @@ int st_parse(const void *buf, size_t len, const char *path, struct st_set *set, 
     }
     free(v);
   }
+  if (!rc && index_merge(set, first)) rc = err_set(err, HEARTH_ERR_NOMEM, "out of memory");
   return rc;
 }
 
@@ -269,11 +266,9 @@ int st_open_dir(const char *dir, struct st_set **out, struct hearth_err *err) {
 }
 
 const struct st_tensor *st_find(const struct st_set *set, const char *name) {
-  if (!set->index_cap) return NULL;
-  size_t mask = set->index_cap - 1;
-  for (size_t k = (size_t)name_hash(name) & mask; set->index[k] >= 0; k = (k + 1) & mask)
-    if (!strcmp(set->tensors[set->index[k]].name, name)) return &set->tensors[set->index[k]];
-  return NULL;
+  struct st_name key = {name, 0};
+  const struct st_name *e = set->n_by_name ? bsearch(&key, set->by_name, (size_t)set->n_by_name, sizeof key, cmp_name) : NULL;
+  return e ? &set->tensors[e->i] : NULL;
 }
 
 void st_release_pages(struct st_set *set) {
@@ -290,7 +285,7 @@ void st_close(struct st_set *set) {
     free(set->files[i].path);
   }
   free(set->tensors);
-  free(set->index);
+  free(set->by_name);
   free(set->files);
   free(set);
 }

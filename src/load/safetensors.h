@@ -7,8 +7,8 @@
  * weight_map is opened once and every mapped tensor must exist in its shard), else
  * model.safetensors. This module interprets nothing: binding tensors to a model is model/bind.c.
  * Zero-size tensors (a 0 in the shape, begin == end) are legal and overlap nothing; whether a
- * model may use one is the binder's shape check. Names are found through a hash table: a header
- * with 100k entries must not make loading quadratic. */
+ * model may use one is the binder's shape check. Names are found by binary search over a sorted
+ * index: a header with 100k entries must not make loading quadratic. */
 #ifndef HEARTH_LOAD_SAFETENSORS_H
 #define HEARTH_LOAD_SAFETENSORS_H
 #include <stddef.h>
@@ -39,13 +39,15 @@ struct st_file {
   size_t size;
 };
 
+struct st_name { const char *name; int32_t i; }; /* a tensor's name and its index in st_set.tensors */
+
 struct st_set {
   struct st_file *files;
   int n_files;
   struct st_tensor *tensors;
   int n_tensors;
-  int32_t *index;   /* open-addressing hash of tensor names -> index into tensors; -1 = empty */
-  size_t index_cap; /* a power of two, >= 2 * n_tensors */
+  struct st_name *by_name; /* the tensors of every fully parsed file, sorted by name (st_find) */
+  int n_by_name;
 };
 
 /* Opens DIR's safetensors (index or single file). On error *out is NULL and err names the file. */
@@ -55,6 +57,7 @@ int st_open_file(const char *path, struct st_set **out, struct hearth_err *err);
 /* Validates a header given as memory: buf[0..len) is the whole file. Used by st_open_file and the fuzzer. */
 int st_parse(const void *buf, size_t len, const char *path, struct st_set *set, int file_index,
              struct hearth_err *err);
+/* The tensor called name in the files parsed without error so far, or NULL (O(log n)). */
 const struct st_tensor *st_find(const struct st_set *set, const char *name);
 const char *st_dtype_name(enum st_dtype dt);
 size_t st_dtype_size(enum st_dtype dt);

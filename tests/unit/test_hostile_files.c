@@ -302,6 +302,18 @@ TEST_GROUP(safetensors_limits) {
   st_close(big);
   free(bb);
 
+  /* a name in two shards: found through the sorted index of the shards parsed before */
+  char sdir[256];
+  fresh_dir(sdir, sizeof sdir, "shards");
+  put_st(sdir, "s1.safetensors", "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4);
+  put_st(sdir, "s2.safetensors", "{\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+                                 "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8);
+  puts_file(sdir, "model.safetensors.index.json", "{\"weight_map\":{\"a\":\"s1.safetensors\",\"b\":\"s2.safetensors\"}}");
+  rc = st_open_dir(sdir, &st, &err);
+  CHECKF(rc == HEARTH_ERR_FORMAT && strstr(err.msg, "s2.safetensors") && strstr(err.msg, "'a' appears in more than one shard"),
+         "rc %d: %s", rc, err.msg);
+  st_close(st);
+
   /* zero-size tensors: at the same offset as a real one, at the end of the data, several at once —
    * they occupy no bytes, so they overlap nothing */
   put_st(dir, "model.safetensors",
