@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "base/file.h"
 #include "chat/jinja.h"
 #include "chat/template.h"
 
@@ -65,37 +66,16 @@ int chat_template_load(const char *source, size_t len, const struct chat_templat
   return load_common(source, len, tok, out, err);
 }
 
-static char *read_file(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  size_t cap = 65536, n = 0;
-  char *b = malloc(cap);
-  while (b) {
-    size_t k = fread(b + n, 1, cap - n, f);
-    n += k;
-    if (n < cap) break;
-    char *nb = realloc(b, cap *= 2);
-    if (!nb) { free(b); b = NULL; break; }
-    b = nb;
-  }
-  fclose(f);
-  if (b) {
-    char *nb = realloc(b, n + 1);
-    if (nb) b = nb;
-    b[n] = 0;
-    *len = n;
-  }
-  return b;
-}
-
 static json_t *load_json(const char *dir, const char *name, struct hearth_err *err, int *rc) {
   char path[4096];
   snprintf(path, sizeof path, "%s/%s", dir, name);
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fclose(f);
+  if (!file_exists(path)) return NULL; /* optional */
+  char *text;
+  size_t len;
+  if ((*rc = file_read_all(path, FILE_CAP_JSON, &text, &len, err))) return NULL;
   json_error_t je;
-  json_t *j = json_load_file(path, 0, &je);
+  json_t *j = json_loadb(text, len, 0, &je);
+  free(text);
   if (!j) *rc = err_set(err, HEARTH_ERR_FORMAT, "%s: line %d: %s", path, je.line, je.text);
   return j;
 }
@@ -126,7 +106,14 @@ int chat_template_load_dir(const char *dir, const char *name, struct chat_templa
   char path[4096];
   snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
   size_t len = 0;
-  char *src = read_file(path, &len);
+  char *src = NULL;
+  /* a template is a few KB; a FIFO, a device or a huge file there is an error, not a hang */
+  if (file_exists(path) && (rc = file_read_all(path, FILE_CAP_TEMPLATE, &src, &len, err))) {
+    json_decref(tok);
+    json_decref(cfg);
+    json_decref(stm);
+    return rc;
+  }
   if (src) {
     rc = load_common(src, len, tok, out, err);
     free(src);

@@ -3,7 +3,10 @@
 
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "base/file.h"
 
 /* architectures / model_type -> family. The only place that compares family names. */
 static const struct { const char *name; enum hearth_family family; } k_families[] = {
@@ -74,7 +77,9 @@ static void read_eos(json_t *root, struct hf_config *c) {
   }
 }
 
-enum { MAX_DIM = 1 << 20, MAX_VOCAB = 1 << 22, MAX_LAYERS = 1024 };
+/* Caps far above any supported model (Qwen3-235B: 94 layers, 64 x 128 attention width), low
+ * enough that products of them cannot overflow and a hostile config fails here, by name. */
+enum { MAX_DIM = 1 << 20, MAX_VOCAB = 1 << 22, MAX_LAYERS = 1024, MAX_PROJ = 1 << 16 };
 
 int hf_config_parse(const char *text, size_t len, const char *path, struct hf_config *c,
                     struct hearth_err *err) {
@@ -111,6 +116,12 @@ int hf_config_parse(const char *text, size_t len, const char *path, struct hf_co
     rc = err_set(err, HEARTH_ERR_FORMAT, "%s: field 'num_attention_heads' (%d) is not a multiple of 'num_key_value_heads' (%d)", path, c->num_attention_heads, c->num_key_value_heads);
     goto done;
   }
+  json_t *jhd = json_object_get(root, "head_dim");
+  if ((!jhd || json_is_null(jhd)) && c->hidden_size % c->num_attention_heads) {
+    rc = err_set(err, HEARTH_ERR_FORMAT, "%s: field 'hidden_size' (%d) is not a multiple of 'num_attention_heads' (%d) "
+                 "and no 'head_dim' is given", path, c->hidden_size, c->num_attention_heads);
+    goto done;
+  }
   int def_hd = c->hidden_size / c->num_attention_heads;
   if ((rc = get_int(root, path, "head_dim", 0, def_hd, 2, 4096, &c->head_dim, err))) goto done;
   if (c->head_dim < 2) { /* the default hidden_size / num_attention_heads is not range-checked */
@@ -120,6 +131,12 @@ int hf_config_parse(const char *text, size_t len, const char *path, struct hf_co
   if (c->head_dim % 2) { rc = err_set(err, HEARTH_ERR_FORMAT, "%s: field 'head_dim' must be even", path); goto done; }
   if (c->head_dim > HF_MAX_HEAD_DIM) { /* kernels keep one head's accumulator on the stack */
     rc = err_set(err, HEARTH_ERR_UNSUPPORTED, "%s: field 'head_dim' = %d exceeds hearth's limit of %d", path, c->head_dim, HF_MAX_HEAD_DIM);
+    goto done;
+  }
+  /* projection widths: every product is of ints checked above, so int64 cannot overflow */
+  if ((int64_t)c->num_attention_heads * c->head_dim > MAX_PROJ) {
+    rc = err_set(err, HEARTH_ERR_FORMAT, "%s: 'num_attention_heads' x 'head_dim' = %lld exceeds hearth's limit of %d",
+                 path, (long long)c->num_attention_heads * c->head_dim, MAX_PROJ);
     goto done;
   }
   if ((rc = get_int(root, path, "max_position_embeddings", 0, 32768, 1, 1 << 24, &c->max_position_embeddings, err))) goto done;
@@ -154,43 +171,22 @@ done:
   return rc;
 }
 
-static char *slurp(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  char *buf = NULL;
-  size_t cap = 0, n = 0;
-  for (;;) {
-    if (n + 4096 > cap) {
-      if (cap > (64u << 20)) { free(buf); fclose(f); return NULL; } /* config files are small */
-      cap = cap ? cap * 2 : 8192;
-      char *g = realloc(buf, cap);
-      if (!g) { free(buf); fclose(f); return NULL; }
-      buf = g;
-    }
-    size_t r = fread(buf + n, 1, cap - n, f);
-    n += r;
-    if (r == 0) break;
-  }
-  fclose(f);
-  *len = n;
-  return buf;
-}
-
 int hf_config_load(const char *dir, struct hf_config *c, struct hearth_err *err) {
   char path[4096];
   snprintf(path, sizeof path, "%s/config.json", dir);
   size_t len;
-  char *text = slurp(path, &len);
-  if (!text) return err_set(err, HEARTH_ERR_IO, "%s: cannot read", path);
-  int rc = hf_config_parse(text, len, "config.json", c, err);
+  char *text;
+  int rc = file_read_all(path, FILE_CAP_JSON, &text, &len, err);
+  if (rc) return rc;
+  rc = hf_config_parse(text, len, "config.json", c, err);
   free(text);
   if (rc) return rc;
   snprintf(path, sizeof path, "%s/generation_config.json", dir);
-  FILE *gf = fopen(path, "rb");
-  if (!gf) return 0; /* optional: it only adds stop ids */
-  fclose(gf);
+  if (!file_exists(path)) return 0; /* optional: it only adds stop ids */
+  if ((rc = file_read_all(path, FILE_CAP_JSON, &text, &len, err))) return rc;
   json_error_t jerr;
-  json_t *g = json_load_file(path, 0, &jerr);
+  json_t *g = json_loadb(text, len, 0, &jerr);
+  free(text);
   if (!g) return err_set(err, HEARTH_ERR_FORMAT, "generation_config.json: not valid JSON: %s (line %d)", jerr.text, jerr.line);
   json_t *e = json_object_get(g, "eos_token_id");
   if (e && !json_is_null(e) && !json_is_integer(e) && !json_is_array(e)) {

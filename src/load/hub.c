@@ -7,6 +7,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/file.h"
+
 static int is_dir(const char *p) {
   struct stat sb;
   return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
@@ -35,10 +37,14 @@ int hub_resolve(const char *p, char *out, size_t cap, struct hearth_err *err) {
     return err_set(err, HEARTH_ERR_ARG, "repo path too long");
   char ref[2100], rev[256] = "";
   snprintf(ref, sizeof ref, "%s/refs/main", repo);
-  FILE *f = fopen(ref, "r");
-  if (f) {
-    if (fgets(rev, sizeof rev, f)) rev[strcspn(rev, "\r\n")] = 0;
-    fclose(f);
+  char *rtext;
+  size_t rlen;
+  if (file_exists(ref)) {
+    int rc = file_read_all(ref, FILE_CAP_SMALL, &rtext, &rlen, err);
+    if (rc) return rc;
+    snprintf(rev, sizeof rev, "%s", rtext);
+    rev[strcspn(rev, "\r\n")] = 0;
+    free(rtext);
   }
   char snaps[2100];
   snprintf(snaps, sizeof snaps, "%s/snapshots", repo);

@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/file.h"
+
 enum { ST_MAX_HEADER = 100 * 1024 * 1024 }; /* the format's own cap on header size */
 
 static const struct { const char *name; enum st_dtype dt; size_t size; } k_dtypes[] = {
@@ -37,10 +39,39 @@ static enum st_dtype dtype_from_name(const char *s) {
   return ST_UNKNOWN;
 }
 
+/* ---- name index ----------------------------------------------------------------------------
+ * Names sorted (a binary search finds one): a header with 100k entries must not make loading
+ * quadratic, and unlike a hash table no choice of names can make it so again. Each parsed file's
+ * names are sorted (glibc's qsort merge-sorts: n log n whatever the input) and merged in. */
+
+static int cmp_name(const void *a, const void *b) {
+  return strcmp(((const struct st_name *)a)->name, ((const struct st_name *)b)->name);
+}
+
+/* Adds tensors [first, n_tensors) to the sorted index. Returns 0 or -1 (out of memory). */
+static int index_merge(struct st_set *set, int first) {
+  size_t n_old = (size_t)set->n_by_name, n_new = (size_t)(set->n_tensors - first);
+  if (!n_new) return 0;
+  struct st_name *fresh = malloc(n_new * sizeof *fresh), *all = malloc((n_old + n_new) * sizeof *all);
+  if (!fresh || !all) { free(fresh), free(all); return -1; }
+  for (size_t i = 0; i < n_new; i++) fresh[i] = (struct st_name){set->tensors[first + (int)i].name, first + (int32_t)i};
+  qsort(fresh, n_new, sizeof *fresh, cmp_name);
+  size_t i = 0, j = 0, k = 0;
+  while (i < n_old || j < n_new) /* names are unique (checked by st_parse), so no ties */
+    all[k++] = j == n_new || (i < n_old && strcmp(set->by_name[i].name, fresh[j].name) < 0) ? set->by_name[i++] : fresh[j++];
+  free(fresh);
+  free(set->by_name);
+  set->by_name = all;
+  set->n_by_name = (int)k;
+  return 0;
+}
+
+/* Empty tensors first at an offset, then by offset: an empty range overlaps nothing. */
 static int cmp_by_offset(const void *a, const void *b) {
   const struct st_tensor *x = *(const struct st_tensor *const *)a, *y = *(const struct st_tensor *const *)b;
   const char *px = x->data, *py = y->data;
-  return px < py ? -1 : px > py ? 1 : 0;
+  if (px != py) return px < py ? -1 : 1;
+  return x->n_bytes < y->n_bytes ? -1 : x->n_bytes > y->n_bytes ? 1 : 0;
 }
 
 int st_parse(const void *buf, size_t len, const char *path, struct st_set *set, int file_index,
@@ -62,6 +93,11 @@ int st_parse(const void *buf, size_t len, const char *path, struct st_set *set, 
   const unsigned char *data = p + 8 + hlen;
   size_t data_len = len - 8 - (size_t)hlen;
   size_t n_new = json_object_size(root);
+  if (n_new > (size_t)ST_MAX_TENSORS - (size_t)set->n_tensors) {
+    json_decref(root);
+    return err_set(err, HEARTH_ERR_FORMAT, "%s: header lists %zu entries; hearth accepts at most %d tensors per checkpoint",
+                   path, n_new, ST_MAX_TENSORS);
+  }
   struct st_tensor *grown = realloc(set->tensors, (set->n_tensors + n_new + 1) * sizeof *grown);
   if (!grown) { json_decref(root); return err_set(err, HEARTH_ERR_NOMEM, "%s: out of memory", path); }
   set->tensors = grown;
@@ -120,25 +156,23 @@ int st_parse(const void *buf, size_t len, const char *path, struct st_set *set, 
     if (n && !v) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
     for (int i = 0; i < n; i++) v[i] = &set->tensors[first + i];
     if (n > 1) qsort(v, (size_t)n, sizeof *v, cmp_by_offset);
-    for (int i = 1; i < n && !rc; i++) {
-      const char *prev_end = (const char *)v[i - 1]->data + v[i - 1]->n_bytes;
-      if ((const char *)v[i]->data < prev_end)
-        rc = err_set(err, HEARTH_ERR_FORMAT, "%s: tensors '%s' and '%s' overlap", path, v[i - 1]->name, v[i]->name);
+    const struct st_tensor *prev = NULL; /* the last non-empty tensor */
+    for (int i = 0; i < n && !rc; i++) {
+      if (!v[i]->n_bytes) continue; /* occupies no bytes, wherever it points */
+      if (prev && (const char *)v[i]->data < (const char *)prev->data + prev->n_bytes)
+        rc = err_set(err, HEARTH_ERR_FORMAT, "%s: tensors '%s' and '%s' overlap", path, prev->name, v[i]->name);
+      prev = v[i];
     }
     free(v);
   }
+  if (!rc && index_merge(set, first)) rc = err_set(err, HEARTH_ERR_NOMEM, "out of memory");
   return rc;
 }
 
 static int map_file(const char *path, struct st_file *f, struct hearth_err *err) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return err_set(err, HEARTH_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-  struct stat sb;
-  if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
-    close(fd);
-    return err_set(err, HEARTH_ERR_IO, "%s: not a regular file", path);
-  }
-  f->size = (size_t)sb.st_size;
+  int fd;
+  int rc = file_open_regular(path, FILE_CAP_NONE, &fd, &f->size, err);
+  if (rc) return rc;
   f->map = NULL;
   if (f->size) {
     void *m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -181,11 +215,6 @@ int st_open_file(const char *path, struct st_set **out, struct hearth_err *err) 
   return 0;
 }
 
-static int file_exists(const char *p) {
-  struct stat sb;
-  return stat(p, &sb) == 0;
-}
-
 int st_open_dir(const char *dir, struct st_set **out, struct hearth_err *err) {
   *out = NULL;
   char path[4096];
@@ -196,8 +225,13 @@ int st_open_dir(const char *dir, struct st_set **out, struct hearth_err *err) {
       return err_set(err, HEARTH_ERR_IO, "%s: no model.safetensors or model.safetensors.index.json", dir);
     return st_open_file(path, out, err);
   }
+  char *text;
+  size_t text_len;
+  int rc0 = file_read_all(path, FILE_CAP_JSON, &text, &text_len, err);
+  if (rc0) return rc0;
   json_error_t jerr;
-  json_t *idx = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+  json_t *idx = json_loadb(text, text_len, JSON_REJECT_DUPLICATES, &jerr);
+  free(text);
   if (!idx) return err_set(err, HEARTH_ERR_FORMAT, "%s: not valid JSON: %s (line %d)", path, jerr.text, jerr.line);
   json_t *map = json_object_get(idx, "weight_map");
   if (!json_is_object(map)) {
@@ -232,9 +266,9 @@ int st_open_dir(const char *dir, struct st_set **out, struct hearth_err *err) {
 }
 
 const struct st_tensor *st_find(const struct st_set *set, const char *name) {
-  for (int i = 0; i < set->n_tensors; i++)
-    if (!strcmp(set->tensors[i].name, name)) return &set->tensors[i];
-  return NULL;
+  struct st_name key = {name, 0};
+  const struct st_name *e = set->n_by_name ? bsearch(&key, set->by_name, (size_t)set->n_by_name, sizeof key, cmp_name) : NULL;
+  return e ? &set->tensors[e->i] : NULL;
 }
 
 void st_release_pages(struct st_set *set) {
@@ -251,6 +285,7 @@ void st_close(struct st_set *set) {
     free(set->files[i].path);
   }
   free(set->tensors);
+  free(set->by_name);
   free(set->files);
   free(set);
 }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/meminfo.h"
 #include "load/hub.h"
 #include "model/model.h"
 #include "runtime/kv_cache.h"
@@ -57,6 +58,31 @@ static int alloc_scratch(struct hearth_model *m, struct hearth_err *err) {
   m->b_gsel = malloc(2 * O * sizeof(int32_t));
   if (!m->b_gsel || !m->b_gid || !m->b_glp || !m->b_pos || !m->b_seq || !m->b_out || !m->b_len || !m->b_bt || !m->b_ids || !m->b_outbuf) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
   return 0;
+}
+
+/* The memory the KV pool and the activation scratch will take, before any of it is allocated, in
+ * double (a hostile config must not overflow the sum). On the CPU backend this is host memory,
+ * and Linux would hand out far more than exists (overcommit) only for the OOM killer to end the
+ * process at first touch; so it is checked against MemAvailable. (CUDA's cudaMalloc refuses
+ * what the device does not have, with its own message naming the sizes.) */
+static int memory_plan_check(const struct hearth_model *m, const struct hearth_model_params *p, int kv_tokens,
+                             const char *when, struct hearth_err *err) {
+  if (p->backend != HEARTH_BACKEND_CPU) return 0;
+  const struct hf_config *c = &m->cfg;
+  double tokens = (double)((kv_tokens + KV_BLOCK - 1) / KV_BLOCK) * KV_BLOCK;
+  double kvd = (double)c->num_key_value_heads * c->head_dim, qd = (double)c->num_attention_heads * c->head_dim;
+  double kv = tokens * c->num_hidden_layers * 2 * kvd * 4;
+  double wide = c->vocab_size > c->hidden_size ? c->vocab_size : c->hidden_size;
+  double scratch = (double)MAX_BATCH_TOKENS * (3.0 * c->hidden_size + 2 * qd + 2 * kvd + 2.0 * c->intermediate_size) * 4 +
+                   (double)MAX_BATCH_SEQS * ((double)c->vocab_size + wide + c->hidden_size) * 4;
+  uint64_t avail = mem_available_bytes();
+  if (!avail || kv + scratch <= 0.9 * (double)avail) return 0;
+  return err_set(err, HEARTH_ERR_NOMEM,
+                 "config.json: the KV pool (%d tokens x %d layers x 2 x %d KV heads x %d head_dim x 4 bytes = %.2f GiB) "
+                 "plus activation scratch (%.2f GiB) does not fit in the %.2f GiB of memory available %s (MemAvailable); "
+                 "lower --ctx / --parallel (kv_tokens), or check the config's dimensions",
+                 (int)tokens, c->num_hidden_layers, c->num_key_value_heads, c->head_dim, kv / 1073741824.0,
+                 scratch / 1073741824.0, (double)avail / 1073741824.0, when);
 }
 
 static void free_scratch(struct hearth_model *m) {
@@ -166,6 +192,10 @@ int hearth_model_load(const struct hearth_model_params *p, struct hearth_model *
   case HEARTH_FAMILY_QWEN3: m->fam = &family_qwen3; break;
   default: rc = err_set(err, HEARTH_ERR_UNSUPPORTED, "config.json: family %s is not implemented yet", hf_family_name(m->cfg.family)); goto fail;
   }
+  int kv_tokens = p->kv_tokens > 0 ? p->kv_tokens : 8192;
+  if (kv_tokens > m->cfg.max_position_embeddings * 8) kv_tokens = m->cfg.max_position_embeddings * 8;
+  /* fail fast, before any weight is read; checked again once the weights hold their memory */
+  if ((rc = memory_plan_check(m, p, kv_tokens, "before loading", err))) goto fail;
   m->be = hb_get(p->backend, err);
   if (!m->be) { rc = err->code; goto fail; }
   struct hb_config bc = {.n_threads = p->n_threads, .device = 0, .exact = p->exact || p->dtype != HEARTH_DTYPE_INT4};
@@ -178,8 +208,7 @@ int hearth_model_load(const struct hearth_model_params *p, struct hearth_model *
   m->fingerprint = prefix_store_fingerprint(dir, st, p->dtype, m->be->name, KV_BLOCK);
   st_close(st);
   if (rc) goto fail;
-  int kv_tokens = p->kv_tokens > 0 ? p->kv_tokens : 8192;
-  if (kv_tokens > m->cfg.max_position_embeddings * 8) kv_tokens = m->cfg.max_position_embeddings * 8;
+  if ((rc = memory_plan_check(m, p, kv_tokens, "after loading the weights", err))) goto fail;
   if ((rc = kv_pool_init(m, kv_tokens, KV_BLOCK, err))) goto fail;
   int per_seq = kv_tokens < m->cfg.max_position_embeddings ? kv_tokens : m->cfg.max_position_embeddings;
   m->max_blocks_per_seq = (per_seq + KV_BLOCK - 1) / KV_BLOCK;

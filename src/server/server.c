@@ -14,6 +14,7 @@
 #include "server/json_mask.h"
 #include "server/srv.h"
 #include "server/textio.h"
+#include "tok/tokenizer.h"
 
 void server_options_default(struct server_options *o) {
   memset(o, 0, sizeof *o);
@@ -65,6 +66,8 @@ static int model_open(const struct server_options *o, const struct server_model_
     m->n_ctx = o->n_ctx;
     if (m->info->n_ctx_train > 0 && m->n_ctx > m->info->n_ctx_train) m->n_ctx = m->info->n_ctx_train;
     rc = textio_load(mo->path, &m->tio, err);
+    /* a tokenizer from another model: refuse at start, not at the first request it breaks */
+    if (!rc) rc = tok_check_model_vocab(textio_tok(m->tio), m->info->n_vocab, err);
   }
   if (!rc && m->info->is_embedding) {
     pthread_mutex_init(&m->embed_lock, NULL);

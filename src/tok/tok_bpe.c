@@ -73,7 +73,10 @@ static struct hent hpop(struct tok_bpe_scratch *s) {
   return top;
 }
 
-/* Appends the initial symbol ids of s[0..n) to sym; returns the count, -1 on OOM. */
+/* Appends the initial symbol ids of s[0..n) to sym; returns the count, -1 on OOM, -2 for a
+ * character with no token, no byte-fallback tokens and no unk_token (HF drops it silently; hearth
+ * refuses rather than lose text). The loader has refused byte-level vocabularies without their 256
+ * byte symbols and byte_fallback without its <0xXX> tokens, unless an unk_token stands in. */
 static long initial_symbols(const struct tok *t, const unsigned char *s, size_t n, struct tok_bpe_scratch *sc) {
   if (sc->scap < n) {
     size_t cap = n < 64 ? 64 : n;
@@ -111,7 +114,9 @@ static long initial_symbols(const struct tok *t, const unsigned char *s, size_t 
       if (all) {
         for (int b = 0; b < l; b++) sc->sym[k++].id = t->bf_id[s[i + (size_t)b]];
         last_unk = 0;
-      } else if (t->unk_id >= 0 && !(t->fuse_unk && last_unk)) {
+      } else if (t->unk_id < 0) {
+        return -2;
+      } else if (!(t->fuse_unk && last_unk)) {
         sc->sym[k++].id = t->unk_id;
         last_unk = 1;
       }
@@ -146,7 +151,7 @@ int tok_bpe_word(const struct tok *t, const char *word, size_t n, struct tok_vec
   }
 
   long ns = initial_symbols(t, s, n, sc);
-  if (ns < 0) return -1;
+  if (ns < 0) return (int)ns;
   struct sym *sym = sc->sym;
   for (long i = 0; i < ns; i++) sym[i].prev = (int32_t)i - 1, sym[i].next = i + 1 < ns ? (int32_t)i + 1 : -1;
   sc->hn = 0;

@@ -59,9 +59,17 @@ static uint32_t last_cp(const unsigned char *s, size_t n, size_t *start) {
 
 /* ---- normalization ---- */
 
+static int too_long(struct enc *e, size_t n, size_t got, size_t cap) {
+  return err_set(e->err, HEARTH_ERR_ARG,
+                 "tokenizer: the normalizer expands a %zu-byte span to %zu bytes, over the limit of %zu "
+                 "(%d x + %d; tokenizer.json's normalizer is hostile or broken)",
+                 n, got, cap, TOK_NORM_GROWTH, TOK_NORM_SLACK);
+}
+
 static int normalize(struct enc *e, const char *s, size_t n, char **out, size_t *on, char **owned) {
   const struct tok *t = e->t;
   *out = (char *)s, *on = n, *owned = NULL;
+  const size_t cap = n * TOK_NORM_GROWTH + TOK_NORM_SLACK; /* n <= INT32_MAX / 4: no overflow */
   for (int k = 0; k < t->n_norm; k++) {
     const struct tok_norm_step *st = &t->norm[k];
     char *res = NULL;
@@ -79,11 +87,13 @@ static int normalize(struct enc *e, const char *s, size_t n, char **out, size_t 
       if (r < 0) return err_set(e->err, r == UTF8PROC_ERROR_NOMEM ? HEARTH_ERR_NOMEM : HEARTH_ERR_ARG,
                                 "tokenizer: normalization failed: %s", utf8proc_errmsg(r));
       res = (char *)dst, rn = (size_t)r;
+      if (rn > cap) { free(res); return too_long(e, n, rn, cap); }
     } else if (st->kind == TN_REPLACE) {
       size_t cnt = 0;
       for (const char *p = *out; (p = memmem(p, *on - (size_t)(p - *out), st->pat, st->patlen)); p += st->patlen) cnt++;
       if (!cnt) continue;
-      rn = *on + cnt * st->replen - cnt * st->patlen;
+      rn = *on + cnt * st->replen - cnt * st->patlen; /* cnt <= *on <= cap: no overflow */
+      if (rn > cap) return too_long(e, n, rn, cap);
       if (!(res = malloc(rn + 1))) return err_set(e->err, HEARTH_ERR_NOMEM, "tokenizer: out of memory");
       size_t w = 0;
       for (size_t i = 0; i < *on;) {
@@ -96,6 +106,7 @@ static int normalize(struct enc *e, const char *s, size_t n, char **out, size_t 
     } else { /* TN_PREPEND: only a non-empty string */
       if (!*on) continue;
       rn = *on + st->replen;
+      if (rn > cap) return too_long(e, n, rn, cap);
       if (!(res = malloc(rn + 1))) return err_set(e->err, HEARTH_ERR_NOMEM, "tokenizer: out of memory");
       memcpy(res, st->rep, st->replen);
       memcpy(res + st->replen, *out, *on);
@@ -197,9 +208,13 @@ static int encode_normalized_span(struct enc *e, const char *s, size_t n) {
     struct ranges *tmp = in;
     in = out, out = tmp;
   }
-  for (size_t i = 0; i < in->n; i++)
-    if (tok_bpe_word(t, s + in->v[i].a, in->v[i].b - in->v[i].a, &e->ids, &e->bpe))
-      return err_set(e->err, HEARTH_ERR_NOMEM, "tokenizer: out of memory");
+  for (size_t i = 0; i < in->n; i++) {
+    int rc = tok_bpe_word(t, s + in->v[i].a, in->v[i].b - in->v[i].a, &e->ids, &e->bpe);
+    if (rc == -2)
+      return err_set(e->err, HEARTH_ERR_ARG, "tokenizer: the text has a character with no token, and tokenizer.json "
+                     "has neither byte-fallback tokens nor an unk_token to stand for it");
+    if (rc) return err_set(e->err, HEARTH_ERR_NOMEM, "tokenizer: out of memory");
+  }
   return 0;
 }
 

@@ -10,6 +10,15 @@
 #include "tok/tok_map.h"
 #include "tok/tokenizer.h"
 
+/* Normalized text may grow to TOK_NORM_GROWTH x its input + TOK_NORM_SLACK bytes (NFKC expands a
+ * character at most ~11x, Gemma's Replace " " -> "\u2581" 3x); a longer result fails the
+ * tokenization. The loader refuses a pipeline whose Replace steps alone could exceed the factor. */
+#define TOK_NORM_GROWTH 64
+#define TOK_NORM_SLACK 4096
+/* A token's decoded piece may be at most TOK_DEC_GROWTH x its text + TOK_DEC_SLACK bytes. */
+#define TOK_DEC_GROWTH 8
+#define TOK_DEC_SLACK 64
+
 enum tok_norm_kind { TN_NFC, TN_NFD, TN_NFKC, TN_NFKD, TN_REPLACE, TN_PREPEND };
 struct tok_norm_step {
   int kind;
@@ -108,6 +117,7 @@ void tok_trie_free(struct tok_trie *t);
 struct tok_vec { int32_t *v; size_t n, cap; };
 int tok_vec_push(struct tok_vec *v, int32_t x);
 struct tok_bpe_scratch;
+/* 0, -1 out of memory, -2 a character the vocabulary cannot represent (see tok_bpe.c). */
 int tok_bpe_word(const struct tok *t, const char *s, size_t n, struct tok_vec *out,
                  struct tok_bpe_scratch **scratch);
 void tok_bpe_scratch_free(struct tok_bpe_scratch *s);

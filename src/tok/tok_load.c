@@ -5,15 +5,14 @@
  * compiled split regexes (PCRE2, UTF + UCP, JIT) and the per-id decoded pieces.
  * Does not own: running the pipeline (tok_encode.c, tok_bpe.c, tok_decode.c).
  */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "tok/tok_internal.h"
 #include "base/err.h"
 #include "tok/tok_json.h"
+#include "base/file.h"
 
 #define NOMEM(err) err_set(err, HEARTH_ERR_NOMEM, "tokenizer: out of memory")
 
@@ -80,19 +79,27 @@ static pcre2_code *compile_re(const char *pat, size_t n, struct hearth_err *err)
 
 /* ---- normalizer --------------------------------------------------------------------------- */
 
-static int add_norm(struct tok *t, const struct tj *n, struct hearth_err *err) {
+/* Real tokenizers use one Sequence level and a handful of steps; the caps keep a hostile file
+ * from building a pipeline whose every step runs on every tokenization. */
+enum { NORM_MAX_DEPTH = 4, NORM_MAX_STEPS = 32 };
+
+static int add_norm(struct tok *t, const struct tj *n, int depth, struct hearth_err *err) {
   if (!n || n->type == TJ_NULL) return 0;
   if (n->type != TJ_OBJ) return err_set(err, HEARTH_ERR_FORMAT, "tokenizer.json: normalizer is not an object");
   const char *ty = type_of(n);
   if (!strcmp(ty, "Sequence")) {
+    if (depth >= NORM_MAX_DEPTH)
+      return err_set(err, HEARTH_ERR_FORMAT, "tokenizer.json: normalizer Sequences nested more than %d deep", NORM_MAX_DEPTH);
     const struct tj *l = tj_get(n, "normalizers");
     if (!l || l->type != TJ_ARR) return err_set(err, HEARTH_ERR_FORMAT, "tokenizer.json: Sequence normalizer without normalizers");
     for (uint32_t i = 0; i < l->n; i++) {
-      int rc = add_norm(t, &l->u.kids[i], err);
+      int rc = add_norm(t, &l->u.kids[i], depth + 1, err);
       if (rc) return rc;
     }
     return 0;
   }
+  if (t->n_norm >= NORM_MAX_STEPS)
+    return err_set(err, HEARTH_ERR_FORMAT, "tokenizer.json: normalizer has more than %d steps", NORM_MAX_STEPS);
   struct tok_norm_step s = {0};
   if (!strcmp(ty, "NFC")) s.kind = TN_NFC;
   else if (!strcmp(ty, "NFD")) s.kind = TN_NFD;
@@ -125,6 +132,18 @@ static int add_norm(struct tok *t, const struct tj *n, struct hearth_err *err) {
   }
   t->norm = ns;
   t->norm[t->n_norm++] = s;
+  return 0;
+}
+
+/* The Replace steps' combined worst-case growth (each replaces patlen bytes by replen). */
+static int check_norm_growth(const struct tok *t, struct hearth_err *err) {
+  double g = 1;
+  for (int i = 0; i < t->n_norm; i++)
+    if (t->norm[i].kind == TN_REPLACE && t->norm[i].replen > t->norm[i].patlen)
+      g *= (double)t->norm[i].replen / (double)t->norm[i].patlen;
+  if (g > TOK_NORM_GROWTH)
+    return err_set(err, HEARTH_ERR_FORMAT, "tokenizer.json: the normalizer's Replace steps can expand text %.3g-fold "
+                   "(limit %d)", g, TOK_NORM_GROWTH);
   return 0;
 }
 
@@ -283,13 +302,16 @@ static int add_dec(struct tok *t, const struct tj *n, struct dec_plan *plan, int
   return err_set(err, HEARTH_ERR_UNSUPPORTED, "tokenizer.json: decoder type '%s' is not supported", ty);
 }
 
-/* Replaces every occurrence of pat in s[0..n) by rep into out (a blob). */
+/* Replaces every occurrence of pat in s[0..n) by rep into out (a blob). Returns 0, -1 (out of
+ * memory) or -2 when the result would pass cap bytes (checked before each append). */
 static int replace_into(struct blob *out, const char *s, size_t n, const struct tj *pat, const struct tj *rep,
-                        char **res, size_t *rn) {
+                        size_t cap, char **res, size_t *rn) {
   size_t start = out->n;
   uint32_t dummy;
   for (size_t i = 0; i < n;) {
-    if (n - i >= pat->n && !memcmp(s + i, pat->u.s, pat->n)) {
+    int match = n - i >= pat->n && !memcmp(s + i, pat->u.s, pat->n);
+    if (out->n - start + (match ? rep->n : 1) > cap) return -2;
+    if (match) {
       if (blob_add(out, rep->u.s, rep->n, &dummy)) return -1;
       i += pat->n;
     } else {
@@ -354,13 +376,20 @@ static int build_decoder(struct tok *t, const struct tj *dec, struct hearth_err 
     }
     const char *cur = s;
     size_t cn = n;
+    const size_t cap = n * TOK_DEC_GROWTH + TOK_DEC_SLACK; /* n < 2^32 */
     for (int r = 0; r < plan.n_replace; r++) {
       const struct tj *str, *re;
       get_pattern(plan.replace[r], "", &str, &re, NULL);
       struct blob *b = &tmp[r & 1];
       b->n = 0;
       char *res;
-      if (replace_into(b, cur, cn, str, tj_get(plan.replace[r], "content"), &res, &cn)) goto nomem;
+      int rr = replace_into(b, cur, cn, str, tj_get(plan.replace[r], "content"), cap, &res, &cn);
+      if (rr == -1) goto nomem;
+      if (rr == -2) {
+        free(tmp[0].p), free(tmp[1].p), free(out.p);
+        return err_set(err, HEARTH_ERR_FORMAT, "tokenizer.json: the Replace decoders expand token %zu (%zu bytes) past "
+                       "%zu bytes (limit %d x + %d)", id, n, cap, TOK_DEC_GROWTH, TOK_DEC_SLACK);
+      }
       cur = res;
     }
     if (blob_add(&out, cur, cn, &off)) goto nomem;
@@ -533,6 +562,17 @@ static int build_char_tables(struct tok *t, struct hearth_err *err) {
     int l = tok_utf8_put(buf, tok_byte_to_cp((uint8_t)c));
     t->byte_id[c] = tok_strmap_get(&t->vocab, buf, (size_t)l);
   }
+  /* Without its byte symbols (and no unk_token to stand in) a tokenizer turns text into no
+   * tokens at all, silently: refuse it here, naming the first missing symbol. */
+  for (int c = 0; c < 256 && t->unk_id < 0; c++) {
+    if (t->byte_level && t->byte_id[c] < 0)
+      return err_set(err, HEARTH_ERR_FORMAT, "tokenizer.json: byte-level BPE vocabulary lacks the symbol for byte 0x%02X "
+                     "(U+%04X) and there is no unk_token: text with that byte would vanish", c,
+                     (unsigned)tok_byte_to_cp((uint8_t)c));
+    if (!t->byte_level && t->byte_fallback && t->bf_id[c] < 0)
+      return err_set(err, HEARTH_ERR_FORMAT, "tokenizer.json: byte_fallback is set but the vocabulary lacks <0x%02X> and "
+                     "there is no unk_token: text with that byte would vanish", c);
+  }
   if (t->byte_level) return 0;
   t->char_id = malloc(0x10000 * sizeof *t->char_id);
   if (!t->char_id) return NOMEM(err);
@@ -586,7 +626,7 @@ int tok_load_mem(const char *json, size_t len, const char *config, size_t config
   const struct tj *trunc = tj_get(root, "truncation"), *pad = tj_get(root, "padding");
   (void)trunc, (void)pad; /* batch-level options: hearth never truncates or pads */
   int seen_template = 0;
-  if ((rc = build_model(t, root, err)) || (rc = add_norm(t, tj_get(root, "normalizer"), err)) ||
+  if ((rc = build_model(t, root, err)) || (rc = add_norm(t, tj_get(root, "normalizer"), 0, err)) || (rc = check_norm_growth(t, err)) ||
       (rc = add_pre(t, tj_get(root, "pre_tokenizer"), err)) ||
       (rc = add_post(t, tj_get(root, "post_processor"), &seen_template, err)) ||
       (rc = build_decoder(t, tj_get(root, "decoder"), err)) || (rc = build_char_tables(t, err)))
@@ -602,31 +642,12 @@ fail:
   return rc;
 }
 
-static int read_file(const char *path, char **buf, size_t *len, struct hearth_err *err) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return err_set(err, HEARTH_ERR_IO, "%s: %s", path, strerror(errno));
-  struct stat st;
-  if (fstat(fileno(f), &st) || !S_ISREG(st.st_mode)) {
-    fclose(f);
-    return err_set(err, HEARTH_ERR_IO, "%s: not a regular file", path);
-  }
-  *len = (size_t)st.st_size;
-  *buf = malloc(*len + 1);
-  if (!*buf) { fclose(f); return NOMEM(err); }
-  if (fread(*buf, 1, *len, f) != *len) {
-    fclose(f), free(*buf), *buf = NULL;
-    return err_set(err, HEARTH_ERR_IO, "%s: read failed", path);
-  }
-  fclose(f);
-  return 0;
-}
-
 int tok_load(const char *json_path, const char *config_path, struct tok **out, struct hearth_err *err) {
   char *j = NULL, *c = NULL;
   size_t jn = 0, cn = 0;
   *out = NULL;
-  int rc = read_file(json_path, &j, &jn, err);
-  if (!rc && config_path) rc = read_file(config_path, &c, &cn, err);
+  int rc = file_read_all(json_path, FILE_CAP_TOKENIZER_JSON, &j, &jn, err);
+  if (!rc && config_path) rc = file_read_all(config_path, FILE_CAP_JSON, &c, &cn, err);
   if (!rc) {
     rc = tok_load_mem(j, jn, c, cn, out, err);
     if (rc) err_prefix(err, "%s", json_path);
@@ -640,8 +661,7 @@ int tok_load_dir(const char *dir, struct tok **out, struct hearth_err *err) {
   if ((size_t)snprintf(a, sizeof a, "%s/tokenizer.json", dir) >= sizeof a ||
       (size_t)snprintf(b, sizeof b, "%s/tokenizer_config.json", dir) >= sizeof b)
     return err_set(err, HEARTH_ERR_ARG, "tokenizer: path too long");
-  struct stat st;
-  return tok_load(a, stat(b, &st) == 0 ? b : NULL, out, err);
+  return tok_load(a, file_exists(b) ? b : NULL, out, err);
 }
 
 void tok_free(struct tok *t) {
@@ -662,6 +682,17 @@ void tok_free(struct tok *t) {
   free(t->pp_prefix), free(t->pp_suffix);
   free(t->dblob), free(t->doff), free(t->dlen), free(t->byte_val);
   free(t);
+}
+
+int tok_check_model_vocab(const struct tok *t, int n_model_rows, struct hearth_err *err) {
+  if (t->n_vocab <= n_model_rows) return 0;
+  int32_t first = n_model_rows; /* the first id past the model's rows that names a token */
+  while (first < t->n_vocab && t->len[first] == UINT32_MAX) first++;
+  if (first >= t->n_vocab) return 0;
+  size_t l = t->len[first];
+  return err_set(err, HEARTH_ERR_FORMAT, "tokenizer.json: token id %d ('%.*s') is past the model's %d embedding rows "
+                 "(config.json vocab_size); the tokenizer does not belong to this model",
+                 first, (int)(l > 40 ? 40 : l), t->blob + t->off[first], n_model_rows);
 }
 
 /* ---- accessors ---------------------------------------------------------------------------------- */

@@ -12,6 +12,13 @@
  *   decoder        null, ByteLevel, Replace (String), ByteFallback, Fuse, Sequence of these
  *   added_tokens   special or not, lstrip / rstrip / single_word / normalized honoured
  *
+ * Limits against hostile files (tok_internal.h has the numbers): normalizer Sequences nest at most
+ * 4 deep with at most 32 steps, and normalized text may not grow past 64x + 4 KB (load-time check
+ * of the Replace steps, then a tokenize-time error); a token's decoded piece may not pass 8x + 64
+ * bytes (load time). A byte-level vocabulary lacking any of its 256 byte symbols, or byte_fallback
+ * lacking any <0xXX>, is refused unless an unk_token stands in; a character that has no token,
+ * no byte fallback and no unk is a tokenize-time error (HF would drop it silently).
+ *
  * Input text that is not valid UTF-8 is first repaired the way Python's
  * bytes.decode("utf-8", "replace") does it: each maximal invalid subsequence becomes U+FFFD.
  * Decoded text is always valid UTF-8.
@@ -56,6 +63,10 @@ int tok_decode(const struct tok *t, const int32_t *ids, int n, int skip_special,
                struct hearth_err *err);
 
 int tok_vocab_size(const struct tok *t);  /* largest id + 1 */
+/* Checks at load that every token id is a row of the model's embedding (n_model_rows, config.json
+ * vocab_size). The model may have more rows than the tokenizer has ids (Qwen pads 151,665 to
+ * 151,936). Returns 0 or HEARTH_ERR_FORMAT naming the first id out of range. */
+int tok_check_model_vocab(const struct tok *t, int n_model_rows, struct hearth_err *err);
 /* The token's string as written in tokenizer.json (byte-level tokens are in the GPT-2 mapped
  * alphabet, e.g. "Ġthe"); NULL for an id without a token. */
 const char *tok_token_text(const struct tok *t, int32_t id, size_t *len);

@@ -26,7 +26,8 @@ static size_t make_st(unsigned char *buf, const char *hdr, size_t data_len, uint
   uint64_t L = claimed_hlen ? claimed_hlen : hl;
   for (int i = 0; i < 8; i++) buf[i] = (unsigned char)(L >> (8 * i));
   memcpy(buf + 8, hdr, hl);
-  for (size_t i = 0; i < data_len; i++) buf[8 + hl + i] = (unsigned char)(i * 7);
+  /* bytes <= 0x3F: every f32 / bf16 / f16 value they form is finite (the loader refuses NaN/Inf) */
+  for (size_t i = 0; i < data_len; i++) buf[8 + hl + i] = (unsigned char)((i * 7) & 0x3F);
   return 8 + hl + data_len;
 }
 
