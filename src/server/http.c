@@ -362,6 +362,8 @@ int http_start(struct srv *s, struct MHD_Daemon **out, int *port_out, struct hea
   if (!http_is_loopback(o->host))
     return err_set(err, HEARTH_ERR_ARG,
                    "--host %s: hearth serves loopback only (127.0.0.1, ::1, localhost)", o->host);
+  if (o->api_key && !*o->api_key) /* "Bearer " with nothing after it must not be a valid token */
+    return err_set(err, HEARTH_ERR_ARG, "the API key is empty");
   if (o->port < 0 || o->port > 65535)
     return err_set(err, HEARTH_ERR_ARG, "--port %d: out of range", o->port);
   struct sockaddr_storage ss;
@@ -389,6 +391,7 @@ int http_start(struct srv *s, struct MHD_Daemon **out, int *port_out, struct hea
       MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_conns,
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->timeout_s,
       MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
+      MHD_OPTION_STRICT_FOR_CLIENT, (int)1,
       MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
       MHD_OPTION_END);
   if (!d)
