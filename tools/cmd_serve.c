@@ -35,6 +35,8 @@ static void usage(FILE *f) {
           "  --prefill-chunk N  prompt tokens per sequence per engine step [512]\n"
           "  --max-conns N      concurrent connections [128]\n"
           "  --timeout S        idle connection timeout in seconds [15]\n"
+          "  --header-timeout S a request head must arrive within S seconds, a body keep up\n"
+          "                     16 KiB/s after S seconds; slower clients are disconnected [10]\n"
           "  --dtype int4|bf16|f32   weight format [int4]\n"
           "  --backend cpu|cuda      [cpu]\n"
           "  --kv-cache-dir DIR keep shared KV prefixes on disk, reused after a restart\n"
@@ -125,6 +127,7 @@ int cmd_serve(int argc, char **argv) {
     else if (!strcmp(a, "--prefill-chunk")) { if (num(a, v, 1, 1 << 20, &x)) return 2; o.prefill_chunk = (int)x; }
     else if (!strcmp(a, "--max-conns")) { if (num(a, v, 1, 65536, &x)) return 2; o.max_conns = (int)x; }
     else if (!strcmp(a, "--timeout")) { if (num(a, v, 1, 3600, &x)) return 2; o.timeout_s = (int)x; }
+    else if (!strcmp(a, "--header-timeout")) { if (num(a, v, 1, 3600, &x)) return 2; o.head_timeout_s = (int)x; }
     else if (!strcmp(a, "--kv-cache-dir")) o.model.kv_cache_dir = v;
     else if (!strcmp(a, "--threads")) { if (num(a, v, 0, 4096, &x)) return 2; o.model.n_threads = (int)x; }
     else if (!strcmp(a, "--dtype")) {
