@@ -3,6 +3,7 @@
 #include "server/json_budget.h"
 
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 /* malloc's own bookkeeping per block, charged too: the cost of many tiny objects is mostly this */
@@ -49,11 +50,42 @@ int json_budget_reserve(struct json_budget *b, size_t n) {
   return 0;
 }
 
+/* A lower bound of what jansson allocates for text, from one pass outside strings: every container
+ * costs at least SCAN_CONTAINER bytes (an empty object or array is ~114 with malloc's overhead) and
+ * every other value at least SCAN_VALUE (an array slot and a json_t; null costs ~21). Refusing on
+ * it spares the allocations a doomed parse would make before the allocator stops it. */
+#define SCAN_CONTAINER 96
+#define SCAN_VALUE 20
+
+static size_t scan_lower_bound(const char *p, size_t n) {
+  size_t containers = 0, commas = 0;
+  int in_str = 0;
+  for (size_t i = 0; i < n; i++) {
+    char c = p[i];
+    if (in_str) {
+      if (c == '\\') i++;
+      else if (c == '"') in_str = 0;
+    } else if (c == '"') {
+      in_str = 1;
+    } else if (c == '{' || c == '[') {
+      containers++;
+    } else if (c == ',') {
+      commas++;
+    }
+  }
+  return containers * SCAN_CONTAINER + commas * SCAN_VALUE;
+}
+
 json_t *json_budget_loadb(struct json_budget *b, const char *text, size_t n, size_t flags,
                           json_error_t *je) {
   b->over = JSON_BUDGET_OK;
   b->spent = 0;
   b->limit = n * JSON_TREE_FACTOR + JSON_TREE_SLACK;
+  if (scan_lower_bound(text, n) > b->limit) {
+    b->over = JSON_BUDGET_REQUEST;
+    if (je) snprintf(je->text, sizeof je->text, "too many values for the memory budget");
+    return NULL;
+  }
   tl_budget = b;
   json_t *j = json_loadb(text, n, flags, je);
   tl_budget = NULL;
