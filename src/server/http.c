@@ -16,7 +16,7 @@
  *   type        POST needs Content-Type application/json → 415
  *   size        Content-Length or streamed body above max_body → 413, sent after the body has
  *               been read and dropped (so clients that write the whole body first see it), up to
- *               HTTP_DISCARD_MAX; larger or with "Expect: 100-continue" at once
+ *               max(HTTP_DISCARD_MIN, 8 x max_body); larger or with "Expect: 100-continue" at once
  *   memory      bodies and parse trees of all requests in flight within a global budget → 503;
  *               a parse tree within JSON_TREE_FACTOR x its body → 413 (json_budget.h)
  *   depth       JSON nesting deeper than max_depth → 400 (checked before parsing)
@@ -360,11 +360,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     return MHD_YES; /* come back with the body (or with nothing for GET) */
   }
+  if (*upload_size) http_guard_body(s->guard, r->gc, *upload_size); /* the body rate floor */
   if (r->rejected) { *upload_size = 0; return MHD_YES; }
   if (*upload_size) { /* a piece of the body */
     size_t n = *upload_size;
     *upload_size = 0;
-    http_guard_body(s->guard, r->gc, n);
     if (r->too_big || r->over_budget) return MHD_YES;
     if (r->n_body + n > s->opt->max_body) {
       r->too_big = 1;
