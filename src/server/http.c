@@ -511,7 +511,8 @@ int http_start(struct srv *s, struct MHD_Daemon **out, int *port_out, struct hea
   /* every body and parse tree in flight together: 64 bodies' worth, at least 512 MiB */
   size_t global = 64 * o->max_body;
   json_budget_init(global < ((size_t)512 << 20) ? (size_t)512 << 20 : global);
-  if (http_guard_new(o->head_timeout_s, HTTP_MIN_BODY_RATE, o->max_conns, o->verbose, &s->guard))
+  if (http_guard_new(o->head_timeout_s, o->timeout_s, HTTP_MIN_BODY_RATE, o->max_conns, o->verbose,
+                     &s->guard))
     return err_set(err, HEARTH_ERR_NOMEM, "cannot start the connection guard");
   atomic_store(&s->port, o->port);
   struct MHD_Daemon *d = MHD_start_daemon(

@@ -20,7 +20,7 @@ struct http_guard {
   int stop;
   struct http_conn head; /* list sentinel */
   int n_open;
-  double head_s, min_rate;
+  double head_s, idle_s, min_rate;
   int max_conns, verbose;
 };
 
@@ -39,7 +39,8 @@ static void check_all(struct http_guard *g, double now) {
     if (c->shut || c->fd < 0) continue;
     double age = now - c->t_phase;
     if (c->phase == HTTP_HEAD) {
-      if (age > g->head_s) shut(g, c, "request head too slow", age);
+      double limit = c->served && g->idle_s > g->head_s ? g->idle_s : g->head_s;
+      if (age > limit) shut(g, c, "request head too slow", age);
       else if (pressure && age > GUARD_PRESSURE_HEAD_S)
         shut(g, c, "request head too slow while connections are short", age);
     } else if (c->phase == HTTP_BODY) {
@@ -64,12 +65,13 @@ static void *guard_main(void *arg) {
   return NULL;
 }
 
-int http_guard_new(double head_s, double min_rate, int max_conns, int verbose,
+int http_guard_new(double head_s, double idle_s, double min_rate, int max_conns, int verbose,
                    struct http_guard **out) {
   struct http_guard *g = calloc(1, sizeof *g);
   if (!g) return -1;
   g->head.next = g->head.prev = &g->head;
   g->head_s = head_s;
+  g->idle_s = idle_s;
   g->min_rate = min_rate;
   g->max_conns = max_conns;
   g->verbose = verbose;
@@ -143,6 +145,7 @@ struct http_conn *http_guard_conn(struct MHD_Connection *conn) {
 void http_guard_phase(struct http_guard *g, struct http_conn *c, enum http_phase phase) {
   if (!g || !c) return;
   pthread_mutex_lock(&g->mu);
+  if (phase == HTTP_HEAD && c->phase != HTTP_HEAD) c->served = 1;
   c->phase = phase;
   c->t_phase = http_now();
   c->n_body = 0;

@@ -3,8 +3,9 @@
  * libmicrohttpd's connection timeout is an idle timeout: every byte resets it, so a client that
  * trickles one byte a second holds a connection forever. The guard tracks every connection from
  * accept (MHD_OPTION_NOTIFY_CONNECTION) to close and knows which phase it is in:
- *   HEAD  waiting for a request head (after accept, or after the previous reply on a keep-alive
- *         connection): the whole head must arrive within head_s seconds;
+ *   HEAD  waiting for a request head: after accept the whole head must arrive within head_s
+ *         seconds; after a reply on a keep-alive connection within max(head_s, idle_s), so that
+ *         an idle keep-alive connection lives as long as MHD's idle timeout lets it;
  *   BODY  reading the body: after a grace of head_s seconds the bytes received must keep up with
  *         min_rate bytes per second on average;
  *   BUSY  a handler runs or a reply is being sent: no deadline here (the engine and the SSE writer
@@ -35,12 +36,13 @@ struct http_conn {
   double t_phase;     /* when the phase began (monotonic seconds) */
   size_t n_body;      /* body bytes received in the BODY phase */
   int shut;           /* closed by the guard */
+  int served;         /* a request has completed on this connection (keep-alive) */
   int nul_in_url;     /* the URL or a query argument held %00 (set while unescaping) */
 };
 
-/* Starts the checking thread. head_s: head deadline and body grace; min_rate: body bytes per second
- * after the grace; max_conns: the soft connection limit. */
-int http_guard_new(double head_s, double min_rate, int max_conns, int verbose,
+/* Starts the checking thread. head_s: head deadline and body grace; idle_s: MHD's idle timeout;
+ * min_rate: body bytes per second after the grace; max_conns: the soft connection limit. */
+int http_guard_new(double head_s, double idle_s, double min_rate, int max_conns, int verbose,
                    struct http_guard **out);
 /* Stops the thread; call after the daemon has stopped (every connection closed). */
 void http_guard_free(struct http_guard *g);
