@@ -11,6 +11,7 @@
 #include "server/server.h"
 
 static volatile sig_atomic_t g_stop;
+static char *g_key_file; /* --api-key-file's key; file scope so early returns do not leak it */
 static void on_signal(int sig) { (void)sig; g_stop = 1; }
 
 static void usage(FILE *f) {
@@ -22,8 +23,8 @@ static void usage(FILE *f) {
           "  --port N           TCP port, 0 = any free port [8080]\n"
           "  --port-file PATH   write the bound port here once listening\n"
           "  --embedding-model [ID=]DIR   an embedding model to serve beside the chat model\n"
-          "  --api-key-file F   require 'Authorization: Bearer <first line of F>'\n"
-          "  --api-key KEY      the same with the key inline (also $HEARTH_API_KEY)\n"
+          "  --api-key-file F   require 'Authorization: Bearer <first line of F>' (1 to 4096 characters)\n"
+          "  --api-key KEY      the same with the key inline (also $HEARTH_API_KEY; empty is refused)\n"
           "  --parallel N       sequences decoded together per model [4]\n"
           "  --ctx N            context tokens per sequence [4096]\n"
           "  --kv-tokens N      KV pool per model [parallel * ctx]\n"
@@ -34,6 +35,8 @@ static void usage(FILE *f) {
           "  --prefill-chunk N  prompt tokens per sequence per engine step [512]\n"
           "  --max-conns N      concurrent connections [128]\n"
           "  --timeout S        idle connection timeout in seconds [15]\n"
+          "  --header-timeout S a request head must arrive within S seconds, a body keep up\n"
+          "                     16 KiB/s after S seconds; slower clients are disconnected [10]\n"
           "  --dtype int4|bf16|f32   weight format [int4]\n"
           "  --backend cpu|cuda      [cpu]\n"
           "  --kv-cache-dir DIR keep shared KV prefixes on disk, reused after a restart\n"
@@ -41,16 +44,30 @@ static void usage(FILE *f) {
           "  -v, --verbose      log every request\n");
 }
 
-/* Reads the first line of path into buf (trailing whitespace stripped); 0 on success. */
-static int read_key_file(const char *path, char *buf, size_t cap) {
+/* The longest API key accepted: far above any real token, and it must fit in one request head
+ * (http.c caps a connection's header memory at 64 KiB). */
+#define SERVE_MAX_KEY 4096
+
+/* Reads the first line of path (trailing whitespace stripped) into *out (malloc'd); 0 on success,
+ * or -1 with why filled: a key is never cut short, a longer one is refused. */
+static int read_key_file(const char *path, char **out, const char **why) {
+  *why = "cannot read it";
   FILE *f = fopen(path, "r");
   if (!f) return -1;
-  int ok = fgets(buf, (int)cap, f) != NULL;
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t got = getline(&line, &cap, f);
   fclose(f);
-  if (!ok) return -1;
-  size_t n = strlen(buf);
-  while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' || buf[n - 1] == '\t')) buf[--n] = 0;
-  return n ? 0 : -1;
+  if (got < 0) { free(line); return -1; }
+  size_t n = (size_t)got;
+  while (n && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' ' || line[n - 1] == '\t')) line[--n] = 0;
+  if (!n || n > SERVE_MAX_KEY) {
+    *why = n ? "its first line is longer than 4096 characters" : "its first line is empty";
+    free(line);
+    return -1;
+  }
+  *out = line;
+  return 0;
 }
 
 static int num(const char *flag, const char *v, long lo, long hi, long *out) {
@@ -86,11 +103,19 @@ int cmd_serve(int argc, char **argv) {
     else if (!strcmp(a, "--host")) o.host = v;
     else if (!strcmp(a, "--port")) { if (num(a, v, 0, 65535, &x)) return 2; o.port = (int)x; }
     else if (!strcmp(a, "--port-file")) o.port_file = v;
-    else if (!strcmp(a, "--api-key")) o.api_key = v;
+    else if (!strcmp(a, "--api-key")) {
+      if (!*v || strlen(v) > SERVE_MAX_KEY) {
+        fprintf(stderr, "hearth serve: --api-key must be 1 to %d characters\n", SERVE_MAX_KEY);
+        return 2;
+      }
+      o.api_key = v;
+    }
     else if (!strcmp(a, "--api-key-file")) {
-      static char key[512];
-      if (read_key_file(v, key, sizeof key)) { fprintf(stderr, "hearth serve: cannot read a key from %s\n", v); return 2; }
-      o.api_key = key;
+      const char *why;
+      free(g_key_file);
+      g_key_file = NULL;
+      if (read_key_file(v, &g_key_file, &why)) { fprintf(stderr, "hearth serve: --api-key-file %s: %s\n", v, why); return 2; }
+      o.api_key = g_key_file;
     }
     else if (!strcmp(a, "--parallel")) { if (num(a, v, 1, 256, &x)) return 2; o.n_slots = (int)x; }
     else if (!strcmp(a, "--ctx")) { if (num(a, v, 16, 1 << 20, &x)) return 2; o.n_ctx = (int)x; }
@@ -102,6 +127,7 @@ int cmd_serve(int argc, char **argv) {
     else if (!strcmp(a, "--prefill-chunk")) { if (num(a, v, 1, 1 << 20, &x)) return 2; o.prefill_chunk = (int)x; }
     else if (!strcmp(a, "--max-conns")) { if (num(a, v, 1, 65536, &x)) return 2; o.max_conns = (int)x; }
     else if (!strcmp(a, "--timeout")) { if (num(a, v, 1, 3600, &x)) return 2; o.timeout_s = (int)x; }
+    else if (!strcmp(a, "--header-timeout")) { if (num(a, v, 1, 3600, &x)) return 2; o.head_timeout_s = (int)x; }
     else if (!strcmp(a, "--kv-cache-dir")) o.model.kv_cache_dir = v;
     else if (!strcmp(a, "--threads")) { if (num(a, v, 0, 4096, &x)) return 2; o.model.n_threads = (int)x; }
     else if (!strcmp(a, "--dtype")) {
@@ -119,6 +145,10 @@ int cmd_serve(int argc, char **argv) {
     i += takes;
   }
   if (!o.n_models) { usage(stderr); return 2; }
+  if (o.api_key && strlen(o.api_key) > SERVE_MAX_KEY) {
+    fprintf(stderr, "hearth serve: the API key is longer than %d characters\n", SERVE_MAX_KEY);
+    return 2;
+  }
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;
@@ -127,6 +157,8 @@ int cmd_serve(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   struct hearth_err err = {0};
   int rc = server_run(&o, &g_stop, &err);
+  free(g_key_file);
+  g_key_file = NULL;
   if (rc) {
     fprintf(stderr, "hearth serve: %s\n", err.msg);
     return 1;

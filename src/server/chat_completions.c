@@ -151,7 +151,12 @@ static int check_tool_choice(json_t *tc, json_t *tools, struct srv_model *m, str
     n++;
   }
   if (want && !found) return v_fail(e, "tool_choice", "'tool_choice' names '%s', which is not among the tools", want);
-  if (!textio_qwen_tool_calls(m->tio) || (!want && n > JPROG_MAX_NAMES)) return 0; /* not forced: see above */
+  if (!textio_qwen_tool_calls(m->tio)) return 0; /* not forced: see above */
+  /* the forcing program holds at most JPROG_MAX_NAMES names: refuse rather than not enforce */
+  if (!want && n > JPROG_MAX_NAMES)
+    return v_fail(e, "tool_choice",
+                  "'tool_choice' \"required\" can be enforced with at most %d tools, got %d "
+                  "(name one function or use \"auto\")", JPROG_MAX_NAMES, n);
   if (want) { o->tool_names[0] = want; n = 1; }
   for (int k = 0; k < n; k++)
     if (!jprog_name_ok(o->tool_names[k]))

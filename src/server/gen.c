@@ -19,7 +19,6 @@ int gen_parse(json_t *b, int chat, struct gen_opts *o, struct verr *e) {
   memset(o, 0, sizeof *o);
   hearth_sampling_default(&o->sampling);
   long long ll;
-  double d;
   json_t *so, *lb;
   if (v_bool(b, "stream", 0, &o->stream, e)) return -1;
   if (v_obj(b, "stream_options", &so, e)) return -1;
@@ -39,21 +38,15 @@ int gen_parse(json_t *b, int chat, struct gen_opts *o, struct verr *e) {
     if (v_int(b, "max_tokens", o->echo ? 0 : 1, INT_MAX, 16, &ll, e)) return -1;
     o->max_tokens = (int)ll;
   }
-  if (v_num(b, "temperature", 0, 2, 1.0, &d, e)) return -1;
-  o->sampling.temperature = (float)d;
-  if (v_num(b, "top_p", 0, 1, 1.0, &d, e)) return -1;
-  if (d <= 0) return v_fail(e, "top_p", "'top_p' must be greater than 0");
-  o->sampling.top_p = (float)d;
+  struct hearth_sampling *sp = &o->sampling;
+  if (v_float(b, "temperature", 0, 2, 0, 1.0f, &sp->temperature, e)) return -1;
+  if (v_float(b, "top_p", 0, 1, 1, 1.0f, &sp->top_p, e)) return -1;
   if (v_int(b, "top_k", 0, 1 << 20, 0, &ll, e)) return -1;
-  o->sampling.top_k = (int)ll;
-  if (v_num(b, "min_p", 0, 1, 0, &d, e)) return -1;
-  o->sampling.min_p = (float)d;
-  if (v_num(b, "repetition_penalty", 0.01, 10, 1, &d, e)) return -1;
-  o->sampling.repetition_penalty = (float)d;
-  if (v_num(b, "presence_penalty", -2, 2, 0, &d, e)) return -1;
-  o->sampling.presence_penalty = (float)d;
-  if (v_num(b, "frequency_penalty", -2, 2, 0, &d, e)) return -1;
-  o->sampling.frequency_penalty = (float)d;
+  sp->top_k = (int)ll;
+  if (v_float(b, "min_p", 0, 1, 0, 0, &sp->min_p, e)) return -1;
+  if (v_float(b, "repetition_penalty", 0.01f, 10, 0, 1, &sp->repetition_penalty, e)) return -1;
+  if (v_float(b, "presence_penalty", -2, 2, 0, 0, &sp->presence_penalty, e)) return -1;
+  if (v_float(b, "frequency_penalty", -2, 2, 0, 0, &sp->frequency_penalty, e)) return -1;
   if (v_int(b, "seed", LLONG_MIN, LLONG_MAX, 0, &ll, e)) return -1;
   if (json_object_get(b, "seed") && !json_is_null(json_object_get(b, "seed")))
     o->sampling.seed = (uint64_t)ll;

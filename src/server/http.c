@@ -3,14 +3,22 @@
  * Mode: one thread per connection (MHD_USE_THREAD_PER_CONNECTION), so handlers and SSE readers may
  * block on their request's token stream without busy-waiting. Guards, in the order applied:
  *   bind        loopback only (http_is_loopback), refused at start otherwise
- *   limits      MHD: connection limit (max_conns), idle timeout (timeout_s, the slowloris guard),
- *               per-connection memory (header floods → 431 from MHD)
+ *   limits      MHD: connection limit (max_conns + a small reserve), idle timeout (timeout_s),
+ *               per-connection memory (header floods → 431 from MHD), strict parsing; the
+ *               slow-client guard (http_guard.h): head deadline, body rate floor
+ *   framing     %00 in the URL, two Host or Content-Length headers, Transfer-Encoding with
+ *               Content-Length → 400; a Transfer-Encoding other than chunked → 501; the
+ *               connection closes after these replies
  *   route       unknown path 404, known path with another method 405 + Allow
  *   Host        must name loopback and the bound port (DNS-rebinding guard) → 403; HTTP/1.1
  *               without Host → 400
  *   auth        bearer token when --api-key is set → 401
  *   type        POST needs Content-Type application/json → 415
- *   size        Content-Length or streamed body above max_body → 413
+ *   size        Content-Length or streamed body above max_body → 413, sent after the body has
+ *               been read and dropped (so clients that write the whole body first see it), up to
+ *               max(HTTP_DISCARD_MIN, 8 x max_body); larger or with "Expect: 100-continue" at once
+ *   memory      bodies and parse trees of all requests in flight within a global budget → 503;
+ *               a parse tree within JSON_TREE_FACTOR x its body → 413 (json_budget.h)
  *   depth       JSON nesting deeper than max_depth → 400 (checked before parsing)
  *   JSON        body must parse (strict UTF-8) to an object → 400
  * Every rejection is an OpenAI error object. Not here: anything about models or tokens.
@@ -32,6 +40,8 @@
 
 #include "base/err.h"
 #include "server/errors.h"
+#include "server/http_guard.h"
+#include "server/json_budget.h"
 #include "server/routes.h"
 
 double http_now(void) {
@@ -42,8 +52,15 @@ double http_now(void) {
 
 /* ---- replies ------------------------------------------------------------------------ */
 
+/* An oversized body is read and dropped up to this many bytes before the 413, so that clients that
+ * send the whole body before reading (most do) see the 413 rather than a reset connection. */
+#define HTTP_DISCARD_MIN ((unsigned long long)64 << 20)
+/* The body rate floor after the head deadline (http_guard.h), bytes per second. */
+#define HTTP_MIN_BODY_RATE (16.0 * 1024)
+
 static enum MHD_Result queue(struct http_req *r, unsigned status, struct MHD_Response *resp) {
   if (!resp) return MHD_NO;
+  if (r->close_after) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
   r->status = status;
   if (status >= 400) atomic_fetch_add(&r->srv->n_errors, 1);
   enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
@@ -182,11 +199,58 @@ static int auth_ok(const char *want, const char *got) {
   return diff == 0;
 }
 
+/* Headers whose repetition or value changes how the request is framed or routed. */
+struct framing {
+  int host, content_length, transfer_encoding;
+  int te_chunked; /* the one Transfer-Encoding is exactly "chunked" */
+};
+
+static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key,
+                                     const char *value) {
+  struct framing *f = cls;
+  (void)kind;
+  if (!strcasecmp(key, MHD_HTTP_HEADER_HOST)) f->host++;
+  else if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) f->content_length++;
+  else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
+    f->transfer_encoding++;
+    f->te_chunked = value && !strcasecmp(value, "chunked");
+  }
+  return MHD_YES;
+}
+
+/* What MHD 0.9.75 lets through even in strict mode (it takes the first of two Content-Lengths,
+ * waits forever for a body of an unknown Transfer-Encoding, truncates a URL at %00); queues the
+ * rejection and returns 1, or returns 0. These replies close the connection: the body's extent is
+ * unknown, so nothing after it can be trusted as the next request. */
+static int framing_check(struct http_req *r, enum MHD_Result *ret) {
+  struct framing f = {0};
+  MHD_get_connection_values(r->conn, MHD_HEADER_KIND, count_framing, &f);
+  const char *why = NULL;
+  unsigned status = 400;
+  int nul = r->gc && r->gc->nul_in_url;
+  if (r->gc) r->gc->nul_in_url = 0; /* noted while unescaping this request's URL */
+  if (nul) why = "the URL holds a NUL byte (%00)";
+  else if (f.host > 1) why = "more than one Host header";
+  else if (f.content_length > 1) why = "more than one Content-Length header";
+  else if (f.transfer_encoding && f.content_length)
+    why = "both Transfer-Encoding and Content-Length";
+  else if (f.transfer_encoding && (f.transfer_encoding > 1 || !f.te_chunked)) {
+    why = "Transfer-Encoding other than chunked is not supported";
+    status = 501;
+  }
+  if (!why) return 0;
+  r->close_after = 1;
+  *ret = http_reply_error(r, status, NULL, status == 501 ? "not_implemented" : "bad_request", "%s",
+                          why);
+  return 1;
+}
+
 /* Checks that need only the headers; queues a rejection and returns 1, or returns 0. */
 static int precheck(struct http_req *r, const char *version, enum MHD_Result *ret) {
   struct MHD_Connection *c = r->conn;
   int known;
   const char *allow;
+  if (framing_check(r, ret)) return 1;
   r->route = routes_match(r->url, r->method, &known, &allow);
   const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
   if (!host && strcmp(version, MHD_HTTP_VERSION_1_0)) {
@@ -235,9 +299,17 @@ static int precheck(struct http_req *r, const char *version, enum MHD_Result *re
       errno = 0;
       unsigned long long v = strtoull(cl, &endp, 10);
       if (errno || *endp || v > r->srv->opt->max_body) {
-        *ret = http_reply_error(r, 413, NULL, "body_too_large", "request body exceeds %zu bytes",
-                                r->srv->opt->max_body);
-        return 1;
+        unsigned long long discard = 8ull * r->srv->opt->max_body;
+        if (discard < HTTP_DISCARD_MIN) discard = HTTP_DISCARD_MIN;
+        /* a client that waits for 100 Continue, or a body too large to drop, gets it at once */
+        if (errno || *endp || v > discard ||
+            MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT)) {
+          r->close_after = 1;
+          *ret = http_reply_error(r, 413, NULL, "body_too_large", "request body exceeds %zu bytes",
+                                  r->srv->opt->max_body);
+          return 1;
+        }
+        r->too_big = 1; /* read and drop it, then 413 */
       }
     }
   }
@@ -278,7 +350,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     r->url = url;
     r->method = method;
     r->t0 = http_now();
+    r->gc = http_guard_conn(conn);
     *con_cls = r;
+    http_guard_phase(s->guard, r->gc, HTTP_BODY);
     enum MHD_Result ret;
     if (precheck(r, version, &ret)) {
       r->rejected = 1;
@@ -286,11 +360,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     return MHD_YES; /* come back with the body (or with nothing for GET) */
   }
+  if (*upload_size) http_guard_body(s->guard, r->gc, *upload_size); /* the body rate floor */
   if (r->rejected) { *upload_size = 0; return MHD_YES; }
   if (*upload_size) { /* a piece of the body */
     size_t n = *upload_size;
     *upload_size = 0;
-    if (r->too_big) return MHD_YES;
+    if (r->too_big || r->over_budget) return MHD_YES;
     if (r->n_body + n > s->opt->max_body) {
       r->too_big = 1;
       free(r->body);
@@ -301,8 +376,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (r->n_body + n + 1 > r->cap_body) {
       size_t cap = r->cap_body ? r->cap_body : 4096;
       while (cap < r->n_body + n + 1) cap *= 2;
-      char *b = realloc(r->body, cap);
-      if (!b) return MHD_NO;
+      char *b = json_budget_reserve(&r->budget, cap - r->cap_body) ? NULL : realloc(r->body, cap);
+      if (!b) { /* no room: drop the body, 503 at the end */
+        r->over_budget = 1;
+        free(r->body);
+        r->body = NULL;
+        r->n_body = 0;
+        return MHD_YES;
+      }
       r->body = b;
       r->cap_body = cap;
     }
@@ -312,16 +393,27 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return MHD_YES;
   }
   /* the whole request is here */
+  http_guard_phase(s->guard, r->gc, HTTP_BUSY);
   if (r->too_big)
     return http_reply_error(r, 413, NULL, "body_too_large", "request body exceeds %zu bytes",
                             s->opt->max_body);
+  if (r->over_budget)
+    return http_reply_error(r, 503, NULL, "server_busy",
+                            "too many request bodies in memory right now; retry");
   if (!strcmp(method, "POST")) {
     json_error_t je;
     if (!r->n_body) return http_reply_error(r, 400, NULL, "invalid_json", "empty request body");
     if (json_depth(r->body, r->n_body, s->opt->max_depth) > s->opt->max_depth)
       return http_reply_error(r, 400, NULL, "invalid_json", "JSON nested deeper than %d levels",
                               s->opt->max_depth);
-    r->json = json_loadb(r->body, r->n_body, JSON_REJECT_DUPLICATES, &je);
+    r->json = json_budget_loadb(&r->budget, r->body, r->n_body, JSON_REJECT_DUPLICATES, &je);
+    if (!r->json && r->budget.over == JSON_BUDGET_GLOBAL)
+      return http_reply_error(r, 503, NULL, "server_busy",
+                              "too many request bodies in memory right now; retry");
+    if (!r->json && r->budget.over == JSON_BUDGET_REQUEST)
+      return http_reply_error(r, 413, NULL, "json_too_large",
+                              "the request JSON would take more than %d times its size in memory "
+                              "once parsed (too many small values)", JSON_TREE_FACTOR);
     if (!r->json)
       return http_reply_error(r, 400, NULL, "invalid_json", "invalid JSON at line %d column %d: %s",
                               je.line, je.column, je.text);
@@ -338,7 +430,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
   struct srv *s = cls;
-  (void)conn;
+  /* a keep-alive connection waits for its next request head from now */
+  http_guard_phase(s->guard, http_guard_conn(conn), HTTP_HEAD);
   struct http_req *r = *con_cls;
   if (!r) return;
   if (s->opt->verbose)
@@ -346,6 +439,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
             (http_now() - r->t0) * 1e3, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " [aborted]");
   json_decref(r->json);
   free(r->body);
+  json_budget_release(&r->budget);
   free(r);
   *con_cls = NULL;
 }
@@ -357,11 +451,42 @@ static void on_log(void *cls, const char *fmt, va_list ap) {
   vfprintf(stderr, fmt, ap);
 }
 
+static int hexval(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  c = (char)tolower((unsigned char)c);
+  return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* MHD_OPTION_UNESCAPE_CALLBACK: %XX decoding as MHD does it, noting a %00 on the connection so that
+ * framing_check refuses the request (MHD would hand the handler a path cut at the NUL). */
+static size_t unescape(void *cls, struct MHD_Connection *conn, char *s) {
+  (void)cls;
+  char *w = s;
+  int nul = 0;
+  for (const char *p = s; *p; p++) {
+    int hi, lo;
+    if (*p == '%' && (hi = hexval(p[1])) >= 0 && (lo = hexval(p[2])) >= 0) {
+      *w = (char)(hi * 16 + lo);
+      nul |= *w == 0;
+      w++;
+      p += 2;
+    } else {
+      *w++ = *p;
+    }
+  }
+  *w = 0;
+  struct http_conn *c = nul ? http_guard_conn(conn) : NULL;
+  if (c) c->nul_in_url = 1;
+  return (size_t)(w - s);
+}
+
 int http_start(struct srv *s, struct MHD_Daemon **out, int *port_out, struct hearth_err *err) {
   const struct server_options *o = s->opt;
   if (!http_is_loopback(o->host))
     return err_set(err, HEARTH_ERR_ARG,
                    "--host %s: hearth serves loopback only (127.0.0.1, ::1, localhost)", o->host);
+  if (o->api_key && !*o->api_key) /* "Bearer " with nothing after it must not be a valid token */
+    return err_set(err, HEARTH_ERR_ARG, "the API key is empty");
   if (o->port < 0 || o->port > 65535)
     return err_set(err, HEARTH_ERR_ARG, "--port %d: out of range", o->port);
   struct sockaddr_storage ss;
@@ -381,18 +506,32 @@ int http_start(struct srv *s, struct MHD_Daemon **out, int *port_out, struct hea
   } else {
     return err_set(err, HEARTH_ERR_ARG, "--host %s: not an address", o->host);
   }
+  if (o->head_timeout_s < 1)
+    return err_set(err, HEARTH_ERR_ARG, "--header-timeout %d: must be at least 1", o->head_timeout_s);
+  /* every body and parse tree in flight together: 64 bodies' worth, at least 512 MiB */
+  size_t global = 64 * o->max_body;
+  json_budget_init(global < ((size_t)512 << 20) ? (size_t)512 << 20 : global);
+  if (http_guard_new(o->head_timeout_s, o->timeout_s, HTTP_MIN_BODY_RATE, o->max_conns, o->verbose,
+                     &s->guard))
+    return err_set(err, HEARTH_ERR_NOMEM, "cannot start the connection guard");
   atomic_store(&s->port, o->port);
   struct MHD_Daemon *d = MHD_start_daemon(
       flags, (uint16_t)o->port, NULL, NULL, on_request, s,
       MHD_OPTION_EXTERNAL_LOGGER, on_log, s,
       MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-      MHD_OPTION_CONNECTION_LIMIT, (unsigned)o->max_conns,
+      MHD_OPTION_CONNECTION_LIMIT, (unsigned)(o->max_conns + HTTP_GUARD_RESERVE),
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->timeout_s,
       MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
+      MHD_OPTION_STRICT_FOR_CLIENT, (int)1,
       MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+      MHD_OPTION_NOTIFY_CONNECTION, http_guard_notify, s->guard,
+      MHD_OPTION_UNESCAPE_CALLBACK, unescape, s,
       MHD_OPTION_END);
-  if (!d)
+  if (!d) {
+    http_guard_free(s->guard);
+    s->guard = NULL;
     return err_set(err, HEARTH_ERR_IO, "cannot listen on %s:%d (port in use?)", o->host, o->port);
+  }
   const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
   *port_out = di ? di->port : o->port;
   atomic_store(&s->port, *port_out); /* was o->port: the same unless o->port is 0 */
@@ -400,6 +539,8 @@ int http_start(struct srv *s, struct MHD_Daemon **out, int *port_out, struct hea
   return 0;
 }
 
-void http_stop(struct MHD_Daemon *d) {
+void http_stop(struct srv *s, struct MHD_Daemon *d) {
   if (d) MHD_stop_daemon(d);
+  http_guard_free(s->guard);
+  s->guard = NULL;
 }

@@ -13,6 +13,8 @@
 #include <microhttpd.h>
 #include <stddef.h>
 
+#include "server/http_guard.h"
+#include "server/json_budget.h"
 #include "server/srv.h"
 #include "server/validate.h"
 
@@ -28,7 +30,11 @@ struct http_req {
   int rejected;              /* a response was queued before the body was read */
   char *body;                /* the request body, NUL-terminated; capped at opt->max_body */
   size_t n_body, cap_body;
-  int too_big;
+  int too_big;               /* over max_body: the body is read and dropped, then 413 */
+  int over_budget;           /* the global request-memory budget is spent: body dropped, then 503 */
+  int close_after;           /* the request's framing is unusable: close after the reply */
+  struct json_budget budget; /* this request's body and tree bytes (json_budget.h) */
+  struct http_conn *gc;      /* the connection as the slow-client guard sees it (may be NULL) */
   json_t *json;              /* POST body parsed as an object, owned here */
   unsigned status;           /* status of the queued reply (for the log) */
   double t0;                 /* monotonic seconds at arrival */
@@ -56,7 +62,8 @@ double http_now(void);
 
 /* Starts the daemon on o->host:o->port; *port_out gets the bound port. */
 int http_start(struct srv *s, struct MHD_Daemon **out, int *port_out, struct hearth_err *err);
-void http_stop(struct MHD_Daemon *d);
+/* Stops the daemon (joining every connection), then the slow-client guard. */
+void http_stop(struct srv *s, struct MHD_Daemon *d);
 /* 1 if host names the loopback interface (127.0.0.0/8, ::1, localhost). */
 int http_is_loopback(const char *host);
 

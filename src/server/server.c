@@ -30,6 +30,7 @@ void server_options_default(struct server_options *o) {
   o->prefill_chunk = 512;
   o->max_conns = 128;
   o->timeout_s = 15;
+  o->head_timeout_s = 10;
 }
 
 struct srv_model *srv_find_model(struct srv *s, const char *name) {
@@ -130,7 +131,7 @@ int server_run(const struct server_options *o, volatile sig_atomic_t *stop, stru
   /* stop the engines first: readers blocked on tokens see "cancelled" at once, then the daemon
    * can join its connection threads */
   for (int i = 0; i < s->n_models; i++) engine_shutdown(s->models[i].engine);
-  http_stop(d);
+  http_stop(s, d);
   for (int i = s->n_models - 1; i >= 0; i--) model_close(&s->models[i]);
   free(s);
   return rc;

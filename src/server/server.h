@@ -36,7 +36,9 @@ struct server_options {
   int keepalive_ms;  /* SSE ": keep-alive" comment after this long without data. default 3000 */
   int prefill_chunk; /* tokens per engine step: decode tokens plus prompt chunks. default 512 */
   int max_conns;     /* concurrent connections (MHD limit). default 128 */
-  int timeout_s;     /* idle connection timeout, the slowloris guard. default 15 */
+  int timeout_s;     /* idle connection timeout. default 15 */
+  int head_timeout_s; /* a request head must arrive within this; a body must keep up 16 KiB/s
+                       * after this long (server/http_guard.h). default 10 */
   int verbose;       /* log each request to stderr */
 };
 

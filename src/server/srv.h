@@ -12,6 +12,7 @@
 #include "server/server.h"
 
 struct engine;
+struct http_guard;
 struct jvocab;
 struct textio;
 
@@ -39,6 +40,7 @@ struct srv {
   atomic_ulong n_requests;   /* requests dispatched to a route */
   atomic_ulong n_errors;     /* 4xx/5xx replies */
   atomic_int n_active_http;  /* requests inside a handler right now */
+  struct http_guard *guard;  /* per-connection deadlines (http_guard.h), owned by http.c */
 };
 
 /* The model whose id equals name, or NULL. */

@@ -82,7 +82,19 @@ int textio_encode(const struct textio *t, const char *text, size_t len, int add_
 
 int textio_decode(const struct textio *t, const int32_t *ids, int n, int skip_special, char **text,
                   size_t *len, struct hearth_err *err) {
-  return tok_decode(t->tok, ids, n, skip_special, text, len, err);
+  /* padding ids (rows the checkpoint has past the tokenizer's vocabulary) have no text, as in
+   * textio_detok_push: drop them rather than fail the whole decode */
+  int n_vocab = tok_vocab_size(t->tok), k = 0;
+  for (int i = 0; i < n; i++) k += ids[i] >= 0 && ids[i] < n_vocab;
+  if (k == n) return tok_decode(t->tok, ids, n, skip_special, text, len, err);
+  int32_t *kept = malloc((size_t)(k ? k : 1) * sizeof *kept);
+  if (!kept) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
+  k = 0;
+  for (int i = 0; i < n; i++)
+    if (ids[i] >= 0 && ids[i] < n_vocab) kept[k++] = ids[i];
+  int rc = tok_decode(t->tok, kept, k, skip_special, text, len, err);
+  free(kept);
+  return rc;
 }
 
 /* ---- chat rendering -------------------------------------------------------------------- */

@@ -31,7 +31,8 @@ int textio_qwen_tool_calls(const struct textio *t);
  * for plain prompts; special tokens written in the text are parsed as specials. */
 int textio_encode(const struct textio *t, const char *text, size_t len, int add_special,
                   int32_t **ids, int *n, struct hearth_err *err);
-/* ids → text (*text malloc'd, valid UTF-8). */
+/* ids → text (*text malloc'd, valid UTF-8). Ids at or past the tokenizer's vocabulary (padding
+ * rows of the embedding table) and negative ids decode as empty text. */
 int textio_decode(const struct textio *t, const int32_t *ids, int n, int skip_special, char **text,
                   size_t *len, struct hearth_err *err);
 /* Renders a chat (messages: the request's array; tools: array or NULL; kwargs: object or NULL)

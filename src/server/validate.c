@@ -53,6 +53,18 @@ int v_num(json_t *obj, const char *key, double lo, double hi, double def, double
   return 0;
 }
 
+int v_float(json_t *obj, const char *key, float lo, float hi, int gt_lo, float def, float *out,
+            struct verr *e) {
+  double d = def;
+  if (v_num(obj, key, lo, hi, def, &d, e)) return -1;
+  float f = (float)d;
+  if (!isfinite(f) || f < lo || f > hi || (gt_lo && !(f > lo)))
+    return v_fail(e, key, "'%s' must be %s %g and at most %g as a 32-bit float, got %g", key,
+                  gt_lo ? "greater than" : "at least", (double)lo, (double)hi, d);
+  *out = f;
+  return 0;
+}
+
 int v_bool(json_t *obj, const char *key, int def, int *out, struct verr *e) {
   json_t *v = json_object_get(obj, key);
   if (!v || json_is_null(v)) { *out = def; return 0; }

@@ -24,6 +24,11 @@ int v_int(json_t *obj, const char *key, long long lo, long long hi, long long de
 /* Number (integer or real) in [lo, hi]. */
 int v_num(json_t *obj, const char *key, double lo, double hi, double def, double *out,
           struct verr *e);
+/* Number in [lo, hi] that is stored as a 32-bit float: the range is checked again after the
+ * conversion (1e-300 passes [0, 1] as a double but becomes 0.0f), so the engine never sees a value
+ * the check did not. gt_lo: the lower bound is exclusive (top_p must stay above 0). */
+int v_float(json_t *obj, const char *key, float lo, float hi, int gt_lo, float def, float *out,
+            struct verr *e);
 int v_bool(json_t *obj, const char *key, int def, int *out, struct verr *e);
 /* String; *out points into obj (valid while obj lives). required: a missing key is an error. */
 int v_str(json_t *obj, const char *key, int required, const char *def, const char **out,

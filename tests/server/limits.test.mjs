@@ -5,11 +5,15 @@
 // WWW-Authenticate; /health stays open); a full queue answers 503 with Retry-After and an OpenAI
 // error; a request needing more queue places than exist is a 400 naming n; a stream whose prompt is
 // still being evaluated receives ": keep-alive" comments before its first token, and its text is
-// unaffected by them.
+// unaffected by them. API keys: empty or over-long keys are refused at start, long keys are used whole.
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { after, before, test } from 'node:test';
 
-import { CHAT, postJSON as postRaw, requirePrereqs, sleep, startServer } from './harness.mjs';
+import { BIN, CHAT, FIX, postJSON as postRaw, requirePrereqs, sleep, startServer } from './harness.mjs';
 
 requirePrereqs({ openai: false });
 
@@ -123,4 +127,36 @@ test('keep-alive comments flow while a long prompt is evaluated, then the tokens
   assert.equal(plain.status, 200, plain.text);
   assert.equal(text, plain.body.choices[0].text);
   assert.ok(raw.trimEnd().endsWith('data: [DONE]'));
+});
+
+test('API keys: an empty key and one over 4096 characters are refused at start; a long key is used whole', async () => {
+  const base = ['serve', '--model', path.join(FIX, CHAT), '--port', '0'];
+  const refuse = (args, re) => {
+    const r = spawnSync(BIN, [...base, ...args], { encoding: 'utf8', timeout: 60000 });
+    assert.equal(r.status, 2, r.stderr);
+    assert.match(r.stderr, re);
+  };
+  refuse(['--api-key', ''], /--api-key must be 1 to 4096 characters/);
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'hearth-key-'));
+  try {
+    fs.writeFileSync(path.join(dir, 'long'), `${'k'.repeat(5000)}\n`);
+    refuse(['--api-key-file', path.join(dir, 'long')], /longer than 4096 characters/);
+    fs.writeFileSync(path.join(dir, 'empty'), '\n');
+    refuse(['--api-key-file', path.join(dir, 'empty')], /first line is empty/);
+    // 600 characters: once cut to 511 without a word; now the whole key is the key
+    const key = Array.from({ length: 600 }, (_, i) => 'abcdefghijklmnopqrstuvwxyz0123456789'[(i * 7) % 36]).join('');
+    fs.writeFileSync(path.join(dir, 'ok'), `${key}\n`);
+    const s = await startServer(['--api-key-file', path.join(dir, 'ok')]);
+    try {
+      const models = (k) => fetch(`${s.url}/v1/models`, { headers: { authorization: `Bearer ${k}` } }).then((r) => r.status);
+      assert.equal(await models(key), 200);
+      assert.equal(await models(key.slice(0, 511)), 401);
+      assert.equal(await models(`${key}x`), 401);
+      assert.equal(await models(''), 401);
+    } finally {
+      assert.equal((await s.stop()).code, 0);
+    }
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
 });

@@ -5,7 +5,10 @@
  *          documents and of refused texts, every prefix of every accepted document, and random
  *          byte strings checked against jansson (complete ⇔ jansson parses it as an object).
  *   json_mask: on the real Qwen vocabulary, the per-step mask equals feeding each token alone, and
- *          walks that take random allowed tokens end as a JSON object / a well-formed tool call. */
+ *          walks that take random allowed tokens end as a JSON object / a well-formed tool call.
+ *   json_budget: request JSON whose parse tree would outgrow its size is refused (by the pre-scan
+ *          before any allocation, or by the counting allocator mid-parse), ordinary bodies parse, and
+ *          the global budget refuses what does not fit and takes back what is released. */
 #include <jansson.h>
 #include <math.h>
 #include <stdint.h>
@@ -14,6 +17,7 @@
 #include <string.h>
 
 #include "server/errors.h"
+#include "server/json_budget.h"
 #include "server/json_mask.h"
 #include "server/json_schema.h"
 #include "test.h"
@@ -585,4 +589,83 @@ TEST_GROUP(mask_fuzz) {
   tok_free(t);
 }
 
-TEST_MAIN(T(scrub), T(json_fsm), T(json_mask), T(json_schema), T(mask_fuzz))
+/* "pre" + n copies of unit joined by ',' + "post" (malloc'd); *len its length. */
+static char *repeat_json(const char *pre, const char *unit, size_t n, const char *post, size_t *len) {
+  size_t pl = strlen(pre), ul = strlen(unit), ql = strlen(post);
+  char *b = malloc(pl + ql + (ul + 1) * n + 1), *w = b;
+  if (!b) return NULL;
+  memcpy(w, pre, pl), w += pl;
+  for (size_t i = 0; i < n; i++) {
+    if (i) *w++ = ',';
+    memcpy(w, unit, ul), w += ul;
+  }
+  memcpy(w, post, ql), w += ql;
+  *w = 0;
+  *len = (size_t)(w - b);
+  return b;
+}
+
+TEST_GROUP(json_budget) {
+  json_budget_init((size_t)64 << 20);
+  json_error_t je;
+  size_t n;
+  /* [{},{},...]: ~38x its size in jansson; refused by the pre-scan, nothing allocated */
+  char *t = repeat_json("[", "{}", 2000000, "]", &n);
+  REQUIRE(t);
+  struct json_budget b = {0};
+  json_t *j = json_budget_loadb(&b, t, n, 0, &je);
+  CHECK(!j && b.over == JSON_BUDGET_REQUEST && b.spent == 0);
+  json_decref(j);
+  free(t);
+  /* [1,1,...] passes the pre-scan (20 bytes a value) but the parse needs ~30x: stopped mid-way */
+  t = repeat_json("[", "1", 1500000, "]", &n);
+  REQUIRE(t);
+  j = json_budget_loadb(&b, t, n, 0, &je);
+  CHECKF(!j && b.over == JSON_BUDGET_REQUEST, "over %d", b.over);
+  CHECKF(b.spent > n * JSON_TREE_FACTOR / 2 && b.spent <= n * JSON_TREE_FACTOR + JSON_TREE_SLACK,
+         "spent %zu of %zu", b.spent, n * JSON_TREE_FACTOR + JSON_TREE_SLACK);
+  free(t);
+  json_budget_release(&b);
+  CHECK(json_budget_in_use() == 0);
+  /* chat messages (~10x) and 6-digit token ids (~9x) parse, and their cost is charged */
+  t = repeat_json("{\"messages\":[", "{\"role\":\"user\",\"content\":\"how are you doing today?\"}",
+                  20000, "]}", &n);
+  REQUIRE(t);
+  j = json_budget_loadb(&b, t, n, 0, &je);
+  CHECKF(j && json_array_size(json_object_get(j, "messages")) == 20000, "%s", je.text);
+  CHECK(b.spent > n && b.used == b.spent && json_budget_in_use() == b.used);
+  json_decref(j);
+  free(t);
+  json_budget_release(&b);
+  t = repeat_json("{\"prompt\":[", "151643", 500000, "]}", &n);
+  REQUIRE(t);
+  j = json_budget_loadb(&b, t, n, 0, &je);
+  CHECKF(j && json_array_size(json_object_get(j, "prompt")) == 500000, "%s", je.text);
+  json_decref(j);
+  free(t);
+  json_budget_release(&b);
+  /* the global budget (64 MiB here): what does not fit is refused until released */
+  struct json_budget a = {0}, c = {0};
+  CHECK(json_budget_reserve(&a, (size_t)60 << 20) == 0);
+  CHECK(json_budget_reserve(&c, (size_t)8 << 20) == -1 && c.over == JSON_BUDGET_GLOBAL && c.used == 0);
+  t = repeat_json("[", "\"abcdefgh\"", 100000, "]", &n); /* ~2 MB of tree: over 64 MiB in all */
+  REQUIRE(t);
+  c.over = 0;
+  j = json_budget_loadb(&c, t, n, 0, &je);
+  CHECK(!j && c.over == JSON_BUDGET_GLOBAL);
+  json_budget_release(&c);
+  json_budget_release(&a);
+  CHECK(json_budget_in_use() == 0);
+  j = json_budget_loadb(&c, t, n, 0, &je);
+  CHECK(j && json_array_size(j) == 100000);
+  json_decref(j);
+  json_budget_release(&c);
+  free(t);
+  CHECK(json_budget_in_use() == 0);
+  /* outside a budgeted parse jansson allocates as before */
+  j = json_pack("{s:[i,i]}", "a", 1, 2);
+  CHECK(j && json_budget_in_use() == 0);
+  json_decref(j);
+}
+
+TEST_MAIN(T(scrub), T(json_fsm), T(json_mask), T(json_schema), T(mask_fuzz), T(json_budget))
