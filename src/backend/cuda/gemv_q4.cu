@@ -74,7 +74,9 @@ __host__ __device__ inline int gemv_steps(int G, int ks) { return ((G + GEMV_GPS
  *   are shifts and masks when head_dim is a power of two (a.hds);
  * - the -8 weight offset is folded into a per-group correction (see gemv_smem) that enters as the second mma chain's
  *   starting value (read as one float4 per lane, stored negated and twice: [G][tig][token 2 tig, 2 tig + 1, 2 tig,
- *   2 tig + 1]). */
+ *   2 tig + 1]).
+ * The measurement switch GEMV_ABLATE (the kernel with its weight bytes, x prologue, epilogue, conversion, x reads or
+ * mma taken out: bench/NOTES.md rounds 6 and 15) went with them. */
 typedef double gemv_ss_t;
 #define GEMV_CPG 16 /* correction floats per group */
 
