@@ -7,8 +7,8 @@
 # timed like the baseline (about a minute more each). AB_ENVS: space-separated name:VAR=value,VAR=value runs of the
 # tree's own build with those environment variables (runtime knobs: no build, only the timing rounds).
 #   AB_BASE=.ab-base bash bench/ab.sh
-#   AB_BASE=.ab-base AB_VARIANTS="gps1:-DGEMV_GPS=1 fold0:-DGEMV_FOLD=0" bash bench/ab.sh
-#   AB_ENVS="ring4:HEARTH_GEMV_RING_FIT=0 ps1:HEARTH_GEMV_PER_SM=1" bash bench/ab.sh
+#   AB_BASE=.ab-base AB_VARIANTS="v1:-DMY_SWITCH=1" bash bench/ab.sh   (a -D switch the experiment's code reads)
+#   AB_ENVS="x:MY_KNOB=1" bash bench/ab.sh   (a variable the experiment's code reads; the product reads none)
 # The device tool brings back at most 8 files of $OUT, and ab.sh writes ~15 (with the trace): in a device call, point
 # OUT at a scratch folder and tar it into the tool's folder, e.g.
 #   R=$OUT; export OUT=/tmp/o; AB_BASE=.ab-base bash bench/ab.sh >$OUT/ab_all.txt 2>&1; tar czf $R/logs.tgz -C $OUT .

@@ -12,6 +12,7 @@ set -euo pipefail
 BUILD=${1:-build-cpu}
 ROUNDS=${2:-3}
 DIR=${HEARTH_BENCH_DIR:-/tmp}
+mkdir -p "$DIR"
 THREADS=${THREADS:-2}
 REPS=${REPS:-3}
 MODELS=${MODELS:-"0.5b 3b"}

@@ -43,10 +43,10 @@ if [ "$what" = full ]; then
   rc=0
   run test_cuda_ops 60 $B/tests/cuda/test_cuda_ops >"$OUT/test.log" 2>&1 || rc=1
   grep -vE "^  (matmul|rope|gather)" "$OUT/test.log" | tail -25
-  # the fast group under the GEMV knobs a product run never sets (ctest's test_cuda_ops.fast_ring4 / fast_we0)
-  for kv in HEARTH_GEMV_RING=4 HEARTH_GEMV_WE_MIN=0; do
-    run "test_cuda_ops fast $kv" 40 env "$kv" $B/tests/cuda/test_cuda_ops fast >"$OUT/test-${kv%%=*}.log" 2>&1 || rc=1
-    tail -1 "$OUT/test-${kv%%=*}.log"
+  # the fast group with the launch shapes only large models take forced on (ctest's test_cuda_ops.fast_we0 / fast_cores)
+  for kv in HEARTH_TEST_GEMV=whole HEARTH_TEST_GEMV=cores; do
+    run "test_cuda_ops fast $kv" 40 env "$kv" $B/tests/cuda/test_cuda_ops fast >"$OUT/test-${kv#*=}.log" 2>&1 || rc=1
+    tail -1 "$OUT/test-${kv#*=}.log"
   done
   if [ -n "${CTEST_FIRST:-}" ]; then # accuracy first (test_cuda_model, test_oracle_cuda.*)
     (cd $B && run ctest 150 ctest -L cuda -E test_cuda_ops --output-on-failure) >"$OUT/ctest.log" 2>&1 || rc=1

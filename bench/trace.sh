@@ -6,7 +6,7 @@
 # multiplied, partial tiles reduced, outputs written, end) was done. Logs: $OUT/trace-<model>.txt.
 #   bash bench/trace.sh                 build, then run (about 2 minutes)
 #   TRACE_STAGE=build|run bash bench/trace.sh   one half (e.g. build beside bench/gpu.sh, run after it)
-#   TRACE_FLAGS=-DHEARTH_L2_HINTS=0 bash bench/trace.sh   more CUDA flags for the trace build (here: no cache hints)
+#   TRACE_FLAGS=-DMY_SWITCH=1 bash bench/trace.sh   more CUDA flags for the trace build (an experiment's own switch)
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -29,12 +29,6 @@ for m in 0.5b 3b; do
   tg() { timeout 60 $B/hearth bench --model "$dir" --backend cuda -p 71 -n 64 -r 2 --tg-ctx 71 >"$OUT/trace-$m.txt" 2>&1; }
   tg
   rc=$?
-  if [ $rc -ne 0 ]; then # round 18: with attn_o on, the 0.5B's trace build stopped ("illegal instruction"); gone since
-    # round 24 (attn_o's Wo copy unhinted, ATTN_O_HINT 0), kept as a fall-back that says when it is taken
-    echo "== $m: rc $rc ($(head -c 160 "$OUT/trace-$m.txt")); again with HEARTH_ATTN_O=0"
-    HEARTH_ATTN_O=0 tg
-    rc=$?
-  fi
   echo "== timeline $m (rc $rc; the whole table in trace-$m.txt)"
   grep -E "^\| (#|[0-9])" "$OUT/trace-$m.txt" | sed -n "1,12p;\$p"
 done

@@ -19,6 +19,11 @@ static void usage(FILE *f) {
   fprintf(f, "hearth %s — private local LLM inference\n\nusage: hearth <command> [options]\n\n", hearth_version());
   for (size_t i = 0; i < sizeof k_cmds / sizeof k_cmds[0]; i++) fprintf(f, "  %-10s %s\n", k_cmds[i].name, k_cmds[i].help);
   fprintf(f, "\n'hearth <command> --help' describes each command.\n");
+  fprintf(f, "\nenvironment (README.md, \"Environment\"):\n"
+             "  HF_HUB_CACHE, HF_HOME  where model names are looked up (default ~/.cache/huggingface/hub)\n"
+             "  HEARTH_API_KEY         serve: the bearer key clients must send (as --api-key)\n"
+             "  HEARTH_CPU             avx2 or scalar: cap the CPU kernels' instruction set (default: the best the\n"
+             "                         CPU has), e.g. to compare paths or to avoid AVX-512 clock drops\n");
 }
 
 int main(int argc, char **argv) {

@@ -83,12 +83,6 @@ struct hb_attn_params {
 
 struct hb_ctx; /* backend instance */
 
-/* one layer of a pre-norm decoder for decode_stack: the tensors model/blocks.c passes to the per-layer ops */
-struct hb_stack_layer {
-  const struct hb_tensor *attn_norm, *wq, *wk, *wv, *bq, *bk, *bv, *wo, *ffn_norm, *w_gate, *w_up, *w_down;
-  struct hb_kv_layer *kv;
-};
-
 struct hb_config {
   int n_threads;    /* CPU */
   int device;       /* CUDA device ordinal */
@@ -201,11 +195,6 @@ struct hb_ops {
   /* the longest sequence (its keys after the step) attn_o takes at this head_dim; 0: none. A decode step's graph
    * differs on either side of it, so the runtime keeps graphs of its own for the steps below it (session.c). */
   int (*attn_o_max_len)(struct hb_ctx *ctx, int head_dim);
-  /* x += the whole layer stack for a batch of one token: for every layer, block_attention then block_mlp_swiglu of
-   * model/blocks.c (Qwen2: q/k/v biases, no q/k norms, full causal attention), in one launch. Returns 1, having done
-   * nothing, when it does not cover the shapes; 0 when it ran. */
-  int (*decode_stack)(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_stack_layer *layers, int n_layers,
-                      const struct hb_batch *b, const struct hb_attn_params *p, float eps, float theta);
 };
 
 /* Backends compiled into this build. hb_cuda_ops is NULL-safe: hb_get returns NULL when absent. */

@@ -99,28 +99,6 @@ void block_mlp_swiglu(struct hearth_model *m, const struct layer_weights *L, int
   be->add(c, &x, &o, n);
 }
 
-int block_decode_stack(struct hearth_model *m, struct hb_batch *b) {
-  const struct hb_ops *be = m->be;
-  const struct hf_config *cfg = &m->cfg;
-  enum { MAX_LAYERS = 256 };
-  if (!be->decode_stack || b->n_tokens != 1 || cfg->num_hidden_layers > MAX_LAYERS) return 0;
-  struct hb_stack_layer ls[MAX_LAYERS];
-  for (int i = 0; i < cfg->num_hidden_layers; i++) {
-    const struct layer_weights *L = &m->w.layers[i];
-    ls[i] = (struct hb_stack_layer){
-      .attn_norm = &L->attn_norm, .wq = &L->wq, .wk = &L->wk, .wv = &L->wv, .bq = &L->bq, .bk = &L->bk,
-      .bv = &L->bv, .wo = &L->wo, .ffn_norm = &L->ffn_norm, .w_gate = &L->w_gate, .w_up = &L->w_up,
-      .w_down = &L->w_down, .kv = &m->kv.layers[i],
-    };
-  }
-  struct hb_attn_params ap = {
-    .n_heads = cfg->num_attention_heads, .n_kv_heads = cfg->num_key_value_heads,
-    .head_dim = cfg->head_dim, .scale = 1.0f / sqrtf((float)cfg->head_dim), .window = 0, .softcap = 0.0f,
-  };
-  struct hb_tensor x = rows_view(&m->scratch.x, 1);
-  return !be->decode_stack(m->bctx, &x, ls, cfg->num_hidden_layers, b, &ap, cfg->rms_norm_eps, cfg->rope_theta);
-}
-
 void block_head(struct hearth_model *m, struct hb_batch *b, int want_hidden) {
   const struct hb_ops *be = m->be;
   struct hb_ctx *c = m->bctx;

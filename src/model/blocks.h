@@ -19,10 +19,6 @@ void block_embed(struct hearth_model *m, int n, float scale);
 void block_head(struct hearth_model *m, struct hb_batch *b, int want_hidden);
 /* h += down(silu(gate(xn)) * up(xn)) for the first n rows, xn = rmsnorm(h) with ffn_norm. */
 void block_mlp_swiglu(struct hearth_model *m, const struct layer_weights *L, int n);
-/* every layer's block_attention (q/k/v biases, no q/k norms) and block_mlp_swiglu for a batch of one token, in one
- * backend op where the backend has decode_stack for these shapes; returns 1 when it ran, 0 when the caller must run
- * the layers one by one */
-int block_decode_stack(struct hearth_model *m, struct hb_batch *b);
 /* Standard GQA self-attention with NeoX RoPE over the paged cache, qk-norm optional.
  * h += o_proj(attn(rope(q), rope(k), v)), xn = rmsnorm(h) with attn_norm. */
 void block_attention(struct hearth_model *m, const struct layer_weights *L, int layer,

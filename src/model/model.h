@@ -79,7 +79,6 @@ struct model_ahead {
                  * 1024), halved after every 32 claimed ones (never below 2) */
   int claims;   /* claimed steps since need last changed */
   uint64_t n_claimed, n_dropped; /* since load (hearth_model_ahead_counts) */
-  int off;      /* HEARTH_AHEAD=0 */
   struct hearth_session *ss[AHEAD_MAX];
   uint64_t epoch[AHEAD_MAX];
   int32_t pos[AHEAD_MAX], tok[AHEAD_MAX];

@@ -73,12 +73,11 @@ static int qwen2_bind(struct hearth_model *m, const struct st_set *st, enum hear
 
 static void qwen2_forward(struct hearth_model *m, struct hb_batch *b, int want_hidden) {
   block_embed(m, b->n_tokens, 1.0f);
-  if (!block_decode_stack(m, b))
-    for (int i = 0; i < m->cfg.num_hidden_layers; i++) {
-      const struct layer_weights *L = &m->w.layers[i];
-      block_attention(m, L, i, b, /*qk_norm=*/0, /*bias=*/1);
-      block_mlp_swiglu(m, L, b->n_tokens);
-    }
+  for (int i = 0; i < m->cfg.num_hidden_layers; i++) {
+    const struct layer_weights *L = &m->w.layers[i];
+    block_attention(m, L, i, b, /*qk_norm=*/0, /*bias=*/1);
+    block_mlp_swiglu(m, L, b->n_tokens);
+  }
   block_head(m, b, want_hidden);
 }
 

@@ -179,8 +179,6 @@ int hearth_model_load(const struct hearth_model_params *p, struct hearth_model *
   struct hearth_model *m = calloc(1, sizeof *m);
   if (!m) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
   pthread_mutex_init(&m->forward_mu, NULL);
-  const char *ahead = getenv("HEARTH_AHEAD"); /* 0: no decode step enqueued ahead (a bench knob) */
-  m->ahead.off = ahead && !strcmp(ahead, "0");
   m->ahead.need = 2;
   char dir[4096];
   int rc = hub_resolve(p->path, dir, sizeof dir, err);

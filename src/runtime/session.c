@@ -309,7 +309,7 @@ static int take_blocks(struct hearth_session **ss, int n, const int *counts, str
 
 static int ahead_capable(const struct hearth_model *m) {
   const struct hb_ops *be = m->be;
-  return !m->ahead.off && be->read_start && be->read_finish && greedy_tail_capable(m) && be->capture_begin &&
+  return be->read_start && be->read_finish && greedy_tail_capable(m) && be->capture_begin &&
          be->graph_launch;
 }
 

@@ -653,7 +653,7 @@ static void check_attn_o(int n_heads, int n_kv, int hd, int d, int p, int max_le
 
 /* the norm GEMV's one-read rmsnorm prologue on two more shapes: a 0.5B-wide row at three tokens, so that a 16-lane group's
  * token changes inside a warp, and rows with entries of +-40,000 against norm weights up to 4, whose x * w is beyond f16
- * (round 24's GEMV_DEFER stored x * w and needed a fallback there: bench/patches/round24-defer.patch) */
+ * (round 24's GEMV_DEFER stored x * w and needed a fallback there: bench/patches/round24-defer.patch at ac09af2) */
 static void check_norm_rows(int n, int K, int big) {
   struct pair x, nw, w, o, xn;
   const int rows = 256;

@@ -44,10 +44,9 @@ struct cpu_q4 {
  * prefill, a prefix-cache hit shortening a chunk), so a request would give different greedy
  * output alone and among concurrent ones; batch invariance is worth more than the extra bits.
  * And 16 bits everywhere halves prefill (pp512 ~250 vs ~420 tok/s measured A/B on this machine),
- * below issue 7's target. The 16-bit kernels stay built and tested for a future per-row policy. */
-#ifndef Q8_WIDE_MAX
+ * below issue 7's target. The 16-bit kernels stay built and tested for a future per-row policy.
+ * (No longer a -D build switch: docs/decisions.md, "One path per op".) */
 #define Q8_WIDE_MAX 0
-#endif
 struct cpu_q8 {
   int8_t *q;  /* hi plane */
   int8_t *lo; /* lo plane */

@@ -1030,17 +1030,6 @@ __global__ __launch_bounds__(128, am_shape<HD>::MINB) void attn_prefill_mma_kern
 
 /* ---- dispatch ------------------------------------------------------------------------------------------ */
 
-/* a measurement knob (HEARTH_ATTN_OLD=1, bench A/B only): decode through attn_decode even where
- * attn_decode_smem covers the shapes; read once */
-static int attn_old(void) {
-  static int v = -1;
-  if (v < 0) {
-    const char *e = getenv("HEARTH_ATTN_OLD");
-    v = e && *e == '1';
-  }
-  return v;
-}
-
 template <typename T>
 struct is_f16 { static constexpr bool value = false; };
 template <>
@@ -1119,7 +1108,7 @@ static void attn_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct 
     return;
   }
   if constexpr (is_f16<T>::value && is_f16<KT>::value && HD >= 64) {
-    if (!attn_old() && !ads_launch<HD>(ctx, out, q, kv, b, p)) return;
+    if (!ads_launch<HD>(ctx, out, q, kv, b, p)) return;
   }
   const int HG = (G + AD_G - 1) / AD_G;
   const int base = nt * p->n_kv_heads * HG;

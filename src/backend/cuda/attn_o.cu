@@ -37,12 +37,9 @@
 
 namespace cg = cooperative_groups;
 
-/* ATTN_O_HINT: Wo's slice and scales copied with the evict_first policy (1) or none (0, the default since round 24:
- * tg128 the same within 0.1 % on both models, and it is the hinted cp.async form, with a shared-memory address, that
- * stopped kernels in rounds 19 and 23) */
-#ifndef ATTN_O_HINT
-#define ATTN_O_HINT 0
-#endif
+/* Wo's slice and scales are copied with no L2 policy (round 24: tg128 the same within 0.1 % on both models as with
+ * evict_first, and it is the hinted cp.async form, with a shared-memory address, that stopped kernels in rounds 19
+ * and 23; the switch ATTN_O_HINT is in the history at ac09af2) */
 #define ADO_THREADS 256
 #define ADO_WARPS 8
 /* keys per chunk (a multiple of 16, at most a key row per thread and two 16-key tiles per warp): 256 at hd 64; 208
@@ -79,7 +76,7 @@ template <int HD>
 __global__ __maxnreg__(ADO_MAXREG) void attn_o_kernel(
     __half *x, const __half *q, const __half *kc, const __half *vc, const uint8_t *wq, const __half *ws,
     const int32_t *pos, const int32_t *seq, const int32_t *bt, int max_blocks, int bs, int n_heads, int n_kv,
-    float scale_log2, int G, int RB, int NG, int late_trigger, float l2f CU_TRACE_PARAMS) {
+    float scale_log2, int G, int RB, int NG CU_TRACE_PARAMS) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int LDS = ado_smem<HD>::LDS, KSTEPS = HD / 16, DT = HD / 8, ADO_C = ado_chunk<HD>::C;
   static_assert(ADO_C <= ADO_THREADS && ADO_C <= 2 * 16 * ADO_WARPS && ADO_C % 16 == 0,
@@ -102,15 +99,9 @@ __global__ __maxnreg__(ADO_MAXREG) void attn_o_kernel(
   const int c_lo = j * HPG * HD, c_hi = c_lo + HPG * HD, g_lo = c_lo / 128;
   const int ng = (c_hi + 127) / 128 - g_lo;
 
-  /* before the wait: Wo's slice (no kernel writes it); with ATTN_O_HINT read evict_first (ptx.cuh: the weight stream) */
+  /* before the wait: Wo's slice (no kernel writes it) */
   {
-#if ATTN_O_HINT
-    const uint64_t pol_w = l2_evict_first(l2f);
-#define ADO_COPY(dst, src) cp_async16_h(dst, src, pol_w)
-#else
-    (void)l2f;
 #define ADO_COPY(dst, src) cp_async16(dst, src, 16)
-#endif
     const int per_rb = ng * 32; /* 16-byte pieces of one 8-row block's groups */
     for (int i = threadIdx.x; i < RB / 8 * per_rb; i += ADO_THREADS) {
       const int rb = i / per_rb, k = i % per_rb;
@@ -144,7 +135,7 @@ __global__ __maxnreg__(ADO_MAXREG) void attn_o_kernel(
   if (pad0 && me != p) copy_row(me, off0, live0); /* the cached keys, and the zero rows */
   cp_async_commit();
   pdl_wait();
-  if (!late_trigger) pdl_trigger();
+  pdl_trigger();
   if (threadIdx.x == 0) { CU_TRACE(1); CU_TRACE(3); }
   /* after the wait: the new key (written by the kernel before) and q */
   if (me == p && p < kn) copy_row(me, off0, true); /* (p >= kn: the new key is in a later chunk) */
@@ -343,20 +334,15 @@ __global__ __maxnreg__(ADO_MAXREG) void attn_o_kernel(
       x[r0 + threadIdx.x] = __float2half_rn(xres + yy);
     }
   }
-  if (late_trigger) pdl_trigger(); /* (a bench knob: the next kernel's blocks launch only as this one ends) */
   if (threadIdx.x == 0) CU_TRACE(2);
 #else
   __trap(); /* never launched: cu_attn_o_init turns the path off unless the sm_90 code is in the binary */
 #endif
 }
 
-/* HEARTH_ATTN_O: unset, the default (below); 0 off; 1 one chunk at every head dim it covers (bench A/B knobs) */
+/* the default (cu_attn_o_max_len); tests change it through hb_cuda_set_attn_o_max */
 void cu_attn_o_init(struct hb_ctx *ctx) {
-  const char *e = getenv("HEARTH_ATTN_O");
-  ctx->attn_o_max = e && !strcmp(e, "0") ? 0 : e && !strcmp(e, "1") ? -2 : -1;
-  const char *rb = getenv("HEARTH_ATTN_O_RB"), *late = getenv("HEARTH_ATTN_O_LATE");
-  ctx->attn_o_rb = rb && atoi(rb) == 128 ? 128 : 64;
-  ctx->attn_o_late = late && !strcmp(late, "1");
+  ctx->attn_o_max = -1;
   if (ctx->cc_major < 9) return; /* (cu_attn_o_max_len: off) */
   /* the kernels run only from sm_90 code (clusters, griddepcontrol): a binary whose code for this device is JIT-
    * compiled from older PTX would launch an empty body, so the path is off then. The shared-memory limit is raised
@@ -397,7 +383,7 @@ int cu_attn_o(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *q
     return 1;
   if (wo->cols != (int64_t)n_heads * hd || wo->cols % 128 || wo->rows != x->cols || x->cols % 16) return 1;
   const int rows = (int)wo->rows, G = (int)(wo->cols / 128), HPG = n_heads / n_kv;
-  const int RB = ctx->attn_o_rb == 128 && rows % 128 == 0 ? 128 : rows % 64 == 0 ? 64 : rows % 32 == 0 ? 32 : 16;
+  const int RB = rows % 64 == 0 ? 64 : rows % 32 == 0 ? 32 : 16; /* (128, tried at head dim 128 in round 16, did not make the path win there) */
   /* the most quantization groups one KV group's columns overlap (≤ 9: HPG·hd ≤ 1024; each group starts at a multiple
    * of 64 columns, so the o_proj loop's 32-column runs lie wholly inside or outside it) */
   int NG = 0;
@@ -407,7 +393,6 @@ int cu_attn_o(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *q
   }
   const size_t sm = hd == 128 ? ado_bytes<128>(RB, NG) : ado_bytes<64>(RB, NG);
   if (sm > ctx->smem_optin) return 1; /* (the kernels' limit was raised to smem_optin at init) */
-  if (ctx->skip & (CU_SKIP_ATTN | CU_SKIP_O)) return 1; /* timing runs that leave one of them out */
 
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3((unsigned)(rows / RB * n_kv));
@@ -432,7 +417,7 @@ int cu_attn_o(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *q
                               (const __half *)wo->aux, (const int32_t *)b->d_pos.data,                              \
                               (const int32_t *)b->d_seq.data, (const int32_t *)b->d_block_table.data,               \
                               b->max_blocks, b->block_size, n_heads, n_kv, scale_log2, G, RB,                       \
-                              NG, ctx->attn_o_late, g_l2_hint                                                       \
+                              NG                                                                                    \
                               CU_TRACE_ARGS(ctx, cu_trace_id(ctx, "attn+o hd%d", HD))),                             \
            "attn_o", __FILE__, __LINE__);                                                                           \
   } while (0)

@@ -78,19 +78,6 @@ int cu_scratch(struct hb_ctx *ctx, void **buf, size_t *cap, size_t need, size_t 
 
 /* ---- init / free ------------------------------------------------------------------------------ */
 
-/* the CU_SKIP_* bits named in a comma-separated list of kinds (qkv,attn,o,gateup,down,head) of a measurement knob */
-static unsigned kind_mask(const char *list) {
-  static const char *kinds[] = {"qkv", "attn", "o", "gateup", "down", "head"};
-  unsigned m = 0;
-  for (const char *p = list; p && *p;) {
-    const size_t l = strcspn(p, ",");
-    for (int i = 0; i < 6; i++)
-      if (strlen(kinds[i]) == l && !strncmp(p, kinds[i], l)) m |= 1u << i;
-    p += l + (p[l] == ',');
-  }
-  return m;
-}
-
 static int cuda_init(const struct hb_config *cfg, struct hb_ctx **out, struct hearth_err *err) {
   *out = NULL;
   int n = 0;
@@ -115,16 +102,7 @@ static int cuda_init(const struct hb_config *cfg, struct hb_ctx **out, struct he
   c->smem_optin = prop.sharedMemPerBlockOptin;
   c->smem_sm = prop.sharedMemPerMultiprocessor;
   c->smem_reserved = prop.reservedSharedMemPerBlock;
-  const char *skip = getenv("HEARTH_CUDA_SKIP");
-  c->skip = kind_mask(skip);
-  if (c->skip) fprintf(stderr, "cuda: HEARTH_CUDA_SKIP=%s: decode steps leave kernels out (timing only)\n", skip);
-  /* HEARTH_CUDA_DUP=qkv,gateup (timing only, bench/NOTES.md round 17): those decode kernels run twice in a row, so the
-   * trace shows each one's stages a second time with its code and constants just used (other kinds: ignored) */
-  const char *dup = getenv("HEARTH_CUDA_DUP");
-  c->dup = kind_mask(dup) & (CU_SKIP_QKV | CU_SKIP_GATEUP);
-  if (c->dup) fprintf(stderr, "cuda: HEARTH_CUDA_DUP=%s: decode kernels launched twice (timing only)\n", dup);
-  const char *stage = getenv("HEARTH_CUDA_STAGE");
-  c->stage_on = !(stage && !strcmp(stage, "0"));
+  c->stage_on = 1; /* (off from the first failed pinned allocation: stage_get) */
   if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {
     free(c);
     return cu_err_set(err, HEARTH_ERR_BACKEND, "cuda: cannot create a stream: %s", cudaGetErrorString(e));
@@ -143,7 +121,6 @@ static int cuda_init(const struct hb_config *cfg, struct hb_ctx **out, struct he
 static void cuda_free(struct hb_ctx *c) {
   if (!c) return;
   cudaStreamSynchronize(c->stream);
-  cu_decode_stack_free(c);
   cudaFree(c->b_in);
   cudaFreeHost(c->stage);
   for (int i = 0; i < 2; i++) {
@@ -433,7 +410,7 @@ static int cuda_batch_upload(struct hb_ctx *c, struct hb_batch *b, struct hearth
     for (int i = 0; i < 5; i++)
       if (part[i].n) memcpy(st + part[i].off, part[i].src, (size_t)part[i].n * 4);
     if (CU_OK(c, cudaMemcpyAsync(c->b_in, st, (size_t)total * 4, cudaMemcpyHostToDevice, c->stream))) return report(c, err);
-  } else { /* HEARTH_CUDA_STAGE=0 or no pinned memory: a copy per array from the caller's memory */
+  } else { /* no pinned memory: a copy per array from the caller's memory */
     for (int i = 0; i < 5; i++)
       if (part[i].n && CU_OK(c, cudaMemcpyAsync(c->b_in + part[i].off, part[i].src, (size_t)part[i].n * 4,
                                                   cudaMemcpyHostToDevice, c->stream)))
@@ -536,7 +513,7 @@ static void op_kv_write(struct hb_ctx *c, struct hb_kv_layer *kv, const struct h
 }
 static void op_attention(struct hb_ctx *c, struct hb_tensor *out, const struct hb_tensor *q,
                          const struct hb_kv_layer *kv, const struct hb_batch *b, const struct hb_attn_params *p) {
-  if (c->status || ((c->skip & CU_SKIP_ATTN) && b->n_tokens <= 8)) return;
+  if (c->status) return;
   cu_attention(c, out, q, kv, b, p);
 }
 static void op_silu_mul(struct hb_ctx *c, struct hb_tensor *out, const struct hb_tensor *gate,
@@ -637,9 +614,6 @@ extern "C" void hb_cuda_norm_matmul(struct hb_ctx *c, const struct hb_tensor *x,
                                     int add) {
   if (c->status || n <= 0) return;
   if (n_mm < 1 || n_mm > 3 || (add && n_mm != 1)) { CU_ARG(c, "norm_matmul: n_mm %d add %d", n_mm, add); return; }
-  if (n <= 8 && (c->skip & (add ? (x->cols > ws[0]->rows ? CU_SKIP_DOWN : CU_SKIP_O)
-                                   : n_mm == 3 ? CU_SKIP_QKV : n_mm == 2 ? CU_SKIP_GATEUP : CU_SKIP_HEAD)))
-    return;
   if (!cu_gemv_fused(c, norm_w ? PRO_NORM : PRO_PLAIN, x, NULL, norm_w, eps, w_offset, n_mm, outs, ws, biases, n, add))
     return;
   struct hb_tensor xn = *x;
@@ -662,7 +636,7 @@ extern "C" void hb_cuda_norm_matmul(struct hb_ctx *c, const struct hb_tensor *x,
 
 extern "C" void hb_cuda_silu_matmul(struct hb_ctx *c, const struct hb_tensor *gate, const struct hb_tensor *up,
                                     struct hb_tensor *out, const struct hb_tensor *w, int n, int add) {
-  if (c->status || n <= 0 || (n <= 8 && (c->skip & CU_SKIP_DOWN))) return;
+  if (c->status || n <= 0) return;
   struct hb_tensor *o1[1] = {out};
   const struct hb_tensor *w1[1] = {w};
   if (!cu_gemv_fused(c, PRO_SILU, gate, up, NULL, 0.0f, 0.0f, 1, o1, w1, NULL, n, add)) return;
@@ -684,7 +658,6 @@ extern "C" int hb_cuda_norm_qkv_rope_kv(struct hb_ctx *c, const struct hb_tensor
                                         int n) {
   if (c->status) return 0; /* sticky error: nothing runs either way */
   if (!norm_w || n <= 0) return 1;
-  if (n <= 8 && (c->skip & CU_SKIP_QKV)) return 0;
   return cu_gemv_qkv_rope_kv(c, x, norm_w, eps, ws, biases, q, kv, b, n_heads, theta, n);
 }
 
@@ -693,7 +666,6 @@ extern "C" int hb_cuda_norm_swiglu(struct hb_ctx *c, const struct hb_tensor *x, 
                                    struct hb_tensor *out, int n) {
   if (c->status) return 0; /* sticky error: nothing runs either way */
   if (!norm_w || n <= 0) return 1;
-  if (n <= 8 && (c->skip & CU_SKIP_GATEUP)) return 0;
   return cu_gemv_norm_swiglu(c, x, norm_w, eps, w_gate, w_up, out, n);
 }
 
@@ -808,5 +780,4 @@ extern "C" const struct hb_ops hb_cuda_ops = {
   /* .decode_advance = */ cuda_decode_advance,
   /* .attn_o = */ hb_cuda_attn_o,
   /* .attn_o_max_len = */ hb_cuda_attn_o_max_len,
-  /* .decode_stack = */ hb_cuda_decode_stack,
 };

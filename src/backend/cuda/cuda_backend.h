@@ -73,9 +73,6 @@ void hb_cuda_rope_kv_write(struct hb_ctx *ctx, struct hb_tensor *q, struct hb_te
 int hb_cuda_attn_o(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *q, const struct hb_kv_layer *kv,
                    const struct hb_batch *b, const struct hb_attn_params *p, const struct hb_tensor *wo);
 int hb_cuda_attn_o_max_len(struct hb_ctx *ctx, int head_dim);
-/* decode_stack.cu: backend.h's decode_stack (one decode token through the whole layer stack in one launch) */
-int hb_cuda_decode_stack(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_stack_layer *layers, int n_layers,
-                         const struct hb_batch *b, const struct hb_attn_params *p, float eps, float theta);
 /* tests and bench only: the longest sequence attn_o takes: 0 off, -1 the default (one chunk where it measured faster:
  * head dim 64), -2 one chunk at every head dim it covers, N > 0 N keys (above one chunk it walks the keys in chunks,
  * which the tests cover this way). hb_cuda_attn_o_chunk: keys per chunk at a head dim (0: not covered). */

@@ -41,8 +41,6 @@ struct hb_ctx {
   int attn_o_max;         /* attn_o.cu: the longest sequence the fused attention + o_proj takes: -1 the default (one
                            * chunk where it measured faster: head dim 64), -2 one chunk at every head dim, 0 off */
   int attn_o_off;         /* attn_o.cu: not available in this binary on this device (init), whatever attn_o_max says */
-  int attn_o_rb, attn_o_late; /* attn_o.cu bench knobs (init): output rows per block (64; HEARTH_ATTN_O_RB=128), and
-                               * HEARTH_ATTN_O_LATE=1: launch_dependents at the kernel's end */
   size_t smem_optin;      /* largest dynamic shared memory a block may opt in to */
   size_t smem_sm;         /* shared memory per multiprocessor, and what the system keeps per block */
   size_t smem_reserved;
@@ -59,12 +57,11 @@ struct hb_ctx {
   size_t b_in_cap;        /* int32 elements */
   /* pinned host staging of small uploads (batch_upload, write) and reads: bump-allocated, and reset only right
    * after the stream has been synchronized, so a copy's source bytes stay put until the copy has run. One copy
-   * per step instead of six, and no stream sync before the step (round 14, bench/NOTES.md).
-   * HEARTH_CUDA_STAGE=0: pageable copies as before (a bench knob) */
+   * per step instead of six, and no stream sync before the step (round 14, bench/NOTES.md) */
   char *stage;
   size_t stage_cap, stage_off;
   int stage_n;            /* copies staged since the last reset */
-  int stage_on;
+  int stage_on;           /* 0 after a pinned allocation failed: pageable copies from then on */
   /* read_start / read_finish (decoding one step ahead): two pinned slots, each with the event after its copy */
   struct { void *buf; size_t cap, bytes; cudaEvent_t ev; } rd[2];
   /* attention split-K scratch: partial (m, l, acc[hd]) per (token, head, split), and counters */
@@ -84,13 +81,7 @@ struct hb_ctx {
   size_t sample_rows_cap;
   cudaEvent_t *marks;     /* [1024] timing marks (hb_cuda_mark), created on first use */
   unsigned gen;           /* bumped whenever a scratch buffer moves: captured graphs go stale */
-  void *ds;               /* decode_stack.cu's state: the layer table, the plan and the stack's scratch (NULL until used) */
   int capturing;
-  /* a measurement knob (HEARTH_CUDA_SKIP, bench only, never in a product run): decode launches
-   * (n <= 8 tokens) of these kernel kinds are left out, so that `hearth bench` times the step
-   * without them; the difference is what each kind costs inside the real PDL chain (bench/NOTES.md) */
-  unsigned skip;
-  unsigned dup; /* HEARTH_CUDA_DUP (timing only): kinds whose decode launch runs twice (qkv, gateup: idempotent) */
 #if HEARTH_TRACE
   unsigned long long *tr_dev;  /* [CU_TRACE_KINDS][CU_TRACE_MAX] stamps (kinds: above) */
   int tr_captures, tr_seq;     /* captures begun; ids given out in the latest one */
@@ -100,10 +91,6 @@ struct hb_ctx {
   unsigned tr_cnt[CU_TRACE_MAX];
 #endif
 };
-/* HEARTH_L2_HINT (gemv_q4.cu): 1 (default) = the weight streams read evict_first and small per-layer constants
- * evict_last, 0 = no L2 hints (ptx.cuh l2_evict_*) */
-extern float g_l2_hint;
-enum { CU_SKIP_QKV = 1, CU_SKIP_ATTN = 2, CU_SKIP_O = 4, CU_SKIP_GATEUP = 8, CU_SKIP_DOWN = 16, CU_SKIP_HEAD = 32 };
 
 void cu_fail(struct hb_ctx *ctx, int code, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
@@ -258,8 +245,6 @@ __device__ __forceinline__ float q4_scale(const __half *s, int64_t G, int64_t r,
   return __half2float(s[q4_soff(r, i / 128, G)]);
 }
 
-/* decode_stack.cu: frees the context's decode-stack state (after printing HEARTH_DS_TIME=1's stage times) */
-void cu_decode_stack_free(struct hb_ctx *ctx);
 /* ---- host wrappers (one per op family file) ------------------------------------------------- */
 
 /* matmul_q4.cu */

@@ -7,7 +7,7 @@
  * weights × n tokens and batches of 2..8 rows cost the same instructions as 1. Products are exact
  * (int4 × f16) and sums f32; the group scale is applied in f32 to each group's partial sum, so the
  * rounding beyond the reference's f32 is x itself in f16 (the GPU's activation format) and, with
- * GEMV_FOLD, the cancellation of the folded offset: each group's f32 sum carries ~1032 Σx before the
+ * the offset fold, the cancellation of the folded offset: each group's f32 sum carries ~1032 Σx before the
  * correction takes it out (a review's simulation: ~1e-5 relative per group, 6-40 % of what f16 x
  * costs; without it the 3B decoded 3-6 % slower in round 12 — bench/NOTES.md).
  *
@@ -29,7 +29,7 @@
  * (weights do not depend on the previous kernel), like the norm weights and the rope positions.
  *
  * What the measurements say (bench/NOTES.md): in round 6, occupancy (2-4 blocks per SM), the
- * GEMV_FOLD offset fold and whole-tile warps each moved these kernels by less than 5 %. Round 7
+ * offset fold and whole-tile warps each moved these kernels by less than 5 %. Round 7
  * found the big ones bound by their own instruction stream (with no weight bytes read the LM head
  * kept 73 % of its time): one lop3 per weight pair and select-free ring copies took a 1 KB step from
  * ~200 SASS instructions to ~163 and the LM head from 2.5 to 2.8 TB/s; a 4-step ring (the default)
@@ -47,7 +47,7 @@
 #include "backend/cuda/gemv_x.cuh"
 #include "backend/cuda/ptx.cuh"
 
-/* the weight stream: each warp keeps a ring of RING (2; 4 in 8-warp blocks under HEARTH_GEMV_RING=4) steps in shared
+/* the weight stream: each warp keeps a ring of RING (2; 4 in the co-resident gate/up shape) steps in shared
  * memory, filled by cp.async (no registers hold data in flight), one slot per step of GEMV_GPS = 2 groups (the step's scaffolding
  * shared over 2 KB, round 9): per group h, the 512 bytes of the tile's lo 8-row block, then the hi block's (the
  * device layout's group chunks as they are: lane (gid, tig) finds its 16-byte run of row gid at 16 lane); then
@@ -57,73 +57,28 @@
 /* ring steps per warp and unit: G groups of 128 columns, GEMV_GPS per step, split KS ways (padded so
  * that every warp of a unit takes the same number); the kernel and the launch shape share it */
 __host__ __device__ inline int gemv_steps(int G, int ks) { return ((G + GEMV_GPS - 1) / GEMV_GPS + ks - 1) / ks; }
-#ifndef GEMV_MINB
-#define GEMV_MINB 2 /* resident 8-warp blocks per SM the registers are budgeted for */
-#endif
-#ifndef GEMV_MINB16
+#define GEMV_MINB 2   /* resident 8-warp blocks per SM the registers are budgeted for */
 #define GEMV_MINB16 1 /* the same for 16-warp blocks */
-#endif
-/* the co-resident gate/up shape (HEARTH_GEMV_CORES, gemv_cores_launch): one block per SM of this many whole-tile warps,
+/* the co-resident gate/up shape (gemv_cores_launch): one block per SM of this many whole-tile warps,
  * so that o_proj's 8-warp block before it fits beside it: 11 + 8 warps x 104 registers = 63,232 of the SM's 65,536 */
 #define GEMV_CORES_NW 11
-/* a measurement knob, never set in a product build (bench/ablate.sh): 1 = no weight bytes from memory
- * (the ring's copies are not issued), 2 = no x prologue (no x read, norm or silu: shared x left as is),
- * 3 = no epilogue (outputs stored only under a condition that never holds), 4 = no int4 -> f16 conversion
- * (the mma takes the raw weight words), 5 = no x reads in the step loop (B fragments from registers),
- * 6 = 4 and 5, 7 = no mma (its operands folded into the accumulators by XOR and FADD: a 4-cycle link instead of
- * the mma's latency), 8 = 1, 4, 5 and 7 (the loop's skeleton), 9 = 1 and 7 (the conversion and x reads alone).
- * The difference to 0 is what that stage costs inside a kernel (bench/NOTES.md, rounds 6, 15). */
-#ifndef GEMV_ABLATE
-#define GEMV_ABLATE 0
-#endif
-/* GEMV_DSUM (round 23): the rmsnorm prologue adds each warp's f32 sum of squares into an f64 shared slot. The warps'
- * atomics arrive in timing order; in f32 that order changed the last bits of 1 / rms from run to run (at one token
- * the 3B's greedy ids differed from token 9), while the f64 sum of a few f32 values of like size is exact, so any order
- * gives the same bits. 0 builds the f32 slots of rounds 6-22 (the A/B control). */
-#ifndef GEMV_DSUM
-#define GEMV_DSUM 1
-#endif
-#if GEMV_DSUM
+/* What used to be compile-time A/B switches here is now the one path each measured best (docs/decisions.md,
+ * "One path per op"; the switches and their losing branches are in the history at ac09af2):
+ * - the rmsnorm prologue adds each warp's f32 sum of squares into an f64 shared slot (round 23: the warps' atomics
+ *   arrive in timing order; in f32 that order changed the last bits of 1 / rms from run to run, while the f64 sum of
+ *   a few f32 values of like size is exact, so any order gives the same bits);
+ * - the norm weights' cp.async carries no L2 hint (round 24: +0.6 % 3B, +1.6 % 0.5B without it), the QKV bias loads
+ *   are evict_last;
+ * - one-token launches run instances built for n = 1 (round 25: the token index of a lane, the sum-of-squares slots,
+ *   the emit's token loop and the prologue's chunk divisions fold away), and the rope pairing's divisions by head_dim
+ *   are shifts and masks when head_dim is a power of two (a.hds);
+ * - the -8 weight offset is folded into a per-group correction (see gemv_smem) that enters as the second mma chain's
+ *   starting value (read as one float4 per lane, stored negated and twice: [G][tig][token 2 tig, 2 tig + 1, 2 tig,
+ *   2 tig + 1]).
+ * The measurement switch GEMV_ABLATE (the kernel with its weight bytes, x prologue, epilogue, conversion, x reads or
+ * mma taken out: bench/NOTES.md rounds 6 and 15) went with them. */
 typedef double gemv_ss_t;
-#else
-typedef float gemv_ss_t;
-#endif
-/* GEMV_NW_HINT: the rmsnorm weights' cp.async into shared memory with an L2 evict_last hint (1) or none (0, the
- * default since round 24: tg128 3B +0.6 %, 0.5B +1.6 % without it). The hinted form is also what stopped round 23's
- * NDET prologue with "an illegal instruction" (round 24 call 2: the same tree runs with this copy unhinted). */
-#ifndef GEMV_NW_HINT
-#define GEMV_NW_HINT 0
-#endif
-/* GEMV_BIAS_HINT: the QKV emit's bias loads with the evict_last policy (1, the default) or none (0; round 24: ±0.1 %) */
-#ifndef GEMV_BIAS_HINT
-#define GEMV_BIAS_HINT 1
-#endif
-/* GEMV_N1 (round 25): one-token launches (every decode step of one sequence) run instances built for n = 1, in which
- * the batch width is a constant: the token index of a lane, the sum-of-squares slots, the emit's token loop and the
- * prologue's chunk counts fold away. 0: one instance for every n (the A/B control). */
-#ifndef GEMV_N1
-#define GEMV_N1 1
-#endif
-/* GEMV_N1_FOLD: in the n = 1 instances, a prologue chunk's token (c / (K/8)) is 0 and its place in the row (c % (K/8))
- * is c, written out: the compiler cannot see that c < K/8, so it kept both integer divisions by a runtime K per chunk,
- * on the chain after griddepcontrol.wait. GEMV_HD_SHIFT: the rope pairing's divisions by head_dim (per tile and per
- * emitted pair) as shifts and masks when head_dim is a power of two (a.hds). 0 / 0: the A/B control. */
-#ifndef GEMV_N1_FOLD
-#define GEMV_N1_FOLD 1
-#endif
-#ifndef GEMV_HD_SHIFT
-#define GEMV_HD_SHIFT 1
-#endif
-#ifndef GEMV_FOLD
-#define GEMV_FOLD 1 /* the -8 weight offset folded into a per-group correction (see gemv_smem) */
-#endif
-/* GEMV_CINIT (with GEMV_FOLD): 1 = the correction enters as the second mma chain's starting value (read as one float4 per lane, stored
- * negated and twice: [G][tig][token 2 tig, 2 tig + 1, 2 tig, 2 tig + 1]) instead of four FADDs per group after the
- * chains; 0 = [G][8] by token, subtracted after the chains */
-#ifndef GEMV_CINIT
-#define GEMV_CINIT 1
-#endif
-#define GEMV_CPG (GEMV_CINIT ? 16 : 8) /* correction floats per group */
+#define GEMV_CPG 16 /* correction floats per group */
 
 /* up to three weights sharing one x, concatenated in row space (each but the last a multiple of
  * 16 rows, so a tile never straddles two); add: out += instead of out = */
@@ -133,7 +88,6 @@ struct gemv_args {
   const void *nw;
   int nwdt;
   float eps, off;
-  float l2f; /* L2 priorities (ptx.cuh l2_evict_*): 1 = weights evict_first, norm weights and biases evict_last; 0 = no hint */
   int n, n_mm, K, rows_total, add, n_units;
   int row0[4];
   const uint8_t *wq[3];
@@ -145,7 +99,7 @@ struct gemv_args {
    * q goes to out[0], k and v to the paged f16 cache at each token's slot */
   int ring; /* steps in flight per warp (shared-memory slots): the host's choice, which picks the RING instance */
   int hd, max_blocks, bs;
-  int hds; /* GEMV_ROPE: log2(hd) when hd is a power of two, else -1 (GEMV_HD_SHIFT) */
+  int hds; /* GEMV_ROPE: log2(hd) when hd is a power of two, else -1 (gemv_row_lo, gemv_hd_pos) */
   const int32_t *pos, *seq, *bt;
   __half *kc, *vc;
   float rinv[128]; /* GEMV_ROPE: 1 / theta^(2i/hd) for i < hd/2 (hd <= 256), rope_pow's formula on the host */
@@ -156,14 +110,13 @@ struct gemv_args {
 };
 
 /* x in shared memory: gemv_x.cuh (gemv_swz, gemv_put_chunk) */
-/* f16 x rows, then (rmsnorm prologue) the norm weights as f32, then (GEMV_FOLD) the per-group
+/* f16 x rows, then (rmsnorm prologue) the norm weights as f32, then the per-group
  * corrections [K/128][GEMV_CPG] as f32, then the warps' weight rings */
 __host__ __device__ inline size_t gemv_smem(int n, int64_t K, int pro) {
-  return (size_t)n * (size_t)K * 2 + (pro == PRO_NORM ? (size_t)K * 4 : 0) +
-         (GEMV_FOLD ? (size_t)(K / 128) * GEMV_CPG * 4 : 0);
+  return (size_t)n * (size_t)K * 2 + (pro == PRO_NORM ? (size_t)K * 4 : 0) + (size_t)(K / 128) * GEMV_CPG * 4;
 }
 
-/* GEMV_FOLD: the A fragments keep the weights' +8 offset and the 1024.0 of the f16 trick (one lop3
+/* the offset fold: the A fragments keep the weights' +8 offset and the 1024.0 of the f16 trick (one lop3
  * per weight pair, q4_word_raw): even pairs are 1024 + u, odd pairs 1024 + 16 u, u = q + 8. x of the
  * odd pairs (elements 8-15 of every 16, i.e. every odd 8-element chunk) is stored / 16, so an odd
  * product is 64 x + u x, and q x = product - (1032 x | 72 x). Per group and token the subtrahend
@@ -187,16 +140,16 @@ __device__ __forceinline__ int gemv_row_lo(const gemv_args &a, int m, int r0, in
   if (MODE == GEMV_GLU) return r0 / 2 + gid;
   if (MODE != GEMV_ROPE || m == 2) return r0 + gid;
   const int lt = r0 / 16;
-  if (GEMV_HD_SHIFT && a.hds >= 0) {
+  if (a.hds >= 0) {
     const int sh = a.hds - 4; /* per = hd / 16 tiles a head */
     return ((lt >> sh) << a.hds) + ((lt & ((1 << sh) - 1)) << 3) + gid;
   }
   const int per = a.hd / 16;
   return (lt / per) * a.hd + (lt % per) * 8 + gid;
 }
-/* row lo's place in its head, the rope frequency index: a mask when head_dim is a power of two (GEMV_HD_SHIFT) */
+/* row lo's place in its head, the rope frequency index: a mask when head_dim is a power of two */
 __device__ __forceinline__ int gemv_hd_pos(const gemv_args &a, int lo) {
-  return GEMV_HD_SHIFT && a.hds >= 0 ? lo & (a.hd - 1) : lo % a.hd;
+  return a.hds >= 0 ? lo & (a.hd - 1) : lo % a.hd;
 }
 template <int MODE>
 __device__ __forceinline__ int gemv_row_hi(const gemv_args &a, int m, int lo) {
@@ -223,8 +176,8 @@ __device__ __forceinline__ gemv_pre gemv_prep(const gemv_args &a, int r0, int p,
   const int lo = gemv_row_lo<MODE>(a, m, r0 - a.row0[m], p), hi = gemv_row_hi<MODE>(a, m, lo);
   const float *bias = a.bias[m];
   if (bias) {
-    if (lo < rows) q.bl = GEMV_BIAS_HINT ? ld_f32_h(bias + lo, pk) : bias[lo];
-    if (hi < rows) q.bh = GEMV_BIAS_HINT ? ld_f32_h(bias + hi, pk) : bias[hi];
+    if (lo < rows) q.bl = ld_f32_h(bias + lo, pk);
+    if (hi < rows) q.bh = ld_f32_h(bias + hi, pk);
   }
   if (MODE == GEMV_ROPE && m < 2) {
     q.inv = a.rinv[gemv_hd_pos(a, lo)];
@@ -240,7 +193,6 @@ template <typename TO, int MODE>
 __device__ __forceinline__ void gemv_emit(const gemv_args &a, int r0, int p, int t, float vl, float vh,
                                           const int *spos, const int64_t *sslot, bool hq, gemv_pre q) {
   if (r0 >= a.rows_total) return;
-  if (GEMV_ABLATE == 3 && vl != 1234.5f) return; /* keeps the sums alive, stores (almost) nothing */
   if (MODE == GEMV_GLU) { /* no bias, no residual (gemv_fill checks) */
     const int lo = r0 / 2 + p;
     if (lo < a.row0[1]) stf((TO *)a.out[0] + (int64_t)t * a.ldo[0] + lo, vl / (1.0f + expf(-vl)) * vh);
@@ -286,7 +238,7 @@ __device__ __forceinline__ void gemv_emit(const gemv_args &a, int r0, int p, int
   }
 }
 
-/* RING: the ring depth (2, or 4 in 8-warp blocks), a template parameter because cp.async.wait_group takes an
+/* RING: the ring depth (2, or 4 in the co-resident gate/up shape), a template parameter because cp.async.wait_group takes an
  * immediate: as a runtime value (a.ring) every step chose among the waits through three branches */
 template <typename TO, int PRO, int KS, int MODE, int NW, int RING, int N1 = 0>
 __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void gemv_q4_kernel(const __grid_constant__ gemv_args a) {
@@ -296,7 +248,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
   constexpr bool WE = KS == 1;
   extern __shared__ uint4 smem[];
   __shared__ float s_inv[8];
-  __shared__ gemv_ss_t s_ss[8]; /* rmsnorm: each token's sum of squares (GEMV_DSUM) */
+  __shared__ gemv_ss_t s_ss[8]; /* rmsnorm: each token's sum of squares (f64: exact in any order) */
   __shared__ int s_pos[8];        /* GEMV_ROPE: each token's position and cache slot (from batch_upload, */
   __shared__ int64_t s_slot[8];   /* not from the kernel before: read before griddepcontrol.wait) */
   __shared__ float red[NW][4][32]; /* per warp, C fragment element, lane */
@@ -311,7 +263,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
 #endif
   if (threadIdx.x == 0) { CU_TRACE(0); CU_TRACE(6); }
   const int S = gemv_steps(G, KS);
-  const uint64_t pol_w = l2_evict_first(a.l2f), pol_k = l2_evict_last(a.l2f);
+  const uint64_t pol_w = l2_evict_first(), pol_k = l2_evict_last(); /* ptx.cuh: the weights, the small constants */
 
   /* the weight-loading side of the pipeline: step (lu, lj) = groups (ks + lj * KS) * GPS .. + GPS - 1
    * of tile lu * TPB + ts (WE: of tile lu); out-of-range blocks load zeros, steps past the row nothing */
@@ -319,15 +271,11 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
   /* the norm weights (raw, + off at use) into shared memory by cp.async, one group before the ring's:
    * a loop of plain loads and shared stores ran as K / threads dependent round trips */
   float *nws = (float *)(xs + (int64_t)n * K);
-  float *corr = nws + (PRO == PRO_NORM ? K : 0); /* GEMV_FOLD: [G][GEMV_CPG] (see GEMV_CINIT) */
+  float *corr = nws + (PRO == PRO_NORM ? K : 0); /* the offset fold's corrections: [G][GEMV_CPG] */
   if (PRO == PRO_NORM) {
     const int nb = K * (a.nwdt == HB_F32 ? 4 : 2);
     for (int i = threadIdx.x * 16; i < nb; i += NT * 16)
-#if GEMV_NW_HINT
-      cp_async16_h((uint8_t *)nws + i, (const uint8_t *)a.nw + i, pol_k);
-#else
       cp_async16((uint8_t *)nws + i, (const uint8_t *)a.nw + i, 16);
-#endif
   }
   cp_async_commit();
   if (MODE == GEMV_ROPE && threadIdx.x < n) {
@@ -364,7 +312,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
       zsc = !sl;
     }
     const int g = (ks + lj * KS) * GEMV_GPS; /* uniform over the warp */
-    if (g < G && GEMV_ABLATE != 1 && GEMV_ABLATE != 8 && GEMV_ABLATE != 9) { /* steps past the row (KS padding) copy nothing: the consumer skips them */
+    if (g < G) { /* steps past the row (KS padding) copy nothing: the consumer skips them */
       const uint32_t so = (uint32_t)slot * GEMV_SLOT;
       const bool v1 = g + 1 < G; /* an odd G's last step has one group: the second copies zero-fill (their
                                     addresses fall in the buffer's tail) */
@@ -383,9 +331,9 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
 #pragma unroll
   for (int i = 0; i < RING; i++) load(i);
   if (PRO == PRO_NORM && threadIdx.x < 8) s_ss[threadIdx.x] = 0.0f;
-  if (GEMV_FOLD) /* columns past n: finite values for the mma columns that are never stored */
-    for (int i = threadIdx.x; i < G * GEMV_CPG; i += blockDim.x)
-      if ((GEMV_CINIT ? (i % 16) / 4 * 2 + (i & 1) : i % 8) >= n) corr[i] = 0.0f;
+  /* columns past n: finite values for the mma columns that are never stored */
+  for (int i = threadIdx.x; i < G * GEMV_CPG; i += blockDim.x)
+    if ((i % 16) / 4 * 2 + (i & 1) >= n) corr[i] = 0.0f;
   /* KS > 1: the thread that will emit output pair (ot, p, t) of the block's first unit prepares it here */
   gemv_pre pre0 = {0.0f, 0.0f, 1.0f, 0};
   if (!WE && MODE == GEMV_ROPE && threadIdx.x < TPB * 8 * n && u0 < a.n_units) {
@@ -399,32 +347,26 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
   /* prologue: x rows -> f16 (after the norm / silu) in shared memory, chunk c = 8 elements of
    * token c / (K/8); the 16-byte chunk c of 32-run R goes to its swizzled slot */
   const int nch = n * (K / 8);
-  /* chunk c's token and its chunk index in the row (GEMV_N1_FOLD) */
-  constexpr bool C1 = GEMV_N1_FOLD && N1;
-  auto ctok = [&](int c) { return C1 ? 0 : c / (K / 8); };
-  auto cpos = [&](int c) { return C1 ? c : c % (K / 8); };
-  /* returns (GEMV_FOLD) the chunk's share of its group's correction; odd chunks are stored / 16 */
+  /* chunk c's token and its chunk index in the row; with N1 written out (0 and c): the compiler cannot see that
+   * c < K/8, so it kept both integer divisions by a runtime K per chunk, on the chain after griddepcontrol.wait */
+  auto ctok = [&](int c) { return N1 ? 0 : c / (K / 8); };
+  auto cpos = [&](int c) { return N1 ? c : c % (K / 8); };
+  /* returns the chunk's share of its group's correction; odd chunks are stored / 16 */
   auto put = [&](int c, uint4 v) -> float {
     const int t = ctok(c), k8 = cpos(c), R = k8 / 4, sw = gemv_swz(R, t);
     uint32_t *run = (uint32_t *)(xs + (int64_t)t * K + R * 32);
-    return gemv_put_chunk<GEMV_FOLD != 0>(run, k8, sw, v);
+    return gemv_put_chunk<true>(run, k8, sw, v);
   };
   /* the 16 chunks of one (token, group) sit in 16 aligned lanes of one warp (chunk c = c0 + thread,
    * c0 a multiple of the block size, K/8 a multiple of 16): sum them by shuffles (a fixed order, so
    * the result is deterministic). Called by every lane of the warp; dead lanes pass 0. */
   auto corr_add = [&](int c, float cs, bool live) {
-    if (GEMV_FOLD) {
 #pragma unroll
-      for (int o = 8; o > 0; o >>= 1) cs += __shfl_xor_sync(0xffffffffu, cs, o);
-      const int t = ctok(c), g = cpos(c) / 16;
-      if (live && lane % 16 == 0) {
-        if (GEMV_CINIT) {
-          corr[g * 16 + t / 2 * 4 + (t & 1)] = -cs;
-          corr[g * 16 + t / 2 * 4 + (t & 1) + 2] = -cs;
-        } else {
-          corr[g * 8 + t] = cs;
-        }
-      }
+    for (int o = 8; o > 0; o >>= 1) cs += __shfl_xor_sync(0xffffffffu, cs, o);
+    const int t = ctok(c), g = cpos(c) / 16;
+    if (live && lane % 16 == 0) {
+      corr[g * 16 + t / 2 * 4 + (t & 1)] = -cs;
+      corr[g * 16 + t / 2 * 4 + (t & 1) + 2] = -cs;
     }
   };
   auto xat = [&](const __half *base, int c) {
@@ -451,9 +393,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
       atomicAdd(&s_ss[t], (gemv_ss_t)ss);
     }
   };
-  if (GEMV_ABLATE == 2) {
-    if (PRO == PRO_NORM) cp_async_wait<RING>();
-  } else if (PRO == PRO_NORM && nch <= 4 * NT) {
+  if (PRO == PRO_NORM && nch <= 4 * NT) {
     /* one read of x (up to 4 chunks per thread, kept in registers): sum of squares per token
      * (one atomic per warp when the warp's chunks are one token's), then scale and store */
     uint4 xv[4];
@@ -581,19 +521,8 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
           const uint32_t a0[4] = {W0[h].x, W0[h].y, W0[h].z, W0[h].w}, a8[4] = {W8[h].x, W8[h].y, W8[h].z, W8[h].w};
 #pragma unroll
           for (int q = 0; q < 4; q++) {
-            if (GEMV_ABLATE == 4 || GEMV_ABLATE == 6 || GEMV_ABLATE == 8) {
-#pragma unroll
-              for (int i = 0; i < 4; i++) {
-                p0[q][i] = a0[q];
-                p8[q][i] = a8[q];
-              }
-            } else if (GEMV_FOLD) {
-              q4_word_raw(a0[q], p0[q]);
-              q4_word_raw(a8[q], p8[q]);
-            } else {
-              q4_word(a0[q], p0[q]);
-              q4_word(a8[q], p8[q]);
-            }
+            q4_word_raw(a0[q], p0[q]);
+            q4_word_raw(a8[q], p8[q]);
           }
         }
         const float sc0 = __half2float(S0[h]), sc8 = __half2float(S8[h]);
@@ -605,12 +534,11 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
         uint4 xv[4];
 #pragma unroll
         for (int c = 0; c < 4; c++)
-          xv[c] = GEMV_ABLATE == 5 || GEMV_ABLATE == 6 || GEMV_ABLATE == 8 ? make_uint4(0x3c003c00u ^ lane, 0x3c003c00u ^ c, 0x3c003c00u, 0x3c003c00u ^ h)
-                                                        : xp[c ^ sw];
+          xv[c] = xp[c ^ sw];
         /* two accumulators (hh = 0, 1): two chains of 4 dependent mmas instead of one of 8 (four
          * chains of 2 measured the same, round 9) */
         float c4[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-        if (GEMV_FOLD && GEMV_CINIT) { /* the second chain starts from minus the correction of tokens 2 tig, 2 tig + 1 */
+        { /* the second chain starts from minus the correction of tokens 2 tig, 2 tig + 1 */
           const float4 cr = *(const float4 *)&corr[g * 16 + tig * 4];
           c4[1][0] = cr.x;
           c4[1][1] = cr.y;
@@ -624,22 +552,13 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
             const uint32_t af[4] = {p0[q][2 * hh], p8[q][2 * hh], p0[q][2 * hh + 1], p8[q][2 * hh + 1]};
             const uint4 xc = xv[2 * hh + (q >> 1)];
             const uint32_t bf[2] = {q & 1 ? xc.z : xc.x, q & 1 ? xc.w : xc.y};
-            if (GEMV_ABLATE == 7 || GEMV_ABLATE == 8 || GEMV_ABLATE == 9) {
-              c4[hh][0] += __uint_as_float((af[0] ^ bf[0]) & 0x3c7fffffu);
-              c4[hh][1] += __uint_as_float((af[1] ^ bf[1]) & 0x3c7fffffu);
-              c4[hh][2] += __uint_as_float(af[2] & 0x3c7fffffu);
-              c4[hh][3] += __uint_as_float(af[3] & 0x3c7fffffu);
-            } else {
-              mma_16816(c4[hh], af, bf);
-            }
+            mma_16816(c4[hh], af, bf);
           }
         }
-        float2 cr = make_float2(0.0f, 0.0f);
-        if (GEMV_FOLD && !GEMV_CINIT) cr = *(const float2 *)&corr[g * 8 + 2 * tig]; /* tokens 2 tig, 2 tig + 1 */
-        acc[0] = fmaf(sc0, c4[0][0] + c4[1][0] - cr.x, acc[0]);
-        acc[1] = fmaf(sc0, c4[0][1] + c4[1][1] - cr.y, acc[1]);
-        acc[2] = fmaf(sc8, c4[0][2] + c4[1][2] - cr.x, acc[2]);
-        acc[3] = fmaf(sc8, c4[0][3] + c4[1][3] - cr.y, acc[3]);
+        acc[0] = fmaf(sc0, c4[0][0] + c4[1][0], acc[0]);
+        acc[1] = fmaf(sc0, c4[0][1] + c4[1][1], acc[1]);
+        acc[2] = fmaf(sc8, c4[0][2] + c4[1][2], acc[2]);
+        acc[3] = fmaf(sc8, c4[0][3] + c4[1][3], acc[3]);
       }
       if (++j < S) continue;
       j = 0;
@@ -682,28 +601,26 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
 
 /* ---- dispatch ------------------------------------------------------------------------------------ */
 
-static int g_gemv_we_min = 4; /* whole-tile warps (KS = 1) from this many tiles per SM; HEARTH_GEMV_WE_MIN */
-/* tuning knobs for bench A/B runs (HEARTH_GEMV_PER_SM, HEARTH_GEMV_RING): at most this many resident
- * blocks per SM and ring steps per warp; fewer leave shared memory for the next kernel's blocks, which
- * can then start their weight prefetch while this kernel streams */
-/* HEARTH_L2_HINT=0: no L2 eviction priorities (the A/B control of round 17; ptx.cuh l2_evict_*) */
-float g_l2_hint = 1.0f;
-static int g_gemv_ring_fit = 1; /* HEARTH_GEMV_RING_FIT=0: always the deepest ring that fits (gemv_launch_t) */
-/* ring depth at most 2 (HEARTH_GEMV_RING=4 allows 4 where the rule in gemv_launch_t asks for it). Round 7: 4 beat 8
- * (the next kernel's blocks fit beside this one's); round 9: 4 for the 0.5B's gate/up; round 13, with the blocked
- * weight layout: 2 everywhere, 0.5B +8-10 %, 3B +0-2 % (same build, the knob set) */
-static int g_gemv_per_sm = 0, g_gemv_ring_max = 2;
-/* HEARTH_GEMV_CORES (bench/NOTES.md round 22): the norm+gate/up GEMV as one block of GEMV_CORES_NW whole-tile warps per
- * SM, so that every one of its blocks enters beside o_proj's (two 8-warp blocks per SM do not fit beside it: only half
- * of them started their ring while o_proj ran). Bits: 1 that shape, 4 every GEMV instance prefers the largest
- * shared-memory carveout (an SM configured for smaller blocks cannot take a larger one until it drains), 8 a 4-step
- * ring in that shape (half of the 3B's gate/up steps asked for while o_proj runs). Unset: all three where they were
- * measured to help, one-token steps of at least 8 tiles per SM (the 3B: +0.7 to +1.5 % tg128; the 0.5B's 4.6 tiles per
- * SM lost 4 %); 0 turns it off; other values force those bits on every shape that fits (tests, A/B runs). Round 22
- * also measured, and dropped (bench/patches/round22-knobs.patch): down_proj as 8-warp blocks whose ring holds every
- * step, resident beside this shape (−4 %), the dependents' trigger after the k-th step (±0), and the x read before
- * the ring's first steps in the kernels that enter after the kernel before has ended (−3 to −7 %). */
-static int g_gemv_cores = 1 | 4 | 8, g_gemv_cores_auto = 1;
+/* whole-tile warps (KS = 1) from this many tiles per SM (round 6); 0 under HEARTH_TEST_GEMV (cu_gemv_init) */
+static int g_gemv_we_min = 4;
+/* Ring depth 2 in 8- and 16-warp blocks: round 7 found 4 better than 8 (the next kernel's blocks fit beside this
+ * one's), round 9 4 for the 0.5B's gate/up, round 13 (the blocked weight layout) 2 everywhere: 0.5B +8-10 %,
+ * 3B +0-2 %. The depth-4 instances of those shapes and the rule that picked 4 for 3-4 steps per warp were removed
+ * with the knob that allowed them (docs/decisions.md, "One path per op"; history: ac09af2).
+ * The co-resident gate/up shape (bench/NOTES.md round 22, gemv_cores_launch): the norm+gate/up GEMV as one block of
+ * GEMV_CORES_NW whole-tile warps per SM with a 4-step ring (half of the 3B's gate/up steps asked for while o_proj
+ * runs), so that every one of its blocks enters beside o_proj's (two 8-warp blocks per SM do not fit beside it: only
+ * half of them started their ring while o_proj ran); every GEMV instance prefers the largest shared-memory carveout
+ * (an SM configured for smaller blocks cannot take a larger one until it drains). Taken where it measured faster:
+ * one-token steps of at least 8 tiles per SM (the 3B: +0.7 to +1.5 % tg128; the 0.5B's 4.6 tiles per SM lost 4 %).
+ * Round 22 also measured, and dropped (history: the patch bench/patches/round22-knobs.patch at ac09af2): down_proj
+ * as 8-warp blocks whose ring holds every step, resident beside this shape (-4 %), the dependents' trigger after the
+ * k-th step (±0), and the x read before the ring's first steps in the kernels that enter after the kernel before has
+ * ended (-3 to -7 %).
+ * HEARTH_TEST_GEMV (test-only, README "Environment"): "whole" gives every shape whole-tile warps, "cores" also the
+ * co-resident shape on every gate/up it fits, so that the test suite's small models run the instances that only
+ * large models take in a product run. */
+static int g_gemv_cores_any = 0; /* HEARTH_TEST_GEMV=cores: the co-resident shape wherever it fits */
 
 /* the launch shapes: (warps per block, warps per tile) */
 #define GEMV_CONFIGS(X) X(8, 1) X(8, 2) X(8, 4) X(8, 8) X(16, 16)
@@ -712,52 +629,36 @@ static const int g_gemv_cfg[][2] = {GEMV_CONFIGS(GEMV_CFG_ROW)};
 #undef GEMV_CFG_ROW
 #define GEMV_NCFG ((int)(sizeof g_gemv_cfg / sizeof g_gemv_cfg[0]))
 
-/* the dynamic shared-memory limit raised to what the device allows; HEARTH_GEMV_CORES & 4: the largest carveout */
+/* the dynamic shared-memory limit raised to what the device allows, and the largest carveout preferred */
 template <typename KERN>
 static int gemv_attr_k(struct hb_ctx *ctx, KERN kern) {
   if (smem_attr(ctx, kern)) return 1;
-  return (g_gemv_cores & 4) &&
-         CU_OK(ctx, cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
+  return CU_OK(ctx, cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared));
 }
-/* one shape at one ring depth: its general instance and (GEMV_N1) its n = 1 instance, which every one-token launch
- * takes; with GEMV_N1 0 both names are the general instance, so no n = 1 code is built */
-#define GEMV_KN1 (GEMV_N1 ? 1 : 0)
+/* one shape at one ring depth: its general instance and its n = 1 instance, which every one-token launch takes */
 template <typename TO, int PRO, int KS, int MODE, int NW, int RING>
 static int gemv_attr_n(struct hb_ctx *ctx) {
   return gemv_attr_k(ctx, gemv_q4_kernel<TO, PRO, KS, MODE, NW, RING>) |
-         (GEMV_N1 ? gemv_attr_k(ctx, gemv_q4_kernel<TO, PRO, KS, MODE, NW, RING, GEMV_KN1>) : 0);
+         gemv_attr_k(ctx, gemv_q4_kernel<TO, PRO, KS, MODE, NW, RING, 1>);
 }
 template <typename TO, int PRO, int KS, int MODE, int NW, int RING>
 static void gemv_launch_k(struct hb_ctx *ctx, dim3 grid, dim3 block, size_t sm, const gemv_args &a) {
-  if (GEMV_N1 && a.n == 1) cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<TO, PRO, KS, MODE, NW, RING, GEMV_KN1>, grid, block, sm, a);
+  if (a.n == 1) cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<TO, PRO, KS, MODE, NW, RING, 1>, grid, block, sm, a);
   else cu_launch_pdl(ctx, "gemv_q4", gemv_q4_kernel<TO, PRO, KS, MODE, NW, RING>, grid, block, sm, a);
 }
 template <typename TO, int PRO, int MODE>
 static int gemv_attr1(struct hb_ctx *ctx) {
   int bad = 0;
-#define GEMV_ATTR(NW, KS) \
-  bad |= gemv_attr_n<TO, PRO, KS, MODE, NW, 2>(ctx) | gemv_attr_n<TO, PRO, KS, MODE, NW, NW == 8 ? 4 : 2>(ctx);
+#define GEMV_ATTR(NW, KS) bad |= gemv_attr_n<TO, PRO, KS, MODE, NW, 2>(ctx);
   GEMV_CONFIGS(GEMV_ATTR)
 #undef GEMV_ATTR
   return bad;
 }
 int cu_gemv_init(struct hb_ctx *ctx) {
-  const char *we = getenv("HEARTH_GEMV_WE_MIN"); /* a tuning knob for bench A/B runs */
-  if (we && *we) g_gemv_we_min = atoi(we);
-  const char *ps = getenv("HEARTH_GEMV_PER_SM"), *rm = getenv("HEARTH_GEMV_RING");
-  const char *rf = getenv("HEARTH_GEMV_RING_FIT");
-  if (rf && *rf == '0') g_gemv_ring_fit = 0;
-  const char *lh = getenv("HEARTH_L2_HINT");
-  if (lh && *lh == '0') g_l2_hint = 0.0f;
-  if (ps && *ps) g_gemv_per_sm = atoi(ps);
-  if (rm && *rm) g_gemv_ring_max = atoi(rm);
-  const char *co = getenv("HEARTH_GEMV_CORES");
-  if (co && *co) {
-    g_gemv_cores = atoi(co);
-    g_gemv_cores_auto = 0;
-  }
-  return gemv_attr_n<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 2>(ctx) |
-         gemv_attr_n<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 4>(ctx) |
+  const char *t = getenv("HEARTH_TEST_GEMV"); /* test-only (above) */
+  if (t && (!strcmp(t, "whole") || !strcmp(t, "cores"))) g_gemv_we_min = 0;
+  if (t && !strcmp(t, "cores")) g_gemv_cores_any = 1;
+  return gemv_attr_n<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 4>(ctx) |
          gemv_attr1<__half, PRO_PLAIN, GEMV_PLAIN>(ctx) | gemv_attr1<__half, PRO_NORM, GEMV_PLAIN>(ctx) |
          gemv_attr1<__half, PRO_NORM, GEMV_GLU>(ctx) |
          gemv_attr1<__half, PRO_SILU, GEMV_PLAIN>(ctx) | gemv_attr1<float, PRO_PLAIN, GEMV_PLAIN>(ctx) |
@@ -818,19 +719,17 @@ static bool gemv_ring_fits(const struct hb_ctx *ctx, size_t base, int nw, int r,
   return dyn + stat <= ctx->smem_optin && (size_t)bps * blk <= ctx->smem_sm;
 }
 static int gemv_ring(const struct hb_ctx *ctx, size_t base, int nw, int bps) {
-  for (int r = g_gemv_ring_max >= 4 ? 4 : 2; r >= 2; r /= 2) /* the depths built: RING = 2, 4 */
-    if (gemv_ring_fits(ctx, base, nw, r, bps)) return r;
-  return 0;
+  return gemv_ring_fits(ctx, base, nw, 2, bps) ? 2 : 0; /* the depth built for these shapes (above) */
 }
 
-/* HEARTH_GEMV_CORES (above): launches the norm+gate/up GEMV in the co-resident shape and returns 1 where that applies */
+/* the co-resident shape (above): launches the norm+gate/up GEMV in it and returns 1 where that applies */
 template <typename TO, int PRO, int MODE>
 static int gemv_cores_launch(struct hb_ctx *ctx, gemv_args &a) {
-  if (!std::is_same<TO, __half>::value || PRO != PRO_NORM || MODE != GEMV_GLU || !(g_gemv_cores & 1)) return 0;
+  if (!std::is_same<TO, __half>::value || PRO != PRO_NORM || MODE != GEMV_GLU) return 0;
   const int tiles = (a.rows_total + 15) / 16;
   if (tiles < g_gemv_we_min * ctx->n_sm || tiles > GEMV_CORES_NW * ctx->n_sm) return 0; /* whole-tile warps, one tile each */
-  if (g_gemv_cores_auto && (a.n != 1 || tiles < 8 * ctx->n_sm)) return 0;
-  const int ring = g_gemv_cores & 8 ? 4 : 2;
+  if (!g_gemv_cores_any && (a.n != 1 || tiles < 8 * ctx->n_sm)) return 0;
+  const int ring = 4;
   const size_t base = gemv_smem(a.n, a.K, PRO), sm = base + (size_t)GEMV_CORES_NW * ring * GEMV_SLOT;
   if (!gemv_ring_fits(ctx, base, GEMV_CORES_NW, ring, 1)) return 0;
   a.n_units = tiles;
@@ -840,8 +739,7 @@ static int gemv_cores_launch(struct hb_ctx *ctx, gemv_args &a) {
   a.tr_id = cu_trace_id(ctx, "gemv glu n%d %dx%d %d/1 r%d co", a.n, a.rows_total, a.K, GEMV_CORES_NW, ring);
 #endif
   const dim3 grid((unsigned)ctx->n_sm), block(GEMV_CORES_NW * 32);
-  if (ring == 4) gemv_launch_k<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 4>(ctx, grid, block, sm, a);
-  else gemv_launch_k<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 2>(ctx, grid, block, sm, a);
+  gemv_launch_k<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 4>(ctx, grid, block, sm, a);
   return 1;
 }
 
@@ -849,7 +747,7 @@ template <typename TO, int PRO, int MODE = GEMV_PLAIN>
 static void gemv_launch_t(struct hb_ctx *ctx, gemv_args &a) {
   if (gemv_cores_launch<TO, PRO, MODE>(ctx, a)) return;
   const size_t base = gemv_smem(a.n, a.K, PRO);
-  int per_sm = g_gemv_per_sm > 0 && g_gemv_per_sm < GEMV_MINB ? g_gemv_per_sm : GEMV_MINB, ring8 = 0;
+  int per_sm = GEMV_MINB, ring8 = 0;
   for (; per_sm >= 1 && !(ring8 = gemv_ring(ctx, base, 8, per_sm)); per_sm--) {}
   int per_sm16 = GEMV_MINB16, ring16 = 0;
   for (; per_sm16 >= 1 && !(ring16 = gemv_ring(ctx, base, 16, per_sm16)); per_sm16--) {}
@@ -861,19 +759,7 @@ static void gemv_launch_t(struct hb_ctx *ctx, gemv_args &a) {
   /* KS = 1: units are tiles, spread over all resident blocks (tile = block + grid * warp + ...) so
    * that every SM gets the same number of tiles, not whole 8-tile blocks */
   const int ks = g_gemv_cfg[ci][1], blocks = ks == 1 ? slots : units, nb = blocks < slots ? blocks : slots;
-  a.ring = nw == 8 ? ring8 : ring16;
-  if (g_gemv_ring_fit && a.ring > 2) {
-    /* 4 steps only where they put a warp's whole work in flight before griddepcontrol.wait and 2
-     * would not (3 or 4 steps per warp), and only in 8-warp blocks (a 16-warp block would hold 160 KB);
-     * otherwise 2: less shared memory held, so the next kernel's blocks fit beside this one's.
-     * Round 9: with 2-group steps, 4 everywhere was best on the 0.5B (its gate/up is one 4-step tile
-     * per warp) and 2 everywhere on the 3B; this rule gives each model its better choice, and
-     * without the 8-warp condition the 3B's down_proj (16 warps, 3 steps) took 4 and lost 2 % */
-    const int S = gemv_steps(a.K / 128, ks);
-    const int per_warp = ks == 1 ? (units + nb * nw - 1) / (nb * nw) : (units + nb - 1) / nb;
-    a.ring = nw == 8 && S * per_warp > 2 && S * per_warp <= 4 ? 4 : 2;
-  }
-  if (a.ring > 2 && nw != 8) a.ring = 2; /* 16-warp blocks are built with RING = 2 only */
+  a.ring = nw == 8 ? ring8 : ring16; /* 2 (gemv_ring) */
 #if HEARTH_TRACE
   a.tr = ctx->tr_dev;
   a.tr_id = cu_trace_id(ctx, "gemv %s n%d %dx%d %d/%d r%d", MODE == GEMV_ROPE ? "qkv" : MODE == GEMV_GLU ? "glu" : PRO == PRO_NORM ? "norm" : "plain",
@@ -883,10 +769,7 @@ static void gemv_launch_t(struct hb_ctx *ctx, gemv_args &a) {
   const dim3 grid((unsigned)nb), block((unsigned)(nw * 32));
   int k = 0;
 #define GEMV_LAUNCH(NW, KS) \
-  if (ci == k++) { \
-    if (a.ring == 4) gemv_launch_k<TO, PRO, KS, MODE, NW, NW == 8 ? 4 : 2>(ctx, grid, block, sm, a); \
-    else gemv_launch_k<TO, PRO, KS, MODE, NW, 2>(ctx, grid, block, sm, a); \
-  }
+  if (ci == k++) gemv_launch_k<TO, PRO, KS, MODE, NW, 2>(ctx, grid, block, sm, a);
   GEMV_CONFIGS(GEMV_LAUNCH)
 #undef GEMV_LAUNCH
 }
@@ -913,7 +796,6 @@ static int gemv_fill(struct hb_ctx *ctx, gemv_args &a, int pro, const struct hb_
   a.n_mm = n_mm;
   a.K = (int)ws[0]->cols;
   a.add = add;
-  a.l2f = g_l2_hint;
   enum hb_dtype odt = outs[0]->dtype;
   int r = 0;
   for (int i = 0; i < n_mm; i++) {
@@ -985,7 +867,6 @@ int cu_gemv_qkv_rope_kv(struct hb_ctx *ctx, const struct hb_tensor *x, const str
   a.kc = (__half *)kv->k.data;
   a.vc = (__half *)kv->v.data;
   gemv_launch_t<__half, PRO_NORM, GEMV_ROPE>(ctx, a);
-  if (n <= 8 && (ctx->dup & CU_SKIP_QKV)) gemv_launch_t<__half, PRO_NORM, GEMV_ROPE>(ctx, a); /* timing only */
   return 0;
 }
 
@@ -1001,6 +882,5 @@ int cu_gemv_norm_swiglu(struct hb_ctx *ctx, const struct hb_tensor *x, const str
   gemv_args a;
   if (gemv_fill(ctx, a, PRO_NORM, x, NULL, nw, eps, 0.0f, 2, outs, ws, NULL, n, 0)) return 1;
   gemv_launch_t<__half, PRO_NORM, GEMV_GLU>(ctx, a);
-  if (n <= 8 && (ctx->dup & CU_SKIP_GATEUP)) gemv_launch_t<__half, PRO_NORM, GEMV_GLU>(ctx, a); /* timing only */
   return 0;
 }

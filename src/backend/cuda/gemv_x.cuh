@@ -1,5 +1,4 @@
-/* backend/cuda/gemv_x.cuh — the decode GEMV's activation layout in shared memory, shared by gemv_q4.cu and
- * decode_stack.cu (whose step math reads x the same way, so both must store it the same way).
+/* backend/cuda/gemv_x.cuh — the decode GEMV's activation layout in shared memory (gemv_q4.cu).
  *
  * x of token t as f16 in shared memory: [n][K]; within each 32-run the 16 half2 words are stored in
  * the order 0,4,1,5,2,6,3,7, 8,12,9,13,10,14,11,15 (the pairs one B fragment takes), and the 16-byte
@@ -14,7 +13,7 @@
 __device__ __forceinline__ int gemv_swz(int R, int t) { return ((R >> 1) ^ (t << 1)) & 3; }
 
 /* chunk k8 (8 elements) of one token's x into `run` (the 32-run holding it, whose swizzle is sw). FOLD (the folded
- * int4 offset, gemv_q4.cu's GEMV_FOLD): odd chunks are stored / 16, and the chunk's share of its group's correction
+ * int4 offset, gemv_q4.cu's offset fold): odd chunks are stored / 16, and the chunk's share of its group's correction
  * (1032 Σ x of even chunks, 72 Σ x of odd ones, from the stored values) is returned; 0 otherwise */
 template <bool FOLD>
 __device__ __forceinline__ float gemv_put_chunk(uint32_t *run, int k8, int sw, uint4 v) {

@@ -47,30 +47,20 @@ __device__ __forceinline__ void cp_async16_if_z(bool on, uint32_t s, const void 
 /* L2 eviction priorities (bench/NOTES.md, round 17). A decode step streams ~1.6 GB of weights (3B) through a 50 MB L2,
  * so with no hint every small buffer the step reads again one token later (the norm weights, biases, the KV cache)
  * has been pushed out and comes from DRAM, behind the weight stream, on the critical path of a kernel's prologue.
- * The weight stream is read evict_first and the small per-layer constants evict_last. `frac` is the fraction of
- * accesses that take the priority (1: all, 0: none, i.e. evict_unchanged: the knob HEARTH_L2_HINT=0) */
-/* HEARTH_L2_HINTS=0 (a build switch, -DHEARTH_L2_HINTS=0 in CMAKE_CUDA_FLAGS): every hinted copy and load below is
- * issued without its hint and no policy is made. A cp.async with a hint stopped two kernels with "an illegal
- * instruction was encountered" where the same line runs in every decode GEMV (bench/NOTES.md, rounds 18-19): this
- * build is the way around it, and the way to test whether a failure is that one. Compiled, not yet run on a GPU. */
-#ifndef HEARTH_L2_HINTS
-#define HEARTH_L2_HINTS 1
-#endif
-#if HEARTH_L2_HINTS
-__device__ __forceinline__ uint64_t l2_evict_first(float frac) {
+ * The weight stream is read evict_first and the small per-layer constants evict_last, every access (fraction 1).
+ * (The run-time knob HEARTH_L2_HINT=0 and the build switch HEARTH_L2_HINTS=0 that turned the hints off, the A/B
+ * controls of rounds 17-19, are in the history at ac09af2.) */
+__device__ __forceinline__ uint64_t l2_evict_first() {
   uint64_t p;
-  asm volatile("createpolicy.fractional.L2::evict_first.L2::evict_unchanged.b64 %0, %1;" : "=l"(p) : "f"(frac));
+  asm volatile("createpolicy.fractional.L2::evict_first.L2::evict_unchanged.b64 %0, %1;" : "=l"(p) : "f"(1.0f));
   return p;
 }
-__device__ __forceinline__ uint64_t l2_evict_last(float frac) {
+__device__ __forceinline__ uint64_t l2_evict_last() {
   uint64_t p;
-  asm volatile("createpolicy.fractional.L2::evict_last.L2::evict_unchanged.b64 %0, %1;" : "=l"(p) : "f"(frac));
+  asm volatile("createpolicy.fractional.L2::evict_last.L2::evict_unchanged.b64 %0, %1;" : "=l"(p) : "f"(1.0f));
   return p;
 }
-/* cp_async16 / cp_async16_z / cp_async16_if_z with an L2 cache policy (l2_evict_*) */
-__device__ __forceinline__ void cp_async16_h(void *smem, const void *gmem, uint64_t pol) {
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(smem_u32(smem)), "l"(gmem), "l"(pol));
-}
+/* cp_async16_z / cp_async16_if_z with an L2 cache policy (l2_evict_*) */
 __device__ __forceinline__ void cp_async16_zh(uint32_t s, const void *gmem, bool zero, uint64_t pol) {
   asm volatile("{\n .reg .pred z;\n setp.ne.b32 z, %2, 0;\n cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, z, %3;\n}" ::"r"(s),
                "l"(gmem), "r"((int)zero), "l"(pol));
@@ -86,60 +76,6 @@ __device__ __forceinline__ float ld_f32_h(const float *p, uint64_t pol) {
   asm volatile("ld.global.L2::cache_hint.f32 %0, [%1], %2;" : "=f"(r) : "l"(p), "l"(pol));
   return r;
 }
-#else /* the same calls without hints: no policy is made, the plain forms above run */
-__device__ __forceinline__ uint64_t l2_evict_first(float) { return 0; }
-__device__ __forceinline__ uint64_t l2_evict_last(float) { return 0; }
-__device__ __forceinline__ void cp_async16_h(void *smem, const void *gmem, uint64_t) { cp_async16(smem, gmem, 16); }
-__device__ __forceinline__ void cp_async16_zh(uint32_t s, const void *gmem, bool zero, uint64_t) {
-  cp_async16_z(s, gmem, zero);
-}
-__device__ __forceinline__ void cp_async16_if_zh(bool on, uint32_t s, const void *gmem, bool zero, uint64_t) {
-  cp_async16_if_z(on, s, gmem, zero);
-}
-__device__ __forceinline__ float ld_f32_h(const float *p, uint64_t) { return *p; }
-#endif
-/* mbarriers and bulk copies (sm_90: decode_stack.cu; the GEMV ring on them is bench/patches/round25-bulk.patch, which lost).
- * An mbarrier of count 1 completes its phase when its one arrival (arrive, or arrive.expect_tx with the bytes to come)
- * and every byte of the bulk copies that name it have landed. */
-__device__ __forceinline__ void mbar_init(uint32_t bar) { asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar)); }
-__device__ __forceinline__ void mbar_expect(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  asm volatile("{\n .reg .pred p;\n MBW%=: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra MBW%=;\n}" ::"r"(bar),
-               "r"(parity)
-               : "memory");
-}
-__device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst), "l"(src),
-               "r"(bytes), "r"(bar)
-               : "memory");
-}
-/* the same with an L2 priority (round 17's reason: the stream must not push out what the step reads again: norm
- * weights, biases, the KV cache); without HEARTH_L2_HINTS (ptx.cuh) the plain form */
-__device__ __forceinline__ void bulk_g2s_h(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar, uint64_t pol) {
-#if HEARTH_L2_HINTS
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(bar), "l"(pol)
-               : "memory");
-#else
-  (void)pol;
-  bulk_g2s(dst, src, bytes, bar);
-#endif
-}
-/* one probe of a phase's completion (no blocking) */
-__device__ __forceinline__ bool mbar_test(uint32_t bar, uint32_t parity) {
-  uint32_t ok;
-  asm volatile("{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}" : "=r"(ok)
-               : "r"(bar), "r"(parity)
-               : "memory");
-  return ok != 0;
-}
-/* the inits above made visible to the bulk copies (the async proxy) before any copy names the barrier */
-__device__ __forceinline__ void mbar_fence_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 /* "memory": no shared-memory read of the landed data may be moved above the wait */
 template <int N>
@@ -204,7 +140,7 @@ __device__ __forceinline__ void q4_word(uint32_t w, uint32_t p[4]) {
 
 /* the same 8 weights as A-fragment values with the offset left in: even pairs 1024 + u, odd pairs
  * 1024 + 16 u (u = q + 8), one lop3 each and no f16 arithmetic; the caller scales the x of odd pairs
- * by 1/16 and subtracts 1032 * sum(x even) + 72 * sum(x odd) per group (gemv_q4.cu, GEMV_FOLD) */
+ * by 1/16 and subtracts 1032 * sum(x even) + 72 * sum(x odd) per group (gemv_q4.cu, the offset fold) */
 /* (a & m) | 0x64006400 as one lop3 (0xEA = (a & b) | c): written as C, the and and the or stay two
  * instructions, because a SASS LOP3 holds one immediate and the compiler puts both masks there */
 __device__ __forceinline__ uint32_t and_or_6400(uint32_t a, uint32_t m) {
