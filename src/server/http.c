@@ -3,6 +3,7 @@
  * Mode: one thread per connection (MHD_USE_THREAD_PER_CONNECTION), so handlers and SSE readers may
  * block on their request's token stream without busy-waiting. Guards, in the order applied:
  *   bind        loopback only (http_is_loopback), refused at start otherwise
+ *   drain       after SIGTERM (srv->draining) every new request → 503 shutting_down
  *   limits      MHD: connection limit (max_conns), idle timeout (timeout_s, the slowloris guard),
  *               per-connection memory (header floods → 431 from MHD)
  *   route       unknown path 404, known path with another method 405 + Allow
