@@ -157,7 +157,8 @@ int hearth_sessions_step(struct hearth_session **sessions, int n_sessions,
                          const int32_t *const *tokens, const int *n_tokens, struct hearth_err *err);
 
 /* Like hearth_sessions_step, for greedy decoding: writes each session's argmax (lowest id on ties)
- * to ids[i] and its log-probability to logprobs[i] (either may be NULL). Backends that select on
+ * to ids[i] and its log-probability to logprobs[i] (either may be NULL); ids[i] is -1 when that
+ * row of logits holds a NaN or an infinity (checked where the backend selects on the host). Backends that select on
  * the device bring back only these; hearth_session_logits is then NULL until the next step. */
 int hearth_sessions_step_greedy(struct hearth_session **sessions, int n_sessions,
                                 const int32_t *const *tokens, const int *n_tokens, int32_t *ids,
@@ -174,6 +175,12 @@ int hearth_sessions_step_select(struct hearth_session **sessions, int n_sessions
 /* Decode steps enqueued one call ahead (greedy loops on a GPU: docs/decisions.md) that a later call claimed, and
  * that were dropped unused, since the model was loaded. */
 void hearth_model_ahead_counts(struct hearth_model *m, uint64_t *claimed, uint64_t *dropped);
+
+/* Registers fn(arg), polled before every forward batch (512 tokens at most) of a call on this one
+ * session (embed, sync, append): when it returns non-zero the call stops with HEARTH_ERR_CANCELLED
+ * and the session keeps what it held before the call. fn NULL: never. A long embedding input is
+ * cancellable this way, so a server can drop work whose client has gone. */
+void hearth_session_set_abort(struct hearth_session *s, int (*fn)(void *arg), void *arg);
 
 /* Embedding models: evaluates tokens[0..n) from position 0 (the session is reset), pools the last
  * token's final hidden state and L2-normalises it into out[0..n_embd). */

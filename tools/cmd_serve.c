@@ -37,6 +37,8 @@ static void usage(FILE *f) {
           "  --timeout S        idle connection timeout in seconds [15]\n"
           "  --header-timeout S a request head must arrive within S seconds, a body keep up\n"
           "                     16 KiB/s after S seconds; slower clients are disconnected [10]\n"
+          "  --shutdown-grace-ms N   on SIGTERM/SIGINT, requests in flight may finish for N ms\n"
+          "                     before they are cancelled; new requests get 503 [5000]\n"
           "  --dtype int4|bf16|f32   weight format [int4]\n"
           "  --backend cpu|cuda      [cpu]\n"
           "  --kv-cache-dir DIR keep shared KV prefixes on disk, reused after a restart\n"
@@ -126,6 +128,7 @@ int cmd_serve(int argc, char **argv) {
     else if (!strcmp(a, "--keepalive-ms")) { if (num(a, v, 50, 600000, &x)) return 2; o.keepalive_ms = (int)x; }
     else if (!strcmp(a, "--prefill-chunk")) { if (num(a, v, 1, 1 << 20, &x)) return 2; o.prefill_chunk = (int)x; }
     else if (!strcmp(a, "--max-conns")) { if (num(a, v, 1, 65536, &x)) return 2; o.max_conns = (int)x; }
+    else if (!strcmp(a, "--shutdown-grace-ms")) { if (num(a, v, 0, 3600000, &x)) return 2; o.shutdown_grace_ms = (int)x; }
     else if (!strcmp(a, "--timeout")) { if (num(a, v, 1, 3600, &x)) return 2; o.timeout_s = (int)x; }
     else if (!strcmp(a, "--header-timeout")) { if (num(a, v, 1, 3600, &x)) return 2; o.head_timeout_s = (int)x; }
     else if (!strcmp(a, "--kv-cache-dir")) o.model.kv_cache_dir = v;

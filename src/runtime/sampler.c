@@ -155,9 +155,10 @@ int32_t hearth_sampler_sample(struct hearth_sampler *s, const float *logits, con
     }
     lg = s->work;
   }
-  if (p->temperature == 0.0f) {
+  if (p->temperature == 0.0f) { /* a NaN never wins: it compares false, so start from a number */
     int32_t best = 0;
-    for (int i = 1; i < V; i++) if (lg[i] > lg[best]) best = i;
+    while (best < V - 1 && isnan(lg[best])) best++;
+    for (int i = best + 1; i < V; i++) if (lg[i] > lg[best]) best = i;
     return best;
   }
   /* candidates hold (logit - max) / temperature <= 0: dividing first overflows to +inf for a

@@ -3,6 +3,7 @@
  * The batching primitive is session_forward(): it packs new tokens of several sessions into
  * forward passes of at most scratch.max_tokens tokens, asks for the outputs of each session's last
  * new token, and stores them in the session (logits, or the final hidden state for embeddings). */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,8 @@ struct hearth_session {
   float *out;        /* [max(vocab, d)] last logits or hidden state */
   int has_out;
   uint64_t epoch;    /* new at creation and at every truncation: a step enqueued ahead for an older epoch is not this one's */
+  int (*abort_fn)(void *arg); /* hearth_session_set_abort: polled before every forward batch */
+  void *abort_arg;
 };
 
 static uint64_t next_epoch(struct hearth_model *m) { return __atomic_add_fetch(&m->epochs, 1, __ATOMIC_RELAXED); }
@@ -52,6 +55,11 @@ int hearth_session_new(struct hearth_model *m, const struct hearth_session_param
   }
   *out = s;
   return 0;
+}
+
+void hearth_session_set_abort(struct hearth_session *s, int (*fn)(void *arg), void *arg) {
+  s->abort_fn = fn;
+  s->abort_arg = arg;
 }
 
 /* Keeps the first min(n, held) tokens and returns how many were kept. Blocks no longer needed go
@@ -256,10 +264,16 @@ static int run_batch(struct hearth_model *m, struct hb_batch *b, enum out_mode m
   for (int k = 0; k < b->n_out; k++) { /* host selection when the backend has no argmax op */
     if (row_greedy && !row_greedy[k]) continue; /* this row's caller samples from its logits */
     const float *lg = m->b_outbuf + (size_t)k * m->cfg.vocab_size;
+    /* a NaN or an infinity in the row (the model's numbers broke down) is reported as id -1: a NaN
+     * compares false, so a plain argmax would answer with token 0 for a row of NaNs */
     int32_t best = 0;
-    for (int i = 1; i < m->cfg.vocab_size; i++) if (lg[i] > lg[best]) best = i;
-    m->b_gid[k] = best;
-    m->b_glp[k] = want_lp ? hearth_logprob(lg, m->cfg.vocab_size, best) : 0.0f; /* a second pass, with exp */
+    int finite = 1;
+    for (int i = 0; i < m->cfg.vocab_size; i++) {
+      finite &= fabsf(lg[i]) <= FLT_MAX;
+      if (lg[i] > lg[best]) best = i;
+    }
+    m->b_gid[k] = finite ? best : -1;
+    m->b_glp[k] = finite && want_lp ? hearth_logprob(lg, m->cfg.vocab_size, best) : 0.0f; /* a second pass, with exp */
   }
   return 0;
 }
@@ -514,6 +528,11 @@ static int session_forward(struct hearth_session **ss, int n, const int32_t *con
       if (!every && done[i] == counts[i]) { m->b_out[nout] = nt - 1; owner[nout] = i; nout++; }
     }
     if (nt == 0) break;
+    /* a long prompt is several batches: the caller may give up between them (client gone) */
+    if (ss[0]->abort_fn && n == 1 && ss[0]->abort_fn(ss[0]->abort_arg)) {
+      rc = err_set(err, HEARTH_ERR_CANCELLED, "cancelled");
+      break;
+    }
     struct hb_batch b = {
       .n_tokens = nt, .n_seqs = nseq, .max_blocks = MB, .block_size = m->kv.block_size,
       .pos = m->b_pos, .seq = m->b_seq, .block_table = m->b_bt, .seq_len = m->b_len,

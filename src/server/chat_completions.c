@@ -270,8 +270,8 @@ static int produce_choice(struct chat *c, int k, struct sbuf *out) {
   if (rc == 0) return 0;
   g->reported = 1;
   if (!g->finish) { /* failed mid-stream: an error event, then the end */
-    sse_event(out, json_pack("{s:{s:s, s:s, s:n, s:n}}", "error", "message", g->errmsg, "type",
-                             "server_error", "param", "code"));
+    sse_event(out, json_pack("{s:{s:s, s:s, s:n, s:s}}", "error", "message", g->errmsg, "type",
+                             "server_error", "param", "code", g->err_code ? g->err_code : "generation_failed"));
     sse_done(out);
     return 1;
   }
@@ -288,7 +288,9 @@ static int chat_produce(void *ctx, struct sbuf *out, int timeout_ms) {
         return -1;
     return 0;
   }
-  if (gen_wait_any(c->g, c->n, timeout_ms) < 0) return -1;
+  int w = gen_wait_any(c->g, c->n, timeout_ms);
+  if (w < 0) return -1;
+  if (w == 2) return sbuf_adds(out, ": probe\n\n") ? -1 : 0; /* the client's input ended: still there? */
   int live = 0;
   for (int k = 0; k < c->n; k++) {
     if (c->g[k].reported) continue;
@@ -355,8 +357,10 @@ static enum MHD_Result chat_whole(struct http_req *r, struct chat *c) {
   for (int k = 0; k < c->n; k++) {
     if (read_choice(c, k)) { chat_free(c); return MHD_NO; } /* client gone: drop it */
     if (!c->g[k].finish) {
-      enum MHD_Result ret = http_reply_error(r, 500, NULL, "generation_failed", "%s",
-                                             c->g[k].errmsg[0] ? c->g[k].errmsg : "generation failed");
+      const struct gen_reader *g = &c->g[k];
+      enum MHD_Result ret = http_reply_error(r, g->err_status ? g->err_status : 500, NULL,
+                                             g->err_code ? g->err_code : "generation_failed", "%s",
+                                             g->errmsg[0] ? g->errmsg : "generation failed");
       chat_free(c);
       return ret;
     }

@@ -148,8 +148,8 @@ static int produce_choice(struct cmpl *c, int k, struct sbuf *out) {
   if (rc == 0) return 0;
   g->reported = 1;
   if (!g->finish) {
-    sse_event(out, json_pack("{s:{s:s, s:s, s:n, s:n}}", "error", "message", g->errmsg, "type",
-                             "server_error", "param", "code"));
+    sse_event(out, json_pack("{s:{s:s, s:s, s:n, s:s}}", "error", "message", g->errmsg, "type",
+                             "server_error", "param", "code", g->err_code ? g->err_code : "generation_failed"));
     sse_done(out);
     return 1;
   }
@@ -158,7 +158,9 @@ static int produce_choice(struct cmpl *c, int k, struct sbuf *out) {
 
 static int cmpl_produce(void *ctx, struct sbuf *out, int timeout_ms) {
   struct cmpl *c = ctx;
-  if (gen_wait_any(c->g, c->n, timeout_ms) < 0) return -1;
+  int w = gen_wait_any(c->g, c->n, timeout_ms);
+  if (w < 0) return -1;
+  if (w == 2) return sbuf_adds(out, ": probe\n\n") ? -1 : 0; /* the client's input ended: still there? */
   int live = 0;
   for (int k = 0; k < c->n; k++) {
     if (c->g[k].reported) continue;
@@ -190,7 +192,8 @@ static enum MHD_Result cmpl_whole(struct http_req *r, struct cmpl *c) {
       if (rc == 1) break;
     }
     if (!g->finish) {
-      enum MHD_Result ret = http_reply_error(r, 500, NULL, "generation_failed", "%s", g->errmsg);
+      enum MHD_Result ret = http_reply_error(r, g->err_status ? g->err_status : 500, NULL,
+                                             g->err_code ? g->err_code : "generation_failed", "%s", g->errmsg);
       sbuf_free(&gen);
       json_decref(glp);
       json_decref(choices);

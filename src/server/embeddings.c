@@ -3,7 +3,12 @@
  * 256 inputs, each at most the context). encoding_format "float" (default) or "base64" (the raw
  * little-endian float32 bytes, as OpenAI sends them). dimensions: keep the first d components and
  * re-normalise (Matryoshka truncation, as Qwen3-Embedding is trained for).
- * The model's single embedding session is shared under a mutex: one forward pass at a time. */
+ * The model's single embedding session is shared under a mutex: one forward pass at a time.
+ * Abandoned work stops: the client is watched before every input and every 512-token batch of
+ * an input's forward pass (hearth_session_set_abort); a vanished client's request is dropped, and
+ * one still computing when the shutdown grace period ends gets 503. NaN or infinite values in an
+ * embedding are a 500, never a 200 with garbage. */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +73,24 @@ static int input_tokens(struct srv_model *m, json_t *in, size_t k, int32_t **ids
   return 0;
 }
 
+/* What the forward pass polls between batches (hearth_session_set_abort). */
+struct emb_watch {
+  struct http_watch w;
+  struct srv *srv;
+  int gone;          /* the client has gone */
+  int shutdown;      /* the grace period is over */
+};
+
+static int emb_abort(void *arg) {
+  struct emb_watch *x = arg;
+  if (atomic_load(&x->srv->aborting)) x->shutdown = 1;
+  else if (http_watch_check(&x->w) == HTTP_PEER_GONE) x->gone = 1;
+  return x->gone || x->shutdown;
+}
+
+static enum MHD_Result embed_all(struct http_req *r, struct srv_model *m, json_t *list,
+                                 const char *fmt, long long dims);
+
 enum MHD_Result ep_embeddings(struct http_req *r) {
   enum MHD_Result ret;
   struct srv_model *m = ep_pick_model(r, 1, &ret);
@@ -100,6 +123,17 @@ enum MHD_Result ep_embeddings(struct http_req *r) {
     v_fail(&e, "input", "'input' may hold at most %d items", EMB_MAX_INPUTS);
     return http_reply_verr(r, &e);
   }
+  atomic_fetch_add(&m->embed_busy, 1);
+  enum MHD_Result ret2 = embed_all(r, m, list, fmt, dims);
+  atomic_fetch_sub(&m->embed_busy, 1);
+  return ret2;
+}
+
+static enum MHD_Result embed_all(struct http_req *r, struct srv_model *m, json_t *list,
+                                 const char *fmt, long long dims) {
+  struct verr e = {{0}, {0}};
+  struct emb_watch ew = {.srv = r->srv};
+  http_watch_init(r, 0, &ew.w);
   int nd = m->info->n_embd;
   float *vec = malloc((size_t)nd * sizeof *vec);
   json_t *data = json_array();
@@ -116,14 +150,31 @@ enum MHD_Result ep_embeddings(struct http_req *r) {
       return http_reply_verr(r, &e);
     }
     struct hearth_err err = {0};
-    pthread_mutex_lock(&m->embed_lock);
-    int rc = hearth_session_embed(m->embed_session, ids, n, vec, &err);
-    pthread_mutex_unlock(&m->embed_lock);
+    int rc = emb_abort(&ew) ? HEARTH_ERR_CANCELLED : 0;
+    if (!rc) {
+      pthread_mutex_lock(&m->embed_lock);
+      hearth_session_set_abort(m->embed_session, emb_abort, &ew);
+      rc = hearth_session_embed(m->embed_session, ids, n, vec, &err);
+      hearth_session_set_abort(m->embed_session, NULL, NULL);
+      pthread_mutex_unlock(&m->embed_lock);
+    }
     free(ids);
-    if (rc) {
+    int finite = 1;
+    for (int i = 0; !rc && i < nd; i++) finite &= fabsf(vec[i]) <= FLT_MAX; /* false for NaN, inf */
+    if (rc || !finite) {
       free(vec);
       json_decref(data);
       json_decref(list);
+      if (rc == HEARTH_ERR_CANCELLED && (ew.gone || ew.shutdown)) {
+        atomic_fetch_add(&m->embed_cancelled, 1);
+        if (ew.gone) return MHD_NO; /* nobody to answer: drop the connection */
+        return http_reply_error(r, 503, NULL, "shutting_down",
+                                "the server is shutting down; the request was cancelled");
+      }
+      if (!finite)
+        return http_reply_error(r, 500, NULL, "embedding_failed",
+                                "the model produced NaN or infinite values for input[%zu] (its "
+                                "weights or activations overflowed)", k);
       return http_reply_error(r, 500, NULL, "embedding_failed", "%s", errors_scrub(err.msg));
     }
     total += n;

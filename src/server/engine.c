@@ -5,6 +5,7 @@
 #include "server/engine.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -245,6 +246,19 @@ static void score(const float *logits, int nv, int32_t id, int k, struct gen_eve
   }
 }
 
+/* NaN or infinite logits mean the model's numbers broke down (overflowing weights or activations):
+ * sampling from them would answer with garbage (a NaN beats the -inf of a constraint mask; an
+ * argmax over NaNs is token 0), so the request ends with this error instead. */
+static const char NONFINITE_MSG[] =
+    "the model produced NaN or infinite logits (its weights or activations overflowed); no output "
+    "can be sampled from them";
+
+static int all_finite(const float *x, int n) {
+  int ok = 1;
+  for (int i = 0; i < n; i++) ok &= fabsf(x[i]) <= FLT_MAX; /* false for NaN and +-inf */
+  return ok;
+}
+
 /* Whether q's next token can be chosen where the logits are (hearth_sessions_step_select: on the GPU only the
  * id and its logprob come back): plain greedy, no logit_bias or constraint applied on the host first, and no
  * alternatives asked for. */
@@ -258,6 +272,12 @@ static int select_greedy(const struct gen_req *q) {
 static int emit(struct engine *e, struct slot *sl, const float *logits, const int32_t *chosen, float lp) {
   struct gen_req *q = sl->q;
   int nv = e->info->n_vocab;
+  /* chosen: -1 (or a non-finite logprob when one was computed) reports a non-finite row */
+  if (chosen ? *chosen < 0 || *chosen >= nv || (q->top_logprobs == 0 && !isfinite(lp))
+             : !all_finite(logits, nv)) {
+    slot_release(e, sl, GEN_FIN_ERROR, NONFINITE_MSG);
+    return 0;
+  }
   if (!chosen && (q->n_bias || q->prog)) {
     memcpy(e->scratch, logits, (size_t)nv * sizeof *logits);
     for (int i = 0; i < q->n_bias; i++) e->scratch[q->bias_id[i]] += q->bias[i];
@@ -361,6 +381,7 @@ static void prefill_scored(struct engine *e, struct slot *sl) {
   if (sl->prefilled == 0) { /* position 0 alone: the session starts over */
     if (sync_to(e, sl, 1, &err)) { slot_release(e, sl, GEN_FIN_ERROR, err.msg); return; }
     sl->prefilled = 1;
+    if (!all_finite(hearth_session_logits(sl->s), nv)) { slot_release(e, sl, GEN_FIN_ERROR, NONFINITE_MSG); return; }
     if (q->n_prompt > 1) score(hearth_session_logits(sl->s), nv, q->prompt[1], k, &q->pev[1]);
   } else if (sl->prefilled < q->n_prompt) {
     if (!e->scored && !(e->scored = malloc((size_t)SCORED_CHUNK * nv * sizeof *e->scored))) {
@@ -373,6 +394,7 @@ static void prefill_scored(struct engine *e, struct slot *sl) {
     if (rc == HEARTH_ERR_CTX_FULL && evict_idle(e) > 0)
       rc = hearth_session_append_logits(sl->s, p, c, e->scored, &err);
     if (rc) { slot_release(e, sl, GEN_FIN_ERROR, err.msg); return; }
+    if (!all_finite(e->scored, c * nv)) { slot_release(e, sl, GEN_FIN_ERROR, NONFINITE_MSG); return; }
     for (int i = 0; i < c; i++) { /* position prefilled + i scores the token after it */
       int target = sl->prefilled + i + 1;
       if (target < q->n_prompt) score(e->scored + (size_t)i * nv, nv, q->prompt[target], k, &q->pev[target]);

@@ -8,7 +8,9 @@
  * recomputed), then decodes one token for every running sequence in one hearth_sessions_step,
  * samples, and appends the token (with its logprobs when asked) to the request. A request whose
  * cancel flag is set (client gone, or the reader saw a stop string) is dropped at the next step and
- * its slot returns to the pool.
+ * its slot returns to the pool. A row of logits holding a NaN or an infinity (the model's numbers
+ * overflowed) ends its request with GEN_FIN_ERROR and a message saying so, instead of being
+ * sampled (a NaN would beat a constraint mask's -inf; an argmax over NaNs is token 0).
  *
  * A request may also ask for the logprobs of its prompt tokens (completions with echo): the
  * engine then evaluates the prompt from position 0 (no prefix reuse), 32 positions per forward pass

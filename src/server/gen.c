@@ -146,7 +146,7 @@ int gen_start(struct http_req *r, struct srv_model *m, const struct gen_prompt *
   int per = o->n > 0 ? o->n : 1, total = n_prompts * per;
   for (int k = 0; k < total; k++) {
     memset(&g[k], 0, sizeof g[k]);
-    g[k].fd = -1;
+    http_watch_init(NULL, 0, &g[k].watch);
   }
   for (int p = 0; p < n_prompts; p++) {
     if (prompts[p].n < 1) {
@@ -192,7 +192,6 @@ int gen_start(struct http_req *r, struct srv_model *m, const struct gen_prompt *
       *ret = http_reply_error(r, 500, NULL, NULL, "%s", errors_scrub(err.msg));
     return -1;
   }
-  int fd = http_conn_fd(r);
   for (int k = 0; k < total; k++) {
     struct gen_reader *gk = &g[k];
     gk->q = qs[k];
@@ -204,7 +203,7 @@ int gen_start(struct http_req *r, struct srv_model *m, const struct gen_prompt *
       if (l > gk->max_stop) gk->max_stop = l;
     }
     gk->n_prompt = qs[k]->n_prompt;
-    gk->fd = fd;
+    http_watch_init(r, o->stream, &gk->watch);
   }
   return 0;
 }
@@ -235,6 +234,10 @@ static size_t stop_holdback(const struct gen_reader *g, const char *s, size_t n)
 static void finish_with(struct gen_reader *g, const char *reason, const char *msg) {
   g->done = 1;
   g->finish = reason;
+  if (!reason && !g->err_status) {
+    g->err_status = 500;
+    g->err_code = "generation_failed";
+  }
   if (msg) {
     snprintf(g->errmsg, sizeof g->errmsg, "%s", msg);
     errors_scrub(g->errmsg);
@@ -248,14 +251,15 @@ int gen_reader_next(struct gen_reader *g, int timeout_ms, struct sbuf *text) {
   enum gen_finish fin = GEN_RUNNING;
   int n = 0;
   for (int waited = 0;;) {
-    int slice = timeout_ms - waited < 250 ? timeout_ms - waited : 250;
-    if (slice < 0) slice = 0;
-    n = gen_req_take(g->q, g->n_taken, g->ev, (int)(sizeof g->ev / sizeof g->ev[0]), slice, &fin);
-    if (n || fin != GEN_RUNNING) break;
-    if (http_peer_gone(g->fd)) {
+    /* streams are watched by gen_wait_any, which can ask for a probe to be written */
+    if (!g->watch.stream && http_watch_check(&g->watch) == HTTP_PEER_GONE) {
       atomic_store(&g->q->cancel, 1);
       return -1;
     }
+    int slice = timeout_ms - waited < 20 ? timeout_ms - waited : 20;
+    if (slice < 0) slice = 0;
+    n = gen_req_take(g->q, g->n_taken, g->ev, (int)(sizeof g->ev / sizeof g->ev[0]), slice, &fin);
+    if (n || fin != GEN_RUNNING) break;
     waited += slice;
     if (waited >= timeout_ms) return 0;
   }
@@ -293,7 +297,11 @@ int gen_reader_next(struct gen_reader *g, int timeout_ms, struct sbuf *text) {
   switch (fin) {
   case GEN_FIN_EOS: finish_with(g, "stop", NULL); break;
   case GEN_FIN_LENGTH: finish_with(g, at >= 0 ? "stop" : "length", NULL); break;
-  case GEN_FIN_CANCELLED: finish_with(g, NULL, "the request was cancelled (server shutting down)"); break;
+  case GEN_FIN_CANCELLED: /* not by this reader (it returned already): the server is stopping */
+    g->err_status = 503;
+    g->err_code = "shutting_down";
+    finish_with(g, NULL, "the server is shutting down; the request was cancelled");
+    break;
   default: finish_with(g, NULL, g->q->errmsg[0] ? g->q->errmsg : "generation failed"); break;
   }
   return 1;
@@ -310,16 +318,17 @@ int gen_wait_any(struct gen_reader *g, int n, int timeout_ms) {
       if (first < 0) first = k;
     }
     if (!live) return 1;
-    if (http_peer_gone(g[first].fd)) {
+    int pc = http_watch_check(&g[0].watch);
+    if (pc == HTTP_PEER_GONE) {
       for (int k = 0; k < n; k++)
         if (g[k].q) atomic_store(&g[k].q->cancel, 1);
       return -1;
     }
+    if (pc == HTTP_PEER_PROBE) return 2;
     int left = timeout_ms - (int)((http_now() - t0) * 1e3);
     if (left <= 0) return 0;
-    /* one choice: sleep on it; several: a short slice on the first, then look at all again */
-    int slice = live == 1 ? 250 : 20;
-    gen_req_ready(g[first].q, g[first].n_taken, left < slice ? left : slice);
+    /* a short slice on the first, then look at all (and the client) again */
+    gen_req_ready(g[first].q, g[first].n_taken, left < 20 ? left : 20);
   }
 }
 

@@ -64,12 +64,14 @@ struct gen_reader {
   struct sbuf pending;     /* decoded text held back (may begin a stop string) */
   int n_taken;             /* tokens consumed = completion_tokens */
   int n_prompt, n_cached;
-  int fd;                  /* client socket (disconnect check); -1 = none */
+  struct http_watch watch; /* the client (disconnect check, from the connection's thread) */
   int index;               /* the choice's index in the response */
   int reported;            /* the endpoint's flag: this choice's end has been sent */
   int done;
   const char *finish;      /* "stop" | "length" once done; NULL with errmsg on failure */
   char errmsg[600];
+  unsigned err_status;     /* on failure: the HTTP status (500; 503 when the server shuts down) */
+  const char *err_code;    /* on failure: the error object's code */
   /* tokens taken by the last gen_reader_next */
   struct gen_event ev[64];
   int n_ev;
@@ -88,12 +90,16 @@ struct gen_prompt {
  * g[k] safe to gen_reader_free, and returns -1. */
 int gen_start(struct http_req *r, struct srv_model *m, const struct gen_prompt *prompts,
               int n_prompts, const struct gen_opts *o, struct gen_reader *g, enum MHD_Result *ret);
-/* Waits up to timeout_ms until one of g[0..n) not yet reported has tokens or has finished.
- * Returns 1 when one has, 0 on timeout, -1 when the client has gone (all are told to stop). */
+/* Streams: waits up to timeout_ms until one of g[0..n) not yet reported has tokens or has
+ * finished, watching the client every 20 ms. Returns 1 when one has, 0 on timeout, -1 when the
+ * client has gone (all are told to stop), 2 when the caller should write a probe now (an SSE
+ * comment: the client's input ended, see http_watch). */
 int gen_wait_any(struct gen_reader *g, int n, int timeout_ms);
 /* Waits up to timeout_ms for tokens; appends released text to text and leaves the consumed tokens
  * in g->ev[0..g->n_ev). timeout_ms 0 polls. Returns 0 while running, 1 when done (g->finish or
- * g->errmsg set), -1 when the client has gone (the engine is told to stop). */
+ * g->errmsg set), -1 when the client has gone (the engine is told to stop). A non-streamed
+ * reader watches the client on every call and every 20 ms of waiting, so a vanished client's
+ * work stops at the engine's next step however fast tokens arrive. */
 int gen_reader_next(struct gen_reader *g, int timeout_ms, struct sbuf *text);
 /* The prompt-token logprobs of a finished or producing choice: NULL when not asked for or not
  * (yet) available. Entry i >= 1 scores prompt token i; entry 0 is unused. */

@@ -3,6 +3,7 @@
  * Mode: one thread per connection (MHD_USE_THREAD_PER_CONNECTION), so handlers and SSE readers may
  * block on their request's token stream without busy-waiting. Guards, in the order applied:
  *   bind        loopback only (http_is_loopback), refused at start otherwise
+ *   drain       after SIGTERM (srv->draining) every new request → 503 shutting_down
  *   limits      MHD: connection limit (max_conns + a small reserve), idle timeout (timeout_s),
  *               per-connection memory (header floods → 431 from MHD), strict parsing; the
  *               slow-client guard (http_guard.h): head deadline, body rate floor
@@ -120,17 +121,36 @@ int http_conn_fd(struct http_req *r) {
   return ci ? ci->connect_fd : -1;
 }
 
-int http_peer_gone(int fd) {
-  if (fd < 0) return 0;
-  struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
-  if (poll(&p, 1, 0) <= 0) return 0;
-  if (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) return 1;
-  if (p.revents & POLLIN) { /* data or EOF: peek without consuming */
-    char c;
-    ssize_t k = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
-  }
-  return 0;
+void http_watch_init(struct http_req *r, int stream, struct http_watch *w) {
+  memset(w, 0, sizeof *w);
+  w->fd = r ? http_conn_fd(r) : -1;
+  w->stream = stream;
+  w->http10 = r ? r->http10 : 0;
+  w->gap = 1.0;
+}
+
+int http_watch_check(struct http_watch *w) {
+  if (w->fd < 0) return HTTP_PEER_OK;
+  struct pollfd p = {.fd = w->fd, .events = POLLIN | POLLRDHUP};
+  if (poll(&p, 1, 0) <= 0) return HTTP_PEER_OK;
+  if (p.revents & (POLLHUP | POLLERR | POLLNVAL)) return HTTP_PEER_GONE; /* reset, or closed both ways */
+  if (!(p.revents & (POLLIN | POLLRDHUP))) return HTTP_PEER_OK;
+  char c;
+  ssize_t k = recv(w->fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (k > 0) return HTTP_PEER_OK; /* a pipelined request waits: the client is there */
+  if (k < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? HTTP_PEER_OK : HTTP_PEER_GONE;
+  /* end of input: closed or half-closed (see http.h) */
+  double now = http_now();
+  if (w->next_probe && now < w->next_probe) return HTTP_PEER_OK;
+  w->next_probe = now + w->gap;
+  if (w->gap < 16.0) w->gap *= 2;
+  if (w->stream) return HTTP_PEER_PROBE;
+  if (w->http10) return HTTP_PEER_GONE;
+  static const char probe[] = "HTTP/1.1 100 Continue\r\n\r\n";
+  if (send(w->fd, probe, sizeof probe - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno != EAGAIN &&
+      errno != EWOULDBLOCK && errno != EINTR)
+    return HTTP_PEER_GONE;
+  return HTTP_PEER_OK;
 }
 
 /* ---- header checks -------------------------------------------------------------------- */
@@ -351,9 +371,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     r->method = method;
     r->t0 = http_now();
     r->gc = http_guard_conn(conn);
+    r->http10 = !strcmp(version, MHD_HTTP_VERSION_1_0);
     *con_cls = r;
     http_guard_phase(s->guard, r->gc, HTTP_BODY);
     enum MHD_Result ret;
+    if (atomic_load(&s->draining)) { /* SIGTERM: what is in flight finishes, nothing new starts */
+      r->rejected = 1;
+      return http_reply_error(r, 503, NULL, "shutting_down", "the server is shutting down");
+    }
+    r->counted = 1;
+    atomic_fetch_add(&s->n_inflight, 1);
     if (precheck(r, version, &ret)) {
       r->rejected = 1;
       return ret;
@@ -437,6 +464,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   if (s->opt->verbose)
     fprintf(stderr, "hearth serve: %s %s -> %u (%.1f ms)%s\n", r->method, r->url, r->status,
             (http_now() - r->t0) * 1e3, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " [aborted]");
+  if (r->counted) atomic_fetch_sub(&s->n_inflight, 1);
   json_decref(r->json);
   free(r->body);
   json_budget_release(&r->budget);

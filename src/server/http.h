@@ -38,6 +38,8 @@ struct http_req {
   json_t *json;              /* POST body parsed as an object, owned here */
   unsigned status;           /* status of the queued reply (for the log) */
   double t0;                 /* monotonic seconds at arrival */
+  int http10;                /* an HTTP/1.0 request: no interim (1xx) responses may be sent */
+  int counted;               /* counted in srv->n_inflight until on_completed */
 };
 
 /* Replies with body (stolen, may be NULL on OOM → 500) as application/json. */
@@ -53,10 +55,29 @@ enum MHD_Result http_reply_verr(struct http_req *r, const struct verr *e);
 enum MHD_Result http_reply_stream(struct http_req *r, MHD_ContentReaderCallback cb, void *cls,
                                MHD_ContentReaderFreeCallback fcb);
 
-/* The request's socket, for http_peer_gone; -1 if unknown. */
+/* The request's socket; -1 if unknown. */
 int http_conn_fd(struct http_req *r);
-/* 1 when the peer on fd has closed or reset its side (checked without consuming input). */
-int http_peer_gone(int fd);
+
+/* Watching a client while its request is computed, from the connection's thread (the only one
+ * that may write to the socket before the reply is queued). A disconnect is a reset or an error
+ * on the socket. An end of input alone is ambiguous: the client closed, or only shut down its
+ * sending side (a half-close, which is not a disconnect: it still reads the reply). A write tells
+ * them apart, since a closed socket answers it with a reset: a stream writes an SSE comment (the
+ * check asks its producer to), a plain HTTP/1.1 reply an interim "100 Continue" (which HTTP/1.1
+ * allows before the final response to a POST); an HTTP/1.0 client's end of input counts as gone.
+ * Probes repeat with a growing gap (1 s, doubling to 16 s) while the end of input stands. */
+struct http_watch {
+  int fd;                    /* -1: nothing to watch */
+  int stream;
+  int http10;
+  double next_probe;         /* monotonic s; 0 before the first probe */
+  double gap;                /* s until the next probe */
+};
+enum { HTTP_PEER_OK = 0, HTTP_PEER_GONE = 1, HTTP_PEER_PROBE = 2 };
+void http_watch_init(struct http_req *r, int stream, struct http_watch *w);
+/* HTTP_PEER_GONE, HTTP_PEER_OK, or (streams) HTTP_PEER_PROBE: write a comment now. Cheap (one
+ * poll, no blocking): call it on every wait slice. */
+int http_watch_check(struct http_watch *w);
 /* Monotonic seconds. */
 double http_now(void);
 

@@ -29,12 +29,16 @@ enum MHD_Result ep_status(struct http_req *r) {
                                       "generated_tokens", (json_int_t)st.n_gen_tokens);
       json_object_update(o, x);
       json_decref(x);
+    } else { /* embedding work: requests computing or waiting, and those dropped unfinished */
+      json_object_set_new(o, "embeddings_busy", json_integer(atomic_load(&m->embed_busy)));
+      json_object_set_new(o, "cancelled", json_integer((json_int_t)atomic_load(&m->embed_cancelled)));
     }
     json_array_append_new(models, o);
   }
   return http_reply_json(
       r, 200,
-      json_pack("{s:s, s:I, s:I, s:I, s:i, s:o}", "status", "ok", "uptime_s",
+      json_pack("{s:s, s:I, s:I, s:I, s:i, s:o}", "status",
+                atomic_load(&s->draining) ? "draining" : "ok", "uptime_s",
                 (json_int_t)(time(NULL) - s->started), "requests",
                 (json_int_t)atomic_load(&s->n_requests), "errors",
                 (json_int_t)atomic_load(&s->n_errors), "active_http",

@@ -31,6 +31,7 @@ void server_options_default(struct server_options *o) {
   o->max_conns = 128;
   o->timeout_s = 15;
   o->head_timeout_s = 10;
+  o->shutdown_grace_ms = 5000;
 }
 
 struct srv_model *srv_find_model(struct srv *s, const char *name) {
@@ -87,11 +88,36 @@ static int model_open(const struct server_options *o, const struct server_model_
   return rc;
 }
 
+/* Waits up to ms (polling) until no request is in flight; 1 if none is left. */
+static int wait_idle(struct srv *s, int ms) {
+  for (int waited = 0; atomic_load(&s->n_inflight) > 0; waited += 10) {
+    if (waited >= ms) return 0;
+    usleep(10 * 1000);
+  }
+  return 1;
+}
+
+/* The graceful part of a shutdown. New requests get 503 (http.c), requests in flight get grace_ms
+ * to finish; then the engines cancel what is left (their readers answer 503 or end their stream
+ * with an error event and [DONE]) and embeddings stop at their next batch, and the replies get a
+ * bounded moment to be written before the daemon closes the connections. */
+static void drain(struct srv *s, int grace_ms) {
+  atomic_store(&s->draining, 1);
+  if (wait_idle(s, grace_ms)) return;
+  fprintf(stderr, "hearth serve: %d request(s) still running after %d ms: cancelling them\n",
+          atomic_load(&s->n_inflight), grace_ms);
+  atomic_store(&s->aborting, 1);
+  for (int i = 0; i < s->n_models; i++) engine_shutdown(s->models[i].engine);
+  if (!wait_idle(s, 2000))
+    fprintf(stderr, "hearth serve: %d connection(s) did not finish; closing them\n",
+            atomic_load(&s->n_inflight));
+}
+
 int server_run(const struct server_options *o, volatile sig_atomic_t *stop, struct hearth_err *err) {
   if (o->n_models < 1) return err_set(err, HEARTH_ERR_ARG, "no model given (--model DIR)");
   if (o->n_slots < 1 || o->n_ctx < 16 || o->max_queue < 1 || o->max_body < 1024 ||
       o->max_conns < 1 || o->timeout_s < 1 || o->max_depth < 1 || o->keepalive_ms < 1 ||
-      o->prefill_chunk < 1)
+      o->prefill_chunk < 1 || o->shutdown_grace_ms < 0)
     return err_set(err, HEARTH_ERR_ARG, "server options out of range");
   struct srv *s = calloc(1, sizeof *s);
   if (!s) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
@@ -127,8 +153,9 @@ int server_run(const struct server_options *o, volatile sig_atomic_t *stop, stru
     fprintf(stderr, ")\n");
     while (!*stop) usleep(100 * 1000);
     fprintf(stderr, "hearth serve: shutting down\n");
+    drain(s, o->shutdown_grace_ms);
   }
-  /* stop the engines first: readers blocked on tokens see "cancelled" at once, then the daemon
+  /* the engines first: readers still blocked on tokens see "cancelled" at once, then the daemon
    * can join its connection threads */
   for (int i = 0; i < s->n_models; i++) engine_shutdown(s->models[i].engine);
   http_stop(s, d);

@@ -39,13 +39,18 @@ struct server_options {
   int timeout_s;     /* idle connection timeout. default 15 */
   int head_timeout_s; /* a request head must arrive within this; a body must keep up 16 KiB/s
                        * after this long (server/http_guard.h). default 10 */
+  int timeout_s;     /* idle connection timeout, the slowloris guard. default 15 */
+  int shutdown_grace_ms; /* on stop: how long requests in flight may run on before they are
+                            cancelled (503 / a stream's error event). default 5000 */
   int verbose;       /* log each request to stderr */
 };
 
 void server_options_default(struct server_options *o);
 
 /* Loads every model, starts the engines and the HTTP daemon, and serves until *stop becomes
- * non-zero (set it from a signal handler), then drains and frees everything. Returns 0 after a
+ * non-zero (set it from a signal handler), then drains: new requests get 503, requests in flight
+ * run on for up to shutdown_grace_ms, then whatever is left is cancelled (a non-streamed request
+ * gets a 503 error object, a stream an error event and [DONE]); then frees everything. Returns 0 after a
  * clean shutdown or a negative HEARTH_ERR_* with err filled (bad options, non-loopback host,
  * a model that fails to load, a port in use). Call from the main thread, once. */
 int server_run(const struct server_options *o, volatile sig_atomic_t *stop, struct hearth_err *err);

@@ -27,6 +27,8 @@ struct srv_model {
   /* embedding models: one session, one forward pass at a time */
   struct hearth_session *embed_session;
   pthread_mutex_t embed_lock;
+  atomic_int embed_busy;          /* embedding requests computing or waiting for the session */
+  atomic_ulong embed_cancelled;   /* embedding requests dropped (client gone, shutdown) */
   int n_ctx;                 /* per-sequence context the server enforces */
   time_t created;
 };
@@ -41,6 +43,11 @@ struct srv {
   atomic_ulong n_errors;     /* 4xx/5xx replies */
   atomic_int n_active_http;  /* requests inside a handler right now */
   struct http_guard *guard;  /* per-connection deadlines (http_guard.h), owned by http.c */
+  /* shutdown (server_run): draining = new requests get 503; n_inflight = requests begun and not yet
+   * completed (streams included); aborting = the grace period is over: embeddings stop */
+  atomic_int draining;
+  atomic_int n_inflight;
+  atomic_int aborting;
 };
 
 /* The model whose id equals name, or NULL. */

@@ -233,6 +233,24 @@ TEST_GROUP(sampler) {
   REQUIRE(hearth_sampler_new(&p, V, &s, &err) == 0);
   for (int i = 0; i < 20; i++) CHECK(hearth_sampler_sample(s, lg2, NULL, 0) == 13);
   hearth_sampler_free(s);
+  /* a NaN never wins (issue 33): it compares false, so a greedy scan that started at a NaN in
+   * position 0 kept it and answered token 0; sampling skips NaNs */
+  float lg3[V];
+  for (int i = 0; i < V; i++) lg3[i] = (float)(i % 7) * 0.5f;
+  lg3[0] = NAN; lg3[5] = NAN; lg3[31] = 7.0f;
+  hearth_sampling_default(&p);
+  p.temperature = 0;
+  REQUIRE(hearth_sampler_new(&p, V, &s, &err) == 0);
+  CHECK(hearth_sampler_sample(s, lg3, NULL, 0) == 31);
+  hearth_sampler_free(s);
+  hearth_sampling_default(&p);
+  p.seed = 3;
+  REQUIRE(hearth_sampler_new(&p, V, &s, &err) == 0);
+  for (int i = 0; i < 200; i++) {
+    int32_t id = hearth_sampler_sample(s, lg3, NULL, 0);
+    CHECKF(id >= 0 && id < V && !isnan(lg3[id]), "drew %d", id);
+  }
+  hearth_sampler_free(s);
   /* seeded: same seed, same stream; top_k=2 only draws 13 or 27; distribution close to 50/50 */
   hearth_sampling_default(&p);
   p.top_k = 2;

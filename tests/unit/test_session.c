@@ -390,5 +390,47 @@ TEST_GROUP(append_logits) {
   hearth_model_free(ref);
 }
 
+/* hearth_session_set_abort (a server drops a long embedding or prompt whose client has gone): the
+ * hook is polled before every forward batch of 512 tokens; when it says stop the call returns
+ * HEARTH_ERR_CANCELLED, the session keeps what it held before the call, and it computes the same
+ * logits as a fresh one afterwards. */
+struct abort_count { int calls, stop_at; };
+static int abort_after(void *arg) {
+  struct abort_count *a = arg;
+  return ++a->calls >= a->stop_at;
+}
+
+TEST_GROUP(abort_hook) {
+  struct hearth_model *m = load(2048), *ref = load(2048);
+  if (!m || !ref) { test_failures++; hearth_model_free(m); hearth_model_free(ref); return; }
+  const int V = hearth_model_info(m)->n_vocab, n = 1100; /* three batches: 512 + 512 + 76 */
+  int32_t *toks = malloc((size_t)n * sizeof *toks);
+  float *one = malloc((size_t)V * sizeof *one);
+  prompt(toks, n, 9);
+  struct hearth_session *s = NULL;
+  struct hearth_err err = {0};
+  REQUIRE(hearth_session_new(m, NULL, &s, &err) == 0);
+  CHECK(hearth_session_sync(s, toks, 10, &err) == 0);
+  struct abort_count a = {0, 2};
+  hearth_session_set_abort(s, abort_after, &a);
+  CHECK(hearth_session_sync(s, toks, n, &err) == HEARTH_ERR_CANCELLED);
+  CHECKF(a.calls == 2, "polled %d times", a.calls); /* before batch 1 (go on), before batch 2 (stop) */
+  CHECKF(hearth_session_n_tokens(s) == 10, "holds %d", hearth_session_n_tokens(s));
+  struct abort_count never = {0, 1 << 30};
+  hearth_session_set_abort(s, abort_after, &never);
+  CHECK(hearth_session_sync(s, toks, n, &err) == 0);
+  CHECKF(never.calls == 3, "polled %d times", never.calls); /* 1090 new tokens: three batches */
+  hearth_session_set_abort(s, NULL, NULL);
+  CHECK(hearth_session_sync(s, toks, 40, &err) == 0);
+  reference_logits(ref, toks, 40, one);
+  float d = max_diff(hearth_session_logits(s), one, V);
+  CHECKF(d < 1e-4, "|diff| %g after a cancelled sync", d);
+  free(toks);
+  free(one);
+  hearth_session_free(s);
+  hearth_model_free(m);
+  hearth_model_free(ref);
+}
+
 TEST_MAIN(T(prefix_reuse), T(eviction), T(multi_session_step), T(disk_prefix_cache), T(batch_invariance),
-          T(append_logits))
+          T(append_logits), T(abort_hook))
