@@ -39,7 +39,6 @@ struct server_options {
   int timeout_s;     /* idle connection timeout. default 15 */
   int head_timeout_s; /* a request head must arrive within this; a body must keep up 16 KiB/s
                        * after this long (server/http_guard.h). default 10 */
-  int timeout_s;     /* idle connection timeout, the slowloris guard. default 15 */
   int shutdown_grace_ms; /* on stop: how long requests in flight may run on before they are
                             cancelled (503 / a stream's error event). default 5000 */
   int verbose;       /* log each request to stderr */
