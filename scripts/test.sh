@@ -17,7 +17,7 @@ if [ -z "${CUDACXX:-}" ] && ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local
 fi
 cuda=()
 [ -n "${HEARTH_CUDA:-}" ] && cuda=(-DHEARTH_CUDA="$HEARTH_CUDA")
-shared=${HEARTH_SHARED:-$PWD/../shared}
+shared=${HEARTH_SHARED:-$(dirname "$PWD")/shared}
 exclude=cuda
 if [ ! -d "$shared/data" ]; then
   exclude='cuda|shared'
