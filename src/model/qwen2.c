@@ -50,9 +50,10 @@ int qwen_bind_common(struct hearth_model *m, const struct st_set *st, enum heart
   }
   /* The head: lm_head.weight when present and the config does not tie; otherwise the embedding.
    * A checkpoint without lm_head and without a config tie is an embedding model (Qwen3-Embedding
-   * ships no head), unless it is a tied model that simply omits it. */
+   * ships no head), unless it is a tied model that simply omits it. An embedding model named so
+   * before binding (c->is_embedding) binds no head even when the checkpoint carries one. */
   const struct st_tensor *head = st_find(st, "lm_head.weight");
-  if (head && !c->tie_word_embeddings) {
+  if (head && !c->tie_word_embeddings && !c->is_embedding) {
     if ((rc = bind_matrix(&b, &m->w.lm_head, "lm_head.weight", c->vocab_size, d, err))) return rc;
     m->w.lm_head_tied = 0;
   } else {

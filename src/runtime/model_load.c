@@ -6,6 +6,7 @@
 
 #include "base/meminfo.h"
 #include "load/hub.h"
+#include "load/sentence_transformers.h"
 #include "model/model.h"
 #include "runtime/kv_cache.h"
 #include "runtime/prefix_store.h"
@@ -185,6 +186,18 @@ int hearth_model_load(const struct hearth_model_params *p, struct hearth_model *
   if (rc) goto fail;
   rc = hf_config_load(dir, &m->cfg, err);
   if (rc) goto fail;
+  /* An embedding model by the caller's word (serve --embedding-model) or by a sentence-transformers
+   * pipeline: decided before binding, so that no LM head is bound. Otherwise the family's bind tells
+   * from the tensors (no head, bare names: Qwen3-Embedding as published). */
+  struct sentence_tf stf;
+  if ((rc = sentence_tf_load(dir, &stf, err))) goto fail;
+  if (stf.present && stf.dim && stf.dim != m->cfg.hidden_size) {
+    rc = err_set(err, HEARTH_ERR_FORMAT, "sentence-transformers Pooling: word_embedding_dimension %d differs from hidden_size %d",
+                 stf.dim, m->cfg.hidden_size);
+    goto fail;
+  }
+  if (p->embedding || stf.present) m->cfg.is_embedding = 1;
+  m->info.pooling = stf.pooling;
   switch (m->cfg.family) {
   case HEARTH_FAMILY_QWEN2: m->fam = &family_qwen2; break;
   case HEARTH_FAMILY_QWEN3: m->fam = &family_qwen3; break;

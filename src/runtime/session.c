@@ -478,8 +478,8 @@ void hearth_model_ahead_counts(struct hearth_model *m, uint64_t *claimed, uint64
   pthread_mutex_unlock(&m->forward_mu);
 }
 
-/* every (n == 1, OUT_LOGITS only): also write the logits of every appended position to
- * every[i * n_vocab], a forward pass holding at most max_out of them */
+/* every (n == 1, OUT_LOGITS or OUT_HIDDEN): also write the logits (hidden states) of every appended
+ * position to every[i * width], a forward pass holding at most max_out of them */
 static int session_forward(struct hearth_session **ss, int n, const int32_t *const *tokens, const int *counts,
                            enum out_mode mode, const uint8_t *greedy, int want_lp, float *every,
                            struct hearth_err *err) {
@@ -642,14 +642,31 @@ int hearth_session_sync(struct hearth_session *s, const int32_t *tokens, int n, 
 int hearth_session_embed(struct hearth_session *s, const int32_t *tokens, int n, float *out, struct hearth_err *err) {
   if (n <= 0) return err_set(err, HEARTH_ERR_ARG, "embed needs at least one token");
   truncate_to(s, 0);
-  int rc = session_forward(&s, 1, &tokens, &n, OUT_HIDDEN, NULL, 0, NULL, err);
-  if (rc) return rc;
-  int d = s->m->cfg.hidden_size;
-  double ss = 0;
-  for (int i = 0; i < d; i++) ss += (double)s->out[i] * s->out[i];
-  double norm = sqrt(ss);
-  if (norm < 1e-12) norm = 1e-12;
-  for (int i = 0; i < d; i++) out[i] = (float)(s->out[i] / norm);
+  const enum hearth_pooling pool = s->m->info.pooling;
+  const int d = s->m->cfg.hidden_size;
+  /* attention is causal: the first position's hidden state depends on the first token alone */
+  if (pool == HEARTH_POOL_CLS) n = 1;
+  float *rows = NULL; /* mean pooling: every position's final hidden state */
+  if (pool == HEARTH_POOL_MEAN && n > 1 && !(rows = malloc((size_t)n * (size_t)d * sizeof *rows)))
+    return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
+  int rc = session_forward(&s, 1, &tokens, &n, OUT_HIDDEN, NULL, 0, rows, err);
+  if (!rc) {
+    double ss = 0;
+    for (int i = 0; i < d; i++) {
+      double v = s->out[i]; /* the last position (the only one for cls) */
+      if (rows) {
+        v = 0;
+        for (int t = 0; t < n; t++) v += rows[(size_t)t * d + i];
+        v /= n;
+      }
+      out[i] = (float)v;
+      ss += v * v;
+    }
+    double norm = sqrt(ss);
+    if (norm < 1e-12) norm = 1e-12;
+    for (int i = 0; i < d; i++) out[i] = (float)(out[i] / norm);
+  }
+  free(rows);
   truncate_to(s, 0); /* embeddings do not keep their KV */
-  return 0;
+  return rc;
 }

@@ -61,6 +61,7 @@ static int model_open(const struct server_options *o, const struct server_model_
   m->created = time(NULL);
   struct hearth_model_params mp = o->model;
   mp.path = mo->path;
+  mp.embedding = mo->embedding;
   if (!mp.kv_tokens) mp.kv_tokens = o->n_slots * o->n_ctx;
   int rc = hearth_model_load(&mp, &m->model, err);
   if (!rc) {

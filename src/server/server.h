@@ -18,6 +18,7 @@
 struct server_model_opt {
   const char *id;   /* the name clients pass as "model"; NULL = the directory's base name */
   const char *path; /* Hugging Face model directory (config.json, safetensors, tokenizer.json) */
+  int embedding;    /* 1: serve it as an embedding model (--embedding-model) whatever its config says */
 };
 
 struct server_options {

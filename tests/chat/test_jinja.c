@@ -167,15 +167,13 @@ TEST_GROUP(load_dir) {
 }
 
 /* The real templates load, and the parser options follow from template + prompt. */
-TEST_GROUP(real_templates_detect) {
-  const char *files[] = {"qwen2.5-instruct.jinja", "qwen3.jinja", "gemma-4-it.jinja", "gemma-4-it-interleaved.jinja"};
-  enum chat_format fmts[] = {CHAT_FORMAT_QWEN, CHAT_FORMAT_QWEN, CHAT_FORMAT_GEMMA4, CHAT_FORMAT_GEMMA4};
-  for (int i = 0; i < 4; i++) {
+static void detect(const char *const *files, const enum chat_format *fmts, int n) {
+  for (int i = 0; i < n; i++) {
     char path[4096];
-    snprintf(path, sizeof path, "%s/data/chat-templates/%s", chat_shared_dir(), files[i]);
+    chat_template_path(path, sizeof path, files[i]);
     size_t len;
     char *src = chat_slurp(path, &len);
-    CHECKF(src != NULL, "missing %s (set HEARTH_SHARED)", path);
+    CHECKF(src != NULL, "missing %s (scripts/fetch-tokenizers.sh, or set HEARTH_SHARED)", path);
     if (!src) continue;
     struct chat_template *t = NULL;
     struct hearth_err err = {0};
@@ -186,4 +184,18 @@ TEST_GROUP(real_templates_detect) {
   }
 }
 
-TEST_MAIN(T(load_errors), T(raise_exception), T(limits), T(load_dir), T(real_templates_detect))
+/* the templates of the npm tokenizer packages (Gemma 3's has no tool-call syntax) */
+TEST_GROUP(real_templates_detect) {
+  const char *files[] = {"cache:qwen3", "cache:gemma3"};
+  const enum chat_format fmts[] = {CHAT_FORMAT_QWEN, CHAT_FORMAT_NONE};
+  detect(files, fmts, 2);
+}
+
+/* the templates only ../shared holds (CTest label `shared`) */
+TEST_GROUP(shared_templates_detect) {
+  const char *files[] = {"qwen2.5-instruct.jinja", "gemma-4-it.jinja", "gemma-4-it-interleaved.jinja"};
+  const enum chat_format fmts[] = {CHAT_FORMAT_QWEN, CHAT_FORMAT_GEMMA4, CHAT_FORMAT_GEMMA4};
+  detect(files, fmts, 3);
+}
+
+TEST_MAIN(T(load_errors), T(raise_exception), T(limits), T(load_dir), T(real_templates_detect), T(shared_templates_detect))

@@ -4,9 +4,10 @@
 // concurrent streams, cancellation), never the words.
 import assert from 'node:assert/strict';
 import net from 'node:net';
+import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 
-import { CHAT, EMBED, getJSON, postJSON, requirePrereqs, sleep, startServer } from './harness.mjs';
+import { CHAT, EMBED, FIX, getJSON, postJSON, requirePrereqs, sleep, startServer } from './harness.mjs';
 
 requirePrereqs();
 const { default: OpenAI } = await import('openai');
@@ -21,7 +22,10 @@ after(async () => {
   assert.equal(r.code, 0, `server exit status ${JSON.stringify(r)}`);
 });
 
-const USER = [{ role: 'user', content: 'Write a haiku about the sea.' }];
+// The system message makes the prompt span a whole KV block (16 tokens), so a repeated request
+// can reuse a cached prefix: Qwen3's template adds no default system prompt of its own.
+const SYSTEM = { role: 'system', content: 'You are a helpful assistant.' };
+const USER = [SYSTEM, { role: 'user', content: 'Write a haiku about the sea.' }];
 const greedy = (extra = {}) => ({ model: CHAT, messages: USER, temperature: 0, max_tokens: 12,
   ignore_eos: true, ...extra });
 
@@ -99,7 +103,7 @@ describe('chat completions', () => {
   });
   test('array content parts', async () => {
     const r = await client.chat.completions.create(greedy({
-      messages: [{ role: 'user', content: [{ type: 'text', text: 'Write a haiku ' }, { type: 'text', text: 'about the sea.' }] }],
+      messages: [SYSTEM, { role: 'user', content: [{ type: 'text', text: 'Write a haiku ' }, { type: 'text', text: 'about the sea.' }] }],
     }));
     const plain = await client.chat.completions.create(greedy());
     assert.equal(r.choices[0].message.content, plain.choices[0].message.content);
@@ -145,7 +149,9 @@ describe('chat completions', () => {
     const first = await client.chat.completions.create(greedy({ tools, max_tokens: 4 }));
     assert.ok(['length', 'stop', 'tool_calls'].includes(first.choices[0].finish_reason));
     const messages = [...USER,
-      { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function',
+      // content '' rather than null: Qwen3's template tests `'</think>' in message.content`, which
+      // raises on null in transformers too (and so in hearth)
+      { role: 'assistant', content: '', tool_calls: [{ id: 'call_1', type: 'function',
         function: { name: 'get_weather', arguments: '{"city":"Oslo"}' } }] },
       { role: 'tool', tool_call_id: 'call_1', content: 'sunny, 21 C' }];
     const second = await client.chat.completions.create(greedy({ tools, messages, max_tokens: 4 }));
@@ -510,6 +516,39 @@ describe('embeddings', () => {
     for (let i = 0; i < 16; i++) assert.ok(Math.abs(v[i] - full[i] / s) < 1e-4);
     await assert.rejects(client.embeddings.create({ model: EMBED, input: 'x', dimensions: 65 }),
       (e) => e.status === 400 && e.param === 'dimensions');
+  });
+});
+
+// tiny-embed-causal holds tiny-embed's weights under Qwen3ForCausalLM with "model."-prefixed names
+// (make-fixtures.sh): --embedding-model serves it as an embedding model; --model, as a chat model.
+describe('--embedding-model', () => {
+  let srv2, client2;
+  before(async () => {
+    const dir = path.join(FIX, 'tiny-embed-causal');
+    srv2 = await startServer(['--embedding-model', `causal-embed=${dir}`, '--model', `causal-chat=${dir}`]);
+    client2 = new OpenAI({ baseURL: `${srv2.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 120000 });
+  });
+  after(async () => {
+    const r = await srv2.stop();
+    assert.equal(r.code, 0, `server exit status ${JSON.stringify(r)}`);
+  });
+  test('a Qwen3ForCausalLM checkpoint with model. names embeds as the plain embedding model does', async () => {
+    const input = ['hello world', 'a second, longer input sentence'];
+    const want = await client2.embeddings.create({ model: EMBED, input, encoding_format: 'float' });
+    const got = await client2.embeddings.create({ model: 'causal-embed', input, encoding_format: 'float' });
+    assert.equal(got.model, 'causal-embed');
+    assert.equal(got.data.length, 2);
+    assert.equal(got.usage.prompt_tokens, want.usage.prompt_tokens);
+    for (let k = 0; k < 2; k++) {
+      assert.equal(got.data[k].embedding.length, 64);
+      assert.deepEqual(got.data[k].embedding, want.data[k].embedding);
+    }
+  });
+  test('the same directory through --model is a chat model, not an embedder', async () => {
+    await assert.rejects(client2.embeddings.create({ model: 'causal-chat', input: 'x' }),
+      (e) => e.status === 400 && /is not an embedding model/.test(e.message));
+    await assert.rejects(client2.chat.completions.create({ model: 'causal-embed', messages: USER, max_tokens: 2 }),
+      (e) => e.status === 400 && /is an embedding model/.test(e.message));
   });
 });
 
