@@ -47,6 +47,11 @@ int chat_template_load(const char *source, size_t len, const struct chat_templat
 int chat_template_load_dir(const char *model_dir, const char *name, struct chat_template **out,
                            struct hearth_err *err);
 
+/* 1 when model_dir names a chat template (chat_template.jinja, a "chat_template" key in
+ * tokenizer_config.json, or chat_template.json), whether or not it loads: tells a model without
+ * a template (embedding models) from one whose template is broken. */
+int chat_template_dir_has(const char *model_dir);
+
 /* Renders a conversation. messages: JSON array of message objects (passed through untouched);
  * tools: JSON array of OpenAI tool schemas or NULL; kwargs: JSON object of extra template
  * variables or NULL. On success *out is a malloc'd NUL-terminated string (caller frees). */

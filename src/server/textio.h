@@ -23,6 +23,10 @@ int textio_load(const char *dir, struct textio **out, struct hearth_err *err);
 void textio_free(struct textio *t);
 const struct tok *textio_tok(const struct textio *t);
 int textio_has_template(const struct textio *t);
+/* Why the model directory's chat template failed to load ("DIR/chat_template.jinja: template
+ * line N: ..."), or NULL when it loaded or the directory has none. The model still serves
+ * completions, tokenization and embeddings; chat requests answer with this error. */
+const char *textio_template_error(const struct textio *t);
 /* 1 when the chat template teaches Qwen's tool-call syntax (<tool_call>{json}</tool_call>): the
  * format a forced tool call (tool_choice "required" or named) is decoded in */
 int textio_qwen_tool_calls(const struct textio *t);
