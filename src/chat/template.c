@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
+#include <sys/stat.h>
 
 #include "base/err.h"
 #include "chat/jinja.h"
@@ -183,12 +183,15 @@ fail:
 int chat_template_dir_has(const char *dir) {
   static const char *const files[] = {"chat_template.jinja", "chat_template.json"};
   char path[4096];
+  struct stat st;
   for (int i = 0; i < 2; i++) {
     snprintf(path, sizeof path, "%s/%s", dir, files[i]);
-    if (access(path, F_OK) == 0) return 1;
+    if (stat(path, &st) == 0) return 1;
   }
   snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-  if (access(path, F_OK)) return 0;
+  if (stat(path, &st)) return 0;
+  /* stat, not open: a FIFO there would block open() (and cannot be told apart: say "broken") */
+  if (!S_ISREG(st.st_mode) || st.st_size > (64 << 20)) return 1;
   json_t *cfg = json_load_file(path, 0, NULL);
   int has = !cfg || json_object_get(cfg, "chat_template") != NULL; /* unreadable: cannot tell, say so */
   json_decref(cfg);

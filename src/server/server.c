@@ -65,9 +65,6 @@ static int model_open(const struct server_options *o, const struct server_model_
     m->n_ctx = o->n_ctx;
     if (m->info->n_ctx_train > 0 && m->n_ctx > m->info->n_ctx_train) m->n_ctx = m->info->n_ctx_train;
     rc = textio_load(mo->path, &m->tio, err);
-    if (!rc && textio_template_error(m->tio)) /* loud, not fatal: docs/decisions.md */
-      fprintf(stderr, "hearth serve: warning: model %s: the chat template failed to load; chat requests will "
-              "answer with this error: %s\n", mo->path, textio_template_error(m->tio));
   }
   if (!rc && m->info->is_embedding) {
     pthread_mutex_init(&m->embed_lock, NULL);

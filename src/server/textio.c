@@ -41,7 +41,12 @@ int textio_load(const char *dir, struct textio **out, struct hearth_err *err) {
     struct hearth_err e2 = {0};
     if (chat_template_load_dir(dir, NULL, &t->tmpl, &e2)) {
       t->tmpl = NULL; /* embedding models have none; a broken one is remembered and reported */
-      if (chat_template_dir_has(dir) && !(t->tmpl_error = strdup(e2.msg))) rc = err_set(err, HEARTH_ERR_NOMEM, "out of memory");
+      if (chat_template_dir_has(dir)) {
+        if (!(t->tmpl_error = strdup(e2.msg))) rc = err_set(err, HEARTH_ERR_NOMEM, "out of memory");
+        else /* loud, not fatal (docs/decisions.md): completions and tokenization still work */
+          fprintf(stderr, "hearth serve: warning: model %s: the chat template failed to load; chat requests "
+                  "will answer with this error: %s\n", dir, e2.msg);
+      }
     }
   }
 #endif

@@ -18,7 +18,9 @@ struct textio;
 struct tok;
 
 /* Loads dir/tokenizer.json (+ tokenizer_config.json) and, when present, the chat template
- * (tokenizer_config.json "chat_template" or chat_template.jinja). */
+ * (tokenizer_config.json "chat_template" or chat_template.jinja). A template that is there but
+ * does not load is not an error: a warning naming the file and the parse error goes to stderr and
+ * textio_template_error() keeps it for the chat requests. */
 int textio_load(const char *dir, struct textio **out, struct hearth_err *err);
 void textio_free(struct textio *t);
 const struct tok *textio_tok(const struct textio *t);
