@@ -10,8 +10,10 @@
  *   - load: HEARTH_ERR_UNSUPPORTED names the line and the construct ("template line 12: unsupported
  *     filter 'foo'"); HEARTH_ERR_IO / HEARTH_ERR_FORMAT for unreadable or malformed files.
  *   - render: HEARTH_ERR_ARG when the template rejects the conversation — for raise_exception the
- *     message is exactly the template's (the server returns it as a 400); HEARTH_ERR_NOMEM when a
- *     limit (output 8 MiB, memory 256 MiB, 1e6 loop steps, macro depth 64) is hit.
+ *     message is exactly the template's (the server returns it as a 400) — or exceeds 1e6 loop
+ *     steps, macro depth 64 or evaluation depth 1,000; HEARTH_ERR_NOMEM when output (8 MiB),
+ *     memory (256 MiB), work (512 MiB + 64 per byte of the conversation, jinja.h) or value
+ *     nesting (200, e.g. a namespace that contains itself) is exceeded.
  * Thread safety: a loaded template is immutable; any number of threads may render it at once.
  */
 #ifndef HEARTH_CHAT_TEMPLATE_H
