@@ -3,8 +3,9 @@
  * are validated and normalized (chat_messages_normalize: text parts joined, tool-call arguments
  * parsed, null assistant content made empty) and the result is rendered through a real chat
  * template with the request's tools — the path every chat request takes before tokenization.
- * The template: ${HEARTH_CHAT_TEMPLATES:-$HEARTH_SHARED/data/chat-templates}/qwen3.jinja, else a
- * small built-in one that touches the same fields. No crash, no leak, bounded time. */
+ * The template: the tokenizer cache's qwen3/chat_template.jinja (scripts/fetch-tokenizers.sh), else
+ * $HEARTH_SHARED/data/chat-templates/qwen3.jinja, else a small built-in one touching the same
+ * fields. No crash, no leak, bounded time. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,11 +26,15 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
   (void)argc, (void)argv;
   char path[4096];
-  const char *d = getenv("HEARTH_CHAT_TEMPLATES"), *sh = getenv("HEARTH_SHARED");
-  if (d && *d) snprintf(path, sizeof path, "%s/qwen3.jinja", d);
-  else snprintf(path, sizeof path, "%s/data/chat-templates/qwen3.jinja", sh && *sh ? sh : "../shared");
+  const char *c = getenv("HEARTH_CACHE"), *home = getenv("HOME"), *sh = getenv("HEARTH_SHARED");
+  if (c && *c) snprintf(path, sizeof path, "%s/tokenizers/qwen3/chat_template.jinja", c);
+  else snprintf(path, sizeof path, "%s/.cache/hearth/tokenizers/qwen3/chat_template.jinja", home ? home : ".");
   struct hearth_err err;
   FILE *f = fopen(path, "rb");
+  if (!f) {
+    snprintf(path, sizeof path, "%s/data/chat-templates/qwen3.jinja", sh && *sh ? sh : "../shared");
+    f = fopen(path, "rb");
+  }
   if (f) {
     static char src[1 << 16];
     size_t n = fread(src, 1, sizeof src, f);

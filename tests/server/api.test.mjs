@@ -5,6 +5,7 @@
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import net from 'node:net';
+import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
@@ -579,10 +580,14 @@ describe('concurrency and cancellation', () => {
 describe('tool-call round trip through the Qwen3 template', () => {
   // Qwen3's template tests '</think>' in message.content: the assistant turn the official client sends
   // back after a tool call has content null, which must render as empty text, not fail the template.
-  const tmplPath = path.join(process.env.HEARTH_CHAT_TEMPLATES ?? path.join(here, '../../../shared/data/chat-templates'), 'qwen3.jinja');
+  // the template: the tokenizer cache's (scripts/fetch-tokenizers.sh), else ../shared's copy
+  const cache = process.env.HEARTH_CACHE || path.join(os.homedir(), '.cache/hearth');
+  const tmplPath = [path.join(cache, 'tokenizers/qwen3/chat_template.jinja'),
+    path.join(process.env.HEARTH_SHARED || path.join(here, '../../../shared'), 'data/chat-templates/qwen3.jinja')]
+    .find((p) => fs.existsSync(p));
   let s3, dir, c3;
   before(async () => {
-    assert.ok(fs.existsSync(tmplPath), `missing ${tmplPath} (set HEARTH_CHAT_TEMPLATES)`);
+    assert.ok(tmplPath, 'no qwen3 chat template (run scripts/fetch-tokenizers.sh)');
     dir = modelWithTemplate('tiny-qwen3', fs.readFileSync(tmplPath, 'utf8'));
     s3 = await startServer(['--model', dir]);
     c3 = new OpenAI({ baseURL: `${s3.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 120000 });
