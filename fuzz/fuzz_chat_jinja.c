@@ -1,12 +1,10 @@
-/* fuzz/chat_jinja_fuzz.c — libFuzzer target for the Jinja parser and evaluator (chat templates).
+/* fuzz/fuzz_chat_jinja.c — libFuzzer target for the Jinja parser and evaluator (chat templates).
  *
  * Input: template source, optionally followed by "\n\x00" and a JSON object of variables (when
  * absent, a small conversation with messages/tools is used, so fuzzed templates reach real data).
  * Every input must parse-or-fail and render-or-fail within the evaluator's limits, without
- * crashing, leaking or hanging. Build (clang): cmake -DHEARTH_FUZZ=ON ... (see the lead's wiring)
- * or directly:
- *   clang -g -fsanitize=fuzzer,address,undefined -Iinclude -Isrc fuzz/chat_jinja_fuzz.c \
- *         src/chat/jinja_*.c src/base/err.c -ljansson -lutf8proc -lm -o chat_jinja_fuzz
+ * crashing, leaking or hanging (the limits are smaller than the server's so that executions stay
+ * fast; they are the same code paths). Build and run: scripts/fuzz.sh (seeds: fuzz/make-seeds.py).
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -43,7 +41,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (jinja_parse((const char *)data, tlen, &p, &err) == 0) {
     json_t *vars = json_loads(vars_src, 0, NULL);
     if (json_is_object(vars)) {
-      struct jinja_limits lim = {.max_output = 1 << 20, .max_memory = 32 << 20, .max_steps = 20000, .max_depth = 32};
+      struct jinja_limits lim = {.max_output = 1 << 20, .max_memory = 32 << 20, .max_steps = 20000, .max_depth = 32,
+                                .max_work = 64 << 20};
       char *out = NULL;
       if (jinja_render(p, vars, &lim, &out, NULL, &err) == 0) free(out);
     }

@@ -24,15 +24,35 @@
 
 /* ---- arena ------------------------------------------------------------------------ */
 
+/* A render's arena is also its meter: besides the bytes it hands out (cap) it counts the bytes
+ * the render touches (work: allocated, copied, scanned, compared), because a step budget alone
+ * lets a template loop a million times over an 8 MB string. Both limits jump to `fail`. */
 struct jarena_chunk;
 struct jarena {
   struct jarena_chunk *head;
   size_t used, cap;       /* bytes handed out / hard limit (0 = unlimited) */
-  jmp_buf *fail;          /* where to jump when the limit is hit (NULL: return NULL) */
+  size_t work, max_work;  /* bytes touched so far / budget (0 = unmetered, as the parse arena) */
+  jmp_buf *fail;          /* where to jump when a limit is hit (NULL: return NULL / do nothing) */
   char *fail_msg;         /* message buffer (at least 512 bytes) filled before the jump */
 };
-void *jarena_alloc(struct jarena *a, size_t n);   /* zeroed, 16-aligned; NULL only without fail */
+void *jarena_alloc(struct jarena *a, size_t n);   /* zeroed, 16-aligned; charged 2n (zeroing, first touch); NULL only without fail */
 void jarena_free(struct jarena *a);
+/* Adds n bytes of work; over max_work it fills fail_msg and jumps to fail. */
+void jarena_charge(struct jarena *a, size_t n);
+/* Fails the render with a message (jumps to fail); a no-op without fail. */
+void jarena_fail(struct jarena *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* How deep a value may nest for the walks that recurse over it (printing, repr, tojson, equality,
+ * ordering, JSON input). Namespaces are mutable, so a value can contain itself
+ * ({% set ns.a = [ns] %}): the depth limit is what ends the walk over such a cycle, and the work
+ * budget what ends a walk over a shared structure ([a, a] nested 60 times) that is shallow but
+ * exponentially wide. Values live in the render arena, so cycles need no freeing. */
+#define JINJA_VALUE_DEPTH 200
+/* Work is counted in byte-equivalents of memcmp (weights measured on x86-64, gcc -O2): a byte
+ * copied, compared or searched is 1; a byte decoded to a code point and classified or case-mapped (utf8proc) costs about this many. */
+#define JWORK_DECODE 32
+/* ... and a byte walked to count or find code points (utf8_len, a string index) about this many */
+#define JWORK_WALK 4
 
 /* ---- values ------------------------------------------------------------------------- */
 
@@ -86,11 +106,13 @@ struct jv jv_list_new(struct jarena *a, size_t cap);
 void jv_list_push(struct jarena *a, struct jv list, struct jv item);
 struct jv jv_dict_new(struct jarena *a, size_t cap);
 void jv_dict_set(struct jarena *a, struct jv dict, struct jv key, struct jv val); /* insert or replace */
-struct jv *jv_dict_get(struct jv dict, struct jv key);                           /* NULL if absent */
-struct jv *jv_dict_gets(struct jv dict, const char *key, size_t n);
+/* lookups are linear scans (dicts are small and keep order); each charges its scan to a */
+struct jv *jv_dict_get(struct jarena *a, struct jv dict, struct jv key);          /* NULL if absent */
+struct jv *jv_dict_gets(struct jarena *a, struct jv dict, const char *key, size_t n);
 
 int jv_truthy(struct jv v);
-int jv_equal(struct jv a, struct jv b);
+/* Python ==; charges its work to a and fails through it past JINJA_VALUE_DEPTH. */
+int jv_equal(struct jarena *a, struct jv x, struct jv y);
 const char *jv_type_name(struct jv v);  /* Python's name: 'str', 'int', 'dict', ... */
 size_t utf8_len(const char *p, size_t n); /* code points */
 
@@ -181,6 +203,7 @@ struct jinja_limits {
   size_t max_memory;      /* arena bytes per render (default 256 MiB) */
   long max_steps;         /* loop iterations + macro calls (default 1,000,000) */
   int max_depth;          /* nested macro calls / filter blocks (default 64) */
+  size_t max_work;        /* bytes touched (default 512 MiB + 64 per byte of variables' text) */
 };
 
 struct jctx;  /* evaluation state, private to jinja_eval.c / jinja_builtins.c */

@@ -122,8 +122,10 @@ static int in_chars(unsigned cp, struct jstr chars) {
   return 0;
 }
 
-/* strip: which 1 = left, 2 = right, 3 = both; chars NULL = whitespace */
-static struct jv strip(struct jstr s, int which, const struct jstr *chars) {
+/* strip: which 1 = left, 2 = right, 3 = both; chars NULL = whitespace. Charges its worst case
+ * (every code point decoded and looked up in chars) before it starts. */
+static struct jv strip(struct jarena *a, struct jstr s, int which, const struct jstr *chars) {
+  jarena_charge(a, s.n * JWORK_DECODE * (chars && chars->n ? chars->n : 1));
   size_t b = 0, e = s.n;
   if (which & 1)
     while (b < e) {
@@ -155,6 +157,7 @@ static void put_cp(struct jbuf *b, unsigned cp) {
 
 enum { CASE_UPPER, CASE_LOWER, CASE_TITLE, CASE_CAPITALIZE };
 static struct jv recase(struct jctx *c, struct jstr s, int mode) {
+  jarena_charge(jctx_arena(c), s.n * JWORK_DECODE);
   struct jbuf b = buf(c);
   int word_start = 1, first = 1;
   for (size_t i = 0; i < s.n;) {
@@ -208,6 +211,7 @@ static struct jv split(struct jctx *c, int line, struct jstr s, struct jv *sep, 
   struct jv l = jv_list_new(a, 0);
   if (!sep || sep->kind == JV_NONE) {
     /* runs of whitespace, no empty strings */
+    jarena_charge(a, s.n * JWORK_DECODE * 2);
     struct jv parts = jv_list_new(a, 0);
     size_t i = 0;
     while (i < s.n) {
@@ -226,7 +230,7 @@ static struct jv split(struct jctx *c, int line, struct jstr s, struct jv *sep, 
       size_t len;
       while (i < s.n && py_isspace(dec(s.p + i, s.n - i, &len))) i += len;
       if (i >= s.n) break;
-      if ((int64_t)nparts == maxsplit) { jv_list_push(a, l, strip(jv_strn(s.p + i, s.n - i).u.s, 2, NULL)); break; }
+      if ((int64_t)nparts == maxsplit) { jv_list_push(a, l, strip(a, jv_strn(s.p + i, s.n - i).u.s, 2, NULL)); break; }
       size_t st = i;
       while (i < s.n && !py_isspace(dec(s.p + i, s.n - i, &len))) i += len;
       jv_list_push(a, l, jv_strn(s.p + st, i - st));
@@ -251,6 +255,7 @@ static struct jv split(struct jctx *c, int line, struct jstr s, struct jv *sep, 
     return l;
   }
   /* rsplit: collect from the right, then reverse */
+  jarena_charge(a, s.n * (d.n + 8)); /* a memcmp call at every position */
   struct jv rev = jv_list_new(a, 0);
   size_t e = s.n;
   int64_t done = 0;
@@ -281,7 +286,7 @@ static struct jv mktuple2(struct jctx *c, struct jv a, struct jv b) {
 static struct jv len_of(struct jctx *c, int line, struct jv v) {
   switch (v.kind) {
   case JV_UNDEF: return jv_int(0);
-  case JV_STR: return jv_int((int64_t)utf8_len(v.u.s.p, v.u.s.n));
+  case JV_STR: jarena_charge(jctx_arena(c), JWORK_WALK * v.u.s.n); return jv_int((int64_t)utf8_len(v.u.s.p, v.u.s.n));
   case JV_LIST: return jv_int((int64_t)v.u.l->n);
   case JV_DICT: return jv_int((int64_t)v.u.d->n);
   case JV_LOOP: return jv_int(v.u.loop->length);
@@ -310,7 +315,7 @@ static struct jv attr_path(struct jctx *c, int line, struct jv v, struct jv attr
       v = idx >= 0 && (size_t)idx < v.u.l->n ? v.u.l->v[idx] : jv_undef();
     } else {
       /* environment.getitem: item first, then attribute */
-      struct jv *d = v.kind == JV_DICT ? jv_dict_gets(v, part.p, part.n) : NULL;
+      struct jv *d = v.kind == JV_DICT ? jv_dict_gets(jctx_arena(c), v, part.p, part.n) : NULL;
       v = d ? *d : jinja_getattr(c, line, v, part);
     }
     i = j + 1;
@@ -402,8 +407,8 @@ struct jv jinja_apply_filter(struct jctx *c, int line, int id, struct jv v, stru
   case F_TRIM: {
     struct jv *ch = arg(&A, 0, "chars");
     struct jv s = jctx_str(c, v);
-    if (ch && ch->kind == JV_STR) return strip(s.u.s, 3, &ch->u.s);
-    return strip(s.u.s, 3, NULL);
+    if (ch && ch->kind == JV_STR) return strip(a, s.u.s, 3, &ch->u.s);
+    return strip(a, s.u.s, 3, NULL);
   }
   case F_UPPER: return recase(c, jctx_str(c, v).u.s, CASE_UPPER);
   case F_LOWER: return recase(c, jctx_str(c, v).u.s, CASE_LOWER);
@@ -508,6 +513,7 @@ struct jv jinja_apply_filter(struct jctx *c, int line, int id, struct jv v, stru
     struct jv *o = arg(&A, 0, "old"), *nw = arg(&A, 1, "new"), *cnt = arg(&A, 2, "count");
     if (!o || !nw) jctx_fail(c, line, "replace needs old and new");
     struct jv s = jctx_str(c, v), os = jctx_str(c, *o), ns = jctx_str(c, *nw);
+    jarena_charge(a, s.u.s.n);
     int64_t count = cnt && cnt->kind != JV_NONE ? intval(c, line, cnt, -1) : -1;
     return replace(c, s.u.s, os.u.s, ns.u.s, count);
   }
@@ -535,7 +541,7 @@ struct jv jinja_apply_filter(struct jctx *c, int line, int id, struct jv v, stru
     else if (v.kind == JV_FLOAT) f = v.u.f;
     else if (v.kind == JV_STR) {
       char tmp[128];
-      struct jv t = strip(v.u.s, 3, NULL);
+      struct jv t = strip(a, v.u.s, 3, NULL);
       if (t.u.s.n == 0 || t.u.s.n >= sizeof tmp) return dflt;
       memcpy(tmp, t.u.s.p, t.u.s.n);
       tmp[t.u.s.n] = 0;
@@ -587,6 +593,7 @@ struct jv jinja_apply_filter(struct jctx *c, int line, int id, struct jv v, stru
     }
     int first = fi ? jv_truthy(*fi) : 0, blank = bl ? jv_truthy(*bl) : 0;
     struct jv s = jctx_str(c, v);
+    jarena_charge(a, s.u.s.n);
     /* jinja2: s += "\n"; lines = s.splitlines() */
     struct jv lines = jv_list_new(a, 0);
     size_t st = 0;
@@ -689,6 +696,7 @@ struct jv jinja_apply_filter(struct jctx *c, int line, int id, struct jv v, stru
   }
   case F_WORDCOUNT: {
     struct jv s = jctx_str(c, v);
+    jarena_charge(a, JWORK_WALK * s.u.s.n); /* a byte-by-byte classifying loop */
     int64_t n = 0;
     int in = 0;
     for (size_t i = 0; i < s.u.s.n; i++) {
@@ -706,6 +714,7 @@ struct jv jinja_apply_filter(struct jctx *c, int line, int id, struct jv v, stru
   case F_CENTER: {
     int64_t w = intval(c, line, arg(&A, 0, "width"), 80);
     struct jv s = jctx_str(c, v);
+    jarena_charge(a, JWORK_WALK * s.u.s.n);
     int64_t len = (int64_t)utf8_len(s.u.s.p, s.u.s.n);
     if (w > 100000) jctx_fail(c, line, "center width too large");
     if (len >= w) return s;
@@ -739,6 +748,7 @@ struct jv jinja_apply_filter(struct jctx *c, int line, int id, struct jv v, stru
     int64_t leeway = intval(c, line, lv, 5);
     struct jv s = jctx_str(c, v);
     struct jv end = en ? jctx_str(c, *en) : jv_strn("...", 3);
+    jarena_charge(a, 2 * JWORK_WALK * s.u.s.n);
     int64_t n = (int64_t)utf8_len(s.u.s.p, s.u.s.n), ne = (int64_t)utf8_len(end.u.s.p, end.u.s.n);
     if (n <= len + leeway) return s;
     int64_t keep = len - ne;
@@ -798,8 +808,8 @@ int jinja_apply_test(struct jctx *c, int line, int id, struct jv v, struct jv *a
   case T_EQ: case T_NE: case T_LT: case T_LE: case T_GT: case T_GE: case T_IN: case T_SAMEAS: {
     if (!o) jctx_fail(c, line, "test needs an argument");
     switch (id) {
-    case T_EQ: return jv_equal(v, *o);
-    case T_NE: return !jv_equal(v, *o);
+    case T_EQ: return jv_equal(jctx_arena(c), v, *o);
+    case T_NE: return !jv_equal(jctx_arena(c), v, *o);
     case T_LT: return jinja_order(c, line, v, *o) < 0;
     case T_LE: return jinja_order(c, line, v, *o) <= 0;
     case T_GT: return jinja_order(c, line, v, *o) > 0;
@@ -815,12 +825,13 @@ int jinja_apply_test(struct jctx *c, int line, int id, struct jv v, struct jv *a
       case JV_STR: return v.u.s.p == o->u.s.p && v.u.s.n == o->u.s.n;
       case JV_LIST: return v.u.l == o->u.l;
       case JV_DICT: case JV_NS: return v.u.d == o->u.d;
-      default: return jv_equal(v, *o);
+      default: return jv_equal(jctx_arena(c), v, *o);
       }
     }
   }
   case T_LOWER: case T_UPPER: {
     if (v.kind != JV_STR) return 0;
+    jarena_charge(jctx_arena(c), v.u.s.n * JWORK_DECODE);
     int cased = 0;
     for (size_t i = 0; i < v.u.s.n;) {
       size_t l;
@@ -867,12 +878,12 @@ struct jv jinja_getattr(struct jctx *c, int line, struct jv obj, struct jstr nam
   case JV_DICT: {
     for (int i = 0; DICT_METHODS[i]; i++)
       if (is(name, DICT_METHODS[i])) return method(c, obj, name);
-    struct jv *v = jv_dict_gets(obj, name.p, name.n);
+    struct jv *v = jv_dict_gets(jctx_arena(c), obj, name.p, name.n);
     if (v) return *v;
     break;
   }
   case JV_NS: {
-    struct jv *v = jv_dict_gets(obj, name.p, name.n);
+    struct jv *v = jv_dict_gets(jctx_arena(c), obj, name.p, name.n);
     if (v) return *v;
     break;
   }
@@ -936,7 +947,7 @@ struct jv jinja_call_method(struct jctx *c, int line, struct jfunc *fn, struct j
     if (is(m, "get")) {
       struct jv *k = arg(&A, 0, "key"), *d = arg(&A, 1, "default");
       if (!k) jctx_fail(c, line, "get expected at least 1 argument, got 0");
-      struct jv *v = jv_dict_get(self, *k);
+      struct jv *v = jv_dict_get(a, self, *k);
       return v ? *v : d ? *d : jv_none();
     }
     struct jv l = jv_list_new(a, self.u.d->n);
@@ -946,27 +957,32 @@ struct jv jinja_call_method(struct jctx *c, int line, struct jfunc *fn, struct j
     }
     return l;
   }
-  /* str methods */
+  /* str methods: each charges the bytes it may scan (startswith/endswith only the affix) */
   struct jstr s = self.u.s;
+  if (!is(m, "startswith") && !is(m, "endswith")) jarena_charge(a, JWORK_WALK * s.n); /* a scan, a utf8 count */
   if (is(m, "startswith") || is(m, "endswith")) {
     int end = m.p[0] == 'e';
     struct jv *p = arg(&A, 0, "prefix");
     if (!p) jctx_fail(c, line, "%.*s takes at least 1 argument", (int)m.n, m.p);
     if (p->kind == JV_LIST && p->u.l->tuple) {
-      for (size_t i = 0; i < p->u.l->n; i++)
-        if (affix(s, need_str(c, line, &p->u.l->v[i], "prefix"), end)) return jv_bool(1);
+      for (size_t i = 0; i < p->u.l->n; i++) {
+        struct jstr x = need_str(c, line, &p->u.l->v[i], "prefix");
+        jarena_charge(a, x.n + sizeof(struct jv));
+        if (affix(s, x, end)) return jv_bool(1);
+      }
       return jv_bool(0);
     }
     if (p->kind != JV_STR)
       jctx_fail(c, line, "%.*s first arg must be str or a tuple of str, not %s", (int)m.n, m.p, jv_type_name(*p));
+    jarena_charge(a, p->u.s.n);
     return jv_bool(affix(s, p->u.s, end));
   }
   if (is(m, "strip") || is(m, "lstrip") || is(m, "rstrip")) {
     struct jv *ch = arg(&A, 0, "chars");
     int which = m.p[0] == 'l' ? 1 : m.p[0] == 'r' ? 2 : 3;
-    if (ch && ch->kind == JV_STR) return strip(s, which, &ch->u.s);
+    if (ch && ch->kind == JV_STR) return strip(a, s, which, &ch->u.s);
     if (ch && ch->kind != JV_NONE) jctx_fail(c, line, "strip arg must be None or str");
-    return strip(s, which, NULL);
+    return strip(a, s, which, NULL);
   }
   if (is(m, "split") || is(m, "rsplit")) {
     struct jv *sep = arg(&A, 0, "sep"), *mx = arg(&A, 1, "maxsplit");
@@ -985,6 +1001,7 @@ struct jv jinja_call_method(struct jctx *c, int line, struct jfunc *fn, struct j
     struct jstr sub = need_str(c, line, arg(&A, 0, "sub"), "find() argument");
     const char *hit = NULL;
     if (m.p[0] == 'r') {
+      jarena_charge(a, s.n * (sub.n + 8)); /* a memcmp call at every position */
       for (size_t k = s.n >= sub.n ? s.n - sub.n + 1 : 0; k-- > 0;)
         if (!memcmp(s.p + k, sub.p, sub.n)) { hit = s.p + k; break; }
     } else {
@@ -1030,6 +1047,7 @@ struct jv jinja_call_method(struct jctx *c, int line, struct jfunc *fn, struct j
   }
   if (is(m, "isdigit") || is(m, "isalpha") || is(m, "isspace")) {
     if (!s.n) return jv_bool(0);
+    jarena_charge(a, s.n * JWORK_DECODE);
     for (size_t i = 0; i < s.n;) {
       size_t l;
       unsigned cp = dec(s.p + i, s.n - i, &l);

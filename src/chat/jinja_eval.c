@@ -6,7 +6,10 @@
  * are the only mutable objects, `a and b` / `a or b` return an operand, `/` is true division,
  * `%` and `//` follow Python's signs.
  * Limits: every loop iteration and macro call is a step (max_steps), macro/caller nesting is
- * bounded (max_depth), output and arena bytes are bounded; hitting one is an error, not a crash.
+ * bounded (max_depth), output and arena bytes are bounded, the bytes a render touches are metered
+ * (max_work, counted by the arena: allocations, copies, scans, comparisons), the evaluator's own
+ * recursion is bounded (EVAL_DEPTH) and so is every walk over a value (JINJA_VALUE_DEPTH); hitting
+ * one is an error, not a crash.
  * Errors unwind with longjmp to jinja_render, which frees the render arena.
  */
 #include <math.h>
@@ -26,8 +29,14 @@ struct scope {
   struct jv *vals;
 };
 
+/* Nested eval/exec_body frames one render may stack: the parser bounds a template's own nesting
+ * (200), macro calls multiply it. A render at this depth runs under ASan on an 8 MB stack (the
+ * default for the server's connection threads): tests/chat/test_jinja_hostile.c, syntax_depth. */
+#define EVAL_DEPTH 1000
+
 struct jctx {
   struct jarena arena;
+  int edepth;          /* eval + exec_body frames on the stack */
   jmp_buf jb;
   char msg[512];
   int code;
@@ -41,6 +50,10 @@ struct jctx {
 
 static int exec_body(struct jctx *c, const struct jnodes *body, struct scope *s, struct jbuf *out);
 static struct jv eval(struct jctx *c, const struct jnode *n, struct scope *s);
+
+static void frame_enter(struct jctx *c, int line) {
+  if (++c->edepth > EVAL_DEPTH) jctx_fail(c, line, "template evaluation nested deeper than %d levels", EVAL_DEPTH);
+}
 
 _Noreturn void jctx_fail(struct jctx *c, int line, const char *fmt, ...) {
   va_list ap;
@@ -119,7 +132,7 @@ static struct jv mkfunc(struct jctx *c, enum jfunc_kind k, int builtin) {
 static struct jv lookup(struct jctx *c, const struct jnode *n, struct scope *s) {
   struct jv *v = scope_find(s, n->name);
   if (v) return *v;
-  v = jv_dict_gets(c->vars, n->name.p, n->name.n);
+  v = jv_dict_gets(&c->arena, c->vars, n->name.p, n->name.n);
   if (v) return *v;
   static const struct { const char *name; int id; } B[] = {
     {"range", JB_RANGE}, {"namespace", JB_NAMESPACE}, {"dict", JB_DICT},
@@ -261,18 +274,22 @@ static int str_cmp(struct jstr a, struct jstr b) {
 }
 
 /* Python ordering; fails on unorderable types */
-int jinja_order(struct jctx *c, int line, struct jv a, struct jv b);
-int jinja_order(struct jctx *c, int line, struct jv a, struct jv b) {
+static int order_rec(struct jctx *c, int line, struct jv a, struct jv b, int depth) {
+  if (depth > JINJA_VALUE_DEPTH) jctx_fail(c, line, "values nested deeper than %d levels cannot be ordered", JINJA_VALUE_DEPTH);
+  jarena_charge(&c->arena, sizeof(struct jv));
   if (isnum(a) && isnum(b)) {
     if (a.kind != JV_FLOAT && b.kind != JV_FLOAT) return inum(a) < inum(b) ? -1 : inum(a) > inum(b);
     double x = fnum(a), y = fnum(b);
     return x < y ? -1 : x > y;
   }
-  if (a.kind == JV_STR && b.kind == JV_STR) return str_cmp(a.u.s, b.u.s);
+  if (a.kind == JV_STR && b.kind == JV_STR) {
+    jarena_charge(&c->arena, a.u.s.n < b.u.s.n ? a.u.s.n : b.u.s.n);
+    return str_cmp(a.u.s, b.u.s);
+  }
   if (a.kind == JV_LIST && b.kind == JV_LIST && a.u.l->tuple == b.u.l->tuple) {
     for (size_t i = 0; i < a.u.l->n && i < b.u.l->n; i++) {
-      if (jv_equal(a.u.l->v[i], b.u.l->v[i])) continue;
-      return jinja_order(c, line, a.u.l->v[i], b.u.l->v[i]);
+      if (jv_equal(&c->arena, a.u.l->v[i], b.u.l->v[i])) continue;
+      return order_rec(c, line, a.u.l->v[i], b.u.l->v[i], depth + 1);
     }
     return a.u.l->n < b.u.l->n ? -1 : a.u.l->n > b.u.l->n;
   }
@@ -280,6 +297,8 @@ int jinja_order(struct jctx *c, int line, struct jv a, struct jv b) {
   if (b.kind == JV_UNDEF) fail_undef(c, line, b);
   jctx_fail(c, line, "'<' not supported between instances of '%s' and '%s'", jv_type_name(a), jv_type_name(b));
 }
+int jinja_order(struct jctx *c, int line, struct jv a, struct jv b);
+int jinja_order(struct jctx *c, int line, struct jv a, struct jv b) { return order_rec(c, line, a, b, 0); }
 
 int jinja_contains(struct jctx *c, int line, struct jv container, struct jv item);
 int jinja_contains(struct jctx *c, int line, struct jv container, struct jv item) {
@@ -289,12 +308,13 @@ int jinja_contains(struct jctx *c, int line, struct jv container, struct jv item
     if (item.kind != JV_STR)
       jctx_fail(c, line, "'in <string>' requires string as left operand, not %s", jv_type_name(item));
     if (item.u.s.n == 0) return 1;
+    jarena_charge(&c->arena, container.u.s.n);
     return memmem(container.u.s.p, container.u.s.n, item.u.s.p, item.u.s.n) != NULL;
   case JV_LIST:
     for (size_t i = 0; i < container.u.l->n; i++)
-      if (jv_equal(container.u.l->v[i], item)) return 1;
+      if (jv_equal(&c->arena, container.u.l->v[i], item)) return 1;
     return 0;
-  case JV_DICT: return jv_dict_get(container, item) != NULL;
+  case JV_DICT: return jv_dict_get(&c->arena, container, item) != NULL;
   default:
     jctx_fail(c, line, "argument of type '%s' is not iterable", jv_type_name(container));
   }
@@ -316,9 +336,10 @@ static size_t cp_offset(struct jstr s, int64_t idx) { /* byte offset of code poi
 static struct jv subscript(struct jctx *c, int line, struct jv obj, struct jv key) {
   if (obj.kind == JV_UNDEF) fail_undef(c, line, obj);
   if (obj.kind == JV_DICT) {
-    struct jv *v = jv_dict_get(obj, key);
+    struct jv *v = jv_dict_get(&c->arena, obj, key);
     if (v) return *v;
   } else if ((obj.kind == JV_LIST || obj.kind == JV_STR) && (key.kind == JV_INT || key.kind == JV_BOOL)) {
+    if (obj.kind == JV_STR) jarena_charge(&c->arena, 3 * JWORK_WALK * obj.u.s.n); /* three walks */
     int64_t n = obj.kind == JV_LIST ? (int64_t)obj.u.l->n : (int64_t)utf8_len(obj.u.s.p, obj.u.s.n);
     int64_t i = inum(key);
     if (i < 0) i += n;
@@ -329,7 +350,7 @@ static struct jv subscript(struct jctx *c, int line, struct jv obj, struct jv ke
     }
   } else if (obj.kind == JV_LOOP || obj.kind == JV_NS) {
     if (key.kind == JV_STR && obj.kind == JV_NS) {
-      struct jv *v = jv_dict_get(obj, key);
+      struct jv *v = jv_dict_get(&c->arena, obj, key);
       if (v) return *v;
     }
   }
@@ -356,6 +377,7 @@ static struct jv do_slice(struct jctx *c, int line, struct jv obj, struct jv lo,
   if (obj.kind == JV_UNDEF) fail_undef(c, line, obj);
   if (obj.kind != JV_LIST && obj.kind != JV_STR)
     jctx_fail(c, line, "'%s' object is not subscriptable", jv_type_name(obj));
+  if (obj.kind == JV_STR) jarena_charge(&c->arena, 2 * JWORK_WALK * obj.u.s.n);
   int64_t n = obj.kind == JV_LIST ? (int64_t)obj.u.l->n : (int64_t)utf8_len(obj.u.s.p, obj.u.s.n);
   int64_t step = slice_int(c, line, st, 1);
   if (step == 0) jctx_fail(c, line, "slice step cannot be zero");
@@ -386,11 +408,17 @@ static struct jv do_slice(struct jctx *c, int line, struct jv obj, struct jv lo,
     size_t b = cp_offset(obj.u.s, start), e = cp_offset(obj.u.s, stop);
     return jv_strn(obj.u.s.p + b, e - b);
   }
-  struct jbuf b = newbuf(c);
-  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-    size_t x = cp_offset(obj.u.s, i), y = cp_offset(obj.u.s, i + 1);
-    jbuf_put(&b, obj.u.s.p + x, y - x);
+  /* strided: the byte offset of every code point once, not a walk from the start per item */
+  size_t *off = jarena_alloc(&c->arena, ((size_t)n + 1) * sizeof *off);
+  for (int64_t k = 0, i = 0; k <= n; k++) {
+    off[k] = (size_t)i;
+    if (i < (int64_t)obj.u.s.n) {
+      i++;
+      while (i < (int64_t)obj.u.s.n && ((unsigned char)obj.u.s.p[i] & 0xC0) == 0x80) i++;
+    }
   }
+  struct jbuf b = newbuf(c);
+  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) jbuf_put(&b, obj.u.s.p + off[i], off[i + 1] - off[i]);
   return jbuf_value(&b);
 }
 
@@ -544,7 +572,15 @@ struct jv jctx_call(struct jctx *c, int line, struct jv fn, struct jv *args, int
 
 /* ---- expressions ------------------------------------------------------------------------------------ */
 
+static struct jv eval_node(struct jctx *c, const struct jnode *n, struct scope *s);
 static struct jv eval(struct jctx *c, const struct jnode *n, struct scope *s) {
+  frame_enter(c, n->line);
+  struct jv v = eval_node(c, n, s);
+  c->edepth--;
+  return v;
+}
+
+static struct jv eval_node(struct jctx *c, const struct jnode *n, struct scope *s) {
   switch (n->kind) {
   case JN_LIT: return n->lit;
   case JN_NAME: return lookup(c, n, s);
@@ -626,8 +662,8 @@ static struct jv eval(struct jctx *c, const struct jnode *n, struct scope *s) {
       struct jv r = eval(c, opn->a, s);
       int ok;
       switch (opn->op) {
-      case JO_EQ: ok = jv_equal(l, r); break;
-      case JO_NE: ok = !jv_equal(l, r); break;
+      case JO_EQ: ok = jv_equal(&c->arena, l, r); break;
+      case JO_NE: ok = !jv_equal(&c->arena, l, r); break;
       case JO_LT: ok = jinja_order(c, n->line, l, r) < 0; break;
       case JO_LE: ok = jinja_order(c, n->line, l, r) <= 0; break;
       case JO_GT: ok = jinja_order(c, n->line, l, r) > 0; break;
@@ -732,7 +768,7 @@ static void assign(struct jctx *c, const struct jnode *n, struct scope *s, struc
   if (n->list2.n == 1 && n->list2.v[0]->kind == JN_GETATTR) {
     const struct jnode *t = n->list2.v[0];
     struct jv *ns = scope_find(s, t->a->name);
-    if (!ns) ns = jv_dict_gets(c->vars, t->a->name.p, t->a->name.n);
+    if (!ns) ns = jv_dict_gets(&c->arena, c->vars, t->a->name.p, t->a->name.n);
     if (!ns || ns->kind != JV_NS)
       jctx_fail(c, n->line, "cannot assign attribute on non-namespace object");
     jv_dict_set(&c->arena, *ns, jv_strn(t->name.p, t->name.n), v);
@@ -751,7 +787,15 @@ static struct jv render_body(struct jctx *c, const struct jnodes *body, struct s
   return jbuf_value(&b);
 }
 
+static int exec_stmts(struct jctx *c, const struct jnodes *body, struct scope *s, struct jbuf *out);
 static int exec_body(struct jctx *c, const struct jnodes *body, struct scope *s, struct jbuf *out) {
+  frame_enter(c, body->n ? body->v[0]->line : 0);
+  int fl = exec_stmts(c, body, s, out);
+  c->edepth--;
+  return fl;
+}
+
+static int exec_stmts(struct jctx *c, const struct jnodes *body, struct scope *s, struct jbuf *out) {
   for (int i = 0; i < body->n; i++) {
     const struct jnode *n = body->v[i];
     int fl = FLOW_NORMAL;
@@ -813,10 +857,24 @@ static int exec_body(struct jctx *c, const struct jnodes *body, struct scope *s,
 
 /* ---- entry ----------------------------------------------------------------------------------------------- */
 
+/* bytes of text in the variables (their depth was checked by jv_from_json) */
+static size_t json_text_bytes(json_t *j) {
+  size_t n = 0, i;
+  const char *k;
+  json_t *v;
+  switch (json_typeof(j)) {
+  case JSON_STRING: return json_string_length(j);
+  case JSON_ARRAY: json_array_foreach(j, i, v) n += json_text_bytes(v) + 1; return n;
+  case JSON_OBJECT: json_object_foreach(j, k, v) n += strlen(k) + json_text_bytes(v) + 1; return n;
+  default: return 8;
+  }
+}
+
 int jinja_render(const struct jinja_program *prog, json_t *vars, const struct jinja_limits *lim0,
                  char **out, size_t *out_len, struct hearth_err *err) {
-  struct jinja_limits lim = {8u << 20, 256u << 20, 1000000, 64};
+  struct jinja_limits lim = {8u << 20, 256u << 20, 1000000, 64, (size_t)512 << 20};
   if (lim0) {
+    if (lim0->max_work) lim.max_work = lim0->max_work;
     if (lim0->max_output) lim.max_output = lim0->max_output;
     if (lim0->max_memory) lim.max_memory = lim0->max_memory;
     if (lim0->max_steps) lim.max_steps = lim0->max_steps;
@@ -827,6 +885,7 @@ int jinja_render(const struct jinja_program *prog, json_t *vars, const struct ji
   if (!c) return err_set(err, HEARTH_ERR_NOMEM, "out of memory rendering a template");
   c->lim = &lim;
   c->arena.cap = lim.max_memory;
+  c->arena.max_work = lim.max_work;
   c->arena.fail = &c->jb;
   c->arena.fail_msg = c->msg;
   int jr = setjmp(c->jb);
@@ -838,6 +897,9 @@ int jinja_render(const struct jinja_program *prog, json_t *vars, const struct ji
     return rc;
   }
   c->vars = vars ? jv_from_json(&c->arena, vars) : jv_dict_new(&c->arena, 0);
+  /* The real templates touch 12-56 bytes per byte of conversation (measured: qwen2.5, qwen3,
+   * gemma-4); a conversation's own size buys it 64 bytes of work per byte on top of the default. */
+  if (vars && !(lim0 && lim0->max_work)) c->arena.max_work += 64 * json_text_bytes(vars);
   c->root = scope_new(c, NULL);
   struct jbuf b = newbuf(c);
   exec_body(c, &prog->body, c->root, &b);

@@ -120,6 +120,13 @@ static struct jnode *parse_or(struct parser *P);
 static void enter(struct parser *P) {
   if (++P->depth > MAX_NEST) pfail(P, "expression or block nesting deeper than %d", MAX_NEST);
 }
+/* A left-associative chain (a + b + c, x.a.b, x | f | g, a and b and c) is parsed by a loop but
+ * builds a tree as deep as it is long, which the evaluator walks recursively: each link counts as
+ * one level of nesting, released when the chain ends. */
+static void chain_link(struct parser *P, int *links) {
+  enter(P);
+  (*links)++;
+}
 
 static void parse_args(struct parser *P, struct jnodes *args) {
   /* after '(' */
@@ -238,7 +245,7 @@ static struct jnode *parse_subscript_arg(struct parser *P) {
 }
 
 static struct jnode *parse_postfix(struct parser *P, struct jnode *n) {
-  for (;;) {
+  for (int links = 0;; chain_link(P, &links)) {
     if (is_op(P, JO_DOT)) {
       next(P);
       struct jnode *g = mk(P, JN_GETATTR);
@@ -260,6 +267,7 @@ static struct jnode *parse_postfix(struct parser *P, struct jnode *n) {
       parse_args(P, &c->list);
       n = c;
     } else {
+      P->depth -= links;
       return n;
     }
   }
@@ -293,7 +301,7 @@ static struct jnode *parse_filter_one(struct parser *P, struct jnode *operand) {
 }
 
 static struct jnode *parse_filter_expr(struct parser *P, struct jnode *n) {
-  for (;;) {
+  for (int links = 0;; chain_link(P, &links)) {
     if (accept_op(P, JO_PIPE)) {
       n = parse_filter_one(P, n);
     } else if (is_name(P, "is")) {
@@ -312,6 +320,7 @@ static struct jnode *parse_filter_expr(struct parser *P, struct jnode *n) {
     } else if (is_op(P, JO_LPAREN)) {
       n = parse_postfix(P, n);
     } else {
+      P->depth -= links;
       return n;
     }
   }
@@ -339,17 +348,23 @@ static struct jnode *binop(struct parser *P, int op, struct jnode *l, struct jno
 
 static struct jnode *parse_pow(struct parser *P) {
   struct jnode *l = parse_unary(P, 1);
-  while (accept_op(P, JO_POW)) l = binop(P, JO_POW, l, parse_unary(P, 1));
+  int links = 0;
+  while (accept_op(P, JO_POW)) {
+    chain_link(P, &links);
+    l = binop(P, JO_POW, l, parse_unary(P, 1));
+  }
+  P->depth -= links;
   return l;
 }
 static struct jnode *parse_math2(struct parser *P) {
   struct jnode *l = parse_pow(P);
-  for (;;) {
+  for (int links = 0;; chain_link(P, &links)) {
     struct jtok *t = cur(P);
     if (t->kind == JT_OP && (t->op == JO_MUL || t->op == JO_DIV || t->op == JO_FLOORDIV || t->op == JO_MOD)) {
       next(P);
       l = binop(P, t->op, l, parse_pow(P));
     } else {
+      P->depth -= links;
       return l;
     }
   }
@@ -364,12 +379,13 @@ static struct jnode *parse_concat(struct parser *P) {
 }
 static struct jnode *parse_math1(struct parser *P) {
   struct jnode *l = parse_concat(P);
-  for (;;) {
+  for (int links = 0;; chain_link(P, &links)) {
     struct jtok *t = cur(P);
     if (t->kind == JT_OP && (t->op == JO_ADD || t->op == JO_SUB)) {
       next(P);
       l = binop(P, t->op, l, parse_concat(P));
     } else {
+      P->depth -= links;
       return l;
     }
   }
@@ -417,35 +433,43 @@ static struct jnode *parse_not(struct parser *P) {
 }
 static struct jnode *parse_and(struct parser *P) {
   struct jnode *l = parse_not(P);
+  int links = 0;
   while (accept_name(P, "and")) {
+    chain_link(P, &links);
     struct jnode *n = mk(P, JN_AND);
     n->a = l;
     n->b = parse_not(P);
     l = n;
   }
+  P->depth -= links;
   return l;
 }
 static struct jnode *parse_or(struct parser *P) {
   struct jnode *l = parse_and(P);
+  int links = 0;
   while (accept_name(P, "or")) {
+    chain_link(P, &links);
     struct jnode *n = mk(P, JN_OR);
     n->a = l;
     n->b = parse_and(P);
     l = n;
   }
+  P->depth -= links;
   return l;
 }
 static struct jnode *parse_expr(struct parser *P) {
   enter(P);
   struct jnode *e = parse_or(P);
+  int links = 0;
   while (accept_name(P, "if")) {
+    chain_link(P, &links);
     struct jnode *c = mk(P, JN_COND);
     c->b = e;
     c->a = parse_or(P);
     if (accept_name(P, "else")) c->c = parse_expr(P);
     e = c;
   }
-  P->depth--;
+  P->depth -= links + 1;
   return e;
 }
 
@@ -545,7 +569,9 @@ static struct jnode *parse_statement(struct parser *P) {
       struct jnode *chain = NULL;
       if (accept_op(P, JO_PIPE)) {
         chain = parse_filter_one(P, mk(P, JN_BLOCKVAL));
-        while (accept_op(P, JO_PIPE)) chain = parse_filter_one(P, chain);
+        int links = 0;
+        while (accept_op(P, JO_PIPE)) { chain_link(P, &links); chain = parse_filter_one(P, chain); }
+        P->depth -= links;
       }
       n->a = chain;
       expect_block_end(P);
@@ -594,7 +620,9 @@ static struct jnode *parse_statement(struct parser *P) {
     static const char *const ends[] = {"endfilter", NULL};
     n = mk(P, JN_FILTERBLOCK);
     struct jnode *chain = parse_filter_one(P, mk(P, JN_BLOCKVAL));
-    while (accept_op(P, JO_PIPE)) chain = parse_filter_one(P, chain);
+    int links = 0;
+    while (accept_op(P, JO_PIPE)) { chain_link(P, &links); chain = parse_filter_one(P, chain); }
+    P->depth -= links;
     n->a = chain;
     expect_block_end(P);
     parse_body(P, &n->list, ends);

@@ -7,6 +7,7 @@
  * jinja_builtins.c).
  */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,9 +18,26 @@
 
 struct jarena_chunk { struct jarena_chunk *next; size_t size, used; _Alignas(16) char data[]; };
 
+void jarena_fail(struct jarena *a, const char *fmt, ...) {
+  if (!a->fail) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(a->fail_msg, 512, fmt, ap);
+  va_end(ap);
+  longjmp(*a->fail, 1);
+}
+
+void jarena_charge(struct jarena *a, size_t n) {
+  if (!a->max_work) return;
+  a->work += n;
+  if (a->work > a->max_work)
+    jarena_fail(a, "template evaluation exceeded its work budget (%zu bytes touched)", a->max_work);
+}
+
 void *jarena_alloc(struct jarena *a, size_t n) {
   n = (n + 15) & ~(size_t)15;
   if (n == 0) n = 16;
+  jarena_charge(a, 2 * n); /* zeroing, and the page faults of fresh memory */
   if (a->cap && (a->used + n > a->cap || n > a->cap)) {
     if (a->fail) {
       snprintf(a->fail_msg, 512, "template evaluation exceeded its memory limit (%zu bytes)", a->cap);
@@ -71,6 +89,7 @@ void jarena_free(struct jarena *a) {
 
 void jbuf_put(struct jbuf *b, const char *s, size_t n) {
   if (n == 0) return;
+  jarena_charge(b->a, n + 16); /* a call costs about as much as copying 16 bytes */
   if (b->limit && b->n + n > b->limit) {
     if (b->a->fail) {
       snprintf(b->a->fail_msg, 512, "template output exceeded its limit (%zu bytes)", b->limit);
@@ -136,15 +155,16 @@ struct jv jv_dict_new(struct jarena *a, size_t cap) {
   return v;
 }
 
-struct jv *jv_dict_get(struct jv dict, struct jv key) {
+struct jv *jv_dict_get(struct jarena *a, struct jv dict, struct jv key) {
   struct jdict *d = dict.u.d;
   for (size_t i = 0; i < d->n; i++)
-    if (jv_equal(d->e[i].k, key)) return &d->e[i].v;
+    if (jv_equal(a, d->e[i].k, key)) return &d->e[i].v;
   return NULL;
 }
 
-struct jv *jv_dict_gets(struct jv dict, const char *key, size_t n) {
+struct jv *jv_dict_gets(struct jarena *a, struct jv dict, const char *key, size_t n) {
   struct jdict *d = dict.u.d;
+  jarena_charge(a, d->n * sizeof(struct jdict_entry));
   for (size_t i = 0; i < d->n; i++)
     if (d->e[i].k.kind == JV_STR && d->e[i].k.u.s.n == n && !memcmp(d->e[i].k.u.s.p, key, n))
       return &d->e[i].v;
@@ -152,7 +172,7 @@ struct jv *jv_dict_gets(struct jv dict, const char *key, size_t n) {
 }
 
 void jv_dict_set(struct jarena *a, struct jv dict, struct jv key, struct jv val) {
-  struct jv *slot = jv_dict_get(dict, key);
+  struct jv *slot = jv_dict_get(a, dict, key);
   if (slot) {
     *slot = val;
     return;
@@ -190,7 +210,12 @@ static double num_f(struct jv v) {
   return v.kind == JV_FLOAT ? v.u.f : v.kind == JV_INT ? (double)v.u.i : (double)v.u.b;
 }
 
-int jv_equal(struct jv a, struct jv b) {
+static int equal_rec(struct jarena *ar, struct jv a, struct jv b, int depth) {
+  if (depth > JINJA_VALUE_DEPTH) {
+    jarena_fail(ar, "values nested deeper than %d levels cannot be compared", JINJA_VALUE_DEPTH);
+    return 0;
+  }
+  jarena_charge(ar, 2 * sizeof(struct jv)); /* a node visited costs about 64 bytes of memcmp */
   if (is_num(a) && is_num(b)) {
     if (a.kind != JV_FLOAT && b.kind != JV_FLOAT) {
       int64_t x = a.kind == JV_INT ? a.u.i : a.u.b, y = b.kind == JV_INT ? b.u.i : b.u.b;
@@ -201,17 +226,22 @@ int jv_equal(struct jv a, struct jv b) {
   if (a.kind != b.kind) return 0;
   switch (a.kind) {
   case JV_UNDEF: case JV_NONE: return 1;
-  case JV_STR: return a.u.s.n == b.u.s.n && !memcmp(a.u.s.p, b.u.s.p, a.u.s.n);
+  case JV_STR:
+    if (a.u.s.n != b.u.s.n) return 0;
+    jarena_charge(ar, a.u.s.n);
+    return !memcmp(a.u.s.p, b.u.s.p, a.u.s.n);
   case JV_LIST:
     if (a.u.l->n != b.u.l->n || a.u.l->tuple != b.u.l->tuple) return 0;
     for (size_t i = 0; i < a.u.l->n; i++)
-      if (!jv_equal(a.u.l->v[i], b.u.l->v[i])) return 0;
+      if (!equal_rec(ar, a.u.l->v[i], b.u.l->v[i], depth + 1)) return 0;
     return 1;
   case JV_DICT:
     if (a.u.d->n != b.u.d->n) return 0;
     for (size_t i = 0; i < a.u.d->n; i++) {
-      struct jv *o = jv_dict_get(b, a.u.d->e[i].k);
-      if (!o || !jv_equal(a.u.d->e[i].v, *o)) return 0;
+      struct jv *o = NULL;
+      for (size_t j = 0; j < b.u.d->n && !o; j++)
+        if (equal_rec(ar, b.u.d->e[j].k, a.u.d->e[i].k, depth + 1)) o = &b.u.d->e[j].v;
+      if (!o || !equal_rec(ar, a.u.d->e[i].v, *o, depth + 1)) return 0;
     }
     return 1;
   case JV_NS: return a.u.d == b.u.d;
@@ -220,6 +250,8 @@ int jv_equal(struct jv a, struct jv b) {
   default: return 0;
   }
 }
+
+int jv_equal(struct jarena *a, struct jv x, struct jv y) { return equal_rec(a, x, y, 0); }
 
 const char *jv_type_name(struct jv v) {
   switch (v.kind) {
@@ -343,7 +375,12 @@ static void repr_str(struct jbuf *out, struct jstr s) {
   jbuf_putc(out, q);
 }
 
-void jv_repr(struct jbuf *out, struct jv v) {
+static void repr_rec(struct jbuf *out, struct jv v, int depth) {
+  if (depth > JINJA_VALUE_DEPTH) { /* returns only without a fail target (never during a render) */
+    jarena_fail(out->a, "a value nested deeper than %d levels cannot be printed (does a namespace contain itself?)",
+                JINJA_VALUE_DEPTH);
+    return;
+  }
   switch (v.kind) {
   case JV_UNDEF: jbuf_puts(out, "Undefined"); return;
   case JV_NONE: jbuf_puts(out, "None"); return;
@@ -354,7 +391,7 @@ void jv_repr(struct jbuf *out, struct jv v) {
     jbuf_putc(out, v.u.l->tuple ? '(' : '[');
     for (size_t i = 0; i < v.u.l->n; i++) {
       if (i) jbuf_puts(out, ", ");
-      jv_repr(out, v.u.l->v[i]);
+      repr_rec(out, v.u.l->v[i], depth + 1);
     }
     if (v.u.l->tuple && v.u.l->n == 1) jbuf_putc(out, ',');
     jbuf_putc(out, v.u.l->tuple ? ')' : ']');
@@ -365,9 +402,9 @@ void jv_repr(struct jbuf *out, struct jv v) {
     jbuf_putc(out, '{');
     for (size_t i = 0; i < v.u.d->n; i++) {
       if (i) jbuf_puts(out, ", ");
-      jv_repr(out, v.u.d->e[i].k);
+      repr_rec(out, v.u.d->e[i].k, depth + 1);
       jbuf_puts(out, ": ");
-      jv_repr(out, v.u.d->e[i].v);
+      repr_rec(out, v.u.d->e[i].v, depth + 1);
     }
     jbuf_putc(out, '}');
     if (v.kind == JV_NS) jbuf_putc(out, '>');
@@ -377,6 +414,8 @@ void jv_repr(struct jbuf *out, struct jv v) {
   case JV_LOOP: jbuf_puts(out, "<LoopContext>"); return;
   }
 }
+
+void jv_repr(struct jbuf *out, struct jv v) { repr_rec(out, v, 0); }
 
 void jv_print(struct jbuf *out, struct jv v) {
   if (v.kind == JV_UNDEF) return;
@@ -442,7 +481,12 @@ static int key_cmp(const void *x, const void *y) {
 
 static int tojson_rec(struct jbuf *out, struct jv v, int ea, int indent, const char *isep,
                       const char *ksep, int sort, int level, struct jv *bad) {
-  if (level > 200) { *bad = v; return -1; }
+  if (level > JINJA_VALUE_DEPTH) {
+    jarena_fail(out->a, "a value nested deeper than %d levels cannot be serialized (does a namespace contain itself?)",
+                JINJA_VALUE_DEPTH);
+    *bad = v;
+    return -1;
+  }
   switch (v.kind) {
   case JV_NONE: jbuf_puts(out, "null"); return 0;
   case JV_BOOL: jbuf_puts(out, v.u.b ? "true" : "false"); return 0;
@@ -509,8 +553,12 @@ int jv_tojson(struct jbuf *out, struct jv v, int ensure_ascii, int indent, const
 
 /* ---- JSON input ------------------------------------------------------------------------------ */
 
-struct jv jv_from_json(struct jarena *a, json_t *j) {
+static struct jv from_json_rec(struct jarena *a, json_t *j, int depth) {
   if (!j) return jv_none();
+  if (depth > JINJA_VALUE_DEPTH) {
+    jarena_fail(a, "template variables nested deeper than %d levels", JINJA_VALUE_DEPTH);
+    return jv_none();
+  }
   switch (json_typeof(j)) {
   case JSON_NULL: return jv_none();
   case JSON_TRUE: return jv_bool(1);
@@ -521,7 +569,7 @@ struct jv jv_from_json(struct jarena *a, json_t *j) {
   case JSON_ARRAY: {
     size_t n = json_array_size(j);
     struct jv l = jv_list_new(a, n);
-    for (size_t i = 0; i < n; i++) l.u.l->v[i] = jv_from_json(a, json_array_get(j, i));
+    for (size_t i = 0; i < n; i++) l.u.l->v[i] = from_json_rec(a, json_array_get(j, i), depth + 1);
     l.u.l->n = n;
     return l;
   }
@@ -533,7 +581,7 @@ struct jv jv_from_json(struct jarena *a, json_t *j) {
       /* keys are unique in a jansson object: append without the lookup */
       struct jdict *dd = d.u.d;
       dd->e[dd->n].k = jv_strn(k, strlen(k));
-      dd->e[dd->n].v = jv_from_json(a, val);
+      dd->e[dd->n].v = from_json_rec(a, val, depth + 1);
       dd->n++;
     }
     return d;
@@ -541,3 +589,5 @@ struct jv jv_from_json(struct jarena *a, json_t *j) {
   }
   return jv_none();
 }
+
+struct jv jv_from_json(struct jarena *a, json_t *j) { return from_json_rec(a, j, 0); }

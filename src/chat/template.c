@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/err.h"
 #include "base/file.h"
@@ -164,6 +165,24 @@ fail:
   json_decref(stm);
   json_decref(ctj);
   return rc;
+}
+
+int chat_template_dir_has(const char *dir) {
+  static const char *const files[] = {"chat_template.jinja", "chat_template.json"};
+  char path[4096];
+  struct stat st;
+  for (int i = 0; i < 2; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+    if (stat(path, &st) == 0) return 1;
+  }
+  snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+  if (stat(path, &st)) return 0;
+  /* stat, not open: a FIFO there would block open() (and cannot be told apart: say "broken") */
+  if (!S_ISREG(st.st_mode) || st.st_size > (64 << 20)) return 1;
+  json_t *cfg = json_load_file(path, 0, NULL);
+  int has = !cfg || json_object_get(cfg, "chat_template") != NULL; /* unreadable: cannot tell, say so */
+  json_decref(cfg);
+  return has;
 }
 
 int chat_template_render(const struct chat_template *t, json_t *messages, json_t *tools, int add_generation_prompt,

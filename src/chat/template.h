@@ -10,8 +10,10 @@
  *   - load: HEARTH_ERR_UNSUPPORTED names the line and the construct ("template line 12: unsupported
  *     filter 'foo'"); HEARTH_ERR_IO / HEARTH_ERR_FORMAT for unreadable or malformed files.
  *   - render: HEARTH_ERR_ARG when the template rejects the conversation — for raise_exception the
- *     message is exactly the template's (the server returns it as a 400); HEARTH_ERR_NOMEM when a
- *     limit (output 8 MiB, memory 256 MiB, 1e6 loop steps, macro depth 64) is hit.
+ *     message is exactly the template's (the server returns it as a 400) — or exceeds 1e6 loop
+ *     steps, macro depth 64 or evaluation depth 1,000; HEARTH_ERR_NOMEM when output (8 MiB),
+ *     memory (256 MiB), work (512 MiB + 64 per byte of the conversation, jinja.h) or value
+ *     nesting (200, e.g. a namespace that contains itself) is exceeded.
  * Thread safety: a loaded template is immutable; any number of threads may render it at once.
  */
 #ifndef HEARTH_CHAT_TEMPLATE_H
@@ -46,6 +48,11 @@ int chat_template_load(const char *source, size_t len, const struct chat_templat
  * special_tokens_map.json. Needs no weights and no config.json. */
 int chat_template_load_dir(const char *model_dir, const char *name, struct chat_template **out,
                            struct hearth_err *err);
+
+/* 1 when model_dir names a chat template (chat_template.jinja, a "chat_template" key in
+ * tokenizer_config.json, or chat_template.json), whether or not it loads: tells a model without
+ * a template (embedding models) from one whose template is broken. */
+int chat_template_dir_has(const char *model_dir);
 
 /* Renders a conversation. messages: JSON array of message objects (passed through untouched);
  * tools: JSON array of OpenAI tool schemas or NULL; kwargs: JSON object of extra template

@@ -75,6 +75,11 @@ json_t *chat_messages_normalize(json_t *msgs, struct verr *e) {
       v_fail(e, name, "'%s.content' is required for role '%s'", name, role);
       json_decref(copy);
       goto fail;
+    } else if (!c || json_is_null(c)) {
+      /* an assistant turn that only called tools, as OpenAI sends it back (content null, or left
+       * out): rendered as empty text, as transformers users pass it; the templates test
+       * '</think>' in message.content or concatenate it, both errors on None or undefined */
+      json_object_set_new(copy, "content", json_string(""));
     }
     json_t *tc = json_object_get(m, "tool_calls");
     if (tc && !json_is_null(tc)) {

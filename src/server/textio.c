@@ -28,6 +28,7 @@ struct textio {
   struct tok *tok;
 #ifdef TEXTIO_HAVE_TEMPLATE
   struct chat_template *tmpl;
+  char *tmpl_error; /* why the model's template did not load (NULL: loaded, or there is none) */
 #endif
 };
 
@@ -37,8 +38,16 @@ int textio_load(const char *dir, struct textio **out, struct hearth_err *err) {
   int rc = tok_load_dir(dir, &t->tok, err);
 #ifdef TEXTIO_HAVE_TEMPLATE
   if (!rc) {
-    struct hearth_err e2;
-    if (chat_template_load_dir(dir, NULL, &t->tmpl, &e2)) t->tmpl = NULL; /* embedding models have none */
+    struct hearth_err e2 = {0};
+    if (chat_template_load_dir(dir, NULL, &t->tmpl, &e2)) {
+      t->tmpl = NULL; /* embedding models have none; a broken one is remembered and reported */
+      if (chat_template_dir_has(dir)) {
+        if (!(t->tmpl_error = strdup(e2.msg))) rc = err_set(err, HEARTH_ERR_NOMEM, "out of memory");
+        else /* loud, not fatal (docs/decisions.md): completions and tokenization still work */
+          fprintf(stderr, "hearth serve: warning: model %s: the chat template failed to load; chat requests "
+                  "will answer with this error: %s\n", dir, e2.msg);
+      }
+    }
   }
 #endif
   if (rc) { textio_free(t); return rc; }
@@ -51,6 +60,7 @@ void textio_free(struct textio *t) {
   tok_free(t->tok);
 #ifdef TEXTIO_HAVE_TEMPLATE
   chat_template_free(t->tmpl);
+  free(t->tmpl_error);
 #endif
   free(t);
 }
@@ -63,6 +73,15 @@ int textio_qwen_tool_calls(const struct textio *t) {
 #else
   (void)t;
   return 0;
+#endif
+}
+
+const char *textio_template_error(const struct textio *t) {
+#ifdef TEXTIO_HAVE_TEMPLATE
+  return t->tmpl_error;
+#else
+  (void)t;
+  return NULL;
 #endif
 }
 
@@ -124,6 +143,8 @@ static int render_chatml(json_t *messages, char **out, struct hearth_err *err) {
 int textio_render_chat(const struct textio *t, json_t *messages, json_t *tools, json_t *kwargs,
                        char **out, struct hearth_err *err) {
 #ifdef TEXTIO_HAVE_TEMPLATE
+  if (!t->tmpl && t->tmpl_error)
+    return err_set(err, HEARTH_ERR_UNSUPPORTED, "the model's chat template failed to load at start: %s", t->tmpl_error);
   if (!t->tmpl) return err_set(err, HEARTH_ERR_UNSUPPORTED, "this model has no chat template");
   return chat_template_render(t->tmpl, messages, tools, 1, kwargs, out, err);
 #else

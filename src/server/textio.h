@@ -18,11 +18,17 @@ struct textio;
 struct tok;
 
 /* Loads dir/tokenizer.json (+ tokenizer_config.json) and, when present, the chat template
- * (tokenizer_config.json "chat_template" or chat_template.jinja). */
+ * (tokenizer_config.json "chat_template" or chat_template.jinja). A template that is there but
+ * does not load is not an error: a warning naming the file and the parse error goes to stderr and
+ * textio_template_error() keeps it for the chat requests. */
 int textio_load(const char *dir, struct textio **out, struct hearth_err *err);
 void textio_free(struct textio *t);
 const struct tok *textio_tok(const struct textio *t);
 int textio_has_template(const struct textio *t);
+/* Why the model directory's chat template failed to load ("DIR/chat_template.jinja: template
+ * line N: ..."), or NULL when it loaded or the directory has none. The model still serves
+ * completions, tokenization and embeddings; chat requests answer with this error. */
+const char *textio_template_error(const struct textio *t);
 /* 1 when the chat template teaches Qwen's tool-call syntax (<tool_call>{json}</tool_call>): the
  * format a forced tool call (tool_choice "required" or named) is decoded in */
 int textio_qwen_tool_calls(const struct textio *t);

@@ -158,10 +158,17 @@ TEST_GROUP(load_dir) {
   write_file(p2, "ok\n{% include 'x' %}");
   CHECK(chat_template_load_dir(dir, NULL, &t, &err) == HEARTH_ERR_UNSUPPORTED && strstr(err.msg, "chat_template.jinja") &&
         strstr(err.msg, "line 2"));
+  CHECK(chat_template_dir_has(dir) == 1); /* broken, but there: the server warns at start */
   unlink(p1);
   unlink(p2);
   /* 5: nothing there */
   CHECK(chat_template_load_dir(dir, NULL, &t, &err) == HEARTH_ERR_FORMAT);
+  CHECK(chat_template_dir_has(dir) == 0); /* an embedding model's directory: no warning */
+  write_file(p1, "{\"bos_token\": \"<s>\"}");
+  CHECK(chat_template_dir_has(dir) == 0);
+  write_file(p1, "{\"chat_template\": 7}");
+  CHECK(chat_template_dir_has(dir) == 1);
+  unlink(p1);
   rmdir(dir);
   json_decref(msgs);
 }

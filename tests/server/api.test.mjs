@@ -3,11 +3,18 @@
 // (shapes, usage = token counts, finish reasons, stop strings, determinism, independence of
 // concurrent streams, cancellation), never the words.
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
 import net from 'node:net';
+import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
 
-import { CHAT, EMBED, FIX, getJSON, postJSON, requirePrereqs, sleep, startServer } from './harness.mjs';
+import {
+  CHAT, EMBED, FIX, getJSON, modelWithTemplate, postJSON, removeModelDir, requirePrereqs, sleep, startServer,
+} from './harness.mjs';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
 
 requirePrereqs();
 const { default: OpenAI } = await import('openai');
@@ -149,9 +156,9 @@ describe('chat completions', () => {
     const first = await client.chat.completions.create(greedy({ tools, max_tokens: 4 }));
     assert.ok(['length', 'stop', 'tool_calls'].includes(first.choices[0].finish_reason));
     const messages = [...USER,
-      // content '' rather than null: Qwen3's template tests `'</think>' in message.content`, which
-      // raises on null in transformers too (and so in hearth)
-      { role: 'assistant', content: '', tool_calls: [{ id: 'call_1', type: 'function',
+      // content null, as the official client sends a tool call back: hearth renders it as ''
+      // (Qwen3's template tests `'</think>' in message.content`, which would raise on null)
+      { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function',
         function: { name: 'get_weather', arguments: '{"city":"Oslo"}' } }] },
       { role: 'tool', tool_call_id: 'call_1', content: 'sunny, 21 C' }];
     const second = await client.chat.completions.create(greedy({ tools, messages, max_tokens: 4 }));
@@ -607,5 +614,47 @@ describe('concurrency and cancellation', () => {
     assert.ok(st.generated_tokens - before.generated_tokens < 400, 'generation stopped early');
     const r = await client.chat.completions.create(greedy({ max_tokens: 2 }));
     assert.equal(r.usage.completion_tokens, 2);
+  });
+});
+
+describe('tool-call round trip through the Qwen3 template', () => {
+  // Qwen3's template tests '</think>' in message.content: the assistant turn the official client sends
+  // back after a tool call has content null, which must render as empty text, not fail the template.
+  // the template: the tokenizer cache's (scripts/fetch-tokenizers.sh), else ../shared's copy
+  const cache = process.env.HEARTH_CACHE || path.join(os.homedir(), '.cache/hearth');
+  const tmplPath = [path.join(cache, 'tokenizers/qwen3/chat_template.jinja'),
+    path.join(process.env.HEARTH_SHARED || path.join(here, '../../../shared'), 'data/chat-templates/qwen3.jinja')]
+    .find((p) => fs.existsSync(p));
+  let s3, dir, c3;
+  before(async () => {
+    assert.ok(tmplPath, 'no qwen3 chat template (run scripts/fetch-tokenizers.sh)');
+    dir = modelWithTemplate('tiny-qwen3', fs.readFileSync(tmplPath, 'utf8'));
+    s3 = await startServer(['--model', dir]);
+    c3 = new OpenAI({ baseURL: `${s3.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 120000 });
+  });
+  after(async () => {
+    const r = await s3.stop();
+    removeModelDir(dir);
+    assert.equal(r.code, 0, `server exit status ${JSON.stringify(r)}`);
+  });
+  test('assistant content null + tool_calls, then the tool result: 200, rendered as an empty turn with the call', async () => {
+    const tools = [{ type: 'function', function: { name: 'get_weather', description: 'Weather for a city',
+      parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } }];
+    const messages = [{ role: 'user', content: 'Weather in Oslo?' },
+      { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function',
+        function: { name: 'get_weather', arguments: '{"city":"Oslo"}' } }] },
+      { role: 'tool', tool_call_id: 'call_1', content: 'sunny, 21 C' }];
+    const r = await c3.chat.completions.create({ model: 'tiny-qwen3', messages, tools, temperature: 0, max_tokens: 2 });
+    assert.equal(r.choices.length, 1);
+    assert.equal(r.usage.completion_tokens, 2);
+    const t = await postJSON(s3, '/tokenize', { model: 'tiny-qwen3', messages, tools });
+    assert.equal(t.status, 200, t.text);
+    assert.equal(t.body.count, r.usage.prompt_tokens);
+    assert.match(t.body.prompt, /<\|im_start\|>assistant\n<tool_call>\n\{"name": "get_weather", "arguments": \{"city": "Oslo"\}\}\n<\/tool_call><\|im_end\|>/);
+    assert.match(t.body.prompt, /<tool_response>\nsunny, 21 C\n<\/tool_response>/);
+    // content left out (OpenAI: optional when tool_calls are given) renders the same
+    const m2 = messages.map((m) => (m.role === 'assistant' ? { role: m.role, tool_calls: m.tool_calls } : m));
+    const r2 = await c3.chat.completions.create({ model: 'tiny-qwen3', messages: m2, tools, temperature: 0, max_tokens: 2 });
+    assert.equal(r2.usage.prompt_tokens, r.usage.prompt_tokens);
   });
 });

@@ -82,3 +82,18 @@ export function rssBytes(pid) {
 }
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// A model directory like tiny-chat with its own chat_template.jinja (the other files hard-linked,
+// or copied where links fail), named `name` so that the server's model id is `name`.
+export function modelWithTemplate(name, template) {
+  const dir = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'hearth-tmpl-')), name);
+  fs.mkdirSync(dir);
+  for (const f of fs.readdirSync(path.join(FIX, CHAT))) {
+    if (f === 'chat_template.jinja') continue;
+    const src = path.join(FIX, CHAT, f);
+    try { fs.linkSync(src, path.join(dir, f)); } catch { fs.copyFileSync(src, path.join(dir, f)); }
+  }
+  fs.writeFileSync(path.join(dir, 'chat_template.jinja'), template);
+  return dir;
+}
+export const removeModelDir = (dir) => fs.rmSync(path.dirname(dir), { recursive: true, force: true });

@@ -8,7 +8,9 @@ import net from 'node:net';
 import os from 'node:os';
 import { after, before, test } from 'node:test';
 
-import { CHAT, EMBED, FIX, getJSON, requirePrereqs, sleep, startServer } from './harness.mjs';
+import {
+  CHAT, EMBED, FIX, getJSON, modelWithTemplate, postJSON, removeModelDir, requirePrereqs, rssBytes, sleep, startServer,
+} from './harness.mjs';
 
 requirePrereqs({ openai: true });
 
@@ -370,4 +372,65 @@ test('still healthy after the table', async () => {
   assert.deepEqual(h.body, { status: 'ok' });
   const st = await getJSON(srv, '/status');
   assert.equal(st.body.models.find((m) => m.id === CHAT).slots_busy, 0);
+});
+
+// ---- hostile chat templates -----------------------------------------------------------------------
+// The template comes from the model directory and runs on a connection thread for every chat
+// request: each of these once crashed the server (SIGSEGV) or would stall it. Each model here is
+// tiny-chat with one hostile chat_template.jinja; every chat must get 400 template_error, /health
+// must answer 200 after each, and the server must stay within a memory bound and exit cleanly.
+const NS = '{% set ns = namespace(a=1) %}';
+const HOSTILE_TEMPLATES = [ // six: with the two fixtures, the server's limit of 8 models
+  ['tmpl-ns-self', 'a namespace holding itself, printed', `${NS}{% set ns.a = ns %}{{ ns }}`],
+  ['tmpl-ns-list', 'a list holding its namespace, printed', `${NS}{% set ns.a = [ns] %}{{ ns.a }}`],
+  ['tmpl-ns-json', 'a namespace cycle through tojson', `${NS}{% set ns.a = [ns] %}{{ ns.a | tojson }}`],
+  ['tmpl-deep', 'a list nested 60,000 deep, printed',
+    '{% set ns = namespace(l=[]) %}{% for i in range(60000) %}{% set ns.l = [ns.l] %}{% endfor %}{{ ns.l }}'],
+  ['tmpl-wide', '[a, a] doubled 60 times, compared',
+    '{% set ns = namespace(a=[1], b=[1]) %}{% for i in range(60) %}{% set ns.a = [ns.a, ns.a] %}{% set ns.b = [ns.b, ns.b] %}{% endfor %}{{ ns.a == ns.b }}'],
+  ['tmpl-scan', 'a million scans of the conversation',
+    "{% for i in range(1000000) %}{% if '</think>' in messages[0].content %}{% endif %}{% endfor %}"],
+];
+
+test('hostile chat templates: 400 template_error, the server stays up and bounded', async () => {
+  const dirs = HOSTILE_TEMPLATES.map(([id, , t]) => modelWithTemplate(id, t));
+  const s2 = await startServer(dirs.flatMap((d) => ['--model', d]));
+  try {
+    const big = 'x'.repeat(4 << 20); // a 4 MB message: a million scans of it would take minutes
+    for (const [id, what] of HOSTILE_TEMPLATES) {
+      const content = id === 'tmpl-scan' ? big : 'hi';
+      const r = await postJSON(s2, C, { model: id, messages: [{ role: 'user', content }], max_tokens: 1 });
+      assert.equal(r.status, 400, `${what}: ${r.text.slice(0, 300)}`);
+      assert.equal(r.body.error.code, 'template_error', `${what}: ${r.text.slice(0, 300)}`);
+      assert.match(r.body.error.message, /nested deeper|exceeded|serializable/, what);
+      assert.equal((await getJSON(s2, '/health')).status, 200, `/health after ${what}`);
+    }
+    // 256 MiB is one render's arena cap; well below it means no render kept its memory
+    assert.ok(rssBytes(s2.pid) < 1.5 * 2 ** 30, `RSS ${rssBytes(s2.pid)} bytes`);
+  } finally {
+    const r = await s2.stop();
+    for (const d of dirs) removeModelDir(d);
+    assert.equal(r.code, 0, `server exit status ${JSON.stringify(r)}`);
+  }
+});
+
+test('a chat template that fails to parse: a warning naming file and line at start, chat 400, completions 200', async () => {
+  const dir = modelWithTemplate('tmpl-broken', '{{ messages[0].content }}\n{% for m in messages %}never closed');
+  const s2 = await startServer(['--model', dir]);
+  try {
+    assert.match(s2.log(), /warning: model .*tmpl-broken: the chat template failed to load/);
+    assert.match(s2.log(), /chat_template\.jinja: template line 2: .*endfor/);
+    const r = await postJSON(s2, C, { model: 'tmpl-broken', messages: [{ role: 'user', content: 'hi' }], max_tokens: 1 });
+    assert.equal(r.status, 400, r.text);
+    assert.equal(r.body.error.code, 'template_error');
+    assert.match(r.body.error.message, /chat template failed to load at start: .*template line 2/);
+    assert.ok(!r.text.includes(FIX) && !r.text.includes(os.tmpdir() + '/hearth-tmpl'), `a reply names a path: ${r.text}`);
+    const c = await postJSON(s2, '/v1/completions', { model: 'tmpl-broken', prompt: 'hi', max_tokens: 1 });
+    assert.equal(c.status, 200, c.text);
+    assert.equal((await getJSON(s2, '/health')).status, 200);
+  } finally {
+    const r = await s2.stop();
+    removeModelDir(dir);
+    assert.equal(r.code, 0, `server exit status ${JSON.stringify(r)}`);
+  }
 });
