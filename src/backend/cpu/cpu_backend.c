@@ -19,6 +19,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/cpu_ops_gemma4.h"
 #include "base/half.h"
 #include "base/threadpool.h"
 #include "backend/cpu/kern_limits.h"
@@ -507,5 +508,9 @@ const struct hb_ops hb_cpu_ops = {
   .add = cpu_add,
   .gather_rows = cpu_gather_rows,
   .sync = cpu_sync,
+  .gelu_mul = cpu_gelu_mul,
+  .scale = cpu_scale,
+  .softcap = cpu_softcap,
+  .rope_prop = cpu_rope_prop,
 };
 

@@ -1,0 +1,12 @@
+/* backend/cpu/cpu_ops_gemma4.h — the CPU's Gemma 4 ops (backend.h, "Gemma 4" part): plain C, f32. */
+#ifndef HEARTH_BACKEND_CPU_OPS_GEMMA4_H
+#define HEARTH_BACKEND_CPU_OPS_GEMMA4_H
+#include "backend/backend.h"
+
+void cpu_gelu_mul(struct hb_ctx *c, struct hb_tensor *out, const struct hb_tensor *gate, const struct hb_tensor *up,
+                  int up_col0, int n);
+void cpu_scale(struct hb_ctx *c, struct hb_tensor *x, float s, int n);
+void cpu_softcap(struct hb_ctx *c, struct hb_tensor *x, float cap, int n);
+void cpu_rope_prop(struct hb_ctx *c, struct hb_tensor *x, const struct hb_batch *b, int n_heads, int head_dim,
+                   int n_pairs, float theta, float factor);
+#endif
