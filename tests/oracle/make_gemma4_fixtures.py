@@ -277,7 +277,11 @@ def hf_classes(spec):
     import transformers as tf
     if spec["model_type"] == "gemma4":
         return tf.Gemma4Config, tf.Gemma4ForConditionalGeneration
-    return tf.Gemma4UnifiedConfig, tf.Gemma4UnifiedForConditionalGeneration
+    try:
+        return tf.Gemma4UnifiedConfig, tf.Gemma4UnifiedForConditionalGeneration
+    except AttributeError:  # not exported at the top level: take them from the model package
+        from transformers.models.gemma4_unified import configuration_gemma4_unified as c, modeling_gemma4_unified as m
+        return c.Gemma4UnifiedConfig, m.Gemma4UnifiedForConditionalGeneration
 
 
 def hf_build(spec):
