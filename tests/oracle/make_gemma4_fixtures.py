@@ -54,7 +54,7 @@ SPECS = [
          theta_local=10000.0, theta_global=1000000.0, partial=0.25,
          pad=0, eos=1, bos=2, gen_eos=[1, 106], max_pos=4096,
          emb_std=0.1, lin_gain=2.0, out_gain=1.0, norm_spread=0.25, final_scale=6.0,
-         scalar_mean=0.8, scalar_std=0.15),
+         scalar_mean=0.8, scalar_std=0.15, q_norm_scale=0.5, k_norm_scale=0.25),
     dict(name="gemma4_dense", arch="Gemma4UnifiedForConditionalGeneration",
          model_type="gemma4_unified", seed=1357,
          vocab=512, hidden=128, inter=128, layers=6,
@@ -64,7 +64,7 @@ SPECS = [
          theta_local=10000.0, theta_global=1000000.0, partial=0.25,
          pad=0, eos=1, bos=2, gen_eos=[1, 106], max_pos=4096,
          emb_std=0.1, lin_gain=2.0, out_gain=1.0, norm_spread=0.25, final_scale=6.0,
-         scalar_mean=0.8, scalar_std=0.15),
+         scalar_mean=0.8, scalar_std=0.15, q_norm_scale=0.5, k_norm_scale=0.25),
 ]
 
 PREFIX = "model.language_model."
@@ -150,6 +150,14 @@ def init_weights(spec):
             vals = rng.normal(n, spec["out_gain"] / math.sqrt(shape[1]))
         elif kind == "norm":
             vals = [1.0 + v for v in rng.normal(n, spec["norm_spread"])]
+            # q/k norm weights set the attention-logit scale (attention scaling is 1.0): at ~1 the
+            # logits of random heads have std ~sqrt(head_dim), attention is near one-hot and the model
+            # chaotic (int8-activation noise flipped ~40 % of teacher-forced int4 steps); a power of two
+            # keeps the values bf16
+            if name.endswith("q_norm.weight"):
+                vals = [spec["q_norm_scale"] * v for v in vals]
+            elif name.endswith("k_norm.weight"):
+                vals = [spec["k_norm_scale"] * v for v in vals]
         elif kind == "final_norm":
             vals = [spec["final_scale"] * (1.0 + v) for v in rng.normal(n, spec["norm_spread"])]
         elif kind == "scalar":
