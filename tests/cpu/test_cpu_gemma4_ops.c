@@ -52,11 +52,17 @@ static int poison_kept(const struct hb_tensor *t, int n) {
 
 static double gelu_tanh(double x) { return 0.5 * x * (1.0 + tanh(sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x))); }
 
+/* small (one thread) and large (rows spread over the threads) shapes */
+static void gelu_case(int rows, int w, int n);
 TEST_GROUP(gelu_mul) {
+  gelu_case(9, 77, 6);
+  gelu_case(70, 600, 67);
+}
+
+static void gelu_case(int rows, int w, int n) {
   struct hb_ctx *c = ctx_new();
   REQUIRE(c != NULL);
   const struct hb_ops *be = &hb_cpu_ops;
-  int rows = 9, w = 77, n = 6;
   struct hb_tensor g = tensor(c, rows, w), u = tensor(c, rows, w), o = tensor(c, rows, w), wide = tensor(c, rows, 3 * w);
   fill(&g, 6.0f); /* covers the tails of tanh */
   fill(&u, 2.0f);

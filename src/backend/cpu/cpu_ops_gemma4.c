@@ -4,12 +4,11 @@
 
 #include <math.h>
 
-void cpu_gelu_mul(struct hb_ctx *c, struct hb_tensor *out, const struct hb_tensor *gate, const struct hb_tensor *up,
-                  int up_col0, int n) {
-  (void)c;
+void cpu_gelu_mul_rows(struct hb_tensor *out, const struct hb_tensor *gate, const struct hb_tensor *up, int up_col0,
+                       int t0, int t1) {
   int64_t w = gate->cols;
   const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
-  for (int t = 0; t < n; t++) {
+  for (int t = t0; t < t1; t++) {
     const float *g = (const float *)gate->data + (int64_t)t * w;
     const float *u = (const float *)up->data + (int64_t)t * up->cols + up_col0;
     float *o = (float *)out->data + (int64_t)t * w;
