@@ -230,11 +230,6 @@ int hearth_model_load(const struct hearth_model_params *p, struct hearth_model *
   int per_seq = kv_tokens < m->cfg.max_position_embeddings ? kv_tokens : m->cfg.max_position_embeddings;
   m->max_blocks_per_seq = (per_seq + KV_BLOCK - 1) / KV_BLOCK;
   if ((rc = alloc_scratch(m, err))) goto fail;
-  if (p->kv_cache_dir && m->cfg.family == HEARTH_FAMILY_GEMMA4) {
-    /* the on-disk prefix store writes one KV width for every layer; Gemma 4's differ (not done yet) */
-    rc = err_set(err, HEARTH_ERR_UNSUPPORTED, "the on-disk KV cache is not supported for Gemma 4 yet");
-    goto fail;
-  }
   if (p->kv_cache_dir && (rc = prefix_store_open(m, p->kv_cache_dir, err))) goto fail;
   fill_info(m, p);
   if (p->verbose) {
