@@ -47,6 +47,51 @@ static float rng_normalish(uint64_t *s, float std) {
   return (u - 2.0f) * 1.7320508f * std;
 }
 
+/* Gemma 4's text tensors (models.md §3.4): per-layer head dims and MLP widths, no k/v on KV-shared layers,
+ * no v_proj on K = V full layers, sandwich norms, layer_scalar, PLE when configured. Multimodal
+ * architectures nest them under model.language_model. (no vision/audio tensors: hearth never reads them). */
+static int add_gemma4(struct mk_tensor **ts, int *n, int *cap, const struct hf_config *c) {
+  const char *pre = strstr(c->arch, "ConditionalGeneration") || !strcmp(c->arch, "gemma4") || !strcmp(c->arch, "gemma4_unified")
+                        ? "model.language_model." : "model.";
+  int64_t d = c->hidden_size, nq = c->num_attention_heads, L = c->num_hidden_layers, S = c->g4.ple_dim;
+  char name[160];
+#define G(kind, r, cc, ...) do { snprintf(name, sizeof name, __VA_ARGS__); if (add(ts, n, cap, name, r, cc, kind)) return -1; } while (0)
+  G(0, c->vocab_size, d, "%sembed_tokens.weight", pre);
+  G(1, d, 0, "%snorm.weight", pre);
+  if (S) {
+    G(0, c->g4.ple_vocab, L * S, "%sembed_tokens_per_layer.weight", pre);
+    G(0, L * S, d, "%sper_layer_model_projection.weight", pre);
+    G(1, S, 0, "%sper_layer_projection_norm.weight", pre);
+  }
+  for (int l = 0; l < L; l++) {
+    const struct hf_layer *y = &c->layer[l];
+    int64_t hd = y->head_dim, kvd = (int64_t)y->n_kv_heads * hd, ff = y->n_ff;
+    G(1, d, 0, "%slayers.%d.input_layernorm.weight", pre, l);
+    G(0, nq * hd, d, "%slayers.%d.self_attn.q_proj.weight", pre, l);
+    G(1, hd, 0, "%slayers.%d.self_attn.q_norm.weight", pre, l);
+    if (y->kv_source == l) {
+      G(0, kvd, d, "%slayers.%d.self_attn.k_proj.weight", pre, l);
+      G(1, hd, 0, "%slayers.%d.self_attn.k_norm.weight", pre, l);
+      if (!y->k_eq_v) G(0, kvd, d, "%slayers.%d.self_attn.v_proj.weight", pre, l);
+    }
+    G(0, d, nq * hd, "%slayers.%d.self_attn.o_proj.weight", pre, l);
+    G(1, d, 0, "%slayers.%d.post_attention_layernorm.weight", pre, l);
+    G(1, d, 0, "%slayers.%d.pre_feedforward_layernorm.weight", pre, l);
+    G(1, d, 0, "%slayers.%d.post_feedforward_layernorm.weight", pre, l);
+    G(0, ff, d, "%slayers.%d.mlp.gate_proj.weight", pre, l);
+    G(0, ff, d, "%slayers.%d.mlp.up_proj.weight", pre, l);
+    G(0, d, ff, "%slayers.%d.mlp.down_proj.weight", pre, l);
+    G(1, 1, 0, "%slayers.%d.layer_scalar", pre, l);
+    if (S) {
+      G(0, S, d, "%slayers.%d.per_layer_input_gate.weight", pre, l);
+      G(0, d, S, "%slayers.%d.per_layer_projection.weight", pre, l);
+      G(1, d, 0, "%slayers.%d.post_per_layer_input_norm.weight", pre, l);
+    }
+  }
+#undef G
+  return 0;
+}
+
 int cmd_mkmodel(int argc, char **argv) {
   const char *config = NULL, *outdir = NULL;
   long seed = 1;
@@ -79,6 +124,10 @@ int cmd_mkmodel(int argc, char **argv) {
   char name[160];
   int64_t d = c.hidden_size, qd = (int64_t)c.num_attention_heads * c.head_dim, kvd = (int64_t)c.num_key_value_heads * c.head_dim, ff = c.intermediate_size;
   int qwen3 = c.family == HEARTH_FAMILY_QWEN3, bias = c.family == HEARTH_FAMILY_QWEN2 || c.attention_bias;
+  if (c.family == HEARTH_FAMILY_GEMMA4) {
+    if (add_gemma4(&ts, &n, &tcap, &c)) goto oom;
+    goto write;
+  }
   snprintf(name, sizeof name, "%sembed_tokens.weight", pre); add(&ts, &n, &tcap, name, c.vocab_size, d, 0);
   for (int l = 0; l < c.num_hidden_layers; l++) {
 #define T(suffix, r, cc, k) do { snprintf(name, sizeof name, "%slayers.%d.%s", pre, l, suffix); if (add(&ts, &n, &tcap, name, r, cc, k)) goto oom; } while (0)
@@ -97,6 +146,7 @@ int cmd_mkmodel(int argc, char **argv) {
   }
   snprintf(name, sizeof name, "%snorm.weight", pre); add(&ts, &n, &tcap, name, d, 0, 1);
   if (!c.tie_word_embeddings && !embedding) add(&ts, &n, &tcap, "lm_head.weight", c.vocab_size, d, 0);
+write:
 
   if (mkdir(outdir, 0755) && errno != EEXIST) { fprintf(stderr, "hearth mkmodel: cannot create %s: %s\n", outdir, strerror(errno)); goto fail; }
   char path[4096];

@@ -20,6 +20,7 @@ static void usage(void) {
 int cmd_run(int argc, char **argv) {
   struct hearth_model_params mp;
   hearth_model_params_default(&mp);
+  mp.verbose = 1; /* the memory plan on stderr at load (weights, KV bytes per token by layer type) */
   struct hearth_sampling sp;
   hearth_sampling_default(&sp);
   sp.temperature = 0.0f;

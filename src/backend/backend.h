@@ -195,6 +195,22 @@ struct hb_ops {
   /* the longest sequence (its keys after the step) attn_o takes at this head_dim; 0: none. A decode step's graph
    * differs on either side of it, so the runtime keeps graphs of its own for the steps below it (session.c). */
   int (*attn_o_max_len)(struct hb_ctx *ctx, int head_dim);
+  /* ---- Gemma 4 (model/gemma4.c). Optional: a backend without them cannot run the family, and loading a Gemma 4
+   * checkpoint on it fails with a clear error. ---- */
+  /* out[t][j] = gelu_tanh(gate[t][j]) * up[t][up_col0 + j] for t < n, j < gate->cols; up's row stride is up->cols
+   * (the PLE gate multiplies one layer's slice of the per-layer inputs). gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi)
+   * (x + 0.044715 x^3))), transformers' gelu_pytorch_tanh, in f32. out may be gate. */
+  void (*gelu_mul)(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *gate, const struct hb_tensor *up,
+                   int up_col0, int n);
+  /* x *= s over the first n rows */
+  void (*scale)(struct hb_ctx *ctx, struct hb_tensor *x, float s, int n);
+  /* x = cap * tanh(x / cap) over the first n rows (final logit soft-capping) */
+  void (*softcap)(struct hb_ctx *ctx, struct hb_tensor *x, float cap, int n);
+  /* proportional RoPE: in each head of x[n × n_heads*head_dim] (in place), the pairs (i, i + head_dim/2) for
+   * i < n_pairs rotate by pos · theta^(-2i/head_dim) / factor; the other dims pass through. n_pairs = head_dim/2
+   * with factor 1 is rope_neox over the whole head. */
+  void (*rope_prop)(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_batch *b, int n_heads, int head_dim,
+                    int n_pairs, float theta, float factor);
 };
 
 /* Backends compiled into this build. hb_cuda_ops is NULL-safe: hb_get returns NULL when absent. */

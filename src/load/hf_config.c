@@ -15,6 +15,15 @@ static const struct { const char *name; enum hearth_family family; } k_families[
   {"Qwen3ForCausalLM", HEARTH_FAMILY_QWEN3},
   {"Qwen3Model", HEARTH_FAMILY_QWEN3},
   {"qwen3", HEARTH_FAMILY_QWEN3},
+  /* Gemma 4: E2B/E4B (multimodal, text under text_config), text-only saves, and the 12B */
+  {"Gemma4ForConditionalGeneration", HEARTH_FAMILY_GEMMA4},
+  {"Gemma4ForCausalLM", HEARTH_FAMILY_GEMMA4},
+  {"Gemma4UnifiedForConditionalGeneration", HEARTH_FAMILY_GEMMA4},
+  {"Gemma4UnifiedForCausalLM", HEARTH_FAMILY_GEMMA4},
+  {"gemma4", HEARTH_FAMILY_GEMMA4},
+  {"gemma4_text", HEARTH_FAMILY_GEMMA4},
+  {"gemma4_unified", HEARTH_FAMILY_GEMMA4},
+  {"gemma4_unified_text", HEARTH_FAMILY_GEMMA4},
 };
 
 const char *hf_family_name(enum hearth_family f) {
@@ -79,7 +88,7 @@ static void read_eos(json_t *root, struct hf_config *c) {
 
 /* Caps far above any supported model (Qwen3-235B: 94 layers, 64 x 128 attention width), low
  * enough that products of them cannot overflow and a hostile config fails here, by name. */
-enum { MAX_DIM = 1 << 20, MAX_VOCAB = 1 << 22, MAX_LAYERS = 1024, MAX_PROJ = 1 << 16 };
+enum { MAX_DIM = 1 << 20, MAX_VOCAB = 1 << 22, MAX_LAYERS = HF_MAX_LAYERS, MAX_PROJ = 1 << 16 };
 
 int hf_config_parse(const char *text, size_t len, const char *path, struct hf_config *c,
                     struct hearth_err *err) {
@@ -102,28 +111,32 @@ int hf_config_parse(const char *text, size_t len, const char *path, struct hf_co
   for (size_t i = 0; i < sizeof k_families / sizeof k_families[0] && !found; i++)
     if ((model_type && !strcmp(model_type, k_families[i].name))) { c->family = k_families[i].family; found = 1; }
   if (!found) {
-    rc = err_set(err, HEARTH_ERR_UNSUPPORTED, "%s: unsupported model family (architectures[0] = '%s', model_type = '%s'); hearth supports Qwen2ForCausalLM and Qwen3ForCausalLM/Qwen3Model", path, arch ? arch : "", model_type ? model_type : "");
+    rc = err_set(err, HEARTH_ERR_UNSUPPORTED, "%s: unsupported model family (architectures[0] = '%s', model_type = '%s'); hearth supports Qwen2ForCausalLM, Qwen3ForCausalLM/Qwen3Model and Gemma 4", path, arch ? arch : "", model_type ? model_type : "");
     goto done;
   }
   snprintf(c->arch, sizeof c->arch, "%s", arch ? arch : model_type);
-  if ((rc = get_int(root, path, "vocab_size", 1, 0, 1, MAX_VOCAB, &c->vocab_size, err))) goto done;
-  if ((rc = get_int(root, path, "hidden_size", 1, 0, 1, MAX_DIM, &c->hidden_size, err))) goto done;
-  if ((rc = get_int(root, path, "intermediate_size", 1, 0, 1, MAX_DIM, &c->intermediate_size, err))) goto done;
-  if ((rc = get_int(root, path, "num_hidden_layers", 1, 0, 1, MAX_LAYERS, &c->num_hidden_layers, err))) goto done;
-  if ((rc = get_int(root, path, "num_attention_heads", 1, 0, 1, 4096, &c->num_attention_heads, err))) goto done;
-  if ((rc = get_int(root, path, "num_key_value_heads", 0, c->num_attention_heads, 1, 4096, &c->num_key_value_heads, err))) goto done;
+  /* Gemma 4 multimodal configs nest the decoder's fields in text_config; all dims come from there */
+  json_t *tc = root;
+  if (c->family == HEARTH_FAMILY_GEMMA4 && json_is_object(json_object_get(root, "text_config")))
+    tc = json_object_get(root, "text_config");
+  if ((rc = get_int(tc, path, "vocab_size", 1, 0, 1, MAX_VOCAB, &c->vocab_size, err))) goto done;
+  if ((rc = get_int(tc, path, "hidden_size", 1, 0, 1, MAX_DIM, &c->hidden_size, err))) goto done;
+  if ((rc = get_int(tc, path, "intermediate_size", 1, 0, 1, MAX_DIM, &c->intermediate_size, err))) goto done;
+  if ((rc = get_int(tc, path, "num_hidden_layers", 1, 0, 1, MAX_LAYERS, &c->num_hidden_layers, err))) goto done;
+  if ((rc = get_int(tc, path, "num_attention_heads", 1, 0, 1, 4096, &c->num_attention_heads, err))) goto done;
+  if ((rc = get_int(tc, path, "num_key_value_heads", 0, c->num_attention_heads, 1, 4096, &c->num_key_value_heads, err))) goto done;
   if (c->num_attention_heads % c->num_key_value_heads) {
     rc = err_set(err, HEARTH_ERR_FORMAT, "%s: field 'num_attention_heads' (%d) is not a multiple of 'num_key_value_heads' (%d)", path, c->num_attention_heads, c->num_key_value_heads);
     goto done;
   }
-  json_t *jhd = json_object_get(root, "head_dim");
+  json_t *jhd = json_object_get(tc, "head_dim");
   if ((!jhd || json_is_null(jhd)) && c->hidden_size % c->num_attention_heads) {
     rc = err_set(err, HEARTH_ERR_FORMAT, "%s: field 'hidden_size' (%d) is not a multiple of 'num_attention_heads' (%d) "
                  "and no 'head_dim' is given", path, c->hidden_size, c->num_attention_heads);
     goto done;
   }
   int def_hd = c->hidden_size / c->num_attention_heads;
-  if ((rc = get_int(root, path, "head_dim", 0, def_hd, 2, 4096, &c->head_dim, err))) goto done;
+  if ((rc = get_int(tc, path, "head_dim", 0, def_hd, 2, 4096, &c->head_dim, err))) goto done;
   if (c->head_dim < 2) { /* the default hidden_size / num_attention_heads is not range-checked */
     rc = err_set(err, HEARTH_ERR_FORMAT, "%s: field 'head_dim' = %d (hidden_size / num_attention_heads when absent) must be at least 2", path, c->head_dim);
     goto done;
@@ -139,16 +152,16 @@ int hf_config_parse(const char *text, size_t len, const char *path, struct hf_co
                  path, (long long)c->num_attention_heads * c->head_dim, MAX_PROJ);
     goto done;
   }
-  if ((rc = get_int(root, path, "max_position_embeddings", 0, 32768, 1, 1 << 24, &c->max_position_embeddings, err))) goto done;
-  if ((rc = get_num(root, path, "rms_norm_eps", 1e-6, 0, 1, &c->rms_norm_eps, err))) goto done;
+  if ((rc = get_int(tc, path, "max_position_embeddings", 0, 32768, 1, 1 << 24, &c->max_position_embeddings, err))) goto done;
+  if ((rc = get_num(tc, path, "rms_norm_eps", 1e-6, 0, 1, &c->rms_norm_eps, err))) goto done;
   c->rope_theta = 10000.0f;
-  json_t *rp = json_object_get(root, "rope_parameters");
+  json_t *rp = json_object_get(tc, "rope_parameters");
   if (json_is_object(rp) && json_object_get(rp, "rope_theta")) {
     if ((rc = get_num(rp, path, "rope_theta", 10000.0, 1, 1e12, &c->rope_theta, err))) goto done;
-  } else if ((rc = get_num(root, path, "rope_theta", 10000.0, 1, 1e12, &c->rope_theta, err))) {
+  } else if ((rc = get_num(tc, path, "rope_theta", 10000.0, 1, 1e12, &c->rope_theta, err))) {
     goto done;
   }
-  json_t *rs = json_object_get(root, "rope_scaling");
+  json_t *rs = json_object_get(tc, "rope_scaling");
   if (rs && !json_is_null(rs)) {
     json_t *ty = json_object_get(rs, "rope_type");
     if (!ty) ty = json_object_get(rs, "type");
@@ -157,15 +170,24 @@ int hf_config_parse(const char *text, size_t len, const char *path, struct hf_co
       goto done;
     }
   }
-  if ((rc = get_bool(root, path, "tie_word_embeddings", 0, &c->tie_word_embeddings, err))) goto done;
+  if ((rc = get_bool(tc, path, "tie_word_embeddings", 0, &c->tie_word_embeddings, err))) goto done;
   if (c->family == HEARTH_FAMILY_QWEN2) c->attention_bias = 1;
-  else if ((rc = get_bool(root, path, "attention_bias", 0, &c->attention_bias, err))) goto done;
+  else if ((rc = get_bool(tc, path, "attention_bias", 0, &c->attention_bias, err))) goto done;
   int sw = 0;
-  if ((rc = get_bool(root, path, "use_sliding_window", 0, &sw, err))) goto done;
+  if ((rc = get_bool(tc, path, "use_sliding_window", 0, &sw, err))) goto done;
   if (sw) { rc = err_set(err, HEARTH_ERR_UNSUPPORTED, "%s: field 'use_sliding_window' = true is not supported for this family", path); goto done; }
-  json_t *bos = json_object_get(root, "bos_token_id");
+  json_t *bos = json_object_get(tc, "bos_token_id");
+  if (!json_is_integer(bos)) bos = json_object_get(root, "bos_token_id");
   c->bos_token_id = json_is_integer(bos) ? (int)json_integer_value(bos) : -1;
   read_eos(root, c);
+  if (tc != root) read_eos(tc, c);
+  if (c->family == HEARTH_FAMILY_GEMMA4) {
+    rc = hf_config_gemma4(tc, path, c, err);
+    goto done;
+  }
+  for (int i = 0; i < c->num_hidden_layers; i++)
+    c->layer[i] = (struct hf_layer){.head_dim = c->head_dim, .n_kv_heads = c->num_key_value_heads,
+                                    .n_ff = c->intermediate_size, .sliding = 0, .kv_source = i, .k_eq_v = 0};
 done:
   json_decref(root);
   return rc;

@@ -20,7 +20,17 @@ struct layer_weights {
   struct hb_tensor q_norm, k_norm;       /* [1, hd] f32 (Qwen3 only) */
   struct hb_tensor ffn_norm;             /* [1, d] f32 */
   struct hb_tensor w_gate, w_up, w_down; /* [ff, d], [ff, d], [d, ff] */
+  /* Gemma 4 (model/gemma4.c): attn_norm = input_layernorm, ffn_norm = pre_feedforward_layernorm */
+  struct hb_tensor post_attn_norm, post_ffn_norm; /* [1, d] f32: the sandwich norms */
+  struct hb_tensor ple_gate, ple_proj;   /* per_layer_input_gate [S, d], per_layer_projection [d, S] */
+  struct hb_tensor ple_norm;             /* post_per_layer_input_norm [1, d] f32 */
+  float layer_scalar;                    /* the layer's output scale, read from the file (1 elsewhere) */
 };
+/* Every backend tensor of a layer, for release and byte counts (model_load.c). */
+#define LAYER_TENSORS(L) \
+  {&(L)->attn_norm, &(L)->wq, &(L)->wk, &(L)->wv, &(L)->wo, &(L)->bq, &(L)->bk, &(L)->bv, &(L)->q_norm, &(L)->k_norm, \
+   &(L)->ffn_norm, &(L)->w_gate, &(L)->w_up, &(L)->w_down, &(L)->post_attn_norm, &(L)->post_ffn_norm, &(L)->ple_gate, \
+   &(L)->ple_proj, &(L)->ple_norm}
 
 struct model_weights {
   struct hb_tensor tok_embd;   /* [vocab, d] */
@@ -28,6 +38,11 @@ struct model_weights {
   struct hb_tensor lm_head;    /* [vocab, d]; when tied, a copy of tok_embd's descriptor (not owned) */
   int lm_head_tied;
   struct layer_weights *layers;
+  /* Gemma 4 per-layer embeddings (E2B/E4B; NULL data otherwise) */
+  struct hb_tensor ple_embd;   /* embed_tokens_per_layer [ple_vocab, L*S] */
+  struct hb_tensor ple_model_proj; /* per_layer_model_projection [L*S, d] */
+  struct hb_tensor ple_proj_norm;  /* per_layer_projection_norm [1, S] f32 */
+  struct hb_tensor ones[2];    /* [1, head_dim] of ones: the weight of the scale-free V norm (sliding, full) */
 };
 
 /* Activation scratch for one forward pass of up to max_tokens tokens. */
@@ -42,6 +57,7 @@ struct model_scratch {
   struct hb_tensor logits;               /* [max_out, vocab] */
   struct hb_tensor gsel;                 /* [2 max_out, 1] i32: a batch of n's greedy ids, then their f32 logprobs
                                           * (rows n..2n): one read brings both back */
+  struct hb_tensor ple, ple_tok;         /* [T, L*S] Gemma 4 per-layer inputs and their token part (else unallocated) */
 };
 
 #define MODEL_MAX_GRAPHS 65 /* decode graphs by batch width 1..64 */
@@ -128,5 +144,5 @@ struct family_ops {
   void (*forward)(struct hearth_model *m, struct hb_batch *b, int want_hidden);
 };
 
-extern const struct family_ops family_qwen2, family_qwen3;
+extern const struct family_ops family_qwen2, family_qwen3, family_gemma4;
 #endif

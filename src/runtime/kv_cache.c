@@ -12,15 +12,18 @@ int kv_pool_init(struct hearth_model *m, int n_tokens, int block_size, struct he
   p->block_size = block_size;
   p->n_blocks = (n_tokens + block_size - 1) / block_size;
   int L = m->cfg.num_hidden_layers;
-  int64_t w = (int64_t)m->cfg.num_key_value_heads * m->cfg.head_dim;
   p->layers = calloc((size_t)L, sizeof *p->layers);
   p->free_list = malloc((size_t)p->n_blocks * sizeof *p->free_list);
   p->refs = calloc((size_t)p->n_blocks, sizeof *p->refs);
   if (!p->layers || !p->free_list || !p->refs) return err_set(err, HEARTH_ERR_NOMEM, "out of memory for the KV pool");
   for (int i = 0; i < L; i++) {
     struct hb_kv_layer *kl = &p->layers[i];
-    kl->n_kv_heads = m->cfg.num_key_value_heads;
-    kl->head_dim = m->cfg.head_dim;
+    const struct hf_layer *y = &m->cfg.layer[i];
+    kl->n_kv_heads = y->n_kv_heads;
+    kl->head_dim = y->head_dim;
+    /* a Gemma 4 KV-shared layer attends over its source layer's cache and stores nothing */
+    if (y->kv_source != i) continue;
+    int64_t w = (int64_t)y->n_kv_heads * y->head_dim;
     int rc = m->be->alloc(m->bctx, &kl->k, HB_F32, (int64_t)p->n_blocks * block_size, w, err);
     if (!rc) rc = m->be->alloc(m->bctx, &kl->v, HB_F32, (int64_t)p->n_blocks * block_size, w, err);
     if (rc) return err_prefix(err, "KV pool (%d tokens)", n_tokens);
@@ -35,8 +38,8 @@ void kv_pool_free(struct hearth_model *m) {
   struct kv_pool *p = &m->kv;
   if (p->layers)
     for (int i = 0; i < m->cfg.num_hidden_layers; i++) {
-      m->be->release(m->bctx, &p->layers[i].k);
-      m->be->release(m->bctx, &p->layers[i].v);
+      if (p->layers[i].k.data) m->be->release(m->bctx, &p->layers[i].k);
+      if (p->layers[i].v.data) m->be->release(m->bctx, &p->layers[i].v);
     }
   prefix_cache_free(&p->pc);
   free(p->layers);

@@ -23,7 +23,14 @@ static int alloc_scratch(struct hearth_model *m, struct hearth_err *err) {
   struct model_scratch *s = &m->scratch;
   const struct hf_config *c = &m->cfg;
   int T = MAX_BATCH_TOKENS, O = MAX_BATCH_SEQS;
-  int64_t qd = (int64_t)c->num_attention_heads * c->head_dim, kvd = (int64_t)c->num_key_value_heads * c->head_dim;
+  /* the widest layer sets each buffer (Gemma 4's layers differ in head_dim, KV heads and MLP width) */
+  int64_t qd = 0, kvd = 0, ff = 0;
+  for (int l = 0; l < c->num_hidden_layers; l++) {
+    const struct hf_layer *y = &c->layer[l];
+    if ((int64_t)c->num_attention_heads * y->head_dim > qd) qd = (int64_t)c->num_attention_heads * y->head_dim;
+    if ((int64_t)y->n_kv_heads * y->head_dim > kvd) kvd = (int64_t)y->n_kv_heads * y->head_dim;
+    if (y->n_ff > ff) ff = y->n_ff;
+  }
   s->max_tokens = T;
   s->max_out = O;
   int rc = 0;
@@ -37,8 +44,11 @@ static int alloc_scratch(struct hearth_model *m, struct hearth_err *err) {
   if (!rc) rc = be->alloc(x, &s->v, HB_F32, T, kvd, err);
   if (!rc) rc = be->alloc(x, &s->attn, HB_F32, T, qd, err);
   if (!rc) rc = be->alloc(x, &s->o, HB_F32, T, c->hidden_size, err);
-  if (!rc) rc = be->alloc(x, &s->gate, HB_F32, T, c->intermediate_size, err);
-  if (!rc) rc = be->alloc(x, &s->up, HB_F32, T, c->intermediate_size, err);
+  if (!rc) rc = be->alloc(x, &s->gate, HB_F32, T, ff, err);
+  if (!rc) rc = be->alloc(x, &s->up, HB_F32, T, ff, err);
+  int64_t ple = (int64_t)c->num_hidden_layers * c->g4.ple_dim;
+  if (!rc && ple) rc = be->alloc(x, &s->ple, HB_F32, T, ple, err);
+  if (!rc && ple) rc = be->alloc(x, &s->ple_tok, HB_F32, T, ple, err);
   if (!rc) rc = be->alloc(x, &s->sel, HB_F32, O, c->hidden_size, err);
   if (!rc && !c->is_embedding)
     rc = be->alloc_f32 ? be->alloc_f32(x, &s->logits, O, c->vocab_size, err)
@@ -94,7 +104,7 @@ static void free_scratch(struct hearth_model *m) {
   }
   for (int i = 0; i < 2; i++)
     if (m->graphs_short[i].graph) m->be->graph_free(m->graphs_short[i].graph);
-  struct hb_tensor *all[] = {&s->ids, &s->x, &s->xn, &s->q, &s->k, &s->v, &s->attn, &s->o, &s->gate, &s->up, &s->sel, &s->logits, &s->gsel};
+  struct hb_tensor *all[] = {&s->ids, &s->x, &s->xn, &s->q, &s->k, &s->v, &s->attn, &s->o, &s->gate, &s->up, &s->sel, &s->logits, &s->gsel, &s->ple, &s->ple_tok};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     if (all[i]->data) m->be->release(m->bctx, all[i]);
   free(m->b_pos); free(m->b_seq); free(m->b_out); free(m->b_len); free(m->b_bt);
@@ -106,8 +116,7 @@ static void release_weights(struct hearth_model *m) {
   if (m->w.layers) {
     for (int i = 0; i < m->cfg.num_hidden_layers; i++) {
       struct layer_weights *L = &m->w.layers[i];
-      struct hb_tensor *all[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->bq, &L->bk, &L->bv,
-                                 &L->q_norm, &L->k_norm, &L->ffn_norm, &L->w_gate, &L->w_up, &L->w_down};
+      struct hb_tensor *all[] = LAYER_TENSORS(L);
       for (size_t j = 0; j < sizeof all / sizeof all[0]; j++)
         if (all[j]->data) m->be->release(m->bctx, all[j]);
     }
@@ -116,6 +125,9 @@ static void release_weights(struct hearth_model *m) {
   if (!m->w.lm_head_tied && m->w.lm_head.data) m->be->release(m->bctx, &m->w.lm_head);
   if (m->w.tok_embd.data) m->be->release(m->bctx, &m->w.tok_embd);
   if (m->w.out_norm.data) m->be->release(m->bctx, &m->w.out_norm);
+  struct hb_tensor *g4[] = {&m->w.ple_embd, &m->w.ple_model_proj, &m->w.ple_proj_norm, &m->w.ones[0], &m->w.ones[1]};
+  for (size_t j = 0; j < sizeof g4 / sizeof g4[0]; j++)
+    if (g4[j]->data) m->be->release(m->bctx, g4[j]);
 }
 
 void hearth_model_free(struct hearth_model *m) {
@@ -134,6 +146,18 @@ void hearth_model_free(struct hearth_model *m) {
 }
 
 static uint64_t tensor_bytes(const struct hb_tensor *t) { return t->data ? t->bytes : 0; }
+
+/* K and V bytes one token takes in the pool (f32), over the layers that store KV (not Gemma 4's shared ones);
+ * `sliding` 1 / 0 counts only those layers, -1 all. */
+static uint64_t kv_bytes_per_token_of(const struct hf_config *c, int sliding) {
+  uint64_t n = 0;
+  for (int l = 0; l < c->num_hidden_layers; l++) {
+    const struct hf_layer *y = &c->layer[l];
+    if (y->kv_source == l && (sliding < 0 || y->sliding == sliding)) n += 2ull * (uint64_t)y->n_kv_heads * (uint64_t)y->head_dim * 4;
+  }
+  return n;
+}
+static uint64_t kv_bytes_per_token(const struct hf_config *c) { return kv_bytes_per_token_of(c, -1); }
 
 static void fill_info(struct hearth_model *m, const struct hearth_model_params *p) {
   struct hearth_model_info *i = &m->info;
@@ -158,20 +182,41 @@ static void fill_info(struct hearth_model *m, const struct hearth_model_params *
   uint64_t layers = 0;
   for (int l = 0; l < c->num_hidden_layers; l++) {
     const struct layer_weights *L = &m->w.layers[l];
-    const struct hb_tensor *all[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv, &L->wo, &L->bq, &L->bk, &L->bv,
-                                     &L->q_norm, &L->k_norm, &L->ffn_norm, &L->w_gate, &L->w_up, &L->w_down};
+    const struct hb_tensor *all[] = LAYER_TENSORS(L);
     for (size_t j = 0; j < sizeof all / sizeof all[0]; j++) layers += tensor_bytes(all[j]);
   }
   uint64_t emb = tensor_bytes(&m->w.tok_embd), head = m->w.lm_head_tied ? 0 : tensor_bytes(&m->w.lm_head);
-  i->weight_bytes = layers + emb + head + tensor_bytes(&m->w.out_norm);
+  /* Gemma 4 PLE: the table is gathered (one row per token), the model projection streamed */
+  uint64_t ple = tensor_bytes(&m->w.ple_embd), ple_proj = tensor_bytes(&m->w.ple_model_proj) + tensor_bytes(&m->w.ple_proj_norm);
+  uint64_t ple_row = m->w.ple_embd.rows ? ple / (uint64_t)m->w.ple_embd.rows : 0;
+  i->weight_bytes = layers + emb + head + tensor_bytes(&m->w.out_norm) + ple + ple_proj;
   /* A decode step reads every layer, the head (the tied table once) and one embedding row. */
   uint64_t row = m->w.tok_embd.rows ? emb / (uint64_t)m->w.tok_embd.rows : 0;
-  i->weight_bytes_per_token = layers + tensor_bytes(&m->w.out_norm) +
+  i->weight_bytes_per_token = layers + tensor_bytes(&m->w.out_norm) + ple_row + ple_proj +
                               (c->is_embedding ? row : (m->w.lm_head_tied ? emb : head + row));
   i->kv_block_tokens = m->kv.block_size;
   i->kv_blocks = m->kv.n_blocks;
-  i->kv_bytes = (uint64_t)m->kv.n_blocks * m->kv.block_size * c->num_hidden_layers * 2 *
-                c->num_key_value_heads * c->head_dim * 4;
+  i->kv_bytes = (uint64_t)m->kv.n_blocks * m->kv.block_size * kv_bytes_per_token(c);
+}
+
+/* Gemma 4's memory plan: weights by kind, and KV per token by layer type (shared layers store none). */
+static void memory_plan_gemma4(const struct hearth_model *m) {
+  const struct hf_config *c = &m->cfg;
+  int n_sl = 0, n_full = 0, n_shared = 0;
+  for (int l = 0; l < c->num_hidden_layers; l++) {
+    if (c->layer[l].kv_source != l) n_shared++;
+    else if (c->layer[l].sliding) n_sl++;
+    else n_full++;
+  }
+  uint64_t ple = tensor_bytes(&m->w.ple_embd) + tensor_bytes(&m->w.ple_model_proj);
+  fprintf(stderr, "hearth: memory plan: weights %.1f MiB on %s (embedding/head %.1f MiB, PLE %.1f MiB, layers %.1f MiB)\n",
+          (double)m->info.weight_bytes / 1048576.0, m->be->name, (double)tensor_bytes(&m->w.tok_embd) / 1048576.0,
+          (double)ple / 1048576.0,
+          (double)(m->info.weight_bytes - tensor_bytes(&m->w.tok_embd) - ple) / 1048576.0);
+  fprintf(stderr, "hearth: memory plan: KV per token: %d sliding layers %llu B (window %d), %d full layers %llu B, "
+                  "%d KV-shared layers 0 B; total %llu B/token\n",
+          n_sl, (unsigned long long)kv_bytes_per_token_of(c, 1), c->g4.sliding_window, n_full,
+          (unsigned long long)kv_bytes_per_token_of(c, 0), n_shared, (unsigned long long)kv_bytes_per_token(c));
 }
 
 int hearth_model_load(const struct hearth_model_params *p, struct hearth_model **out, struct hearth_err *err) {
@@ -201,6 +246,7 @@ int hearth_model_load(const struct hearth_model_params *p, struct hearth_model *
   switch (m->cfg.family) {
   case HEARTH_FAMILY_QWEN2: m->fam = &family_qwen2; break;
   case HEARTH_FAMILY_QWEN3: m->fam = &family_qwen3; break;
+  case HEARTH_FAMILY_GEMMA4: m->fam = &family_gemma4; break;
   default: rc = err_set(err, HEARTH_ERR_UNSUPPORTED, "config.json: family %s is not implemented yet", hf_family_name(m->cfg.family)); goto fail;
   }
   int kv_tokens = p->kv_tokens > 0 ? p->kv_tokens : 8192;
@@ -236,6 +282,7 @@ int hearth_model_load(const struct hearth_model_params *p, struct hearth_model *
             i->n_params ? 8.0 * (double)i->weight_bytes / (double)i->n_params : 0.0,
             p->dtype == HEARTH_DTYPE_INT4 ? "int4" : p->dtype == HEARTH_DTYPE_BF16 ? "bf16" : "f32", m->be->name,
             m->kv.n_blocks * m->kv.block_size, (double)i->kv_bytes / 1048576.0);
+    if (m->cfg.family == HEARTH_FAMILY_GEMMA4) memory_plan_gemma4(m);
   }
   *out = m;
   return 0;

@@ -95,10 +95,34 @@ int prefix_store_open(struct hearth_model *m, const char *dir, struct hearth_err
   return 0;
 }
 
+/* floats of K (and of V) one token takes in a layer's cache: 0 for Gemma 4's KV-shared layers (no storage) */
+static size_t layer_width(const struct hearth_model *m, int l) {
+  const struct hb_kv_layer *kl = &m->kv.layers[l];
+  return kl->k.data ? (size_t)kl->n_kv_heads * (size_t)kl->head_dim : 0;
+}
+
+/* K and V floats per token over all layers (the header's width: layers may differ, Gemma 4) */
+static size_t total_width(const struct hearth_model *m) {
+  size_t w = 0;
+  for (int l = 0; l < m->cfg.num_hidden_layers; l++) w += layer_width(m, l);
+  return w;
+}
+
+/* what the block header records as its width: one layer's when every layer that stores KV has the same (the
+ * format of before Gemma 4), else the total */
+static size_t header_width(const struct hearth_model *m) {
+  size_t one = 0;
+  for (int l = 0; l < m->cfg.num_hidden_layers; l++) {
+    size_t w = layer_width(m, l);
+    if (!w) continue;
+    if (one && w != one) return total_width(m);
+    one = w;
+  }
+  return one;
+}
+
 static size_t payload_bytes(const struct hearth_model *m) {
-  size_t w = (size_t)m->cfg.num_key_value_heads * (size_t)m->cfg.head_dim;
-  return (size_t)m->kv.block_size * sizeof(int32_t) +
-         (size_t)m->cfg.num_hidden_layers * 2 * (size_t)m->kv.block_size * w * sizeof(float);
+  return (size_t)m->kv.block_size * sizeof(int32_t) + 2 * (size_t)m->kv.block_size * total_width(m) * sizeof(float);
 }
 
 void prefix_store_save(struct hearth_model *m, uint64_t key, uint64_t parent, const int32_t *tokens, int32_t id) {
@@ -107,7 +131,7 @@ void prefix_store_save(struct hearth_model *m, uint64_t key, uint64_t parent, co
   snprintf(path, sizeof path, "%s/%016llx.kv", m->store_dir, (unsigned long long)key);
   if (access(path, F_OK) == 0) return;
   int bs = m->kv.block_size, L = m->cfg.num_hidden_layers;
-  size_t w = (size_t)m->cfg.num_key_value_heads * (size_t)m->cfg.head_dim, rows = (size_t)bs * w;
+  size_t w = header_width(m);
   size_t n = payload_bytes(m);
   char *buf = malloc(n);
   if (!buf) return;
@@ -115,6 +139,8 @@ void prefix_store_save(struct hearth_model *m, uint64_t key, uint64_t parent, co
   float *p = (float *)(buf + (size_t)bs * sizeof(int32_t));
   for (int l = 0; l < L; l++) {
     struct hb_kv_layer *kl = &m->kv.layers[l];
+    size_t rows = (size_t)bs * layer_width(m, l);
+    if (!rows) continue;
     if (m->be->read(m->bctx, &kl->k, (int64_t)id * bs, bs, p) || m->be->read(m->bctx, &kl->v, (int64_t)id * bs, bs, p + rows)) {
       free(buf);
       return;
@@ -144,7 +170,7 @@ int32_t prefix_store_load(struct hearth_model *m, uint64_t key, uint64_t parent,
   FILE *f = fopen(path, "rb");
   if (!f) return -1;
   int bs = m->kv.block_size, L = m->cfg.num_hidden_layers;
-  size_t w = (size_t)m->cfg.num_key_value_heads * (size_t)m->cfg.head_dim, rows = (size_t)bs * w;
+  size_t w = header_width(m);
   size_t n = payload_bytes(m);
   struct block_header h;
   char *buf = NULL;
@@ -160,6 +186,8 @@ int32_t prefix_store_load(struct hearth_model *m, uint64_t key, uint64_t parent,
   const float *p = (const float *)(buf + (size_t)bs * sizeof(int32_t));
   for (int l = 0; l < L; l++) {
     struct hb_kv_layer *kl = &m->kv.layers[l];
+    size_t rows = (size_t)bs * layer_width(m, l);
+    if (!rows) continue;
     if (m->be->write(m->bctx, &kl->k, (int64_t)id * bs, bs, p) || m->be->write(m->bctx, &kl->v, (int64_t)id * bs, bs, p + rows)) {
       kv_block_unref(&m->kv, id);
       id = -1;

@@ -298,6 +298,21 @@ static void check_eos(const char *fixture) {
   hearth_model_free(m);
 }
 
+/* Gemma 4 -it style: generation_config.json's eos [1, 106] on top of config.json's 1 */
+static void check_eos_gemma4(const char *fixture) {
+  struct hearth_model *m = load_model(fixture, HEARTH_DTYPE_F32);
+  REQUIRE(m != NULL);
+  const struct hearth_model_info *mi = hearth_model_info(m);
+  int has1 = 0, has106 = 0;
+  for (int i = 0; i < mi->n_eos && i < 8; i++) {
+    has1 |= mi->eos_ids[i] == 1;
+    has106 |= mi->eos_ids[i] == 106;
+  }
+  CHECKF(has1 && has106, "%s: eos ids 1 and 106", fixture);
+  CHECKF(mi->family == HEARTH_FAMILY_GEMMA4, "%s: family %d", fixture, (int)mi->family);
+  hearth_model_free(m);
+}
+
 TEST_GROUP(qwen2_f32) { run_lm_exact("qwen2", HEARTH_DTYPE_F32); check_eos("qwen2"); }
 TEST_GROUP(qwen2_bf16) { run_lm_exact("qwen2", HEARTH_DTYPE_BF16); }
 TEST_GROUP(qwen2_int4) { run_lm_int4("qwen2"); }
@@ -309,6 +324,13 @@ TEST_GROUP(qwen3_int4) { run_lm_int4("qwen3"); }
 TEST_GROUP(qwen3emb_f32) { run_embed("qwen3emb", HEARTH_DTYPE_F32, "f32", 0.9999); }
 TEST_GROUP(qwen3emb_bf16) { run_embed("qwen3emb", HEARTH_DTYPE_BF16, "f32", 0.9999); }
 TEST_GROUP(qwen3emb_int4) { run_embed("qwen3emb", HEARTH_DTYPE_INT4, "int4", 0.999); }
+/* Gemma 4 (tests/oracle/make_gemma4_fixtures.py): registered in CMake once the fixtures are in the tree */
+TEST_GROUP(gemma4_e_f32) { run_lm_exact("gemma4_e", HEARTH_DTYPE_F32); check_eos_gemma4("gemma4_e"); }
+TEST_GROUP(gemma4_e_bf16) { run_lm_exact("gemma4_e", HEARTH_DTYPE_BF16); }
+TEST_GROUP(gemma4_e_int4) { run_lm_int4("gemma4_e"); }
+TEST_GROUP(gemma4_dense_f32) { run_lm_exact("gemma4_dense", HEARTH_DTYPE_F32); check_eos_gemma4("gemma4_dense"); }
+TEST_GROUP(gemma4_dense_bf16) { run_lm_exact("gemma4_dense", HEARTH_DTYPE_BF16); }
+TEST_GROUP(gemma4_dense_int4) { run_lm_int4("gemma4_dense"); }
 
 /* tests/test.h's TEST_MAIN puts "for (...) printf(...); return 0;" on one line, which gcc's
  * -Wmisleading-indentation rejects under -Werror; keep it quiet here until the harness braces it. */
@@ -317,4 +339,5 @@ TEST_GROUP(qwen3emb_int4) { run_embed("qwen3emb", HEARTH_DTYPE_INT4, "int4", 0.9
 #endif
 TEST_MAIN(T(qwen2_f32), T(qwen2_bf16), T(qwen2_int4), T(qwen2_sharded_f32), T(qwen2_sharded_int4),
           T(qwen3_f32), T(qwen3_bf16), T(qwen3_int4), T(qwen3emb_f32), T(qwen3emb_bf16),
-          T(qwen3emb_int4))
+          T(qwen3emb_int4), T(gemma4_e_f32), T(gemma4_e_bf16), T(gemma4_e_int4), T(gemma4_dense_f32),
+          T(gemma4_dense_bf16), T(gemma4_dense_int4))

@@ -19,6 +19,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/cpu_ops_gemma4.h"
 #include "base/half.h"
 #include "base/threadpool.h"
 #include "backend/cpu/kern_limits.h"
@@ -466,6 +467,27 @@ static void cpu_silu_mul(struct hb_ctx *c, struct hb_tensor *out, const struct h
   for (int64_t i = 0; i < m; i++) o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+struct gelu_job {
+  struct hb_tensor *out;
+  const struct hb_tensor *gate, *up;
+  int up_col0, n;
+};
+
+static void gelu_worker(void *arg, int ith, int nth) {
+  struct gelu_job *j = arg;
+  long lo, hi;
+  threadpool_split(j->n, ith, nth, 1, &lo, &hi);
+  if (lo < hi) cpu_gelu_mul_rows(j->out, j->gate, j->up, j->up_col0, (int)lo, (int)hi);
+}
+
+/* Gemma 4's GELU-tanh gating: rows over the threads (a prefill's MLP is T x 12288 tanh) */
+static void cpu_gelu_mul(struct hb_ctx *c, struct hb_tensor *out, const struct hb_tensor *gate,
+                         const struct hb_tensor *up, int up_col0, int n) {
+  struct gelu_job j = {out, gate, up, up_col0, n};
+  if ((int64_t)n * gate->cols < 16384) cpu_gelu_mul_rows(out, gate, up, up_col0, 0, n);
+  else threadpool_run(c->pool, gelu_worker, &j);
+}
+
 static void cpu_add(struct hb_ctx *c, struct hb_tensor *x, const struct hb_tensor *y, int n) {
   (void)c;
   int64_t m = (int64_t)n * x->cols;
@@ -507,5 +529,9 @@ const struct hb_ops hb_cpu_ops = {
   .add = cpu_add,
   .gather_rows = cpu_gather_rows,
   .sync = cpu_sync,
+  .gelu_mul = cpu_gelu_mul,
+  .scale = cpu_scale,
+  .softcap = cpu_softcap,
+  .rope_prop = cpu_rope_prop,
 };
 
