@@ -176,10 +176,14 @@ int chat_template_dir_has(const char *dir) {
     if (stat(path, &st) == 0) return 1;
   }
   snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-  if (stat(path, &st)) return 0;
-  /* stat, not open: a FIFO there would block open() (and cannot be told apart: say "broken") */
-  if (!S_ISREG(st.st_mode) || st.st_size > (64 << 20)) return 1;
-  json_t *cfg = json_load_file(path, 0, NULL);
+  if (!file_exists(path)) return 0;
+  /* through base/file.c: a FIFO or device there is an error (say "has one, broken"), never a hang */
+  char *text = NULL;
+  size_t len = 0;
+  struct hearth_err e = {0};
+  if (file_read_all(path, FILE_CAP_JSON, &text, &len, &e)) return 1;
+  json_t *cfg = json_loadb(text, len, 0, NULL);
+  free(text);
   int has = !cfg || json_object_get(cfg, "chat_template") != NULL; /* unreadable: cannot tell, say so */
   json_decref(cfg);
   return has;
