@@ -519,11 +519,12 @@ TEST_GROUP(exact) { run_all(1); }
 TEST_GROUP(fast) { run_all(0); }
 
 /* a captured kv_write + attention step replayed at three later positions; each replay must equal
- * the uncaptured CPU result at that position (positions/block tables come from batch_upload) */
-TEST_GROUP(graph) {
+ * the uncaptured CPU result at that position (positions/block tables come from batch_upload). prop: Gemma 4's
+ * shape instead (head_dim 512 through attn_wide.cu, a window, q turned by rope_prop inside the graph) */
+static void graph_steps(int prop) {
   if (setup(0)) return;
   struct hearth_err err = {0};
-  int bs = 16, max_blocks = 64, n_heads = 16, n_kv = 2, hd = 128;
+  int bs = 16, max_blocks = 64, n_heads = prop ? 4 : 16, n_kv = prop ? 1 : 2, hd = prop ? 512 : 128;
   struct kvpair kv;
   kv_alloc(&kv, 2 * max_blocks, bs, n_kv, hd);
   struct tb pre, st;
@@ -537,7 +538,7 @@ TEST_GROUP(graph) {
   C->kv_write(cc, &kv.c, &k.c, &v.c, &pre.b);
   G->kv_write(gc, &kv.g, &k.g, &v.g, &pre.b);
   pair_free(&k); pair_free(&v);
-  struct hb_attn_params ap = {n_heads, n_kv, hd, 1.0f / sqrtf((float)hd), 0, 0.0f};
+  struct hb_attn_params ap = {n_heads, n_kv, hd, prop ? 1.0f : 1.0f / sqrtf((float)hd), prop ? 64 : 0, 0.0f};
   struct hb_cuda_graph *gr = NULL;
   /* and a fused norm+GEMV (launched with programmatic dependent launch) on an input rewritten each step */
   struct pair gx, gnw, gw, gxn, go;
@@ -567,15 +568,18 @@ TEST_GROUP(graph) {
     const struct hb_tensor *gwp[1] = {&gw.g};
     C->batch_upload(cc, &st.b, &err);
     CHECK(G->batch_upload(gc, &st.b, &err) == 0);
+    if (prop) C->rope_prop(cc, &q.c, &st.b, n_heads, hd, hd / 8, 1000000.0f, 1.0f);
     C->kv_write(cc, &kv.c, &k.c, &v.c, &st.b);
     C->attention(cc, &o.c, &q.c, &kv.c, &st.b, &ap);
     if (step == 0) { /* uncaptured first (sizes scratch), then capture for the next steps */
+      if (prop) G->rope_prop(gc, &q.g, &st.b, n_heads, hd, hd / 8, 1000000.0f, 1.0f);
       G->kv_write(gc, &kv.g, &k.g, &v.g, &st.b);
       G->attention(gc, &o.g, &q.g, &kv.g, &st.b, &ap);
       hb_cuda_norm_matmul(gc, &gx.g, &gnw.g, 1e-6f, 0.0f, 1, gop, gwp, NULL, 2, 0);
     } else {
       if (!gr) {
         CHECK(hb_cuda_capture_begin(gc, &err) == 0);
+        if (prop) G->rope_prop(gc, &q.g, &st.b, n_heads, hd, hd / 8, 1000000.0f, 1.0f);
         G->kv_write(gc, &kv.g, &k.g, &v.g, &st.b);
         G->attention(gc, &o.g, &q.g, &kv.g, &st.b, &ap);
         hb_cuda_norm_matmul(gc, &gx.g, &gnw.g, 1e-6f, 0.0f, 1, gop, gwp, NULL, 2, 0);
@@ -595,6 +599,8 @@ TEST_GROUP(graph) {
   kv_free(&kv);
   teardown();
 }
+TEST_GROUP(graph) { graph_steps(0); }
+TEST_GROUP(graph_gemma4) { graph_steps(1); }
 
 /* norm_matmul on the general path (n > 8: rmsnorm kernel, then one tensor-core GEMM over all n_mm
  * weights, the residual add in its epilogue) against rmsnorm + one matmul (+ add) per weight on the
@@ -1206,4 +1212,4 @@ TEST_GROUP(init_error) {
   CHECK(rc != 0 && x == NULL && err.msg[0]);
 }
 
-TEST_MAIN(T(exact), T(fast), T(fused), T(graph), T(sample), T(repeat), T(init_error))
+TEST_MAIN(T(exact), T(fast), T(fused), T(graph), T(graph_gemma4), T(sample), T(repeat), T(init_error))
