@@ -94,7 +94,7 @@ static void wide_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct 
 /* shapes and dtypes were checked by cu_attention */
 void cu_attention_wide(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *q,
                        const struct hb_kv_layer *kv, const struct hb_batch *b, const struct hb_attn_params *p) {
-  if (!cu_attention_wide_covers(p->head_dim) || b->n_tokens > 0x7fffffff || p->n_heads > 65535) {
+  if (!cu_attention_wide_covers(p->head_dim) || p->n_heads > 65535) { /* grid (tokens, heads) */
     CU_ARG(ctx, "attention: head_dim %d (supported: multiples of 32 up to %d)", p->head_dim, AW_THREADS * AW_MAXD);
     return;
   }
