@@ -373,9 +373,14 @@ TEST_GROUP(qwen2_int4) { lm_int4("qwen2"); }
 TEST_GROUP(qwen3_int4) { lm_int4("qwen3"); }
 TEST_GROUP(step_select) { select_batch("qwen2"); }
 TEST_GROUP(step_ahead) { ahead_loop("qwen2"); }
+/* Gemma 4 (issue 30): the exact path against the transformers fixtures (sliding windows of 8 keys, KV-shared
+ * layers, per-layer inputs, logit soft-capping), and the greedy loop's graphs and step ahead on the E form */
+TEST_GROUP(gemma4_f32) { lm_f32("gemma4_e"); lm_f32("gemma4_dense"); }
+TEST_GROUP(gemma4_step_ahead) { ahead_loop("gemma4_e"); }
 TEST_GROUP(qwen3emb) { embed("qwen3emb", HEARTH_DTYPE_F32, "f32", 0.9999); embed("qwen3emb", HEARTH_DTYPE_INT4, "int4", 0.999); }
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmisleading-indentation"
 #endif
-TEST_MAIN(T(qwen2_f32), T(qwen3_f32), T(qwen2_int4), T(qwen3_int4), T(step_select), T(step_ahead), T(qwen3emb))
+TEST_MAIN(T(qwen2_f32), T(qwen3_f32), T(qwen2_int4), T(qwen3_int4), T(step_select), T(step_ahead), T(qwen3emb),
+          T(gemma4_f32), T(gemma4_step_ahead))

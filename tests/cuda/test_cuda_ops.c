@@ -327,6 +327,81 @@ static void check_attention(int n_seqs, const int *ctx, const int *new_tok, int 
   kv_free(&kv);
 }
 
+/* Gemma 4's ops (model/gemma4.c): gelu_mul reading one layer's slice of a wider up tensor (the per-layer inputs),
+ * in place as the model runs it; scale; softcap; proportional RoPE over part of each head, with a factor */
+static void check_gemma4_ops(double tol) {
+  struct hearth_err err = {0};
+  int n = 5, w = 256, L = 3;
+  struct pair g, u, o;
+  pair_rand(&g, HB_F32, n, w, 4.0f);
+  pair_rand(&u, HB_F32, n, L * w, 2.0f);
+  pair_alloc(&o, HB_F32, n, w);
+  for (int col0 = 0; col0 <= 2 * w; col0 += w) {
+    pair_poison(&o);
+    C->gelu_mul(cc, &o.c, &g.c, &u.c, col0, n);
+    G->gelu_mul(gc, &o.g, &g.g, &u.g, col0, n);
+    char what[64];
+    snprintf(what, sizeof what, "gelu_mul up cols %d..%d of %d", col0, col0 + w, L * w);
+    cmp(&o, n, what, tol);
+  }
+  C->gelu_mul(cc, &g.c, &g.c, &u.c, w, n);
+  G->gelu_mul(gc, &g.g, &g.g, &u.g, w, n);
+  cmp(&g, n, "gelu_mul in place (out = gate)", tol);
+  pair_free(&g); pair_free(&u); pair_free(&o);
+
+  struct pair x;
+  pair_rand(&x, HB_F32, 7, 1536, 3.0f);
+  C->scale(cc, &x.c, 0.37f, 7);
+  G->scale(gc, &x.g, 0.37f, 7);
+  cmp(&x, 7, "scale 0.37", tol);
+  pair_free(&x);
+  /* logits-like: f32 (alloc_f32) rows well past the cap, so tanh saturates on some */
+  int V = 5000;
+  struct pair lg;
+  lg.rows = 3; lg.cols = V;
+  if (C->alloc(cc, &lg.c, HB_F32, 3, V, &err) || G->alloc_f32(gc, &lg.g, 3, V, &err)) {
+    fprintf(stderr, "alloc_f32: %s\n", err.msg);
+    test_failures++;
+    return;
+  }
+  float *h = randv(3 * V, 80.0f);
+  pair_set(&lg, h);
+  free(h);
+  C->softcap(cc, &lg.c, 30.0f, 3);
+  G->softcap(gc, &lg.g, 30.0f, 3);
+  cmp(&lg, 3, "softcap 30 (f32 logits)", tol);
+  pair_free(&lg);
+  /* softcap on an activation tensor (f16 on the fast path) */
+  pair_rand(&x, HB_F32, 4, 640, 40.0f);
+  C->softcap(cc, &x.c, 25.0f, 4);
+  G->softcap(gc, &x.g, 25.0f, 4);
+  cmp(&x, 4, "softcap 25 (activations)", tol);
+  pair_free(&x);
+
+  /* rope_prop: sliding-layer form (all pairs, factor 1), full-layer form (a quarter of the pairs, theta 1e6,
+   * factor 8 and 1), at positions up to a few thousand */
+  static const struct { int hd, nh, pairs; float theta, factor; } rp[] = {
+    {256, 8, 128, 10000.0f, 1.0f}, {512, 8, 64, 1000000.0f, 1.0f}, {512, 2, 64, 1000000.0f, 8.0f},
+    {32, 4, 4, 1000000.0f, 1.0f}, {64, 3, 32, 10000.0f, 1.0f},
+  };
+  for (size_t r = 0; r < sizeof rp / sizeof rp[0]; r++) {
+    struct tb st;
+    int ctx[2] = {3000, 17}, nt[2] = {3, 4};
+    make_batch(&st, 2, ctx, nt, 16, 256);
+    C->batch_upload(cc, &st.b, &err);
+    if (G->batch_upload(gc, &st.b, &err)) fprintf(stderr, "batch_upload: %s\n", err.msg);
+    int nn = st.b.n_tokens;
+    pair_rand(&x, HB_F32, nn, rp[r].nh * rp[r].hd, 2.0f);
+    C->rope_prop(cc, &x.c, &st.b, rp[r].nh, rp[r].hd, rp[r].pairs, rp[r].theta, rp[r].factor);
+    G->rope_prop(gc, &x.g, &st.b, rp[r].nh, rp[r].hd, rp[r].pairs, rp[r].theta, rp[r].factor);
+    char what[96];
+    snprintf(what, sizeof what, "rope_prop hd %d x%d pairs %d theta %g factor %g", rp[r].hd, rp[r].nh, rp[r].pairs,
+             rp[r].theta, rp[r].factor);
+    cmp(&x, nn, what, g_exact ? 2e-5 : 2e-3);
+    pair_free(&x);
+  }
+}
+
 static void check_argmax(void) {
   struct hearth_err err = {0};
   int n = 3, vocab = 151936;
@@ -430,6 +505,12 @@ static void run_all(int exact) {
   { int c[1] = {20}, nt[1] = {200}; check_attention(1, c, nt, 8, 4, 256, 0, 50.0f, at); }
   { int c[8] = {0, 1, 15, 16, 17, 63, 64, 200}, nt[8] = {9, 9, 9, 9, 9, 9, 9, 9};
     check_attention(8, c, nt, 14, 2, 64, 0, 0.0f, at); }
+  /* head_dim 512 (Gemma 4's full layers: attn_wide.cu): decode, several sequences, a window, a prefill, softcap */
+  { int c[3] = {700, 5, 40}, nt[3] = {1, 1, 1}; check_attention(3, c, nt, 8, 1, 512, 0, 0.0f, at); }
+  { int c[2] = {300, 9}, nt[2] = {1, 2}; check_attention(2, c, nt, 4, 2, 512, 100, 0.0f, at); }
+  { int c[2] = {0, 33}, nt[2] = {70, 40}; check_attention(2, c, nt, 4, 2, 512, 0, 0.0f, at); }
+  { int c[1] = {20}, nt[1] = {50}; check_attention(1, c, nt, 2, 1, 512, 16, 30.0f, at); }
+  check_gemma4_ops(ew * 2);
   check_argmax();
   teardown();
 }
@@ -438,11 +519,12 @@ TEST_GROUP(exact) { run_all(1); }
 TEST_GROUP(fast) { run_all(0); }
 
 /* a captured kv_write + attention step replayed at three later positions; each replay must equal
- * the uncaptured CPU result at that position (positions/block tables come from batch_upload) */
-TEST_GROUP(graph) {
+ * the uncaptured CPU result at that position (positions/block tables come from batch_upload). prop: Gemma 4's
+ * shape instead (head_dim 512 through attn_wide.cu, a window, q turned by rope_prop inside the graph) */
+static void graph_steps(int prop) {
   if (setup(0)) return;
   struct hearth_err err = {0};
-  int bs = 16, max_blocks = 64, n_heads = 16, n_kv = 2, hd = 128;
+  int bs = 16, max_blocks = 64, n_heads = prop ? 4 : 16, n_kv = prop ? 1 : 2, hd = prop ? 512 : 128;
   struct kvpair kv;
   kv_alloc(&kv, 2 * max_blocks, bs, n_kv, hd);
   struct tb pre, st;
@@ -456,7 +538,7 @@ TEST_GROUP(graph) {
   C->kv_write(cc, &kv.c, &k.c, &v.c, &pre.b);
   G->kv_write(gc, &kv.g, &k.g, &v.g, &pre.b);
   pair_free(&k); pair_free(&v);
-  struct hb_attn_params ap = {n_heads, n_kv, hd, 1.0f / sqrtf((float)hd), 0, 0.0f};
+  struct hb_attn_params ap = {n_heads, n_kv, hd, prop ? 1.0f : 1.0f / sqrtf((float)hd), prop ? 64 : 0, 0.0f};
   struct hb_cuda_graph *gr = NULL;
   /* and a fused norm+GEMV (launched with programmatic dependent launch) on an input rewritten each step */
   struct pair gx, gnw, gw, gxn, go;
@@ -486,15 +568,18 @@ TEST_GROUP(graph) {
     const struct hb_tensor *gwp[1] = {&gw.g};
     C->batch_upload(cc, &st.b, &err);
     CHECK(G->batch_upload(gc, &st.b, &err) == 0);
+    if (prop) C->rope_prop(cc, &q.c, &st.b, n_heads, hd, hd / 8, 1000000.0f, 1.0f);
     C->kv_write(cc, &kv.c, &k.c, &v.c, &st.b);
     C->attention(cc, &o.c, &q.c, &kv.c, &st.b, &ap);
     if (step == 0) { /* uncaptured first (sizes scratch), then capture for the next steps */
+      if (prop) G->rope_prop(gc, &q.g, &st.b, n_heads, hd, hd / 8, 1000000.0f, 1.0f);
       G->kv_write(gc, &kv.g, &k.g, &v.g, &st.b);
       G->attention(gc, &o.g, &q.g, &kv.g, &st.b, &ap);
       hb_cuda_norm_matmul(gc, &gx.g, &gnw.g, 1e-6f, 0.0f, 1, gop, gwp, NULL, 2, 0);
     } else {
       if (!gr) {
         CHECK(hb_cuda_capture_begin(gc, &err) == 0);
+        if (prop) G->rope_prop(gc, &q.g, &st.b, n_heads, hd, hd / 8, 1000000.0f, 1.0f);
         G->kv_write(gc, &kv.g, &k.g, &v.g, &st.b);
         G->attention(gc, &o.g, &q.g, &kv.g, &st.b, &ap);
         hb_cuda_norm_matmul(gc, &gx.g, &gnw.g, 1e-6f, 0.0f, 1, gop, gwp, NULL, 2, 0);
@@ -514,6 +599,8 @@ TEST_GROUP(graph) {
   kv_free(&kv);
   teardown();
 }
+TEST_GROUP(graph) { graph_steps(0); }
+TEST_GROUP(graph_gemma4) { graph_steps(1); }
 
 /* norm_matmul on the general path (n > 8: rmsnorm kernel, then one tensor-core GEMM over all n_mm
  * weights, the residual add in its epilogue) against rmsnorm + one matmul (+ add) per weight on the
@@ -1125,4 +1212,4 @@ TEST_GROUP(init_error) {
   CHECK(rc != 0 && x == NULL && err.msg[0]);
 }
 
-TEST_MAIN(T(exact), T(fast), T(fused), T(graph), T(sample), T(repeat), T(init_error))
+TEST_MAIN(T(exact), T(fast), T(fused), T(graph), T(graph_gemma4), T(sample), T(repeat), T(init_error))

@@ -19,7 +19,8 @@
  *                 64-query tile), FlashAttention-2 with mma.sync m16n8k16 (f32 accumulate, P in f16).
  *
  * Positions, sequence ids and block tables are the batch's device copies (batch_upload).
- * Scratch: ctx->attn_part / attn_cnt (cu_scratch). Head dims: 32, 64, 128, 256 (32 * D).
+ * Scratch: ctx->attn_part / attn_cnt (cu_scratch). Head dims: 32, 64, 128, 256 (32 * D); the others go to
+ * attn_wide.cu's plain kernel.
  */
 #include <limits.h>
 #include <stdlib.h>
@@ -1136,7 +1137,7 @@ static void attn_hd(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_t
   case 64: attn_launch<T, KT, 2>(ctx, out, q, kv, b, p); break;
   case 128: attn_launch<T, KT, 4>(ctx, out, q, kv, b, p); break;
   case 256: attn_launch<T, KT, 8>(ctx, out, q, kv, b, p); break;
-  default: CU_ARG(ctx, "attention: head_dim %d (supported: 32, 64, 128, 256)", p->head_dim);
+  default: cu_attention_wide(ctx, out, q, kv, b, p); /* other multiples of 32 (Gemma 4's 512): attn_wide.cu */
   }
 }
 

@@ -523,6 +523,20 @@ static void op_silu_mul(struct hb_ctx *c, struct hb_tensor *out, const struct hb
 static void op_add(struct hb_ctx *c, struct hb_tensor *x, const struct hb_tensor *y, int n) {
   if (!c->status) cu_add(c, x, y, n);
 }
+static void op_gelu_mul(struct hb_ctx *c, struct hb_tensor *out, const struct hb_tensor *gate, const struct hb_tensor *up,
+                        int up_col0, int n) {
+  if (!c->status) cu_gelu_mul(c, out, gate, up, up_col0, n);
+}
+static void op_scale(struct hb_ctx *c, struct hb_tensor *x, float s, int n) {
+  if (!c->status) cu_scale(c, x, s, n);
+}
+static void op_softcap(struct hb_ctx *c, struct hb_tensor *x, float cap, int n) {
+  if (!c->status) cu_softcap(c, x, cap, n);
+}
+static void op_rope_prop(struct hb_ctx *c, struct hb_tensor *x, const struct hb_batch *b, int n_heads, int head_dim,
+                         int n_pairs, float theta, float factor) {
+  if (!c->status) cu_rope_prop(c, x, b, n_heads, head_dim, n_pairs, theta, factor);
+}
 static void op_gather_rows(struct hb_ctx *c, struct hb_tensor *out, const struct hb_tensor *x,
                            const struct hb_batch *b) {
   if (!c->status) cu_gather_rows(c, out, x, b);
@@ -780,4 +794,8 @@ extern "C" const struct hb_ops hb_cuda_ops = {
   /* .decode_advance = */ cuda_decode_advance,
   /* .attn_o = */ hb_cuda_attn_o,
   /* .attn_o_max_len = */ hb_cuda_attn_o_max_len,
+  /* .gelu_mul = */ op_gelu_mul,
+  /* .scale = */ op_scale,
+  /* .softcap = */ op_softcap,
+  /* .rope_prop = */ op_rope_prop,
 };

@@ -297,6 +297,17 @@ void cu_rope_kv_write(struct hb_ctx *ctx, struct hb_tensor *q, struct hb_tensor 
                       struct hb_kv_layer *kv, const struct hb_batch *b, int n_heads, int n_rot, float theta);
 void cu_attention(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *q,
                   const struct hb_kv_layer *kv, const struct hb_batch *b, const struct hb_attn_params *p);
+/* attn_wide.cu: attention at the head dims the kernels above are not built for (multiples of 32 up to 1024) */
+void cu_attention_wide(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *q,
+                       const struct hb_kv_layer *kv, const struct hb_batch *b, const struct hb_attn_params *p);
+int cu_attention_wide_covers(int head_dim);
+/* gemma4_ops.cu: the Gemma 4 ops of backend.h */
+void cu_gelu_mul(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *gate, const struct hb_tensor *up,
+                 int up_col0, int n);
+void cu_scale(struct hb_ctx *ctx, struct hb_tensor *x, float s, int n);
+void cu_softcap(struct hb_ctx *ctx, struct hb_tensor *x, float cap, int n);
+void cu_rope_prop(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_batch *b, int n_heads, int head_dim,
+                  int n_pairs, float theta, float factor);
 /* attn_o.cu: the one-token decode step's attention and o_proj in one launch (x += attention · Woᵀ); returns 0 when
  * it launched (or recorded an error), 1 when the shapes or the sequence length need attention + the GEMV */
 int cu_attn_o(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *q, const struct hb_kv_layer *kv,
