@@ -407,7 +407,7 @@ static void remove_dir(const char *dir) {
   rmdir(dir);
 }
 static int overflow_copy(const char *fx, const char *name, char *dir, size_t dir_len) {
-  char src[1024], p[1024];
+  char src[1024], p[1536]; /* (room for a directory entry name after src) */
   snprintf(src, sizeof src, "%s/tests/fixtures/model/%s", HEARTH_SOURCE_DIR, fx);
   snprintf(dir, dir_len, "/tmp/hearth-overflow-XXXXXX");
   if (!mkdtemp(dir)) return -1;
