@@ -169,7 +169,7 @@ int hearth_sessions_step(struct hearth_session **sessions, int n_sessions,
 
 /* Like hearth_sessions_step, for greedy decoding: writes each session's argmax (lowest id on ties)
  * to ids[i] and its log-probability to logprobs[i] (either may be NULL); ids[i] is -1 when that
- * row of logits holds a NaN or an infinity (checked where the backend selects on the host). Backends that select on
+ * row of logits holds a NaN or an infinity (on the host and on the device alike). Backends that select on
  * the device bring back only these; hearth_session_logits is then NULL until the next step. */
 int hearth_sessions_step_greedy(struct hearth_session **sessions, int n_sessions,
                                 const int32_t *const *tokens, const int *n_tokens, int32_t *ids,

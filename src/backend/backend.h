@@ -151,7 +151,9 @@ struct hb_ops {
    * stay un-rotated) */
   void (*rope_kv_write)(struct hb_ctx *ctx, struct hb_tensor *q, struct hb_tensor *k, const struct hb_tensor *v,
                         struct hb_kv_layer *kv, const struct hb_batch *b, int n_heads, int n_rot, float theta);
-  /* ids[i] = argmax of logits row i (lowest index on ties); logprobs[i] (or NULL) = its log-softmax */
+  /* ids[i] = argmax of logits row i (lowest index on ties); logprobs[i] (or NULL) = its log-softmax.
+   * A row holding a NaN or an infinity: ids[i] = 0 (a valid id, for the copy_rows of a greedy graph) and
+   * logprobs[i] = NaN, which reports it (runtime/session.c turns it into id -1) */
   void (*argmax)(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, struct hb_tensor *ids,
                  struct hb_tensor *logprobs);
   /* Graph capture of the ops enqueued between begin and end; replayed by graph_launch, which

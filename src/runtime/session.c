@@ -158,6 +158,17 @@ static void gsel_views(struct model_scratch *sc, int n, struct hb_tensor *gid, s
   glp->bytes = 0;
 }
 
+/* What the caller sees of row k of a device selection read back into gsel (ids in 0..n, logprobs in n..2n): a
+ * device argmax reports a row holding a NaN or an infinity by a NaN logprob beside a valid id (0), since a greedy
+ * graph has already fed that id to the next step (greedy_tail); the caller gets -1 and logprob 0 there, as from
+ * the host's selection (run_batch). */
+static void device_pick(const int32_t *gsel, int n, int k, int32_t *id, float *lp) {
+  float v;
+  memcpy(&v, gsel + n + k, sizeof v);
+  *id = isnan(v) ? -1 : gsel[k];
+  *lp = isnan(v) ? 0.0f : v;
+}
+
 /* Whether a greedy decode step can end inside its graph: the argmax into gsel, its ids copied into the next
  * step's input (scratch.ids) and the batch's positions and lengths advanced by one on the device. A step
  * enqueued ahead (step_ahead) is then that graph and its readback alone, with no upload unless a session
@@ -253,8 +264,7 @@ static int run_batch(struct hearth_model *m, struct hb_batch *b, enum out_mode m
       return err_set(err, HEARTH_ERR_BACKEND, "%s: read failed", be->name);
     rc = be->sync(c, err);
     if (rc) return rc;
-    memcpy(m->b_gid, m->b_gsel, (size_t)n * sizeof(int32_t));
-    memcpy(m->b_glp, m->b_gsel + n, (size_t)n * sizeof(float));
+    for (int k = 0; k < n; k++) device_pick(m->b_gsel, n, k, &m->b_gid[k], &m->b_glp[k]);
     return 0;
   }
   const struct hb_tensor *src = want_hidden ? &sc->sel : &sc->logits;
@@ -454,11 +464,13 @@ static int step_ahead(struct hearth_session **ss, int n, const int32_t *const *t
   rc = be->read_finish(c, slot, m->b_gsel, err);
   if (!rc)
     for (int i = 0; i < n; i++) {
+      int32_t id;
       float lp;
-      memcpy(&lp, m->b_gsel + n + i, sizeof lp);
-      ss[i]->greedy_id = A->tok[i] = m->b_gsel[i];
+      device_pick(m->b_gsel, n, i, &id, &lp);
+      A->tok[i] = m->b_gsel[i]; /* the id the step ahead was fed (0 where -1 is reported): what claims it */
+      ss[i]->greedy_id = id;
       ss[i]->greedy_logprob = lp;
-      if (ids) ids[i] = m->b_gsel[i];
+      if (ids) ids[i] = id;
       if (logprobs) logprobs[i] = lp;
     }
   else

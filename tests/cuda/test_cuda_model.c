@@ -12,11 +12,13 @@
  *     with the CPU fast path (int8/int16 activations) is printed too, not held to a bar.
  *   embeddings: cosine with the reference >= 0.9999 (f32) / 0.999 (int4).
  * Needs a GPU: label `cuda`. */
+#include <dirent.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "hearth.h"
 #include "test.h"
@@ -32,9 +34,7 @@ static json_t *load_ref(const char *fx) {
   return r;
 }
 
-static struct hearth_model *load_x(const char *fx, enum hearth_dtype dt, enum hearth_backend_kind be, int exact) {
-  char path[1024];
-  snprintf(path, sizeof path, "%s/tests/fixtures/model/%s", HEARTH_SOURCE_DIR, fx);
+static struct hearth_model *load_path(const char *path, enum hearth_dtype dt, enum hearth_backend_kind be, int exact) {
   struct hearth_model_params p;
   hearth_model_params_default(&p);
   p.path = path;
@@ -44,8 +44,14 @@ static struct hearth_model *load_x(const char *fx, enum hearth_dtype dt, enum he
   p.exact = exact;
   struct hearth_model *m = NULL;
   struct hearth_err err = {0};
-  if (hearth_model_load(&p, &m, &err)) fprintf(stderr, "load %s (backend %d): %s\n", fx, (int)be, err.msg);
+  if (hearth_model_load(&p, &m, &err)) fprintf(stderr, "load %s (backend %d): %s\n", path, (int)be, err.msg);
   return m;
+}
+
+static struct hearth_model *load_x(const char *fx, enum hearth_dtype dt, enum hearth_backend_kind be, int exact) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/tests/fixtures/model/%s", HEARTH_SOURCE_DIR, fx);
+  return load_path(path, dt, be, exact);
 }
 
 static struct hearth_model *load(const char *fx, enum hearth_dtype dt, enum hearth_backend_kind be) {
@@ -367,6 +373,134 @@ static void ahead_loop(const char *fx) {
   hearth_model_free(mt);
 }
 
+/* ---- a model whose numbers break down ------------------------------------------------------------------------------
+ * A copy of fixture fx (into the new directory dir) whose BF16 tensor `name` is all 0x7f7f (3.39e38, the largest
+ * finite bfloat16, so the load's NaN/Inf check passes it), as tests/server/lifecycle.test.mjs makes one: the MLP's
+ * activations overflow and the logits are NaN or infinite. 0 on success. */
+static int read_all(const char *path, char **buf, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return -1;
+  int rc = fseek(f, 0, SEEK_END);
+  long n = rc ? -1 : ftell(f);
+  *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
+  rc = !*buf || fseek(f, 0, SEEK_SET) || fread(*buf, 1, (size_t)n, f) != (size_t)n;
+  fclose(f);
+  *len = (size_t)n;
+  return rc ? -1 : 0;
+}
+static int write_all(const char *path, const char *buf, size_t len) {
+  FILE *f = fopen(path, "wb");
+  if (!f) return -1;
+  int rc = fwrite(buf, 1, len, f) != len;
+  return fclose(f) || rc ? -1 : 0;
+}
+static void remove_dir(const char *dir) {
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  char p[1024];
+  while (d && (e = readdir(d))) {
+    if (e->d_name[0] == '.') continue;
+    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+    unlink(p);
+  }
+  if (d) closedir(d);
+  rmdir(dir);
+}
+static int overflow_copy(const char *fx, const char *name, char *dir, size_t dir_len) {
+  char src[1024], p[1536]; /* (room for a directory entry name after src) */
+  snprintf(src, sizeof src, "%s/tests/fixtures/model/%s", HEARTH_SOURCE_DIR, fx);
+  snprintf(dir, dir_len, "/tmp/hearth-overflow-XXXXXX");
+  if (!mkdtemp(dir)) return -1;
+  DIR *d = opendir(src);
+  struct dirent *e;
+  int rc = d ? 0 : -1;
+  while (!rc && (e = readdir(d))) { /* the fixture's files (config.json, model.safetensors, ...) */
+    if (e->d_name[0] == '.') continue;
+    char *buf = NULL;
+    size_t len = 0;
+    snprintf(p, sizeof p, "%s/%s", src, e->d_name);
+    rc = read_all(p, &buf, &len);
+    if (!rc && !strcmp(e->d_name, "model.safetensors")) { /* u64 header length, JSON header, data */
+      uint64_t hl = 0;
+      json_t *h = NULL, *t = NULL;
+      if (len >= 8) memcpy(&hl, buf, 8);
+      if (len >= 8 && hl <= len - 8) h = json_loadb(buf + 8, (size_t)hl, 0, NULL);
+      t = json_object_get(h, name);
+      const json_t *off = json_object_get(t, "data_offsets");
+      const char *dt = json_string_value(json_object_get(t, "dtype"));
+      uint64_t a = (uint64_t)json_integer_value(json_array_get(off, 0));
+      uint64_t b = (uint64_t)json_integer_value(json_array_get(off, 1));
+      rc = !t || !dt || strcmp(dt, "BF16") || a >= b || b > len - 8 - hl;
+      for (uint64_t o = 8 + hl + a; !rc && o < 8 + hl + b; o += 2) { buf[o] = 0x7f; buf[o + 1] = 0x7f; }
+      json_decref(h);
+    }
+    snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+    if (!rc) rc = write_all(p, buf, len);
+    free(buf);
+  }
+  if (d) closedir(d);
+  if (rc) remove_dir(dir);
+  return rc;
+}
+
+/* Greedy steps on the overflowing copy report id -1 (logprob 0) on the CUDA backend's device selection as on the
+ * CPU's host selection: a prompt's step (the argmax after the forward), then one-token steps of two sessions fed
+ * token 0 — the id the device chose, and copied into the next step's input, for such a row — so that on the GPU
+ * steps are enqueued ahead from the device's ids and claimed (runtime/session.c). Logits brought back instead hold
+ * a NaN or an infinity (a -1 is no false alarm). */
+static void nan_greedy(const char *dir, enum hearth_dtype dt, enum hearth_backend_kind be, int exact) {
+  struct hearth_model *m = load_path(dir, dt, be, exact);
+  REQUIRE(m);
+  const int nv = hearth_model_info(m)->n_vocab;
+  struct hearth_session *ss[3] = {sess(m), sess(m), sess(m)};
+  struct hearth_err err = {0};
+  int minus1 = 0, lp0 = 0, total = 0, failed = !ss[0] || !ss[1] || !ss[2];
+  for (int i = 0; i < 2 && !failed; i++) { /* a 5-token prompt each: not decode-shaped */
+    const int32_t pr[5] = {11 + i, 200, 31, 999 - i, 5};
+    const int32_t *tp = pr;
+    const int np = 5;
+    int32_t id = 7;
+    float lp = 7;
+    failed = hearth_sessions_step_greedy(&ss[i], 1, &tp, &np, &id, &lp, &err) != 0;
+    minus1 += id == -1;
+    lp0 += lp == 0.0f;
+    total++;
+  }
+  for (int st = 0; st < 16 && !failed; st++) {
+    const int32_t zero = 0, *tz[2] = {&zero, &zero};
+    const int one[2] = {1, 1};
+    int32_t ids[2] = {7, 7};
+    float lps[2] = {7, 7};
+    failed = hearth_sessions_step_greedy(ss, 2, tz, one, ids, lps, &err) != 0;
+    for (int i = 0; i < 2; i++) { minus1 += ids[i] == -1; lp0 += lps[i] == 0.0f; total++; }
+  }
+  if (failed) CHECKF(0, "backend %d dtype %d: %s", (int)be, (int)dt, err.msg);
+  const int32_t pr[3] = {11, 200, 31}, *tp = pr;
+  const int np = 3;
+  const float *lg = ss[2] && hearth_sessions_step(&ss[2], 1, &tp, &np, &err) == 0 ? hearth_session_logits(ss[2]) : NULL;
+  int finite = 1;
+  for (int i = 0; lg && i < nv; i++) finite &= fabsf(lg[i]) <= 3.4028234663852886e38f;
+  uint64_t claimed = 0, dropped = 0;
+  hearth_model_ahead_counts(m, &claimed, &dropped);
+  printf("  overflowing qwen2 (backend %d, dtype %d, exact %d): %d/%d greedy ids -1, %d logprobs 0, logits %s; steps "
+         "ahead %llu claimed\n", (int)be, (int)dt, exact, minus1, total, lp0, !lg ? "missing" : finite ? "FINITE" : "non-finite",
+         (unsigned long long)claimed);
+  CHECK(total == 34 && minus1 == total && lp0 == total);
+  CHECK(lg && !finite);
+  if (be == HEARTH_BACKEND_CUDA) CHECK(claimed > 0); /* the steps ahead ran on the device's ids */
+  for (int i = 0; i < 3; i++) hearth_session_free(ss[i]);
+  hearth_model_free(m);
+}
+
+TEST_GROUP(nan_logits) {
+  char dir[256];
+  REQUIRE(overflow_copy("qwen2", "model.layers.0.post_attention_layernorm.weight", dir, sizeof dir) == 0);
+  nan_greedy(dir, HEARTH_DTYPE_F32, HEARTH_BACKEND_CPU, 0);  /* the host's selection, for reference */
+  nan_greedy(dir, HEARTH_DTYPE_F32, HEARTH_BACKEND_CUDA, 1); /* f32 activations */
+  nan_greedy(dir, HEARTH_DTYPE_INT4, HEARTH_BACKEND_CUDA, 0); /* the fast path: f16 activations */
+  remove_dir(dir);
+}
+
 TEST_GROUP(qwen2_f32) { lm_f32("qwen2"); }
 TEST_GROUP(qwen3_f32) { lm_f32("qwen3"); }
 TEST_GROUP(qwen2_int4) { lm_int4("qwen2"); }
@@ -382,5 +516,5 @@ TEST_GROUP(qwen3emb) { embed("qwen3emb", HEARTH_DTYPE_F32, "f32", 0.9999); embed
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmisleading-indentation"
 #endif
-TEST_MAIN(T(qwen2_f32), T(qwen3_f32), T(qwen2_int4), T(qwen3_int4), T(step_select), T(step_ahead), T(qwen3emb),
-          T(gemma4_f32), T(gemma4_step_ahead))
+TEST_MAIN(T(qwen2_f32), T(qwen3_f32), T(qwen2_int4), T(qwen3_int4), T(step_select), T(step_ahead), T(nan_logits),
+          T(qwen3emb), T(gemma4_f32), T(gemma4_step_ahead))

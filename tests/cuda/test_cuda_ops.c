@@ -1085,9 +1085,7 @@ TEST_GROUP(sample) {
     for (int i = 0; i < V; i++) row[i] = frand() * 2.0f;
     for (int j = 0; j < 40; j++) row[irand(V)] += 14.0f + frand(); /* a peaked head: top-p 0.9 and min-p cut inside it */
     row[irand(V)] = row[irand(V)] = 12.5f;                          /* a tie */
-    row[irand(V)] = -INFINITY;
-    row[irand(V)] = NAN;
-  }
+  }                                                                 /* (rows with a NaN or an inf: group nonfinite) */
   struct pair lg;
   pair_alloc(&lg, HB_F32, n, V);
   G->write(gc, &lg.g, 0, n, h);
@@ -1125,6 +1123,124 @@ TEST_GROUP(sample) {
   G->release(gc, &ids); G->release(gc, &lp);
   pair_free(&lg);
   teardown();
+}
+
+/* ---- rows holding a NaN or an infinity (the model's numbers broke down): the argmax writes id 0 (still a valid id:
+ * a greedy graph feeds it to the next step on the device) and a NaN logprob, which the runtime turns into id -1; the
+ * sampler writes HB_CUDA_SAMPLE_NONFINITE. Finite rows beside them are chosen as before: the host's argmax (first
+ * index on ties) of what the device holds, with the same id and logprob bits as in a batch of finite rows alone.
+ * Both argmax kernels (one block per row; the split one from 4096 * 32 columns), f32 (exact) and f16 logits. */
+enum { NF_ROWS = 8 };
+static const int nf_bad[NF_ROWS] = {0, 1, 1, 1, 1, 1, 0, 1};
+
+static void nf_fill(float *h, int V) {
+  for (int64_t i = 0; i < (int64_t)NF_ROWS * V; i++) h[i] = frand() * 8.0f;
+  h[1 * (int64_t)V + irand(V)] = NAN;                           /* one NaN */
+  for (int i = 0; i < V; i++) h[2 * (int64_t)V + i] = NAN;      /* all NaN */
+  h[3 * (int64_t)V + irand(V)] = INFINITY;                      /* one +inf */
+  h[4 * (int64_t)V + irand(V)] = -INFINITY;                     /* one -inf */
+  for (int i = 0; i < V; i++) h[5 * (int64_t)V + i] = -INFINITY; /* all -inf */
+  h[6 * (int64_t)V + 17] = h[6 * (int64_t)V + V - 3] = 9.5f;    /* a tie at the max: the first index wins */
+  h[7 * (int64_t)V + 0] = NAN;                                   /* a NaN in the first column */
+}
+
+/* argmax of rows [0, n) of lg into gid / glp (glp NULL: no logprobs); ids and logprobs poisoned first, so an
+ * unwritten one cannot pass. 0 on success. */
+static int nf_argmax(const struct hb_tensor *lg, int n, int32_t *gid, float *glp) {
+  struct hearth_err err = {0};
+  struct hb_tensor ids, lp;
+  int32_t pid[NF_ROWS];
+  float plp[NF_ROWS];
+  for (int r = 0; r < NF_ROWS; r++) { pid[r] = -7; plp[r] = 1.0f; }
+  if (G->alloc(gc, &ids, HB_I32, n, 1, &err) || G->alloc(gc, &lp, HB_F32, n, 1, &err)) {
+    fprintf(stderr, "nonfinite: %s\n", err.msg);
+    return -1;
+  }
+  G->write(gc, &ids, 0, n, pid);
+  G->write(gc, &lp, 0, n, plp);
+  hb_cuda_argmax(gc, lg, n, &ids, glp ? &lp : NULL);
+  G->read(gc, &ids, 0, n, gid);
+  if (glp) G->read(gc, &lp, 0, n, glp);
+  int rc = G->sync(gc, &err);
+  if (rc) fprintf(stderr, "nonfinite argmax: %s\n", err.msg);
+  G->release(gc, &ids);
+  G->release(gc, &lp);
+  return rc;
+}
+
+static void check_nonfinite(int V) {
+  struct hearth_err err = {0};
+  float *h = malloc((size_t)NF_ROWS * (size_t)V * sizeof *h), *d = malloc((size_t)NF_ROWS * (size_t)V * sizeof *d);
+  nf_fill(h, V);
+  struct pair lg, fin;
+  pair_alloc(&lg, HB_F32, NF_ROWS, V);
+  pair_alloc(&fin, HB_F32, 2, V);
+  G->write(gc, &lg.g, 0, NF_ROWS, h);
+  G->write(gc, &fin.g, 0, 1, h);                         /* the finite rows 0 and 6 alone */
+  G->write(gc, &fin.g, 1, 1, h + 6 * (int64_t)V);
+  G->read(gc, &lg.g, 0, NF_ROWS, d); /* what the device holds (f16-rounded on the fast path) */
+  if (G->sync(gc, &err)) { fprintf(stderr, "nonfinite: %s\n", err.msg); test_failures++; }
+  int32_t gid[NF_ROWS] = {0}, gid2[NF_ROWS] = {0}, nolp[NF_ROWS] = {0}, fid[2] = {0};
+  float glp[NF_ROWS] = {0}, glp2[NF_ROWS] = {0}, flp[2] = {0};
+  int ok = nf_argmax(&lg.g, NF_ROWS, gid, glp) == 0 && nf_argmax(&lg.g, NF_ROWS, gid2, glp2) == 0 &&
+           nf_argmax(&lg.g, NF_ROWS, nolp, NULL) == 0 && nf_argmax(&fin.g, 2, fid, flp) == 0;
+  CHECK(ok);
+  for (int r = 0; ok && r < NF_ROWS; r++) {
+    const float *row = d + (int64_t)r * V;
+    if (nf_bad[r]) {
+      printf("  argmax V %d row %d (non-finite): id %d logprob %f\n", V, r, gid[r], glp[r]);
+      CHECKF(gid[r] == 0 && isnan(glp[r]), "V %d row %d: id %d logprob %f, want 0 and NaN", V, r, gid[r], glp[r]);
+    } else {
+      int best = 0;
+      for (int i = 1; i < V; i++) if (row[i] > row[best]) best = i;
+      double s = 0;
+      for (int i = 0; i < V; i++) s += exp((double)row[i] - row[best]);
+      const double ref = -log(s);
+      printf("  argmax V %d row %d: gpu %d cpu %d, logprob gpu %.5f ref %.5f\n", V, r, gid[r], best, glp[r], ref);
+      CHECKF(gid[r] == best, "V %d row %d: id %d, host argmax %d", V, r, gid[r], best);
+      CHECK(fabs(glp[r] - ref) < 1e-3 + 1e-3 * fabs(ref));
+    }
+    /* a second launch (the split kernel's per-row counters were reset) and one without logprobs agree */
+    CHECKF(gid2[r] == gid[r] && nolp[r] == gid[r] && !memcmp(&glp2[r], &glp[r], sizeof glp[r]),
+           "V %d row %d: ids %d / %d / %d over three launches", V, r, gid[r], gid2[r], nolp[r]);
+  }
+  /* the finite rows alone: the same ids and logprob bits (a broken neighbour changes nothing) */
+  CHECK(ok && fid[0] == gid[0] && fid[1] == gid[6] && !memcmp(&flp[0], &glp[0], 4) && !memcmp(&flp[1], &glp[6], 4));
+
+  /* the sampler: top-k 50 at temperature 1 (decided on the device) */
+  struct hb_cuda_sample_row P[NF_ROWS];
+  for (int r = 0; r < NF_ROWS; r++) P[r] = (struct hb_cuda_sample_row){1.0f, 50, 1.0f, 0.0f, (frand() + 1.0f) * 0.4995f};
+  struct hb_tensor ids, lp;
+  int32_t sid[NF_ROWS];
+  float slp[NF_ROWS];
+  G->alloc(gc, &ids, HB_I32, NF_ROWS, 1, &err);
+  G->alloc(gc, &lp, HB_F32, NF_ROWS, 1, &err);
+  hb_cuda_sample(gc, &lg.g, NF_ROWS, P, &ids, &lp);
+  G->read(gc, &ids, 0, NF_ROWS, sid);
+  G->read(gc, &lp, 0, NF_ROWS, slp);
+  if (G->sync(gc, &err)) { fprintf(stderr, "nonfinite sample: %s\n", err.msg); test_failures++; }
+  else
+    for (int r = 0; r < NF_ROWS; r++) {
+      const int32_t want = nf_bad[r] ? HB_CUDA_SAMPLE_NONFINITE : ref_sample(d + (int64_t)r * V, V, &P[r]);
+      printf("  sample V %d row %d: gpu %d want %d, logprob %f\n", V, r, sid[r], want, slp[r]);
+      CHECKF(sid[r] == want, "V %d row %d: sampled %d, want %d", V, r, sid[r], want);
+      CHECKF(nf_bad[r] ? isnan(slp[r]) : isfinite(slp[r]), "V %d row %d: logprob %f", V, r, slp[r]);
+    }
+  G->release(gc, &ids);
+  G->release(gc, &lp);
+  pair_free(&lg);
+  pair_free(&fin);
+  free(h);
+  free(d);
+}
+
+TEST_GROUP(nonfinite) {
+  for (int exact = 1; exact >= 0; exact--) {
+    if (setup(exact)) return;
+    check_nonfinite(1000);   /* one block per row */
+    check_nonfinite(151936); /* the split kernel */
+    teardown();
+  }
 }
 
 /* run-to-run determinism: the same decode GEMV with the rmsnorm prologue, or the same split-K GEMM, launched again on
@@ -1212,4 +1328,4 @@ TEST_GROUP(init_error) {
   CHECK(rc != 0 && x == NULL && err.msg[0]);
 }
 
-TEST_MAIN(T(exact), T(fast), T(fused), T(graph), T(graph_gemma4), T(sample), T(repeat), T(init_error))
+TEST_MAIN(T(exact), T(fast), T(fused), T(graph), T(graph_gemma4), T(sample), T(nonfinite), T(repeat), T(init_error))

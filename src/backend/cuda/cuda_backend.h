@@ -37,7 +37,9 @@ void hb_cuda_graph_free(struct hb_cuda_graph *g);
 /* ---- token selection --------------------------------------------------------------------------
  * ids[i] (I32 device tensor, >= n rows × 1) = argmax of logits row i (first index on ties);
  * logprobs (F32 [n × 1] or NULL) = log_softmax of that row at the chosen id. Enqueued; read()
- * the small tensors afterwards. */
+ * the small tensors afterwards. A row holding a NaN or an infinity gets ids[i] = 0 (still a valid
+ * id: a greedy graph feeds it to the next step on the device) and logprobs[i] = NaN, which is how
+ * it is reported (a finite row's logprob is never NaN): pass logprobs to learn of it. */
 void hb_cuda_argmax(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, struct hb_tensor *ids,
                     struct hb_tensor *logprobs);
 
@@ -87,7 +89,10 @@ void hb_cuda_profiler_range(int on);
  * caller applies or, when set, samples on the host) with these parameters and its uniform draw u;
  * logprobs[i] (or NULL) = log_softmax of the raw row at that id. ids[i] = -1 when the device cannot
  * decide within its 1024 candidates (plain sampling without top-k/top-p/min-p; top_k > 1024; top-p
- * or min-p cuts beyond the first 1024): sample that row on the host. temperature must be > 0. */
+ * or min-p cuts beyond the first 1024): sample that row on the host. temperature must be > 0.
+ * ids[i] = HB_CUDA_SAMPLE_NONFINITE (and logprobs[i] = NaN) when row i holds a NaN or an infinity:
+ * nothing is drawn from it (the runtime reports such a row as id -1, which here means "the host"). */
+#define HB_CUDA_SAMPLE_NONFINITE (-2)
 struct hb_cuda_sample_row {
   float temperature;
   int top_k;   /* 0 = off */

@@ -1,9 +1,16 @@
 /* backend/cuda/sample.cu — token selection on the device: greedy argmax (first index on ties) and
  * the log-probability of the chosen id, one block per logits row, so only ids (and the requested
- * logprobs) cross the bus. Top-k/top-p sampling is not here yet (bench/NOTES.md). */
+ * logprobs) cross the bus; and sampling (below).
+ * A row holding a NaN or an infinity (the model's numbers broke down: docs/decisions.md) is not chosen
+ * from. The argmax then writes id 0 and a NaN logprob: the id stays a valid one because a greedy decode
+ * graph copies it into the next step's input on the device (runtime/session.c, greedy_tail) before the
+ * host has seen it, and the NaN logprob — never NaN for a finite row, whose log-sum-exp is >= 0 — is
+ * what the host turns into the runtime's id -1. The sampler writes HB_CUDA_SAMPLE_NONFINITE. */
 #include <math.h>
 
 #include "backend/cuda/cuda_common.cuh"
+
+__device__ __forceinline__ float nan_f(void) { return __int_as_float(0x7fc00000); }
 
 template <typename T>
 __global__ __launch_bounds__(1024) void argmax_kernel(const T *logits, int64_t vocab, int32_t *ids, void *lp, int lp_half) {
@@ -14,9 +21,10 @@ __global__ __launch_bounds__(1024) void argmax_kernel(const T *logits, int64_t v
   const T *row = logits + (int64_t)blockIdx.x * vocab;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   float best = -INFINITY;
-  int bi = 0x7fffffff;
+  int bi = 0x7fffffff, bad = 0;
   for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
     float v = ldf(row + i);
+    bad |= !isfinite(v);
     if (v > best) { best = v; bi = (int)i; } /* i increases: the first max stays */
   }
   for (int o = 16; o > 0; o >>= 1) {
@@ -25,7 +33,7 @@ __global__ __launch_bounds__(1024) void argmax_kernel(const T *logits, int64_t v
     if (ov > best || (ov == best && oi < bi)) { best = ov; bi = oi; }
   }
   if (lane == 0) { s_v[warp] = best; s_i[warp] = bi; }
-  __syncthreads();
+  const int row_bad = __syncthreads_or(bad);
   if (warp == 0) {
     int nw = blockDim.x / 32;
     best = lane < nw ? s_v[lane] : -INFINITY;
@@ -35,9 +43,17 @@ __global__ __launch_bounds__(1024) void argmax_kernel(const T *logits, int64_t v
       int oi = __shfl_xor_sync(0xffffffffu, bi, o);
       if (ov > best || (ov == best && oi < bi)) { best = ov; bi = oi; }
     }
-    if (lane == 0) { s_v[0] = best; s_i[0] = bi == 0x7fffffff ? 0 : bi; } /* no finite max (all NaN): 0, as the host */
+    if (lane == 0) { s_v[0] = best; s_i[0] = bi == 0x7fffffff ? 0 : bi; }
   }
   __syncthreads();
+  if (row_bad) { /* (uniform over the block) id 0 and a NaN logprob: the file's comment */
+    if (threadIdx.x == 0) {
+      ids[blockIdx.x] = 0;
+      if (lp && lp_half) ((__half *)lp)[blockIdx.x] = __float2half_rn(nan_f());
+      else if (lp) ((float *)lp)[blockIdx.x] = nan_f();
+    }
+    return;
+  }
   const float mx = s_v[0];
   if (!lp) {
     if (threadIdx.x == 0) ids[blockIdx.x] = s_i[0];
@@ -92,22 +108,24 @@ __global__ __launch_bounds__(1024) void argmax_split_kernel(const T *logits, int
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t chunk = (vocab + AM_C - 1) / AM_C, lo = blockIdx.y * chunk, hi = min(vocab, lo + chunk);
   am_acc a = {-INFINITY, 0.0f, 0x7fffffff};
+  int bad = 0;
   for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
     float v = ldf(row + i);
+    bad |= !isfinite(v);
     if (!(v > -INFINITY)) continue; /* -inf (and NaN) never win and add nothing */
     if (v > a.m) { a.s = a.s * expf(a.m - v) + 1.0f; a.m = v; a.i = (int)i; } /* i increases: the first max stays */
     else a.s += expf(v - a.m);
   }
   a = am_warp(a);
   if (lane == 0) s_a[warp] = a;
-  __syncthreads();
+  const int chunk_bad = __syncthreads_or(bad);
   if (warp == 0) {
     a = lane < (int)blockDim.x / 32 ? s_a[lane] : am_acc{-INFINITY, 0.0f, 0x7fffffff};
     a = am_warp(a);
     if (lane == 0) {
       float *pp = part + ((int64_t)blockIdx.x * AM_C + blockIdx.y) * 3;
       pp[0] = a.m;
-      pp[1] = a.s;
+      pp[1] = chunk_bad ? nan_f() : a.s; /* a NaN sum marks a chunk with a NaN or an infinity (finite: >= 0) */
       pp[2] = __int_as_float(a.i);
       __threadfence();
       s_last = atomicAdd(cnt + blockIdx.x, 1u) == AM_C - 1;
@@ -120,11 +138,12 @@ __global__ __launch_bounds__(1024) void argmax_split_kernel(const T *logits, int
   a.m = __ldcg(pp);
   a.s = __ldcg(pp + 1);
   a.i = __float_as_int(__ldcg(pp + 2));
+  const bool row_bad = __any_sync(0xffffffffu, a.s != a.s);
   a = am_warp(a);
   if (lane == 0) {
-    ids[blockIdx.x] = a.i == 0x7fffffff ? 0 : a.i;
+    ids[blockIdx.x] = row_bad || a.i == 0x7fffffff ? 0 : a.i; /* row_bad: id 0 and a NaN logprob (the file's comment) */
     if (lp) {
-      float v = a.s > 0.0f ? -logf(a.s) : 0.0f; /* log_softmax at the max: (mx - mx) - log(sum) */
+      float v = row_bad ? nan_f() : a.s > 0.0f ? -logf(a.s) : 0.0f; /* log_softmax at the max: (mx - mx) - log(sum) */
       if (lp_half) ((__half *)lp)[blockIdx.x] = __float2half_rn(v);
       else ((float *)lp)[blockIdx.x] = v;
     }
@@ -204,15 +223,23 @@ __global__ __launch_bounds__(1024) void sample_kernel(const T *logits, int64_t v
   /* log-softmax normaliser of the raw logits (for the chosen id's logprob) and the max of the
    * scaled ones; plus the number of finite candidates */
   float mx = -INFINITY;
-  int nfin = 0;
+  int nfin = 0, bad = 0;
   for (int64_t i = tid; i < vocab; i += nthr) {
     float v = ldf(row + i);
+    bad |= !isfinite(v);
     if (fkey(v)) { mx = fmaxf(mx, v); nfin++; }
   }
   mx = warp_max(mx);
   for (int o = 16; o > 0; o >>= 1) nfin += __shfl_xor_sync(0xffffffffu, nfin, o);
   if (lane == 0) { s_red[warp] = mx; hist[warp] = (unsigned)nfin; }
-  __syncthreads();
+  if (__syncthreads_or(bad)) { /* (uniform over the block) nothing is drawn from a broken row */
+    if (tid == 0) {
+      ids[blockIdx.x] = HB_CUDA_SAMPLE_NONFINITE;
+      if (lp && lp_half) ((__half *)lp)[blockIdx.x] = __float2half_rn(nan_f());
+      else if (lp) ((float *)lp)[blockIdx.x] = nan_f();
+    }
+    return;
+  }
   if (tid == 0) {
     float m = -INFINITY;
     int c = 0;
