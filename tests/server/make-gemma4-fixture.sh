@@ -10,9 +10,9 @@ bin=${1:?usage: make-gemma4-fixture.sh HEARTH_BIN OUT_DIR}
 out=${2:?usage: make-gemma4-fixture.sh HEARTH_BIN OUT_DIR}
 here=$(cd "$(dirname "$0")" && pwd)
 tok="${HEARTH_CACHE:-$HOME/.cache/hearth}/tokenizers/gemma4"
-tmpl="${HEARTH_CHAT_TEMPLATES:-$here/../../../shared/data/chat-templates}/gemma-4-it.jinja"
+tmpl="${HEARTH_CHAT_TEMPLATES:-${HEARTH_SHARED:-$here/../../../shared}/data/chat-templates}/gemma-4-it.jinja"
 for f in "$tok/tokenizer.json" "$tok/tokenizer_config.json" "$tmpl"; do
-  [ -f "$f" ] || { echo "make-gemma4-fixture: missing $f (run scripts/fetch-tokenizers.sh)" >&2; exit 1; }
+  [ -f "$f" ] || { echo "make-gemma4-fixture: missing $f (the tokenizer: scripts/fetch-tokenizers.sh; the template: ../shared, hence the label shared)" >&2; exit 1; }
 done
 mkdir -p "$out"
 "$bin" mkmodel --config "$here/tiny-gemma4-config.json" --out "$out/tiny-gemma4" --seed 3
