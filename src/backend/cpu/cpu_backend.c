@@ -288,16 +288,13 @@ static void cpu_matmul(struct hb_ctx *c, struct hb_tensor *out, const struct hb_
 
 /* ---- rope, kv, attention ---------------------------------------------------------------- */
 
-static void cpu_rope_neox(struct hb_ctx *c, struct hb_tensor *x, const struct hb_batch *b, int n_heads,
-                          int head_dim, int n_rot, float theta) {
-  (void)c;
-  int half = n_rot / 2;
-  float inv_freq[1024];
-  for (int i = 0; i < half && i < 1024; i++)
-    inv_freq[i] = 1.0f / powf(theta, (float)(2 * i) / (float)n_rot);
+/* Rotates, in each head of x's first b->n_tokens rows, the pairs (i, i + half) for i < n_pairs by
+ * pos · inv_freq[i]: the loop of rope_neox (half = n_rot / 2 = n_pairs) and Gemma 4's rope_prop. */
+void cpu_rope_rotate(struct hb_tensor *x, const struct hb_batch *b, int n_heads, int head_dim, int half, int n_pairs,
+                     const float *inv_freq) {
   for (int t = 0; t < b->n_tokens; t++) {
     float p = (float)b->pos[t];
-    for (int i = 0; i < half; i++) {
+    for (int i = 0; i < n_pairs; i++) {
       float ang = p * inv_freq[i];
       float cs = cosf(ang), sn = sinf(ang);
       for (int h = 0; h < n_heads; h++) {
@@ -308,6 +305,16 @@ static void cpu_rope_neox(struct hb_ctx *c, struct hb_tensor *x, const struct hb
       }
     }
   }
+}
+
+static void cpu_rope_neox(struct hb_ctx *c, struct hb_tensor *x, const struct hb_batch *b, int n_heads,
+                          int head_dim, int n_rot, float theta) {
+  (void)c;
+  int half = n_rot / 2;
+  float inv_freq[1024];
+  for (int i = 0; i < half && i < 1024; i++)
+    inv_freq[i] = 1.0f / powf(theta, (float)(2 * i) / (float)n_rot);
+  cpu_rope_rotate(x, b, n_heads, head_dim, half, half, inv_freq);
 }
 
 static inline int64_t kv_slot(const struct hb_batch *b, int seq, int pos) {

@@ -40,17 +40,5 @@ void cpu_rope_prop(struct hb_ctx *c, struct hb_tensor *x, const struct hb_batch 
   if (n_pairs > 512) n_pairs = 512; /* head_dim <= HF_MAX_HEAD_DIM (1024) */
   /* as transformers builds it in f32: 1 / theta^(2i / head_dim), then / factor */
   for (int i = 0; i < n_pairs; i++) inv_freq[i] = 1.0f / powf(theta, (float)(2 * i) / (float)head_dim) / factor;
-  for (int t = 0; t < b->n_tokens; t++) {
-    float p = (float)b->pos[t];
-    for (int i = 0; i < n_pairs; i++) {
-      float ang = p * inv_freq[i];
-      float cs = cosf(ang), sn = sinf(ang);
-      for (int h = 0; h < n_heads; h++) {
-        float *v = (float *)x->data + ((int64_t)t * n_heads + h) * head_dim;
-        float a = v[i], bb = v[i + half];
-        v[i] = a * cs - bb * sn;
-        v[i + half] = bb * cs + a * sn;
-      }
-    }
-  }
+  cpu_rope_rotate(x, b, n_heads, head_dim, half, n_pairs, inv_freq);
 }
