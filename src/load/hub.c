@@ -8,13 +8,14 @@
 #include <sys/stat.h>
 
 #include "base/file.h"
+#include "load/hub_cache.h"
 
 static int is_dir(const char *p) {
   struct stat sb;
   return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
-static int hub_root(char *out, size_t cap) {
+int hub_cache_root(char *out, size_t cap) {
   const char *c = getenv("HF_HUB_CACHE"), *h = getenv("HF_HOME"), *home = getenv("HOME");
   if (c && *c) return snprintf(out, cap, "%s", c) < (int)cap ? 0 : -1;
   if (h && *h) return snprintf(out, cap, "%s/hub", h) < (int)cap ? 0 : -1;
@@ -31,7 +32,7 @@ int hub_resolve(const char *p, char *out, size_t cap, struct hearth_err *err) {
   int looks_like_repo = slash && slash != p && !strchr(slash + 1, '/') && slash[1] && p[0] != '.';
   if (!looks_like_repo) return err_set(err, HEARTH_ERR_IO, "%s: no such model directory", p);
   char root[1024], repo[2048];
-  if (hub_root(root, sizeof root)) return err_set(err, HEARTH_ERR_IO, "%s: no such directory and no Hugging Face cache to look in", p);
+  if (hub_cache_root(root, sizeof root)) return err_set(err, HEARTH_ERR_IO, "%s: no such directory and no Hugging Face cache to look in", p);
   if (strlen(p) > 512) return err_set(err, HEARTH_ERR_ARG, "repo id too long");
   if (snprintf(repo, sizeof repo, "%s/models--%.*s--%.512s", root, (int)(slash - p), p, slash + 1) >= (int)sizeof repo)
     return err_set(err, HEARTH_ERR_ARG, "repo path too long");
