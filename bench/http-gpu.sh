@@ -59,7 +59,7 @@ stop() { kill "$SPID" 2>/dev/null; wait "$SPID" 2>/dev/null; }
 ts=$(date +%s%N); serve || exit 1
 echo "start to /health: $(( ($(date +%s%N) - ts) / 1000000 )) ms"
 python3 bench/workloads.py --url http://127.0.0.1:8391 --model q3b --embed-model emb --data .gpu/wl/classify.json \
-  --w "$W" --n-records "${N_RECORDS:-10000}" 2>&1 | tee "$OUT/workloads.txt"
+  --w "$W" --n-records "${N_RECORDS:-10000}" --embed-batch "${EMBED_BATCH:-2048}" 2>&1 | tee "$OUT/workloads.txt"
 stop
 if [[ $W == *w3* ]]; then # restart: the record's KV comes back from the disk cache
   serve || exit 1
