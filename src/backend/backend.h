@@ -74,6 +74,20 @@ struct hb_kv_layer {
   int n_kv_heads, head_dim;
 };
 
+/* Bytes of one element of a dense tensor (0 for HB_Q4, whose layout is the backend's). */
+static inline size_t hb_elem_size(enum hb_dtype dt) {
+  return dt == HB_F32 || dt == HB_I32 ? 4 : dt == HB_F16 || dt == HB_BF16 ? 2 : 0;
+}
+
+/* The payload of kv_block_read / kv_block_write for blocks of bs tokens. */
+static inline size_t hb_kv_block_bytes(const struct hb_kv_layer *layers, int n_layers, int bs) {
+  size_t n = 0;
+  for (int l = 0; l < n_layers; l++)
+    if (layers[l].k.data)
+      n += (size_t)bs * (size_t)(layers[l].k.cols * hb_elem_size(layers[l].k.dtype) + layers[l].v.cols * hb_elem_size(layers[l].v.dtype));
+  return n;
+}
+
 struct hb_attn_params {
   int n_heads, n_kv_heads, head_dim;
   float scale;   /* multiplies q·k */
@@ -104,6 +118,14 @@ struct hb_ops {
   int (*write)(struct hb_ctx *ctx, struct hb_tensor *t, int64_t row0, int64_t n_rows, const void *host);
   int (*read)(struct hb_ctx *ctx, const struct hb_tensor *t, int64_t row0, int64_t n_rows, void *host);
   int (*batch_upload)(struct hb_ctx *ctx, struct hb_batch *b, struct hearth_err *err);
+  /* One KV pool block (rows [block*bs, (block+1)*bs)) of every layer that stores KV (k.data non-NULL) to or
+   * from `bytes` bytes of host memory packed layer by layer, K rows then V rows, in the cache's own element
+   * format (no conversion): the prefix store's file payload. bytes must be hb_kv_block_bytes(). read returns
+   * once the bytes are on the host; write may return before its copy has run (it keeps its own copy). */
+  int (*kv_block_read)(struct hb_ctx *ctx, const struct hb_kv_layer *layers, int n_layers, int32_t block, int bs,
+                       void *host, size_t bytes);
+  int (*kv_block_write)(struct hb_ctx *ctx, struct hb_kv_layer *layers, int n_layers, int32_t block, int bs,
+                        const void *host, size_t bytes);
 
   /* ops; out and inputs are distinct tensors unless stated */
   /* out[n × d] = table[ids[i]] (table: Q4, BF16 or F32 [vocab × d]), times scale */

@@ -246,6 +246,25 @@ TEST_GROUP(disk_prefix_cache) {
   CHECKF(max_diff(hearth_session_logits(s), want, V) < 1e-4f, "logits from disk blocks differ");
   hearth_session_free(s);
   hearth_model_free(m2);
+  /* a file cut short (a crash mid-write by another tool, a full disk) is ignored, removed and rewritten */
+  char cmd0[1200];
+  snprintf(cmd0, sizeof cmd0, "for f in %s/*/*.kv; do truncate -s -8 $f; done", dir);
+  REQUIRE(system(cmd0) == 0);
+  m2 = NULL;
+  REQUIRE(hearth_model_load(&p, &m2, &err) == 0);
+  REQUIRE(hearth_session_new(m2, NULL, &s, &err) == 0);
+  REQUIRE(hearth_session_sync(s, t, 70, &err) == 0);
+  CHECKF(hearth_session_n_reused(s) == 0, "truncated blocks were used (%d)", hearth_session_n_reused(s));
+  CHECKF(max_diff(hearth_session_logits(s), want, V) < 1e-4f, "after truncation");
+  hearth_session_free(s);
+  hearth_model_free(m2);
+  m2 = NULL;
+  REQUIRE(hearth_model_load(&p, &m2, &err) == 0); /* rewritten by the run before: reused again */
+  REQUIRE(hearth_session_new(m2, NULL, &s, &err) == 0);
+  REQUIRE(hearth_session_sync(s, t, 70, &err) == 0);
+  CHECKF(hearth_session_n_reused(s) == 64, "rewritten blocks: reused %d", hearth_session_n_reused(s));
+  hearth_session_free(s);
+  hearth_model_free(m2);
   /* damage every file: the next run must ignore them and still be right */
   char cmd[1200];
   snprintf(cmd, sizeof cmd, "for f in %s/*/*.kv; do printf 'garbage' | dd of=$f bs=1 seek=200 conv=notrunc 2>/dev/null; done", dir);
