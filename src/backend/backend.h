@@ -219,6 +219,11 @@ struct hb_ops {
   /* the longest sequence (its keys after the step) attn_o takes at this head_dim; 0: none. A decode step's graph
    * differs on either side of it, so the runtime keeps graphs of its own for the steps below it (session.c). */
   int (*attn_o_max_len)(struct hb_ctx *ctx, int head_dim);
+  /* on = 1: until set back to 0, every op computes each row (token) with the same kernels and the same order
+   * of sums whatever the batch holds (how many tokens, how many sequences), so that a token's result is
+   * bit-identical alone and in any batch (label scores, embeddings); slower for small batches. Backends whose
+   * ops are always row-invariant (the CPU's) leave it NULL. Not inside a capture. */
+  void (*set_row_invariant)(struct hb_ctx *ctx, int on);
   /* ---- Gemma 4 (model/gemma4.c). Optional: a backend without them cannot run the family, and loading a Gemma 4
    * checkpoint on it fails with a clear error. ---- */
   /* out[t][j] = gelu_tanh(gate[t][j]) * up[t][up_col0 + j] for t < n, j < gate->cols; up's row stride is up->cols

@@ -1081,7 +1081,7 @@ static void attn_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct 
   const int nt = b->n_tokens, G = p->n_heads / p->n_kv_heads;
   const int32_t *pos = (const int32_t *)b->d_pos.data, *seq = (const int32_t *)b->d_seq.data,
                 *bt = (const int32_t *)b->d_block_table.data;
-  if (nt >= 8 * (b->n_seqs > 0 ? b->n_seqs : 1)) {
+  if (nt >= 8 * (b->n_seqs > 0 ? b->n_seqs : 1) || ctx->row_invariant) { /* row-invariant: one kernel for every batch */
     if constexpr (is_f16<T>::value && is_f16<KT>::value && HD >= 64) {
       const size_t sm = prefill_mma_smem(HD);
       if (sm <= ctx->smem_optin && (nt + AM_Q - 1) / AM_Q <= 65535) {

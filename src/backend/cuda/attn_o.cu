@@ -374,6 +374,7 @@ int cu_attn_o_max_len(struct hb_ctx *ctx, int head_dim) {
 
 int cu_attn_o(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *q, const struct hb_kv_layer *kv,
               const struct hb_batch *b, const struct hb_attn_params *p, const struct hb_tensor *wo) {
+  if (ctx->row_invariant) return 1;
   const int hd = p->head_dim, n_heads = p->n_heads, n_kv = p->n_kv_heads;
   const int max_len = cu_attn_o_max_len(ctx, hd);
   if (!max_len || b->n_tokens != 1 || !b->seq_len || b->seq_len[0] > max_len) return 1;

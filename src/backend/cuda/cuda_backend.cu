@@ -768,6 +768,8 @@ extern "C" int hb_cuda_attn_o(struct hb_ctx *c, struct hb_tensor *x, const struc
   return cu_attn_o(c, x, q, kv, b, p, wo);
 }
 
+static void cuda_set_row_invariant(struct hb_ctx *c, int on) { c->row_invariant = on != 0; }
+
 extern "C" int hb_cuda_attn_o_max_len(struct hb_ctx *c, int head_dim) { return cu_attn_o_max_len(c, head_dim); }
 
 extern "C" void hb_cuda_set_attn_o_max(struct hb_ctx *c, int max_len) { c->attn_o_max = max_len < -2 ? -1 : max_len; }
@@ -874,6 +876,7 @@ extern "C" const struct hb_ops hb_cuda_ops = {
   /* .decode_advance = */ cuda_decode_advance,
   /* .attn_o = */ hb_cuda_attn_o,
   /* .attn_o_max_len = */ hb_cuda_attn_o_max_len,
+  /* .set_row_invariant = */ cuda_set_row_invariant,
   /* .gelu_mul = */ op_gelu_mul,
   /* .scale = */ op_scale,
   /* .softcap = */ op_softcap,

@@ -38,6 +38,8 @@ extern "C" {
 
 struct hb_ctx {
   int device, exact, n_sm, cc_major;
+  int row_invariant;      /* set_row_invariant: every row's numerics independent of the batch (one GEMM path,
+                             no split-K, the prefill attention, no fused decode kernels) */
   int attn_o_max;         /* attn_o.cu: the longest sequence the fused attention + o_proj takes: -1 the default (one
                            * chunk where it measured faster: head dim 64), -2 one chunk at every head dim, 0 off */
   int attn_o_off;         /* attn_o.cu: not available in this binary on this device (init), whatever attn_o_max says */

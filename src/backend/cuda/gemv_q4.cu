@@ -823,6 +823,7 @@ static int gemv_fill(struct hb_ctx *ctx, gemv_args &a, int pro, const struct hb_
 int cu_gemv_fused(struct hb_ctx *ctx, int pro, const struct hb_tensor *x, const struct hb_tensor *x2,
                   const struct hb_tensor *nw, float eps, float off, int n_mm, struct hb_tensor *const *outs,
                   const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, int n, int add) {
+  if (ctx->row_invariant) return 1; /* the decode kernels' numerics differ from the GEMM's */
   gemv_args a;
   if (gemv_fill(ctx, a, pro, x, x2, nw, eps, off, n_mm, outs, ws, biases, n, add)) return 1;
   const enum hb_dtype odt = outs[0]->dtype;
@@ -845,6 +846,7 @@ int cu_gemv_fused(struct hb_ctx *ctx, int pro, const struct hb_tensor *x, const 
 int cu_gemv_qkv_rope_kv(struct hb_ctx *ctx, const struct hb_tensor *x, const struct hb_tensor *nw, float eps,
                         const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, struct hb_tensor *q,
                         struct hb_kv_layer *kv, const struct hb_batch *b, int n_heads, float theta, int n) {
+  if (ctx->row_invariant) return 1;
   const int hd = kv->head_dim, n_kv = kv->n_kv_heads;
   if (!b->d_pos.data || n != b->n_tokens || hd % 32 || hd > 256 || kv->k.dtype != HB_F16 || kv->v.dtype != HB_F16 ||
       q->dtype != HB_F16 || ws[0]->rows != (int64_t)n_heads * hd || ws[1]->rows != (int64_t)n_kv * hd ||
@@ -874,6 +876,7 @@ int cu_gemv_qkv_rope_kv(struct hb_ctx *ctx, const struct hb_tensor *x, const str
  * returns 0 when it launched, 1 when the shapes need the separate ops */
 int cu_gemv_norm_swiglu(struct hb_ctx *ctx, const struct hb_tensor *x, const struct hb_tensor *nw, float eps,
                         const struct hb_tensor *w_gate, const struct hb_tensor *w_up, struct hb_tensor *out, int n) {
+  if (ctx->row_invariant) return 1;
   if (w_gate->rows != w_up->rows || w_gate->rows % 16 || out->dtype != HB_F16) return 1;
   /* the second output only fixes gemv_fill's dtype/shape checks: the kernel writes out alone */
   struct hb_tensor u1 = *out;

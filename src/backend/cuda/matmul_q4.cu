@@ -412,7 +412,7 @@ int cu_gemm_q4(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct h
     tmax = t > tmax ? t : tmax;
   }
   int S = 1;
-  if (tmax < ctx->n_sm) {
+  if (tmax < ctx->n_sm && !ctx->row_invariant) { /* row-invariant: one K order for every n */
     S = (2 * ctx->n_sm + tmax - 1) / tmax;
     if (S > KT / 4) S = KT / 4 > 0 ? KT / 4 : 1;
   }
