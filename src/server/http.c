@@ -22,7 +22,7 @@
  *               max(HTTP_DISCARD_MIN, 8 x max_body); larger or with "Expect: 100-continue" at once
  *   memory      bodies and parse trees of all requests in flight within a global budget → 503;
  *               a parse tree within JSON_TREE_FACTOR x its body → 413 (json_budget.h)
- *   depth       JSON nesting deeper than max_depth → 400 (checked before parsing)
+ *   depth       JSON nesting deeper than max_depth → 400 (the same pre-scan as the budget's)
  *   JSON        body must parse (strict UTF-8) to an object → 400
  * Every rejection is an OpenAI error object. Not here: anything about models or tokens.
  */
@@ -307,25 +307,6 @@ static int precheck(struct http_req *r, const char *version, enum MHD_Result *re
   return 0;
 }
 
-/* The deepest nesting of [ and { in a JSON text, outside strings (stops counting past cap). */
-static int json_depth(const char *p, size_t n, int cap) {
-  int depth = 0, max = 0, in_str = 0;
-  for (size_t i = 0; i < n; i++) {
-    char c = p[i];
-    if (in_str) {
-      if (c == '\\') i++;
-      else if (c == '"') in_str = 0;
-    } else if (c == '"') {
-      in_str = 1;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max && (max = depth) > cap) return max;
-    } else if (c == ']' || c == '}') {
-      depth--;
-    }
-  }
-  return max;
-}
-
 /* ---- the access handler ------------------------------------------------------------------ */
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
@@ -401,10 +382,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   if (!strcmp(method, "POST")) {
     json_error_t je;
     if (!r->n_body) return http_reply_error(r, 400, NULL, "invalid_json", "empty request body");
-    if (json_depth(r->body, r->n_body, s->opt->max_depth) > s->opt->max_depth)
+    r->json = json_budget_loadb(&r->budget, r->body, r->n_body, s->opt->max_depth,
+                                JSON_REJECT_DUPLICATES, &je);
+    if (!r->json && r->budget.over == JSON_BUDGET_DEPTH)
       return http_reply_error(r, 400, NULL, "invalid_json", "JSON nested deeper than %d levels",
                               s->opt->max_depth);
-    r->json = json_budget_loadb(&r->budget, r->body, r->n_body, JSON_REJECT_DUPLICATES, &je);
     if (!r->json && r->budget.over == JSON_BUDGET_GLOBAL)
       return http_reply_error(r, 503, NULL, "server_busy",
                               "too many request bodies in memory right now; retry");

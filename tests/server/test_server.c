@@ -8,7 +8,8 @@
  *          walks that take random allowed tokens end as a JSON object / a well-formed tool call.
  *   json_budget: request JSON whose parse tree would outgrow its size is refused (by the pre-scan
  *          before any allocation, or by the counting allocator mid-parse), ordinary bodies parse, and
- *          the global budget refuses what does not fit and takes back what is released.
+ *          the global budget refuses what does not fit and takes back what is released; the same
+ *          pre-scan refuses nesting deeper than the cap.
  *   http_frame: the strict request framer (http_frame.h) passes well-framed requests whole, in any
  *          pieces, and refuses each malformed head, body and size with its status. */
 #include <jansson.h>
@@ -616,14 +617,14 @@ TEST_GROUP(json_budget) {
   char *t = repeat_json("[", "{}", 2000000, "]", &n);
   REQUIRE(t);
   struct json_budget b = {0};
-  json_t *j = json_budget_loadb(&b, t, n, 0, &je);
+  json_t *j = json_budget_loadb(&b, t, n, 64, 0, &je);
   CHECK(!j && b.over == JSON_BUDGET_REQUEST && b.spent == 0);
   json_decref(j);
   free(t);
   /* [1,1,...] passes the pre-scan (20 bytes a value) but the parse needs ~30x: stopped mid-way */
   t = repeat_json("[", "1", 1500000, "]", &n);
   REQUIRE(t);
-  j = json_budget_loadb(&b, t, n, 0, &je);
+  j = json_budget_loadb(&b, t, n, 64, 0, &je);
   CHECKF(!j && b.over == JSON_BUDGET_REQUEST, "over %d", b.over);
   CHECKF(b.spent > n * JSON_TREE_FACTOR / 2 && b.spent <= n * JSON_TREE_FACTOR + JSON_TREE_SLACK,
          "spent %zu of %zu", b.spent, n * JSON_TREE_FACTOR + JSON_TREE_SLACK);
@@ -634,7 +635,7 @@ TEST_GROUP(json_budget) {
   t = repeat_json("{\"messages\":[", "{\"role\":\"user\",\"content\":\"how are you doing today?\"}",
                   20000, "]}", &n);
   REQUIRE(t);
-  j = json_budget_loadb(&b, t, n, 0, &je);
+  j = json_budget_loadb(&b, t, n, 64, 0, &je);
   CHECKF(j && json_array_size(json_object_get(j, "messages")) == 20000, "%s", je.text);
   CHECK(b.spent > n && b.used == b.spent && json_budget_in_use() == b.used);
   json_decref(j);
@@ -642,7 +643,7 @@ TEST_GROUP(json_budget) {
   json_budget_release(&b);
   t = repeat_json("{\"prompt\":[", "151643", 500000, "]}", &n);
   REQUIRE(t);
-  j = json_budget_loadb(&b, t, n, 0, &je);
+  j = json_budget_loadb(&b, t, n, 64, 0, &je);
   CHECKF(j && json_array_size(json_object_get(j, "prompt")) == 500000, "%s", je.text);
   json_decref(j);
   free(t);
@@ -654,17 +655,34 @@ TEST_GROUP(json_budget) {
   t = repeat_json("[", "\"abcdefgh\"", 100000, "]", &n); /* ~2 MB of tree: over 64 MiB in all */
   REQUIRE(t);
   c.over = 0;
-  j = json_budget_loadb(&c, t, n, 0, &je);
+  j = json_budget_loadb(&c, t, n, 64, 0, &je);
   CHECK(!j && c.over == JSON_BUDGET_GLOBAL);
   json_budget_release(&c);
   json_budget_release(&a);
   CHECK(json_budget_in_use() == 0);
-  j = json_budget_loadb(&c, t, n, 0, &je);
+  j = json_budget_loadb(&c, t, n, 64, 0, &je);
   CHECK(j && json_array_size(j) == 100000);
   json_decref(j);
   json_budget_release(&c);
   free(t);
   CHECK(json_budget_in_use() == 0);
+  /* the same pass checks the nesting depth: 65 levels refused at 64, 64 parse, brackets inside
+   * strings (after an escaped quote) do not count */
+  char deep[200];
+  snprintf(deep, sizeof deep, "%.*s%.*s", 65, "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[",
+           65, "]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]");
+  j = json_budget_loadb(&c, deep, strlen(deep), 64, 0, &je);
+  CHECK(!j && c.over == JSON_BUDGET_DEPTH && c.spent == 0);
+  j = json_budget_loadb(&c, deep + 1, strlen(deep) - 2, 64, 0, &je);
+  CHECK(j && c.over == JSON_BUDGET_OK);
+  json_decref(j);
+  const char *quoted = "{\"a\":\"\\\"[[[[{{{{\",\"b\":[[1]]}";
+  j = json_budget_loadb(&c, quoted, strlen(quoted), 3, 0, &je); /* { [ [ */
+  CHECKF(j && c.over == JSON_BUDGET_OK, "%s", je.text);
+  json_decref(j);
+  j = json_budget_loadb(&c, quoted, strlen(quoted), 2, 0, &je);
+  CHECK(!j && c.over == JSON_BUDGET_DEPTH);
+  json_budget_release(&c);
   /* outside a budgeted parse jansson allocates as before */
   j = json_pack("{s:[i,i]}", "a", 1, 2);
   CHECK(j && json_budget_in_use() == 0);
