@@ -84,8 +84,10 @@ enum MHD_Result http_reply_json(struct http_req *r, unsigned status, json_t *bod
     text = strdup(oom);
     if (!text) return MHD_NO;
   }
-  size_t n = strlen(text);
-  text[n] = 0;
+  return http_reply_json_text(r, status, text, strlen(text));
+}
+
+enum MHD_Result http_reply_json_text(struct http_req *r, unsigned status, char *text, size_t n) {
   struct MHD_Response *resp =
       MHD_create_response_from_buffer(n, text, MHD_RESPMEM_MUST_FREE);
   if (!resp) { free(text); return MHD_NO; }

@@ -368,6 +368,31 @@ test('memory: four 8 MB bodies of [{},{},...] at once are refused within a memor
   }
 });
 
+test('memory: four 8 MB /tokenize bodies at once stay within 320 MB of peak RSS', async () => {
+  const big = await startServer([]); // the default --max-body, 8 MiB
+  try {
+    const hwm = () => Number(/VmHWM:\s+(\d+) kB/.exec(fs.readFileSync(`/proc/${big.pid}/status`, 'utf8'))[1]) * 1024;
+    const before = hwm();
+    const body = JSON.stringify({ model: CHAT, prompt: 'Hello world, how are you? '.repeat(((8 << 20) - 100) / 26 | 0) });
+    assert.ok(body.length <= 8 << 20);
+    const rs = await Promise.all([0, 1, 2, 3].map(() => fetch(`${big.url}/tokenize`, {
+      method: 'POST', headers: { 'content-type': 'application/json' }, body,
+    }).then(async (r) => ({ status: r.status, body: await r.json() }))));
+    for (const r of rs) {
+      assert.equal(r.status, 200);
+      assert.ok(r.body.count > 1000000 && r.body.tokens.length === r.body.count, `count ${r.body.count}`);
+    }
+    const grew = hwm() - before;
+    console.log(`memory: four 8 MB /tokenize bodies (${rs[0].body.count} tokens each); peak RSS +${(grew / 1048576).toFixed(0)} MB`);
+    // was ~1 GB: a jansson tree of the ids and every pre-token's range held at once (~120 MB each);
+    // now about 6x each body (the body, its parsed string, the ids, the reply text)
+    assert.ok(grew < 320 << 20, `peak RSS grew by ${(grew / 1048576).toFixed(0)} MB`);
+    assert.equal((await getJSON(big, '/health')).status, 200);
+  } finally {
+    assert.equal((await big.stop()).code, 0);
+  }
+});
+
 test('413 reaches the official client: a 30 MB body is an APIError with status 413', async () => {
   const { default: OpenAI } = await import('openai');
   const client = new OpenAI({ baseURL: `${srv.url}/v1`, apiKey: 'unused', maxRetries: 0 });
