@@ -91,18 +91,21 @@ static int memory_plan_check(const struct hearth_model *m, const struct hearth_m
     return 0;
   }
   const struct hf_config *c = &m->cfg;
+  /* bytes per KV and activation element: f32, except on a device's fast path, which keeps them in f16
+   * (cuda_alloc: HB_F32 becomes HB_F16 unless the context is exact) */
+  int es = p->backend != HEARTH_BACKEND_CPU && !(p->exact || p->dtype != HEARTH_DTYPE_INT4) ? 2 : 4;
   double tokens = (double)((kv_tokens + KV_BLOCK - 1) / KV_BLOCK) * KV_BLOCK;
   double kvd = (double)c->num_key_value_heads * c->head_dim, qd = (double)c->num_attention_heads * c->head_dim;
-  double kv = tokens * c->num_hidden_layers * 2 * kvd * 4;
+  double kv = tokens * c->num_hidden_layers * 2 * kvd * es;
   double wide = c->vocab_size > c->hidden_size ? c->vocab_size : c->hidden_size;
-  double scratch = (double)MAX_BATCH_TOKENS * (3.0 * c->hidden_size + 2 * qd + 2 * kvd + 2.0 * c->intermediate_size) * 4 +
+  double scratch = (double)MAX_BATCH_TOKENS * (3.0 * c->hidden_size + 2 * qd + 2 * kvd + 2.0 * c->intermediate_size) * es +
                    (double)MAX_BATCH_SEQS * ((double)c->vocab_size + wide + c->hidden_size) * 4;
   if (!avail || kv + scratch <= 0.9 * (double)avail) return 0;
   return err_set(err, HEARTH_ERR_NOMEM,
-                 "config.json: the KV pool (%d tokens x %d layers x 2 x %d KV heads x %d head_dim x 4 bytes = %.2f GiB) "
+                 "config.json: the KV pool (%d tokens x %d layers x 2 x %d KV heads x %d head_dim x %d bytes = %.2f GiB) "
                  "plus activation scratch (%.2f GiB) does not fit in the %.2f GiB of %s %s (%s); "
                  "lower --ctx / --parallel (kv_tokens), or check the config's dimensions",
-                 (int)tokens, c->num_hidden_layers, c->num_key_value_heads, c->head_dim, kv / 1073741824.0,
+                 (int)tokens, c->num_hidden_layers, c->num_key_value_heads, c->head_dim, es, kv / 1073741824.0,
                  scratch / 1073741824.0, (double)avail / 1073741824.0, what, when,
                  p->backend == HEARTH_BACKEND_CPU ? "MemAvailable" : m->be->name);
 }
