@@ -31,15 +31,17 @@ static const char *find_crlf(const char *p, size_t n) {
   return NULL;
 }
 
-/* A CR not followed by LF, or an LF not preceded by CR, in p[0..n) (a CR at the very end may
+/* A CR not followed by LF, or an LF not preceded by CR, in p[from..n) (a CR at the very end may
  * still get its LF). */
-static int stray_cr_lf(const char *p, size_t n) {
-  for (size_t i = 0; i < n; i++) {
+static int stray_cr_lf_from(const char *p, size_t from, size_t n) {
+  for (size_t i = from; i < n; i++) {
     if (p[i] == '\n' && (i == 0 || p[i - 1] != '\r')) return 1;
     if (p[i] == '\r' && i + 1 < n && p[i + 1] != '\n') return 1;
   }
   return 0;
 }
+
+static int stray_cr_lf(const char *p, size_t n) { return stray_cr_lf_from(p, 0, n); }
 
 /* The value of a field line without its leading and trailing whitespace. */
 static void trim(const char **v, const char **end) {
@@ -153,18 +155,22 @@ size_t http_frame_feed(struct http_framer *fr, const char *p, size_t n) {
     switch (fr->state) {
       case ST_HEAD: {
         /* an empty line before a request line: passed on, MHD skips it (RFC 9112 2.2) */
-        if (m >= 2 && q[0] == '\r' && q[1] == '\n') { done += 2; break; }
+        if (m >= 2 && q[0] == '\r' && q[1] == '\n') { done += 2; fr->head_seen = 0; break; }
         const char *e = NULL;
-        for (size_t i = 0; i + 3 < m && i + 3 < HTTP_FRAME_HEAD_MAX; i++)
+        size_t from = fr->head_seen > 3 ? fr->head_seen - 3 : 0;
+        for (size_t i = from; i + 3 < m && i + 3 < HTTP_FRAME_HEAD_MAX; i++)
           if (!memcmp(q + i, "\r\n\r\n", 4)) { e = q + i + 4; break; }
         if (!e) {
           size_t k = m < HTTP_FRAME_HEAD_MAX ? m : HTTP_FRAME_HEAD_MAX;
-          if (stray_cr_lf(q, k)) return fail(fr, 400, "a line not ended by CRLF in the request head", done);
+          size_t back = fr->head_seen > 1 ? fr->head_seen - 1 : 0; /* a CR at the old end got its byte */
+          if (stray_cr_lf_from(q, back, k)) return fail(fr, 400, "a line not ended by CRLF in the request head", done);
+          fr->head_seen = k;
           if (m < HTTP_FRAME_HEAD_MAX) return done;
           if (!find_crlf(q, k)) return fail(fr, 414, "the request line is too long", done);
           return fail(fr, 431, "the request head is too large", done);
         }
         size_t len = (size_t)(e - q);
+        fr->head_seen = 0;
         if (stray_cr_lf(q, len)) return fail(fr, 400, "a line not ended by CRLF in the request head", done);
         if (check_head(fr, q, len)) return done;
         fr->heads++;

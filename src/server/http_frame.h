@@ -33,6 +33,8 @@ struct http_framer {
   int state;                  /* where in a request the next byte falls (http_frame.c) */
   unsigned long long left;    /* body or chunk bytes still to come */
   unsigned long heads;        /* complete, valid request heads passed so far */
+  size_t head_seen;           /* bytes of the head now arriving already searched for its end (a head
+                               * trickling in is not rescanned from its start on every read) */
   unsigned status;            /* 0, or the HTTP status of the violation that stopped it */
   char why[96];               /* what was wrong, for the error reply */
 };

@@ -289,6 +289,8 @@ for (const [name, make, want, opt = {}] of TABLE) {
         assert.equal(JSON.parse(body).error.param, opt.param, body);
       }
     }
+    // the server is still up after every row
+    assert.equal((await getJSON(srv, '/health')).status, 200, `/health after ${name}`);
   });
 }
 
@@ -436,6 +438,8 @@ test('still healthy after the table', async () => {
   assert.deepEqual(h.body, { status: 'ok' });
   const st = await getJSON(srv, '/status');
   assert.equal(st.body.models.find((m) => m.id === CHAT).slots_busy, 0);
+  // and within a memory bound: no row left its body, tree or buffers behind
+  assert.ok(rssBytes(srv.pid) < 1 << 30, `RSS ${rssBytes(srv.pid)} bytes after the table`);
 });
 
 // ---- hostile chat templates -----------------------------------------------------------------------
