@@ -3,13 +3,14 @@
 // connection without a response); afterwards the server must still answer /health and shut down
 // cleanly. This table is the documentation of those statuses (README, "Errors and limits").
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import { after, before, test } from 'node:test';
 
 import {
-  CHAT, EMBED, FIX, getJSON, modelWithTemplate, postJSON, removeModelDir, requirePrereqs, rssBytes, sleep, startServer,
+  BIN, CHAT, EMBED, FIX, getJSON, modelWithTemplate, postJSON, removeModelDir, requirePrereqs, rssBytes, sleep, startServer,
 } from './harness.mjs';
 
 requirePrereqs({ openai: true });
@@ -293,6 +294,20 @@ for (const [name, make, want, opt = {}] of TABLE) {
     assert.equal((await getJSON(srv, '/health')).status, 200, `/health after ${name}`);
   });
 }
+
+// Bind: the listening socket (hearth's own since the framing relay, http_relay.c) is loopback only.
+test('bind: the server listens on 127.0.0.1 only, and refuses a non-loopback --host at start', () => {
+  const hex = srv.port.toString(16).toUpperCase().padStart(4, '0');
+  const listening = (file) => fs.readFileSync(file, 'utf8').split('\n').slice(1)
+    .map((l) => l.trim().split(/\s+/)).filter((f) => f.length > 3 && f[1].endsWith(`:${hex}`) && f[3] === '0A').map((f) => f[1]);
+  assert.deepEqual(listening('/proc/net/tcp'), [`0100007F:${hex}`], 'one listening socket, on 127.0.0.1');
+  if (fs.existsSync('/proc/net/tcp6')) assert.deepEqual(listening('/proc/net/tcp6'), [], 'none on IPv6');
+  for (const host of ['0.0.0.0', '::', '192.168.1.10', 'example.com']) {
+    const r = spawnSync(BIN, ['serve', '--model', `${FIX}/${CHAT}`, '--host', host, '--port', '0'], { encoding: 'utf8', timeout: 60000 });
+    assert.notEqual(r.status, 0, `--host ${host} was accepted`);
+    assert.match(r.stderr, /loopback only/, r.stderr);
+  }
+});
 
 test('100 idle half-open connections do not starve /health', async () => {
   const socks = [];
