@@ -171,3 +171,18 @@ for k, v in reqs.items():
     write("fuzz_request_json", k, json.dumps(v))
 write("fuzz_request_json", "deep", '{"model":"m","messages":[{"role":"user","content":"x","x":' + "[" * 60 + "]" * 60 + "}]}")
 write("fuzz_request_json", "empties", '{"model":"m","messages":[' + ",".join(["{}"] * 200) + "]}")
+
+# ---- fuzz_http_frame: a connection's bytes (the first byte: the read size - 1) ---------------------
+H = "Host: 127.0.0.1:8080\r\n"
+conns = {
+    "get": "GET /health HTTP/1.1\r\n" + H + "\r\n",
+    "pipelined": "GET /a HTTP/1.1\r\n" + H + "\r\nPOST /t HTTP/1.1\r\n" + H + "Content-Length: 2\r\n\r\n{}",
+    "chunked": "POST /t HTTP/1.1\r\n" + H + "Transfer-Encoding: chunked\r\n\r\n2;x=y\r\n{}\r\n0\r\nX-T: 1\r\n\r\n"
+               "GET / HTTP/1.1\r\n" + H + "\r\n",
+    "cl-minus-one": "POST /t HTTP/1.1\r\n" + H + "Content-Length: -1\r\n\r\n{}",
+    "empty-name": "GET /health HTTP/1.1\r\n" + H + ": x\r\nGET /v1/models HTTP/1.1\r\n\r\n",
+    "obs-fold": "GET / HTTP/1.1\r\n" + H + "X-A: 1\r\n 2\r\n\r\n",
+    "te-cl": "POST / HTTP/1.1\r\n" + H + "Content-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+}
+for i, (k, v) in enumerate(conns.items()):
+    write("fuzz_http_frame", k, bytes([(i * 37) % 256]) + v.encode("latin1"))

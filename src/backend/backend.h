@@ -240,6 +240,10 @@ struct hb_ops {
    * with factor 1 is rope_neox over the whole head. */
   void (*rope_prop)(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_batch *b, int n_heads, int head_dim,
                     int n_pairs, float theta, float factor);
+  /* ---- memory planning (runtime/model_load.c) ---- */
+  /* bytes this backend could still allocate now (a device's free memory); 0 if unknown. NULL: the backend
+   * allocates host memory, which the loader checks against MemAvailable itself. */
+  uint64_t (*mem_available)(struct hb_ctx *ctx);
 };
 
 /* Backends compiled into this build. hb_cuda_ops is NULL-safe: hb_get returns NULL when absent. */

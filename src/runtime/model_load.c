@@ -74,26 +74,40 @@ static int alloc_scratch(struct hearth_model *m, struct hearth_err *err) {
 /* The memory the KV pool and the activation scratch will take, before any of it is allocated, in
  * double (a hostile config must not overflow the sum). On the CPU backend this is host memory,
  * and Linux would hand out far more than exists (overcommit) only for the OOM killer to end the
- * process at first touch; so it is checked against MemAvailable. (CUDA's cudaMalloc refuses
- * what the device does not have, with its own message naming the sizes.) */
+ * process at first touch; so it is checked against MemAvailable. A device backend says what it
+ * can still allocate (mem_available: cudaMemGetInfo's free bytes): cudaMalloc would refuse too,
+ * but only after the weights were uploaded, and naming one tensor rather than the plan. */
 static int memory_plan_check(const struct hearth_model *m, const struct hearth_model_params *p, int kv_tokens,
                              const char *when, struct hearth_err *err) {
-  if (p->backend != HEARTH_BACKEND_CPU) return 0;
+  uint64_t avail;
+  const char *what;
+  if (p->backend == HEARTH_BACKEND_CPU) {
+    avail = mem_available_bytes();
+    what = "memory available";
+  } else if (m->be && m->be->mem_available) {
+    avail = m->be->mem_available(m->bctx);
+    what = "device memory free";
+  } else {
+    return 0;
+  }
   const struct hf_config *c = &m->cfg;
+  /* bytes per KV and activation element: f32, except on a device's fast path, which keeps them in f16
+   * (cuda_alloc: HB_F32 becomes HB_F16 unless the context is exact) */
+  int es = p->backend != HEARTH_BACKEND_CPU && !(p->exact || p->dtype != HEARTH_DTYPE_INT4) ? 2 : 4;
   double tokens = (double)((kv_tokens + KV_BLOCK - 1) / KV_BLOCK) * KV_BLOCK;
   double kvd = (double)c->num_key_value_heads * c->head_dim, qd = (double)c->num_attention_heads * c->head_dim;
-  double kv = tokens * c->num_hidden_layers * 2 * kvd * 4;
+  double kv = tokens * c->num_hidden_layers * 2 * kvd * es;
   double wide = c->vocab_size > c->hidden_size ? c->vocab_size : c->hidden_size;
-  double scratch = (double)MAX_BATCH_TOKENS * (3.0 * c->hidden_size + 2 * qd + 2 * kvd + 2.0 * c->intermediate_size) * 4 +
+  double scratch = (double)MAX_BATCH_TOKENS * (3.0 * c->hidden_size + 2 * qd + 2 * kvd + 2.0 * c->intermediate_size) * es +
                    (double)MAX_BATCH_SEQS * ((double)c->vocab_size + wide + c->hidden_size) * 4;
-  uint64_t avail = mem_available_bytes();
   if (!avail || kv + scratch <= 0.9 * (double)avail) return 0;
   return err_set(err, HEARTH_ERR_NOMEM,
-                 "config.json: the KV pool (%d tokens x %d layers x 2 x %d KV heads x %d head_dim x 4 bytes = %.2f GiB) "
-                 "plus activation scratch (%.2f GiB) does not fit in the %.2f GiB of memory available %s (MemAvailable); "
+                 "config.json: the KV pool (%d tokens x %d layers x 2 x %d KV heads x %d head_dim x %d bytes = %.2f GiB) "
+                 "plus activation scratch (%.2f GiB) does not fit in the %.2f GiB of %s %s (%s); "
                  "lower --ctx / --parallel (kv_tokens), or check the config's dimensions",
-                 (int)tokens, c->num_hidden_layers, c->num_key_value_heads, c->head_dim, kv / 1073741824.0,
-                 scratch / 1073741824.0, (double)avail / 1073741824.0, when);
+                 (int)tokens, c->num_hidden_layers, c->num_key_value_heads, c->head_dim, es, kv / 1073741824.0,
+                 scratch / 1073741824.0, (double)avail / 1073741824.0, what, when,
+                 p->backend == HEARTH_BACKEND_CPU ? "MemAvailable" : m->be->name);
 }
 
 static void free_scratch(struct hearth_model *m) {
@@ -257,6 +271,8 @@ int hearth_model_load(const struct hearth_model_params *p, struct hearth_model *
   if (!m->be) { rc = err->code; goto fail; }
   struct hb_config bc = {.n_threads = p->n_threads, .device = 0, .exact = p->exact || p->dtype != HEARTH_DTYPE_INT4};
   if ((rc = m->be->init(&bc, &m->bctx, err))) goto fail;
+  /* a device backend's free memory is known once it is up, still before any weight is read */
+  if (p->backend != HEARTH_BACKEND_CPU && (rc = memory_plan_check(m, p, kv_tokens, "before loading", err))) goto fail;
   m->w.layers = calloc((size_t)m->cfg.num_hidden_layers, sizeof *m->w.layers);
   if (!m->w.layers) { rc = err_set(err, HEARTH_ERR_NOMEM, "out of memory"); goto fail; }
   struct st_set *st = NULL;

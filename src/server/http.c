@@ -7,9 +7,11 @@
  *   limits      MHD: connection limit (max_conns + a small reserve), idle timeout (timeout_s),
  *               per-connection memory (header floods → 431 from MHD), strict parsing; the
  *               slow-client guard (http_guard.h): head deadline, body rate floor
- *   framing     %00 in the URL, two Host or Content-Length headers, Transfer-Encoding with
- *               Content-Length → 400; a Transfer-Encoding other than chunked → 501; the
- *               connection closes after these replies
+ *   framing     before MHD: the relay (http_relay.h) frames every request head strictly
+ *               (http_frame.h: malformed lines, empty header names, obs-fold, two Host or
+ *               Content-Length headers, Content-Length not digits, Transfer-Encoding with
+ *               Content-Length → 400; a Transfer-Encoding other than chunked → 501) and closes;
+ *               here: %00 in the URL → 400 and close
  *   route       unknown path 404, known path with another method 405 + Allow
  *   Host        must name loopback and the bound port (DNS-rebinding guard) → 403; HTTP/1.1
  *               without Host → 400
@@ -20,7 +22,7 @@
  *               max(HTTP_DISCARD_MIN, 8 x max_body); larger or with "Expect: 100-continue" at once
  *   memory      bodies and parse trees of all requests in flight within a global budget → 503;
  *               a parse tree within JSON_TREE_FACTOR x its body → 413 (json_budget.h)
- *   depth       JSON nesting deeper than max_depth → 400 (checked before parsing)
+ *   depth       JSON nesting deeper than max_depth → 400 (the same pre-scan as the budget's)
  *   JSON        body must parse (strict UTF-8) to an object → 400
  * Every rejection is an OpenAI error object. Not here: anything about models or tokens.
  */
@@ -38,10 +40,12 @@
 #include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/err.h"
 #include "server/errors.h"
 #include "server/http_guard.h"
+#include "server/http_relay.h"
 #include "server/json_budget.h"
 #include "server/routes.h"
 
@@ -80,8 +84,10 @@ enum MHD_Result http_reply_json(struct http_req *r, unsigned status, json_t *bod
     text = strdup(oom);
     if (!text) return MHD_NO;
   }
-  size_t n = strlen(text);
-  text[n] = 0;
+  return http_reply_json_text(r, status, text, strlen(text));
+}
+
+enum MHD_Result http_reply_json_text(struct http_req *r, unsigned status, char *text, size_t n) {
   struct MHD_Response *resp =
       MHD_create_response_from_buffer(n, text, MHD_RESPMEM_MUST_FREE);
   if (!resp) { free(text); return MHD_NO; }
@@ -219,49 +225,16 @@ static int auth_ok(const char *want, const char *got) {
   return diff == 0;
 }
 
-/* Headers whose repetition or value changes how the request is framed or routed. */
-struct framing {
-  int host, content_length, transfer_encoding;
-  int te_chunked; /* the one Transfer-Encoding is exactly "chunked" */
-};
-
-static enum MHD_Result count_framing(void *cls, enum MHD_ValueKind kind, const char *key,
-                                     const char *value) {
-  struct framing *f = cls;
-  (void)kind;
-  if (!strcasecmp(key, MHD_HTTP_HEADER_HOST)) f->host++;
-  else if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) f->content_length++;
-  else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
-    f->transfer_encoding++;
-    f->te_chunked = value && !strcasecmp(value, "chunked");
-  }
-  return MHD_YES;
-}
-
-/* What MHD 0.9.75 lets through even in strict mode (it takes the first of two Content-Lengths,
- * waits forever for a body of an unknown Transfer-Encoding, truncates a URL at %00); queues the
- * rejection and returns 1, or returns 0. These replies close the connection: the body's extent is
- * unknown, so nothing after it can be trusted as the next request. */
+/* A URL that held %00 (MHD would hand the handler a path cut at the NUL): queues a 400 and
+ * returns 1, or returns 0. The rest of the framing (duplicate Host or Content-Length, a
+ * Transfer-Encoding other than chunked, malformed heads) never gets here: the relay's framer
+ * refuses it before MHD parses anything (http_frame.h). */
 static int framing_check(struct http_req *r, enum MHD_Result *ret) {
-  struct framing f = {0};
-  MHD_get_connection_values(r->conn, MHD_HEADER_KIND, count_framing, &f);
-  const char *why = NULL;
-  unsigned status = 400;
   int nul = r->gc && r->gc->nul_in_url;
   if (r->gc) r->gc->nul_in_url = 0; /* noted while unescaping this request's URL */
-  if (nul) why = "the URL holds a NUL byte (%00)";
-  else if (f.host > 1) why = "more than one Host header";
-  else if (f.content_length > 1) why = "more than one Content-Length header";
-  else if (f.transfer_encoding && f.content_length)
-    why = "both Transfer-Encoding and Content-Length";
-  else if (f.transfer_encoding && (f.transfer_encoding > 1 || !f.te_chunked)) {
-    why = "Transfer-Encoding other than chunked is not supported";
-    status = 501;
-  }
-  if (!why) return 0;
+  if (!nul) return 0;
   r->close_after = 1;
-  *ret = http_reply_error(r, status, NULL, status == 501 ? "not_implemented" : "bad_request", "%s",
-                          why);
+  *ret = http_reply_error(r, 400, NULL, "bad_request", "the URL holds a NUL byte (%%00)");
   return 1;
 }
 
@@ -334,25 +307,6 @@ static int precheck(struct http_req *r, const char *version, enum MHD_Result *re
     }
   }
   return 0;
-}
-
-/* The deepest nesting of [ and { in a JSON text, outside strings (stops counting past cap). */
-static int json_depth(const char *p, size_t n, int cap) {
-  int depth = 0, max = 0, in_str = 0;
-  for (size_t i = 0; i < n; i++) {
-    char c = p[i];
-    if (in_str) {
-      if (c == '\\') i++;
-      else if (c == '"') in_str = 0;
-    } else if (c == '"') {
-      in_str = 1;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max && (max = depth) > cap) return max;
-    } else if (c == ']' || c == '}') {
-      depth--;
-    }
-  }
-  return max;
 }
 
 /* ---- the access handler ------------------------------------------------------------------ */
@@ -430,10 +384,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   if (!strcmp(method, "POST")) {
     json_error_t je;
     if (!r->n_body) return http_reply_error(r, 400, NULL, "invalid_json", "empty request body");
-    if (json_depth(r->body, r->n_body, s->opt->max_depth) > s->opt->max_depth)
+    r->json = json_budget_loadb(&r->budget, r->body, r->n_body, s->opt->max_depth,
+                                JSON_REJECT_DUPLICATES, &je);
+    if (!r->json && r->budget.over == JSON_BUDGET_DEPTH)
       return http_reply_error(r, 400, NULL, "invalid_json", "JSON nested deeper than %d levels",
                               s->opt->max_depth);
-    r->json = json_budget_loadb(&r->budget, r->body, r->n_body, JSON_REJECT_DUPLICATES, &je);
     if (!r->json && r->budget.over == JSON_BUDGET_GLOBAL)
       return http_reply_error(r, 503, NULL, "server_busy",
                               "too many request bodies in memory right now; retry");
@@ -459,6 +414,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   struct srv *s = cls;
   /* a keep-alive connection waits for its next request head from now */
   http_guard_phase(s->guard, http_guard_conn(conn), HTTP_HEAD);
+  const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+  if (ci) http_relay_completed(s->relay, ci->connect_fd); /* its response is written: see http_relay.h */
   struct http_req *r = *con_cls;
   if (!r) return;
   if (s->opt->verbose)
@@ -508,6 +465,25 @@ static size_t unescape(void *cls, struct MHD_Connection *conn, char *s) {
   return (size_t)(w - s);
 }
 
+/* A listening TCP socket on the loopback address ss (http_start checked that it is one); the bound
+ * port in *port. The fd, or -1. */
+static int listen_loopback(struct sockaddr_storage *ss, int *port) {
+  int v6 = ss->ss_family == AF_INET6;
+  socklen_t len = v6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+  int fd = socket(ss->ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  int one = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (v6) setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+  if (bind(fd, (struct sockaddr *)ss, len) || listen(fd, SOMAXCONN) ||
+      getsockname(fd, (struct sockaddr *)ss, &len)) {
+    close(fd);
+    return -1;
+  }
+  *port = ntohs(v6 ? ((struct sockaddr_in6 *)ss)->sin6_port : ((struct sockaddr_in *)ss)->sin_port);
+  return fd;
+}
+
 int http_start(struct srv *s, struct MHD_Daemon **out, int *port_out, struct hearth_err *err) {
   const struct server_options *o = s->opt;
   if (!http_is_loopback(o->host))
@@ -519,8 +495,9 @@ int http_start(struct srv *s, struct MHD_Daemon **out, int *port_out, struct hea
     return err_set(err, HEARTH_ERR_ARG, "--port %d: out of range", o->port);
   struct sockaddr_storage ss;
   memset(&ss, 0, sizeof ss);
+  /* no listening socket of MHD's own: the relay accepts and frames (http_relay.h) */
   unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                   MHD_USE_ERROR_LOG | MHD_USE_POLL;
+                   MHD_USE_ERROR_LOG | MHD_USE_POLL | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
   const char *h = !strcasecmp(o->host, "localhost") ? "127.0.0.1" : o->host;
   struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
   struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
@@ -530,7 +507,6 @@ int http_start(struct srv *s, struct MHD_Daemon **out, int *port_out, struct hea
   } else if (inet_pton(AF_INET6, h, &a6->sin6_addr) == 1) {
     a6->sin6_family = AF_INET6;
     a6->sin6_port = htons((uint16_t)o->port);
-    flags |= MHD_USE_IPv6;
   } else {
     return err_set(err, HEARTH_ERR_ARG, "--host %s: not an address", o->host);
   }
@@ -542,11 +518,16 @@ int http_start(struct srv *s, struct MHD_Daemon **out, int *port_out, struct hea
   if (http_guard_new(o->head_timeout_s, o->timeout_s, HTTP_MIN_BODY_RATE, o->max_conns, o->verbose,
                      &s->guard))
     return err_set(err, HEARTH_ERR_NOMEM, "cannot start the connection guard");
-  atomic_store(&s->port, o->port);
+  int port = 0, lfd = listen_loopback(&ss, &port);
+  if (lfd < 0) {
+    http_guard_free(s->guard);
+    s->guard = NULL;
+    return err_set(err, HEARTH_ERR_IO, "cannot listen on %s:%d (port in use?)", o->host, o->port);
+  }
+  atomic_store(&s->port, port);
   struct MHD_Daemon *d = MHD_start_daemon(
-      flags, (uint16_t)o->port, NULL, NULL, on_request, s,
+      flags, 0, NULL, NULL, on_request, s,
       MHD_OPTION_EXTERNAL_LOGGER, on_log, s,
-      MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
       MHD_OPTION_CONNECTION_LIMIT, (unsigned)(o->max_conns + HTTP_GUARD_RESERVE),
       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o->timeout_s,
       MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024,
@@ -555,20 +536,26 @@ int http_start(struct srv *s, struct MHD_Daemon **out, int *port_out, struct hea
       MHD_OPTION_NOTIFY_CONNECTION, http_guard_notify, s->guard,
       MHD_OPTION_UNESCAPE_CALLBACK, unescape, s,
       MHD_OPTION_END);
+  if (d && http_relay_start(lfd, d, o->max_conns + HTTP_GUARD_RESERVE, &s->relay)) {
+    MHD_stop_daemon(d);
+    d = NULL;
+  }
   if (!d) {
+    close(lfd);
     http_guard_free(s->guard);
     s->guard = NULL;
-    return err_set(err, HEARTH_ERR_IO, "cannot listen on %s:%d (port in use?)", o->host, o->port);
+    return err_set(err, HEARTH_ERR_IO, "cannot start the HTTP daemon on %s:%d", o->host, port);
   }
-  const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-  *port_out = di ? di->port : o->port;
-  atomic_store(&s->port, *port_out); /* was o->port: the same unless o->port is 0 */
+  *port_out = port;
   *out = d;
   return 0;
 }
 
 void http_stop(struct srv *s, struct MHD_Daemon *d) {
-  if (d) MHD_stop_daemon(d);
+  http_relay_stop_accepting(s->relay);
+  if (d) MHD_stop_daemon(d); /* closes MHD's ends: the relay threads end */
+  http_relay_free(s->relay);
+  s->relay = NULL;
   http_guard_free(s->guard);
   s->guard = NULL;
 }

@@ -44,6 +44,9 @@ struct http_req {
 
 /* Replies with body (stolen, may be NULL on OOM → 500) as application/json. */
 enum MHD_Result http_reply_json(struct http_req *r, unsigned status, json_t *body);
+/* Replies with text (malloc'ed JSON of n bytes, stolen) as application/json: for replies too large
+ * to build as a jansson tree first. */
+enum MHD_Result http_reply_json_text(struct http_req *r, unsigned status, char *text, size_t n);
 /* Replies with an OpenAI error object; param and code may be NULL. */
 enum MHD_Result http_reply_error(struct http_req *r, unsigned status, const char *param,
                               const char *code, const char *fmt, ...)

@@ -23,7 +23,7 @@
 #define JSON_TREE_FACTOR 16
 #define JSON_TREE_SLACK ((size_t)4 << 20) /* plus this much, for small bodies of small numbers */
 
-enum { JSON_BUDGET_OK, JSON_BUDGET_REQUEST, JSON_BUDGET_GLOBAL };
+enum { JSON_BUDGET_OK, JSON_BUDGET_REQUEST, JSON_BUDGET_GLOBAL, JSON_BUDGET_DEPTH };
 
 /* One request's share. Zero-initialise; json_budget_release gives it back. */
 struct json_budget {
@@ -39,9 +39,11 @@ void json_budget_init(size_t global_limit);
 /* Charges n bytes (a body buffer's growth) to b and the global budget; -1 (b->over set) if the
  * global budget has no room. */
 int json_budget_reserve(struct json_budget *b, size_t n);
-/* json_loadb under b: NULL with b->over set when a budget ran out (je then says "out of memory"). */
-json_t *json_budget_loadb(struct json_budget *b, const char *text, size_t n, size_t flags,
-                          json_error_t *je);
+/* json_loadb under b, after one pass over the text that refuses nesting deeper than max_depth
+ * (NULL, b->over = JSON_BUDGET_DEPTH) and texts too many values to fit (JSON_BUDGET_REQUEST):
+ * NULL with b->over set when a check or a budget stopped it, or as json_loadb (b->over 0). */
+json_t *json_budget_loadb(struct json_budget *b, const char *text, size_t n, int max_depth,
+                          size_t flags, json_error_t *je);
 /* Gives b's bytes back to the global budget (the request is done with its body and tree). */
 void json_budget_release(struct json_budget *b);
 /* Bytes charged to the global budget now (for tests and /status). */

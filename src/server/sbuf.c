@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int reserve(struct sbuf *s, size_t extra) {
+int sbuf_reserve(struct sbuf *s, size_t extra) {
   if (s->n + extra + 1 <= s->cap) return 0;
   size_t cap = s->cap ? s->cap : 256;
   while (cap < s->n + extra + 1) cap *= 2;
@@ -18,7 +18,7 @@ static int reserve(struct sbuf *s, size_t extra) {
 }
 
 int sbuf_add(struct sbuf *s, const char *p, size_t n) {
-  if (reserve(s, n)) return -1;
+  if (sbuf_reserve(s, n)) return -1;
   if (n) memcpy(s->p + s->n, p, n);
   s->n += n;
   s->p[s->n] = 0;
@@ -32,7 +32,7 @@ int sbuf_addf(struct sbuf *s, const char *fmt, ...) {
   va_start(ap, fmt);
   int k = vsnprintf(NULL, 0, fmt, ap);
   va_end(ap);
-  if (k < 0 || reserve(s, (size_t)k)) return -1;
+  if (k < 0 || sbuf_reserve(s, (size_t)k)) return -1;
   va_start(ap, fmt);
   vsnprintf(s->p + s->n, (size_t)k + 1, fmt, ap);
   va_end(ap);

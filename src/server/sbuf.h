@@ -13,6 +13,8 @@ struct sbuf {
 int sbuf_add(struct sbuf *s, const char *p, size_t n);
 int sbuf_adds(struct sbuf *s, const char *str);
 int sbuf_addf(struct sbuf *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Makes room for extra more bytes (and the NUL) at once; 0 or -1 on OOM. */
+int sbuf_reserve(struct sbuf *s, size_t extra);
 /* Drops the first n bytes. */
 void sbuf_consume(struct sbuf *s, size_t n);
 void sbuf_reset(struct sbuf *s);

@@ -13,6 +13,7 @@
 
 struct engine;
 struct http_guard;
+struct http_relay;
 struct jvocab;
 struct textio;
 
@@ -43,6 +44,7 @@ struct srv {
   atomic_ulong n_errors;     /* 4xx/5xx replies */
   atomic_int n_active_http;  /* requests inside a handler right now */
   struct http_guard *guard;  /* per-connection deadlines (http_guard.h), owned by http.c */
+  struct http_relay *relay;  /* the accept loop and strict framing (http_relay.h), owned by http.c */
   /* shutdown (server_run): draining = new requests get 503; n_inflight = requests begun and not yet
    * completed (streams included); aborting = the grace period is over: embeddings stop */
   atomic_int draining;

@@ -4,11 +4,13 @@
  *               returned too, so clients can see exactly what the model reads.
  *   /detokenize {model, tokens: [ids]} → {prompt}
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "server/errors.h"
 #include "server/routes.h"
+#include "server/sbuf.h"
 #include "server/textio.h"
 
 static struct srv_model *any_model(struct http_req *r, enum MHD_Result *ret) {
@@ -53,13 +55,32 @@ enum MHD_Result ep_tokenize(struct http_req *r) {
     free(rendered);
     return http_reply_error(r, 500, NULL, NULL, "%s", errors_scrub(err.msg));
   }
-  json_t *toks = json_array();
-  for (int i = 0; i < n; i++) json_array_append_new(toks, json_integer(ids[i]));
+  /* the reply is written as text, not built as a jansson tree: an 8 MB prompt is ~1.6 M tokens,
+   * and a tree of them cost ~100 MB (a json_t and an array slot per id) on top of the text */
+  size_t need = 64; /* the ids' text exactly, so the buffer is sized once */
+  for (int i = 0; i < n; i++) need += (size_t)snprintf(NULL, 0, ",%d", (int)ids[i]);
+  struct sbuf out = {0};
+  int bad = sbuf_reserve(&out, need) || sbuf_adds(&out, "{\"tokens\":[");
+  for (int i = 0; i < n && !bad; i++) {
+    char num[16];
+    int k = snprintf(num, sizeof num, i ? ",%d" : "%d", (int)ids[i]);
+    bad = sbuf_add(&out, num, (size_t)k);
+  }
   free(ids);
-  json_t *body = json_pack("{s:o, s:i, s:i}", "tokens", toks, "count", n, "max_model_len", m->n_ctx);
-  if (rendered) json_object_set_new(body, "prompt", json_string(rendered));
+  if (!bad) bad = sbuf_addf(&out, "],\"count\":%d,\"max_model_len\":%d", n, m->n_ctx);
+  if (rendered && !bad) {
+    json_t *js = json_string(rendered);
+    char *enc = js ? json_dumps(js, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+    json_decref(js);
+    bad = !enc || sbuf_adds(&out, ",\"prompt\":") || sbuf_adds(&out, enc);
+    free(enc);
+  }
   free(rendered);
-  return http_reply_json(r, 200, body);
+  if (bad || sbuf_adds(&out, "}")) {
+    sbuf_free(&out);
+    return http_reply_error(r, 500, NULL, NULL, "out of memory");
+  }
+  return http_reply_json_text(r, 200, out.p, out.n);
 }
 
 enum MHD_Result ep_detokenize(struct http_req *r) {

@@ -11,7 +11,9 @@
 #include "tok/tok_internal.h"
 #include "base/err.h"
 
-struct range { size_t a, b; int is_match; };
+/* A piece of a span: 32-bit offsets (encode_normalized_span refuses longer spans), since an 8 MB
+ * text has millions of pieces. */
+struct range { uint32_t a, b; int is_match; };
 struct ranges { struct range *v; size_t n, cap; };
 
 struct enc {
@@ -31,7 +33,7 @@ static int rpush(struct ranges *r, size_t a, size_t b, int is_match) {
     if (!p) return -1;
     r->v = p, r->cap = cap;
   }
-  r->v[r->n++] = (struct range){a, b, is_match};
+  r->v[r->n++] = (struct range){(uint32_t)a, (uint32_t)b, is_match};
   return 0;
 }
 
@@ -119,8 +121,39 @@ static int normalize(struct enc *e, const char *s, size_t n, char **out, size_t 
 
 /* ---- pre-tokenization + model ---- */
 
+/* The last split step hands its pieces to BPE in batches of this many, so the pieces of a long
+ * text are never all held at once (an 8 MB text is ~2.5 M pieces). */
+#define BPE_BATCH 4096
+
+/* BPE over the pieces r holds, in order; empties r. */
+static int bpe_ranges(struct enc *e, const char *s, struct ranges *r) {
+  for (size_t i = 0; i < r->n; i++) {
+    int rc = tok_bpe_word(e->t, s + r->v[i].a, r->v[i].b - r->v[i].a, &e->ids, &e->bpe);
+    if (rc == -2)
+      return err_set(e->err, HEARTH_ERR_ARG, "tokenizer: the text has a character with no token, and tokenizer.json "
+                     "has neither byte-fallback tokens nor an unk_token to stand for it");
+    if (rc) return err_set(e->err, HEARTH_ERR_NOMEM, "tokenizer: out of memory");
+  }
+  r->n = 0;
+  return 0;
+}
+
+/* Isolated and Removed pieces need no neighbours: they go to out as they are found (and to BPE
+ * in batches when stream is set); the merging behaviours collect a range's pieces first. */
+static int direct(const struct tok_pre_step *st) { return st->behavior == SB_ISOLATED || st->behavior == SB_REMOVED; }
+
+static int piece(struct enc *e, const struct tok_pre_step *st, const char *s, struct ranges *m,
+                 struct ranges *out, int stream, size_t a, size_t b, int is_match) {
+  if (!direct(st)) return rpush(m, a, b, is_match) ? err_set(e->err, HEARTH_ERR_NOMEM, "tokenizer: out of memory") : 0;
+  if (st->behavior == SB_REMOVED && is_match) return 0;
+  if (rpush(out, a, b, 0)) return err_set(e->err, HEARTH_ERR_NOMEM, "tokenizer: out of memory");
+  return stream && out->n >= BPE_BATCH ? bpe_ranges(e, s, out) : 0;
+}
+
+/* One pre-tokenizer step over the pieces in: its pieces into out, or (stream: the last step, and
+ * a direct behaviour) through out into BPE, leaving the last batch in out. */
 static int split_step(struct enc *e, const struct tok_pre_step *st, const char *s, struct ranges *in,
-                      struct ranges *out) {
+                      struct ranges *out, int stream) {
   out->n = 0;
   struct ranges m = {0};
   int rc = 0;
@@ -141,27 +174,24 @@ static int split_step(struct enc *e, const struct tok_pre_step *st, const char *
           while (off < len && ((unsigned char)s[a + off] & 0xC0) == 0x80) off++;
           continue;
         }
-        if (a + ov[0] > pos && rpush(&m, pos, a + ov[0], 0)) goto nomem;
-        if (rpush(&m, a + ov[0], a + ov[1], 1)) goto nomem;
+        if (a + ov[0] > pos && (rc = piece(e, st, s, &m, out, stream, pos, a + ov[0], 0))) goto out;
+        if ((rc = piece(e, st, s, &m, out, stream, a + ov[0], a + ov[1], 1))) goto out;
         pos = a + ov[1];
         off = ov[1];
       }
     } else {
       for (const char *p = s + a; (p = memmem(p, b - (size_t)(p - s), st->pat, st->patlen)); p += st->patlen) {
         size_t ms = (size_t)(p - s);
-        if (ms > pos && rpush(&m, pos, ms, 0)) goto nomem;
-        if (rpush(&m, ms, ms + st->patlen, 1)) goto nomem;
+        if (ms > pos && (rc = piece(e, st, s, &m, out, stream, pos, ms, 0))) goto out;
+        if ((rc = piece(e, st, s, &m, out, stream, ms, ms + st->patlen, 1))) goto out;
         pos = ms + st->patlen;
       }
     }
-    if (b > pos && rpush(&m, pos, b, 0)) goto nomem;
-    /* behaviours, as HF SplitDelimiterBehavior */
+    if (b > pos && (rc = piece(e, st, s, &m, out, stream, pos, b, 0))) goto out;
+    /* behaviours, as HF SplitDelimiterBehavior (Isolated and Removed: done by piece) */
     switch (st->behavior) {
     case SB_ISOLATED:
-      for (size_t i = 0; i < m.n; i++) if (rpush(out, m.v[i].a, m.v[i].b, 0)) goto nomem;
-      break;
     case SB_REMOVED:
-      for (size_t i = 0; i < m.n; i++) if (!m.v[i].is_match && rpush(out, m.v[i].a, m.v[i].b, 0)) goto nomem;
       break;
     case SB_MERGED_PREV: {
       int prev_match = 0;
@@ -200,22 +230,16 @@ nomem:
 static int encode_normalized_span(struct enc *e, const char *s, size_t n) {
   const struct tok *t = e->t;
   struct ranges *in = &e->r[0], *out = &e->r[1];
+  if (n > UINT32_MAX) return err_set(e->err, HEARTH_ERR_ARG, "tokenizer: a normalized span over 4 GiB");
   in->n = 0;
   if (rpush(in, 0, n, 0)) return err_set(e->err, HEARTH_ERR_NOMEM, "tokenizer: out of memory");
   for (int k = 0; k < t->n_pre; k++) {
-    int rc = split_step(e, &t->pre[k], s, in, out);
+    int rc = split_step(e, &t->pre[k], s, in, out, k == t->n_pre - 1 && direct(&t->pre[k]));
     if (rc) return rc;
     struct ranges *tmp = in;
     in = out, out = tmp;
   }
-  for (size_t i = 0; i < in->n; i++) {
-    int rc = tok_bpe_word(t, s + in->v[i].a, in->v[i].b - in->v[i].a, &e->ids, &e->bpe);
-    if (rc == -2)
-      return err_set(e->err, HEARTH_ERR_ARG, "tokenizer: the text has a character with no token, and tokenizer.json "
-                     "has neither byte-fallback tokens nor an unk_token to stand for it");
-    if (rc) return err_set(e->err, HEARTH_ERR_NOMEM, "tokenizer: out of memory");
-  }
-  return 0;
+  return bpe_ranges(e, s, in);
 }
 
 /* Splits s[0..n) on the added tokens of trie tr; calls span() on text spans and pushes ids. */

@@ -16,6 +16,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -501,6 +502,35 @@ TEST_GROUP(nan_logits) {
   remove_dir(dir);
 }
 
+/* The KV pool is planned against the device's free memory (cudaMemGetInfo) before any weight is read: a config
+ * whose pool is 4 TiB (8,192 tokens x 1,024 layers x 2 x 64 KV heads x 1,024 head_dim x 4 bytes) is refused by
+ * name, with no checkpoint beside it at all (so nothing was read or uploaded). */
+TEST_GROUP(kv_pool_plan) {
+  char dir[] = "/tmp/hearth-cuda-kv-XXXXXX";
+  REQUIRE(mkdtemp(dir));
+  char path[512];
+  snprintf(path, sizeof path, "%s/config.json", dir);
+  FILE *f = fopen(path, "w");
+  REQUIRE(f);
+  fputs("{\"architectures\":[\"Qwen3ForCausalLM\"],\"hidden_size\":64,\"intermediate_size\":64,\"num_hidden_layers\":1024,"
+        "\"num_attention_heads\":64,\"num_key_value_heads\":64,\"head_dim\":1024,\"vocab_size\":4}", f);
+  fclose(f);
+  struct hearth_model_params p;
+  hearth_model_params_default(&p);
+  p.path = dir;
+  p.backend = HEARTH_BACKEND_CUDA;
+  p.kv_tokens = 8192;
+  struct hearth_model *m = NULL;
+  struct hearth_err err = {0};
+  int rc = hearth_model_load(&p, &m, &err);
+  CHECKF(rc == HEARTH_ERR_NOMEM && strstr(err.msg, "KV pool") && strstr(err.msg, "device memory free") &&
+             strstr(err.msg, "before loading") && strstr(err.msg, "cuda"),
+         "rc %d: %s", rc, err.msg);
+  hearth_model_free(m);
+  remove(path);
+  rmdir(dir);
+}
+
 TEST_GROUP(qwen2_f32) { lm_f32("qwen2"); }
 TEST_GROUP(qwen3_f32) { lm_f32("qwen3"); }
 TEST_GROUP(qwen2_int4) { lm_int4("qwen2"); }
@@ -517,4 +547,4 @@ TEST_GROUP(qwen3emb) { embed("qwen3emb", HEARTH_DTYPE_F32, "f32", 0.9999); embed
 #pragma GCC diagnostic ignored "-Wmisleading-indentation"
 #endif
 TEST_MAIN(T(qwen2_f32), T(qwen3_f32), T(qwen2_int4), T(qwen3_int4), T(step_select), T(step_ahead), T(nan_logits),
-          T(qwen3emb), T(gemma4_f32), T(gemma4_step_ahead))
+          T(qwen3emb), T(gemma4_f32), T(gemma4_step_ahead), T(kv_pool_plan))

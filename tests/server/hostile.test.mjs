@@ -3,13 +3,14 @@
 // connection without a response); afterwards the server must still answer /health and shut down
 // cleanly. This table is the documentation of those statuses (README, "Errors and limits").
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import { after, before, test } from 'node:test';
 
 import {
-  CHAT, EMBED, FIX, getJSON, modelWithTemplate, postJSON, removeModelDir, requirePrereqs, rssBytes, sleep, startServer,
+  BIN, CHAT, EMBED, FIX, getJSON, modelWithTemplate, postJSON, removeModelDir, requirePrereqs, rssBytes, sleep, startServer,
 } from './harness.mjs';
 
 requirePrereqs({ openai: true });
@@ -54,6 +55,25 @@ function raw(pieces, { waitMs = 6000, halfClose = false } = {}) {
       if (halfClose && !s.destroyed) s.end();
     });
   });
+}
+
+// The statuses of the responses that make up text exactly: each a status line, header lines
+// ("Name: value"), a blank line and a Content-Length body. Throws on anything else (a doubled or
+// garbled head, bytes left over).
+function parseResponses(text) {
+  const out = [];
+  let rest = text;
+  while (rest.length) {
+    const m = /^HTTP\/1\.1 (\d{3}) [^\r\n]*\r\n((?:[!#$%&'*+\-.^_`|~0-9A-Za-z]+: [^\r\n]*\r\n)*)\r\n/.exec(rest);
+    if (!m) throw new Error(`not a well-formed response head at: ${JSON.stringify(rest.slice(0, 120))}`);
+    const cl = /^Content-Length: (\d+)\r$/im.exec(m[2]);
+    if (!cl) throw new Error(`a response without Content-Length: ${JSON.stringify(m[0])}`);
+    const end = m[0].length + Number(cl[1]);
+    if (rest.length < end) throw new Error(`a truncated body: ${JSON.stringify(rest.slice(0, 200))}`);
+    out.push(Number(m[1]));
+    rest = rest.slice(end);
+  }
+  return out;
 }
 
 const H = () => `127.0.0.1:${srv.port}`;
@@ -190,25 +210,37 @@ const TABLE = [
   ['PUT /health', () => req('PUT', '/health', { body: '{}' }), 405],
   ['OPTIONS preflight', () => req('OPTIONS', C), 405],
   ['invalid UTF-8 in the path', () => Buffer.concat([Buffer.from('GET /v1/\xff\xfe HTTP/1.1\r\n', 'latin1'), Buffer.from(`Host: ${H()}\r\nConnection: close\r\n\r\n`)]), 404],
-  ['garbage request line', () => 'GARBAGE\r\n\r\n', 'close'],
+  ['garbage request line', () => 'GARBAGE\r\n\r\n', 400, { closes: true, exact: [400] }],
   ['HTTP/2.0 in the request line', () => req('GET', '/health', { version: '2.0' }), 505],
   ['bad Content-Length', () => `POST ${C} HTTP/1.1\r\nHost: ${H()}\r\nContent-Type: application/json\r\nContent-Length: abc\r\n\r\n{}`, 400],
-  // framing (MHD 0.9.75 lets these through; http.c's framing_check refuses them and closes)
+  // framing: MHD 0.9.75 lets these through or garbles them; the relay's framer (http_frame.h)
+  // refuses them before MHD parses anything, with exactly one well-formed reply, and closes
   ['two Content-Length headers, conflicting', () => `POST /tokenize HTTP/1.1\r\nHost: ${H()}\r\nContent-Type: application/json\r\nContent-Length: ${TOK.length}\r\nContent-Length: 5\r\n\r\n${TOK}`, 400, { closes: true }],
   ['two Content-Length headers, equal', () => `POST /tokenize HTTP/1.1\r\nHost: ${H()}\r\nContent-Type: application/json\r\nContent-Length: ${TOK.length}\r\nContent-Length: ${TOK.length}\r\n\r\n${TOK}`, 400, { closes: true }],
-  ['Content-Length: -1', () => `POST /tokenize HTTP/1.1\r\nHost: ${H()}\r\nContent-Type: application/json\r\nContent-Length: -1\r\n\r\n${TOK}`, 400, { closes: true }],
+  ['Content-Length: -1 (one well-formed 400, not two)', () => `POST /tokenize HTTP/1.1\r\nHost: ${H()}\r\nContent-Type: application/json\r\nContent-Length: -1\r\n\r\n${TOK}`, 400, { closes: true, exact: [400] }],
+  ['Content-Length: +5', () => `POST /tokenize HTTP/1.1\r\nHost: ${H()}\r\nContent-Type: application/json\r\nContent-Length: +5\r\n\r\n{}`, 400, { closes: true, exact: [400] }],
+  ['Content-Length of 19 digits', () => `POST /tokenize HTTP/1.1\r\nHost: ${H()}\r\nContent-Type: application/json\r\nContent-Length: 1000000000000000000\r\n\r\n{}`, 400, { closes: true, exact: [400] }],
+  ['Content-Length: 2 2 (a list)', () => `POST /tokenize HTTP/1.1\r\nHost: ${H()}\r\nContent-Type: application/json\r\nContent-Length: 2, 2\r\n\r\n{}`, 400, { closes: true, exact: [400] }],
   ['two Host headers', () => `GET /health HTTP/1.1\r\nHost: ${H()}\r\nHost: ${H()}\r\n\r\n`, 400, { closes: true }],
   ['Transfer-Encoding: gzip', () => `POST /tokenize HTTP/1.1\r\nHost: ${H()}\r\nContent-Type: application/json\r\nTransfer-Encoding: gzip\r\n\r\n${TOK}`, 501, { closes: true }],
   ['Transfer-Encoding: gzip, chunked', () => `POST /tokenize HTTP/1.1\r\nHost: ${H()}\r\nContent-Type: application/json\r\nTransfer-Encoding: gzip, chunked\r\n\r\n${chunked(TOK)}`, 501, { closes: true }],
   ['Transfer-Encoding: chunked and Content-Length', () => `POST /tokenize HTTP/1.1\r\nHost: ${H()}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n${chunked(TOK)}`, 400, { closes: true }],
+  ['chunked: a chunk size that is not hex', () => `POST /tokenize HTTP/1.1\r\nHost: ${H()}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n`, 400, { closes: true, exact: [400] }],
+  ['chunked: data longer than its size', () => `POST /tokenize HTTP/1.1\r\nHost: ${H()}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}}\r\n0\r\n\r\n`, 400, { closes: true, exact: [400] }],
   ['Transfer-Encoding: chunked', () => `POST /tokenize HTTP/1.1\r\nHost: ${H()}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n${chunked(TOK)}`, 200],
   ['%00 in a model id', () => req('GET', `/v1/models/${CHAT}%00xyz`), 400],
   ['%00 in the path', () => req('GET', '/health%00'), 400],
   ['%00 in a query argument', () => req('GET', '/health?a=%00'), 400],
   ['%41 in the path is decoded', () => req('GET', '/he%61lth'), 200],
-  // MHD 0.9.75 ends the head at a line with an empty name and parses the rest as a second request
-  // (not visible through its API; docs/decisions.md): that request passes every check on its own
-  ['a header line with an empty name', () => `GET /health HTTP/1.1\r\nHost: ${H()}\r\n: x\r\nGET /v1/models HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n`, [200, 403]],
+  // MHD 0.9.75 ends the head at a line with an empty name and parses the rest as a second request;
+  // the framer refuses the head: one 400, and no second response
+  ['a header line with an empty name', () => `GET /health HTTP/1.1\r\nHost: ${H()}\r\n: x\r\nGET /v1/models HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n`, 400, { closes: true, exact: [400] }],
+  ['a header line with a whitespace-only name', () => `GET /health HTTP/1.1\r\nHost: ${H()}\r\n  : x\r\nGET /v1/models HTTP/1.1\r\nConnection: close\r\n\r\n`, 400, { closes: true, exact: [400] }],
+  ['a space before the colon', () => `GET /health HTTP/1.1\r\nHost : ${H()}\r\nConnection: close\r\n\r\n`, 400, { closes: true, exact: [400] }],
+  ['obs-fold (a header continued on the next line)', () => `GET /health HTTP/1.1\r\nHost: ${H()}\r\nX-A: 1\r\n  2\r\nConnection: close\r\n\r\n`, 400, { closes: true, exact: [400] }],
+  ['bare LF line ends', () => `GET /health HTTP/1.1\nHost: ${H()}\nConnection: close\n\n`, 400, { closes: true, exact: [400] }],
+  ['a NUL byte in a header value', () => `GET /health HTTP/1.1\r\nHost: ${H()}\r\nX-A: a\0b\r\nConnection: close\r\n\r\n`, 400, { closes: true, exact: [400] }],
+  ['two spaces in the request line', () => `GET  /health HTTP/1.1\r\nHost: ${H()}\r\nConnection: close\r\n\r\n`, 400, { closes: true, exact: [400] }],
   ['header flood (3000 headers)', () => {
     let s = `GET /health HTTP/1.1\r\nHost: ${H()}\r\n`;
     for (let i = 0; i < 3000; i++) s += `X-Flood-${i}: ${'a'.repeat(20)}\r\n`;
@@ -216,7 +248,12 @@ const TABLE = [
   }, 431],
   ['one 100 KB header', () => `GET /health HTTP/1.1\r\nHost: ${H()}\r\nX-Big: ${'b'.repeat(100000)}\r\n\r\n`, 431],
   ['100 KB URL', () => `GET /${'u'.repeat(100000)} HTTP/1.1\r\nHost: ${H()}\r\n\r\n`, 414],
-  ['pipelined GETs', () => req('GET', '/health', { headers: { Connection: 'keep-alive' } }).toString() + req('GET', '/v1/models').toString(), [200, 200]],
+  ['pipelined GETs', () => req('GET', '/health', { headers: { Connection: 'keep-alive' } }).toString() + req('GET', '/v1/models').toString(), [200, 200], { exact: [200, 200] }],
+  // a keep-alive connection's later requests are framed like its first
+  ['pipelined: a valid GET, then Content-Length: -1', () => req('GET', '/health', { headers: { Connection: 'keep-alive' } }).toString() + `POST /tokenize HTTP/1.1\r\nHost: ${H()}\r\nContent-Type: application/json\r\nContent-Length: -1\r\n\r\n${TOK}`, [200, 400], { closes: true, exact: [200, 400] }],
+  ['pipelined: a valid POST, then an empty header name', () => post('/tokenize', TOK, { headers: { Connection: 'keep-alive' } }).toString('latin1') + `GET /health HTTP/1.1\r\nHost: ${H()}\r\n: x\r\nGET /v1/models HTTP/1.1\r\nConnection: close\r\n\r\n`, [200, 400], { closes: true, exact: [200, 400] }],
+  ['keep-alive: a valid GET, a pause, then two Host headers', () => [req('GET', '/health', { headers: { Connection: 'keep-alive' } }), 300, `GET /health HTTP/1.1\r\nHost: ${H()}\r\nHost: ${H()}\r\n\r\n`], [200, 400], { closes: true, exact: [200, 400] }],
+  ['pipelined: a chunked POST, then a GET', () => `POST /tokenize HTTP/1.1\r\nHost: ${H()}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n${chunked(TOK)}` + req('GET', '/health').toString(), [200, 200], { exact: [200, 200] }],
   ['pipelined POST then GET', () => post('/tokenize', JSON.stringify({ model: CHAT, prompt: 'a b c' }), { headers: { Connection: 'keep-alive' } }).toString('latin1') + req('GET', '/health').toString(), [200, 200]],
   ['slowloris: partial headers, then silence', () => [`GET /health HTTP/1.1\r\nHost: ${H()}\r\n`, 'X-Slow: 1\r\n'], 'close'],
   ['slowloris: a byte every 150 ms (completes within the head deadline)', () => [...`GET /health HTTP/1.1\r\nHost: ${H()}\r\nConnection: close\r\n\r\n`.slice(0, 12)].flatMap((c) => [c, 150]).concat([`${`GET /health HTTP/1.1\r\nHost: ${H()}\r\nConnection: close\r\n\r\n`.slice(12)}`]), 200, { waitMs: 9000 }],
@@ -232,12 +269,15 @@ for (const [name, make, want, opt = {}] of TABLE) {
   test(`${name} -> ${Array.isArray(want) ? want.join(',') : want}`, async () => {
     const r = await raw(make(), opt);
     replies.push(r.text);
+    // exact: the whole reply text is these responses, each a well-formed head and its body
+    if (opt.exact) assert.deepEqual(parseResponses(r.text), opt.exact, r.text.slice(0, 600));
     if (want === 'close') {
       assert.equal(r.statuses.length, 0, `unexpected response: ${r.text.slice(0, 200)}`);
       assert.ok(r.closed, 'the server should have closed the connection');
       if (opt.within) assert.ok(r.seconds <= opt.within, `closed after ${r.seconds} s, want <= ${opt.within}`);
     } else if (Array.isArray(want)) {
       assert.deepEqual(r.statuses, want, r.text.slice(0, 300));
+      if (opt.closes) assert.ok(r.closed && /Connection: close/i.test(r.text), 'the last reply closes the connection');
     } else {
       assert.equal(r.statuses[0], want, r.text.slice(0, 300));
       if (want >= 400 && want !== 431 && want !== 414 && want !== 505 && !(want === 400 && /GARBAGE|Content-Length: abc|Host/.test(name))) {
@@ -250,8 +290,24 @@ for (const [name, make, want, opt = {}] of TABLE) {
         assert.equal(JSON.parse(body).error.param, opt.param, body);
       }
     }
+    // the server is still up after every row
+    assert.equal((await getJSON(srv, '/health')).status, 200, `/health after ${name}`);
   });
 }
+
+// Bind: the listening socket (hearth's own since the framing relay, http_relay.c) is loopback only.
+test('bind: the server listens on 127.0.0.1 only, and refuses a non-loopback --host at start', () => {
+  const hex = srv.port.toString(16).toUpperCase().padStart(4, '0');
+  const listening = (file) => fs.readFileSync(file, 'utf8').split('\n').slice(1)
+    .map((l) => l.trim().split(/\s+/)).filter((f) => f.length > 3 && f[1].endsWith(`:${hex}`) && f[3] === '0A').map((f) => f[1]);
+  assert.deepEqual(listening('/proc/net/tcp'), [`0100007F:${hex}`], 'one listening socket, on 127.0.0.1');
+  if (fs.existsSync('/proc/net/tcp6')) assert.deepEqual(listening('/proc/net/tcp6'), [], 'none on IPv6');
+  for (const host of ['0.0.0.0', '::', '192.168.1.10', 'example.com']) {
+    const r = spawnSync(BIN, ['serve', '--model', `${FIX}/${CHAT}`, '--host', host, '--port', '0'], { encoding: 'utf8', timeout: 60000 });
+    assert.notEqual(r.status, 0, `--host ${host} was accepted`);
+    assert.match(r.stderr, /loopback only/, r.stderr);
+  }
+});
 
 test('100 idle half-open connections do not starve /health', async () => {
   const socks = [];
@@ -329,6 +385,31 @@ test('memory: four 8 MB bodies of [{},{},...] at once are refused within a memor
   }
 });
 
+test('memory: four 8 MB /tokenize bodies at once stay within 320 MB of peak RSS', async () => {
+  const big = await startServer([]); // the default --max-body, 8 MiB
+  try {
+    const hwm = () => Number(/VmHWM:\s+(\d+) kB/.exec(fs.readFileSync(`/proc/${big.pid}/status`, 'utf8'))[1]) * 1024;
+    const before = hwm();
+    const body = JSON.stringify({ model: CHAT, prompt: 'Hello world, how are you? '.repeat(((8 << 20) - 100) / 26 | 0) });
+    assert.ok(body.length <= 8 << 20);
+    const rs = await Promise.all([0, 1, 2, 3].map(() => fetch(`${big.url}/tokenize`, {
+      method: 'POST', headers: { 'content-type': 'application/json' }, body,
+    }).then(async (r) => ({ status: r.status, body: await r.json() }))));
+    for (const r of rs) {
+      assert.equal(r.status, 200);
+      assert.ok(r.body.count > 1000000 && r.body.tokens.length === r.body.count, `count ${r.body.count}`);
+    }
+    const grew = hwm() - before;
+    console.log(`memory: four 8 MB /tokenize bodies (${rs[0].body.count} tokens each); peak RSS +${(grew / 1048576).toFixed(0)} MB`);
+    // was ~1 GB: a jansson tree of the ids and every pre-token's range held at once (~120 MB each);
+    // now about 6x each body (the body, its parsed string, the ids, the reply text)
+    assert.ok(grew < 320 << 20, `peak RSS grew by ${(grew / 1048576).toFixed(0)} MB`);
+    assert.equal((await getJSON(big, '/health')).status, 200);
+  } finally {
+    assert.equal((await big.stop()).code, 0);
+  }
+});
+
 test('413 reaches the official client: a 30 MB body is an APIError with status 413', async () => {
   const { default: OpenAI } = await import('openai');
   const client = new OpenAI({ baseURL: `${srv.url}/v1`, apiKey: 'unused', maxRetries: 0 });
@@ -372,6 +453,8 @@ test('still healthy after the table', async () => {
   assert.deepEqual(h.body, { status: 'ok' });
   const st = await getJSON(srv, '/status');
   assert.equal(st.body.models.find((m) => m.id === CHAT).slots_busy, 0);
+  // and within a memory bound: no row left its body, tree or buffers behind
+  assert.ok(rssBytes(srv.pid) < 1 << 30, `RSS ${rssBytes(srv.pid)} bytes after the table`);
 });
 
 // ---- hostile chat templates -----------------------------------------------------------------------

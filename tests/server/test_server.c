@@ -8,7 +8,10 @@
  *          walks that take random allowed tokens end as a JSON object / a well-formed tool call.
  *   json_budget: request JSON whose parse tree would outgrow its size is refused (by the pre-scan
  *          before any allocation, or by the counting allocator mid-parse), ordinary bodies parse, and
- *          the global budget refuses what does not fit and takes back what is released. */
+ *          the global budget refuses what does not fit and takes back what is released; the same
+ *          pre-scan refuses nesting deeper than the cap.
+ *   http_frame: the strict request framer (http_frame.h) passes well-framed requests whole, in any
+ *          pieces, and refuses each malformed head, body and size with its status. */
 #include <jansson.h>
 #include <math.h>
 #include <stdint.h>
@@ -17,6 +20,7 @@
 #include <string.h>
 
 #include "server/errors.h"
+#include "server/http_frame.h"
 #include "server/json_budget.h"
 #include "server/json_mask.h"
 #include "server/json_schema.h"
@@ -613,14 +617,14 @@ TEST_GROUP(json_budget) {
   char *t = repeat_json("[", "{}", 2000000, "]", &n);
   REQUIRE(t);
   struct json_budget b = {0};
-  json_t *j = json_budget_loadb(&b, t, n, 0, &je);
+  json_t *j = json_budget_loadb(&b, t, n, 64, 0, &je);
   CHECK(!j && b.over == JSON_BUDGET_REQUEST && b.spent == 0);
   json_decref(j);
   free(t);
   /* [1,1,...] passes the pre-scan (20 bytes a value) but the parse needs ~30x: stopped mid-way */
   t = repeat_json("[", "1", 1500000, "]", &n);
   REQUIRE(t);
-  j = json_budget_loadb(&b, t, n, 0, &je);
+  j = json_budget_loadb(&b, t, n, 64, 0, &je);
   CHECKF(!j && b.over == JSON_BUDGET_REQUEST, "over %d", b.over);
   CHECKF(b.spent > n * JSON_TREE_FACTOR / 2 && b.spent <= n * JSON_TREE_FACTOR + JSON_TREE_SLACK,
          "spent %zu of %zu", b.spent, n * JSON_TREE_FACTOR + JSON_TREE_SLACK);
@@ -631,7 +635,7 @@ TEST_GROUP(json_budget) {
   t = repeat_json("{\"messages\":[", "{\"role\":\"user\",\"content\":\"how are you doing today?\"}",
                   20000, "]}", &n);
   REQUIRE(t);
-  j = json_budget_loadb(&b, t, n, 0, &je);
+  j = json_budget_loadb(&b, t, n, 64, 0, &je);
   CHECKF(j && json_array_size(json_object_get(j, "messages")) == 20000, "%s", je.text);
   CHECK(b.spent > n && b.used == b.spent && json_budget_in_use() == b.used);
   json_decref(j);
@@ -639,7 +643,7 @@ TEST_GROUP(json_budget) {
   json_budget_release(&b);
   t = repeat_json("{\"prompt\":[", "151643", 500000, "]}", &n);
   REQUIRE(t);
-  j = json_budget_loadb(&b, t, n, 0, &je);
+  j = json_budget_loadb(&b, t, n, 64, 0, &je);
   CHECKF(j && json_array_size(json_object_get(j, "prompt")) == 500000, "%s", je.text);
   json_decref(j);
   free(t);
@@ -651,21 +655,136 @@ TEST_GROUP(json_budget) {
   t = repeat_json("[", "\"abcdefgh\"", 100000, "]", &n); /* ~2 MB of tree: over 64 MiB in all */
   REQUIRE(t);
   c.over = 0;
-  j = json_budget_loadb(&c, t, n, 0, &je);
+  j = json_budget_loadb(&c, t, n, 64, 0, &je);
   CHECK(!j && c.over == JSON_BUDGET_GLOBAL);
   json_budget_release(&c);
   json_budget_release(&a);
   CHECK(json_budget_in_use() == 0);
-  j = json_budget_loadb(&c, t, n, 0, &je);
+  j = json_budget_loadb(&c, t, n, 64, 0, &je);
   CHECK(j && json_array_size(j) == 100000);
   json_decref(j);
   json_budget_release(&c);
   free(t);
   CHECK(json_budget_in_use() == 0);
+  /* the same pass checks the nesting depth: 65 levels refused at 64, 64 parse, brackets inside
+   * strings (after an escaped quote) do not count */
+  char deep[200];
+  snprintf(deep, sizeof deep, "%.*s%.*s", 65, "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[",
+           65, "]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]");
+  j = json_budget_loadb(&c, deep, strlen(deep), 64, 0, &je);
+  CHECK(!j && c.over == JSON_BUDGET_DEPTH && c.spent == 0);
+  j = json_budget_loadb(&c, deep + 1, strlen(deep) - 2, 64, 0, &je);
+  CHECK(j && c.over == JSON_BUDGET_OK);
+  json_decref(j);
+  const char *quoted = "{\"a\":\"\\\"[[[[{{{{\",\"b\":[[1]]}";
+  j = json_budget_loadb(&c, quoted, strlen(quoted), 3, 0, &je); /* { [ [ */
+  CHECKF(j && c.over == JSON_BUDGET_OK, "%s", je.text);
+  json_decref(j);
+  j = json_budget_loadb(&c, quoted, strlen(quoted), 2, 0, &je);
+  CHECK(!j && c.over == JSON_BUDGET_DEPTH);
+  json_budget_release(&c);
   /* outside a budgeted parse jansson allocates as before */
   j = json_pack("{s:[i,i]}", "a", 1, 2);
   CHECK(j && json_budget_in_use() == 0);
   json_decref(j);
 }
 
-TEST_MAIN(T(scrub), T(json_fsm), T(json_mask), T(json_schema), T(mask_fuzz), T(json_budget))
+/* Feeds text to a new framer in pieces of `step` bytes (0: all at once), as a relay would: the
+ * bytes not judged yet are presented again with the next piece. Returns the framer; *passed gets
+ * how many bytes it judged well framed. */
+static struct http_framer frame_text(const char *text, size_t n, size_t step, size_t *passed) {
+  struct http_framer fr = {0};
+  size_t ok = 0, have = 0;
+  while (!fr.status) {
+    size_t more = step ? step : n;
+    have = have + more < n ? have + more : n;
+    ok += http_frame_feed(&fr, text + ok, have - ok);
+    if (have == n) break;
+  }
+  *passed = ok;
+  return fr;
+}
+
+#define HOST "Host: 127.0.0.1:8080\r\n"
+TEST_GROUP(http_frame) {
+  static const struct { const char *text; unsigned status; unsigned long heads; } rows[] = {
+      {"GET /health HTTP/1.1\r\n" HOST "\r\n", 0, 1},
+      {"GET /a HTTP/1.1\r\n" HOST "\r\nGET /b HTTP/1.0\r\n\r\n", 0, 2},
+      {"\r\nGET /health HTTP/1.1\r\n" HOST "\r\n", 0, 1},
+      {"POST /t HTTP/1.1\r\n" HOST "Content-Length: 2\r\n\r\n{}GET / HTTP/1.1\r\n" HOST "\r\n", 0, 2},
+      {"POST /t HTTP/1.1\r\n" HOST "Transfer-Encoding: chunked\r\n\r\n2;x=y\r\n{}\r\n0\r\nX-T: 1\r\n\r\n"
+       "GET / HTTP/1.1\r\n" HOST "\r\n", 0, 2},
+      {"POST /t HTTP/1.1\r\n" HOST "Transfer-Encoding: CHUNKED\r\n\r\n0\r\n\r\n", 0, 1},
+      {"POST /t HTTP/1.1\r\n" HOST "Content-Length:  007 \r\n\r\n1234567", 0, 1},
+      {"GET /\xff HTTP/1.1\r\n" HOST "X-U: caf\xc3\xa9\r\n\r\n", 0, 1},
+      {"GARBAGE\r\n\r\n", 400, 0},
+      {"GET  / HTTP/1.1\r\n" HOST "\r\n", 400, 0},
+      {"GET / HTTP/1.1 \r\n" HOST "\r\n", 400, 0},
+      {"GET / HTTX/1.1\r\n" HOST "\r\n", 400, 0},
+      {"G@T / HTTP/1.1\r\n" HOST "\r\n", 400, 0},
+      {"GET / HTTP/1.1\r\n" HOST ": x\r\n\r\n", 400, 0},
+      {"GET / HTTP/1.1\r\n" HOST "  : x\r\n\r\n", 400, 0},
+      {"GET / HTTP/1.1\r\n" HOST "X-A: 1\r\n 2\r\n\r\n", 400, 0},
+      {"GET / HTTP/1.1\r\n" HOST "X-A : 1\r\n\r\n", 400, 0},
+      {"GET / HTTP/1.1\r\n" HOST "X-A\r\n\r\n", 400, 0},
+      {"GET / HTTP/1.1\r\n" HOST "X-A: a\x01" "b\r\n\r\n", 400, 0},
+      {"GET / HTTP/1.1\n" HOST "\r\n", 400, 0},
+      {"GET / HTTP/1.1\r\n" HOST "X-A: a\rb\r\n\r\n", 400, 0},
+      {"GET / HTTP/1.1\r\n" HOST HOST "\r\n", 400, 0},
+      {"POST / HTTP/1.1\r\n" HOST "Content-Length: -1\r\n\r\n{}", 400, 0},
+      {"POST / HTTP/1.1\r\n" HOST "Content-Length: 2\r\nContent-Length: 2\r\n\r\n{}", 400, 0},
+      {"POST / HTTP/1.1\r\n" HOST "Content-Length: 1000000000000000000\r\n\r\n", 400, 0},
+      {"POST / HTTP/1.1\r\n" HOST "Content-Length:\r\n\r\n", 400, 0},
+      {"POST / HTTP/1.1\r\n" HOST "Content-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n", 400, 0},
+      {"POST / HTTP/1.1\r\n" HOST "Transfer-Encoding: gzip\r\n\r\n", 501, 0},
+      {"POST / HTTP/1.1\r\n" HOST "Transfer-Encoding: gzip, chunked\r\n\r\n", 501, 0},
+      {"POST / HTTP/1.1\r\n" HOST "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", 501, 0},
+      /* errors inside a body: the head before was passed (heads counts it) */
+      {"POST / HTTP/1.1\r\n" HOST "Transfer-Encoding: chunked\r\n\r\nzz\r\n", 400, 1},
+      {"POST / HTTP/1.1\r\n" HOST "Transfer-Encoding: chunked\r\n\r\n2\r\n{}}\r\n0\r\n\r\n", 400, 1},
+      {"POST / HTTP/1.1\r\n" HOST "Transfer-Encoding: chunked\r\n\r\n1000000000000000\r\n", 400, 1},
+      {"POST / HTTP/1.1\r\n" HOST "Transfer-Encoding: chunked\r\n\r\n0\r\n: bad\r\n\r\n", 400, 1},
+      /* a valid request, then a malformed one */
+      {"GET / HTTP/1.1\r\n" HOST "\r\nPOST / HTTP/1.1\r\n" HOST "Content-Length: -1\r\n\r\n", 400, 1},
+  };
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    size_t n = strlen(rows[i].text), passed;
+    for (size_t step = 0; step <= 3; step++) { /* whole, then byte by byte, 2 and 3 at a time */
+      struct http_framer fr = frame_text(rows[i].text, n, step, &passed);
+      CHECKF(fr.status == rows[i].status && fr.heads == rows[i].heads,
+             "row %zu step %zu: status %u heads %lu (%s), want %u heads %lu", i, step, fr.status,
+             fr.heads, fr.why, rows[i].status, rows[i].heads);
+      /* accepted text passes whole; refused text passes no byte of the request it stops in */
+      if (!rows[i].status) CHECKF(passed == n, "row %zu step %zu: passed %zu of %zu", i, step, passed, n);
+      else CHECKF(passed < n && (fr.status != 400 || fr.why[0]), "row %zu: passed %zu of %zu", i, passed, n);
+    }
+  }
+  /* a head is judged only when complete: the bytes so far pass nothing and fail nothing */
+  struct http_framer fr = {0};
+  const char *part = "GET / HTTP/1.1\r\nHost: x\r\nX-A: 1";
+  CHECK(http_frame_feed(&fr, part, strlen(part)) == 0 && !fr.status && !http_frame_mid_request(&fr));
+  /* a Content-Length body passes as it comes, and the framer knows it is inside a request */
+  const char *post = "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n12345";
+  fr = (struct http_framer){0};
+  CHECK(http_frame_feed(&fr, post, strlen(post)) == strlen(post) && http_frame_mid_request(&fr));
+  CHECK(http_frame_feed(&fr, "67890", 5) == 5 && !http_frame_mid_request(&fr) && fr.heads == 1);
+  /* sizes: a long request line is a 414, a long head a 431, a head just under the cap passes */
+  size_t big = HTTP_FRAME_HEAD_MAX + 100;
+  char *t = malloc(big + 64);
+  REQUIRE(t);
+  memcpy(t, "GET /", 5);
+  memset(t + 5, 'u', big - 5);
+  fr = (struct http_framer){0};
+  CHECK(http_frame_feed(&fr, t, big) == 0 && fr.status == 414);
+  int k = snprintf(t, 64, "GET / HTTP/1.1\r\nX-B: ");
+  memset(t + k, 'b', big - (size_t)k);
+  fr = (struct http_framer){0};
+  CHECK(http_frame_feed(&fr, t, big) == 0 && fr.status == 431);
+  size_t fit = HTTP_FRAME_HEAD_MAX - 8;
+  memcpy(t + fit - 4, "\r\n\r\n", 4);
+  fr = (struct http_framer){0};
+  CHECK(http_frame_feed(&fr, t, fit) == fit && !fr.status && fr.heads == 1);
+  free(t);
+}
+
+TEST_MAIN(T(scrub), T(json_fsm), T(json_mask), T(json_schema), T(mask_fuzz), T(json_budget), T(http_frame))

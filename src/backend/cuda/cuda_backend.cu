@@ -836,6 +836,7 @@ static int op_graph_launch(struct hb_ctx *c, void *graph, struct hearth_err *err
   return hb_cuda_graph_launch(c, (struct hb_cuda_graph *)graph, err);
 }
 static void op_graph_free(void *graph) { hb_cuda_graph_free((struct hb_cuda_graph *)graph); }
+static uint64_t op_mem_available(struct hb_ctx *c) { return hb_cuda_mem_free(c); }
 
 extern "C" const struct hb_ops hb_cuda_ops = {
   /* .name = */ "cuda",
@@ -881,4 +882,5 @@ extern "C" const struct hb_ops hb_cuda_ops = {
   /* .scale = */ op_scale,
   /* .softcap = */ op_softcap,
   /* .rope_prop = */ op_rope_prop,
+  /* .mem_available = */ op_mem_available,
 };
