@@ -32,6 +32,7 @@ static void human(double b, char *out, size_t cap) {
 }
 
 static void eta(double rate, uint64_t left, char *out, size_t cap) {
+  if (left == 0) { snprintf(out, cap, "0:00"); return; }
   if (rate <= 0) { snprintf(out, cap, "--:--"); return; }
   double d = left / rate;
   int s = d > 359999 ? 359999 : (int)d; /* at most 99:59:59 */
@@ -57,12 +58,14 @@ static int on_progress(const struct hub_progress *p, void *arg) {
   int end = p->completed == p->total;
   if (v->tty && !end && t - v->t_last < 0.1) return 0;
   v->t_last = t;
-  double rf = t > v->t_file ? (double)(p->completed - v->base_file) / (t - v->t_file) : 0;
-  double ra = t > v->t0 ? (double)(p->all_completed - (v->base_all - 1)) / (t - v->t0) : 0;
+  /* rates over less than a fifth of a second say nothing (a small file arrives in one read) */
+  double rf = t - v->t_file > 0.2 ? (double)(p->completed - v->base_file) / (t - v->t_file) : 0;
+  double ra = t - v->t0 > 0.2 ? (double)(p->all_completed - (v->base_all - 1)) / (t - v->t0) : 0;
   char done[24], total[24], rate[24], e[24], all[24], alltot[24], ea[24];
   human((double)p->completed, done, sizeof done);
   human((double)p->total, total, sizeof total);
-  human(rf, rate, sizeof rate);
+  if (rf > 0) human(rf, rate, sizeof rate);
+  else snprintf(rate, sizeof rate, "-");
   eta(rf, p->total - p->completed, e, sizeof e);
   human((double)p->all_completed, all, sizeof all);
   human((double)p->all_total, alltot, sizeof alltot);
