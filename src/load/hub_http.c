@@ -4,6 +4,7 @@
 
 #include <ctype.h>
 #include <curl/curl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,10 +33,12 @@ static int url_origin(const char *url, char *out, size_t cap) {
   return rc;
 }
 
+static void global_init(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
+
 int hub_http_new(const char *endpoint, const char *token, struct hub_http **out, struct hearth_err *err) {
-  static int inited;
+  static pthread_once_t once = PTHREAD_ONCE_INIT; /* the server may pull from several threads */
   *out = NULL;
-  if (!inited) { curl_global_init(CURL_GLOBAL_DEFAULT); inited = 1; } /* first call, from one thread: hub_pull */
+  pthread_once(&once, global_init);
   struct hub_http *h = calloc(1, sizeof *h);
   if (!h) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
   if (url_origin(endpoint, h->origin, sizeof h->origin)) {

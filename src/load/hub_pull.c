@@ -211,15 +211,19 @@ static int on_bytes(const void *data, size_t len, void *arg) {
 
 /* Hashes fd's first n bytes (the part of an .incomplete a resumed download keeps). */
 static int hash_prefix(int fd, uint64_t n, struct sha256 *h) {
-  static char buf[1 << 16];
+  enum { BUF = 1 << 16 };
+  char *buf = malloc(BUF);
+  if (!buf) return -1;
+  int rc = 0;
   for (uint64_t off = 0; off < n;) {
-    ssize_t r = pread(fd, buf, n - off < sizeof buf ? (size_t)(n - off) : sizeof buf, (off_t)off);
+    ssize_t r = pread(fd, buf, n - off < BUF ? (size_t)(n - off) : BUF, (off_t)off);
     if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return -1;
+    if (r <= 0) { rc = -1; break; }
     sha256_update(h, buf, (size_t)r);
     off += (uint64_t)r;
   }
-  return 0;
+  free(buf);
+  return rc;
 }
 
 /* One attempt at blobs/<etag>: resumes an .incomplete, verifies, renames. *bad_hash is set (and the
@@ -250,7 +254,7 @@ static int fetch_blob_once(struct pull *p, struct pfile *f, int *bad_hash, struc
     memset(&r, 0, sizeof r);
     rc = hub_http_get(p->http, f->url, s.from, on_bytes, &s, &r, err);
     if (s.failed) { rc = err_set(err, HEARTH_ERR_IO, "%s: %s", part, strerror(s.failed)); goto out; }
-    if (rc == HEARTH_ERR_CANCELLED) goto out; /* report() filled err */
+    if (rc == HEARTH_ERR_CANCELLED) { err_set(err, rc, "%s: pull cancelled", p->repo); goto out; }
     if (rc) { err_prefix(err, "%s: %s", p->repo, f->name); goto out; }
     if (r.status != 200 && r.status != 206) { rc = http_error(p, &r, f->name, err); goto out; }
     if (r.status == 206 && r.range_start != (int64_t)s.from) {

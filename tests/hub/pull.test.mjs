@@ -231,6 +231,33 @@ test('an interrupted pull leaves no snapshot, and the next one resumes with Rang
   } finally { await hub.close(); }
 });
 
+test('a pull killed midway leaves no snapshot; the next one resumes from the partial blob', async () => {
+  const hub = await freshHub();
+  try {
+    const e = env(hub);
+    hub.knobs.delayMs = 20; // ~3 MB/s: the kill lands inside model.safetensors
+    const part = path.join(repoDir(e, 'Org/Tiny'), 'blobs', `${sha256(chatFiles['model.safetensors'])}.incomplete`);
+    const c = spawn(BIN, ['pull', 'Org/Tiny'], { env: e, stdio: 'ignore' });
+    const exited = new Promise((r) => c.on('exit', r));
+    const t0 = Date.now();
+    while (!(fs.existsSync(part) && fs.statSync(part).size > 256 * 1024)) {
+      assert.ok(Date.now() - t0 < 60000, 'the download did not start');
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    c.kill('SIGKILL');
+    await exited;
+    const have = fs.statSync(part).size;
+    assert.ok(have > 0 && have < chatFiles['model.safetensors'].length);
+    assert.deepEqual(Object.keys(tree(path.join(repoDir(e, 'Org/Tiny'), 'snapshots'))), []);
+    assert.ok(!fs.existsSync(path.join(repoDir(e, 'Org/Tiny'), 'refs', 'main')));
+    hub.knobs.delayMs = 0;
+    const r = await hearth(['pull', 'Org/Tiny'], e);
+    assert.equal(r.code, 0, r.err);
+    assert.deepEqual(hub.cdnRequests.filter((q) => q.headers.range).map((q) => q.headers.range), [`bytes=${have}-`]);
+    checkLayout(e, 'Org/Tiny', 'main', C1, chatFiles);
+  } finally { await hub.close(); }
+});
+
 test('a corrupted blob is detected and fetched again; corrupted twice fails and leaves no snapshot', async () => {
   const hub = await freshHub();
   try {
