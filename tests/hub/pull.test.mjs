@@ -204,7 +204,7 @@ test('hearth list and list --json; hearth rm keeps the blobs another snapshot us
     assert.ok(!fs.existsSync(rd));
     assert.deepEqual(JSON.parse((await hearth(['list', '--json'], e)).out).map((m) => m.repo), ['Org/TinyEmbed']);
     const again = await hearth(['rm', 'Org/Tiny'], e);
-    assert.notEqual(again.code, 0);
+    assert.equal(again.code, 1);
     assert.match(again.err, /not in the cache/);
   } finally { await hub.close(); }
 });
@@ -216,7 +216,7 @@ test('an interrupted pull leaves no snapshot, and the next one resumes with Rang
     const cut = 1 << 20;
     hub.knobs.cut['model.safetensors'] = cut;
     const r1 = await hearth(['pull', 'Org/Tiny'], e);
-    assert.notEqual(r1.code, 0);
+    assert.equal(r1.code, 1, r1.err);
     assert.match(r1.err, /model\.safetensors/);
     const rd = repoDir(e, 'Org/Tiny'), etag = sha256(chatFiles['model.safetensors']);
     assert.ok(!fs.existsSync(path.join(rd, 'snapshots')) || fs.readdirSync(path.join(rd, 'snapshots')).length === 0, 'no snapshot');
@@ -270,7 +270,7 @@ test('a corrupted blob is detected and fetched again; corrupted twice fails and 
     const e2 = env(hub);
     hub.knobs.corrupt['model.safetensors'] = 2;
     const bad = await hearth(['pull', 'Org/Tiny'], e2);
-    assert.notEqual(bad.code, 0);
+    assert.equal(bad.code, 1, bad.err);
     assert.match(bad.err, /sha256 [0-9a-f]{64} differs/);
     const rd = repoDir(e2, 'Org/Tiny');
     assert.deepEqual(Object.keys(tree(path.join(rd, 'snapshots'))), []);
