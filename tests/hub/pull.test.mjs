@@ -73,9 +73,10 @@ function env(hub, more = {}) {
   return { ...process.env, HF_HUB_CACHE: cache, HF_ENDPOINT: hub.endpoint, HF_TOKEN: '', HF_HOME: path.join(tmp, 'no-hf-home'), ...more };
 }
 // Asynchronous: the fake Hub answers from this same process.
-function hearth(args, e) {
+function hearth(args, e, input = '') {
   return new Promise((resolve) => {
     const c = spawn(BIN, args, { env: e });
+    c.stdin.end(input);
     let out = '', err = '';
     c.stdout.on('data', (d) => { out += d; });
     c.stderr.on('data', (d) => { err += d; });
@@ -129,6 +130,15 @@ test('a full pull: the cache layout, then `hearth run` and `hearth serve` on the
     assert.ok(!hub.requests.some((q) => /README|gitattributes|onnx/.test(q.url)), 'non-inference files are not requested');
     const run = await hearth(['run', '--model', 'Org/Tiny', '--prompt', 'Hello', '-n', '4'], e);
     assert.equal(run.code, 0, run.err);
+    // tokenize and template read the snapshot's tokenizer and chat template
+    const tok = await hearth(['tokenize', '--model', 'Org/Tiny'], e, 'Hello world');
+    assert.equal(tok.code, 0, tok.err);
+    assert.equal(tok.out.trim(), '9707 1879'); // Qwen's BPE ids of "Hello" and " world"
+    const msgs = path.join(tmp, 'messages.json');
+    fs.writeFileSync(msgs, JSON.stringify([{ role: 'user', content: 'hi' }]));
+    const tpl = await hearth(['template', '--model', 'Org/Tiny', '--messages', msgs], e);
+    assert.equal(tpl.code, 0, tpl.err);
+    assert.match(tpl.out, /<\|im_start\|>user\nhi<\|im_end\|>\n<\|im_start\|>assistant\n/);
     // the sentence-transformers files land in their subfolder (one more ../ in the link)
     assert.equal((await hearth(['pull', 'Org/TinyEmbed'], e)).code, 0);
     checkLayout(e, 'Org/TinyEmbed', 'main', E1, embedFiles);
