@@ -15,9 +15,10 @@ import { gitSha1, isLfs, sha256, startFakeHub } from './fake_hub.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const BIN = process.env.HEARTH_BIN;
+const PULL_API = process.env.HEARTH_HUB_PULL_API; // tests/hub/pull_api.c
 const TOK = path.join(process.env.HEARTH_CACHE || path.join(os.homedir(), '.cache/hearth'), 'tokenizers');
-for (const f of [BIN, path.join(TOK, 'qwen3/tokenizer.json'), path.join(TOK, 'qwen3-embed/tokenizer.json')]) {
-  if (!f || !fs.existsSync(f)) { console.error(`FAIL: missing ${f} (HEARTH_BIN, scripts/fetch-tokenizers.sh)`); process.exit(1); }
+for (const f of [BIN, PULL_API, path.join(TOK, 'qwen3/tokenizer.json'), path.join(TOK, 'qwen3-embed/tokenizer.json')]) {
+  if (!f || !fs.existsSync(f)) { console.error(`FAIL: missing ${f} (HEARTH_BIN, HEARTH_HUB_PULL_API, scripts/fetch-tokenizers.sh)`); process.exit(1); }
 }
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'hearth-hub-test-'));
 process.on('exit', () => fs.rmSync(tmp, { recursive: true, force: true }));
@@ -73,9 +74,9 @@ function env(hub, more = {}) {
   return { ...process.env, HF_HUB_CACHE: cache, HF_ENDPOINT: hub.endpoint, HF_TOKEN: '', HF_HOME: path.join(tmp, 'no-hf-home'), ...more };
 }
 // Asynchronous: the fake Hub answers from this same process.
-function hearth(args, e, input = '') {
+function hearth(args, e, input = '', bin = BIN) {
   return new Promise((resolve) => {
-    const c = spawn(BIN, args, { env: e });
+    const c = spawn(bin, args, { env: e });
     c.stdin.end(input);
     let out = '', err = '';
     c.stdout.on('data', (d) => { out += d; });
@@ -376,5 +377,41 @@ test('two pulls of one model at once both succeed and the cache is consistent', 
     assert.equal(b.code, 0, b.err);
     checkLayout(e, 'Org/Tiny', 'main', C1, chatFiles);
     assert.equal(hub.cdnRequests.length, 1, 'the second pull found the blob the first one verified');
+  } finally { await hub.close(); }
+});
+
+test('the C API: progress events add up; a cancelled pull fails with HEARTH_ERR_CANCELLED and leaves no snapshot', async () => {
+  const hub = await freshHub();
+  try {
+    const e = env(hub);
+    const r = await hearth(['Org/Tiny', 'progress'], e, '', PULL_API);
+    assert.equal(r.code, 0, r.err);
+    const lines = r.out.trim().split('\n').map((l) => JSON.parse(l));
+    const result = lines.pop();
+    assert.equal(result.rc, 0, result.error);
+    assert.equal(result.dir, path.join(repoDir(e, 'Org/Tiny'), 'snapshots', C1));
+    assert.equal(lines[0].status, 'resolving');
+    assert.equal(lines.at(-1).status, 'done');
+    const total = wanted(chatFiles).reduce((s, n) => s + chatFiles[n].length, 0);
+    assert.equal(lines.at(-1).all_completed, total);
+    assert.ok(lines.filter((l) => l.file).every((l) => l.all_total === total && l.completed <= l.total && l.all_completed <= total));
+    for (const name of wanted(chatFiles)) {
+      const ev = lines.filter((l) => l.file === name);
+      assert.ok(ev.length > 0, `${name}: progress events`);
+      assert.ok(ev.every((l, i) => l.total === chatFiles[name].length && (i === 0 || l.completed >= ev[i - 1].completed)));
+      assert.equal(ev.at(-1).completed, chatFiles[name].length);
+    }
+    const all = lines.map((l) => l.all_completed);
+    assert.ok(all.every((v, i) => i === 0 || v >= all[i - 1]), 'all_completed never goes back');
+
+    const e2 = env(hub);
+    const c = await hearth(['Org/Tiny', 'cancel'], e2, '', PULL_API);
+    const res = JSON.parse(c.out.trim().split('\n').pop());
+    assert.equal(res.rc, -8, 'HEARTH_ERR_CANCELLED');
+    assert.match(res.error, /cancelled/);
+    assert.deepEqual(Object.keys(tree(path.join(repoDir(e2, 'Org/Tiny'), 'snapshots'))), []);
+    assert.ok(!fs.existsSync(path.join(repoDir(e2, 'Org/Tiny'), 'refs', 'main')));
+    assert.equal((await hearth(['pull', 'Org/Tiny'], e2)).code, 0);
+    checkLayout(e2, 'Org/Tiny', 'main', C1, chatFiles);
   } finally { await hub.close(); }
 });
