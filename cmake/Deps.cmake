@@ -25,3 +25,16 @@ else()
   set(HEARTH_HAVE_MHD OFF)
   message(STATUS "hearth: libmicrohttpd not found, the server is not built")
 endif()
+
+# libcurl: `hearth pull` (src/load/hub_pull.c). Optional so that a machine without its headers
+# (the GPU machine's .deps carry none) still builds; hub_pull then says it was built without it.
+find_path(CURL_INCLUDE curl/curl.h)
+find_library(CURL_LIB NAMES curl)
+if(CURL_INCLUDE AND CURL_LIB)
+  set(HEARTH_HAVE_CURL ON)
+  list(APPEND HEARTH_DEP_LIBS ${CURL_LIB})
+  list(APPEND HEARTH_DEP_INCLUDES ${CURL_INCLUDE})
+else()
+  set(HEARTH_HAVE_CURL OFF)
+  message(STATUS "hearth: libcurl not found, `hearth pull` is not built (scripts/install-deps.sh)")
+endif()

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one command that builds hearth and passes its tests on a fresh Debian machine:
 #   scripts/test.sh            install deps, fetch test data, build (-Werror), run every CPU test
-#   scripts/test.sh --asan     the same build with AddressSanitizer + UBSan, unit/oracle/tok/chat tests
+#   scripts/test.sh --asan     the same build with AddressSanitizer + UBSan, unit/oracle/tok/chat/hub tests
 # CUDA tests (label `cuda`) need a GPU and run through bench/gpu.sh on the device machine instead.
 # Tests labelled `shared` read data only ../shared holds (the exact Qwen2.5 and Gemma 4 chat
 # templates, $HEARTH_SHARED overrides the place); without it they are left out and counted as NOT
@@ -36,7 +36,7 @@ if [ "$mode" = "--asan" ]; then
   cmake --build build-asan -j"$jobs"
   not_run build-asan
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir build-asan --output-on-failure -L 'unit|oracle|tok|chat|server_c' -LE "$exclude" -j"$jobs"
+    ctest --test-dir build-asan --output-on-failure -L 'unit|oracle|tok|chat|server_c|hub' -LE "$exclude" -j"$jobs"
   not_run build-asan
 else
   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DHEARTH_WERROR=ON "${cuda[@]}"

@@ -72,8 +72,13 @@ int arg_model_option(int argc, char **argv, int *i, struct hearth_model_params *
   const char *a = argv[*i], *v;
   long x;
   if (!strcmp(a, "--model") || !strcmp(a, "-m")) {
+    /* resolved once, here: a repo id ORG/NAME becomes its Hub-cache snapshot, so that the weights,
+     * the tokenizer and the template all come from the same folder */
+    static char dir[4096];
+    struct hearth_err err = {0};
     if (!(v = arg_value(argc, argv, i))) return -1;
-    p->path = v;
+    if (hearth_resolve_model_dir(v, dir, sizeof dir, &err)) { fprintf(stderr, "hearth: %s\n", err.msg); return -1; }
+    p->path = dir;
     return 1;
   }
   if (!strcmp(a, "--dtype")) {

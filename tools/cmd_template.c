@@ -69,8 +69,10 @@ int cmd_template(int argc, char **argv) {
   struct hearth_err err = {0};
   struct chat_template *t = NULL;
   int rc;
+  char dir[4096]; /* a repo id: its Hub-cache snapshot */
   if (model) {
-    rc = chat_template_load_dir(model, NULL, &t, &err);
+    rc = hearth_resolve_model_dir(model, dir, sizeof dir, &err);
+    if (!rc) rc = chat_template_load_dir(dir, NULL, &t, &err);
   } else {
     size_t len;
     char *src = slurp(tpl, &len);

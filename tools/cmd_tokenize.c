@@ -84,7 +84,11 @@ int cmd_tokenize(int argc, char **argv) {
   struct hearth_err err = {0};
   struct tok *t = NULL;
   int rc;
-  if (model) rc = tok_load_dir(model, &t, &err);
+  char dir[4096]; /* a repo id: its Hub-cache snapshot */
+  if (model) {
+    rc = hearth_resolve_model_dir(model, dir, sizeof dir, &err);
+    if (!rc) rc = tok_load_dir(dir, &t, &err);
+  }
   else {
     char cfg[4096];
     const char *slash = strrchr(tokfile, '/');

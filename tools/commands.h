@@ -9,6 +9,9 @@ int cmd_mkmodel(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_template(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_pull(int argc, char **argv);
+int cmd_list(int argc, char **argv);
+int cmd_rm(int argc, char **argv);
 #include <stdint.h>
 /* Text glue for run/embed (cmd_run_text.c): encode a prompt / print ids as text with DIR's tokenizer.
  * Return 0, or -1 after printing the error. *ids is malloc'd. */

@@ -13,6 +13,9 @@ static const struct { const char *name; int (*fn)(int, char **); const char *hel
   {"tokenize", cmd_tokenize, "encode text or decode ids with a tokenizer.json"},
   {"template", cmd_template, "render a chat template"},
   {"serve", cmd_serve, "OpenAI-compatible server on loopback"},
+  {"pull", cmd_pull, "download a model from the Hugging Face Hub into its cache"},
+  {"list", cmd_list, "the models in the Hugging Face cache hearth can load"},
+  {"rm", cmd_rm, "remove a model from the Hugging Face cache"},
 };
 
 static void usage(FILE *f) {
@@ -21,6 +24,7 @@ static void usage(FILE *f) {
   fprintf(f, "\n'hearth <command> --help' describes each command.\n");
   fprintf(f, "\nenvironment (README.md, \"Environment\"):\n"
              "  HF_HUB_CACHE, HF_HOME  where model names are looked up (default ~/.cache/huggingface/hub)\n"
+             "  HF_ENDPOINT, HF_TOKEN  pull: the Hub to download from, the token for gated models\n"
              "  HEARTH_API_KEY         serve: the bearer key clients must send (as --api-key)\n"
              "  HEARTH_CPU             avx2 or scalar: cap the CPU kernels' instruction set (default: the best the\n"
              "                         CPU has), e.g. to compare paths or to avoid AVX-512 clock drops\n");

@@ -28,6 +28,10 @@ int hub_resolve(const char *p, char *out, size_t cap, struct hearth_err *err) {
     if (snprintf(out, cap, "%s", p) >= (int)cap) return err_set(err, HEARTH_ERR_ARG, "model path too long");
     return 0;
   }
+  return hub_resolve_repo(p, out, cap, err);
+}
+
+int hub_resolve_repo(const char *p, char *out, size_t cap, struct hearth_err *err) {
   const char *slash = strchr(p, '/');
   int looks_like_repo = slash && slash != p && !strchr(slash + 1, '/') && slash[1] && p[0] != '.';
   if (!looks_like_repo) return err_set(err, HEARTH_ERR_IO, "%s: no such model directory", p);

@@ -10,4 +10,6 @@
 
 /* Writes the directory to use into out[0..cap). Returns 0, or HEARTH_ERR_IO naming what was tried. */
 int hub_resolve(const char *path_or_repo, char *out, size_t cap, struct hearth_err *err);
+/* The same for a repo id only (a directory of that name is not looked at): the cache's snapshot. */
+int hub_resolve_repo(const char *repo, char *out, size_t cap, struct hearth_err *err);
 #endif

@@ -30,4 +30,15 @@ int hub_cache_list(struct hub_model **out, int *n, struct hearth_err *err);
 /* Deletes repo's snapshots and refs, and the blobs no remaining snapshot uses. HEARTH_ERR_IO with a
  * message when repo is not in the cache. */
 int hub_cache_rm(const char *repo, struct hearth_err *err);
+
+/* Like hub_cache_rm, for one snapshot: deletes snapshots/<revision> (a commit, or a ref's commit)
+ * and the refs naming it, and the blobs no other snapshot of the repo links to. */
+int hub_cache_rm_revision(const char *repo, const char *revision, struct hearth_err *err);
+
+/* ROOT/models--ORG--NAME into out[0..cap); -1 when repo is not ORG/NAME or no root can be named. */
+int hub_repo_dir(const char *repo, char *out, size_t cap);
+
+/* Takes the repo's lock (flock on ROOT/.locks/models--ORG--NAME/hearth.lock, waiting for another
+ * pull or rm of the same repo to finish); *fd is the locked descriptor: close() it to unlock. */
+int hub_repo_lock(const char *repo, int *fd, struct hearth_err *err);
 #endif

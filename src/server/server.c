@@ -60,15 +60,18 @@ static int model_open(const struct server_options *o, const struct server_model_
   m->path = mo->path;
   m->created = time(NULL);
   struct hearth_model_params mp = o->model;
-  mp.path = mo->path;
+  char dir[4096]; /* a repo id resolved once: weights, tokenizer and template from one snapshot */
+  int rc = hearth_resolve_model_dir(mo->path, dir, sizeof dir, err);
+  if (rc) return rc;
+  mp.path = dir;
   mp.embedding = mo->embedding;
   if (!mp.kv_tokens) mp.kv_tokens = o->n_slots * o->n_ctx;
-  int rc = hearth_model_load(&mp, &m->model, err);
+  rc = hearth_model_load(&mp, &m->model, err);
   if (!rc) {
     m->info = hearth_model_info(m->model);
     m->n_ctx = o->n_ctx;
     if (m->info->n_ctx_train > 0 && m->n_ctx > m->info->n_ctx_train) m->n_ctx = m->info->n_ctx_train;
-    rc = textio_load(mo->path, &m->tio, err);
+    rc = textio_load(dir, &m->tio, err);
     /* a tokenizer from another model: refuse at start, not at the first request it breaks */
     if (!rc) rc = tok_check_model_vocab(textio_tok(m->tio), m->info->n_vocab, err);
   }
