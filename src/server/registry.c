@@ -8,9 +8,11 @@
 #include <time.h>
 
 #include "base/err.h"
+#include "load/hf_config.h"
 #include "load/hub.h"
 #include "load/hub_cache.h"
 #include "load/hub_pull.h"
+#include "load/safetensors.h"
 #include "load/sentence_transformers.h"
 #include "server/engine.h"
 #include "server/json_mask.h"
@@ -203,6 +205,26 @@ int registry_remove(struct srv *s, const char *repo, int *http_status, struct he
   return rc;
 }
 
+/* Whether dir holds an embedding model, before loading it (to count it against the right limit),
+ * by the rules the loader applies: a sentence-transformers Pooling module, or no LM head where the
+ * config does not tie one, or Qwen3Model names (no "model." prefix). Reads only headers. */
+static int guess_embedding(const char *dir) {
+  struct sentence_tf stf;
+  struct hearth_err e = {0};
+  if (!sentence_tf_load(dir, &stf, &e) && stf.present) return 1;
+  struct hf_config *c = calloc(1, sizeof *c);
+  struct st_set *set = NULL;
+  int emb = 0;
+  if (c && !hf_config_load(dir, c, &e) && !st_open_dir(dir, &set, &e)) {
+    int head = st_find(set, "lm_head.weight") != NULL;
+    emb = !head && (!c->tie_word_embeddings || (!st_find(set, "model.embed_tokens.weight") &&
+                                                st_find(set, "embed_tokens.weight")));
+  }
+  if (set) st_close(set);
+  free(c);
+  return emb;
+}
+
 /* What a request's name refers to: a command-line entry, else a repo in the Hub cache. Fills the
  * directory and the kind (1 embedding). Runs without the lock (it reads the disk). */
 static int lookup(struct srv *s, const char *name, char *dir, size_t cap, int *embedding,
@@ -213,10 +235,8 @@ static int lookup(struct srv *s, const char *name, char *dir, size_t cap, int *e
     if (strcmp(e->id, name)) continue;
     int rc = hub_resolve(e->src, dir, cap, err);
     if (rc) { *http_status = 500; return rc; }
-    struct sentence_tf st;
-    struct hearth_err e2 = {0};
     *forced = e->embedding;
-    *embedding = e->embedding || (!sentence_tf_load(dir, &st, &e2) && st.present);
+    *embedding = e->embedding || guess_embedding(dir);
     return 0;
   }
   *http_status = 404;
@@ -237,8 +257,7 @@ static int lookup(struct srv *s, const char *name, char *dir, size_t cap, int *e
     if (hub_resolve(name, dir, cap, &e2))
       return err_set(err, HEARTH_ERR_IO, "the model '%s' does not exist (it is not in the Hugging "
                      "Face cache: `hearth pull %s` or POST /v1/models/pull)", name, name);
-    struct sentence_tf st;
-    *embedding = !sentence_tf_load(dir, &st, &e2) && st.present;
+    *embedding = guess_embedding(dir);
   }
   return 0;
 }
