@@ -154,8 +154,8 @@ void registry_shutdown_engines(struct srv *s) {
 static struct srv_model *find_live(struct srv *s, const char *id) {
   for (int i = 0; i < s->n_models; i++) {
     struct srv_model *m = &s->models[i];
-    if ((m->state == SLOT_LOADING || m->state == SLOT_READY || m->state == SLOT_UNLOADING) &&
-        !strcmp(m->id, id))
+    if ((m->state == SLOT_LOADING || m->state == SLOT_READY || m->state == SLOT_UNLOADING ||
+         m->state == SLOT_CLOSING) && !strcmp(m->id, id))
       return m;
   }
   return NULL;
@@ -292,6 +292,7 @@ static void make_room(struct srv *s, struct srv_model *self) {
       fprintf(stderr, "hearth serve: unloading %s to load %s%s\n", victim->id, self->id,
               victim->refs ? " (once its running requests finish)" : "");
     while (victim->refs) pthread_cond_wait(&s->reg_cv, &s->reg_mu);
+    victim->state = SLOT_CLOSING;
     pthread_mutex_unlock(&s->reg_mu);
     model_close(victim);
     pthread_mutex_lock(&s->reg_mu);
@@ -342,7 +343,7 @@ int srv_model_acquire(struct srv *s, const char *name, struct srv_model **out, i
       *http_status = 500;
       return HEARTH_ERR_IO;
     }
-    if (m) { /* UNLOADING: wait until it is gone, then load it again */
+    if (m) { /* UNLOADING or CLOSING: wait until it is gone, then load it again */
       pthread_cond_wait(&s->reg_cv, &s->reg_mu);
       continue;
     }

@@ -18,10 +18,11 @@ struct jvocab;
 struct textio;
 
 /* A registry slot's life: EMPTY -> LOADING (one request's thread loads it, others wait) -> READY
- * (requests hold references) -> UNLOADING (chosen as least recently used: no new references; freed
- * once refs is 0) -> EMPTY. A failed load with requests waiting on it goes LOADING -> FAILED, and
- * the last waiter to read the error makes it EMPTY. */
-enum srv_slot_state { SLOT_EMPTY = 0, SLOT_LOADING, SLOT_READY, SLOT_UNLOADING, SLOT_FAILED };
+ * (requests hold references) -> UNLOADING (chosen as least recently used: no new references) ->
+ * CLOSING (refs reached 0: being freed without the lock; nobody may read its model) -> EMPTY. A
+ * failed load with requests waiting on it goes LOADING -> FAILED, and the last waiter to read the
+ * error makes it EMPTY. */
+enum srv_slot_state { SLOT_EMPTY = 0, SLOT_LOADING, SLOT_READY, SLOT_UNLOADING, SLOT_CLOSING, SLOT_FAILED };
 
 struct srv_model {
   char id[256];
