@@ -48,7 +48,7 @@ int registry_remove(struct srv *s, const char *repo, int *http_status, struct he
 int srv_valid_repo_id(const char *name);
 
 /* Makes sure repo is in the Hub cache: 0 when it is; else pulls it (progress lines on stderr)
- * unless offline, which is an error naming the model and `hearth pull`. */
+ * unless offline, which is an error naming the model and `hearth pull` (model_defaults.c). */
 int registry_ensure_cached(const char *repo, int offline, struct hearth_err *err);
 
 #endif
