@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds hearth if needed (Release) and runs it: scripts/run.sh serve --model DIR
+# Builds hearth if needed (Release) and runs it: scripts/run.sh serve (the default model, pulled
+# into the Hugging Face cache on the first start), or scripts/run.sh serve --model DIR|ORG/NAME
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 if [ ! -x "$root/build/hearth" ]; then

@@ -16,9 +16,18 @@ static void on_signal(int sig) { (void)sig; g_stop = 1; }
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: hearth serve --model [ID=]DIR [--model ...] [options]\n"
-          "  --model [ID=]DIR   serve this Hugging Face model directory (repeatable); clients name it\n"
-          "                     by ID, default the directory's base name\n"
+          "usage: hearth serve [--model [ID=]DIR|ORG/NAME ...] [options]\n"
+          "  without --model: serves " SERVER_DEFAULT_MODEL " and " SERVER_DEFAULT_EMBEDDING_MODEL "\n"
+          "  from the Hugging Face cache, pulling whichever is missing (unless --offline)\n"
+          "  --model [ID=]DIR   serve this Hugging Face model directory or cached repo id (repeatable);\n"
+          "                     clients name it by ID, default the repo id or the directory's base name.\n"
+          "                     Any other model of the Hugging Face cache is loaded when a request names it\n"
+          "  --max-loaded N     generative models kept loaded; the least recently used one is unloaded\n"
+          "                     once its requests finish [1, or the number of --model]\n"
+          "  --max-loaded-embedding N   the same for embedding models [1, or the number of --model]\n"
+          "  --offline          never download: a missing default model is an error\n"
+          "  --allow-model-admin  allow POST /v1/models/pull and DELETE /v1/models/ORG/NAME without\n"
+          "                     --api-key (refused otherwise: a web page could trigger them)\n"
           "  --host ADDR        loopback address to bind (127.0.0.1, ::1, localhost) [127.0.0.1]\n"
           "  --port N           TCP port, 0 = any free port [8080]\n"
           "  --port-file PATH   write the bound port here once listening\n"
@@ -97,6 +106,8 @@ int cmd_serve(int argc, char **argv) {
     int takes = 1;
     if (!strcmp(a, "-h") || !strcmp(a, "--help")) { usage(stdout); return 0; }
     else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) { o.verbose = 1; takes = 0; }
+    else if (!strcmp(a, "--offline")) { o.offline = 1; takes = 0; }
+    else if (!strcmp(a, "--allow-model-admin")) { o.allow_model_admin = 1; takes = 0; }
     else if (!v) { fprintf(stderr, "hearth serve: %s needs a value (or is unknown)\n", a); usage(stderr); return 2; }
     else if (!strcmp(a, "--model") || !strcmp(a, "--embedding-model")) {
       if (o.n_models == SERVER_MAX_MODELS) { fprintf(stderr, "hearth serve: at most %d models\n", SERVER_MAX_MODELS); return 2; }
@@ -106,6 +117,8 @@ int cmd_serve(int argc, char **argv) {
       m->embedding = !strcmp(a, "--embedding-model");
     }
     else if (!strcmp(a, "--host")) o.host = v;
+    else if (!strcmp(a, "--max-loaded")) { if (num(a, v, 1, 16, &x)) return 2; o.max_loaded = (int)x; }
+    else if (!strcmp(a, "--max-loaded-embedding")) { if (num(a, v, 1, 16, &x)) return 2; o.max_loaded_embedding = (int)x; }
     else if (!strcmp(a, "--port")) { if (num(a, v, 0, 65535, &x)) return 2; o.port = (int)x; }
     else if (!strcmp(a, "--port-file")) o.port_file = v;
     else if (!strcmp(a, "--api-key")) {
@@ -150,7 +163,6 @@ int cmd_serve(int argc, char **argv) {
     else { fprintf(stderr, "hearth serve: unknown option %s\n", a); usage(stderr); return 2; }
     i += takes;
   }
-  if (!o.n_models) { usage(stderr); return 2; }
   if (o.api_key && strlen(o.api_key) > SERVE_MAX_KEY) {
     fprintf(stderr, "hearth serve: the API key is longer than %d characters\n", SERVE_MAX_KEY);
     return 2;

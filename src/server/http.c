@@ -47,6 +47,7 @@
 #include "server/http_guard.h"
 #include "server/http_relay.h"
 #include "server/json_budget.h"
+#include "server/registry.h"
 #include "server/routes.h"
 
 double http_now(void) {
@@ -111,8 +112,39 @@ enum MHD_Result http_reply_verr(struct http_req *r, const struct verr *e) {
   return http_reply_error(r, 400, e->param[0] ? e->param : NULL, "invalid_value", "%s", e->msg);
 }
 
+/* A stream keeps its model after its request has completed: MHD may report the completion before
+ * it frees the response (a reset connection), and the producer reads the model until then. */
+struct held_stream {
+  MHD_ContentReaderCallback cb;
+  MHD_ContentReaderFreeCallback fcb;
+  void *cls;
+  struct srv *srv;
+  struct srv_model *held;
+};
+
+static ssize_t held_read(void *cls, uint64_t pos, char *buf, size_t max) {
+  struct held_stream *h = cls;
+  return h->cb(h->cls, pos, buf, max);
+}
+
+static void held_free(void *cls) {
+  struct held_stream *h = cls;
+  h->fcb(h->cls);
+  srv_model_release(h->srv, h->held);
+  free(h);
+}
+
 enum MHD_Result http_reply_stream(struct http_req *r, MHD_ContentReaderCallback cb, void *cls,
                                   MHD_ContentReaderFreeCallback fcb) {
+  if (r->held) { /* the model reference moves to the response */
+    struct held_stream *h = malloc(sizeof *h);
+    if (!h) { fcb(cls); return MHD_NO; }
+    *h = (struct held_stream){cb, fcb, cls, r->srv, r->held};
+    r->held = NULL;
+    cb = held_read;
+    fcb = held_free;
+    cls = h;
+  }
   struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, cb, cls, fcb);
   if (!resp) { fcb(cls); return MHD_NO; }
   MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
@@ -422,6 +454,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     fprintf(stderr, "hearth serve: %s %s -> %u (%.1f ms)%s\n", r->method, r->url, r->status,
             (http_now() - r->t0) * 1e3, toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " [aborted]");
   if (r->counted) atomic_fetch_sub(&s->n_inflight, 1);
+  if (r->held) srv_model_release(s, r->held);
   json_decref(r->json);
   free(r->body);
   json_budget_release(&r->budget);

@@ -40,6 +40,8 @@ struct http_req {
   double t0;                 /* monotonic seconds at arrival */
   int http10;                /* an HTTP/1.0 request: no interim (1xx) responses may be sent */
   int counted;               /* counted in srv->n_inflight until on_completed */
+  struct srv_model *held;    /* the model this request uses (ep_pick_model), released when it
+                                completes; a stream's when its last byte is out */
 };
 
 /* Replies with body (stolen, may be NULL on OOM → 500) as application/json. */

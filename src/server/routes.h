@@ -11,7 +11,7 @@ typedef enum MHD_Result (*route_fn)(struct http_req *r);
 struct route {
   const char *path;
   int prefix;          /* 1: path is a prefix ("/v1/models/" + id) */
-  const char *method;  /* "GET" (HEAD allowed too) or "POST" */
+  const char *method;  /* "GET" (HEAD allowed too), "POST" or "DELETE" */
   route_fn fn;
   int open;            /* 1: served without the bearer token (health) */
 };
@@ -30,9 +30,13 @@ enum MHD_Result ep_completions(struct http_req *r);      /* POST /v1/completions
 enum MHD_Result ep_embeddings(struct http_req *r);       /* POST /v1/embeddings */
 enum MHD_Result ep_tokenize(struct http_req *r);         /* POST /tokenize */
 enum MHD_Result ep_detokenize(struct http_req *r);       /* POST /detokenize */
+enum MHD_Result ep_models_pull(struct http_req *r);      /* POST /v1/models/pull (model_admin.c) */
+enum MHD_Result ep_model_delete(struct http_req *r);     /* DELETE /v1/models/{id} (model_admin.c) */
 
-/* The model named by the request's "model" field, of the wanted kind (embedding or generative).
- * On failure queues 400 (missing/wrong type, wrong kind) or 404 model_not_found into *ret. */
+/* The model named by the request's "model" field, of the wanted kind (1 embedding, 0 generative,
+ * -1 either), loading it when it is not loaded (server/registry.h); the request holds it until it
+ * completes. On failure queues 400 (missing/wrong type, wrong kind), 404 model_not_found or 500
+ * model_load_failed into *ret. */
 struct srv_model *ep_pick_model(struct http_req *r, int embedding, enum MHD_Result *ret);
 
 /* A copy of a chat request's messages as templates expect them: text parts joined into one string,

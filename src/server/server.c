@@ -1,5 +1,6 @@
-/* server/server.c — server_run: load the models, start one engine per generative model, serve
- * until told to stop, tear down in reverse order. */
+/* server/server.c — server_run: make sure the default models are in the cache (pulling them on a
+ * first start), load the models through the registry (one engine per generative model), serve until
+ * told to stop, tear down in reverse order. */
 #include "server/server.h"
 
 #include <stdio.h>
@@ -9,12 +10,9 @@
 #include <unistd.h>
 
 #include "base/err.h"
-#include "server/engine.h"
 #include "server/http.h"
-#include "server/json_mask.h"
+#include "server/registry.h"
 #include "server/srv.h"
-#include "server/textio.h"
-#include "tok/tokenizer.h"
 
 void server_options_default(struct server_options *o) {
   memset(o, 0, sizeof *o);
@@ -32,64 +30,6 @@ void server_options_default(struct server_options *o) {
   o->timeout_s = 15;
   o->head_timeout_s = 10;
   o->shutdown_grace_ms = 5000;
-}
-
-struct srv_model *srv_find_model(struct srv *s, const char *name) {
-  for (int i = 0; name && i < s->n_models; i++)
-    if (!strcmp(s->models[i].id, name)) return &s->models[i];
-  return NULL;
-}
-
-static void model_close(struct srv_model *m) {
-  engine_free(m->engine);
-  jvocab_free(m->jv);
-  if (m->embed_session) {
-    hearth_session_free(m->embed_session);
-    pthread_mutex_destroy(&m->embed_lock);
-  }
-  textio_free(m->tio);
-  hearth_model_free(m->model);
-  memset(m, 0, sizeof *m);
-}
-
-static int model_open(const struct server_options *o, const struct server_model_opt *mo,
-                      struct srv_model *m, struct hearth_err *err) {
-  const char *base = strrchr(mo->path, '/');
-  base = base && base[1] ? base + 1 : mo->path;
-  snprintf(m->id, sizeof m->id, "%s", mo->id ? mo->id : base);
-  m->path = mo->path;
-  m->created = time(NULL);
-  struct hearth_model_params mp = o->model;
-  char dir[4096]; /* a repo id resolved once: weights, tokenizer and template from one snapshot */
-  int rc = hearth_resolve_model_dir(mo->path, dir, sizeof dir, err);
-  if (rc) return rc;
-  mp.path = dir;
-  mp.embedding = mo->embedding;
-  if (!mp.kv_tokens) mp.kv_tokens = o->n_slots * o->n_ctx;
-  rc = hearth_model_load(&mp, &m->model, err);
-  if (!rc) {
-    m->info = hearth_model_info(m->model);
-    m->n_ctx = o->n_ctx;
-    if (m->info->n_ctx_train > 0 && m->n_ctx > m->info->n_ctx_train) m->n_ctx = m->info->n_ctx_train;
-    rc = textio_load(dir, &m->tio, err);
-    /* a tokenizer from another model: refuse at start, not at the first request it breaks */
-    if (!rc) rc = tok_check_model_vocab(textio_tok(m->tio), m->info->n_vocab, err);
-  }
-  if (!rc && m->info->is_embedding) {
-    pthread_mutex_init(&m->embed_lock, NULL);
-    struct hearth_session_params sp = {.n_ctx = m->n_ctx};
-    rc = hearth_session_new(m->model, &sp, &m->embed_session, err);
-  } else if (!rc) {
-    struct engine_params ep = {.n_slots = o->n_slots, .n_ctx = m->n_ctx, .max_queue = o->max_queue,
-                               .prefill_chunk = o->prefill_chunk};
-    rc = jvocab_new(textio_tok(m->tio), &m->jv, err);
-    if (!rc) rc = engine_new(m->model, &ep, &m->engine, err);
-  }
-  if (rc) {
-    err_prefix(err, "model %s", mo->path);
-    model_close(m);
-  }
-  return rc;
 }
 
 /* Waits up to ms (polling) until no request is in flight; 1 if none is left. */
@@ -111,29 +51,41 @@ static void drain(struct srv *s, int grace_ms) {
   fprintf(stderr, "hearth serve: %d request(s) still running after %d ms: cancelling them\n",
           atomic_load(&s->n_inflight), grace_ms);
   atomic_store(&s->aborting, 1);
-  for (int i = 0; i < s->n_models; i++) engine_shutdown(s->models[i].engine);
+  registry_shutdown_engines(s);
   if (!wait_idle(s, 2000))
     fprintf(stderr, "hearth serve: %d connection(s) did not finish; closing them\n",
             atomic_load(&s->n_inflight));
 }
 
 int server_run(const struct server_options *o, volatile sig_atomic_t *stop, struct hearth_err *err) {
-  if (o->n_models < 1) return err_set(err, HEARTH_ERR_ARG, "no model given (--model DIR)");
   if (o->n_slots < 1 || o->n_ctx < 16 || o->max_queue < 1 || o->max_body < 1024 ||
       o->max_conns < 1 || o->timeout_s < 1 || o->max_depth < 1 || o->keepalive_ms < 1 ||
-      o->prefill_chunk < 1 || o->shutdown_grace_ms < 0)
+      o->prefill_chunk < 1 || o->shutdown_grace_ms < 0 || o->max_loaded < 0 || o->max_loaded > 16 ||
+      o->max_loaded_embedding < 0 || o->max_loaded_embedding > 16)
     return err_set(err, HEARTH_ERR_ARG, "server options out of range");
+  /* no model named: the defaults, from the cache or pulled into it now */
+  struct server_options with_defaults;
+  if (o->n_models < 1) {
+    int rc = registry_ensure_cached(SERVER_DEFAULT_MODEL, o->offline, err);
+    if (!rc) rc = registry_ensure_cached(SERVER_DEFAULT_EMBEDDING_MODEL, o->offline, err);
+    if (rc) return rc;
+    with_defaults = *o;
+    with_defaults.models[0] = (struct server_model_opt){.path = SERVER_DEFAULT_MODEL};
+    with_defaults.models[1] = (struct server_model_opt){.path = SERVER_DEFAULT_EMBEDDING_MODEL, .embedding = 1};
+    with_defaults.n_models = 2;
+    o = &with_defaults;
+  }
   struct srv *s = calloc(1, sizeof *s);
   if (!s) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
   s->opt = o;
   s->started = time(NULL);
-  int rc = 0;
-  for (int i = 0; !rc && i < o->n_models; i++) {
-    rc = model_open(o, &o->models[i], &s->models[i], err);
-    if (!rc) s->n_models++;
-    for (int j = 0; !rc && j < i; j++)
-      if (!strcmp(s->models[j].id, s->models[i].id))
-        rc = err_set(err, HEARTH_ERR_ARG, "two models named '%s' (use --model ID=DIR)", s->models[i].id);
+  int rc = registry_init(s, err);
+  /* every model of the command line is loaded before the server listens */
+  for (int i = 0; !rc && i < s->n_entries; i++) {
+    struct srv_model *m;
+    int status;
+    rc = srv_model_acquire(s, s->entries[i].id, &m, &status, err);
+    if (!rc) srv_model_release(s, m);
   }
   struct MHD_Daemon *d = NULL;
   int port = 0;
@@ -151,19 +103,23 @@ int server_run(const struct server_options *o, volatile sig_atomic_t *stop, stru
     const char *h = o->host;
     int v6 = strchr(h, ':') != NULL;
     fprintf(stderr, "hearth serve: listening on http://%s%s%s:%d (", v6 ? "[" : "", h, v6 ? "]" : "", port);
-    for (int i = 0; i < s->n_models; i++)
-      fprintf(stderr, "%s%s%s", i ? ", " : "", s->models[i].id,
-              s->models[i].info->is_embedding ? " [embedding]" : "");
-    fprintf(stderr, ")\n");
+    for (int i = 0, k = 0; i < s->n_models; i++)
+      if (s->models[i].state == SLOT_READY)
+        fprintf(stderr, "%s%s%s", k++ ? ", " : "", s->models[i].id,
+                s->models[i].info->is_embedding ? " [embedding]" : "");
+    fprintf(stderr, "; at most %d generative and %d embedding model(s) loaded at once)\n",
+            s->max_loaded[0], s->max_loaded[1]);
     while (!*stop) usleep(100 * 1000);
     fprintf(stderr, "hearth serve: shutting down\n");
     drain(s, o->shutdown_grace_ms);
   }
   /* the engines first: readers still blocked on tokens see "cancelled" at once, then the daemon
    * can join its connection threads */
-  for (int i = 0; i < s->n_models; i++) engine_shutdown(s->models[i].engine);
+  registry_shutdown_engines(s);
   http_stop(s, d);
-  for (int i = s->n_models - 1; i >= 0; i--) model_close(&s->models[i]);
+  /* pulls whose client has gone are cancelled at their next progress call */
+  for (int waited = 0; atomic_load(&s->n_pulls) > 0 && waited < 30000; waited += 10) usleep(10 * 1000);
+  registry_free(s);
   free(s);
   return rc;
 }

@@ -15,9 +15,15 @@
 
 #define SERVER_MAX_MODELS 8
 
+/* The models served when no --model is given: pulled into the Hub cache on first start. */
+#define SERVER_DEFAULT_MODEL "Qwen/Qwen2.5-3B-Instruct"
+#define SERVER_DEFAULT_EMBEDDING_MODEL "Qwen/Qwen3-Embedding-0.6B"
+
 struct server_model_opt {
-  const char *id;   /* the name clients pass as "model"; NULL = the directory's base name */
-  const char *path; /* Hugging Face model directory (config.json, safetensors, tokenizer.json) */
+  const char *id;   /* the name clients pass as "model"; NULL = the repo id ("ORG/NAME" from the
+                       Hub cache) or the directory's base name */
+  const char *path; /* Hugging Face model directory (config.json, safetensors, tokenizer.json),
+                       or a repo id "ORG/NAME" in the Hub cache */
   int embedding;    /* 1: serve it as an embedding model (--embedding-model) whatever its config says */
 };
 
@@ -26,8 +32,12 @@ struct server_options {
   int port;              /* 0 = an ephemeral port (see port_file). default 8080 */
   const char *port_file; /* when set, the bound port is written here once listening */
   const char *api_key;   /* when set, every /v1 request needs "Authorization: Bearer <key>" */
-  struct server_model_opt models[SERVER_MAX_MODELS];
+  struct server_model_opt models[SERVER_MAX_MODELS]; /* loaded at start; none: the defaults */
   int n_models;
+  int max_loaded;    /* generative models resident at once (LRU unload); 0 = max(1, n_models) */
+  int max_loaded_embedding; /* embedding models resident at once; 0 = max(1, n_models) */
+  int offline;       /* never download: a missing default model is an error at start */
+  int allow_model_admin; /* POST /v1/models/pull and DELETE /v1/models/ID without --api-key */
   struct hearth_model_params model; /* dtype, backend, threads, kv_tokens (path is per model) */
   int n_slots;       /* sequences decoded together per model (continuous batch width). default 16 */
   int n_ctx;         /* context per sequence; 0 = min(kv_tokens / n_slots rounded, n_ctx_train) */
@@ -47,7 +57,8 @@ struct server_options {
 
 void server_options_default(struct server_options *o);
 
-/* Loads every model, starts the engines and the HTTP daemon, and serves until *stop becomes
+/* With no model given, makes sure the defaults are in the Hub cache, pulling whichever is missing
+ * (progress on stderr) unless o->offline, then loads every model, starts the engines and the HTTP daemon, and serves until *stop becomes
  * non-zero (set it from a signal handler), then drains: new requests get 503, requests in flight
  * run on for up to shutdown_grace_ms, then whatever is left is cancelled (a non-streamed request
  * gets a 503 error object, a stream an error event and [DONE]); then frees everything. Returns 0 after a

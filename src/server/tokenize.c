@@ -14,12 +14,7 @@
 #include "server/textio.h"
 
 static struct srv_model *any_model(struct http_req *r, enum MHD_Result *ret) {
-  struct verr e;
-  const char *name;
-  if (v_str(r->json, "model", 1, NULL, &name, &e)) { *ret = http_reply_verr(r, &e); return NULL; }
-  struct srv_model *m = srv_find_model(r->srv, name);
-  if (!m) *ret = http_reply_error(r, 404, "model", "model_not_found", "the model '%s' does not exist", name);
-  return m;
+  return ep_pick_model(r, -1, ret);
 }
 
 enum MHD_Result ep_tokenize(struct http_req *r) {
