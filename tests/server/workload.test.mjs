@@ -147,3 +147,39 @@ describe('label scoring', () => {
     assert.equal(zero.status, 400);
   });
 });
+
+describe('a cancelled leader', () => {
+  let slow;
+  before(async () => { slow = await startServer(['--parallel', '2', '--prefill-chunk', '1']); });
+  after(async () => { assert.equal((await slow.stop()).code, 0); });
+
+  test('a request waiting for a prefix another request computes goes on alone when that one is cancelled', async () => {
+    const prefix = ids(11, 480); // 480 engine steps of one prompt token for the leader
+    const body = (tail) => ({ model: CHAT, temperature: 0, prompt: [...prefix, ...ids(tail, 6)], max_tokens: 3, ignore_eos: true });
+    const ac = new AbortController();
+    const leader = fetch(`${slow.url}/v1/completions`, { method: 'POST', signal: ac.signal,
+      headers: { 'content-type': 'application/json' }, body: JSON.stringify(body(1)) }).catch((e) => e);
+    await new Promise((r) => setTimeout(r, 15));
+    const follower = postJSON(slow, '/v1/completions', body(2));
+    for (let t = Date.now(); (await getJSON(slow, '/status')).body.models[0].slots_busy < 2;) {
+      assert.ok(Date.now() - t < 30000, 'the two requests were never both admitted');
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    await new Promise((r) => setTimeout(r, 100));
+    ac.abort(); // the leader's client leaves mid-prefill
+    const t0 = Date.now();
+    const f = await Promise.race([follower, new Promise((r) => setTimeout(() => r(null), 60000))]);
+    assert.ok(f, 'the follower never finished: it waited for a leader that was gone');
+    assert.equal(f.status, 200, f.text);
+    await leader;
+    // the blocks the leader finished before it left are reused; the follower computed the rest itself
+    const cached = f.body.usage.prompt_tokens_details.cached_tokens;
+    assert.ok(cached > 0 && cached % 16 === 0, `cached_tokens ${cached}`);
+    const st = (await getJSON(slow, '/status')).body;
+    assert.equal(st.models[0].cancelled, 1, 'the leader was cancelled');
+    console.log(`# follower done ${Date.now() - t0} ms after the abort, ${cached} prompt tokens from the leader`);
+    // the follower's tokens are those of the same prompt computed with nothing else running
+    const again = await postJSON(slow, '/v1/completions', body(2));
+    assert.equal(again.body.choices[0].text, f.body.choices[0].text);
+  });
+});
