@@ -161,6 +161,11 @@ describe('a cancelled leader', () => {
   test('a request waiting for a prefix another request computes goes on alone when that one is cancelled', async () => {
     const prefix = ids(11, SLOW > 1 ? 160 : 480); // engine steps of one prompt token for the leader
     const body = (tail) => ({ model: CHAT, temperature: 0, prompt: [...prefix, ...ids(tail, 6)], max_tokens: 3, ignore_eos: true });
+    // the time of one engine step on this machine now (one prompt token a step): the leader is aborted
+    // after about 40 steps, two or three whole KV blocks into its prefix and far from its end
+    const c0 = Date.now();
+    assert.equal((await postJSON(slow, '/v1/completions', { model: CHAT, prompt: ids(99, 48), max_tokens: 1 })).status, 200);
+    const stepMs = (Date.now() - c0) / 48;
     const ac = new AbortController();
     const leader = fetch(`${slow.url}/v1/completions`, { method: 'POST', signal: ac.signal,
       headers: { 'content-type': 'application/json' }, body: JSON.stringify(body(1)) }).catch((e) => e);
@@ -170,7 +175,7 @@ describe('a cancelled leader', () => {
       assert.ok(Date.now() - t < 30000, 'the two requests were never both admitted');
       await new Promise((r) => setTimeout(r, 5));
     }
-    await new Promise((r) => setTimeout(r, 100));
+    await new Promise((r) => setTimeout(r, 40 * stepMs));
     ac.abort(); // the leader's client leaves mid-prefill
     const t0 = Date.now();
     const f = await Promise.race([follower, new Promise((r) => setTimeout(() => r(null), 60000 * SLOW))]);
@@ -182,7 +187,7 @@ describe('a cancelled leader', () => {
     assert.ok(cached > 0 && cached % 16 === 0, `cached_tokens ${cached}`);
     const st = (await getJSON(slow, '/status')).body;
     assert.equal(st.models[0].cancelled, 1, 'the leader was cancelled');
-    console.log(`# follower done ${Date.now() - t0} ms after the abort, ${cached} prompt tokens from the leader`);
+    console.log(`# step ${stepMs.toFixed(1)} ms; follower done ${Date.now() - t0} ms after the abort, ${cached} prompt tokens from the leader`);
     // the follower's tokens are those of the same prompt computed with nothing else running
     const again = await postJSON(slow, '/v1/completions', body(2));
     assert.equal(again.body.choices[0].text, f.body.choices[0].text);
