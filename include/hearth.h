@@ -156,6 +156,12 @@ int hearth_session_append(struct hearth_session *s, const int32_t *tokens, int n
  * in batched forward passes instead of one position at a time. */
 int hearth_session_append_logits(struct hearth_session *s, const int32_t *tokens, int n, float *logits,
                                  struct hearth_err *err);
+/* Teacher forcing without keeping the tokens: evaluates tokens[0..n) after what the session holds,
+ * writes every position's logits to logits[i * n_vocab] as hearth_session_append_logits does, then
+ * drops them again (the session holds what it held before; they never enter the prefix cache).
+ * hearth_session_logits is NULL afterwards. Label scoring: log p(label | prompt), token by token. */
+int hearth_session_peek_logits(struct hearth_session *s, const int32_t *tokens, int n, float *logits,
+                               struct hearth_err *err);
 int hearth_session_n_tokens(const struct hearth_session *s);
 const int32_t *hearth_session_tokens(const struct hearth_session *s);
 /* Logits [n_vocab] f32 of the last evaluated position; NULL before the first evaluation or for

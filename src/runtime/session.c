@@ -492,9 +492,11 @@ void hearth_model_ahead_counts(struct hearth_model *m, uint64_t *claimed, uint64
 
 /* every (n == 1, OUT_LOGITS or OUT_HIDDEN): also write the logits (hidden states) of every appended
  * position to every[i * width], a forward pass holding at most max_out of them */
-static int session_forward(struct hearth_session **ss, int n, const int32_t *const *tokens, const int *counts,
-                           enum out_mode mode, const uint8_t *greedy, int want_lp, float *every,
-                           struct hearth_err *err) {
+/* key: register the full blocks the call completed in the prefix cache (not for tokens that are dropped
+ * again: hearth_session_peek_logits) */
+static int session_forward_k(struct hearth_session **ss, int n, const int32_t *const *tokens, const int *counts,
+                             enum out_mode mode, const uint8_t *greedy, int want_lp, float *every, int key,
+                             struct hearth_err *err) {
   int want_hidden = mode == OUT_HIDDEN;
   if (n <= 0) return 0;
   struct hearth_model *m = ss[0]->m;
@@ -581,8 +583,14 @@ static int session_forward(struct hearth_session **ss, int n, const int32_t *con
   }
   pthread_mutex_unlock(&m->forward_mu);
   if (rc) for (int i = 0; i < n; i++) truncate_to(ss[i], start[i]); /* KV past start is unreliable */
-  if (!rc && !want_hidden) for (int i = 0; i < n; i++) key_full_blocks(ss[i]);
+  if (!rc && !want_hidden && key) for (int i = 0; i < n; i++) key_full_blocks(ss[i]);
   return rc;
+}
+
+static int session_forward(struct hearth_session **ss, int n, const int32_t *const *tokens, const int *counts,
+                           enum out_mode mode, const uint8_t *greedy, int want_lp, float *every,
+                           struct hearth_err *err) {
+  return session_forward_k(ss, n, tokens, counts, mode, greedy, want_lp, every, 1, err);
 }
 
 int hearth_sessions_step(struct hearth_session **sessions, int n_sessions, const int32_t *const *tokens,
@@ -627,6 +635,19 @@ int hearth_session_append_logits(struct hearth_session *s, const int32_t *tokens
   if (!logits) return err_set(err, HEARTH_ERR_ARG, "append_logits needs an output buffer");
   if (s->m->cfg.is_embedding) return err_set(err, HEARTH_ERR_ARG, "an embedding model has no logits");
   return session_forward(&s, 1, &tokens, &n, OUT_LOGITS, NULL, 0, logits, err);
+}
+
+int hearth_session_peek_logits(struct hearth_session *s, const int32_t *tokens, int n, float *logits,
+                               struct hearth_err *err) {
+  if (n <= 0) return err_set(err, HEARTH_ERR_ARG, "peek needs at least one token");
+  if (!logits) return err_set(err, HEARTH_ERR_ARG, "peek_logits needs an output buffer");
+  if (s->m->cfg.is_embedding) return err_set(err, HEARTH_ERR_ARG, "an embedding model has no logits");
+  const int held = s->n_tokens;
+  /* not keyed: the block that holds position `held` stays this session's own (a block is shared only
+   * once keyed or attached, and both need it full), so the cut below lands exactly at `held` */
+  int rc = session_forward_k(&s, 1, &tokens, &n, OUT_LOGITS, NULL, 0, logits, 0, err);
+  if (!rc) truncate_to(s, held);
+  return rc;
 }
 
 int hearth_session_prepare(struct hearth_session *s, const int32_t *tokens, int n, struct hearth_err *err) {

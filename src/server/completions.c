@@ -5,7 +5,14 @@
  * text comes before the completion (streamed: as the choice's first chunk); with logprobs the
  * prompt tokens are scored too, the first one null (the legacy shape), and max_tokens may be 0 to
  * score a text without generating. best_of > 1 and suffix are refused with 400.
+ *
+ * labels (a hearth extension, README "Label scoring"): an array of strings; each choice also gets
+ * label_scores, every label's log-probability of its whole token sequence after the prompt (teacher
+ * forcing, engine.h) and its probability normalised over the label set. A label is tokenized on its
+ * own, without special tokens, as the continuation of the prompt (" yes" and "yes" differ). With
+ * labels, max_tokens may be 0 (score only); streaming is refused.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -22,8 +29,13 @@ struct cmpl_choice {
   int echoed;              /* the echo (streamed) has been sent */
 };
 
+#define CMPL_MAX_LABELS 64
+
 struct cmpl {
   struct gen_opts o;
+  json_t *labels;          /* the request's "labels" (borrowed from the body) or NULL */
+  int32_t *lab_tok;        /* their tokens (o.lab_tok points here) */
+  int lab_off[CMPL_MAX_LABELS + 1];
   int n;                   /* choices = prompts x o.n */
   struct gen_reader *g;    /* [n] */
   struct cmpl_choice *ch;  /* [n] */
@@ -41,7 +53,59 @@ static void cmpl_free(void *p) {
   }
   free(c->g);
   free(c->ch);
+  free(c->lab_tok);
   free(c);
+}
+
+/* choice k's label_scores: [{label, logprob, prob, tokens}] in the request's order; prob is the
+ * softmax of the logprobs over the label set */
+static json_t *label_scores(const struct cmpl *c, int k) {
+  const struct gen_req *q = c->g[k].q;
+  double mx = -INFINITY, sum = 0;
+  for (int l = 0; l < q->n_labels; l++)
+    if (q->lab_lp[l] > mx) mx = q->lab_lp[l];
+  for (int l = 0; l < q->n_labels; l++) sum += exp(q->lab_lp[l] - mx);
+  json_t *a = json_array();
+  for (int l = 0; l < q->n_labels; l++)
+    json_array_append_new(a, json_pack("{s:O, s:f, s:f, s:i}", "label", json_array_get(c->labels, (size_t)l),
+                                       "logprob", q->lab_lp[l], "prob", exp(q->lab_lp[l] - mx) / sum,
+                                       "tokens", q->lab_off[l + 1] - q->lab_off[l]));
+  return a;
+}
+
+/* The request's "labels" into c (tokens, offsets, o.n_labels). 0, or -1 with *e filled. */
+static int read_labels(struct srv_model *m, json_t *body, struct cmpl *c, struct verr *e) {
+  json_t *a = json_object_get(body, "labels");
+  if (!a || json_is_null(a)) return 0;
+  if (!json_is_array(a) || !json_array_size(a) || json_array_size(a) > CMPL_MAX_LABELS)
+    return v_fail(e, "labels", "'labels' must be an array of 1 to %d strings", CMPL_MAX_LABELS);
+  if (c->o.stream) return v_fail(e, "labels", "'labels' cannot be streamed; send it with stream false");
+  c->labels = a;
+  size_t i;
+  json_t *v;
+  json_array_foreach(a, i, v) {
+    if (!json_is_string(v) || !json_string_length(v))
+      return v_fail(e, "labels", "'labels[%zu]' must be a non-empty string", i);
+    int32_t *ids = NULL;
+    int n = 0;
+    struct hearth_err err = {0};
+    if (textio_encode(m->tio, json_string_value(v), json_string_length(v), 0, &ids, &n, &err))
+      return v_fail(e, "labels", "cannot tokenize 'labels[%zu]': %s", i, errors_scrub(err.msg));
+    if (n < 1 || n > GEN_MAX_LABEL_TOKENS) {
+      free(ids);
+      return v_fail(e, "labels", "'labels[%zu]' is %d tokens; a label is 1 to %d", i, n, GEN_MAX_LABEL_TOKENS);
+    }
+    int32_t *t = realloc(c->lab_tok, (size_t)(c->lab_off[i] + n) * sizeof *t);
+    if (!t) { free(ids); return v_fail(e, "labels", "out of memory"); }
+    c->lab_tok = t;
+    memcpy(t + c->lab_off[i], ids, (size_t)n * sizeof *ids);
+    free(ids);
+    c->lab_off[i + 1] = c->lab_off[i] + n;
+  }
+  c->o.n_labels = (int)json_array_size(a);
+  c->o.lab_tok = c->lab_tok;
+  c->o.lab_off = c->lab_off;
+  return 0;
 }
 
 static json_t *lp_new(void) {
@@ -220,9 +284,10 @@ static enum MHD_Result cmpl_whole(struct http_req *r, struct cmpl *c) {
     sbuf_add(&ch->text, gen.p ? gen.p : "", gen.n);
     sbuf_free(&gen);
     json_t *lp = c->o.logprobs ? (ch->lp ? json_incref(ch->lp) : lp_new()) : json_null();
-    json_array_append_new(choices, json_pack("{s:s%, s:i, s:o, s:s}", "text",
-                                             ch->text.p ? ch->text.p : "", ch->text.n, "index", k,
-                                             "logprobs", lp, "finish_reason", g->finish));
+    json_t *cj = json_pack("{s:s%, s:i, s:o, s:s}", "text", ch->text.p ? ch->text.p : "", ch->text.n, "index", k,
+                           "logprobs", lp, "finish_reason", g->finish);
+    if (cj && c->o.n_labels) json_object_set_new(cj, "label_scores", label_scores(c, k));
+    json_array_append_new(choices, cj);
   }
   json_t *body = json_pack("{s:s, s:s, s:I, s:s, s:s, s:o, s:o}", "id", c->id, "object",
                            "text_completion", "created", (json_int_t)c->created, "model", c->model,
@@ -291,15 +356,32 @@ enum MHD_Result ep_completions(struct http_req *r) {
   struct cmpl *c = calloc(1, sizeof *c);
   if (!c) return http_reply_error(r, 500, NULL, NULL, "out of memory");
   if (gen_parse(r->json, 0, &c->o, &e)) { free(c); return http_reply_verr(r, &e); }
-  struct gen_prompt ps[GEN_MAX_CHOICES];
-  memset(ps, 0, sizeof ps);
+  struct gen_prompt *ps = calloc(GEN_MAX_CHOICES, sizeof *ps);
+  if (!ps) { free(c); return http_reply_error(r, 500, NULL, NULL, "out of memory"); }
   int np = 0;
-  int rc = read_prompts(m, json_object_get(r->json, "prompt"), ps, &np, &e);
+  int rc = read_labels(m, r->json, c, &e);
+  if (!rc) rc = read_prompts(m, json_object_get(r->json, "prompt"), ps, &np, &e);
   if (!rc && np * c->o.n > GEN_MAX_CHOICES)
     rc = v_fail(&e, "n", "%d prompts x n = %d choices; at most %d per request", np, np * c->o.n,
                 GEN_MAX_CHOICES);
+  int longest = 0; /* a label's leading tokens are evaluated after the prompt: they must fit too */
+  for (int l = 0; l < c->o.n_labels; l++)
+    if (c->lab_off[l + 1] - c->lab_off[l] > longest) longest = c->lab_off[l + 1] - c->lab_off[l];
+  for (int i = 0; !rc && longest > 1 && i < np; i++)
+    if (ps[i].n + longest - 1 >= m->n_ctx) {
+      enum MHD_Result er = http_reply_error(r, 400, "prompt", "context_length_exceeded",
+                                            "prompt %d has %d tokens and its longest label %d; this server's context is %d tokens",
+                                            i, ps[i].n, longest, m->n_ctx);
+      for (int j = 0; j < np; j++) free(ps[j].ids);
+      free(ps);
+      free(c->lab_tok);
+      free(c);
+      return er;
+    }
   if (rc) {
     for (int i = 0; i < np; i++) free(ps[i].ids);
+    free(ps);
+    free(c->lab_tok);
     free(c);
     return http_reply_verr(r, &e);
   }
@@ -308,12 +390,14 @@ enum MHD_Result ep_completions(struct http_req *r) {
   c->ch = calloc((size_t)c->n, sizeof *c->ch);
   if (!c->g || !c->ch) {
     for (int i = 0; i < np; i++) free(ps[i].ids);
+    free(ps);
     c->n = 0;
     cmpl_free(c);
     return http_reply_error(r, 500, NULL, NULL, "out of memory");
   }
   rc = gen_start(r, m, ps, np, &c->o, c->g, &ret);
   for (int i = 0; i < np; i++) free(ps[i].ids);
+  free(ps);
   if (rc) { cmpl_free(c); return ret; }
   gen_id(c->id, sizeof c->id, "cmpl");
   snprintf(c->model, sizeof c->model, "%s", m->id);

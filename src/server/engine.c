@@ -39,6 +39,9 @@ void gen_req_unref(struct gen_req *q) {
   free(q->bias);
   free(q->pev);
   free(q->ev);
+  free(q->lab_tok);
+  free(q->lab_off);
+  free(q->lab_lp);
   jprog_free(q->prog);
   free(q);
 }
@@ -134,6 +137,7 @@ struct engine {
   struct slot *slots;
   float *scratch;       /* [n_vocab] logits + bias */
   float *scored;        /* [SCORED_CHUNK][n_vocab] prompt-scoring logits, allocated on first use */
+  float *labrow;        /* [n_vocab] a label request's last prompt logits, allocated on first use */
   /* queue: ring of waiting requests, guarded by mu */
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -369,10 +373,76 @@ static int sync_to(struct engine *e, struct slot *sl, int target, struct hearth_
   return rc;
 }
 
+#define SCORED_CHUNK 32 /* positions per prompt-scoring forward (echo + logprobs); label continuations fit one */
+
+/* log p(id) under logits[nv] whose max and log-sum-exp pieces are mx, ls (lse) */
+static double logprob_of(const float *logits, double mx, double ls, int32_t id) {
+  return (double)logits[id] - mx - ls;
+}
+
+/* Label scoring, once sl's prompt is evaluated and its last logits are the session's: fills
+ * q->lab_lp (see engine.h) and returns those logits, kept in e->labrow (the label forwards replace
+ * the session's own), for the first generated token. NULL when sl was released (an error). */
+static const float *score_labels(struct engine *e, struct slot *sl) {
+  struct gen_req *q = sl->q;
+  const int nv = e->info->n_vocab;
+  const float *last = hearth_session_logits(sl->s);
+  if (!e->labrow) e->labrow = malloc((size_t)nv * sizeof *e->labrow);
+  if (!e->scored) e->scored = malloc((size_t)SCORED_CHUNK * nv * sizeof *e->scored);
+  if (!e->labrow || !e->scored || !last) {
+    slot_release(e, sl, GEN_FIN_ERROR, last ? "out of memory" : "label scoring: no logits for the prompt");
+    return NULL;
+  }
+  if (!all_finite(last, nv)) { slot_release(e, sl, GEN_FIN_ERROR, NONFINITE_MSG); return NULL; }
+  memcpy(e->labrow, last, (size_t)nv * sizeof *e->labrow);
+  double mx0, ls0;
+  lse(e->labrow, nv, &mx0, &ls0);
+  for (int l = 0; l < q->n_labels; l++) {
+    const int32_t *t = q->lab_tok + q->lab_off[l];
+    const int k = q->lab_off[l + 1] - q->lab_off[l];
+    double lp = logprob_of(e->labrow, mx0, ls0, t[0]);
+    if (k > 1) { /* the label's leading tokens give the logits of its following ones */
+      struct hearth_err err = {0};
+      int rc = hearth_session_peek_logits(sl->s, t, k - 1, e->scored, &err);
+      if (rc == HEARTH_ERR_CTX_FULL && evict_idle(e) > 0) rc = hearth_session_peek_logits(sl->s, t, k - 1, e->scored, &err);
+      if (rc) { slot_release(e, sl, GEN_FIN_ERROR, err.msg); return NULL; }
+      if (!all_finite(e->scored, (k - 1) * nv)) { slot_release(e, sl, GEN_FIN_ERROR, NONFINITE_MSG); return NULL; }
+      for (int j = 1; j < k; j++) {
+        const float *row = e->scored + (size_t)(j - 1) * nv;
+        double mx, ls;
+        lse(row, nv, &mx, &ls);
+        lp += logprob_of(row, mx, ls, t[j]);
+      }
+    }
+    q->lab_lp[l] = lp;
+  }
+  return e->labrow;
+}
+
+/* Whether sl (a new request, not yet prepared) should wait this step for another slot that is still
+ * prefilling full blocks sl's prompt shares: they enter the prefix cache as that slot's chunks
+ * complete (key_full_blocks after every forward), and sl then attaches them instead of computing
+ * them again. Only prepared slots lead, so waits never form a cycle; a leader that ends (done,
+ * cancelled, failed) is a free slot and is no longer waited for. */
+static int wait_for_leader(struct engine *e, const struct slot *sl) {
+  const struct gen_req *q = sl->q;
+  const int bs = e->info->kv_block_tokens > 0 ? e->info->kv_block_tokens : 1;
+  /* what sl's own session already holds of its prompt needs no one */
+  const int own = common_prefix(hearth_session_tokens(sl->s), hearth_session_n_tokens(sl->s), q->prompt, q->n_prompt);
+  for (int i = 0; i < e->p.n_slots; i++) {
+    const struct slot *L = &e->slots[i];
+    if (L == sl || L->state != SLOT_PREFILL || !L->prepared || !L->q) continue;
+    int c = common_prefix(L->q->prompt, L->q->n_prompt, q->prompt, q->n_prompt);
+    if (c > q->n_prompt - 1) c = q->n_prompt - 1; /* the last position is always evaluated (its logits) */
+    const int shared = c / bs * bs;              /* full blocks only: what the prefix cache can hand over */
+    if (shared > own && shared > L->prefilled) return 1;
+  }
+  return 0;
+}
+
 /* Prompt logprobs (echo + logprobs): the prompt is evaluated from position 0 (no prefix reuse: every
  * position is scored), then in chunks of SCORED_CHUNK positions per engine step whose logits all come
  * back from one forward pass (hearth_session_append_logits). */
-#define SCORED_CHUNK 32
 static void prefill_scored(struct engine *e, struct slot *sl) {
   struct gen_req *q = sl->q;
   if (atomic_load(&q->cancel)) { slot_release(e, sl, GEN_FIN_CANCELLED, NULL); return; }
@@ -402,8 +472,10 @@ static void prefill_scored(struct engine *e, struct slot *sl) {
     sl->prefilled += c;
   }
   if (sl->prefilled < q->n_prompt) return;
+  const float *row = hearth_session_logits(sl->s);
+  if (q->n_labels && !(row = score_labels(e, sl))) return;
   if (q->max_tokens == 0) slot_release(e, sl, GEN_FIN_LENGTH, NULL);
-  else emit(e, sl, hearth_session_logits(sl->s), NULL, 0.0f);
+  else emit(e, sl, row, NULL, 0.0f);
 }
 
 /* Matches a new request's prompt against its session once: the longest common prefix and any
@@ -452,6 +524,7 @@ static void step(struct engine *e) {
     struct slot *sl = &e->slots[i];
     if (sl->state != SLOT_PREFILL || sl->q->pev) continue;
     if (atomic_load(&sl->q->cancel)) { slot_release(e, sl, GEN_FIN_CANCELLED, NULL); continue; }
+    if (!sl->prepared && wait_for_leader(e, sl)) continue;
     if (!sl->prepared && prepare(e, sl)) continue;
     int take = sl->q->n_prompt - sl->prefilled;
     if (take > budget) take = budget;
@@ -471,7 +544,7 @@ static void step(struct engine *e) {
   for (int i = 0; i < n; i++) {
     struct slot *sl = which[i];
     const int ends = sl->state == SLOT_DECODE || sl->prefilled + cnt[i] >= sl->q->n_prompt;
-    greedy[i] = (uint8_t)(!ends || select_greedy(sl->q));
+    greedy[i] = (uint8_t)(!ends || (select_greedy(sl->q) && !sl->q->n_labels)); /* labels: the whole row */
     want_lp |= ends && greedy[i] && sl->q->top_logprobs == 0;
     lps[i] = 0.0f;
   }
@@ -493,13 +566,15 @@ static void step(struct engine *e) {
   for (int i = 0; i < n; i++) {
     struct slot *sl = which[i];
     if (!sl) continue;
+    const float *row = NULL;
     if (sl->state == SLOT_PREFILL) {
       sl->prefilled += cnt[i];
       if (sl->prefilled < sl->q->n_prompt) continue;
+      if (sl->q->n_labels && !(row = score_labels(e, sl))) continue;
       if (sl->q->max_tokens == 0) { slot_release(e, sl, GEN_FIN_LENGTH, NULL); continue; }
     }
     if (greedy[i]) emit(e, sl, NULL, &ids[i], lps[i]);
-    else emit(e, sl, hearth_session_logits(sl->s), NULL, 0.0f);
+    else emit(e, sl, row ? row : hearth_session_logits(sl->s), NULL, 0.0f);
   }
 }
 
@@ -531,6 +606,10 @@ static void *engine_main(void *arg) {
   return NULL;
 }
 
+int engine_default_prefill_chunk(const struct hearth_model_info *info) {
+  return info->backend == HEARTH_BACKEND_CUDA ? 4096 : 512;
+}
+
 int engine_new(struct hearth_model *m, const struct engine_params *p, struct engine **out,
                struct hearth_err *err) {
   if (p->n_slots < 1 || p->n_ctx < 2 || p->max_queue < 1)
@@ -541,7 +620,7 @@ int engine_new(struct hearth_model *m, const struct engine_params *p, struct eng
   e->m = m;
   e->info = hearth_model_info(m);
   e->p = *p;
-  if (e->p.prefill_chunk <= 0) e->p.prefill_chunk = 512;
+  if (e->p.prefill_chunk <= 0) e->p.prefill_chunk = engine_default_prefill_chunk(e->info);
   e->slots = calloc((size_t)p->n_slots, sizeof *e->slots);
   e->queue = calloc((size_t)p->max_queue, sizeof *e->queue);
   e->scratch = malloc((size_t)e->info->n_vocab * sizeof *e->scratch);
@@ -586,6 +665,7 @@ void engine_free(struct engine *e) {
   free(e->queue);
   free(e->scratch);
   free(e->scored);
+  free(e->labrow);
   free(e);
 }
 

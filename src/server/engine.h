@@ -12,6 +12,18 @@
  * overflowed) ends its request with GEN_FIN_ERROR and a message saying so, instead of being
  * sampled (a NaN would beat a constraint mask's -inf; an argmax over NaNs is token 0).
  *
+ * A request whose prompt shares full KV blocks with a prompt another slot is still prefilling waits
+ * (stays unprepared) until that slot has evaluated and keyed those blocks, then attaches them from
+ * the prefix cache: requests that arrive together compute their common prefix once. A leader never
+ * waits itself, and one released (done, cancelled, failed) stops being waited for, so no wait cycle
+ * or orphan wait exists; running decodes keep their token per step meanwhile.
+ *
+ * Label scoring (q->n_labels): once the prompt is evaluated, each label's log-probability is the sum
+ * over its tokens by teacher forcing: the first from the prompt's last logits, the others from one
+ * forward pass of the label's leading tokens (hearth_session_peek_logits, dropped again). A token's
+ * logits do not depend on what else is in its forward pass (the kernels are row-invariant), so the
+ * scores are the same alone, in a batch and beside other traffic.
+ *
  * A request may also ask for the logprobs of its prompt tokens (completions with echo): the
  * engine then evaluates the prompt from position 0 (no prefix reuse), 32 positions per forward pass
  * with every position's logits, and fills q->pev before the first generated token is appended. max_tokens 0 ends the request right after
@@ -67,6 +79,12 @@ struct gen_req {
                                     prompt[i] given prompt[0..i) (i >= 1; pev[0] is unused), with
                                     top_logprobs alternatives. Written by the engine before it
                                     appends the first event or finishes; read it after that. */
+  int n_labels;                  /* label scoring (completions "labels"): 0 = none */
+  int32_t *lab_tok;              /* owned: the labels' tokens, one after another */
+  int *lab_off;                  /* owned: [n_labels + 1] label i is lab_tok[lab_off[i] .. lab_off[i+1]) */
+  double *lab_lp;                /* owned: [n_labels] log p(label i | prompt), the sum over its tokens by
+                                    teacher forcing; written by the engine before it appends the first
+                                    event or finishes (as pev) */
   /* output: guarded by mu; the engine appends, the reader copies with gen_req_take */
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -97,7 +115,8 @@ struct engine_params {
   int n_slots;     /* sequences decoded together */
   int n_ctx;       /* tokens per sequence */
   int max_queue;   /* waiting requests before engine_submit refuses */
-  int prefill_chunk; /* tokens per engine step (decode tokens + prompt chunks); 0 = 512 */
+  int prefill_chunk; /* tokens per engine step (decode tokens + prompt chunks); 0 = by backend
+                        (engine_default_prefill_chunk) */
 };
 
 struct engine_stats {
@@ -105,6 +124,14 @@ struct engine_stats {
   unsigned long n_done, n_cancelled, n_errors;
   unsigned long n_prompt_tokens, n_cached_tokens, n_gen_tokens;
 };
+
+/* Longest label, in tokens (its continuation is scored in one forward pass with every position's logits). */
+#define GEN_MAX_LABEL_TOKENS 32
+
+/* The prefill budget per engine step when none is given: large where a forward pass of thousands of
+ * tokens is one efficient GEMM (CUDA), 512 on a CPU (a step there takes ~seconds per thousand tokens,
+ * and the decoding sequences wait for it). */
+int engine_default_prefill_chunk(const struct hearth_model_info *info);
 
 /* Creates the sessions and starts the engine thread. The model must outlive the engine. */
 int engine_new(struct hearth_model *m, const struct engine_params *p, struct engine **out,

@@ -34,8 +34,11 @@ int gen_parse(json_t *b, int chat, struct gen_opts *o, struct verr *e) {
     o->max_tokens = (int)(c > 0 ? c : a);
   } else {
     if (v_bool(b, "echo", 0, &o->echo, e)) return -1;
-    /* max_tokens 0 with echo: score the prompt only (the classic use of echo + logprobs) */
-    if (v_int(b, "max_tokens", o->echo ? 0 : 1, INT_MAX, 16, &ll, e)) return -1;
+    /* max_tokens 0 with echo: score the prompt only (the classic use of echo + logprobs); with
+     * "labels" (completions.c): score the labels only */
+    json_t *labels = json_object_get(b, "labels");
+    const int scoring = o->echo || (labels && !json_is_null(labels));
+    if (v_int(b, "max_tokens", scoring ? 0 : 1, INT_MAX, 16, &ll, e)) return -1;
     o->max_tokens = (int)ll;
   }
   struct hearth_sampling *sp = &o->sampling;
@@ -123,6 +126,19 @@ static struct gen_req *make_req(const struct gen_prompt *p, int j, const struct 
     }
   }
   if (o->echo && o->logprobs) q->pev = calloc((size_t)p->n, sizeof *q->pev);
+  if (o->n_labels) {
+    size_t nt = (size_t)o->lab_off[o->n_labels];
+    q->lab_tok = malloc(nt * sizeof *q->lab_tok);
+    q->lab_off = malloc((size_t)(o->n_labels + 1) * sizeof *q->lab_off);
+    q->lab_lp = calloc((size_t)o->n_labels, sizeof *q->lab_lp);
+    if (!q->lab_tok || !q->lab_off || !q->lab_lp) {
+      gen_req_unref(q);
+      return NULL;
+    }
+    memcpy(q->lab_tok, o->lab_tok, nt * sizeof *q->lab_tok);
+    memcpy(q->lab_off, o->lab_off, (size_t)(o->n_labels + 1) * sizeof *q->lab_off);
+    q->n_labels = o->n_labels;
+  }
   if (o->n_bias) {
     q->bias_id = malloc((size_t)o->n_bias * sizeof *q->bias_id);
     q->bias = malloc((size_t)o->n_bias * sizeof *q->bias);
@@ -167,7 +183,11 @@ int gen_start(struct http_req *r, struct srv_model *m, const struct gen_prompt *
                                        ? GEN_MAX_CHOICES : engine_max_queue(m->engine));
     return -1;
   }
-  struct gen_req *qs[GEN_MAX_CHOICES];
+  struct gen_req **qs = calloc((size_t)total, sizeof *qs);
+  if (!qs) {
+    *ret = http_reply_error(r, 500, NULL, NULL, "out of memory");
+    return -1;
+  }
   struct hearth_err err = {0};
   int rc = 0;
   for (int k = 0; k < total; k++) {
@@ -190,6 +210,7 @@ int gen_start(struct http_req *r, struct srv_model *m, const struct gen_prompt *
       *ret = http_reply_error(r, 400, "logit_bias", "invalid_value", "%s", err.msg);
     else
       *ret = http_reply_error(r, 500, NULL, NULL, "%s", errors_scrub(err.msg));
+    free(qs);
     return -1;
   }
   for (int k = 0; k < total; k++) {
@@ -205,6 +226,7 @@ int gen_start(struct http_req *r, struct srv_model *m, const struct gen_prompt *
     gk->n_prompt = qs[k]->n_prompt;
     http_watch_init(r, o->stream, &gk->watch);
   }
+  free(qs);
   return 0;
 }
 

@@ -22,7 +22,7 @@
 #include "server/validate.h"
 
 #define GEN_MAX_N 16        /* "n": choices per prompt */
-#define GEN_MAX_CHOICES 64  /* prompts x n in one request */
+#define GEN_MAX_CHOICES 1024 /* prompts x n in one request (label scoring of many records; see README) */
 
 struct gen_opts {
   int stream, include_usage;
@@ -47,6 +47,11 @@ struct gen_opts {
   const struct jvocab *jv;
   const char *tool_names[JPROG_MAX_NAMES];
   int n_tool_names;
+  /* completions "labels": every choice also scores these token sequences after its prompt
+   * (engine.h: gen_req.n_labels); owned by the caller, 0 = none */
+  int n_labels;
+  const int32_t *lab_tok;
+  const int *lab_off;      /* [n_labels + 1] */
 };
 
 /* Reads the fields both endpoints share. chat: max_completion_tokens|max_tokens (default:
