@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "base/err.h"
+#include "server/embed_queue.h"
 #include "server/engine.h"
 #include "server/http.h"
 #include "server/json_mask.h"
@@ -43,10 +44,7 @@ struct srv_model *srv_find_model(struct srv *s, const char *name) {
 static void model_close(struct srv_model *m) {
   engine_free(m->engine);
   jvocab_free(m->jv);
-  if (m->embed_session) {
-    hearth_session_free(m->embed_session);
-    pthread_mutex_destroy(&m->embed_lock);
-  }
+  embq_free(m->embq);
   textio_free(m->tio);
   hearth_model_free(m->model);
   memset(m, 0, sizeof *m);
@@ -73,9 +71,7 @@ static int model_open(const struct server_options *o, const struct server_model_
     if (!rc) rc = tok_check_model_vocab(textio_tok(m->tio), m->info->n_vocab, err);
   }
   if (!rc && m->info->is_embedding) {
-    pthread_mutex_init(&m->embed_lock, NULL);
-    struct hearth_session_params sp = {.n_ctx = m->n_ctx};
-    rc = hearth_session_new(m->model, &sp, &m->embed_session, err);
+    rc = embq_new(m->model, &m->embq, err);
   } else if (!rc) {
     struct engine_params ep = {.n_slots = o->n_slots, .n_ctx = m->n_ctx, .max_queue = o->max_queue,
                                .prefill_chunk = o->prefill_chunk};

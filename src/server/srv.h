@@ -1,6 +1,6 @@
 /* server/srv.h — the server's shared state: loaded models and their engines, counters.
  * Built once by server_run before the daemon starts and read-only afterwards, except for the
- * atomic counters and what the engines and the embedding mutex guard themselves. */
+ * atomic counters and what the engines and the embedding queue guard themselves. */
 #ifndef HEARTH_SERVER_SRV_H
 #define HEARTH_SERVER_SRV_H
 
@@ -11,6 +11,7 @@
 #include "hearth.h"
 #include "server/server.h"
 
+struct embed_queue;
 struct engine;
 struct http_guard;
 struct jvocab;
@@ -24,9 +25,8 @@ struct srv_model {
   struct textio *tio;        /* tokenizer + chat template + output parser */
   struct engine *engine;     /* generative models: the batching engine; NULL for embedding models */
   struct jvocab *jv;         /* generative models: the vocabulary as bytes, for json_object decoding */
-  /* embedding models: one session, one forward pass at a time */
-  struct hearth_session *embed_session;
-  pthread_mutex_t embed_lock;
+  /* embedding models: concurrent requests share forward passes (embed_queue.h) */
+  struct embed_queue *embq;
   atomic_int embed_busy;          /* embedding requests computing or waiting for the session */
   atomic_ulong embed_cancelled;   /* embedding requests dropped (client gone, shutdown) */
   int n_ctx;                 /* per-sequence context the server enforces */
