@@ -2,7 +2,7 @@
  * every input the embedding, bit for bit, that hearth_session_embed gives it alone (issue 31 item 4).
  *
  * Model: the committed qwen3emb oracle fixture (Qwen3, hidden 128, 2 layers, vocabulary 400), int4 on
- * the CPU backend with its SIMD kernels (the server's path). Pooling modes other than the default
+ * the CPU backend with its SIMD kernels (the server's path), or on CUDA (TEST_BACKEND below). Pooling modes other than the default
  * last token come from a sentence-transformers modules.json written beside links to the fixture. */
 #include <stdint.h>
 #include <sys/stat.h>
@@ -10,6 +10,12 @@
 
 #include "hearth.h"
 #include "test.h"
+
+/* tests/cuda builds this file again as test_cuda_embed_batch with TEST_BACKEND=HEARTH_BACKEND_CUDA
+ * (label cuda): the same bit-for-bit claims asked of the CUDA backend */
+#ifndef TEST_BACKEND
+#define TEST_BACKEND HEARTH_BACKEND_CPU
+#endif
 
 #define FIXTURE HEARTH_SOURCE_DIR "/tests/fixtures/model/qwen3emb"
 #define CAUSAL HEARTH_SOURCE_DIR "/tests/fixtures/model/qwen3"
@@ -33,6 +39,7 @@ static struct hearth_model *load(const char *path, int kv_tokens) {
   struct hearth_model_params p;
   hearth_model_params_default(&p);
   p.path = path;
+  p.backend = TEST_BACKEND;
   p.n_threads = 2;
   p.kv_tokens = kv_tokens;
   struct hearth_model *m = NULL;
