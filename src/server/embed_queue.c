@@ -124,8 +124,9 @@ static int gather(struct embed_queue *q, struct round *rd) {
     }
     if (n > had) rd->req[rd->n++] = r;
   }
-  /* next round starts with the request after this round's first: requests take turns */
-  if (rd->n > 1 && q->head == rd->req[0] && q->head != q->tail) {
+  /* the next round starts with the request after this round's first: requests take turns, so a small
+   * request waits for one round of a 2,048-input one, not for all of it */
+  if (rd->n > 0 && q->head == rd->req[0] && q->head != q->tail) {
     struct embq_req *h = q->head;
     q->head = h->link;
     h->link = NULL;

@@ -1,8 +1,8 @@
 // Embeddings at scale (issue 31 item 4), through HTTP against `hearth serve` with the tiny embedding
 // fixture: a 2,048-input request succeeds in input order; every input's vector is the same bits
 // (base64) alone, inside the 2,048-input request, and inside concurrent requests that share forward
-// passes (/status counts the rounds they shared); 2,049 inputs are a 400 naming the limit; a body
-// over --max-body is a 413.
+// passes (/status counts the rounds they shared); a small request is not held behind a large one;
+// 2,049 inputs are a 400 naming the limit; a body over --max-body is a 413.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 
@@ -12,7 +12,7 @@ requirePrereqs({ openai: false });
 
 const N = 2048;
 let srv;
-before(async () => { srv = await startServer(['--max-body', String(1 << 20)]); });
+before(async () => { srv = await startServer(); }); // --max-body: the default 8 MiB
 after(async () => {
   const r = await srv.stop();
   assert.equal(r.code, 0, `exit ${r.code} ${r.sig}`);
@@ -70,6 +70,27 @@ test('concurrent requests share forward passes and still give the same bits', as
   assert.ok(st.embed_shared_rounds > st0.embed_shared_rounds, 'no round was shared by concurrent requests');
 });
 
+test('a small request beside a 2,048-input one is answered within a few rounds (requests take turns)', async () => {
+  const r0 = (await status()).embed_rounds;
+  // 2,048 inputs of 100 token ids: ~25 rounds of 8,192 tokens
+  const heavy = Array.from({ length: N }, (_, i) => Array.from({ length: 100 }, (_, k) => 100 + ((i * 31 + k * 7) % 50000)));
+  let bigDone = null;
+  const big = embed(heavy).then(async (v) => { bigDone = (await status()).embed_rounds; return v; });
+  // the big request is computing before the small one is sent
+  while ((await status()).embed_rounds === r0) await new Promise((r) => setTimeout(r, 2));
+  const sent = (await status()).embed_rounds;
+  // ~250 tokens: longer than any gap the big request's 100-token inputs leave in a round, so it gets in
+  // only by its turn, not by filling a gap
+  const long = `record ${'padding '.repeat(240)}`;
+  const s = await embed([long]);
+  const smallDone = (await status()).embed_rounds;
+  const b = await big;
+  assert.ok(smallDone - sent <= 3, `the small request took ${smallDone - sent} rounds (the big one ${bigDone - r0})`);
+  assert.ok(bigDone - r0 >= 20, `the big request took only ${bigDone - r0} rounds: the check above proves nothing`);
+  assert.deepEqual(s, await embed([long]));
+  assert.deepEqual(await embed([heavy[N - 1]]), [b[N - 1]]);
+});
+
 test('2,049 inputs: 400 naming the limit', async () => {
   const r = await postJSON(srv, '/v1/embeddings', { model: EMBED, input: [...inputs, 'one more'] });
   assert.equal(r.status, 400, r.text);
@@ -78,7 +99,7 @@ test('2,049 inputs: 400 naming the limit', async () => {
 });
 
 test('a body over --max-body: 413', async () => {
-  const big = Array.from({ length: N }, (_, i) => `${inputs[i]} ${'padding '.repeat(80)}`); // ~1.4 MB > 1 MiB
+  const big = Array.from({ length: N }, (_, i) => `${inputs[i]} ${'padding '.repeat(520)}`); // ~9 MB > 8 MiB
   const r = await postJSON(srv, '/v1/embeddings', { model: EMBED, input: big });
   assert.equal(r.status, 413, r.text);
 });
