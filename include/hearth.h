@@ -205,6 +205,25 @@ void hearth_session_set_abort(struct hearth_session *s, int (*fn)(void *arg), vo
 int hearth_session_embed(struct hearth_session *s, const int32_t *tokens, int n, float *out,
                          struct hearth_err *err);
 
+/* What hearth_embed_batch did: forward passes run and tokens evaluated. */
+struct hearth_embed_stats {
+  int n_forwards;
+  long long n_tokens;
+};
+
+/* Embedding models: embeds n independent inputs tokens[i][0..n_tokens[i]) and writes input i's pooled,
+ * L2-normalised vector to out[i * n_embd], bit-identical to hearth_session_embed on that input alone
+ * (on the CPU backend; docs/decisions.md, "Batch-invariant embeddings"). Inputs are packed into as few
+ * forward passes as fit: longest first, ragged (no padding), none split across passes unless longer
+ * than one pass. Needs no session: each pass borrows KV blocks for its sequences only and returns
+ * them (a pass is also bounded by the pool's size; the pool must hold the longest input). abort_fn (may be NULL) is polled
+ * before every pass; non-zero stops with HEARTH_ERR_CANCELLED. Mean pooling embeds one input at a
+ * time. Thread-safe against other calls on the model (passes take the model's forward lock).
+ * stats may be NULL. On failure out is partly written and must not be used. */
+int hearth_embed_batch(struct hearth_model *m, const int32_t *const *tokens, const int *n_tokens, int n,
+                       float *out, int (*abort_fn)(void *arg), void *abort_arg, struct hearth_embed_stats *stats,
+                       struct hearth_err *err);
+
 /* ---- sampling ---------------------------------------------------------------------- */
 
 struct hearth_sampling {

@@ -11,6 +11,7 @@
 #include "model/model.h"
 #include "runtime/kv_cache.h"
 #include "runtime/prefix_store.h"
+#include "runtime/session_embed.h"
 
 struct hearth_session {
   struct hearth_model *m;
@@ -701,5 +702,17 @@ int hearth_session_embed(struct hearth_session *s, const int32_t *tokens, int n,
   }
   free(rows);
   truncate_to(s, 0); /* embeddings do not keep their KV */
+  return rc;
+}
+
+int session_embed_last(struct hearth_session **ss, int n, const int32_t *const *tokens, const int *counts,
+                       float *hidden, struct hearth_err *err) {
+  for (int i = 0; i < n; i++) truncate_to(ss[i], 0);
+  int rc = session_forward(ss, n, tokens, counts, OUT_HIDDEN, NULL, 0, NULL, err);
+  const int d = n > 0 ? ss[0]->m->cfg.hidden_size : 0;
+  for (int i = 0; i < n; i++) {
+    if (!rc) memcpy(hidden + (size_t)i * d, ss[i]->out, (size_t)d * sizeof *hidden);
+    truncate_to(ss[i], 0); /* embeddings do not keep their KV */
+  }
   return rc;
 }

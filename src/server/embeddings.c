@@ -1,24 +1,28 @@
 /* server/embeddings.c — POST /v1/embeddings.
  * input: a string, an array of strings, an array of token ids, or an array of such arrays (at most
- * 256 inputs, each at most the context). encoding_format "float" (default) or "base64" (the raw
- * little-endian float32 bytes, as OpenAI sends them). dimensions: keep the first d components and
- * re-normalise (Matryoshka truncation, as Qwen3-Embedding is trained for).
- * The model's single embedding session is shared under a mutex: one forward pass at a time.
- * Abandoned work stops: the client is watched before every input and every 512-token batch of
- * an input's forward pass (hearth_session_set_abort); a vanished client's request is dropped, and
- * one still computing when the shutdown grace period ends gets 503. NaN or infinite values in an
- * embedding are a 500, never a 200 with garbage. */
+ * EMB_MAX_INPUTS = 2,048 inputs, each at most the context; the body is also bounded by --max-body,
+ * 413 above). encoding_format "float" (default) or "base64" (the raw little-endian float32 bytes, as
+ * OpenAI sends them). dimensions: keep the first d components and re-normalise (Matryoshka
+ * truncation, as Qwen3-Embedding is trained for).
+ * The inputs are tokenized here (a bad one is this request's 400) and computed by the model's
+ * embed_queue, which packs them with those of concurrent requests into shared forward passes; an
+ * input's vector is the same bits whatever it was packed with (hearth_embed_batch). Abandoned work
+ * stops: the queue polls the client before each round (and a round whose clients are all gone
+ * before each pass); a vanished client's request is dropped, and one still computing when the
+ * shutdown grace period ends gets 503. NaN or infinite values in an embedding are a 500, never a
+ * 200 with garbage. */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/embed_queue.h"
 #include "server/errors.h"
 #include "server/routes.h"
 #include "server/sbuf.h"
 #include "server/textio.h"
 
-#define EMB_MAX_INPUTS 256
+#define EMB_MAX_INPUTS 2048
 
 static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
@@ -73,7 +77,8 @@ static int input_tokens(struct srv_model *m, json_t *in, size_t k, int32_t **ids
   return 0;
 }
 
-/* What the forward pass polls between batches (hearth_session_set_abort). */
+/* What the queue polls between rounds and passes (embq_req.gone); called by whichever request thread
+ * leads the round, one at a time. */
 struct emb_watch {
   struct http_watch w;
   struct srv *srv;
@@ -120,7 +125,8 @@ enum MHD_Result ep_embeddings(struct http_req *r) {
   }
   if (json_array_size(list) > EMB_MAX_INPUTS) {
     json_decref(list);
-    v_fail(&e, "input", "'input' may hold at most %d items", EMB_MAX_INPUTS);
+    v_fail(&e, "input", "'input' holds %zu items; at most %d are allowed per request", json_array_size(list),
+           EMB_MAX_INPUTS);
     return http_reply_verr(r, &e);
   }
   atomic_fetch_add(&m->embed_busy, 1);
@@ -129,55 +135,60 @@ enum MHD_Result ep_embeddings(struct http_req *r) {
   return ret2;
 }
 
+/* the error reply for a failed request (all its inputs tokenized, its vectors computed or not) */
+static enum MHD_Result embed_failed(struct http_req *r, struct srv_model *m, struct embq_req *q,
+                                    const struct emb_watch *ew) {
+  if (q->rc == HEARTH_ERR_CANCELLED && (ew->gone || ew->shutdown)) {
+    atomic_fetch_add(&m->embed_cancelled, 1);
+    if (ew->gone) return MHD_NO; /* nobody to answer: drop the connection */
+    return http_reply_error(r, 503, NULL, "shutting_down", "the server is shutting down; the request was cancelled");
+  }
+  return http_reply_error(r, 500, NULL, "embedding_failed", "%s", errors_scrub(q->err.msg));
+}
+
 static enum MHD_Result embed_all(struct http_req *r, struct srv_model *m, json_t *list,
                                  const char *fmt, long long dims) {
   struct verr e = {{0}, {0}};
   struct emb_watch ew = {.srv = r->srv};
   http_watch_init(r, 0, &ew.w);
-  int nd = m->info->n_embd;
-  float *vec = malloc((size_t)nd * sizeof *vec);
-  json_t *data = json_array();
+  const int nd = m->info->n_embd;
+  const size_t n = json_array_size(list);
+  int32_t **ids = calloc(n, sizeof *ids);
+  int *lens = calloc(n, sizeof *lens);
+  float *vecs = malloc(n * (size_t)nd * sizeof *vecs);
+  enum MHD_Result ret;
   long long total = 0;
+  if (!ids || !lens || !vecs) {
+    ret = http_reply_error(r, 500, NULL, "embedding_failed", "out of memory");
+    goto done;
+  }
   size_t k;
   json_t *in;
   json_array_foreach(list, k, in) {
-    int32_t *ids = NULL;
-    int n = 0;
-    if (input_tokens(m, in, k, &ids, &n, &e)) {
-      free(vec);
-      json_decref(data);
-      json_decref(list);
-      return http_reply_verr(r, &e);
+    if (input_tokens(m, in, k, &ids[k], &lens[k], &e)) {
+      ret = http_reply_verr(r, &e);
+      goto done;
     }
-    struct hearth_err err = {0};
-    int rc = emb_abort(&ew) ? HEARTH_ERR_CANCELLED : 0;
-    if (!rc) {
-      pthread_mutex_lock(&m->embed_lock);
-      hearth_session_set_abort(m->embed_session, emb_abort, &ew);
-      rc = hearth_session_embed(m->embed_session, ids, n, vec, &err);
-      hearth_session_set_abort(m->embed_session, NULL, NULL);
-      pthread_mutex_unlock(&m->embed_lock);
-    }
-    free(ids);
+    total += lens[k];
+  }
+  struct embq_req q = {.n = (int)n, .tokens = (const int32_t *const *)ids, .lens = lens, .out = vecs,
+                       .gone = emb_abort, .gone_arg = &ew};
+  if (embq_run(m->embq, &q)) {
+    ret = embed_failed(r, m, &q, &ew);
+    goto done;
+  }
+  json_t *data = json_array();
+  for (k = 0; k < n; k++) {
+    float *vec = vecs + k * (size_t)nd;
     int finite = 1;
-    for (int i = 0; !rc && i < nd; i++) finite &= fabsf(vec[i]) <= FLT_MAX; /* false for NaN, inf */
-    if (rc || !finite) {
-      free(vec);
+    for (int i = 0; i < nd; i++) finite &= fabsf(vec[i]) <= FLT_MAX; /* false for NaN, inf */
+    if (!finite) {
       json_decref(data);
-      json_decref(list);
-      if (rc == HEARTH_ERR_CANCELLED && (ew.gone || ew.shutdown)) {
-        atomic_fetch_add(&m->embed_cancelled, 1);
-        if (ew.gone) return MHD_NO; /* nobody to answer: drop the connection */
-        return http_reply_error(r, 503, NULL, "shutting_down",
-                                "the server is shutting down; the request was cancelled");
-      }
-      if (!finite)
-        return http_reply_error(r, 500, NULL, "embedding_failed",
-                                "the model produced NaN or infinite values for input[%zu] (its "
-                                "weights or activations overflowed)", k);
-      return http_reply_error(r, 500, NULL, "embedding_failed", "%s", errors_scrub(err.msg));
+      ret = http_reply_error(r, 500, NULL, "embedding_failed",
+                             "the model produced NaN or infinite values for input[%zu] (its "
+                             "weights or activations overflowed)", k);
+      goto done;
     }
-    total += n;
     if (dims < nd) { /* truncate and re-normalise */
       double ss = 0;
       for (int i = 0; i < dims; i++) ss += (double)vec[i] * vec[i];
@@ -194,10 +205,15 @@ static enum MHD_Result embed_all(struct http_req *r, struct srv_model *m, json_t
     json_array_append_new(data, json_pack("{s:s, s:i, s:o}", "object", "embedding", "index", (int)k,
                                           "embedding", emb));
   }
-  free(vec);
+  ret = http_reply_json(r, 200,
+                        json_pack("{s:s, s:o, s:s, s:{s:I, s:I}}", "object", "list", "data", data,
+                                  "model", m->id, "usage", "prompt_tokens", (json_int_t)total,
+                                  "total_tokens", (json_int_t)total));
+done:
+  for (k = 0; ids && k < n; k++) free(ids[k]);
+  free(ids);
+  free(lens);
+  free(vecs);
   json_decref(list);
-  return http_reply_json(r, 200,
-                         json_pack("{s:s, s:o, s:s, s:{s:I, s:I}}", "object", "list", "data", data,
-                                   "model", m->id, "usage", "prompt_tokens", (json_int_t)total,
-                                   "total_tokens", (json_int_t)total));
+  return ret;
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "load/hub_cache.h"
+#include "server/embed_queue.h"
 #include "server/engine.h"
 #include "server/errors.h"
 #include "server/registry.h"
@@ -39,6 +40,11 @@ enum MHD_Result ep_status(struct http_req *r) {
     } else { /* embedding work: requests computing or waiting, and those dropped unfinished */
       json_object_set_new(o, "embeddings_busy", json_integer(atomic_load(&m->embed_busy)));
       json_object_set_new(o, "cancelled", json_integer((json_int_t)atomic_load(&m->embed_cancelled)));
+      unsigned long rounds, passes, shared; /* embed_queue.h: rounds shared by requests, their passes */
+      embq_counts(m->embq, &rounds, &passes, &shared);
+      json_object_set_new(o, "embed_rounds", json_integer((json_int_t)rounds));
+      json_object_set_new(o, "embed_shared_rounds", json_integer((json_int_t)shared));
+      json_object_set_new(o, "embed_passes", json_integer((json_int_t)passes));
     }
     json_object_set_new(o, "state", json_string(m->state == SLOT_READY ? "loaded" : "unloading"));
     json_object_set_new(o, "requests", json_integer(m->refs));

@@ -13,6 +13,7 @@
 #include "load/hub_cache.h"
 #include "load/safetensors.h"
 #include "load/sentence_transformers.h"
+#include "server/embed_queue.h"
 #include "server/engine.h"
 #include "server/json_mask.h"
 #include "server/textio.h"
@@ -52,15 +53,12 @@ int srv_valid_repo_id(const char *name) {
 static void model_close(struct srv_model *m) {
   engine_free(m->engine);
   jvocab_free(m->jv);
-  if (m->embed_session) {
-    hearth_session_free(m->embed_session);
-    pthread_mutex_destroy(&m->embed_lock);
-  }
+  embq_free(m->embq);
   textio_free(m->tio);
   hearth_model_free(m->model);
   m->engine = NULL;
   m->jv = NULL;
-  m->embed_session = NULL;
+  m->embq = NULL;
   m->tio = NULL;
   m->model = NULL;
   m->info = NULL;
@@ -87,9 +85,7 @@ static int model_open(const struct server_options *o, struct srv_model *m, int e
     if (!rc) rc = tok_check_model_vocab(textio_tok(m->tio), m->info->n_vocab, err);
   }
   if (!rc && m->info->is_embedding) {
-    pthread_mutex_init(&m->embed_lock, NULL);
-    struct hearth_session_params sp = {.n_ctx = m->n_ctx};
-    rc = hearth_session_new(m->model, &sp, &m->embed_session, err);
+    rc = embq_new(m->model, &m->embq, err);
   } else if (!rc) {
     struct engine_params ep = {.n_slots = o->n_slots, .n_ctx = m->n_ctx, .max_queue = o->max_queue,
                                .prefill_chunk = o->prefill_chunk};

@@ -12,6 +12,7 @@
 #include "hearth.h"
 #include "server/server.h"
 
+struct embed_queue;
 struct engine;
 struct http_guard;
 struct http_relay;
@@ -42,9 +43,8 @@ struct srv_model {
   struct textio *tio;        /* tokenizer + chat template + output parser */
   struct engine *engine;     /* generative models: the batching engine; NULL for embedding models */
   struct jvocab *jv;         /* generative models: the vocabulary as bytes, for json_object decoding */
-  /* embedding models: one session, one forward pass at a time */
-  struct hearth_session *embed_session;
-  pthread_mutex_t embed_lock;
+  /* embedding models: concurrent requests share forward passes (embed_queue.h) */
+  struct embed_queue *embq;
   atomic_int embed_busy;          /* embedding requests computing or waiting for the session */
   atomic_ulong embed_cancelled;   /* embedding requests dropped (client gone, shutdown) */
   int n_ctx;                 /* per-sequence context the server enforces */
