@@ -213,6 +213,8 @@ struct hb_ops {
    * with factor 1 is rope_neox over the whole head. */
   void (*rope_prop)(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_batch *b, int n_heads, int head_dim,
                     int n_pairs, float theta, float factor);
+  /* the kernel set this context runs (CPU: the cpuid choice, e.g. "avx2"); NULL: the backend's name */
+  const char *(*kernels)(struct hb_ctx *ctx);
 };
 
 /* Backends compiled into this build. hb_cuda_ops is NULL-safe: hb_get returns NULL when absent. */

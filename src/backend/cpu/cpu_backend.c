@@ -58,6 +58,8 @@ static int cpu_init(const struct hb_config *cfg, struct hb_ctx **out, struct hea
   return 0;
 }
 
+static const char *cpu_kernels_name(struct hb_ctx *c) { return c->k->name; }
+
 static void cpu_free(struct hb_ctx *c) {
   if (!c) return;
   threadpool_free(c->pool);
@@ -258,53 +260,8 @@ static void mm_worker(void *arg, int ith, int nth) {
 }
 
 
-/* DEV-ONLY (removed before merge): HEARTH_DEV_ACT="body[,head]" emulates an activation format by
- * rounding x to it and multiplying with the exactly dequantized weights in f32. head = rows >= 500. */
-#include "backend/cpu/q4x16.h"
-#include <stdio.h>
-static void dev_fake(const char *f, const float *x, float *y, int64_t n) {
-  if (!strcmp(f, "f32")) { memcpy(y, x, (size_t)n * 4); return; }
-  if (!strcmp(f, "f16")) { for (int64_t i = 0; i < n; i++) y[i] = f16_to_f32(f32_to_f16(x[i])); return; }
-  if (!strcmp(f, "bf16")) { for (int64_t i = 0; i < n; i++) y[i] = bf16_to_f32(f32_to_bf16(x[i])); return; }
-  int bits = 8, blk = 128;
-  if (sscanf(f, "q%d_%d", &bits, &blk) != 2) { bits = 8; blk = 128; }
-  float vmax = bits == 16 ? 32512.0f : (float)((1 << (bits - 1)) - 1);
-  for (int64_t b0 = 0; b0 < n; b0 += blk) {
-    float amax = 0;
-    for (int64_t i = b0; i < b0 + blk && i < n; i++) amax = fmaxf(amax, fabsf(x[i]));
-    float id = amax > 0 ? vmax / amax : 0, s = amax / vmax;
-    for (int64_t i = b0; i < b0 + blk && i < n; i++) y[i] = s * nearbyintf(x[i] * id);
-  }
-}
-static int dev_matmul(const struct cpu_kernels *k, struct hb_tensor *out, const struct hb_tensor *x,
-                      const struct hb_tensor *w, const struct hb_tensor *bias, int n) {
-  const char *e = getenv("HEARTH_DEV_ACT");
-  if (!e || w->dtype != HB_Q4 || !k->matmul_q4q8) return 0;
-  char body[32] = "q8_128", head[32] = "";
-  sscanf(e, "%31[^,],%31s", body, head);
-  const char *f = (w->rows >= 500 && head[0]) ? head : body;
-  const struct cpu_q4 *q = w->data;
-  int64_t cols = q->cols, rows = q->rows;
-  float *xr = malloc((size_t)cols * 4), *wr = malloc((size_t)cols * 4);
-  float *o = out->data;
-  const float *xd = x->data;
-  for (int t = 0; t < n; t++) {
-    dev_fake(f, xd + t * x->cols, xr, cols);
-    for (int64_t r = 0; r < rows; r++) {
-      k->q4_row(q, r, wr);
-      double acc = 0;
-      for (int64_t i = 0; i < cols; i++) acc += (double)wr[i] * xr[i];
-      o[t * rows + r] = (float)acc + (bias ? ((const float *)bias->data)[r] : 0.0f);
-    }
-  }
-  free(xr);
-  free(wr);
-  return 1;
-}
-
 static void cpu_matmul(struct hb_ctx *c, struct hb_tensor *out, const struct hb_tensor *x,
                        const struct hb_tensor *w, const struct hb_tensor *bias, int n) {
-  if (dev_matmul(c->k, out, x, w, bias, n)) return;
   struct mm_job j = {.k = c->k, .out = out, .x = x, .w = w, .bias = bias, .n = n};
   int nth = threadpool_size(c->pool);
   if (w->dtype == HB_Q4 && c->k->matmul_q4q8) {
@@ -317,7 +274,7 @@ static void cpu_matmul(struct hb_ctx *c, struct hb_tensor *out, const struct hb_
       return;
     }
     j.a.q = c->q8buf;
-    j.a.lo = (n <= Q8_WIDE_MAX || getenv("HEARTH_DEV_WIDE")) ? (int8_t *)c->q8buf + qb : NULL; /* cpu_kernels.h */
+    j.a.lo = (int8_t *)c->q8buf + qb; /* 16-bit activations for every batch size: cpu_kernels.h */
     j.a.s = (float *)((char *)c->q8buf + 2 * qb);
     j.a.c = (int32_t *)((char *)c->q8buf + 2 * qb + sb);
     j.a.cols = cols;
@@ -586,5 +543,6 @@ const struct hb_ops hb_cpu_ops = {
   .scale = cpu_scale,
   .softcap = cpu_softcap,
   .rope_prop = cpu_rope_prop,
+  .kernels = cpu_kernels_name,
 };
 
