@@ -81,8 +81,8 @@ static inline __m256i bc32(const int8_t *p) {
  * accumulator: PMADDUBSW pair sums of two chunks are added in 16 bits (|u * hi| pairs <= 2*15*127,
  * |u * lo| pairs <= 2*15*128: four per chunk pair stay below 15,400), then PMADDWD widens the hi
  * plane with a factor 256 and the lo plane with 1 into the same int32 sum, which is the exact
- * integer dot 256*sum(u*hi) + sum(u*lo) + c. One accumulator per token leaves registers for a
- * 4-token tile (16 ymm) without spills; measured ~0.75 -> ~0.9 of the old 8-bit kernel's speed. */
+ * integer dot 256*sum(u*hi) + sum(u*lo) + c. One accumulator per token (not one per plane) leaves
+ * registers for the 4-token tile; ~10 % faster than two accumulators (bench/RESULTS.md, issue 35). */
 static inline __attribute__((always_inline)) void half_tile(const uint8_t *qp, const uint16_t *dp,
                                                             const struct cpu_q8 *a, int t0, const int T,
                                                             int64_t G, int h, __m256 *res) {
