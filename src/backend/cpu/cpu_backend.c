@@ -259,7 +259,6 @@ static void mm_worker(void *arg, int ith, int nth) {
   }
 }
 
-
 static void cpu_matmul(struct hb_ctx *c, struct hb_tensor *out, const struct hb_tensor *x,
                        const struct hb_tensor *w, const struct hb_tensor *bias, int n) {
   struct mm_job j = {.k = c->k, .out = out, .x = x, .w = w, .bias = bias, .n = n};
