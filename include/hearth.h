@@ -102,6 +102,7 @@ struct hearth_model_info {
   int eos_ids[8];
   enum hearth_dtype dtype;
   enum hearth_backend_kind backend;
+  const char *kernels;      /* the kernel set that runs: CPU "avx512-vnni", "avx2" or "scalar"; "cuda" */
   uint64_t n_params;        /* parameters of the text model */
   uint64_t weight_bytes;    /* bytes of weights held by the backend */
   uint64_t weight_bytes_per_token; /* bytes a decode step must read (tied table counted once) */

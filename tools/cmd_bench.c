@@ -47,8 +47,8 @@ static double g_probe_gbs; /* the measured read floor (GB/s), 0 = not probed */
 static void report(const struct result *r, const struct hearth_model_info *mi, int json, int decode) {
   double gbs = decode ? r->med * (double)mi->weight_bytes_per_token / 1e9 : 0;
   if (json)
-    printf("{\"test\": \"%s\", \"tokens_per_s\": %.2f, \"min\": %.2f, \"max\": %.2f, \"weight_bytes_per_token\": %llu%s%.2f}\n",
-           r->test, r->med, r->min, r->max, (unsigned long long)mi->weight_bytes_per_token,
+    printf("{\"test\": \"%s\", \"kernels\": \"%s\", \"tokens_per_s\": %.2f, \"min\": %.2f, \"max\": %.2f, \"weight_bytes_per_token\": %llu%s%.2f}\n",
+           r->test, mi->kernels, r->med, r->min, r->max, (unsigned long long)mi->weight_bytes_per_token,
            decode ? ", \"weight_gb_per_s\": " : ", \"ms\": ", decode ? gbs : 1000.0 * r->tokens / r->med);
   else
     printf("| %-12s | %10.2f | %10.2f | %10.2f |\n", r->test, r->med, r->min, r->max);
@@ -108,9 +108,9 @@ int cmd_bench(int argc, char **argv) {
   if (hearth_model_load(&mp, &m, &err)) { fprintf(stderr, "hearth bench: %s\n", err.msg); return 1; }
   const struct hearth_model_info *mi = hearth_model_info(m);
   if (!json) {
-    printf("model %s: %s, %d layers, d=%d, %.1fM params, weights %.1f MiB, %.1f MB read per decode token, backend %s\n",
+    printf("model %s: %s, %d layers, d=%d, %.1fM params, weights %.1f MiB, %.1f MB read per decode token, backend %s, kernels %s\n",
            mp.path, mi->arch, mi->n_layer, mi->n_embd, (double)mi->n_params / 1e6, (double)mi->weight_bytes / 1048576.0,
-           (double)mi->weight_bytes_per_token / 1e6, mi->backend == HEARTH_BACKEND_CUDA ? "cuda" : "cpu");
+           (double)mi->weight_bytes_per_token / 1e6, mi->backend == HEARTH_BACKEND_CUDA ? "cuda" : "cpu", mi->kernels);
     if (probe && mi->backend == HEARTH_BACKEND_CPU) {
       double bw = bench_bandwidth_probe(mp.n_threads, 1024);
       g_probe_gbs = bw;

@@ -244,6 +244,8 @@ struct hb_ops {
   /* bytes this backend could still allocate now (a device's free memory); 0 if unknown. NULL: the backend
    * allocates host memory, which the loader checks against MemAvailable itself. */
   uint64_t (*mem_available)(struct hb_ctx *ctx);
+  /* the kernel set this context runs (CPU: the cpuid choice, e.g. "avx2"); NULL: the backend's name */
+  const char *(*kernels)(struct hb_ctx *ctx);
 };
 
 /* Backends compiled into this build. hb_cuda_ops is NULL-safe: hb_get returns NULL when absent. */

@@ -37,7 +37,10 @@ static void probe(struct cpu_features *f) {
     f->avx512bf16 = zmm_ok && ((a1 >> 5) & 1);
   }
 #endif
-  const char *cap = getenv("HEARTH_CPU"); /* a documented option (README "Environment", hearth --help) */
+  cpu_features_cap(f, getenv("HEARTH_CPU")); /* a documented option (README "Environment", hearth --help) */
+}
+
+void cpu_features_cap(struct cpu_features *f, const char *cap) {
   if (cap && !strcmp(cap, "scalar")) memset(f, 0, sizeof *f);
   if (cap && !strcmp(cap, "avx2")) {
     f->avx512f = f->avx512bw = f->avx512vl = f->avx512dq = f->avx512vnni = f->avx512bf16 = 0;

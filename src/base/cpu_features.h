@@ -7,4 +7,7 @@ struct cpu_features {
 /* The features of this CPU (cached after the first call; thread-safe). HEARTH_CPU=scalar|avx2
  * in the environment caps what is reported, for tests and comparisons. */
 const struct cpu_features *cpu_features_get(void);
+/* Applies a HEARTH_CPU value to f: "scalar" clears every feature, "avx2" clears the AVX-512 ones;
+ * NULL or any other value leaves f as it is. */
+void cpu_features_cap(struct cpu_features *f, const char *cap);
 #endif

@@ -196,6 +196,7 @@ static void fill_info(struct hearth_model *m, const struct hearth_model_params *
   memcpy(i->eos_ids, c->eos_token_ids, sizeof i->eos_ids);
   i->dtype = p->dtype;
   i->backend = p->backend;
+  i->kernels = m->be->kernels ? m->be->kernels(m->bctx) : m->be->name;
   uint64_t layers = 0;
   for (int l = 0; l < c->num_hidden_layers; l++) {
     const struct layer_weights *L = &m->w.layers[l];

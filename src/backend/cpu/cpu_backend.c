@@ -58,6 +58,8 @@ static int cpu_init(const struct hb_config *cfg, struct hb_ctx **out, struct hea
   return 0;
 }
 
+static const char *cpu_kernels_name(struct hb_ctx *c) { return c->k->name; }
+
 static void cpu_free(struct hb_ctx *c) {
   if (!c) return;
   threadpool_free(c->pool);
@@ -299,7 +301,7 @@ static void cpu_matmul(struct hb_ctx *c, struct hb_tensor *out, const struct hb_
       return;
     }
     j.a.q = c->q8buf;
-    j.a.lo = n <= Q8_WIDE_MAX ? (int8_t *)c->q8buf + qb : NULL; /* cpu_kernels.h */
+    j.a.lo = (int8_t *)c->q8buf + qb; /* 16-bit activations for every batch size: cpu_kernels.h */
     j.a.s = (float *)((char *)c->q8buf + 2 * qb);
     j.a.c = (int32_t *)((char *)c->q8buf + 2 * qb + sb);
     j.a.cols = cols;
@@ -570,5 +572,6 @@ const struct hb_ops hb_cpu_ops = {
   .scale = cpu_scale,
   .softcap = cpu_softcap,
   .rope_prop = cpu_rope_prop,
+  .kernels = cpu_kernels_name,
 };
 

@@ -10,7 +10,8 @@
  *     128-block (struct cpu_q8, held as two int8 planes), weights repacked at upload into the x16
  *     layout of q4x16.h, exact integer dot products (VPDPBUSD / PMADDUBSW, one pass per plane).
  *     Used by the SIMD sets; q4x16.c has the generic C version
- *     of the same arithmetic that the SIMD kernels are tested against. */
+ *     of the same arithmetic that the SIMD kernels are tested against. A token's output does not
+ *     depend on the other tokens of the batch (bit-identical alone or in any batch). */
 #ifndef HEARTH_BACKEND_CPU_KERNELS_H
 #define HEARTH_BACKEND_CPU_KERNELS_H
 #include <stdint.h>
@@ -33,20 +34,13 @@ struct cpu_q4 {
  * and the two integer sums combine exactly (256 * sum(w*hi) + sum(w*lo) = sum(w*v)).
  * c[t][g] = -8 * sum of v over the block (the offset of the unsigned-nibble trick: a weight nibble
  * u = w + 8, so sum(w*v) = sum(u*v) + c). Row strides are cols (hi, lo) and cols/128 (s, c).
- * Why 16 bits: with 8-bit activations (v = hi only) the whole-model top-1 agreement against the
- * f32-activation path was 90-96 % on the tiny fixtures; 11-12 bits are needed for ~100 %
- * (bench/RESULTS.md, issue 7 accuracy entry). */
+ * Why 16 bits, for every batch size (issue 35): the parity rule asks the default path to reproduce
+ * the int4 reference's free-running greedy tokens on >= 90 % of the positions before the first
+ * near-tie. On the oracle fixtures 8-bit activations reach 69-96 % (finer 32- or 16-wide blocks do
+ * not help, 10-12 bits are not enough on every fixture), 16 bits 100 %, as f32 and f16 do
+ * (bench/RESULTS.md, "Activation format"). One format for every batch size keeps a token's result
+ * independent of what else is in its batch. The price is prefill: two dot-product passes. */
 #define Q8_VMAX 32512 /* 127 * 256: hi stays within [-127, 127] */
-/* 8-bit mode, lo == NULL: v = q in [-127, 127], s = max|x| / 127 (one int8 plane, half the dot
- * products). The backend uses 16 bits for matmuls of at most Q8_WIDE_MAX tokens, 8 bits above.
- * Q8_WIDE_MAX is 0: every matmul uses 8 bits. A cut-over by batch size makes a token's numerics
- * depend on what else is in its batch (a prompt's last tokens computed alone vs. inside a long
- * prefill, a prefix-cache hit shortening a chunk), so a request would give different greedy
- * output alone and among concurrent ones; batch invariance is worth more than the extra bits.
- * And 16 bits everywhere halves prefill (pp512 ~250 vs ~420 tok/s measured A/B on this machine),
- * below issue 7's target. The 16-bit kernels stay built and tested for a future per-row policy.
- * (No longer a -D build switch: docs/decisions.md, "One path per op".) */
-#define Q8_WIDE_MAX 0
 struct cpu_q8 {
   int8_t *q;  /* hi plane */
   int8_t *lo; /* lo plane */
@@ -100,4 +94,7 @@ extern const struct cpu_kernels cpu_kernels_avx2;
 extern const struct cpu_kernels cpu_kernels_avx512;
 /* The fastest set this CPU supports (HEARTH_CPU=scalar|avx2 caps it). */
 const struct cpu_kernels *cpu_kernels_select(void);
+/* The set chosen for the features f (the selection logic alone, testable with masked features). */
+struct cpu_features;
+const struct cpu_kernels *cpu_kernels_for(const struct cpu_features *f);
 #endif

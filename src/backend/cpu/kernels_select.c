@@ -4,8 +4,7 @@
 #include "backend/cpu/cpu_kernels.h"
 #include "base/cpu_features.h"
 
-const struct cpu_kernels *cpu_kernels_select(void) {
-  const struct cpu_features *f = cpu_features_get();
+const struct cpu_kernels *cpu_kernels_for(const struct cpu_features *f) {
 #if defined(__x86_64__)
   if (f->avx512f && f->avx512bw && f->avx512vl && f->avx512vnni && f->fma && f->f16c)
     return &cpu_kernels_avx512;
@@ -15,3 +14,5 @@ const struct cpu_kernels *cpu_kernels_select(void) {
 #endif
   return &cpu_kernels_ref;
 }
+
+const struct cpu_kernels *cpu_kernels_select(void) { return cpu_kernels_for(cpu_features_get()); }

@@ -41,12 +41,10 @@ static void avx2_q8_quantize(const float *x, int64_t ldx, int t0, int t1, const 
   const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   const __m256i lim = _mm256_set1_epi32(Q8_VMAX), nlim = _mm256_set1_epi32(-Q8_VMAX),
                 half = _mm256_set1_epi32(128);
-  const int wide = a->lo != NULL;
-  const float vmax = wide ? (float)Q8_VMAX : 127.0f;
-  const __m256i lim8 = _mm256_set1_epi32(127), nlim8 = _mm256_set1_epi32(-127);
+  const float vmax = (float)Q8_VMAX;
   for (int t = t0; t < t1; t++) {
     const float *xt = x + t * ldx;
-    int8_t *q = a->q + t * cols, *lo = wide ? a->lo + t * cols : NULL;
+    int8_t *q = a->q + t * cols, *lo = a->lo + t * cols;
     for (int64_t g = 0; g < G; g++) {
       const float *xg = xt + g * 128;
       __m256 m = _mm256_setzero_ps();
@@ -59,14 +57,13 @@ static void avx2_q8_quantize(const float *x, int64_t ldx, int t0, int t1, const 
         __m256i qh[4], ql[4];
         for (int k = 0; k < 4; k++) {
           __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xg + 8 * (i + k)), vid));
-          v = wide ? _mm256_max_epi32(_mm256_min_epi32(v, lim), nlim) : _mm256_max_epi32(_mm256_min_epi32(v, lim8), nlim8);
+          v = _mm256_max_epi32(_mm256_min_epi32(v, lim), nlim);
           sum = _mm256_add_epi32(sum, v);
-          if (!wide) { qh[k] = v; continue; }
           qh[k] = _mm256_srai_epi32(_mm256_add_epi32(v, half), 8);
           ql[k] = _mm256_sub_epi32(v, _mm256_slli_epi32(qh[k], 8));
         }
         store32_i8(q + g * 128 + 8 * i, qh);
-        if (wide) store32_i8(lo + g * 128 + 8 * i, ql);
+        store32_i8(lo + g * 128 + 8 * i, ql);
       }
       a->s[t * G + g] = amax / vmax;
       a->c[t * G + g] = -8 * hsum8i(sum);
@@ -80,77 +77,40 @@ static inline __m256i bc32(const int8_t *p) {
   return _mm256_set1_epi32(v);
 }
 
-/* One 8-row half block (h = 0 or 1) of a 16-row block against T <= 4 tokens; per token one int32
- * accumulator per activation plane (the 16-bit pair sums of PMADDUBSW stay below 2 * 2 * 15 * 128). */
+/* One 8-row half block (h = 0 or 1) of a 16-row block against T <= 4 tokens. Per token one int32
+ * accumulator: PMADDUBSW pair sums of two chunks are added in 16 bits (|u * hi| pairs <= 2*15*127,
+ * |u * lo| pairs <= 2*15*128: four per chunk pair stay below 15,400), then PMADDWD widens the hi
+ * plane with a factor 256 and the lo plane with 1 into the same int32 sum, which is the exact
+ * integer dot 256*sum(u*hi) + sum(u*lo) + c. One accumulator per token (not one per plane) leaves
+ * registers for the 4-token tile; ~10 % faster than two accumulators (bench/RESULTS.md, issue 35). */
 static inline __attribute__((always_inline)) void half_tile(const uint8_t *qp, const uint16_t *dp,
                                                             const struct cpu_q8 *a, int t0, const int T,
                                                             int64_t G, int h, __m256 *res) {
-  const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
-  const int64_t cols = a->cols;
-  __m256 facc[4];
-  for (int t = 0; t < T; t++) facc[t] = _mm256_setzero_ps();
-  for (int64_t g = 0; g < G; g++) {
-    __m256i ah[4], al[4];
-    const int8_t *xh[4], *xl[4];
-    for (int t = 0; t < T; t++) {
-      al[t] = _mm256_set1_epi32(a->c[(t0 + t) * G + g]);
-      ah[t] = _mm256_setzero_si256();
-      xh[t] = a->q + (t0 + t) * cols + g * 128;
-      xl[t] = a->lo + (t0 + t) * cols + g * 128;
-    }
-    const uint8_t *qg = qp + g * 1024 + h * 32;
-    for (int c = 0; c < 16; c++) {
-      __m256i v = _mm256_loadu_si256((const __m256i *)(qg + c * 64));
-      __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-      for (int t = 0; t < T; t++) {
-        __m256i ph = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bc32(xh[t] + c * 8)),
-                                      _mm256_maddubs_epi16(hi, bc32(xh[t] + c * 8 + 4)));
-        __m256i pl = _mm256_add_epi16(_mm256_maddubs_epi16(lo, bc32(xl[t] + c * 8)),
-                                      _mm256_maddubs_epi16(hi, bc32(xl[t] + c * 8 + 4)));
-        ah[t] = _mm256_add_epi32(ah[t], _mm256_madd_epi16(ph, ones));
-        al[t] = _mm256_add_epi32(al[t], _mm256_madd_epi16(pl, ones));
-      }
-    }
-    __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dp + g * 16 + h * 8)));
-    for (int t = 0; t < T; t++) {
-      __m256i S = _mm256_add_epi32(_mm256_slli_epi32(ah[t], 8), al[t]);
-      __m256 sc = _mm256_mul_ps(d, _mm256_set1_ps(a->s[(t0 + t) * G + g]));
-      facc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(S), sc, facc[t]);
-    }
-  }
-  for (int t = 0; t < T; t++) res[t] = facc[t];
-}
-
-static inline int32_t ld32(const int8_t *p) {
-  int32_t v;
-  memcpy(&v, p, 4);
-  return v;
-}
-
-/* 8-bit mode (a->lo == NULL): one plane.
- * One 8-row half block (h = 0 or 1) of a 16-row block against T <= 4 tokens. */
-static inline __attribute__((always_inline)) void half_tile8(const uint8_t *qp, const uint16_t *dp,
-                                                            const struct cpu_q8 *a, int t0, const int T,
-                                                            int64_t G, int h, __m256 *res) {
-  const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+  const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1), k256 = _mm256_set1_epi16(256);
   const int64_t cols = a->cols;
   __m256 facc[4];
   for (int t = 0; t < T; t++) facc[t] = _mm256_setzero_ps();
   for (int64_t g = 0; g < G; g++) {
     __m256i acc[4];
-    const int8_t *xq[4];
+    const int8_t *xh[4], *xl[4];
     for (int t = 0; t < T; t++) {
       acc[t] = _mm256_set1_epi32(a->c[(t0 + t) * G + g]);
-      xq[t] = a->q + (t0 + t) * cols + g * 128;
+      xh[t] = a->q + (t0 + t) * cols + g * 128;
+      xl[t] = a->lo + (t0 + t) * cols + g * 128;
     }
     const uint8_t *qg = qp + g * 1024 + h * 32;
-    for (int c = 0; c < 16; c++) {
-      __m256i v = _mm256_loadu_si256((const __m256i *)(qg + c * 64));
-      __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+    for (int c = 0; c < 16; c += 2) {
+      __m256i v0 = _mm256_loadu_si256((const __m256i *)(qg + c * 64));
+      __m256i v1 = _mm256_loadu_si256((const __m256i *)(qg + c * 64 + 64));
+      __m256i lo0 = _mm256_and_si256(v0, m4), hi0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4);
+      __m256i lo1 = _mm256_and_si256(v1, m4), hi1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4);
       for (int t = 0; t < T; t++) {
-        __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_set1_epi32(ld32(xq[t] + c * 8))),
-                                     _mm256_maddubs_epi16(hi, _mm256_set1_epi32(ld32(xq[t] + c * 8 + 4))));
-        acc[t] = _mm256_add_epi32(acc[t], _mm256_madd_epi16(p, ones));
+        const int8_t *h8 = xh[t] + c * 8, *l8 = xl[t] + c * 8;
+        __m256i ph = _mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo0, bc32(h8)), _mm256_maddubs_epi16(hi0, bc32(h8 + 4))),
+                                      _mm256_add_epi16(_mm256_maddubs_epi16(lo1, bc32(h8 + 8)), _mm256_maddubs_epi16(hi1, bc32(h8 + 12))));
+        __m256i pl = _mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo0, bc32(l8)), _mm256_maddubs_epi16(hi0, bc32(l8 + 4))),
+                                      _mm256_add_epi16(_mm256_maddubs_epi16(lo1, bc32(l8 + 8)), _mm256_maddubs_epi16(hi1, bc32(l8 + 12))));
+        acc[t] = _mm256_add_epi32(acc[t], _mm256_add_epi32(_mm256_madd_epi16(ph, k256), _mm256_madd_epi16(pl, ones)));
       }
     }
     __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dp + g * 16 + h * 8)));
@@ -180,14 +140,7 @@ static void avx2_matmul_q4q8(const struct cpu_q4 *w, const struct cpu_q8 *a, int
           if (base + 8 <= r0 || base >= r1) continue;
           const uint8_t *qp = q4x16_quants(w, b);
           const uint16_t *dp = q4x16_scales(w, b);
-          if (!a->lo) {
-            switch (T) {
-            case 1: half_tile8(qp, dp, a, t0, 1, G, h, res); break;
-            case 2: half_tile8(qp, dp, a, t0, 2, G, h, res); break;
-            case 3: half_tile8(qp, dp, a, t0, 3, G, h, res); break;
-            default: half_tile8(qp, dp, a, t0, 4, G, h, res); break;
-            }
-          } else switch (T) {
+          switch (T) {
           case 1: half_tile(qp, dp, a, t0, 1, G, h, res); break;
           case 2: half_tile(qp, dp, a, t0, 2, G, h, res); break;
           case 3: half_tile(qp, dp, a, t0, 3, G, h, res); break;

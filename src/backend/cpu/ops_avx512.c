@@ -233,11 +233,10 @@ static void avx512_q8_quantize(const float *x, int64_t ldx, int t0, int t1, cons
   const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
   const __m512i lim = _mm512_set1_epi32(Q8_VMAX), nlim = _mm512_set1_epi32(-Q8_VMAX),
                 half = _mm512_set1_epi32(128);
-  const int wide = a->lo != NULL;
-  const float vmax = wide ? (float)Q8_VMAX : 127.0f;
+  const float vmax = (float)Q8_VMAX;
   for (int t = t0; t < t1; t++) {
     const float *xt = x + t * ldx;
-    int8_t *q = a->q + t * cols, *lo = wide ? a->lo + t * cols : NULL;
+    int8_t *q = a->q + t * cols, *lo = a->lo + t * cols;
     for (int64_t g = 0; g < G; g++) {
       const float *xg = xt + g * 128;
       __m512 v[8], m = _mm512_setzero_ps();
@@ -251,12 +250,6 @@ static void avx512_q8_quantize(const float *x, int64_t ldx, int t0, int t1, cons
       __m512i sum = _mm512_setzero_si512();
       for (int i = 0; i < 8; i++) {
         __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(v[i], vid));
-        if (!wide) {
-          qi = _mm512_max_epi32(_mm512_min_epi32(qi, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
-          sum = _mm512_add_epi32(sum, qi);
-          _mm_storeu_si128((__m128i *)(q + g * 128 + 16 * i), _mm512_cvtepi32_epi8(qi));
-          continue;
-        }
         qi = _mm512_max_epi32(_mm512_min_epi32(qi, lim), nlim);
         sum = _mm512_add_epi32(sum, qi);
         __m512i h = _mm512_srai_epi32(_mm512_add_epi32(qi, half), 8);
@@ -362,80 +355,6 @@ static inline __attribute__((always_inline)) void blk_one(const uint8_t *qp, int
   for (int b = 0; b < nb; b++) res[b] = facc[b];
 }
 
-static inline int32_t ld32(const int8_t *p) {
-  int32_t v;
-  memcpy(&v, p, 4);
-  return v;
-}
-
-/* 8-bit mode (a->lo == NULL, batches over Q8_WIDE_MAX tokens): one plane.
- * One 16-row block against T tokens (T a compile-time constant after inlining). */
-static inline __attribute__((always_inline)) void blk_tile8(const uint8_t *qp, const uint16_t *dp,
-                                                           const struct cpu_q8 *a, int t0, const int T,
-                                                           int64_t G, __m512 *res) {
-  const __m512i m4 = _mm512_set1_epi8(0x0f);
-  const int64_t cols = a->cols;
-  __m512 facc[8];
-  for (int t = 0; t < T; t++) facc[t] = _mm512_setzero_ps();
-  for (int64_t g = 0; g < G; g++) {
-    /* T >= 4: one accumulator per token (T independent chains are enough and leave registers
-     * for the float sums); T < 4: separate low/high-nibble chains */
-    __m512i alo[8], ahi[8];
-    const int8_t *xq[8];
-    for (int t = 0; t < T; t++) {
-      alo[t] = _mm512_set1_epi32(a->c[(t0 + t) * G + g]);
-      ahi[t] = _mm512_setzero_si512();
-      xq[t] = a->q + (t0 + t) * cols + g * 128;
-    }
-    const uint8_t *qg = qp + g * 1024;
-    for (int c = 0; c < 16; c++) {
-      __m512i v = _mm512_loadu_si512((const void *)(qg + c * 64));
-      __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-      for (int t = 0; t < T; t++) {
-        alo[t] = _mm512_dpbusd_epi32(alo[t], lo, _mm512_set1_epi32(ld32(xq[t] + c * 8)));
-        if (T >= 4) alo[t] = _mm512_dpbusd_epi32(alo[t], hi, _mm512_set1_epi32(ld32(xq[t] + c * 8 + 4)));
-        else ahi[t] = _mm512_dpbusd_epi32(ahi[t], hi, _mm512_set1_epi32(ld32(xq[t] + c * 8 + 4)));
-      }
-    }
-    __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dp + g * 16)));
-    for (int t = 0; t < T; t++) {
-      __m512 sc = _mm512_mul_ps(d, _mm512_set1_ps(a->s[(t0 + t) * G + g]));
-      facc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(alo[t], ahi[t])), sc, facc[t]);
-    }
-  }
-  for (int t = 0; t < T; t++) res[t] = facc[t];
-}
-
-/* Decode (one token): four independent accumulator chains per block. */
-static inline void blk_one8(const uint8_t *qp, const uint16_t *dp, const struct cpu_q8 *a, int t0,
-                           int64_t G, __m512 *res) {
-  const __m512i m4 = _mm512_set1_epi8(0x0f);
-  const int8_t *x = a->q + t0 * a->cols;
-  __m512 facc = _mm512_setzero_ps();
-  for (int64_t g = 0; g < G; g++) {
-    __m512i a0 = _mm512_set1_epi32(a->c[t0 * G + g]), a1 = _mm512_setzero_si512(),
-            a2 = _mm512_setzero_si512(), a3 = _mm512_setzero_si512();
-    const uint8_t *qg = qp + g * 1024;
-    const int8_t *xg = x + g * 128;
-    _mm_prefetch((const char *)(qg + 4096), _MM_HINT_T0);
-    _mm_prefetch((const char *)(qg + 4096 + 512), _MM_HINT_T0);
-    for (int c = 0; c < 16; c += 2) {
-      __m512i v0 = _mm512_loadu_si512((const void *)(qg + c * 64));
-      __m512i v1 = _mm512_loadu_si512((const void *)(qg + c * 64 + 64));
-      a0 = _mm512_dpbusd_epi32(a0, _mm512_and_si512(v0, m4), _mm512_set1_epi32(ld32(xg + c * 8)));
-      a1 = _mm512_dpbusd_epi32(a1, _mm512_and_si512(_mm512_srli_epi16(v0, 4), m4),
-                               _mm512_set1_epi32(ld32(xg + c * 8 + 4)));
-      a2 = _mm512_dpbusd_epi32(a2, _mm512_and_si512(v1, m4), _mm512_set1_epi32(ld32(xg + c * 8 + 8)));
-      a3 = _mm512_dpbusd_epi32(a3, _mm512_and_si512(_mm512_srli_epi16(v1, 4), m4),
-                               _mm512_set1_epi32(ld32(xg + c * 8 + 12)));
-    }
-    __m512i s = _mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3));
-    __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dp + g * 16)));
-    facc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, _mm512_set1_ps(a->s[t0 * G + g])), facc);
-  }
-  res[0] = facc;
-}
-
 static inline void store_rows(float *out, int64_t ldo, int T, int64_t blk, int64_t r0, int64_t r1,
                               const __m512 *res) {
   int64_t base = blk * 16;
@@ -453,7 +372,7 @@ static void avx512_matmul_q4q8(const struct cpu_q4 *w, const struct cpu_q8 *a, i
   if (r0 >= r1 || n <= 0) return;
   const int64_t G = w->cols / 128, b0 = r0 / 16, b1 = (r1 + 15) / 16;
   __m512 res[8];
-  if (n == 1 && a->lo) {
+  if (n == 1) { /* bit-identical to blk_tile with T = 1: exact integer sums, same f32 steps */
     const int64_t bstride = w->cols * 8, dstride = G * 16;
     for (int64_t b = b0; b < b1; b++) {
       blk_one(q4x16_quants(w, b), bstride, q4x16_scales(w, b), dstride, a, 0, G, 1, res);
@@ -470,18 +389,7 @@ static void avx512_matmul_q4q8(const struct cpu_q4 *w, const struct cpu_q8 *a, i
       for (int64_t b = p0; b < p1; b++) {
         const uint8_t *qp = q4x16_quants(w, b);
         const uint16_t *dp = q4x16_scales(w, b);
-        if (!a->lo) {
-          switch (T) {
-          case 1: blk_one8(qp, dp, a, t0, G, res); break;
-          case 2: blk_tile8(qp, dp, a, t0, 2, G, res); break;
-          case 3: blk_tile8(qp, dp, a, t0, 3, G, res); break;
-          case 4: blk_tile8(qp, dp, a, t0, 4, G, res); break;
-          case 5: blk_tile8(qp, dp, a, t0, 5, G, res); break;
-          case 6: blk_tile8(qp, dp, a, t0, 6, G, res); break;
-          case 7: blk_tile8(qp, dp, a, t0, 7, G, res); break;
-          default: blk_tile8(qp, dp, a, t0, 8, G, res); break;
-          }
-        } else switch (T) {
+        switch (T) {
         case 1: blk_tile(qp, dp, a, t0, 1, G, res); break;
         case 2: blk_tile(qp, dp, a, t0, 2, G, res); break;
         case 3: blk_tile(qp, dp, a, t0, 3, G, res); break;

@@ -1,5 +1,5 @@
 /* backend/cpu/q4x16.c — repack into the x16 int4 layout (q4x16.h), row dequantization from it, and
- * the generic C int8-activation kernels that define what the SIMD kernels compute. */
+ * the generic C 16-bit-activation kernels that define what the SIMD kernels compute. */
 #include "backend/cpu/q4x16.h"
 
 #include <math.h>
@@ -68,23 +68,21 @@ void q4x16_q8_quantize_generic(const float *x, int64_t ldx, int t0, int t1, cons
   int64_t cols = a->cols, G = cols / 128;
   for (int t = t0; t < t1; t++) {
     const float *xt = x + t * ldx;
-    int8_t *q = a->q + t * cols, *lo = a->lo ? a->lo + t * cols : NULL;
-    const int vmax = lo ? Q8_VMAX : 127;
+    int8_t *q = a->q + t * cols, *lo = a->lo + t * cols;
     for (int64_t g = 0; g < G; g++) {
       float amax = 0.0f;
       for (int i = 0; i < 128; i++) amax = fmaxf(amax, fabsf(xt[g * 128 + i]));
-      float id = amax > 0.0f ? (float)vmax / amax : 0.0f;
+      float id = amax > 0.0f ? (float)Q8_VMAX / amax : 0.0f;
       int sum = 0;
       for (int i = 0; i < 128; i++) {
         int v = (int)nearbyintf(xt[g * 128 + i] * id);
-        v = v > vmax ? vmax : v < -vmax ? -vmax : v;
+        v = v > Q8_VMAX ? Q8_VMAX : v < -Q8_VMAX ? -Q8_VMAX : v;
         sum += v;
-        if (!lo) { q[g * 128 + i] = (int8_t)v; continue; }
         int h = split_hi(v);
         q[g * 128 + i] = (int8_t)h;
         lo[g * 128 + i] = (int8_t)(v - 256 * h);
       }
-      a->s[t * G + g] = amax / (float)vmax;
+      a->s[t * G + g] = amax / (float)Q8_VMAX;
       a->c[t * G + g] = -8 * sum;
     }
   }
@@ -98,7 +96,7 @@ void q4x16_matmul_generic(const struct cpu_q4 *w, const struct cpu_q8 *a, int n,
     const uint16_t *dp = q4x16_scales(w, r / 16);
     int l = (int)(r % 16);
     for (int t = 0; t < n; t++) {
-      const int8_t *qh = a->q + t * a->cols, *ql = a->lo ? a->lo + t * a->cols : NULL;
+      const int8_t *qh = a->q + t * a->cols, *ql = a->lo + t * a->cols;
       float acc = 0.0f;
       for (int64_t g = 0; g < G; g++) {
         int32_t S = a->c[t * G + g];
@@ -106,8 +104,7 @@ void q4x16_matmul_generic(const struct cpu_q4 *w, const struct cpu_q8 *a, int n,
           const uint8_t *o = qp + (g * 16 + c) * 64 + 4 * l;
           int64_t k = g * 128 + c * 8;
           for (int j = 0; j < 4; j++) {
-            int v0 = ql ? 256 * qh[k + j] + ql[k + j] : qh[k + j];
-            int v1 = ql ? 256 * qh[k + 4 + j] + ql[k + 4 + j] : qh[k + 4 + j];
+            int v0 = 256 * qh[k + j] + ql[k + j], v1 = 256 * qh[k + 4 + j] + ql[k + 4 + j];
             S += (o[j] & 15) * v0 + (o[j] >> 4) * v1;
           }
         }
