@@ -149,6 +149,11 @@ int hearth_session_prepare(struct hearth_session *s, const int32_t *tokens, int 
 /* Tokens the last prepare/sync did not have to evaluate (held prefix plus cached blocks): the
  * `cached_tokens` of an OpenAI usage report. */
 int hearth_session_n_reused(const struct hearth_session *s);
+/* on = 1: every forward pass this session takes part in runs the backend's row-invariant kernels, so that
+ * its tokens' logits and hidden states are bit-identical whatever else shares the pass (label scores,
+ * embeddings; the CPU backend always is; on CUDA the forward is slower for small batches). Its full blocks are
+ * cached under keys of their own. Changing the mode empties the session. */
+void hearth_session_set_row_invariant(struct hearth_session *s, int on);
 /* Appends tokens and evaluates them (= sync to held + tokens). */
 int hearth_session_append(struct hearth_session *s, const int32_t *tokens, int n,
                           struct hearth_err *err);

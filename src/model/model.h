@@ -129,6 +129,7 @@ struct hearth_model {
   int max_seqs, max_blocks_per_seq;
   char family_name[16];
   uint64_t fingerprint; /* what the KV contents depend on (runtime/prefix_store.h) */
+  int row_invariant;    /* the forwards under way run the backend's row-invariant kernels (no graphs) */
   char *store_dir;      /* on-disk prefix cache directory, or NULL */
 };
 

@@ -30,7 +30,14 @@ struct hearth_session {
   uint64_t epoch;    /* new at creation and at every truncation: a step enqueued ahead for an older epoch is not this one's */
   int (*abort_fn)(void *arg); /* hearth_session_set_abort: polled before every forward batch */
   void *abort_arg;
+  int invariant;     /* hearth_session_set_row_invariant: its forwards run the backend's row-invariant kernels,
+                        and its blocks live under their own prefix-cache keys */
 };
+
+/* The root of a session's block-hash chain: a row-invariant session's blocks were computed with other kernels
+ * (CUDA), so they are another cache entry than the same tokens computed on the fast path */
+static uint64_t chain_root(const struct hearth_session *s) { return s->invariant ? 0x696e76617269616eull : 0; }
+
 
 static uint64_t next_epoch(struct hearth_model *m) { return __atomic_add_fetch(&m->epochs, 1, __ATOMIC_RELAXED); }
 
@@ -78,11 +85,17 @@ static int truncate_to(struct hearth_session *s, int n) {
   return n;
 }
 
+void hearth_session_set_row_invariant(struct hearth_session *s, int on) {
+  if ((on != 0) == s->invariant) return;
+  truncate_to(s, 0); /* what it holds was computed (and keyed) the other way */
+  s->invariant = on != 0;
+}
+
 /* Registers the session's newly completed full blocks in the prefix cache. */
 static void key_full_blocks(struct hearth_session *s) {
   int bs = s->m->kv.block_size;
   for (int b = s->n_keyed; b < s->n_tokens / bs; b++) {
-    uint64_t parent = b ? s->bhash[b - 1] : 0;
+    uint64_t parent = b ? s->bhash[b - 1] : chain_root(s);
     const int32_t *t = s->tokens + (size_t)b * bs;
     s->bhash[b] = prefix_hash(parent, t, bs);
     if (kv_prefix_register(&s->m->kv, s->bhash[b], parent, t, s->blocks[b]) && s->m->store_dir) {
@@ -100,7 +113,7 @@ static void attach_cached(struct hearth_session *s, const int32_t *tokens, int n
   int bs = s->m->kv.block_size;
   while (s->n_tokens % bs == 0 && s->n_tokens + bs <= n - 1 && s->n_keyed == s->n_blocks) {
     int b = s->n_tokens / bs;
-    uint64_t parent = b ? s->bhash[b - 1] : 0;
+    uint64_t parent = b ? s->bhash[b - 1] : chain_root(s);
     const int32_t *t = tokens + s->n_tokens;
     uint64_t key = prefix_hash(parent, t, bs);
     int32_t id = kv_prefix_attach(&s->m->kv, key, parent, t);
@@ -203,7 +216,7 @@ static int enqueue_graph(struct hearth_model *m, struct hb_batch *b, int want_hi
   struct hb_ctx *c = m->bctx;
   int rc = 0;
   int decode_shape = b->n_tokens == b->n_seqs && b->n_out == b->n_tokens && !want_hidden;
-  struct model_graph *g = !decode_shape || !be->capture_begin || b->n_tokens >= MODEL_MAX_GRAPHS ? NULL
+  struct model_graph *g = !decode_shape || !be->capture_begin || m->row_invariant || b->n_tokens >= MODEL_MAX_GRAPHS ? NULL
                            : short_step(m, b->n_tokens, b->seq_len[0]) ? &m->graphs_short[tail]
                                                                         : &(tail ? m->graphs_greedy : m->graphs)[b->n_tokens];
   int ran = 0;
@@ -504,6 +517,9 @@ static int session_forward_k(struct hearth_session **ss, int n, const int32_t *c
   int crc = check_step(ss, n, tokens, counts, err);
   if (!crc) crc = take_blocks(ss, n, counts, err);
   if (crc) return crc;
+  int inv = want_hidden; /* embeddings are always batch-invariant */
+  for (int i = 0; i < n; i++) inv |= ss[i]->invariant;
+  inv = inv && m->be->set_row_invariant;
   const int T = m->scratch.max_tokens, MB = m->max_blocks_per_seq;
   int done[64];
   memset(done, 0, sizeof done);
@@ -514,6 +530,10 @@ static int session_forward_k(struct hearth_session **ss, int n, const int32_t *c
   ahead_drop(m); /* a decode loop was left: its step ahead is lost */
   m->ahead.streak = 0;
   m->ahead.prev_n = 0;
+  if (inv) { /* every forward of this call, whoever else is in it (backend.h, set_row_invariant) */
+    m->be->set_row_invariant(m->bctx, 1);
+    m->row_invariant = 1;
+  }
   int32_t *ids = m->b_ids;
   float *outbuf = m->b_outbuf;
   for (;;) {
@@ -582,6 +602,10 @@ static int session_forward_k(struct hearth_session **ss, int n, const int32_t *c
       }
     }
   }
+  if (inv) {
+    m->be->set_row_invariant(m->bctx, 0);
+    m->row_invariant = 0;
+  }
   pthread_mutex_unlock(&m->forward_mu);
   if (rc) for (int i = 0; i < n; i++) truncate_to(ss[i], start[i]); /* KV past start is unreliable */
   if (!rc && !want_hidden && key) for (int i = 0; i < n; i++) key_full_blocks(ss[i]);
@@ -604,7 +628,7 @@ int hearth_sessions_step_select(struct hearth_session **sessions, int n_sessions
                                 struct hearth_err *err) {
   int one = n_sessions > 0 && n_sessions <= AHEAD_MAX && n_sessions < MODEL_MAX_GRAPHS &&
             n_sessions <= sessions[0]->m->max_seqs && ahead_capable(sessions[0]->m);
-  for (int i = 0; i < n_sessions && one; i++) one = n_tokens[i] == 1 && (!greedy || greedy[i]);
+  for (int i = 0; i < n_sessions && one; i++) one = n_tokens[i] == 1 && (!greedy || greedy[i]) && !sessions[i]->invariant;
   if (one) return step_ahead(sessions, n_sessions, tokens, n_tokens, ids, logprobs, err); /* a decode loop's step */
   int any = !greedy;
   for (int i = 0; i < n_sessions && !any; i++) any = greedy[i] != 0;

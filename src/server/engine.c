@@ -349,6 +349,8 @@ static void admit(struct engine *e) {
     (void)common; /* reuse is measured by hearth_session_prepare in step(), cached blocks included */
     pthread_mutex_unlock(&e->mu);
     sl->q = q;
+    /* label scores are batch-invariant: their forwards run the row-invariant kernels (backend.h) */
+    hearth_session_set_row_invariant(sl->s, q->n_labels > 0);
     sl->state = SLOT_PREFILL;
     sl->prefilled = 0;
     sl->prepared = 0;
