@@ -130,6 +130,7 @@ struct hearth_model {
   char family_name[16];
   uint64_t fingerprint; /* what the KV contents depend on (runtime/prefix_store.h) */
   char *store_dir;      /* on-disk prefix cache directory, or NULL */
+  struct threadpool *load_pool; /* while binding only: the workers converting and quantizing rows */
 };
 
 /* What a family file provides (model/qwen2.c, model/qwen3.c). */

@@ -3,8 +3,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/meminfo.h"
+#include "base/threadpool.h"
 #include "load/hub.h"
 #include "load/sentence_transformers.h"
 #include "model/model.h"
@@ -12,6 +14,12 @@
 #include "runtime/prefix_store.h"
 
 enum { MAX_BATCH_TOKENS = 512, MAX_BATCH_SEQS = 64, KV_BLOCK = 16 };
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 void hearth_model_params_default(struct hearth_model_params *p) {
   memset(p, 0, sizeof *p);
@@ -222,6 +230,7 @@ static void memory_plan_gemma4(const struct hearth_model *m) {
 int hearth_model_load(const struct hearth_model_params *p, struct hearth_model **out, struct hearth_err *err) {
   *out = NULL;
   if (!p || !p->path) return err_set(err, HEARTH_ERR_ARG, "model path is required");
+  const double t_start = now_s();
   struct hearth_model *m = calloc(1, sizeof *m);
   if (!m) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
   pthread_mutex_init(&m->forward_mu, NULL);
@@ -261,7 +270,13 @@ int hearth_model_load(const struct hearth_model_params *p, struct hearth_model *
   if (!m->w.layers) { rc = err_set(err, HEARTH_ERR_NOMEM, "out of memory"); goto fail; }
   struct st_set *st = NULL;
   if ((rc = st_open_dir(dir, &st, err))) goto fail;
+  /* converting and quantizing every weight is most of a load's CPU time: all cores do it (bind.c) */
+  m->load_pool = threadpool_create(p->n_threads);
+  double t_bind = now_s();
   rc = m->fam->bind(m, st, p->dtype, err);
+  double t_bound = now_s();
+  threadpool_free(m->load_pool);
+  m->load_pool = NULL;
   m->fingerprint = prefix_store_fingerprint(dir, st, p->dtype, m->be->name, KV_BLOCK);
   st_close(st);
   if (rc) goto fail;
@@ -283,6 +298,8 @@ int hearth_model_load(const struct hearth_model_params *p, struct hearth_model *
             p->dtype == HEARTH_DTYPE_INT4 ? "int4" : p->dtype == HEARTH_DTYPE_BF16 ? "bf16" : "f32", m->be->name,
             m->kv.n_blocks * m->kv.block_size, (double)i->kv_bytes / 1048576.0);
     if (m->cfg.family == HEARTH_FAMILY_GEMMA4) memory_plan_gemma4(m);
+    fprintf(stderr, "hearth: load %.2f s: config and headers %.2f, weights read/converted/uploaded %.2f, KV pool and scratch %.2f\n",
+            now_s() - t_start, t_bind - t_start, t_bound - t_bind, now_s() - t_bound);
   }
   *out = m;
   return 0;
