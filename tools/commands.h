@@ -3,6 +3,7 @@
 #ifndef HEARTH_TOOLS_COMMANDS_H
 #define HEARTH_TOOLS_COMMANDS_H
 int cmd_run(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
 int cmd_embed(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_mkmodel(int argc, char **argv);

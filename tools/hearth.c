@@ -7,6 +7,7 @@
 
 static const struct { const char *name; int (*fn)(int, char **); const char *help; } k_cmds[] = {
   {"run", cmd_run, "generate tokens from a prompt"},
+  {"chat", cmd_chat, "chat with a model in the terminal"},
   {"embed", cmd_embed, "embed a prompt with an embedding model"},
   {"bench", cmd_bench, "prefill and decode speed (tokens/s, GB/s)"},
   {"mkmodel", cmd_mkmodel, "write a random-weight checkpoint of a config"},

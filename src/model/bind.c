@@ -1,12 +1,17 @@
-/* model/bind.c — name -> field binding with shape checks, dtype conversion and quantization. */
+/* model/bind.c — name -> field binding with shape checks, dtype conversion and quantization.
+ * A matrix's rows are converted on the model's load pool (all cores), since converting and
+ * quantizing every weight is most of a load's CPU time (bench/RESULTS.md, load time). */
 #include "model/bind.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/half.h"
+#include "base/threadpool.h"
 #include "quant/q4.h"
 
 const struct st_tensor *bind_lookup(const struct binder *b, const char *name) {
@@ -78,6 +83,74 @@ static int check(const struct binder *b, const struct st_tensor *t, const char *
   return 0;
 }
 
+/* ---- conversion of a matrix's rows, spread over the load pool ----------------------------------- */
+
+enum conv_to { CONV_Q4, CONV_F32, CONV_BF16 };
+
+struct conv_job {
+  const struct st_tensor *t;
+  int64_t rows, cols;
+  enum conv_to to;
+  void *buf, *scales;
+  atomic_llong next;   /* the next unclaimed row */
+  atomic_llong bad_r;  /* the lowest row holding a non-finite weight so far (rows when none) */
+  pthread_mutex_t mu;  /* guards bad_c / bad_v together with lowering bad_r */
+  int bad_c;
+  float bad_v;
+  atomic_int nomem;
+};
+
+enum { CONV_CHUNK = 16 }; /* rows a worker claims at once: small enough to balance, big enough to amortise */
+
+/* Converts rows claimed from j->next until none is left. Rows past a known bad row are skipped: the
+ * error names the first bad weight in row order, as the one-thread loop did. */
+static void conv_worker(void *arg, int ith, int nth) {
+  (void)ith; (void)nth;
+  struct conv_job *j = arg;
+  const int64_t cols = j->cols;
+  float *row = malloc((size_t)cols * sizeof *row);
+  if (!row) { atomic_store(&j->nomem, 1); return; }
+  for (;;) {
+    int64_t r0 = atomic_fetch_add(&j->next, CONV_CHUNK);
+    if (r0 >= j->rows || r0 >= atomic_load(&j->bad_r)) break;
+    int64_t r1 = r0 + CONV_CHUNK < j->rows ? r0 + CONV_CHUNK : j->rows;
+    for (int64_t r = r0; r < r1; r++) {
+      float *dst = j->to == CONV_F32 ? (float *)j->buf + r * cols : row;
+      row_to_f32(j->t, r, cols, dst);
+      int c = first_nonfinite(dst, cols);
+      if (c >= 0) {
+        pthread_mutex_lock(&j->mu);
+        if (r < atomic_load(&j->bad_r)) { atomic_store(&j->bad_r, r); j->bad_c = c; j->bad_v = dst[c]; }
+        pthread_mutex_unlock(&j->mu);
+        break;
+      }
+      if (j->to == CONV_Q4)
+        q4_quantize_row(row, cols, (uint8_t *)j->buf + r * (cols / 2), (uint16_t *)j->scales + r * (cols / Q4_GROUP));
+      else if (j->to == CONV_BF16)
+        for (int64_t i = 0; i < cols; i++) ((uint16_t *)j->buf)[r * cols + i] = f32_to_bf16(row[i]);
+    }
+  }
+  free(row);
+}
+
+/* Converts every row of t into buf (and scales) on the model's load pool (model_load.c), or on this
+ * thread when there is none. Returns 0, or a status with the first non-finite weight named. */
+static int conv_rows(const struct binder *b, const struct st_tensor *t, const char *name, int64_t rows, int64_t cols,
+                     enum conv_to to, void *buf, void *scales, struct hearth_err *err) {
+  struct conv_job j = {.t = t, .rows = rows, .cols = cols, .to = to, .buf = buf, .scales = scales};
+  atomic_init(&j.next, 0);
+  atomic_init(&j.bad_r, rows);
+  atomic_init(&j.nomem, 0);
+  pthread_mutex_init(&j.mu, NULL);
+  if (b->m->load_pool) threadpool_run_dynamic(b->m->load_pool, conv_worker, &j);
+  else conv_worker(&j, 0, 1);
+  pthread_mutex_destroy(&j.mu);
+  int64_t bad_r = atomic_load(&j.bad_r);
+  if (bad_r < rows) return nonfinite_err(b, t, name, bad_r, j.bad_c, j.bad_v, err);
+  if (atomic_load(&j.nomem)) return err_set(err, HEARTH_ERR_NOMEM, "out of memory converting '%s'", name);
+  return 0;
+}
+
 int bind_matrix(struct binder *b, struct hb_tensor *dst, const char *name, int64_t rows, int64_t cols,
                 struct hearth_err *err) {
   const struct st_tensor *t = bind_lookup(b, name);
@@ -87,55 +160,32 @@ int bind_matrix(struct binder *b, struct hb_tensor *dst, const char *name, int64
   b->n_params += (uint64_t)rows * (uint64_t)cols;
   struct hb_host_weight hw = {.rows = rows, .cols = cols};
   void *buf = NULL, *scales = NULL;
-  int64_t bad_r = -1; /* first non-finite weight: row, column, value */
-  int bad_c = -1;
-  float bad_v = 0;
-  float *row = malloc((size_t)cols * sizeof *row);
-  if (!row) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
   if (b->dtype == HEARTH_DTYPE_INT4 && cols % Q4_GROUP == 0) {
     hw.dtype = HB_Q4;
     buf = malloc((size_t)rows * (size_t)cols / 2);
     scales = malloc((size_t)rows * (size_t)(cols / Q4_GROUP) * 2);
-    if (buf && scales)
-      for (int64_t r = 0; r < rows && bad_r < 0; r++) {
-        row_to_f32(t, r, cols, row);
-        if ((bad_c = first_nonfinite(row, cols)) >= 0) { bad_r = r, bad_v = row[bad_c]; break; }
-        q4_quantize_row(row, cols, (uint8_t *)buf + r * (cols / 2), (uint16_t *)scales + r * (cols / Q4_GROUP));
-      }
+    if (buf && scales) rc = conv_rows(b, t, name, rows, cols, CONV_Q4, buf, scales, err);
   } else if (b->dtype == HEARTH_DTYPE_F32) {
     hw.dtype = HB_F32;
     buf = malloc((size_t)rows * (size_t)cols * 4);
-    if (buf)
-      for (int64_t r = 0; r < rows && bad_r < 0; r++) {
-        float *dst = (float *)buf + r * cols;
-        row_to_f32(t, r, cols, dst);
-        if ((bad_c = first_nonfinite(dst, cols)) >= 0) bad_r = r, bad_v = dst[bad_c];
-      }
+    if (buf) rc = conv_rows(b, t, name, rows, cols, CONV_F32, buf, NULL, err);
   } else { /* bf16, and int4-ineligible matrices */
     hw.dtype = HB_BF16;
     buf = malloc((size_t)rows * (size_t)cols * 2);
-    if (buf) {
-      if (t->dtype == ST_BF16) {
-        memcpy(buf, t->data, (size_t)rows * (size_t)cols * 2);
-        int64_t i = first_nonfinite_bf16(buf, rows * cols);
-        if (i >= 0) bad_r = i / cols, bad_c = (int)(i % cols), bad_v = bf16_to_f32(((uint16_t *)buf)[i]);
-      } else {
-        for (int64_t r = 0; r < rows && bad_r < 0; r++) {
-          row_to_f32(t, r, cols, row);
-          if ((bad_c = first_nonfinite(row, cols)) >= 0) { bad_r = r, bad_v = row[bad_c]; break; }
-          for (int64_t i = 0; i < cols; i++) ((uint16_t *)buf)[r * cols + i] = f32_to_bf16(row[i]);
-        }
-      }
+    if (buf && t->dtype == ST_BF16) {
+      memcpy(buf, t->data, (size_t)rows * (size_t)cols * 2);
+      int64_t i = first_nonfinite_bf16(buf, rows * cols);
+      if (i >= 0) rc = nonfinite_err(b, t, name, i / cols, i % cols, bf16_to_f32(((uint16_t *)buf)[i]), err);
+    } else if (buf) {
+      rc = conv_rows(b, t, name, rows, cols, CONV_BF16, buf, NULL, err);
     }
   }
-  free(row);
-  if (bad_r >= 0) {
-    free(buf); free(scales);
-    return nonfinite_err(b, t, name, bad_r, bad_c, bad_v, err);
-  }
-  if (!buf || (hw.dtype == HB_Q4 && !scales)) {
-    free(buf); free(scales);
-    return err_set(err, HEARTH_ERR_NOMEM, "out of memory converting '%s'", name);
+  if (!rc && (!buf || (hw.dtype == HB_Q4 && !scales)))
+    rc = err_set(err, HEARTH_ERR_NOMEM, "out of memory converting '%s'", name);
+  if (rc) {
+    free(buf);
+    free(scales);
+    return rc;
   }
   hw.data = buf;
   hw.scales = scales;

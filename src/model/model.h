@@ -131,6 +131,7 @@ struct hearth_model {
   uint64_t fingerprint; /* what the KV contents depend on (runtime/prefix_store.h) */
   int row_invariant;    /* the forwards under way run the backend's row-invariant kernels (no graphs) */
   char *store_dir;      /* on-disk prefix cache directory, or NULL */
+  struct threadpool *load_pool; /* while binding only: the workers converting and quantizing rows */
 };
 
 /* What a family file provides (model/qwen2.c, model/qwen3.c). */

@@ -1,12 +1,19 @@
-/* quant/q4.c — the int4 group-128 quantizer (reference; runs once at load). */
+/* quant/q4.c — the int4 group-128 quantizer: the scalar reference and the dispatch to the SIMD
+ * kernel (q4_avx2.c) that load uses. Runs once per weight at load. */
 #include "quant/q4.h"
 
 #include <math.h>
 #include <string.h>
 
+#include "base/cpu_features.h"
 #include "base/half.h"
 
 void q4_quantize_row(const float *w, int64_t cols, uint8_t *qs, uint16_t *d) {
+  if (cpu_features_get()->avx2) q4_quantize_row_avx2(w, cols, qs, d);
+  else q4_quantize_row_ref(w, cols, qs, d);
+}
+
+void q4_quantize_row_ref(const float *w, int64_t cols, uint8_t *qs, uint16_t *d) {
   for (int64_t g = 0; g < cols / Q4_GROUP; g++) {
     const float *x = w + g * Q4_GROUP;
     float m = 0.0f, am = 0.0f;

@@ -12,8 +12,15 @@
 
 #define Q4_GROUP 128
 
-/* Quantizes one row of `cols` f32 weights (cols % 128 == 0) into qs[cols/2] and d[cols/128]. */
+/* Quantizes one row of `cols` finite f32 weights (cols % 128 == 0) into qs[cols/2] and d[cols/128],
+ * with the fastest kernel this CPU has (cpu_features; HEARTH_CPU=scalar picks the reference).
+ * Every kernel writes the same bytes as q4_quantize_row_ref. Callers refuse NaN/Inf weights first
+ * (model/bind.c): what a kernel does with them is unspecified. Thread-safe. */
 void q4_quantize_row(const float *w, int64_t cols, uint8_t *qs, uint16_t *d);
+/* The scalar reference: the format's definition in code. */
+void q4_quantize_row_ref(const float *w, int64_t cols, uint8_t *qs, uint16_t *d);
+/* The AVX2 kernel (q4_avx2.c); call only when cpu_features_get()->avx2. */
+void q4_quantize_row_avx2(const float *w, int64_t cols, uint8_t *qs, uint16_t *d);
 /* Writes the dequantized row w'[cols]. */
 void q4_dequantize_row(const uint8_t *qs, const uint16_t *d, int64_t cols, float *out);
 #endif

@@ -3,8 +3,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/meminfo.h"
+#include "base/threadpool.h"
 #include "load/hub.h"
 #include "load/sentence_transformers.h"
 #include "model/model.h"
@@ -15,6 +17,19 @@
  * prompts packs into a few large forwards); its scratch grows with it: 4096 x (3 hidden + 2 q + 2 kv + 2 ff)
  * x 4 bytes, 0.5 GiB for Qwen2.5-3B. The CPU keeps 512 (a forward there already saturates the cores). */
 enum { MAX_BATCH_TOKENS = 512, MAX_BATCH_TOKENS_CUDA = 4096, MAX_BATCH_SEQS = 64, KV_BLOCK = 16 };
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* CPU seconds of the whole process so far (all threads): on a shared machine the wall clock stretches, this less */
+static double cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 void hearth_model_params_default(struct hearth_model_params *p) {
   memset(p, 0, sizeof *p);
@@ -240,6 +255,7 @@ static void memory_plan_gemma4(const struct hearth_model *m) {
 int hearth_model_load(const struct hearth_model_params *p, struct hearth_model **out, struct hearth_err *err) {
   *out = NULL;
   if (!p || !p->path) return err_set(err, HEARTH_ERR_ARG, "model path is required");
+  const double t_start = now_s();
   struct hearth_model *m = calloc(1, sizeof *m);
   if (!m) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
   pthread_mutex_init(&m->forward_mu, NULL);
@@ -281,7 +297,13 @@ int hearth_model_load(const struct hearth_model_params *p, struct hearth_model *
   if (!m->w.layers) { rc = err_set(err, HEARTH_ERR_NOMEM, "out of memory"); goto fail; }
   struct st_set *st = NULL;
   if ((rc = st_open_dir(dir, &st, err))) goto fail;
+  /* converting and quantizing every weight is most of a load's CPU time: all cores do it (bind.c) */
+  m->load_pool = threadpool_create(p->n_threads);
+  double t_bind = now_s();
   rc = m->fam->bind(m, st, p->dtype, err);
+  double t_bound = now_s();
+  threadpool_free(m->load_pool);
+  m->load_pool = NULL;
   m->fingerprint = prefix_store_fingerprint(dir, st, p->dtype, m->be->name, KV_BLOCK);
   st_close(st);
   if (rc) goto fail;
@@ -303,6 +325,9 @@ int hearth_model_load(const struct hearth_model_params *p, struct hearth_model *
             p->dtype == HEARTH_DTYPE_INT4 ? "int4" : p->dtype == HEARTH_DTYPE_BF16 ? "bf16" : "f32", m->be->name,
             m->kv.n_blocks * m->kv.block_size, (double)i->kv_bytes / 1048576.0);
     if (m->cfg.family == HEARTH_FAMILY_GEMMA4) memory_plan_gemma4(m);
+    fprintf(stderr, "hearth: load %.2f s (process CPU %.2f s): config and headers %.2f, weights read/converted/uploaded %.2f, "
+                    "KV pool and scratch %.2f\n",
+            now_s() - t_start, cpu_s(), t_bind - t_start, t_bound - t_bind, now_s() - t_bound);
   }
   *out = m;
   return 0;

@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "base/cpu_features.h"
 #include "base/half.h"
 #include "base/threadpool.h"
 #include "hearth.h"
@@ -102,6 +103,57 @@ TEST_GROUP(q4) {
   q4_quantize_row(z, 128, qs, d);
   q4_dequantize_row(qs, d, 128, back);
   CHECK(f16_to_f32(d[0]) == 0.0f && back[5] == 0.0f && qs[0] == 0x88);
+}
+
+/* The AVX2 kernel against the scalar reference: identical bytes (scales and nibbles) on random rows
+ * at many scales and on the edge values: all ±0, ±FLT_MAX (the scale overflows f16), magnitudes
+ * whose scale underflows f16 to 0 or to a subnormal, f32 subnormals, exact halves of the step,
+ * magnitude ties of either sign (first wins), constant groups. NaN/Inf never reach the quantizer:
+ * the loader refuses them (test_hostile_files model_limits). */
+TEST_GROUP(q4_avx2) {
+  if (!cpu_features_get()->avx2) {
+    CHECKF(0, "this CPU has no AVX2 (or HEARTH_CPU caps it): the AVX2 quantizer cannot be compared");
+    return;
+  }
+  enum { G = 4096, C = G * 128 };
+  static float w[C];
+  static uint8_t qa[C / 2], qb[C / 2];
+  static uint16_t da[G], db[G];
+  uint64_t s = 2463534242u;
+  const float scales[] = {1.0f, 1e-3f, 3e4f, 5e5f, 1e-7f, 1e-9f, 6e-8f, 1e-30f, 1e30f, 65504.0f * 8.0f};
+  for (int g = 0; g < G; g++) {
+    float sc = scales[g % (int)(sizeof scales / sizeof scales[0])];
+    for (int i = 0; i < 128; i++) {
+      s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+      w[g * 128 + i] = sc * (float)((int64_t)(s % 2000001) - 1000000) / 1000000.0f;
+    }
+    float *x = w + g * 128;
+    switch (g % 16) {
+    case 0: memset(x, 0, 128 * sizeof *x); break;                             /* all zero */
+    case 1: for (int i = 0; i < 128; i++) x[i] = -0.0f; break;                /* all -0 */
+    case 2: x[7] = 3.4028235e38f; break;                                      /* +FLT_MAX */
+    case 3: x[100] = -3.4028235e38f; x[101] = 3.4028235e38f; break;           /* tie, negative first */
+    case 4: x[3] = 2.0f; x[90] = -2.0f; break;                               /* tie, positive first */
+    case 5: for (int i = 0; i < 128; i++) x[i] = 0.75f; break;                /* constant */
+    case 6: x[0] = -8.0f; for (int i = 1; i < 128; i++) x[i] = (float)(i % 17 - 8) * 0.5f; break; /* exact halves */
+    case 7: for (int i = 0; i < 128; i++) x[i] = (float)(i - 64) * 1e-40f; break; /* f32 subnormals */
+    case 8: x[64] = 65504.0f * 8.0f + 4096.0f; break;                          /* scale rounds to f16 inf */
+    case 9: for (int i = 0; i < 128; i++) x[i] *= 1e-4f; x[5] = 2.0f * 5.96e-8f * 8.0f; break; /* subnormal scale */
+    default: break;
+    }
+  }
+  for (int r = 0; r < 8; r++) { /* as rows of C/8 columns, as the loader calls it */
+    int64_t cols = C / 8, off = r * cols;
+    q4_quantize_row_ref(w + off, cols, qa + off / 2, da + off / 128);
+    q4_quantize_row_avx2(w + off, cols, qb + off / 2, db + off / 128);
+  }
+  int bad_d = 0, bad_q = 0, first = -1;
+  for (int g = 0; g < G; g++) if (da[g] != db[g]) { bad_d++; if (first < 0) first = g; }
+  for (int i = 0; i < C / 2; i++) if (qa[i] != qb[i]) { bad_q++; if (first < 0) first = i / 64; }
+  CHECKF(bad_d == 0 && bad_q == 0, "%d scales and %d bytes differ (first in group %d)", bad_d, bad_q, first);
+  /* the dispatcher gives the same bytes as well (whichever kernel it picks) */
+  q4_quantize_row(w, C, qb, db);
+  CHECK(!memcmp(qa, qb, sizeof qa) && !memcmp(da, db, sizeof da));
 }
 
 struct sum_job { long n; double part[64]; };
@@ -355,4 +407,4 @@ TEST_GROUP(sampler_filters) {
   }
 }
 
-TEST_MAIN(T(half), T(q4), T(threadpool), T(sampler), T(sampler_filters))
+TEST_MAIN(T(half), T(q4), T(q4_avx2), T(threadpool), T(sampler), T(sampler_filters))
