@@ -207,7 +207,7 @@ def main():
             t0 = time.perf_counter()
 
             def emb(cl, b, _i):
-                out = cl.post('/v1/embeddings', {'model': a.embed_model, 'input': b})
+                out = cl.post('/v1/embeddings', {'model': a.embed_model, 'input': b, 'encoding_format': 'base64'})
                 if len(out['data']) != len(b):
                     raise RuntimeError('W6: wrong number of embeddings')
             pool(batches, 2, emb, a.url)
