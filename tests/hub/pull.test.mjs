@@ -146,7 +146,7 @@ test('a full pull: the cache layout, then `hearth run` and `hearth serve` on the
     const emb = await hearth(['embed', '--model', 'Org/TinyEmbed', '--prompt', 'Hello', '--json'], e);
     assert.equal(emb.code, 0, emb.err);
     assert.equal(JSON.parse(emb.out).length, 64);
-    // serve: the tokenizer and template come from the snapshot too
+    // serve: the tokenizer and template come from the snapshot too; clients name it by its repo id
     const portFile = path.join(tmp, 'port');
     const srv = spawn(BIN, ['serve', '--model', 'Org/Tiny', '--port', '0', '--port-file', portFile, '--ctx', '256'], { env: e, stdio: ['ignore', 'ignore', 'pipe'] });
     let log = '';
@@ -161,7 +161,7 @@ test('a full pull: the cache layout, then `hearth run` and `hearth serve` on the
       const port = Number(fs.readFileSync(portFile, 'utf8'));
       const res = await fetch(`http://127.0.0.1:${port}/v1/chat/completions`, {
         method: 'POST', headers: { 'Content-Type': 'application/json' },
-        body: JSON.stringify({ model: 'Tiny', messages: [{ role: 'user', content: 'hi' }], max_tokens: 3 }),
+        body: JSON.stringify({ model: 'Org/Tiny', messages: [{ role: 'user', content: 'hi' }], max_tokens: 3 }),
       });
       assert.equal(res.status, 200, await res.clone().text());
       assert.equal((await res.json()).object, 'chat.completion');
