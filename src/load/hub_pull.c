@@ -334,7 +334,7 @@ static int check_index(struct pull *p, const struct pfile *f, struct hearth_err 
 static int link_snapshot(struct pull *p, char *snap, size_t cap, struct hearth_err *err) {
   snprintf(snap, cap, "%s/snapshots/%s", p->repo_dir, p->commit);
   struct stat sb;
-  int made_dir = stat(snap, &sb) != 0, rc = 0, n_made = 0;
+  int made_dir = stat(snap, &sb) != 0, rc = 0;
   char *made = calloc((size_t)p->n_files, 1); /* links this pull added (not replaced) */
   if (!made) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
   if (mkdirs(snap)) { free(made); return err_set(err, HEARTH_ERR_IO, "%s: %s", snap, strerror(errno)); }
@@ -358,7 +358,6 @@ static int link_snapshot(struct pull *p, char *snap, size_t cap, struct hearth_e
       unlink(tmp);
       made[i] = 0;
     }
-    n_made += made[i];
   }
   if (rc) { /* take back what this pull added */
     for (int i = 0; i < p->n_files; i++)

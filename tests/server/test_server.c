@@ -364,8 +364,8 @@ TEST_GROUP(json_schema) {
         "{\"answer\": \"yes\", \"score\": 1, \"p\": 2, \"why\": 5",
         "{\"answer\": \"yes\", \"score\": 1, \"p\": 2, \"why\": null, \"ok\": true, \"meta\": {\"n\": 4}",
         "{\"answer\": \"yes\", \"score\": 1, \"p\": 2, \"why\": null, \"ok\": true, \"meta\": {\"n\": 3}, \"tags\": {",
-        "{\"answer\": \"yes\", \"score\": 1, \"p\": 2, \"why\": null, \"ok\": true, \"meta\": {\"n\": 3}, "
-        "\"tags\": [], \"any\": 1}x",      /* nothing after the object */
+        /* nothing after the object */
+        "{\"answer\": \"yes\", \"score\": 1, \"p\": 2, \"why\": null, \"ok\": true, \"meta\": {\"n\": 3}, \"tags\": [], \"any\": 1}x",
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) CHECKF(schema_feed(p, bad[i]) == 0, "accepted: %s", bad[i]);
   }
