@@ -11,7 +11,8 @@
 #   bench/http-gpu.sh prepare            # on this machine, before the device call
 #   bash bench/http-gpu.sh [W]           # on the device; W defaults to w3c,w3,w4,w5,w5s,w6
 # Environment: B (build dir, /tmp/hearth-http), PARALLEL (32), PREFILL_CHUNK (unset: the default),
-#   N_RECORDS (10000), SERVE_ARGS (extra `hearth serve` arguments).
+#   N_RECORDS (10000), SERVE_ARGS (extra `hearth serve` arguments), HEARTH_PROFILE=1 (each server prints
+#   where its time went into $OUT/serve.log at shutdown: base/prof.h), NO_ST=1 (skip sentence-transformers).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -67,7 +68,7 @@ if [[ $W == *w3* ]]; then # restart: the record's KV comes back from the disk ca
   python3 bench/workloads.py --url http://127.0.0.1:8391 --model q3b --data .gpu/wl/classify.json --w w3c 2>&1 | tee -a "$OUT/workloads.txt"
   stop
 fi
-if [[ $W == *w6* ]] && [ -f bench/w6_st.py ]; then
+if [[ $W == *w6* ]] && [ -f bench/w6_st.py ] && [ -z "${NO_ST:-}" ]; then
   python3 bench/w6_st.py --model $E6 --data .gpu/wl/classify.json --n-records "${N_RECORDS:-10000}" 2>&1 | tee "$OUT/w6_st.txt"
 fi
 echo "total: $(( $(date +%s) - t0 )) s"

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/prof.h"
 #include "model/model.h"
 #include "runtime/session_embed.h"
 
@@ -129,7 +130,9 @@ int hearth_embed_batch(struct hearth_model *m, const int32_t *const *tokens, con
       break;
     }
     hearth_session_set_abort(ss[0], nb == 1 ? abort_fn : NULL, abort_arg); /* between the passes of a long input */
+    const double t_pass = prof_now();
     rc = session_embed_last(ss, nb, bt, bn, hidden, err);
+    prof_add(PROF_EMBED_PASS, t_pass, nt);
     hearth_session_set_abort(ss[0], NULL, NULL);
     if (rc) break;
     for (int k = 0; k < nb; k++) normalise(hidden + (size_t)k * d, d, out + (size_t)bidx[k] * d);

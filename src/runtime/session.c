@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/prof.h"
 #include "model/model.h"
 #include "runtime/kv_cache.h"
 #include "runtime/prefix_store.h"
@@ -256,17 +257,32 @@ static int enqueue_forward(struct hearth_model *m, struct hb_batch *b, int want_
  * m->b_outbuf (logits or hidden rows) or m->b_gid/b_glp (greedy ids and logprobs; with need_logits the logits
  * rows as well; without a device argmax only rows with row_greedy[k] set, or all when it is NULL, are chosen
  * on the host, and their logprobs computed only with want_lp). */
+static int run_batch_outputs(struct hearth_model *m, struct hb_batch *b, enum out_mode mode, int need_logits,
+                             const uint8_t *row_greedy, int want_lp, int tail, struct hearth_err *err);
 static int run_batch(struct hearth_model *m, struct hb_batch *b, enum out_mode mode, int need_logits,
                      const uint8_t *row_greedy, int want_lp, struct hearth_err *err) {
-  const struct hb_ops *be = m->be;
-  struct hb_ctx *c = m->bctx;
-  struct model_scratch *sc = &m->scratch;
   const int want_hidden = mode == OUT_HIDDEN;
   /* a greedy decode-shaped step ends in its graph (greedy_tail) */
   const int tail = mode == OUT_GREEDY && b->n_out > 0 && b->n_tokens == b->n_seqs && b->n_out == b->n_tokens &&
                    greedy_tail_capable(m);
+  const double t_enq = prof_now();
   int rc = enqueue_forward(m, b, want_hidden, tail, err);
+  prof_add(PROF_FWD_ENQUEUE, t_enq, b->n_tokens);
   if (rc) return rc;
+  const double t_wait = prof_now();
+  rc = run_batch_outputs(m, b, mode, need_logits, row_greedy, want_lp, tail, err);
+  prof_add(PROF_FWD_WAIT, t_wait, b->n_out);
+  return rc;
+}
+
+/* run_batch's second half: the outputs of the enqueued forward */
+static int run_batch_outputs(struct hearth_model *m, struct hb_batch *b, enum out_mode mode, int need_logits,
+                             const uint8_t *row_greedy, int want_lp, int tail, struct hearth_err *err) {
+  const struct hb_ops *be = m->be;
+  struct hb_ctx *c = m->bctx;
+  struct model_scratch *sc = &m->scratch;
+  const int want_hidden = mode == OUT_HIDDEN;
+  int rc;
   if (b->n_out == 0) return be->sync(c, err);
   if (mode == OUT_GREEDY && be->argmax) {
     /* ids in rows 0..n of gsel, their logprobs in rows n..2n: one read (one round trip) brings both */

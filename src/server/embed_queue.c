@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "base/prof.h"
 
 struct embed_queue {
   struct hearth_model *m;
@@ -141,7 +142,9 @@ static int gather(struct embed_queue *q, struct round *rd) {
 static void run_round(struct embed_queue *q, struct round *rd, int n, int *rcs, struct hearth_err *errs) {
   struct hearth_embed_stats st;
   struct hearth_err err = {0};
+  const double t0 = prof_now();
   int rc = hearth_embed_batch(q->m, q->tok, q->len, n, q->out, round_gone, rd, &st, &err);
+  prof_add(PROF_EMBED_ROUND, t0, n);
   unsigned long passes = rc ? 0 : (unsigned long)st.n_forwards;
   if (rc && rc != HEARTH_ERR_CANCELLED && rd->n > 1) {
     for (int k = 0; k < rd->n; k++) { /* this request's inputs are contiguous in the staging */

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "base/err.h"
+#include "base/prof.h"
 
 /* ---- requests ---------------------------------------------------------------------- */
 
@@ -385,7 +386,7 @@ static double logprob_of(const float *logits, double mx, double ls, int32_t id) 
 /* Label scoring, once sl's prompt is evaluated and its last logits are the session's: fills
  * q->lab_lp (see engine.h) and returns those logits, kept in e->labrow (the label forwards replace
  * the session's own), for the first generated token. NULL when sl was released (an error). */
-static const float *score_labels(struct engine *e, struct slot *sl) {
+static const float *score_labels_now(struct engine *e, struct slot *sl) {
   struct gen_req *q = sl->q;
   const int nv = e->info->n_vocab;
   const float *last = hearth_session_logits(sl->s);
@@ -419,6 +420,13 @@ static const float *score_labels(struct engine *e, struct slot *sl) {
     q->lab_lp[l] = lp;
   }
   return e->labrow;
+}
+
+static const float *score_labels(struct engine *e, struct slot *sl) {
+  const double t0 = prof_now();
+  const float *r = score_labels_now(e, sl);
+  prof_add(PROF_LABELS, t0, 1);
+  return r;
 }
 
 /* Whether sl (a new request, not yet prepared) should wait this step for another slot that is still
@@ -552,7 +560,13 @@ static void step(struct engine *e) {
   }
   float *lp = want_lp ? lps : NULL;
   struct hearth_err err = {0};
+  const double t_step = prof_now();
   int rc = hearth_sessions_step_select(ss, n, toks, cnt, greedy, ids, lp, &err);
+  if (prof_on()) {
+    long ntok = 0;
+    for (int i = 0; i < n; i++) ntok += cnt[i];
+    prof_add(PROF_ENGINE_STEP, t_step, ntok);
+  }
   if (rc == HEARTH_ERR_CTX_FULL && evict_idle(e) > 0)
     rc = hearth_sessions_step_select(ss, n, toks, cnt, greedy, ids, lp, &err);
   if (rc) { /* find the culprit(s): step each alone (sessions are unchanged by a failed step) */
@@ -565,6 +579,7 @@ static void step(struct engine *e) {
       }
     }
   }
+  const double t_post = prof_now();
   for (int i = 0; i < n; i++) {
     struct slot *sl = which[i];
     if (!sl) continue;
@@ -578,6 +593,7 @@ static void step(struct engine *e) {
     if (greedy[i]) emit(e, sl, NULL, &ids[i], lps[i]);
     else emit(e, sl, row ? row : hearth_session_logits(sl->s), NULL, 0.0f);
   }
+  prof_add(PROF_ENGINE_POST, t_post, n);
 }
 
 static void *engine_main(void *arg) {

@@ -1,6 +1,7 @@
 /* server/server.c — server_run: make sure the default models are in the cache (pulling them on a
  * first start), load the models through the registry (one engine per generative model), serve until
  * told to stop, tear down in reverse order. */
+#include "base/prof.h"
 #include "server/server.h"
 
 #include <stdio.h>
@@ -121,5 +122,6 @@ int server_run(const struct server_options *o, volatile sig_atomic_t *stop, stru
   for (int waited = 0; atomic_load(&s->n_pulls) > 0 && waited < 30000; waited += 10) usleep(10 * 1000);
   registry_free(s);
   free(s);
+  prof_dump(stderr); /* HEARTH_PROFILE only (base/prof.h) */
   return rc;
 }

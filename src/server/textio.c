@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "base/prof.h"
 #include "tok/tokenizer.h"
 
 #if defined(__has_include)
@@ -96,7 +97,10 @@ int textio_has_template(const struct textio *t) {
 
 int textio_encode(const struct textio *t, const char *text, size_t len, int add_special,
                   int32_t **ids, int *n, struct hearth_err *err) {
-  return tok_encode(t->tok, text, len, add_special, 1, ids, n, err);
+  const double t0 = prof_now();
+  int rc = tok_encode(t->tok, text, len, add_special, 1, ids, n, err);
+  prof_add(PROF_TOKENIZE, t0, rc ? 0 : *n);
+  return rc;
 }
 
 int textio_decode(const struct textio *t, const int32_t *ids, int n, int skip_special, char **text,
