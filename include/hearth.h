@@ -195,6 +195,33 @@ int hearth_sessions_step_select(struct hearth_session **sessions, int n_sessions
                                 const int32_t *const *tokens, const int *n_tokens, const uint8_t *greedy,
                                 int32_t *ids, float *logprobs, struct hearth_err *err);
 
+/* What a step brings back of one session's row of logits when the caller needs more than its argmax but
+ * not the whole row (hearth_sessions_step_scored): logprobs (log-softmax, computed with a double log-sum-exp)
+ * of the argmax, of the k most likely tokens and of up to HEARTH_SCORE_IDS given ids. A backend that holds
+ * its logits on a device computes them there, so that a few hundred bytes cross the bus instead of the row. */
+#define HEARTH_SCORE_TOPK 20
+#define HEARTH_SCORE_IDS 16
+struct hearth_row_score {
+  int k;                          /* in: alternatives wanted, 0..HEARTH_SCORE_TOPK */
+  int n_ids;                      /* in: entries of ids, 0..HEARTH_SCORE_IDS */
+  int32_t ids[HEARTH_SCORE_IDS];  /* in: ids in [0, n_vocab) */
+  int32_t id;                     /* out: the argmax (lowest id on ties); -1 when the row holds a NaN or an
+                                   * infinity, and then nothing below is set */
+  double logprob;                 /* out: id's */
+  int n_top;                      /* out: min(k, n_vocab) */
+  int32_t top_id[HEARTH_SCORE_TOPK]; /* out: by logit descending, lower id first on ties */
+  double top_lp[HEARTH_SCORE_TOPK];
+  double id_lp[HEARTH_SCORE_IDS]; /* out: the logprob of ids[j] */
+};
+
+/* hearth_sessions_step_select, where session i with scores[i] != NULL (scores itself may be NULL) is scored:
+ * *scores[i] is filled (its in-fields read), ids[i] / logprobs[i] get its argmax as for a greedy session, and
+ * hearth_session_logits is NULL until the next step. Scores are per row: a session's scores do not depend on
+ * the other sessions of the step beyond what its logits do. */
+int hearth_sessions_step_scored(struct hearth_session **sessions, int n_sessions, const int32_t *const *tokens,
+                                const int *n_tokens, const uint8_t *greedy, struct hearth_row_score *const *scores,
+                                int32_t *ids, float *logprobs, struct hearth_err *err);
+
 /* Decode steps enqueued one call ahead (greedy loops on a GPU: docs/decisions.md) that a later call claimed, and
  * that were dropped unused, since the model was loaded. */
 void hearth_model_ahead_counts(struct hearth_model *m, uint64_t *claimed, uint64_t *dropped);

@@ -74,6 +74,10 @@ struct hb_kv_layer {
   int n_kv_heads, head_dim;
 };
 
+/* row_score's request and result rows (i32 words; see the op) */
+enum { HB_SCORE_K = 20, HB_SCORE_NID = 16, HB_SCORE_REQ = 2 + HB_SCORE_NID, HB_SCORE_TOP = 4,
+       HB_SCORE_TOPV = HB_SCORE_TOP + HB_SCORE_K, HB_SCORE_IDV = HB_SCORE_TOPV + HB_SCORE_K, HB_SCORE_OUT = 64 };
+
 /* Bytes of one element of a dense tensor (0 for HB_Q4, whose layout is the backend's). */
 static inline size_t hb_elem_size(enum hb_dtype dt) {
   return dt == HB_F32 || dt == HB_I32 ? 4 : dt == HB_F16 || dt == HB_BF16 ? 2 : 0;
@@ -244,6 +248,16 @@ struct hb_ops {
   /* bytes this backend could still allocate now (a device's free memory); 0 if unknown. NULL: the backend
    * allocates host memory, which the loader checks against MemAvailable itself. */
   uint64_t (*mem_available)(struct hb_ctx *ctx);
+  /* Row scores for hearth_row_score (NULL: the session layer computes them on the host). For every row i < n
+   * of logits [≥ n × vocab] f32, req row i ([≥ n × HB_SCORE_REQ] i32: k, n_ids, ids[HB_SCORE_IDS]) says what
+   * to find and out row i ([≥ n × HB_SCORE_OUT] i32) receives it, in words:
+   *   [0] the argmax (lowest index on ties), or -1 when the row holds a NaN or an infinity (nothing else set)
+   *   [1] the max (f32 bits)   [2..3] log Σ exp(x − max), a double summed in double
+   *   [HB_SCORE_TOP..+k) the k largest logits' indices (value descending, lower index first on ties)
+   *   [HB_SCORE_TOPV..+k) their values (f32 bits)   [HB_SCORE_IDV..+n_ids) the values at ids (f32 bits)
+   * Each row's result depends on that row only (no reduction across rows or blocks of a row). */
+  void (*row_score)(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, const struct hb_tensor *req,
+                    struct hb_tensor *out);
   /* the kernel set this context runs (CPU: the cpuid choice, e.g. "avx2"); NULL: the backend's name */
   const char *(*kernels)(struct hb_ctx *ctx);
 };

@@ -58,6 +58,8 @@ struct model_scratch {
   struct hb_tensor gsel;                 /* [2 max_out, 1] i32: a batch of n's greedy ids, then their f32 logprobs
                                           * (rows n..2n): one read brings both back */
   struct hb_tensor ple, ple_tok;         /* [T, L*S] Gemma 4 per-layer inputs and their token part (else unallocated) */
+  struct hb_tensor score_req, score_out; /* [max_out, HB_SCORE_REQ / HB_SCORE_OUT] i32: the row_score op's rows
+                                          * (backends with the op, generative models only) */
 };
 
 #define MODEL_MAX_GRAPHS 65 /* decode graphs by batch width 1..64 */
@@ -119,6 +121,7 @@ struct hearth_model {
   int32_t *b_gid;   /* [max_seqs] greedy ids of the last batch */
   float *b_glp;     /* [max_seqs] their logprobs */
   int32_t *b_gsel;  /* [2 max_seqs] gsel as read back */
+  int32_t *b_score_req, *b_score_out; /* [max_seqs × HB_SCORE_REQ / HB_SCORE_OUT] row scores' staging */
   struct model_graph graphs[MODEL_MAX_GRAPHS];
   struct model_graph graphs_greedy[MODEL_MAX_GRAPHS]; /* the same step ending in its greedy tail (session.c) */
   /* one-token steps short enough for the backend's fused attention + o_proj (attn_o_max_len): their kernels

@@ -72,6 +72,8 @@ static int alloc_scratch(struct hearth_model *m, int T, struct hearth_err *err) 
     rc = be->alloc_f32 ? be->alloc_f32(x, &s->logits, O, c->vocab_size, err)
                        : be->alloc(x, &s->logits, HB_F32, O, c->vocab_size, err);
   if (!rc) rc = be->alloc(x, &s->gsel, HB_I32, 2 * O, 1, err);
+  if (!rc && be->row_score && !c->is_embedding) rc = be->alloc(x, &s->score_req, HB_I32, O, HB_SCORE_REQ, err);
+  if (!rc && be->row_score && !c->is_embedding) rc = be->alloc(x, &s->score_out, HB_I32, O, HB_SCORE_OUT, err);
   if (rc) return err_prefix(err, "activation scratch");
   m->max_seqs = O;
   m->b_pos = malloc(T * sizeof(int32_t));
@@ -85,7 +87,9 @@ static int alloc_scratch(struct hearth_model *m, int T, struct hearth_err *err) 
   m->b_gid = malloc(O * sizeof(int32_t));
   m->b_glp = malloc(O * sizeof(float));
   m->b_gsel = malloc(2 * O * sizeof(int32_t));
-  if (!m->b_gsel || !m->b_gid || !m->b_glp || !m->b_pos || !m->b_seq || !m->b_out || !m->b_len || !m->b_bt || !m->b_ids || !m->b_outbuf) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
+  m->b_score_req = malloc((size_t)O * HB_SCORE_REQ * sizeof(int32_t));
+  m->b_score_out = malloc((size_t)O * HB_SCORE_OUT * sizeof(int32_t));
+  if (!m->b_score_req || !m->b_score_out || !m->b_gsel || !m->b_gid || !m->b_glp || !m->b_pos || !m->b_seq || !m->b_out || !m->b_len || !m->b_bt || !m->b_ids || !m->b_outbuf) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
   return 0;
 }
 
@@ -136,11 +140,11 @@ static void free_scratch(struct hearth_model *m) {
   }
   for (int i = 0; i < 2; i++)
     if (m->graphs_short[i].graph) m->be->graph_free(m->graphs_short[i].graph);
-  struct hb_tensor *all[] = {&s->ids, &s->x, &s->xn, &s->q, &s->k, &s->v, &s->attn, &s->o, &s->gate, &s->up, &s->sel, &s->logits, &s->gsel, &s->ple, &s->ple_tok};
+  struct hb_tensor *all[] = {&s->ids, &s->x, &s->xn, &s->q, &s->k, &s->v, &s->attn, &s->o, &s->gate, &s->up, &s->sel, &s->logits, &s->gsel, &s->ple, &s->ple_tok, &s->score_req, &s->score_out};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     if (all[i]->data) m->be->release(m->bctx, all[i]);
   free(m->b_pos); free(m->b_seq); free(m->b_out); free(m->b_len); free(m->b_bt);
-  free(m->b_ids); free(m->b_outbuf); free(m->b_gid); free(m->b_glp); free(m->b_gsel);
+  free(m->b_ids); free(m->b_outbuf); free(m->b_gid); free(m->b_glp); free(m->b_gsel); free(m->b_score_req); free(m->b_score_out);
 }
 
 static void release_weights(struct hearth_model *m) {

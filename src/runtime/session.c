@@ -12,6 +12,7 @@
 #include "model/model.h"
 #include "runtime/kv_cache.h"
 #include "runtime/prefix_store.h"
+#include "runtime/row_score.h"
 #include "runtime/session_embed.h"
 
 struct hearth_session {
@@ -33,6 +34,7 @@ struct hearth_session {
   void *abort_arg;
   int invariant;     /* hearth_session_set_row_invariant: its forwards run the backend's row-invariant kernels,
                         and its blocks live under their own prefix-cache keys */
+  struct hearth_row_score *score; /* during hearth_sessions_step_scored only: what this session's row must give */
 };
 
 /* The root of a session's block-hash chain: a row-invariant session's blocks were computed with other kernels
@@ -258,9 +260,11 @@ static int enqueue_forward(struct hearth_model *m, struct hb_batch *b, int want_
  * rows as well; without a device argmax only rows with row_greedy[k] set, or all when it is NULL, are chosen
  * on the host, and their logprobs computed only with want_lp). */
 static int run_batch_outputs(struct hearth_model *m, struct hb_batch *b, enum out_mode mode, int need_logits,
-                             const uint8_t *row_greedy, int want_lp, int tail, struct hearth_err *err);
+                             const uint8_t *row_greedy, struct hearth_row_score *const *rowsc, int want_lp, int tail,
+                             struct hearth_err *err);
 static int run_batch(struct hearth_model *m, struct hb_batch *b, enum out_mode mode, int need_logits,
-                     const uint8_t *row_greedy, int want_lp, struct hearth_err *err) {
+                     const uint8_t *row_greedy, struct hearth_row_score *const *rowsc, int want_lp,
+                     struct hearth_err *err) {
   const int want_hidden = mode == OUT_HIDDEN;
   /* a greedy decode-shaped step ends in its graph (greedy_tail) */
   const int tail = mode == OUT_GREEDY && b->n_out > 0 && b->n_tokens == b->n_seqs && b->n_out == b->n_tokens &&
@@ -270,31 +274,59 @@ static int run_batch(struct hearth_model *m, struct hb_batch *b, enum out_mode m
   prof_add(PROF_FWD_ENQUEUE, t_enq, b->n_tokens);
   if (rc) return rc;
   const double t_wait = prof_now();
-  rc = run_batch_outputs(m, b, mode, need_logits, row_greedy, want_lp, tail, err);
+  rc = run_batch_outputs(m, b, mode, need_logits, row_greedy, rowsc, want_lp, tail, err);
   prof_add(PROF_FWD_WAIT, t_wait, b->n_out);
   return rc;
 }
 
+/* Scored rows (rowsc[k] != NULL) after the outputs are on the host: their scores from the op's result words
+ * (m->b_score_out) or, without the op, from the logits rows in m->b_outbuf; their greedy id and logprob follow */
+static void fill_scores(struct hearth_model *m, int n, struct hearth_row_score *const *rowsc) {
+  const int64_t V = m->cfg.vocab_size;
+  for (int k = 0; k < n; k++) {
+    if (!rowsc[k]) continue;
+    int32_t *w = m->b_score_out + (size_t)k * HB_SCORE_OUT;
+    if (!m->be->row_score) {
+      int32_t req[HB_SCORE_REQ];
+      row_score_req(rowsc[k], req);
+      row_score_host(m->b_outbuf + (size_t)k * V, V, req, w);
+    }
+    row_score_fill(w, V, rowsc[k]);
+    m->b_gid[k] = rowsc[k]->id;
+    m->b_glp[k] = rowsc[k]->id < 0 ? 0.0f : (float)rowsc[k]->logprob;
+  }
+}
+
 /* run_batch's second half: the outputs of the enqueued forward */
 static int run_batch_outputs(struct hearth_model *m, struct hb_batch *b, enum out_mode mode, int need_logits,
-                             const uint8_t *row_greedy, int want_lp, int tail, struct hearth_err *err) {
+                             const uint8_t *row_greedy, struct hearth_row_score *const *rowsc, int want_lp, int tail,
+                             struct hearth_err *err) {
   const struct hb_ops *be = m->be;
   struct hb_ctx *c = m->bctx;
   struct model_scratch *sc = &m->scratch;
   const int want_hidden = mode == OUT_HIDDEN;
-  int rc;
+  int rc, scored = 0;
   if (b->n_out == 0) return be->sync(c, err);
+  for (int k = 0; rowsc && k < b->n_out; k++) scored |= rowsc[k] != NULL;
+  if (scored && !be->row_score) need_logits = 1; /* scored on the host, from the rows (below) */
   if (mode == OUT_GREEDY && be->argmax) {
     /* ids in rows 0..n of gsel, their logprobs in rows n..2n: one read (one round trip) brings both */
     const int n = b->n_out;
     struct hb_tensor gid, glp;
     gsel_views(sc, n, &gid, &glp);
     if (!tail) be->argmax(c, &sc->logits, n, &gid, &glp);
+    if (scored && be->row_score) { /* what each scored row asks, then its result words, in the same round trip */
+      for (int k = 0; k < n; k++) row_score_req(rowsc[k], m->b_score_req + (size_t)k * HB_SCORE_REQ);
+      if (be->write(c, &sc->score_req, 0, n, m->b_score_req)) return err_set(err, HEARTH_ERR_BACKEND, "%s: write failed", be->name);
+      be->row_score(c, &sc->logits, n, &sc->score_req, &sc->score_out);
+      if (be->read(c, &sc->score_out, 0, n, m->b_score_out)) return err_set(err, HEARTH_ERR_BACKEND, "%s: read failed", be->name);
+    }
     if ((need_logits && be->read(c, &sc->logits, 0, n, m->b_outbuf)) || be->read(c, &sc->gsel, 0, 2 * n, m->b_gsel))
       return err_set(err, HEARTH_ERR_BACKEND, "%s: read failed", be->name);
     rc = be->sync(c, err);
     if (rc) return rc;
     for (int k = 0; k < n; k++) device_pick(m->b_gsel, n, k, &m->b_gid[k], &m->b_glp[k]);
+    if (scored) fill_scores(m, n, rowsc);
     return 0;
   }
   const struct hb_tensor *src = want_hidden ? &sc->sel : &sc->logits;
@@ -315,6 +347,7 @@ static int run_batch_outputs(struct hearth_model *m, struct hb_batch *b, enum ou
     m->b_gid[k] = finite ? best : -1;
     m->b_glp[k] = finite && want_lp ? hearth_logprob(lg, m->cfg.vocab_size, best) : 0.0f; /* a second pass, with exp */
   }
+  if (scored) fill_scores(m, b->n_out, rowsc);
   return 0;
 }
 
@@ -589,14 +622,20 @@ static int session_forward_k(struct hearth_session **ss, int n, const int32_t *c
       .pos = m->b_pos, .seq = m->b_seq, .block_table = m->b_bt, .seq_len = m->b_len,
       .out_rows = m->b_out, .n_out = nout,
     };
-    int need_logits = 0; /* OUT_GREEDY: a session that wants its logits instead (greedy[i] == 0) */
+    int need_logits = 0, scored = 0; /* OUT_GREEDY: a session that wants its logits instead (greedy[i] == 0) */
     uint8_t rowg[64];
+    struct hearth_row_score *rowsc[64]; /* OUT_GREEDY: the scores a session asked for (hearth_sessions_step_scored) */
     if (mode == OUT_GREEDY && greedy)
       for (int k = 0; k < nout; k++) {
         rowg[k] = greedy[owner[k]] != 0;
         need_logits |= !rowg[k];
       }
-    rc = run_batch(m, &b, mode, need_logits, mode == OUT_GREEDY && greedy ? rowg : NULL, want_lp, err);
+    for (int k = 0; k < nout; k++) {
+      rowsc[k] = mode == OUT_GREEDY ? ss[owner[k]]->score : NULL;
+      scored |= rowsc[k] != NULL;
+    }
+    rc = run_batch(m, &b, mode, need_logits, mode == OUT_GREEDY && greedy ? rowg : NULL, scored ? rowsc : NULL,
+                   want_lp, err);
     if (rc) break;
     if (every) { /* every row: the caller's; the last one of the call: the session's logits */
       memcpy(every + (size_t)first * outw, outbuf, (size_t)nout * outw * sizeof(float));
@@ -637,6 +676,36 @@ static int session_forward(struct hearth_session **ss, int n, const int32_t *con
 int hearth_sessions_step(struct hearth_session **sessions, int n_sessions, const int32_t *const *tokens,
                          const int *n_tokens, struct hearth_err *err) {
   return session_forward(sessions, n_sessions, tokens, n_tokens, OUT_LOGITS, NULL, 0, NULL, err);
+}
+
+int hearth_sessions_step_scored(struct hearth_session **sessions, int n_sessions, const int32_t *const *tokens,
+                                const int *n_tokens, const uint8_t *greedy, struct hearth_row_score *const *scores,
+                                int32_t *ids, float *logprobs, struct hearth_err *err) {
+  int any = 0;
+  for (int i = 0; scores && i < n_sessions; i++) any |= scores[i] != NULL && n_tokens[i] > 0;
+  if (!any) return hearth_sessions_step_select(sessions, n_sessions, tokens, n_tokens, greedy, ids, logprobs, err);
+  if (n_sessions > 64) return err_set(err, HEARTH_ERR_ARG, "at most 64 sessions per step");
+  uint8_t g[64]; /* a scored session is chosen for where its logits are, like a greedy one */
+  for (int i = 0; i < n_sessions; i++) {
+    if (scores[i] && (scores[i]->k < 0 || scores[i]->k > HEARTH_SCORE_TOPK || scores[i]->n_ids < 0 ||
+                      scores[i]->n_ids > HEARTH_SCORE_IDS))
+      return err_set(err, HEARTH_ERR_ARG, "row score: k %d or n_ids %d out of range", scores[i]->k, scores[i]->n_ids);
+    for (int j = 0; scores[i] && j < scores[i]->n_ids; j++)
+      if (scores[i]->ids[j] < 0 || scores[i]->ids[j] >= sessions[i]->m->cfg.vocab_size)
+        return err_set(err, HEARTH_ERR_ARG, "row score: id %d out of range", scores[i]->ids[j]);
+    g[i] = (uint8_t)(!greedy || greedy[i] || scores[i]);
+  }
+  for (int i = 0; i < n_sessions; i++) sessions[i]->score = n_tokens[i] > 0 ? scores[i] : NULL;
+  for (int i = 0; i < n_sessions; i++) if (g[i]) sessions[i]->has_out = 0;
+  int rc = session_forward(sessions, n_sessions, tokens, n_tokens, OUT_GREEDY, g, logprobs != NULL, NULL, err);
+  for (int i = 0; i < n_sessions; i++) sessions[i]->score = NULL;
+  if (rc) return rc;
+  for (int i = 0; i < n_sessions; i++) {
+    if (!g[i] || n_tokens[i] == 0) continue; /* logits wanted, or no new token: no choice made */
+    if (ids) ids[i] = sessions[i]->greedy_id;
+    if (logprobs) logprobs[i] = sessions[i]->greedy_logprob;
+  }
+  return 0;
 }
 
 int hearth_sessions_step_select(struct hearth_session **sessions, int n_sessions, const int32_t *const *tokens,

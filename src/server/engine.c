@@ -129,6 +129,7 @@ struct slot {
   int n_gen;
   struct jstate js;     /* constrained requests: where the output is in its program */
   unsigned long last_used;
+  struct hearth_row_score sc; /* a scored step's result (scorable) */
 };
 
 struct engine {
@@ -271,15 +272,37 @@ static int select_greedy(const struct gen_req *q) {
   return hearth_sampling_is_plain_greedy(&q->sampling) && q->n_bias == 0 && !q->prog && q->top_logprobs <= 0;
 }
 
+/* Whether what q needs of a row fits a hearth_row_score (computed where the logits are, so the row never
+ * crosses to the host): the greedy choice with its alternatives, and the labels' first tokens. A request that
+ * samples, biases or constrains needs the whole row; label scores alone (max_tokens 0) need no choice. */
+static int scorable(const struct gen_req *q) {
+  if (q->n_labels > HEARTH_SCORE_IDS || q->top_logprobs > HEARTH_SCORE_TOPK) return 0;
+  if (q->n_labels && q->max_tokens == 0) return 1;
+  return hearth_sampling_is_plain_greedy(&q->sampling) && q->n_bias == 0 && !q->prog;
+}
+
+/* sl's score request for the row that ends its prompt (or one decode step) */
+static struct hearth_row_score *score_request(struct slot *sl, int prompt_ends) {
+  const struct gen_req *q = sl->q;
+  struct hearth_row_score *sc = &sl->sc;
+  sc->k = q->top_logprobs > 0 ? q->top_logprobs : 0;
+  sc->n_ids = 0;
+  if (prompt_ends)
+    for (int l = 0; l < q->n_labels; l++) sc->ids[sc->n_ids++] = q->lab_tok[q->lab_off[l]];
+  return sc;
+}
+
 /* Samples the next token of sl from logits (or takes the one chosen for it: chosen != NULL, with its
  * logprob lp; see select_greedy), appends it to the request, and decides whether the sequence goes
  * on. Returns 1 if it continues (sl->pending is set), 0 if it was released. */
-static int emit(struct engine *e, struct slot *sl, const float *logits, const int32_t *chosen, float lp) {
+static int emit(struct engine *e, struct slot *sl, const float *logits, const int32_t *chosen, float lp,
+                const struct hearth_row_score *sc) {
   struct gen_req *q = sl->q;
   int nv = e->info->n_vocab;
   /* chosen: -1 (or a non-finite logprob when one was computed) reports a non-finite row */
-  if (chosen ? *chosen < 0 || *chosen >= nv || (q->top_logprobs == 0 && !isfinite(lp))
-             : !all_finite(logits, nv)) {
+  if (sc ? sc->id < 0 || sc->id >= nv
+         : chosen ? *chosen < 0 || *chosen >= nv || (q->top_logprobs == 0 && !isfinite(lp))
+                  : !all_finite(logits, nv)) {
     slot_release(e, sl, GEN_FIN_ERROR, NONFINITE_MSG);
     return 0;
   }
@@ -295,7 +318,16 @@ static int emit(struct engine *e, struct slot *sl, const float *logits, const in
     return 0;
   }
   struct gen_event ev = {0};
-  if (chosen) {
+  if (sc) { /* a scored row: the choice and its alternatives came with it */
+    ev.id = sc->id;
+    ev.logprob = (float)sc->logprob;
+    ev.n_top = q->top_logprobs > 0 ? sc->n_top : 0;
+    for (int i = 0; i < ev.n_top; i++) {
+      ev.top_id[i] = sc->top_id[i];
+      ev.top_lp[i] = (float)sc->top_lp[i];
+      if (!(ev.top_lp[i] > -9999.0f)) ev.top_lp[i] = -9999.0f; /* as score(): finite, as JSON needs */
+    }
+  } else if (chosen) {
     ev.id = *chosen;
     ev.logprob = lp; /* top_logprobs is 0 or off here: no alternatives */
   } else {
@@ -422,6 +454,42 @@ static const float *score_labels_now(struct engine *e, struct slot *sl) {
   return e->labrow;
 }
 
+/* score_labels for a scored row: the labels' first tokens were scored with the row (sc->id_lp, in label order);
+ * a label's later tokens come from forwards of its leading ones. Returns 0 when sl was released (an error). */
+static int score_labels_scored(struct engine *e, struct slot *sl, const struct hearth_row_score *sc) {
+  const double t0 = prof_now();
+  struct gen_req *q = sl->q;
+  const int nv = e->info->n_vocab;
+  int ok = 1;
+  if (sc->id < 0) { slot_release(e, sl, GEN_FIN_ERROR, NONFINITE_MSG); ok = 0; }
+  for (int l = 0; ok && l < q->n_labels; l++) {
+    const int32_t *t = q->lab_tok + q->lab_off[l];
+    const int k = q->lab_off[l + 1] - q->lab_off[l];
+    double lp = sc->id_lp[l];
+    if (k > 1) {
+      if (!e->scored && !(e->scored = malloc((size_t)SCORED_CHUNK * nv * sizeof *e->scored))) {
+        slot_release(e, sl, GEN_FIN_ERROR, "out of memory");
+        ok = 0;
+        break;
+      }
+      struct hearth_err err = {0};
+      int rc = hearth_session_peek_logits(sl->s, t, k - 1, e->scored, &err);
+      if (rc == HEARTH_ERR_CTX_FULL && evict_idle(e) > 0) rc = hearth_session_peek_logits(sl->s, t, k - 1, e->scored, &err);
+      if (rc) { slot_release(e, sl, GEN_FIN_ERROR, err.msg); ok = 0; break; }
+      if (!all_finite(e->scored, (k - 1) * nv)) { slot_release(e, sl, GEN_FIN_ERROR, NONFINITE_MSG); ok = 0; break; }
+      for (int j = 1; j < k; j++) {
+        const float *row = e->scored + (size_t)(j - 1) * nv;
+        double mx, ls;
+        lse(row, nv, &mx, &ls);
+        lp += logprob_of(row, mx, ls, t[j]);
+      }
+    }
+    q->lab_lp[l] = lp;
+  }
+  prof_add(PROF_LABELS, t0, 1);
+  return ok;
+}
+
 static const float *score_labels(struct engine *e, struct slot *sl) {
   const double t0 = prof_now();
   const float *r = score_labels_now(e, sl);
@@ -485,7 +553,7 @@ static void prefill_scored(struct engine *e, struct slot *sl) {
   const float *row = hearth_session_logits(sl->s);
   if (q->n_labels && !(row = score_labels(e, sl))) return;
   if (q->max_tokens == 0) slot_release(e, sl, GEN_FIN_LENGTH, NULL);
-  else emit(e, sl, row, NULL, 0.0f);
+  else emit(e, sl, row, NULL, 0.0f, NULL);
 }
 
 /* Matches a new request's prompt against its session once: the longest common prefix and any
@@ -550,29 +618,33 @@ static void step(struct engine *e) {
   uint8_t greedy[N];
   int32_t ids[N];
   float lps[N];
+  struct hearth_row_score *scores[N]; /* rows whose logprobs / label scores are computed where the logits are */
   int want_lp = 0; /* a greedy token's logprob is asked for (on a CPU it costs a second pass over the row) */
   for (int i = 0; i < n; i++) {
     struct slot *sl = which[i];
     const int ends = sl->state == SLOT_DECODE || sl->prefilled + cnt[i] >= sl->q->n_prompt;
-    greedy[i] = (uint8_t)(!ends || (select_greedy(sl->q) && !sl->q->n_labels)); /* labels: the whole row */
-    want_lp |= ends && greedy[i] && sl->q->top_logprobs == 0;
+    const int plain = select_greedy(sl->q) && !sl->q->n_labels;
+    scores[i] = ends && !plain && scorable(sl->q) ? score_request(sl, sl->state == SLOT_PREFILL) : NULL;
+    greedy[i] = (uint8_t)(!ends || plain || scores[i]); /* otherwise: the whole row, on the host */
+    want_lp |= ends && plain && sl->q->top_logprobs == 0;
     lps[i] = 0.0f;
   }
   float *lp = want_lp ? lps : NULL;
   struct hearth_err err = {0};
   const double t_step = prof_now();
-  int rc = hearth_sessions_step_select(ss, n, toks, cnt, greedy, ids, lp, &err);
+  int rc = hearth_sessions_step_scored(ss, n, toks, cnt, greedy, scores, ids, lp, &err);
   if (prof_on()) {
     long ntok = 0;
     for (int i = 0; i < n; i++) ntok += cnt[i];
     prof_add(PROF_ENGINE_STEP, t_step, ntok);
   }
   if (rc == HEARTH_ERR_CTX_FULL && evict_idle(e) > 0)
-    rc = hearth_sessions_step_select(ss, n, toks, cnt, greedy, ids, lp, &err);
+    rc = hearth_sessions_step_scored(ss, n, toks, cnt, greedy, scores, ids, lp, &err);
   if (rc) { /* find the culprit(s): step each alone (sessions are unchanged by a failed step) */
     for (int i = 0; i < n; i++) {
       struct hearth_err e1 = {0};
-      int r1 = hearth_sessions_step_select(&ss[i], 1, &toks[i], &cnt[i], &greedy[i], &ids[i], lp ? &lps[i] : NULL, &e1);
+      int r1 = hearth_sessions_step_scored(&ss[i], 1, &toks[i], &cnt[i], &greedy[i], &scores[i], &ids[i],
+                                           lp ? &lps[i] : NULL, &e1);
       if (r1) {
         slot_release(e, which[i], r1 == HEARTH_ERR_CTX_FULL ? GEN_FIN_LENGTH : GEN_FIN_ERROR, e1.msg);
         which[i] = NULL;
@@ -587,11 +659,13 @@ static void step(struct engine *e) {
     if (sl->state == SLOT_PREFILL) {
       sl->prefilled += cnt[i];
       if (sl->prefilled < sl->q->n_prompt) continue;
-      if (sl->q->n_labels && !(row = score_labels(e, sl))) continue;
+      if (sl->q->n_labels && (scores[i] ? !score_labels_scored(e, sl, scores[i]) : !(row = score_labels(e, sl))))
+        continue;
       if (sl->q->max_tokens == 0) { slot_release(e, sl, GEN_FIN_LENGTH, NULL); continue; }
     }
-    if (greedy[i]) emit(e, sl, NULL, &ids[i], lps[i]);
-    else emit(e, sl, row ? row : hearth_session_logits(sl->s), NULL, 0.0f);
+    if (scores[i]) emit(e, sl, NULL, NULL, 0.0f, scores[i]);
+    else if (greedy[i]) emit(e, sl, NULL, &ids[i], lps[i], NULL);
+    else emit(e, sl, row ? row : hearth_session_logits(sl->s), NULL, 0.0f, NULL);
   }
   prof_add(PROF_ENGINE_POST, t_post, n);
 }

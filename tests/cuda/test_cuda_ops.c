@@ -14,6 +14,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "quant/q4.h"
+#include "runtime/row_score.h"
 #include "test.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -1243,6 +1244,80 @@ TEST_GROUP(nonfinite) {
   }
 }
 
+/* ---- row scores (backend.h row_score): the device op against its host definition (runtime/row_score.c) on rows
+ * with many ties (values on a 1/8 grid), a NaN row and an infinite one; top-k ids and values, the max and the ids'
+ * values must be the same bits, log Σ exp within 1e-12 (a double sum in another order); a row alone must give the
+ * same bits as in the batch (the op's batch invariance). */
+static void check_row_score(int V) {
+  enum { R = 6 };
+  struct hearth_err err = {0};
+  float *h = malloc((size_t)R * (size_t)V * sizeof *h);
+  for (int64_t i = 0; i < (int64_t)R * V; i++) h[i] = floorf(frand() * 64.0f) / 8.0f;
+  h[2 * (int64_t)V + irand(V)] = NAN;
+  h[3 * (int64_t)V + irand(V)] = INFINITY;
+  h[4 * (int64_t)V + 5] = h[4 * (int64_t)V + V - 1] = 100.0f; /* a tie at the max: the first index */
+  int32_t req[R * HB_SCORE_REQ], out[R * HB_SCORE_OUT], one[HB_SCORE_OUT], ref[HB_SCORE_OUT];
+  memset(req, 0, sizeof req);
+  for (int r = 0; r < R; r++) {
+    int32_t *q = req + r * HB_SCORE_REQ;
+    q[0] = r == 5 ? 0 : r == 0 ? HB_SCORE_K : 1 + irand(HB_SCORE_K);
+    q[1] = r == 1 ? HB_SCORE_NID : irand(4);
+    for (int j = 0; j < q[1]; j++) q[2 + j] = irand(V);
+  }
+  struct hb_tensor lg, rq, ot, lg1, rq1, ot1;
+  int bad = G->alloc(gc, &lg, HB_F32, R, V, &err) || G->alloc(gc, &rq, HB_I32, R, HB_SCORE_REQ, &err) ||
+            G->alloc(gc, &ot, HB_I32, R, HB_SCORE_OUT, &err) || G->alloc(gc, &lg1, HB_F32, 1, V, &err) ||
+            G->alloc(gc, &rq1, HB_I32, 1, HB_SCORE_REQ, &err) || G->alloc(gc, &ot1, HB_I32, 1, HB_SCORE_OUT, &err);
+  CHECKF(!bad, "row_score alloc: %s", err.msg);
+  if (bad) { free(h); return; }
+  for (int i = 0; i < R * HB_SCORE_OUT; i++) out[i] = 0x7fc00001; /* poisoned: an unwritten word cannot pass */
+  G->write(gc, &lg, 0, R, h);
+  G->write(gc, &rq, 0, R, req);
+  G->write(gc, &ot, 0, R, out);
+  G->row_score(gc, &lg, R, &rq, &ot);
+  G->read(gc, &ot, 0, R, out);
+  CHECKF(G->sync(gc, &err) == 0, "row_score: %s", err.msg);
+  for (int r = 0; r < R; r++) {
+    const int32_t *q = req + r * HB_SCORE_REQ, *o = out + r * HB_SCORE_OUT;
+    row_score_host(h + (int64_t)r * V, V, q, ref);
+    for (int i = 0; i < HB_SCORE_OUT; i++) one[i] = 0x7fc00001;
+    G->write(gc, &lg1, 0, 1, h + (int64_t)r * V);
+    G->write(gc, &rq1, 0, 1, q);
+    G->write(gc, &ot1, 0, 1, one);
+    G->row_score(gc, &lg1, 1, &rq1, &ot1);
+    G->read(gc, &ot1, 0, 1, one);
+    CHECKF(G->sync(gc, &err) == 0, "row_score alone: %s", err.msg);
+    if (ref[0] < 0) {
+      CHECKF(o[0] == -1 && one[0] == -1, "V %d row %d (non-finite): id %d / %d, want -1", V, r, o[0], one[0]);
+      continue;
+    }
+    double ls_d, ls_h;
+    memcpy(&ls_d, o + 2, sizeof ls_d);
+    memcpy(&ls_h, ref + 2, sizeof ls_h);
+    int same = o[0] == ref[0] && o[1] == ref[1] && fabs(ls_d - ls_h) <= 1e-12 * fabs(ls_h) + 1e-15;
+    for (int j = 0; j < q[0]; j++) same &= o[HB_SCORE_TOP + j] == ref[HB_SCORE_TOP + j] && o[HB_SCORE_TOPV + j] == ref[HB_SCORE_TOPV + j];
+    for (int j = 0; j < q[1]; j++) same &= o[HB_SCORE_IDV + j] == ref[HB_SCORE_IDV + j];
+    int alone = memcmp(o, one, 4 * sizeof *o) == 0 &&
+                memcmp(o + HB_SCORE_TOP, one + HB_SCORE_TOP, (size_t)q[0] * sizeof *o) == 0 &&
+                memcmp(o + HB_SCORE_TOPV, one + HB_SCORE_TOPV, (size_t)q[0] * sizeof *o) == 0 &&
+                memcmp(o + HB_SCORE_IDV, one + HB_SCORE_IDV, (size_t)q[1] * sizeof *o) == 0;
+    printf("  row_score V %d row %d: k %d ids %d, argmax %d (host %d), lse %.15f (host %.15f), top1 %d, alone %s\n", V, r,
+           q[0], q[1], o[0], ref[0], ls_d, ls_h, q[0] ? o[HB_SCORE_TOP] : -1, alone ? "same" : "DIFFERS");
+    CHECKF(same, "V %d row %d: device scores differ from the host's", V, r);
+    CHECKF(alone, "V %d row %d: alone and in the batch differ", V, r);
+  }
+  G->release(gc, &lg); G->release(gc, &rq); G->release(gc, &ot);
+  G->release(gc, &lg1); G->release(gc, &rq1); G->release(gc, &ot1);
+  free(h);
+}
+
+TEST_GROUP(row_score) {
+  if (setup(0)) return;
+  check_row_score(1000);
+  check_row_score(151936);
+  teardown();
+}
+
 /* run-to-run determinism: the same decode GEMV with the rmsnorm prologue, or the same split-K GEMM, launched again on
  * the same inputs must give the same bits. Until round 23 both added partial sums with f32 atomics in arrival order (the
  * norm's sum of squares per warp; split-K's partial tiles), and greedy ids of one checkpoint differed from run to run
@@ -1328,4 +1403,4 @@ TEST_GROUP(init_error) {
   CHECK(rc != 0 && x == NULL && err.msg[0]);
 }
 
-TEST_MAIN(T(exact), T(fast), T(fused), T(graph), T(graph_gemma4), T(sample), T(nonfinite), T(repeat), T(init_error))
+TEST_MAIN(T(exact), T(fast), T(fused), T(graph), T(graph_gemma4), T(sample), T(nonfinite), T(row_score), T(repeat), T(init_error))

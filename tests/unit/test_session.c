@@ -8,6 +8,8 @@
 #include "hearth.h"
 #include "model/model.h"
 #include "runtime/kv_cache.h"
+#include "runtime/row_score.h"
+#include "backend/backend.h"
 #include "test.h"
 
 #define FIXTURE HEARTH_SOURCE_DIR "/tests/fixtures/model/qwen2"
@@ -451,5 +453,105 @@ TEST_GROUP(abort_hook) {
   hearth_model_free(ref);
 }
 
+/* hearth_sessions_step_scored: the scores a step brings back are those of the session's own logits, as a
+ * brute-force reference computes them from hearth_sessions_step's row (every token sorted by logit, then id);
+ * the row_score definition (runtime/row_score.c) is also held to the brute force on rows full of ties. */
+static int by_logit(const void *a, const void *b, void *row) {
+  const float *r = row;
+  int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+  if (r[x] != r[y]) return r[x] > r[y] ? -1 : 1;
+  return (x > y) - (x < y);
+}
+
+static void brute_scores(const float *lg, int V, struct hearth_row_score *sc) {
+  int32_t *ord = malloc((size_t)V * sizeof *ord);
+  for (int i = 0; i < V; i++) ord[i] = i;
+  qsort_r(ord, (size_t)V, sizeof *ord, by_logit, (void *)lg);
+  double mx = lg[ord[0]], s = 0;
+  for (int i = 0; i < V; i++) s += exp((double)lg[i] - mx);
+  double ls = log(s);
+  sc->id = ord[0];
+  sc->logprob = -ls;
+  sc->n_top = sc->k < V ? sc->k : V;
+  for (int j = 0; j < sc->n_top; j++) {
+    sc->top_id[j] = ord[j];
+    sc->top_lp[j] = (double)lg[ord[j]] - mx - ls;
+  }
+  for (int j = 0; j < sc->n_ids; j++) sc->id_lp[j] = (double)lg[sc->ids[j]] - mx - ls;
+  free(ord);
+}
+
+static int same_scores(const struct hearth_row_score *a, const struct hearth_row_score *b, double tol) {
+  int ok = a->id == b->id && fabs(a->logprob - b->logprob) <= tol && a->n_top == b->n_top;
+  for (int j = 0; ok && j < a->n_top; j++) ok = a->top_id[j] == b->top_id[j] && fabs(a->top_lp[j] - b->top_lp[j]) <= tol;
+  for (int j = 0; ok && j < a->n_ids; j++) ok = fabs(a->id_lp[j] - b->id_lp[j]) <= tol;
+  return ok;
+}
+
+TEST_GROUP(row_score) {
+  /* the definition on tie-heavy rows */
+  enum { V0 = 3000 };
+  float *row = malloc(V0 * sizeof *row);
+  int32_t req[HB_SCORE_REQ], out[HB_SCORE_OUT];
+  int bad = 0;
+  for (int t = 0; t < 20; t++) {
+    for (int i = 0; i < V0; i++) row[i] = (float)((i * 7919 + t * 104729) % 23) / 4.0f;
+    struct hearth_row_score a = {.k = t % (HEARTH_SCORE_TOPK + 1), .n_ids = t % (HEARTH_SCORE_IDS + 1)}, b;
+    for (int j = 0; j < a.n_ids; j++) a.ids[j] = (j * 131 + t) % V0;
+    b = a;
+    row_score_req(&a, req);
+    row_score_host(row, V0, req, out);
+    row_score_fill(out, V0, &a);
+    brute_scores(row, V0, &b);
+    bad += !same_scores(&a, &b, 1e-9);
+  }
+  row[17] = NAN;
+  row_score_host(row, V0, req, out);
+  printf("  row_score definition: %d of 20 tie-heavy rows differ from the brute force; NaN row id %d\n", bad, out[0]);
+  CHECK(bad == 0 && out[0] == -1);
+  free(row);
+  /* through a step of three sessions: scored, greedy, scored */
+  struct hearth_model *m = load(1024);
+  if (!m) { test_failures++; return; }
+  const int V = hearth_model_info(m)->n_vocab;
+  struct hearth_session *ss[3] = {0}, *plain = NULL;
+  struct hearth_err err = {0};
+  for (int i = 0; i < 3; i++) CHECK(hearth_session_new(m, NULL, &ss[i], &err) == 0);
+  CHECK(hearth_session_new(m, NULL, &plain, &err) == 0);
+  int32_t toks[3][40];
+  for (int i = 0; i < 3; i++) prompt(toks[i], 40, 20 + i);
+  const int32_t *tp[3] = {toks[0], toks[1], toks[2]};
+  int cnt[3] = {40, 33, 27};
+  struct hearth_row_score sa = {.k = 5, .n_ids = 3, .ids = {1, 2, 500}}, sb = {.k = 0, .n_ids = 1, .ids = {7}};
+  struct hearth_row_score *scs[3] = {&sa, NULL, &sb};
+  uint8_t greedy[3] = {0, 1, 0};
+  int32_t ids[3] = {-5, -5, -5};
+  float lps[3] = {0};
+  CHECK(hearth_sessions_step_scored(ss, 3, tp, cnt, greedy, scs, ids, lps, &err) == 0);
+  float *lg = malloc((size_t)V * sizeof *lg);
+  struct hearth_row_score *want[3] = {&sa, NULL, &sb};
+  for (int i = 0; i < 3; i += 2) {
+    struct hearth_row_score ref = *want[i];
+    CHECK(hearth_session_sync(plain, tp[i], cnt[i], &err) == 0);
+    memcpy(lg, hearth_session_logits(plain), (size_t)V * sizeof *lg);
+    brute_scores(lg, V, &ref);
+    int ok = same_scores(want[i], &ref, 1e-5) && ids[i] == ref.id;
+    printf("  scored session %d: id %d (ref %d) logprob %.6f (ref %.6f), %d alternatives: %s\n", i, want[i]->id, ref.id,
+           want[i]->logprob, ref.logprob, want[i]->n_top, ok ? "same" : "DIFFERENT");
+    CHECK(ok);
+  }
+  CHECK(ids[1] >= 0 && ids[1] < V);
+  sa.k = HEARTH_SCORE_TOPK + 1; /* out of range: refused before anything runs */
+  int n1 = hearth_session_n_tokens(ss[0]);
+  const int32_t *one = toks[0];
+  int c1 = 1;
+  CHECK(hearth_sessions_step_scored(ss, 1, &one, &c1, greedy, scs, ids, lps, &err) == HEARTH_ERR_ARG);
+  CHECK(hearth_session_n_tokens(ss[0]) == n1);
+  free(lg);
+  for (int i = 0; i < 3; i++) hearth_session_free(ss[i]);
+  hearth_session_free(plain);
+  hearth_model_free(m);
+}
+
 TEST_MAIN(T(prefix_reuse), T(eviction), T(multi_session_step), T(disk_prefix_cache), T(batch_invariance),
-          T(append_logits), T(abort_hook))
+          T(append_logits), T(abort_hook), T(row_score))

@@ -837,6 +837,10 @@ static int op_graph_launch(struct hb_ctx *c, void *graph, struct hearth_err *err
 }
 static void op_graph_free(void *graph) { hb_cuda_graph_free((struct hb_cuda_graph *)graph); }
 static uint64_t op_mem_available(struct hb_ctx *c) { return hb_cuda_mem_free(c); }
+static void op_row_score(struct hb_ctx *c, const struct hb_tensor *logits, int n, const struct hb_tensor *req,
+                         struct hb_tensor *out) {
+  if (!c->status) cu_row_score(c, logits, n, req, out);
+}
 
 extern "C" const struct hb_ops hb_cuda_ops = {
   /* .name = */ "cuda",
@@ -883,4 +887,5 @@ extern "C" const struct hb_ops hb_cuda_ops = {
   /* .softcap = */ op_softcap,
   /* .rope_prop = */ op_rope_prop,
   /* .mem_available = */ op_mem_available,
+  /* .row_score = */ op_row_score,
 };

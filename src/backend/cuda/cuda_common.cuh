@@ -322,5 +322,7 @@ void cu_argmax(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, struct
                struct hb_tensor *logprobs);
 void cu_sample(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, const struct hb_cuda_sample_row *rows,
                struct hb_tensor *ids, struct hb_tensor *logprobs);
+void cu_row_score(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, const struct hb_tensor *req,
+                  struct hb_tensor *out);
 
 #endif

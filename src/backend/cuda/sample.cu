@@ -419,3 +419,111 @@ void cu_sample(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, const 
   else { CU_ARG(ctx, "sample: logits dtype %d", (int)logits->dtype); return; }
   CU_LAUNCHED(ctx, "sample");
 }
+
+/* ---- row scores (backend.h, row_score): one block per row, every pass over the row in a fixed order, so a
+ * row's result depends on that row alone (batch-invariant scores). Passes: the max and its first index with a
+ * finiteness check; Σ exp(x − max) in double (per-thread strided sums, then a fixed tree); then one pass per
+ * wanted alternative, each the best (value, index) strictly after the previous one in the order (value
+ * descending, index ascending). k passes read the row k times, from L2 (a 152k-entry row is 600 KB): for the
+ * k ≤ 20 the API allows this costs microseconds, and it needs no sort and no per-thread candidate lists. */
+#define RS_THREADS 1024
+
+__device__ __forceinline__ bool rs_before(float v, int i, float bv, int bi) { return v > bv || (v == bv && i < bi); }
+
+/* (v, i) of every thread -> the block's first in rs_before's order, in every thread */
+__device__ __forceinline__ void rs_best(float &v, int &i, float *s_v, int *s_i) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    int oi = __shfl_xor_sync(0xffffffffu, i, o);
+    if (rs_before(ov, oi, v, i)) { v = ov; i = oi; }
+  }
+  __syncthreads(); /* the previous call's readers are done with s_v / s_i */
+  if (lane == 0) { s_v[warp] = v; s_i[warp] = i; }
+  __syncthreads();
+  v = lane < RS_THREADS / 32 ? s_v[lane] : -INFINITY;
+  i = lane < RS_THREADS / 32 ? s_i[lane] : 0x7fffffff;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) { /* every warp reduces the same 32 values the same way */
+    float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    int oi = __shfl_xor_sync(0xffffffffu, i, o);
+    if (rs_before(ov, oi, v, i)) { v = ov; i = oi; }
+  }
+}
+
+__global__ __launch_bounds__(RS_THREADS) void row_score_kernel(const float *logits, int64_t vocab, const int32_t *req,
+                                                               int32_t *out) {
+  __shared__ float s_v[32];
+  __shared__ int s_i[32];
+  __shared__ double s_d[32];
+  const float *row = logits + (int64_t)blockIdx.x * vocab;
+  const int32_t *rq = req + (int64_t)blockIdx.x * HB_SCORE_REQ;
+  int32_t *o = out + (int64_t)blockIdx.x * HB_SCORE_OUT;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  float best = -INFINITY;
+  int bi = 0x7fffffff, bad = 0;
+  for (int64_t i = tid; i < vocab; i += RS_THREADS) {
+    float v = row[i];
+    bad |= !isfinite(v);
+    if (v > best) { best = v; bi = (int)i; } /* i increases: the first max stays */
+  }
+  if (__syncthreads_or(bad)) { /* uniform over the block */
+    if (tid == 0) o[0] = -1;
+    return;
+  }
+  rs_best(best, bi, s_v, s_i);
+  const float mx = best;
+  double s = 0.0;
+  for (int64_t i = tid; i < vocab; i += RS_THREADS) s += exp((double)row[i] - (double)mx);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+  if (lane == 0) s_d[warp] = s;
+  __syncthreads();
+  if (tid == 0) {
+    double tot = 0.0;
+    for (int w = 0; w < RS_THREADS / 32; w++) tot += s_d[w];
+    double ls = log(tot);
+    o[0] = bi;
+    o[1] = __float_as_int(mx);
+    o[2] = __double2loint(ls); /* little-endian: the host reads words 2..3 as one double */
+    o[3] = __double2hiint(ls);
+  }
+  const int nid = min(max(rq[1], 0), (int)HB_SCORE_NID);
+  if (tid < nid) {
+    const int id = rq[2 + tid];
+    o[HB_SCORE_IDV + tid] = id >= 0 && id < vocab ? __float_as_int(row[id]) : __float_as_int(nan_f());
+  }
+  const int k = (int)min((int64_t)min(max(rq[0], 0), (int)HB_SCORE_K), vocab);
+  float pv = INFINITY;
+  int pi = -1;
+  for (int r = 0; r < k; r++) {
+    float b = -INFINITY;
+    int ii = 0x7fffffff;
+    for (int64_t i = tid; i < vocab; i += RS_THREADS) {
+      float v = row[i];
+      if ((v < pv || (v == pv && (int)i > pi)) && rs_before(v, (int)i, b, ii)) { b = v; ii = (int)i; }
+    }
+    rs_best(b, ii, s_v, s_i);
+    if (tid == 0) {
+      o[HB_SCORE_TOP + r] = ii;
+      o[HB_SCORE_TOPV + r] = __float_as_int(b);
+    }
+    pv = b;
+    pi = ii;
+  }
+}
+
+void cu_row_score(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, const struct hb_tensor *req,
+                  struct hb_tensor *out) {
+  if (n <= 0) return;
+  if (logits->dtype != HB_F32 || logits->rows < n || req->dtype != HB_I32 || req->rows * req->cols < (int64_t)n * HB_SCORE_REQ ||
+      out->dtype != HB_I32 || out->rows * out->cols < (int64_t)n * HB_SCORE_OUT || n > 65535) {
+    CU_ARG(ctx, "row_score: logits F32 [%d × vocab], req and out I32 of %d and %d words a row", n, (int)HB_SCORE_REQ,
+           (int)HB_SCORE_OUT);
+    return;
+  }
+  row_score_kernel<<<n, RS_THREADS, 0, ctx->stream>>>((const float *)logits->data, logits->cols,
+                                                       (const int32_t *)req->data, (int32_t *)out->data);
+  CU_LAUNCHED(ctx, "row_score");
+}
