@@ -120,6 +120,10 @@ void hearth_model_params_default(struct hearth_model_params *p);
 int hearth_model_load(const struct hearth_model_params *p, struct hearth_model **out,
                       struct hearth_err *err);
 void hearth_model_free(struct hearth_model *m);
+/* With kv_cache_dir: blocks new to the prefix cache are saved off the request path. This reads up to about
+ * max_blocks of those still waiting back from the backend and hands them to the writer thread (a server calls it
+ * when it is idle; hearth_model_free saves the rest). Returns how many still wait; 0 without kv_cache_dir. */
+int hearth_model_store_flush(struct hearth_model *m, int max_blocks);
 const struct hearth_model_info *hearth_model_info(const struct hearth_model *m);
 
 /* ---- sessions ---------------------------------------------------------------------- */

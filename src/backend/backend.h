@@ -122,14 +122,15 @@ struct hb_ops {
   int (*write)(struct hb_ctx *ctx, struct hb_tensor *t, int64_t row0, int64_t n_rows, const void *host);
   int (*read)(struct hb_ctx *ctx, const struct hb_tensor *t, int64_t row0, int64_t n_rows, void *host);
   int (*batch_upload)(struct hb_ctx *ctx, struct hb_batch *b, struct hearth_err *err);
-  /* One KV pool block (rows [block*bs, (block+1)*bs)) of every layer that stores KV (k.data non-NULL) to or
-   * from `bytes` bytes of host memory packed layer by layer, K rows then V rows, in the cache's own element
-   * format (no conversion): the prefix store's file payload. bytes must be hb_kv_block_bytes(). read returns
-   * once the bytes are on the host; write may return before its copy has run (it keeps its own copy). */
-  int (*kv_block_read)(struct hb_ctx *ctx, const struct hb_kv_layer *layers, int n_layers, int32_t block, int bs,
-                       void *host, size_t bytes);
-  int (*kv_block_write)(struct hb_ctx *ctx, struct hb_kv_layer *layers, int n_layers, int32_t block, int bs,
-                        const void *host, size_t bytes);
+  /* KV pool blocks blocks[0..n) (block b: rows [b*bs, (b+1)*bs)) of every layer that stores KV (k.data
+   * non-NULL) to or from host memory, one block after another, each packed layer by layer, K rows then V rows,
+   * in the cache's own element format (no conversion): the prefix store's file payload. bytes must be
+   * n × hb_kv_block_bytes(). read returns once the bytes are on the host; write may return before its copy has
+   * run (it keeps its own copy). Many blocks in one call are one batch of copies and one wait. */
+  int (*kv_block_read)(struct hb_ctx *ctx, const struct hb_kv_layer *layers, int n_layers, const int32_t *blocks,
+                       int n, int bs, void *host, size_t bytes);
+  int (*kv_block_write)(struct hb_ctx *ctx, struct hb_kv_layer *layers, int n_layers, const int32_t *blocks,
+                        int n, int bs, const void *host, size_t bytes);
 
   /* ops; out and inputs are distinct tensors unless stated */
   /* out[n × d] = table[ids[i]] (table: Q4, BF16 or F32 [vocab × d]), times scale */

@@ -134,6 +134,7 @@ struct hearth_model {
   uint64_t fingerprint; /* what the KV contents depend on (runtime/prefix_store.h) */
   int row_invariant;    /* the forwards under way run the backend's row-invariant kernels (no graphs) */
   char *store_dir;      /* on-disk prefix cache directory, or NULL */
+  struct prefix_store *store; /* its saving state (runtime/prefix_store.c), or NULL */
   struct threadpool *load_pool; /* while binding only: the workers converting and quantizing rows */
 };
 

@@ -166,11 +166,14 @@ static void release_weights(struct hearth_model *m) {
     if (g4[j]->data) m->be->release(m->bctx, g4[j]);
 }
 
+int hearth_model_store_flush(struct hearth_model *m, int max_blocks) { return m ? prefix_store_flush(m, max_blocks) : 0; }
+
 void hearth_model_free(struct hearth_model *m) {
   if (!m) return;
   if (m->bctx) {
     struct hearth_err e = {0};
     m->be->sync(m->bctx, &e); /* a decode step enqueued ahead may still run: nothing is freed under it */
+    prefix_store_close(m);    /* noted blocks are saved while the pool and the backend still exist */
     free_scratch(m);
     kv_pool_free(m);
     release_weights(m);

@@ -2,6 +2,8 @@
 #include "runtime/prefix_store.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +12,35 @@
 #include <unistd.h>
 
 #include "runtime/kv_cache.h"
+
+/* Saving, off the request path: a block registered in the prefix cache is only noted (with a pool reference,
+ * so it cannot be reused before it is read); the engine reads noted blocks back in batches when it is idle
+ * (prefix_store_flush: one batch of copies and one wait), and a writer thread writes the files. A full note
+ * list (a server that is never idle) is flushed on the spot. Loading reads the files of a run of consecutive
+ * blocks in parallel and uploads them in one batch. */
+enum { PEND_MAX = 256, FLUSH_BATCH = 64, READERS = 8 };
+
+struct store_job {
+  int n;
+  uint64_t key[FLUSH_BATCH], parent[FLUSH_BATCH];
+  int32_t *tokens; /* [n × bs] */
+  char *kv;        /* [n × kv bytes] */
+  struct store_job *next;
+};
+
+struct prefix_store {
+  pthread_mutex_t mu; /* the note list */
+  int n_pend;
+  uint64_t pkey[PEND_MAX], pparent[PEND_MAX];
+  int32_t pid[PEND_MAX];
+  int32_t *ptok; /* [PEND_MAX × bs] */
+  pthread_mutex_t wmu; /* the writer's queue */
+  pthread_cond_t wcv;
+  struct store_job *head, *tail;
+  int stop, busy;
+  pthread_t writer;
+  int writer_on;
+};
 
 #define STORE_MAGIC 0x31564b48u /* "HKV1" */
 
@@ -42,21 +73,55 @@ static uint64_t mix64(uint64_t h, const void *data, size_t n) {
 }
 
 /* The payload checksum: four independent lanes, so the multiply chains overlap (a restored 1,560-token
- * prefix of a 3B model is ~57 MB of KV; one chain hashed it at ~4 GB/s, this at several times that). */
-static uint64_t sum4(uint64_t seed, const void *data, size_t n) {
+ * prefix of a 3B model is ~57 MB of KV; one chain hashed it at ~4 GB/s, this at several times that). Streamed
+ * (sum4_blocks over 32-byte steps, then sum4_final), so a file's tokens and KV need not be in one buffer. */
+struct sum4_state { uint64_t h[4]; };
+
+static void sum4_init(struct sum4_state *s, uint64_t seed) {
+  s->h[0] = seed;
+  s->h[1] = seed ^ 0x9e3779b97f4a7c15ull;
+  s->h[2] = seed ^ 0xc2b2ae3d27d4eb4full;
+  s->h[3] = seed ^ 0x165667b19e3779f9ull;
+}
+
+/* the whole 32-byte steps of p[0..n); returns the bytes consumed */
+static size_t sum4_blocks(struct sum4_state *s, const void *data, size_t n) {
   const unsigned char *p = data;
-  uint64_t h[4] = {seed, seed ^ 0x9e3779b97f4a7c15ull, seed ^ 0xc2b2ae3d27d4eb4full, seed ^ 0x165667b19e3779f9ull};
   size_t i = 0;
   for (; i + 32 <= n; i += 32)
     for (int k = 0; k < 4; k++) {
       uint64_t w;
       memcpy(&w, p + i + 8 * k, 8);
-      h[k] = (h[k] ^ w) * 0x9e3779b97f4a7c15ull;
-      h[k] ^= h[k] >> 29;
+      s->h[k] = (s->h[k] ^ w) * 0x9e3779b97f4a7c15ull;
+      s->h[k] ^= s->h[k] >> 29;
     }
-  uint64_t r = mix64(h[0], p + i, n - i);
-  for (int k = 1; k < 4; k++) r = (r ^ h[k]) * 0x100000001b3ull;
+  return i;
+}
+
+static uint64_t sum4_final(const struct sum4_state *s, const void *tail, size_t n) {
+  uint64_t r = mix64(s->h[0], tail, n);
+  for (int k = 1; k < 4; k++) r = (r ^ s->h[k]) * 0x100000001b3ull;
   return r;
+}
+
+/* sum4 of a ‖ b (a's length a multiple of 32, as a block's tokens are for block sizes that are multiples of 8;
+ * otherwise the two are joined first) */
+static uint64_t sum4_pair(uint64_t seed, const void *a, size_t na, const void *b, size_t nb) {
+  struct sum4_state s;
+  sum4_init(&s, seed);
+  if (na % 32) {
+    char *j = malloc(na + nb);
+    if (!j) return 0; /* no checksum matches: the block is recomputed */
+    memcpy(j, a, na);
+    memcpy(j + na, b, nb);
+    size_t c = sum4_blocks(&s, j, na + nb);
+    uint64_t r = sum4_final(&s, j + c, na + nb - c);
+    free(j);
+    return r;
+  }
+  sum4_blocks(&s, a, na);
+  size_t c = sum4_blocks(&s, b, nb);
+  return sum4_final(&s, (const char *)b + c, nb - c);
 }
 
 uint64_t prefix_store_fingerprint(const char *model_dir, const struct st_set *st, enum hearth_dtype dtype,
@@ -96,6 +161,22 @@ uint64_t prefix_store_fingerprint(const char *model_dir, const struct st_set *st
   return h ? h : 1;
 }
 
+static void *writer_main(void *arg);
+
+static int store_start(struct hearth_model *m, struct hearth_err *err) {
+  struct prefix_store *st = calloc(1, sizeof *st);
+  if (!st || !(st->ptok = malloc((size_t)PEND_MAX * (size_t)m->kv.block_size * sizeof(int32_t)))) {
+    free(st);
+    return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
+  }
+  pthread_mutex_init(&st->mu, NULL);
+  pthread_mutex_init(&st->wmu, NULL);
+  pthread_cond_init(&st->wcv, NULL);
+  m->store = st;
+  st->writer_on = pthread_create(&st->writer, NULL, writer_main, m) == 0; /* without it: files are written inline */
+  return 0;
+}
+
 int prefix_store_open(struct hearth_model *m, const char *dir, struct hearth_err *err) {
   char path[4096];
   if (mkdir(dir, 0700) && errno != EEXIST) return err_set(err, HEARTH_ERR_IO, "KV cache directory: cannot create: %s", strerror(errno));
@@ -111,7 +192,7 @@ int prefix_store_open(struct hearth_model *m, const char *dir, struct hearth_err
                    (unsigned long long)m->fingerprint);
   m->store_dir = strdup(path);
   if (!m->store_dir) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
-  return 0;
+  return store_start(m, err);
 }
 
 /* Files hold each block's tokens, then the KV rows of every layer that stores KV in the backend's own element
@@ -151,65 +232,261 @@ static int read_all(int fd, void *p, size_t n) {
   return 0;
 }
 
-void prefix_store_save(struct hearth_model *m, uint64_t key, uint64_t parent, const int32_t *tokens, int32_t id) {
-  if (!m->store_dir || !m->be->kv_block_read) return;
+static void block_path(const struct hearth_model *m, uint64_t key, char *path, size_t n) {
+  snprintf(path, n, "%s/%016llx.kv", m->store_dir, (unsigned long long)key);
+}
+
+/* a file of the right size is kept (its checksum is checked when it is read) */
+static int on_disk(const struct hearth_model *m, uint64_t key) {
+  char path[4200];
+  struct stat sb;
+  block_path(m, key, path, sizeof path);
+  return lstat(path, &sb) == 0 && S_ISREG(sb.st_mode) && (size_t)sb.st_size == sizeof(struct block_header) + payload_bytes(m);
+}
+
+static void write_block(const struct hearth_model *m, uint64_t key, uint64_t parent, const int32_t *tokens, const char *kv) {
   char path[4200], tmp[4300];
-  snprintf(path, sizeof path, "%s/%016llx.kv", m->store_dir, (unsigned long long)key);
-  int bs = m->kv.block_size, L = m->cfg.num_hidden_layers;
-  size_t n = payload_bytes(m), kvb = kv_bytes(m);
-  struct stat sb; /* a file of the right size is kept (its checksum is checked when it is read) */
-  if (lstat(path, &sb) == 0 && S_ISREG(sb.st_mode) && (size_t)sb.st_size == sizeof(struct block_header) + n) return;
-  char *buf = malloc(n);
-  if (!buf) return;
-  memcpy(buf, tokens, (size_t)bs * sizeof(int32_t));
-  if (m->be->kv_block_read(m->bctx, m->kv.layers, L, id, bs, buf + (size_t)bs * sizeof(int32_t), kvb)) {
-    free(buf);
-    return;
-  }
-  struct block_header h = {STORE_MAGIC, STORE_VERSION, m->fingerprint, key, parent, sum4(0x84222325ull, buf, n),
-                           (uint32_t)bs, (uint32_t)L, (uint32_t)(kvb / (size_t)bs), 0};
+  block_path(m, key, path, sizeof path);
+  if (on_disk(m, key)) return;
+  const int bs = m->kv.block_size, L = m->cfg.num_hidden_layers;
+  const size_t tb = (size_t)bs * sizeof(int32_t), kvb = kv_bytes(m);
+  /* the checksum covers tokens then KV, as they lie in the file */
+  struct block_header h = {STORE_MAGIC, STORE_VERSION, m->fingerprint, key, parent,
+                           sum4_pair(0x84222325ull, tokens, tb, kv, kvb), (uint32_t)bs, (uint32_t)L,
+                           (uint32_t)(kvb / (size_t)bs), 0};
   /* a fresh name (O_EXCL, never through a link): two models of one process, or of two processes,
    * may save the same block at once; each renames its own complete file over the other's */
   snprintf(tmp, sizeof tmp, "%s.tmpXXXXXX", path);
   int fd = mkstemp(tmp);
-  if (fd < 0) { free(buf); return; }
-  int ok = !write_all(fd, &h, sizeof h) && !write_all(fd, buf, n);
-  if (close(fd)) ok = 0;
-  if (ok) ok = rename(tmp, path) == 0;
-  if (!ok) unlink(tmp);
-  free(buf);
+  if (fd >= 0) {
+    int ok = !write_all(fd, &h, sizeof h) && !write_all(fd, tokens, tb) && !write_all(fd, kv, kvb);
+    if (close(fd)) ok = 0;
+    if (ok) ok = rename(tmp, path) == 0;
+    if (!ok) unlink(tmp);
+  }
 }
 
-int32_t prefix_store_load(struct hearth_model *m, uint64_t key, uint64_t parent, const int32_t *tokens) {
-  if (!m->store_dir || !m->be->kv_block_write) return -1;
+static void run_job(const struct hearth_model *m, struct store_job *j) {
+  const size_t kvb = kv_bytes(m);
+  for (int i = 0; i < j->n; i++)
+    write_block(m, j->key[i], j->parent[i], j->tokens + (size_t)i * m->kv.block_size, j->kv + (size_t)i * kvb);
+  free(j->tokens);
+  free(j->kv);
+  free(j);
+}
+
+static void *writer_main(void *arg) {
+  struct hearth_model *m = arg;
+  struct prefix_store *st = m->store;
+  pthread_mutex_lock(&st->wmu);
+  for (;;) {
+    while (!st->head && !st->stop) pthread_cond_wait(&st->wcv, &st->wmu);
+    struct store_job *j = st->head;
+    if (!j) break; /* stopped, queue drained */
+    st->head = j->next;
+    if (!st->head) st->tail = NULL;
+    st->busy = 1;
+    pthread_mutex_unlock(&st->wmu);
+    run_job(m, j);
+    pthread_mutex_lock(&st->wmu);
+    st->busy = 0;
+    pthread_cond_broadcast(&st->wcv);
+  }
+  pthread_mutex_unlock(&st->wmu);
+  return NULL;
+}
+
+/* Reads up to FLUSH_BATCH noted blocks back (caller holds forward_mu) and queues their files. Returns how many
+ * notes are left. */
+static int flush_locked(struct hearth_model *m) {
+  struct prefix_store *st = m->store;
+  const int bs = m->kv.block_size;
+  const size_t kvb = kv_bytes(m);
+  struct store_job *j = calloc(1, sizeof *j);
+  int32_t ids[FLUSH_BATCH];
+  pthread_mutex_lock(&st->mu);
+  int n = st->n_pend < FLUSH_BATCH ? st->n_pend : FLUSH_BATCH;
+  if (j && n > 0 && (j->tokens = malloc((size_t)n * bs * sizeof(int32_t))) && (j->kv = malloc((size_t)n * kvb))) {
+    j->n = n;
+    memcpy(j->key, st->pkey, (size_t)n * sizeof *j->key);
+    memcpy(j->parent, st->pparent, (size_t)n * sizeof *j->parent);
+    memcpy(ids, st->pid, (size_t)n * sizeof *ids);
+    memcpy(j->tokens, st->ptok, (size_t)n * bs * sizeof(int32_t));
+  } else {
+    n = 0;
+  }
+  /* the taken notes leave the list (FIFO) */
+  st->n_pend -= n;
+  memmove(st->pkey, st->pkey + n, (size_t)st->n_pend * sizeof *st->pkey);
+  memmove(st->pparent, st->pparent + n, (size_t)st->n_pend * sizeof *st->pparent);
+  memmove(st->pid, st->pid + n, (size_t)st->n_pend * sizeof *st->pid);
+  memmove(st->ptok, st->ptok + (size_t)n * bs, (size_t)st->n_pend * bs * sizeof(int32_t));
+  int left = st->n_pend;
+  pthread_mutex_unlock(&st->mu);
+  if (n == 0) {
+    if (j) { free(j->tokens); free(j); }
+    return left;
+  }
+  int rc = m->be->kv_block_read(m->bctx, m->kv.layers, m->cfg.num_hidden_layers, ids, n, bs, j->kv, (size_t)n * kvb);
+  for (int i = 0; i < n; i++) kv_block_unref(&m->kv, ids[i]);
+  if (rc) { /* best effort: these blocks are not saved */
+    free(j->tokens);
+    free(j->kv);
+    free(j);
+    return left;
+  }
+  if (st->writer_on) {
+    pthread_mutex_lock(&st->wmu);
+    if (st->tail) st->tail->next = j;
+    else st->head = j;
+    st->tail = j;
+    pthread_cond_signal(&st->wcv);
+    pthread_mutex_unlock(&st->wmu);
+  } else {
+    run_job(m, j);
+  }
+  return left;
+}
+
+void prefix_store_note(struct hearth_model *m, uint64_t key, uint64_t parent, const int32_t *tokens, int32_t id) {
+  struct prefix_store *st = m->store;
+  if (!st || !m->be->kv_block_read || on_disk(m, key)) return;
+  const int bs = m->kv.block_size;
+  pthread_mutex_lock(&st->mu);
+  int full = st->n_pend == PEND_MAX;
+  if (!full) {
+    kv_block_ref(&m->kv, id);
+    st->pkey[st->n_pend] = key;
+    st->pparent[st->n_pend] = parent;
+    st->pid[st->n_pend] = id;
+    memcpy(st->ptok + (size_t)st->n_pend * bs, tokens, (size_t)bs * sizeof(int32_t));
+    st->n_pend++;
+  }
+  pthread_mutex_unlock(&st->mu);
+  if (full) { /* never idle: make room now, then note this one */
+    pthread_mutex_lock(&m->forward_mu);
+    while (flush_locked(m) > PEND_MAX - FLUSH_BATCH) {}
+    pthread_mutex_unlock(&m->forward_mu);
+    prefix_store_note(m, key, parent, tokens, id);
+  }
+}
+
+int prefix_store_flush(struct hearth_model *m, int max_blocks) {
+  struct prefix_store *st = m->store;
+  if (!st) return 0;
+  int left;
+  pthread_mutex_lock(&m->forward_mu);
+  do left = flush_locked(m);
+  while (left > 0 && (max_blocks -= FLUSH_BATCH) > 0);
+  pthread_mutex_unlock(&m->forward_mu);
+  return left;
+}
+
+void prefix_store_close(struct hearth_model *m) {
+  struct prefix_store *st = m->store;
+  if (!st) return;
+  while (prefix_store_flush(m, PEND_MAX) > 0) {}
+  if (st->writer_on) {
+    pthread_mutex_lock(&st->wmu);
+    st->stop = 1;
+    pthread_cond_broadcast(&st->wcv);
+    pthread_mutex_unlock(&st->wmu);
+    pthread_join(st->writer, NULL);
+  }
+  pthread_mutex_destroy(&st->mu);
+  pthread_mutex_destroy(&st->wmu);
+  pthread_cond_destroy(&st->wcv);
+  free(st->ptok);
+  free(st);
+  m->store = NULL;
+}
+
+/* ---- loading ---- */
+
+struct load_job {
+  const struct hearth_model *m;
+  const uint64_t *key, *parent;
+  const int32_t *tokens; /* [n × bs] what the prompt holds */
+  int n;
+  char *kv;              /* [n × kv bytes] */
+  uint8_t *ok;
+  atomic_int next;
+};
+
+/* one file into its slot of the job: 1 when it is there, intact, this model's and these tokens' */
+static int load_one(struct load_job *J, int i) {
+  const struct hearth_model *m = J->m;
+  const int bs = m->kv.block_size, L = m->cfg.num_hidden_layers;
+  const size_t tb = (size_t)bs * sizeof(int32_t), kvb = kv_bytes(m);
   char path[4200];
-  snprintf(path, sizeof path, "%s/%016llx.kv", m->store_dir, (unsigned long long)key);
+  block_path(m, J->key[i], path, sizeof path);
   int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
-  if (fd < 0) return -1;
-  int bs = m->kv.block_size, L = m->cfg.num_hidden_layers;
-  size_t n = payload_bytes(m), kvb = kv_bytes(m);
+  if (fd < 0) return 0;
   struct block_header h;
   struct stat sb;
-  char *buf = NULL, extra;
-  int32_t id = -1;
-  int bad = fstat(fd, &sb) || !S_ISREG(sb.st_mode) || (size_t)sb.st_size != sizeof h + n || read_all(fd, &h, sizeof h) ||
-            h.magic != STORE_MAGIC || h.version != STORE_VERSION || h.fingerprint != m->fingerprint || h.key != key ||
-            h.parent != parent || h.block_size != (uint32_t)bs || h.n_layers != (uint32_t)L ||
-            h.width != (uint32_t)(kvb / (size_t)bs);
-  if (!bad && !(buf = malloc(n))) goto out;
-  bad = bad || read_all(fd, buf, n) || read(fd, &extra, 1) != 0 || sum4(0x84222325ull, buf, n) != h.checksum;
-  if (bad) { unlink(path); goto out; } /* stale or damaged: recompute and rewrite later */
-  if (memcmp(buf, tokens, (size_t)bs * sizeof(int32_t))) goto out; /* hash collision: not ours */
-  id = kv_block_alloc(&m->kv);
-  if (id < 0) goto out;
-  if (m->be->kv_block_write(m->bctx, m->kv.layers, L, id, bs, buf + (size_t)bs * sizeof(int32_t), kvb)) {
-    kv_block_unref(&m->kv, id);
-    id = -1;
-    goto out;
+  char extra;
+  int32_t *tok = malloc(tb);
+  char *kv = J->kv + (size_t)i * kvb;
+  int bad = !tok || fstat(fd, &sb) || !S_ISREG(sb.st_mode) || (size_t)sb.st_size != sizeof h + tb + kvb ||
+            read_all(fd, &h, sizeof h) || h.magic != STORE_MAGIC || h.version != STORE_VERSION ||
+            h.fingerprint != m->fingerprint || h.key != J->key[i] || h.parent != J->parent[i] ||
+            h.block_size != (uint32_t)bs || h.n_layers != (uint32_t)L || h.width != (uint32_t)(kvb / (size_t)bs) ||
+            read_all(fd, tok, tb) || read_all(fd, kv, kvb) || read(fd, &extra, 1) != 0;
+  if (!bad) { /* the checksum over tokens then KV, as written */
+    uint64_t c = sum4_pair(0x84222325ull, tok, tb, kv, kvb);
+    bad = c != h.checksum;
   }
-  kv_prefix_register(&m->kv, key, parent, tokens, id);
-out:
-  free(buf);
+  int ok = 0;
+  if (bad && tok) unlink(path); /* stale or damaged: recompute and rewrite later */
+  else if (!bad) ok = memcmp(tok, J->tokens + (size_t)i * bs, tb) == 0; /* else a hash collision: not ours */
+  free(tok);
   close(fd);
-  return id;
+  return ok;
+}
+
+static void *load_worker(void *arg) {
+  struct load_job *J = arg;
+  for (int i; (i = atomic_fetch_add(&J->next, 1)) < J->n;) J->ok[i] = (uint8_t)load_one(J, i);
+  return NULL;
+}
+
+int prefix_store_load_run(struct hearth_model *m, const uint64_t *key, const uint64_t *parent, const int32_t *tokens,
+                          int n, int32_t *ids) {
+  if (!m->store_dir || !m->be->kv_block_write || n <= 0) return 0;
+  const int L = m->cfg.num_hidden_layers, bs = m->kv.block_size;
+  const size_t kvb = kv_bytes(m);
+  /* the run ends at the first block that is not on disk: look before reading anything */
+  int run = 0;
+  while (run < n && on_disk(m, key[run])) run++;
+  if (run == 0) return 0;
+  struct load_job J = {.m = m, .key = key, .parent = parent, .tokens = tokens, .n = run};
+  J.kv = malloc((size_t)run * kvb);
+  J.ok = calloc((size_t)run, 1);
+  if (!J.kv || !J.ok) {
+    free(J.kv);
+    free(J.ok);
+    return 0;
+  }
+  atomic_init(&J.next, 0);
+  pthread_t th[READERS];
+  int nth = 0;
+  for (int t = 0; t < READERS - 1 && t + 1 < run / 2; t++) /* a few blocks: read them here */
+    if (pthread_create(&th[nth], NULL, load_worker, &J) == 0) nth++;
+  load_worker(&J);
+  for (int t = 0; t < nth; t++) pthread_join(th[t], NULL);
+  int got = 0;
+  while (got < run && J.ok[got]) got++;
+  for (int i = 0; i < got; i++)
+    if ((ids[i] = kv_block_alloc(&m->kv)) < 0) {
+      got = i;
+      break;
+    }
+  if (got > 0 && m->be->kv_block_write(m->bctx, m->kv.layers, L, ids, got, bs, J.kv, (size_t)got * kvb)) {
+    for (int i = 0; i < got; i++) kv_block_unref(&m->kv, ids[i]);
+    got = 0;
+  }
+  for (int i = 0; i < got; i++) kv_prefix_register(&m->kv, key[i], parent[i], tokens + (size_t)i * bs, ids[i]);
+  free(J.kv);
+  free(J.ok);
+  return got;
 }

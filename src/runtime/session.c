@@ -101,13 +101,45 @@ static void key_full_blocks(struct hearth_session *s) {
     uint64_t parent = b ? s->bhash[b - 1] : chain_root(s);
     const int32_t *t = s->tokens + (size_t)b * bs;
     s->bhash[b] = prefix_hash(parent, t, bs);
-    if (kv_prefix_register(&s->m->kv, s->bhash[b], parent, t, s->blocks[b]) && s->m->store_dir) {
-      pthread_mutex_lock(&s->m->forward_mu); /* the backend is used by one thread at a time */
-      prefix_store_save(s->m, s->bhash[b], parent, t, s->blocks[b]);
-      pthread_mutex_unlock(&s->m->forward_mu);
-    }
+    if (kv_prefix_register(&s->m->kv, s->bhash[b], parent, t, s->blocks[b]) && s->m->store_dir)
+      prefix_store_note(s->m, s->bhash[b], parent, t, s->blocks[b]); /* saved later, off this path */
     s->n_keyed = b + 1;
   }
+}
+
+/* attach_cached's disk path at block s->n_tokens / bs: the chain of keys of the full blocks that may be attached
+ * (up to the one before position n-1) is computed from the tokens, and the run of them found on disk is loaded in
+ * one go (prefix_store_load_run). Returns the blocks attached. */
+static int attach_from_disk(struct hearth_session *s, const int32_t *tokens, int n) {
+  struct hearth_model *m = s->m;
+  const int bs = m->kv.block_size, b0 = s->n_tokens / bs;
+  int nb = (n - 1) / bs - b0; /* full blocks before the one that holds position n-1 */
+  if (nb > s->n_ctx / bs - b0) nb = s->n_ctx / bs - b0;
+  if (nb <= 0) return 0;
+  uint64_t *key = malloc((size_t)nb * sizeof *key), *parent = malloc((size_t)nb * sizeof *parent);
+  int32_t *ids = malloc((size_t)nb * sizeof *ids);
+  int got = 0;
+  if (key && parent && ids) {
+    uint64_t p = b0 ? s->bhash[b0 - 1] : chain_root(s);
+    for (int i = 0; i < nb; i++) {
+      parent[i] = p;
+      key[i] = p = prefix_hash(p, tokens + (size_t)(b0 + i) * bs, bs);
+    }
+    pthread_mutex_lock(&m->forward_mu);
+    got = prefix_store_load_run(m, key, parent, tokens + (size_t)b0 * bs, nb, ids);
+    pthread_mutex_unlock(&m->forward_mu);
+  }
+  for (int i = 0; i < got; i++) {
+    s->blocks[s->n_blocks++] = ids[i];
+    s->bhash[b0 + i] = key[i];
+    s->n_keyed = b0 + i + 1;
+    memcpy(s->tokens + s->n_tokens, tokens + s->n_tokens, (size_t)bs * sizeof *tokens);
+    s->n_tokens += bs;
+  }
+  free(key);
+  free(parent);
+  free(ids);
+  return got;
 }
 
 /* Attaches cached full blocks that continue the held prefix with tokens[n_tokens..), stopping
@@ -120,10 +152,9 @@ static void attach_cached(struct hearth_session *s, const int32_t *tokens, int n
     const int32_t *t = tokens + s->n_tokens;
     uint64_t key = prefix_hash(parent, t, bs);
     int32_t id = kv_prefix_attach(&s->m->kv, key, parent, t);
-    if (id < 0 && s->m->store_dir) { /* not in memory: maybe on disk from an earlier run */
-      pthread_mutex_lock(&s->m->forward_mu);
-      id = prefix_store_load(s->m, key, parent, t);
-      pthread_mutex_unlock(&s->m->forward_mu);
+    if (id < 0 && s->m->store_dir) { /* not in memory: maybe on disk from an earlier run, with the blocks after it */
+      if (attach_from_disk(s, tokens, n) == 0) break;
+      continue;
     }
     if (id < 0) break;
     s->blocks[s->n_blocks++] = id;

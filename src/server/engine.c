@@ -140,6 +140,7 @@ struct engine {
   float *scratch;       /* [n_vocab] logits + bias */
   float *scored;        /* [SCORED_CHUNK][n_vocab] prompt-scoring logits, allocated on first use */
   float *labrow;        /* [n_vocab] a label request's last prompt logits, allocated on first use */
+  int store_left;       /* blocks may wait to be saved to the disk prefix cache (engine_main, guarded by mu) */
   /* queue: ring of waiting requests, guarded by mu */
   pthread_mutex_t mu;
   pthread_cond_t cv;
@@ -674,7 +675,15 @@ static void *engine_main(void *arg) {
   struct engine *e = arg;
   for (;;) {
     pthread_mutex_lock(&e->mu);
+    /* idle: blocks noted for the disk prefix cache are saved now, a batch at a time (off the request path) */
+    while (!e->stop && e->q_n == 0 && e->n_busy == 0 && e->store_left) {
+      pthread_mutex_unlock(&e->mu);
+      int left = hearth_model_store_flush(e->m, 64);
+      pthread_mutex_lock(&e->mu);
+      e->store_left = left > 0;
+    }
     while (!e->stop && e->q_n == 0 && e->n_busy == 0) pthread_cond_wait(&e->cv, &e->mu);
+    e->store_left = 1; /* work arrives: it may note blocks */
     int stop = e->stop;
     pthread_mutex_unlock(&e->mu);
     if (stop) break;

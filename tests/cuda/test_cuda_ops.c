@@ -1265,8 +1265,9 @@ static void check_row_score(int V) {
     for (int j = 0; j < q[1]; j++) q[2 + j] = irand(V);
   }
   struct hb_tensor lg, rq, ot, lg1, rq1, ot1;
-  int bad = G->alloc(gc, &lg, HB_F32, R, V, &err) || G->alloc(gc, &rq, HB_I32, R, HB_SCORE_REQ, &err) ||
-            G->alloc(gc, &ot, HB_I32, R, HB_SCORE_OUT, &err) || G->alloc(gc, &lg1, HB_F32, 1, V, &err) ||
+  /* logits are f32 on every path (alloc_f32: the fast path's alloc would store f16) */
+  int bad = G->alloc_f32(gc, &lg, R, V, &err) || G->alloc(gc, &rq, HB_I32, R, HB_SCORE_REQ, &err) ||
+            G->alloc(gc, &ot, HB_I32, R, HB_SCORE_OUT, &err) || G->alloc_f32(gc, &lg1, 1, V, &err) ||
             G->alloc(gc, &rq1, HB_I32, 1, HB_SCORE_REQ, &err) || G->alloc(gc, &ot1, HB_I32, 1, HB_SCORE_OUT, &err);
   CHECKF(!bad, "row_score alloc: %s", err.msg);
   if (bad) { free(h); return; }

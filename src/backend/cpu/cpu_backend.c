@@ -155,31 +155,32 @@ static int cpu_read(struct hb_ctx *c, const struct hb_tensor *t, int64_t row0, i
 }
 
 /* the pool block's rows of each layer with storage, K then V, packed in order (backend.h) */
-static int cpu_kv_block_copy(const struct hb_kv_layer *layers, int n_layers, int32_t block, int bs, char *host,
-                             size_t bytes, int to_host) {
-  if (hb_kv_block_bytes(layers, n_layers, bs) != bytes) return HEARTH_ERR_ARG;
-  for (int l = 0; l < n_layers; l++) {
-    if (!layers[l].k.data) continue;
-    const struct hb_tensor *kv[2] = {&layers[l].k, &layers[l].v};
-    for (int j = 0; j < 2; j++) {
-      size_t rb = (size_t)kv[j]->cols * hb_elem_size(kv[j]->dtype), n = (size_t)bs * rb;
-      char *dev = (char *)kv[j]->data + (size_t)block * n;
-      if (to_host) memcpy(host, dev, n);
-      else memcpy(dev, host, n);
-      host += n;
+static int cpu_kv_block_copy(const struct hb_kv_layer *layers, int n_layers, const int32_t *blocks, int nb, int bs,
+                             char *host, size_t bytes, int to_host) {
+  if (nb < 0 || (size_t)nb * hb_kv_block_bytes(layers, n_layers, bs) != bytes) return HEARTH_ERR_ARG;
+  for (int b = 0; b < nb; b++)
+    for (int l = 0; l < n_layers; l++) {
+      if (!layers[l].k.data) continue;
+      const struct hb_tensor *kv[2] = {&layers[l].k, &layers[l].v};
+      for (int j = 0; j < 2; j++) {
+        size_t rb = (size_t)kv[j]->cols * hb_elem_size(kv[j]->dtype), n = (size_t)bs * rb;
+        char *dev = (char *)kv[j]->data + (size_t)blocks[b] * n;
+        if (to_host) memcpy(host, dev, n);
+        else memcpy(dev, host, n);
+        host += n;
+      }
     }
-  }
   return 0;
 }
-static int cpu_kv_block_read(struct hb_ctx *c, const struct hb_kv_layer *layers, int n_layers, int32_t block, int bs,
-                             void *host, size_t bytes) {
+static int cpu_kv_block_read(struct hb_ctx *c, const struct hb_kv_layer *layers, int n_layers, const int32_t *blocks,
+                             int nb, int bs, void *host, size_t bytes) {
   (void)c;
-  return cpu_kv_block_copy(layers, n_layers, block, bs, host, bytes, 1);
+  return cpu_kv_block_copy(layers, n_layers, blocks, nb, bs, host, bytes, 1);
 }
-static int cpu_kv_block_write(struct hb_ctx *c, struct hb_kv_layer *layers, int n_layers, int32_t block, int bs,
-                              const void *host, size_t bytes) {
+static int cpu_kv_block_write(struct hb_ctx *c, struct hb_kv_layer *layers, int n_layers, const int32_t *blocks,
+                              int nb, int bs, const void *host, size_t bytes) {
   (void)c;
-  return cpu_kv_block_copy(layers, n_layers, block, bs, (char *)host, bytes, 0);
+  return cpu_kv_block_copy(layers, n_layers, blocks, nb, bs, (char *)host, bytes, 0);
 }
 
 static int cpu_batch_upload(struct hb_ctx *c, struct hb_batch *b, struct hearth_err *err) {

@@ -462,44 +462,75 @@ static void copy_chunks(struct hb_ctx *c, void **dst, void **src, size_t *sz, in
   for (int i = 0; i < n && !c->status; i++) CU_OK(c, cudaMemcpyAsync(dst[i], src[i], sz[i], kind, c->stream));
 }
 
-static int cuda_kv_block_write(struct hb_ctx *c, struct hb_kv_layer *layers, int n_layers, int32_t block, int bs,
-                               const void *host, size_t bytes) {
-  if (c->status) return c->status;
-  void *dev[KV_IO_MAX], *src[KV_IO_MAX];
-  size_t sz[KV_IO_MAX];
-  int n = kv_block_chunks(layers, n_layers, block, bs, dev, sz);
-  if (n < 0 || hb_kv_block_bytes(layers, n_layers, bs) != bytes || c->capturing) {
-    CU_ARG(c, "kv_block_write: %zu bytes for a block of %zu", bytes, hb_kv_block_bytes(layers, n_layers, bs));
-    return c->status;
+/* the device side of blocks[0..nb) as chunks (kv_block_chunks per block) into malloc'd dev / sz arrays; host side
+ * chunk i is the next sz[i] bytes. Returns the chunk count, or -1 (status set). */
+static int kv_blocks_chunks(struct hb_ctx *c, const struct hb_kv_layer *layers, int n_layers, const int32_t *blocks, int nb,
+                            int bs, size_t bytes, const char *what, void ***dev, void ***hostp, size_t **sz) {
+  const size_t per = hb_kv_block_bytes(layers, n_layers, bs);
+  if (nb < 1 || (size_t)nb * per != bytes || c->capturing) {
+    CU_ARG(c, "%s: %zu bytes for %d blocks of %zu", what, bytes, nb, per);
+    return -1;
   }
-  char *st = (char *)stage_get(c, bytes);
-  const char *h = st ? st : (const char *)host;
-  if (st) memcpy(st, host, bytes);
-  for (int i = 0; i < n; i++) { src[i] = (void *)h; h += sz[i]; }
-  copy_chunks(c, dev, src, sz, n, cudaMemcpyHostToDevice);
-  if (!st && !c->status) CU_OK(c, cudaStreamSynchronize(c->stream)); /* pageable: the caller's bytes */
+  const size_t cap = (size_t)nb * KV_IO_MAX;
+  *dev = (void **)malloc(cap * sizeof(void *));
+  *hostp = (void **)malloc(cap * sizeof(void *));
+  *sz = (size_t *)malloc(cap * sizeof(size_t));
+  if (!*dev || !*hostp || !*sz) {
+    CU_ARG(c, "%s: out of host memory", what);
+    return -1;
+  }
+  int n = 0;
+  for (int b = 0; b < nb; b++) {
+    int k = kv_block_chunks(layers, n_layers, blocks[b], bs, *dev + n, *sz + n);
+    if (k < 0) {
+      CU_ARG(c, "%s: more KV layers than %d", what, KV_IO_MAX / 2);
+      return -1;
+    }
+    n += k;
+  }
+  return n;
+}
+
+static int cuda_kv_block_write(struct hb_ctx *c, struct hb_kv_layer *layers, int n_layers, const int32_t *blocks, int nb,
+                               int bs, const void *host, size_t bytes) {
+  if (c->status) return c->status;
+  void **dev = NULL, **src = NULL;
+  size_t *sz = NULL;
+  int n = kv_blocks_chunks(c, layers, n_layers, blocks, nb, bs, bytes, "kv_block_write", &dev, &src, &sz);
+  if (n >= 0) {
+    char *st = (char *)stage_get(c, bytes);
+    const char *h = st ? st : (const char *)host;
+    if (st) memcpy(st, host, bytes);
+    for (int i = 0; i < n; i++) { src[i] = (void *)h; h += sz[i]; }
+    copy_chunks(c, dev, src, sz, n, cudaMemcpyHostToDevice);
+    if (!st && !c->status) CU_OK(c, cudaStreamSynchronize(c->stream)); /* pageable: the caller's bytes */
+  }
+  free(dev);
+  free(src);
+  free(sz);
   return c->status;
 }
 
-static int cuda_kv_block_read(struct hb_ctx *c, const struct hb_kv_layer *layers, int n_layers, int32_t block, int bs,
-                              void *host, size_t bytes) {
+static int cuda_kv_block_read(struct hb_ctx *c, const struct hb_kv_layer *layers, int n_layers, const int32_t *blocks, int nb,
+                              int bs, void *host, size_t bytes) {
   if (c->status) return c->status;
-  void *dev[KV_IO_MAX], *dst[KV_IO_MAX];
-  size_t sz[KV_IO_MAX];
-  int n = kv_block_chunks(layers, n_layers, block, bs, dev, sz);
-  if (n < 0 || hb_kv_block_bytes(layers, n_layers, bs) != bytes || c->capturing) {
-    CU_ARG(c, "kv_block_read: %zu bytes for a block of %zu", bytes, hb_kv_block_bytes(layers, n_layers, bs));
-    return c->status;
+  void **dev = NULL, **dst = NULL;
+  size_t *sz = NULL;
+  int n = kv_blocks_chunks(c, layers, n_layers, blocks, nb, bs, bytes, "kv_block_read", &dev, &dst, &sz);
+  if (n >= 0) {
+    char *st = (char *)stage_get(c, bytes);
+    char *h = st ? st : (char *)host;
+    for (int i = 0; i < n; i++) { dst[i] = h; h += sz[i]; }
+    copy_chunks(c, dst, dev, sz, n, cudaMemcpyDeviceToHost);
+    if (!c->status) CU_OK(c, cudaStreamSynchronize(c->stream));
+    if (!c->status && st) {
+      memcpy(host, st, bytes);
+      stage_reset(c);
+    }
   }
-  char *st = (char *)stage_get(c, bytes);
-  char *h = st ? st : (char *)host;
-  for (int i = 0; i < n; i++) { dst[i] = h; h += sz[i]; }
-  copy_chunks(c, dst, dev, sz, n, cudaMemcpyDeviceToHost);
-  if (!c->status) CU_OK(c, cudaStreamSynchronize(c->stream));
-  if (!c->status && st) {
-    memcpy(host, st, bytes);
-    stage_reset(c);
-  }
+  free(dev);
+  free(dst);
+  free(sz);
   return c->status;
 }
 
