@@ -47,11 +47,11 @@ function addSlowRepo(root) {
   fs.writeFileSync(path.join(folder, 'refs', 'main'), commit);
 }
 
-// A raw streamed chat request: every chunk of the body with the time it arrived (ms after the
-// request was sent), and the response's headers and when they came.
-async function rawStream(srv, body, { signal, onChunk } = {}) {
+// A raw streamed request (chat, or legacy completions with endpoint 'completions'): every chunk of
+// the body with the time it arrived (ms after the request was sent), and the response's headers.
+async function rawStream(srv, body, { signal, onChunk, endpoint = 'chat/completions' } = {}) {
   const t0 = Date.now();
-  const r = await fetch(`${srv.url}/v1/chat/completions`, { method: 'POST', signal,
+  const r = await fetch(`${srv.url}/v1/${endpoint}`, { method: 'POST', signal,
     headers: { 'content-type': 'application/json' }, body: JSON.stringify({ ...body, stream: true }) });
   const out = { status: r.status, type: r.headers.get('content-type'), headersAt: Date.now() - t0, chunks: [] };
   const dec = new TextDecoder();
@@ -109,8 +109,10 @@ async function loadSmall() {
 describe('a stream whose model is not loaded', () => {
   test('starts at once and sends keep-alive comments until the model is loaded, then streams', async () => {
     assert.equal((await modelsById(srv))[SLOW].loaded, false);
-    // two streams at once: the first loads the model, the second waits for that load
-    const [a, b] = await Promise.all([0, 1].map(() => rawStream(srv, { model: SLOW, messages: msgs, max_tokens: 3 })));
+    // two streams at once, chat and legacy completions: one loads the model, the other waits for that load
+    const [a, b] = await Promise.all([
+      rawStream(srv, { model: SLOW, messages: msgs, max_tokens: 3 }),
+      rawStream(srv, { model: SLOW, prompt: 'Once upon a time', max_tokens: 3 }, { endpoint: 'completions' })]);
     for (const s of [a, b]) {
       assert.equal(s.status, 200);
       assert.match(s.type, /text\/event-stream/);
@@ -123,7 +125,8 @@ describe('a stream whose model is not loaded', () => {
       const data = ev.filter((e) => e.data !== undefined).map((e) => e.data);
       assert.equal(data.at(-1), '[DONE]');
       const chunks = data.slice(0, -1).map((d) => JSON.parse(d));
-      assert.equal(chunks[0].choices[0].delta.role, 'assistant');
+      if (s === a) assert.equal(chunks[0].choices[0].delta.role, 'assistant');
+      else assert.ok(chunks.some((c) => c.choices[0].text.length > 0), JSON.stringify(chunks));
       assert.equal(chunks.at(-1).choices[0].finish_reason, 'length');
       for (const c of chunks) assert.equal(c.model, SLOW);
       // comments came at a steady rhythm, long before the first token
@@ -151,6 +154,25 @@ describe('a stream whose model is not loaded', () => {
     assert.ok(n >= 2 && text.length > 0, `chunks ${n}, text ${JSON.stringify(text)}`);
     assert.equal(finish, 'length');
     assert.ok(took > timeout, `the request took ${took} ms, its timeout was ${timeout} ms: nothing was shown`);
+  });
+
+  test('what the model refuses after its load ends the stream with an error event', async () => {
+    assert.equal((await modelsById(srv))[SMALL].loaded, false);
+    const long = [{ role: 'user', content: 'word '.repeat(700) }]; // over --ctx 512
+    const raw = await rawStream(srv, { model: SMALL, messages: long, max_tokens: 3 });
+    assert.equal(raw.status, 200);
+    const data = sseEvents(raw.text).filter((e) => e.data !== undefined).map((e) => e.data);
+    assert.deepEqual(data.slice(1), ['[DONE]'], raw.text);
+    const err = JSON.parse(data[0]).error;
+    assert.equal(err.code, 'context_length_exceeded');
+    assert.equal(err.param, 'messages');
+    assert.equal(err.type, 'invalid_request_error');
+    // once loaded, the same request is refused with a status as before
+    const again = await fetch(`${srv.url}/v1/chat/completions`, { method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: SMALL, messages: long, max_tokens: 3, stream: true }) });
+    assert.equal(again.status, 400);
+    assert.equal((await again.json()).error.code, 'context_length_exceeded');
   });
 
   test('a failed load ends the stream with an error event (an APIError in the official client)', async () => {
