@@ -135,7 +135,8 @@ static int check_tools(json_t *tools, struct verr *e) {
  * forced into one tool call (json_mask.h) when the template speaks Qwen's <tool_call> syntax, so the
  * answer is a call of one of the tools (of N). A named function must be among the tools (400).
  * Other templates keep the call optional. Names must be OpenAI's [A-Za-z0-9_-] (dots allowed).
- * This part needs no model: it validates and notes the wish in c (force_tool_call acts on it). */
+ * This part needs no model: it validates, and notes the call asked for in *want_out (a named
+ * function, else NULL) and *n_out (the tools it may call; 0: none), which force_tool_call acts on. */
 static int check_tool_choice(json_t *tc, json_t *tools, struct gen_opts *o, const char **want_out,
                              int *n_out, struct verr *e) {
   const char *want = NULL;
