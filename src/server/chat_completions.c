@@ -26,6 +26,7 @@
 #include "server/routes.h"
 #include "server/sse.h"
 #include "server/srv.h"
+#include "server/stream_load.h"
 #include "server/textio.h"
 
 static const char *const ROLES[] = {"system", "developer", "user", "assistant", "tool", NULL};
@@ -133,9 +134,14 @@ static int check_tools(json_t *tools, struct verr *e) {
 /* tool_choice "required" or {"type":"function","function":{"name":N}} with tools offered: decoding is
  * forced into one tool call (json_mask.h) when the template speaks Qwen's <tool_call> syntax, so the
  * answer is a call of one of the tools (of N). A named function must be among the tools (400).
- * Other templates keep the call optional. Names must be OpenAI's [A-Za-z0-9_-] (dots allowed). */
-static int check_tool_choice(json_t *tc, json_t *tools, struct srv_model *m, struct gen_opts *o, struct verr *e) {
+ * Other templates keep the call optional. Names must be OpenAI's [A-Za-z0-9_-] (dots allowed).
+ * This part needs no model: it validates, and notes the call asked for in *want_out (a named
+ * function, else NULL) and *n_out (the tools it may call; 0: none), which force_tool_call acts on. */
+static int check_tool_choice(json_t *tc, json_t *tools, struct gen_opts *o, const char **want_out,
+                             int *n_out, struct verr *e) {
   const char *want = NULL;
+  *want_out = NULL;
+  *n_out = 0;
   if (json_is_object(tc)) {
     json_t *fn = json_object_get(tc, "function");
     const char *type = json_string_value(json_object_get(tc, "type"));
@@ -156,7 +162,16 @@ static int check_tool_choice(json_t *tc, json_t *tools, struct srv_model *m, str
     n++;
   }
   if (want && !found) return v_fail(e, "tool_choice", "'tool_choice' names '%s', which is not among the tools", want);
-  if (!textio_qwen_tool_calls(m->tio)) return 0; /* not forced: see above */
+  *want_out = want;
+  *n_out = n;
+  return 0;
+}
+
+/* The model's part of check_tool_choice: forces the call when m's template speaks Qwen's syntax.
+ * want/n: what check_tool_choice noted (n 0: no call asked for). */
+static int force_tool_call(struct srv_model *m, const char *want, int n, struct gen_opts *o,
+                           struct verr *e) {
+  if (!n || !textio_qwen_tool_calls(m->tio)) return 0; /* not forced: see above */
   /* the forcing program holds at most JPROG_MAX_NAMES names: refuse rather than not enforce */
   if (!want && n > JPROG_MAX_NAMES)
     return v_fail(e, "tool_choice",
@@ -186,6 +201,13 @@ struct chat_choice {
 
 struct chat {
   struct gen_opts o;
+  /* the request as chat_parse read it (pointing into the request JSON, except norm) */
+  json_t *norm;              /* the messages, normalized (owned) */
+  json_t *tools, *kwargs;    /* NULL when absent (tools also when empty or tool_choice "none") */
+  enum gen_constrain json_mode;
+  json_t *schema;
+  const char *tool_want;     /* tool_choice names this function */
+  int n_tools_named;         /* tool_choice asks for a call among this many tools (0: none) */
   int n;                     /* choices */
   struct gen_reader *g;      /* [n] */
   struct chat_choice *ch;    /* [n] */
@@ -209,6 +231,7 @@ static void chat_free(void *p) {
   }
   free(c->g);
   free(c->ch);
+  json_decref(c->norm);
   free(c);
 }
 
@@ -422,92 +445,97 @@ static int check_response_format(json_t *rf, enum gen_constrain *json_mode, json
   return 0;
 }
 
-enum MHD_Result ep_chat_completions(struct http_req *r) {
-  enum MHD_Result ret;
-  struct srv_model *m = ep_pick_model(r, 0, &ret);
-  if (!m) return ret;
-  struct verr e = {{0}, {0}};
-  struct chat *c = calloc(1, sizeof *c);
-  if (!c) return http_reply_error(r, 500, NULL, NULL, "out of memory");
-  if (gen_parse(r->json, 1, &c->o, &e)) { free(c); return http_reply_verr(r, &e); }
-  json_t *tools, *kwargs, *rf, *schema = NULL;
+/* Everything of a chat request that needs no model, into c (see struct chat). Returns 0, or -1
+ * with *e filled (a 400). */
+static int chat_parse(json_t *body, struct chat *c, struct verr *e) {
+  json_t *rf;
   const char *tool_choice = NULL;
-  enum gen_constrain json_mode = GEN_FREE;
-  json_t *tc = json_object_get(r->json, "tool_choice");
-  if (v_arr(r->json, "tools", &tools, &e) || v_obj(r->json, "chat_template_kwargs", &kwargs, &e) ||
-      v_obj(r->json, "response_format", &rf, &e) || (tools && check_tools(tools, &e)) ||
-      check_response_format(rf, &json_mode, &schema, &e)) {
-    free(c);
-    return http_reply_verr(r, &e);
-  }
+  json_t *tc = json_object_get(body, "tool_choice");
+  if (gen_parse(body, 1, &c->o, e)) return -1;
+  if (v_arr(body, "tools", &c->tools, e) || v_obj(body, "chat_template_kwargs", &c->kwargs, e) ||
+      v_obj(body, "response_format", &rf, e) || (c->tools && check_tools(c->tools, e)) ||
+      check_response_format(rf, &c->json_mode, &c->schema, e))
+    return -1;
   if (json_is_string(tc)) tool_choice = json_string_value(tc);
-  else if (tc && !json_is_null(tc) && !json_is_object(tc)) {
-    free(c);
-    v_fail(&e, "tool_choice", "'tool_choice' must be a string or an object");
-    return http_reply_verr(r, &e);
-  }
-  if (tool_choice && strcmp(tool_choice, "none") && strcmp(tool_choice, "auto") && strcmp(tool_choice, "required")) {
-    free(c);
-    v_fail(&e, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or a function");
-    return http_reply_verr(r, &e);
-  }
-  if (tools && (!json_array_size(tools) || (tool_choice && !strcmp(tool_choice, "none"))))
-    tools = NULL;
-  if (check_tool_choice(tc, tools, m, &c->o, &e)) {
-    free(c);
-    return http_reply_verr(r, &e);
-  }
-  json_t *msgs = json_object_get(r->json, "messages");
-  if (msgs && !json_is_array(msgs)) {
-    free(c);
-    v_fail(&e, "messages", "'messages' must be an array");
-    return http_reply_verr(r, &e);
-  }
-  json_t *norm = chat_messages_normalize(msgs, &e);
-  if (!norm) { free(c); return http_reply_verr(r, &e); }
-  if (json_mode == GEN_JSON_OBJECT && !mentions_json(norm)) {
-    json_decref(norm);
-    free(c);
-    v_fail(&e, "messages", "'messages' must contain the word 'json' in some form, to use "
-                           "'response_format' of type 'json_object'");
-    return http_reply_verr(r, &e);
-  }
-  if (json_mode && !c->o.constrain) { /* a forced tool call takes precedence over content format */
-    c->o.constrain = json_mode;
-    c->o.schema = schema;
+  else if (tc && !json_is_null(tc) && !json_is_object(tc))
+    return v_fail(e, "tool_choice", "'tool_choice' must be a string or an object");
+  if (tool_choice && strcmp(tool_choice, "none") && strcmp(tool_choice, "auto") && strcmp(tool_choice, "required"))
+    return v_fail(e, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or a function");
+  if (c->tools && (!json_array_size(c->tools) || (tool_choice && !strcmp(tool_choice, "none"))))
+    c->tools = NULL;
+  if (check_tool_choice(tc, c->tools, &c->o, &c->tool_want, &c->n_tools_named, e)) return -1;
+  json_t *msgs = json_object_get(body, "messages");
+  if (msgs && !json_is_array(msgs)) return v_fail(e, "messages", "'messages' must be an array");
+  if (!(c->norm = chat_messages_normalize(msgs, e))) return -1;
+  if (c->json_mode == GEN_JSON_OBJECT && !mentions_json(c->norm))
+    return v_fail(e, "messages", "'messages' must contain the word 'json' in some form, to use "
+                                 "'response_format' of type 'json_object'");
+  return 0;
+}
+
+/* With the model: the prompt rendered and tokenized, the choices submitted. Returns 0, or -1 with
+ * *f filled; c stays safe to chat_free. watch: the client, as gen_start takes it. */
+static int chat_start(void *ctx, struct srv_model *m, const struct http_watch *watch,
+                      struct gen_fail *f) {
+  struct chat *c = ctx;
+  struct verr e = {{0}, {0}};
+  if (force_tool_call(m, c->tool_want, c->n_tools_named, &c->o, &e)) return gen_fail_verr(f, &e);
+  if (c->json_mode && !c->o.constrain) { /* a forced tool call takes precedence over content format */
+    c->o.constrain = c->json_mode;
+    c->o.schema = c->schema;
     c->o.jv = m->jv;
   }
   char *prompt_text = NULL;
   struct hearth_err err = {0};
-  int rc = textio_render_chat(m->tio, norm, tools, kwargs, &prompt_text, &err);
-  json_decref(norm);
-  if (rc) {
-    free(c);
-    return http_reply_error(r, 400, "messages", "template_error", "%s", errors_scrub(err.msg));
-  }
+  int rc = textio_render_chat(m->tio, c->norm, c->tools, c->kwargs, &prompt_text, &err);
+  if (rc) return gen_fail_set(f, 400, "messages", "template_error", "%s", errors_scrub(err.msg));
   struct gen_prompt gp = {NULL, 0};
   rc = textio_encode(m->tio, prompt_text, strlen(prompt_text), 0, &gp.ids, &gp.n, &err);
-  c->n = c->o.n;
-  c->g = calloc((size_t)c->n, sizeof *c->g);
-  c->ch = calloc((size_t)c->n, sizeof *c->ch);
+  c->g = calloc((size_t)c->o.n, sizeof *c->g);
+  c->ch = calloc((size_t)c->o.n, sizeof *c->ch);
   if (!rc && (!c->g || !c->ch)) rc = err_set(&err, HEARTH_ERR_NOMEM, "out of memory");
+  if (!rc) c->n = c->o.n; /* from here on chat_free frees n choices */
   for (int k = 0; !rc && k < c->n; k++)
-    rc = textio_parser_new(m->tio, tools != NULL && (c->o.constrain == GEN_FREE || c->o.constrain == GEN_TOOL_CALL),
+    rc = textio_parser_new(m->tio, c->tools != NULL && (c->o.constrain == GEN_FREE || c->o.constrain == GEN_TOOL_CALL),
                            c->o.constrain != GEN_FREE, prompt_text,
                            &c->ch[k].parser, &err);
   free(prompt_text);
   if (rc) {
     free(gp.ids);
-    if (!c->g || !c->ch) c->n = 0;
-    chat_free(c);
-    return http_reply_error(r, 500, NULL, NULL, "%s", errors_scrub(err.msg));
+    return gen_fail_set(f, 500, NULL, NULL, "%s", errors_scrub(err.msg));
   }
-  rc = gen_start(r, m, &gp, 1, &c->o, c->g, &ret);
+  rc = gen_start(m, &gp, 1, &c->o, watch, c->g, f);
   free(gp.ids);
-  if (rc) { chat_free(c); return ret; }
+  if (rc) return -1;
   gen_id(c->id, sizeof c->id, "chatcmpl");
   snprintf(c->model, sizeof c->model, "%s", m->id);
   c->created = time(NULL);
+  return 0;
+}
+
+static const struct stream_load_ops CHAT_STREAM = {chat_start, chat_produce, chat_free};
+
+enum MHD_Result ep_chat_completions(struct http_req *r) {
+  enum MHD_Result ret;
+  struct srv_model *m = NULL;
+  /* a stream whose model must be loaded first starts its response now (stream_load.h) */
+  int pending = ep_pick_model_or_pending(r, 0, &m, &ret);
+  if (pending < 0) return ret;
+  struct verr e = {{0}, {0}};
+  struct chat *c = calloc(1, sizeof *c);
+  if (!c) return http_reply_error(r, 500, NULL, NULL, "out of memory");
+  if (chat_parse(r->json, c, &e)) {
+    chat_free(c);
+    return http_reply_verr(r, &e);
+  }
+  if (pending) return stream_load_reply(r, 0, &CHAT_STREAM, c);
+  struct http_watch w;
+  struct gen_fail f;
+  http_watch_init(r, c->o.stream, &w);
+  if (chat_start(c, m, &w, &f)) {
+    chat_free(c);
+    return gen_fail_reply(r, &f);
+  }
   if (c->o.stream) return sse_reply(r, chat_produce, chat_free, c);
   return chat_whole(r, c);
 }

@@ -24,6 +24,7 @@
 #include "server/gen.h"
 #include "server/routes.h"
 #include "server/sse.h"
+#include "server/stream_load.h"
 
 struct cmpl_choice {
   struct sbuf text;        /* whole text (non-streamed) */
@@ -36,6 +37,7 @@ struct cmpl_choice {
 
 struct cmpl {
   struct gen_opts o;
+  json_t *body;            /* the request (borrowed: the reply or the stream keeps it alive) */
   json_t *labels;          /* the request's "labels" (borrowed from the body) or NULL */
   int32_t *lab_tok;        /* their tokens (o.lab_tok points here) */
   int lab_off[CMPL_MAX_LABELS + 1];
@@ -82,7 +84,6 @@ static int read_labels(struct srv_model *m, json_t *body, struct cmpl *c, struct
   if (!a || json_is_null(a)) return 0;
   if (!json_is_array(a) || !json_array_size(a) || json_array_size(a) > CMPL_MAX_LABELS)
     return v_fail(e, "labels", "'labels' must be an array of 1 to %d strings", CMPL_MAX_LABELS);
-  if (c->o.stream) return v_fail(e, "labels", "'labels' cannot be streamed; send it with stream false");
   c->labels = a;
   size_t i;
   json_t *v;
@@ -406,60 +407,74 @@ static int read_prompts(struct srv_model *m, json_t *p, struct gen_prompt *ps, i
   return ret;
 }
 
-enum MHD_Result ep_completions(struct http_req *r) {
-  enum MHD_Result ret;
-  struct srv_model *m = ep_pick_model(r, 0, &ret);
-  if (!m) return ret;
+/* With the model: the prompts and labels tokenized and checked, the choices submitted. Returns 0,
+ * or -1 with *f filled; c stays safe to cmpl_free. watch: the client, as gen_start takes it. */
+static int cmpl_start(void *ctx, struct srv_model *m, const struct http_watch *watch,
+                      struct gen_fail *f) {
+  struct cmpl *c = ctx;
   struct verr e = {{0}, {0}};
-  struct cmpl *c = calloc(1, sizeof *c);
-  if (!c) return http_reply_error(r, 500, NULL, NULL, "out of memory");
-  if (gen_parse(r->json, 0, &c->o, &e)) { free(c); return http_reply_verr(r, &e); }
   struct gen_prompt *ps = calloc(GEN_MAX_CHOICES, sizeof *ps);
-  if (!ps) { free(c); return http_reply_error(r, 500, NULL, NULL, "out of memory"); }
+  if (!ps) return gen_fail_set(f, 500, NULL, NULL, "out of memory");
   int np = 0;
-  int rc = read_labels(m, r->json, c, &e);
-  if (!rc) rc = read_prompts(m, json_object_get(r->json, "prompt"), ps, &np, &e);
+  int rc = read_labels(m, c->body, c, &e);
+  if (!rc) rc = read_prompts(m, json_object_get(c->body, "prompt"), ps, &np, &e);
   if (!rc && np * c->o.n > GEN_MAX_CHOICES)
     rc = v_fail(&e, "n", "%d prompts x n = %d choices; at most %d per request", np, np * c->o.n,
                 GEN_MAX_CHOICES);
+  if (rc) gen_fail_verr(f, &e);
   int longest = 0; /* a label's leading tokens are evaluated after the prompt: they must fit too */
   for (int l = 0; l < c->o.n_labels; l++)
     if (c->lab_off[l + 1] - c->lab_off[l] > longest) longest = c->lab_off[l + 1] - c->lab_off[l];
   for (int i = 0; !rc && longest > 1 && i < np; i++)
-    if (ps[i].n + longest - 1 >= m->n_ctx) {
-      enum MHD_Result er = http_reply_error(r, 400, "prompt", "context_length_exceeded",
-                                            "prompt %d has %d tokens and its longest label %d; this server's context is %d tokens",
-                                            i, ps[i].n, longest, m->n_ctx);
-      for (int j = 0; j < np; j++) free(ps[j].ids);
-      free(ps);
-      free(c->lab_tok);
-      free(c);
-      return er;
-    }
-  if (rc) {
-    for (int i = 0; i < np; i++) free(ps[i].ids);
-    free(ps);
-    free(c->lab_tok);
-    free(c);
-    return http_reply_verr(r, &e);
+    if (ps[i].n + longest - 1 >= m->n_ctx)
+      rc = gen_fail_set(f, 400, "prompt", "context_length_exceeded",
+                        "prompt %d has %d tokens and its longest label %d; this server's context is %d tokens",
+                        i, ps[i].n, longest, m->n_ctx);
+  if (!rc) {
+    c->g = calloc((size_t)(np * c->o.n), sizeof *c->g);
+    c->ch = calloc((size_t)(np * c->o.n), sizeof *c->ch);
+    if (!c->g || !c->ch) rc = gen_fail_set(f, 500, NULL, NULL, "out of memory");
   }
-  c->n = np * c->o.n;
-  c->g = calloc((size_t)c->n, sizeof *c->g);
-  c->ch = calloc((size_t)c->n, sizeof *c->ch);
-  if (!c->g || !c->ch) {
-    for (int i = 0; i < np; i++) free(ps[i].ids);
-    free(ps);
-    c->n = 0;
-    cmpl_free(c);
-    return http_reply_error(r, 500, NULL, NULL, "out of memory");
+  if (!rc) {
+    c->n = np * c->o.n; /* from here on cmpl_free frees n choices */
+    rc = gen_start(m, ps, np, &c->o, watch, c->g, f);
   }
-  rc = gen_start(r, m, ps, np, &c->o, c->g, &ret);
   for (int i = 0; i < np; i++) free(ps[i].ids);
   free(ps);
-  if (rc) { cmpl_free(c); return ret; }
+  if (rc) return -1;
   gen_id(c->id, sizeof c->id, "cmpl");
   snprintf(c->model, sizeof c->model, "%s", m->id);
   c->created = time(NULL);
+  return 0;
+}
+
+static const struct stream_load_ops CMPL_STREAM = {cmpl_start, cmpl_produce, cmpl_free};
+
+enum MHD_Result ep_completions(struct http_req *r) {
+  enum MHD_Result ret;
+  struct srv_model *m = NULL;
+  /* a stream whose model must be loaded first starts its response now (stream_load.h) */
+  int pending = ep_pick_model_or_pending(r, 0, &m, &ret);
+  if (pending < 0) return ret;
+  struct verr e = {{0}, {0}};
+  struct cmpl *c = calloc(1, sizeof *c);
+  if (!c) return http_reply_error(r, 500, NULL, NULL, "out of memory");
+  c->body = r->json;
+  json_t *labels = json_object_get(r->json, "labels");
+  if (gen_parse(r->json, 0, &c->o, &e) ||
+      (c->o.stream && labels && !json_is_null(labels) &&
+       v_fail(&e, "labels", "'labels' cannot be streamed; send it with stream false"))) {
+    cmpl_free(c);
+    return http_reply_verr(r, &e);
+  }
+  if (pending) return stream_load_reply(r, 0, &CMPL_STREAM, c);
+  struct http_watch w;
+  struct gen_fail f;
+  http_watch_init(r, c->o.stream, &w);
+  if (cmpl_start(c, m, &w, &f)) {
+    cmpl_free(c);
+    return gen_fail_reply(r, &f);
+  }
   if (c->o.stream) return sse_reply(r, cmpl_produce, cmpl_free, c);
   return cmpl_whole(r, c);
 }

@@ -2,6 +2,7 @@
 #include "server/gen.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include "server/engine.h"
 #include "server/errors.h"
 #include "server/json_schema.h"
+#include "server/sse.h"
 
 /* ---- request parameters ------------------------------------------------------------------ */
 
@@ -101,6 +103,33 @@ int gen_parse(json_t *b, int chat, struct gen_opts *o, struct verr *e) {
   return 0;
 }
 
+/* ---- failing before the first token ------------------------------------------------------ */
+
+int gen_fail_set(struct gen_fail *f, unsigned status, const char *param, const char *code,
+                 const char *fmt, ...) {
+  f->status = status;
+  snprintf(f->param, sizeof f->param, "%s", param ? param : "");
+  f->code = code;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(f->msg, sizeof f->msg, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+int gen_fail_verr(struct gen_fail *f, const struct verr *e) {
+  return gen_fail_set(f, 400, e->param[0] ? e->param : NULL, "invalid_value", "%s", e->msg);
+}
+
+enum MHD_Result gen_fail_reply(struct http_req *r, const struct gen_fail *f) {
+  return http_reply_error(r, f->status, f->param[0] ? f->param : NULL, f->code, "%s", f->msg);
+}
+
+int gen_fail_event(struct sbuf *out, const struct gen_fail *f) {
+  json_t *e = errors_json(f->status, f->param[0] ? f->param : NULL, f->code, f->msg);
+  return sse_event(out, e) || sse_done(out) ? -1 : 0;
+}
+
 /* ---- starting a generation ------------------------------------------------------------------ */
 
 /* One engine request for prompt p, choice j. NULL on OOM. */
@@ -157,8 +186,9 @@ static struct gen_req *make_req(const struct gen_prompt *p, int j, const struct 
   return q;
 }
 
-int gen_start(struct http_req *r, struct srv_model *m, const struct gen_prompt *prompts,
-              int n_prompts, const struct gen_opts *o, struct gen_reader *g, enum MHD_Result *ret) {
+int gen_start(struct srv_model *m, const struct gen_prompt *prompts, int n_prompts,
+              const struct gen_opts *o, const struct http_watch *watch, struct gen_reader *g,
+              struct gen_fail *f) {
   int per = o->n > 0 ? o->n : 1, total = n_prompts * per;
   for (int k = 0; k < total; k++) {
     memset(&g[k], 0, sizeof g[k]);
@@ -166,28 +196,22 @@ int gen_start(struct http_req *r, struct srv_model *m, const struct gen_prompt *
   }
   for (int p = 0; p < n_prompts; p++) {
     if (prompts[p].n < 1) {
-      *ret = http_reply_error(r, 400, o->prompt_param, "invalid_value", "the prompt is empty");
-      return -1;
+      return gen_fail_set(f, 400, o->prompt_param, "invalid_value", "the prompt is empty");
     }
     if (prompts[p].n >= m->n_ctx) {
-      *ret = http_reply_error(r, 400, o->prompt_param, "context_length_exceeded",
-                              "the prompt has %d tokens but this server's context is %d tokens",
-                              prompts[p].n, m->n_ctx);
-      return -1;
+      return gen_fail_set(f, 400, o->prompt_param, "context_length_exceeded",
+                          "the prompt has %d tokens but this server's context is %d tokens",
+                          prompts[p].n, m->n_ctx);
     }
   }
   if (total > GEN_MAX_CHOICES || total > engine_max_queue(m->engine)) {
-    *ret = http_reply_error(r, 400, "n", "invalid_value",
-                            "this request asks for %d choices; the most this server takes at once is %d",
-                            total, GEN_MAX_CHOICES < engine_max_queue(m->engine)
-                                       ? GEN_MAX_CHOICES : engine_max_queue(m->engine));
-    return -1;
+    return gen_fail_set(f, 400, "n", "invalid_value",
+                        "this request asks for %d choices; the most this server takes at once is %d",
+                        total, GEN_MAX_CHOICES < engine_max_queue(m->engine)
+                                   ? GEN_MAX_CHOICES : engine_max_queue(m->engine));
   }
   struct gen_req **qs = calloc((size_t)total, sizeof *qs);
-  if (!qs) {
-    *ret = http_reply_error(r, 500, NULL, NULL, "out of memory");
-    return -1;
-  }
+  if (!qs) return gen_fail_set(f, 500, NULL, NULL, "out of memory");
   struct hearth_err err = {0};
   int rc = 0;
   for (int k = 0; k < total; k++) {
@@ -205,11 +229,11 @@ int gen_start(struct http_req *r, struct srv_model *m, const struct gen_prompt *
       g[k].dt = NULL;
     }
     if (rc == HEARTH_ERR_CTX_FULL)
-      *ret = http_reply_error(r, 503, NULL, "server_busy", "%s", err.msg);
+      gen_fail_set(f, 503, NULL, "server_busy", "%s", err.msg);
     else if (rc == HEARTH_ERR_ARG)
-      *ret = http_reply_error(r, 400, "logit_bias", "invalid_value", "%s", err.msg);
+      gen_fail_set(f, 400, "logit_bias", "invalid_value", "%s", err.msg);
     else
-      *ret = http_reply_error(r, 500, NULL, NULL, "%s", errors_scrub(err.msg));
+      gen_fail_set(f, 500, NULL, NULL, "%s", errors_scrub(err.msg));
     free(qs);
     return -1;
   }
@@ -224,7 +248,7 @@ int gen_start(struct http_req *r, struct srv_model *m, const struct gen_prompt *
       if (l > gk->max_stop) gk->max_stop = l;
     }
     gk->n_prompt = qs[k]->n_prompt;
-    http_watch_init(r, o->stream, &gk->watch);
+    gk->watch = *watch;
   }
   free(qs);
   return 0;

@@ -88,13 +88,32 @@ struct gen_prompt {
   int n;
 };
 
+/* Why a request failed before its first token, as an HTTP error reply before a response has
+ * started, or as an error event ending a stream that has (server/stream_load.h). */
+struct gen_fail {
+  unsigned status;
+  char param[64];            /* "" = none (JSON null) */
+  const char *code;          /* NULL or a static string */
+  char msg[600];
+};
+/* Fills f (msg printf-style). Returns -1. */
+int gen_fail_set(struct gen_fail *f, unsigned status, const char *param, const char *code,
+                 const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* 400 naming e->param, as http_reply_verr answers. Returns -1. */
+int gen_fail_verr(struct gen_fail *f, const struct verr *e);
+/* Queues f as the reply. */
+enum MHD_Result gen_fail_reply(struct http_req *r, const struct gen_fail *f);
+/* Appends f as an OpenAI error event, then [DONE]. Returns 0 or -1 on OOM. */
+int gen_fail_event(struct sbuf *out, const struct gen_fail *f);
+
 /* Validates the prompt lengths and the choice count, submits n_prompts x o->n requests (all or
- * none) and sets up g[0 .. n_prompts * o->n), which the caller allocated. With o->echo and
- * o->logprobs the engine also scores the prompt tokens. On failure queues the error reply (400
- * context_length_exceeded or naming "n", 503 busy with Retry-After, 500) into *ret, leaves every
- * g[k] safe to gen_reader_free, and returns -1. */
-int gen_start(struct http_req *r, struct srv_model *m, const struct gen_prompt *prompts,
-              int n_prompts, const struct gen_opts *o, struct gen_reader *g, enum MHD_Result *ret);
+ * none) and sets up g[0 .. n_prompts * o->n), which the caller allocated, each watching the client
+ * as watch says (http_watch_init of the request, with o->stream). With o->echo and o->logprobs the
+ * engine also scores the prompt tokens. On failure fills f (400 context_length_exceeded or naming
+ * "n", 503 busy, 500), leaves every g[k] safe to gen_reader_free, and returns -1. */
+int gen_start(struct srv_model *m, const struct gen_prompt *prompts, int n_prompts,
+              const struct gen_opts *o, const struct http_watch *watch, struct gen_reader *g,
+              struct gen_fail *f);
 /* Streams: waits up to timeout_ms until one of g[0..n) not yet reported has tokens or has
  * finished, watching the client every 20 ms. Returns 1 when one has, 0 on timeout, -1 when the
  * client has gone (all are told to stop), 2 when the caller should write a probe now (an SSE

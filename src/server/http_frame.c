@@ -147,6 +147,20 @@ static long long chunk_size(struct http_framer *fr, const char *l, size_t n) {
   return (long long)v;
 }
 
+/* The end (the CR of its CRLF) of the line at q[0..m) that may take at most max bytes: a chunk
+ * size line or a trailer line. NULL when it has not ended yet, or when it fails the framing, which
+ * sets fr->status: 400 stray for a CR or LF not in a CRLF, too_long_status / too_long once max
+ * bytes hold no CRLF. */
+static const char *line_end(struct http_framer *fr, const char *q, size_t m, size_t max,
+                            const char *stray, unsigned too_long_status, const char *too_long) {
+  size_t k = m < max ? m : max;
+  const char *e = find_crlf(q, k);
+  if (e) return e;
+  if (stray_cr_lf(q, k)) fail(fr, 400, stray, 0);
+  else if (m >= max) fail(fr, too_long_status, too_long, 0);
+  return NULL;
+}
+
 size_t http_frame_feed(struct http_framer *fr, const char *p, size_t n) {
   size_t done = 0;
   while (done < n && !fr->status) {
@@ -192,12 +206,9 @@ size_t http_frame_feed(struct http_framer *fr, const char *p, size_t n) {
         fr->state = ST_CHUNK_SIZE;
         break;
       case ST_CHUNK_SIZE: {
-        size_t k = m < CHUNK_LINE_MAX ? m : CHUNK_LINE_MAX;
-        const char *e = find_crlf(q, k);
-        if (!e) {
-          if (stray_cr_lf(q, k)) return fail(fr, 400, "a chunk size line not ended by CRLF", done);
-          return m < CHUNK_LINE_MAX ? done : fail(fr, 400, "a chunk size line too long", done);
-        }
+        const char *e = line_end(fr, q, m, CHUNK_LINE_MAX, "a chunk size line not ended by CRLF",
+                                 400, "a chunk size line too long");
+        if (!e) return done;
         long long size = chunk_size(fr, q, (size_t)(e - q));
         if (size < 0) return done;
         done += (size_t)(e - q) + 2;
@@ -206,12 +217,9 @@ size_t http_frame_feed(struct http_framer *fr, const char *p, size_t n) {
         break;
       }
       case ST_TRAILER: {
-        size_t k = m < HTTP_FRAME_HEAD_MAX ? m : HTTP_FRAME_HEAD_MAX;
-        const char *e = find_crlf(q, k);
-        if (!e) {
-          if (stray_cr_lf(q, k)) return fail(fr, 400, "a trailer line not ended by CRLF", done);
-          return m < HTTP_FRAME_HEAD_MAX ? done : fail(fr, 431, "a trailer line is too large", done);
-        }
+        const char *e = line_end(fr, q, m, HTTP_FRAME_HEAD_MAX, "a trailer line not ended by CRLF",
+                                 431, "a trailer line is too large");
+        if (!e) return done;
         const char *name_end;
         if (e > q && check_field(fr, q, (size_t)(e - q), &name_end)) return done;
         if (e == q) fr->state = ST_HEAD;

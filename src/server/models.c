@@ -123,30 +123,50 @@ enum MHD_Result ep_model(struct http_req *r) {
   return http_reply_json(r, 200, o);
 }
 
-struct srv_model *ep_pick_model(struct http_req *r, int embedding, enum MHD_Result *ret) {
+/* The reply to a failed acquire (registry.h's statuses). */
+static enum MHD_Result acquire_failed(struct http_req *r, int status, struct hearth_err *err) {
+  return http_reply_error(r, (unsigned)status, status == 500 ? NULL : "model",
+                          status == 404 ? "model_not_found" : status == 500 ? "model_load_failed" : "invalid_value",
+                          "%s", errors_scrub(err->msg));
+}
+
+/* ep_pick_model's work; wait 0: SRV_ACQUIRE_PENDING instead of waiting for a load. */
+static int pick(struct http_req *r, int embedding, int wait, struct srv_model **out,
+                enum MHD_Result *ret) {
   struct verr e;
   const char *name;
-  if (v_str(r->json, "model", 1, NULL, &name, &e)) { *ret = http_reply_verr(r, &e); return NULL; }
+  *out = NULL;
+  if (v_str(r->json, "model", 1, NULL, &name, &e)) { *ret = http_reply_verr(r, &e); return -1; }
   if (r->held) { /* one model per request */
     *ret = http_reply_error(r, 500, NULL, NULL, "internal error: a second model for one request");
-    return NULL;
+    return -1;
   }
   struct srv_model *m;
   struct hearth_err err = {0};
   int status = 500;
-  if (srv_model_acquire(r->srv, name, &m, &status, &err)) {
-    *ret = http_reply_error(r, (unsigned)status, status == 500 ? NULL : "model",
-                            status == 404 ? "model_not_found" : status == 500 ? "model_load_failed" : "invalid_value",
-                            "%s", errors_scrub(err.msg));
-    return NULL;
-  }
+  int rc = wait ? srv_model_acquire(r->srv, name, &m, &status, &err)
+                : srv_model_try_acquire(r->srv, name, &m, &status, &err);
+  if (rc == SRV_ACQUIRE_PENDING) return rc;
+  if (rc) { *ret = acquire_failed(r, status, &err); return -1; }
   r->held = m; /* released when the request completes (http.c), a stream's after its last byte */
   if (embedding >= 0 && !m->info->is_embedding != !embedding) {
     *ret = http_reply_error(r, 400, "model", "invalid_model",
                             embedding ? "'%s' is not an embedding model"
                                       : "'%s' is an embedding model; use /v1/embeddings",
                             name);
-    return NULL;
+    return -1;
   }
-  return m;
+  *out = m;
+  return 0;
+}
+
+struct srv_model *ep_pick_model(struct http_req *r, int embedding, enum MHD_Result *ret) {
+  struct srv_model *m;
+  return pick(r, embedding, 1, &m, ret) ? NULL : m;
+}
+
+int ep_pick_model_or_pending(struct http_req *r, int embedding, struct srv_model **m,
+                             enum MHD_Result *ret) {
+  int stream = json_is_true(json_object_get(r->json, "stream"));
+  return pick(r, embedding, !stream, m, ret);
 }

@@ -221,7 +221,9 @@ static int guess_embedding(const char *dir) {
 }
 
 /* What a request's name refers to: a command-line entry, else a repo in the Hub cache. Fills the
- * directory and the kind (1 embedding). Runs without the lock (it reads the disk). */
+ * directory and the kind (1 embedding). Runs without the lock (it reads the disk). A repo id is
+ * resolved on its own (refs/main, one snapshot): a name that ends in a 404 costs a few stat calls,
+ * never a scan of the whole cache, whatever a client sends. */
 static int lookup(struct srv *s, const char *name, char *dir, size_t cap, int *embedding,
                   int *forced, int *http_status, struct hearth_err *err) {
   *forced = 0;
@@ -237,23 +239,11 @@ static int lookup(struct srv *s, const char *name, char *dir, size_t cap, int *e
   *http_status = 404;
   if (!srv_valid_repo_id(name) || is_dir(name)) /* never a local path named by a client */
     return err_set(err, HEARTH_ERR_IO, "the model '%s' does not exist", name);
-  struct hub_model *list = NULL;
-  int n = 0, found = 0;
   struct hearth_err e2 = {0};
-  if (!hub_cache_list(&list, &n, &e2)) {
-    for (int i = 0; i < n && !found; i++)
-      if (!strcmp(list[i].repo, name)) {
-        found = snprintf(dir, cap, "%s", list[i].dir) < (int)cap;
-        *embedding = list[i].is_embedding;
-      }
-    free(list);
-  }
-  if (!found) { /* not listed (or no listing): the cache layout as `hearth run ORG/NAME` reads it */
-    if (hub_resolve(name, dir, cap, &e2))
-      return err_set(err, HEARTH_ERR_IO, "the model '%s' does not exist (it is not in the Hugging "
-                     "Face cache: `hearth pull %s` or POST /v1/models/pull)", name, name);
-    *embedding = guess_embedding(dir);
-  }
+  if (hub_resolve_repo(name, dir, cap, &e2))
+    return err_set(err, HEARTH_ERR_IO, "the model '%s' does not exist (it is not in the Hugging "
+                   "Face cache: `hearth pull %s` or POST /v1/models/pull)", name, name);
+  *embedding = guess_embedding(dir);
   return 0;
 }
 
@@ -302,8 +292,10 @@ static void take(struct srv *s, struct srv_model *m) {
   m->last_used = ++s->use_clock;
 }
 
-int srv_model_acquire(struct srv *s, const char *name, struct srv_model **out, int *http_status,
-                      struct hearth_err *err) {
+/* srv_model_acquire, and with wait 0 srv_model_try_acquire: SRV_ACQUIRE_PENDING where the first
+ * would wait (for a load, an unload or a free slot) or load. */
+static int acquire(struct srv *s, const char *name, int wait, struct srv_model **out,
+                   int *http_status, struct hearth_err *err) {
   *out = NULL;
   if (!name || !*name || strlen(name) >= sizeof s->models[0].id) {
     *http_status = 400;
@@ -319,6 +311,10 @@ int srv_model_acquire(struct srv *s, const char *name, struct srv_model **out, i
       pthread_mutex_unlock(&s->reg_mu);
       *out = m;
       return 0;
+    }
+    if (m && !wait) {
+      pthread_mutex_unlock(&s->reg_mu);
+      return SRV_ACQUIRE_PENDING;
     }
     if (m && m->state == SLOT_LOADING) {
       m->waiters++;
@@ -346,6 +342,7 @@ int srv_model_acquire(struct srv *s, const char *name, struct srv_model **out, i
       pthread_mutex_unlock(&s->reg_mu);
       int rc = lookup(s, name, dir, sizeof dir, &embedding, &forced, http_status, err);
       if (rc) return rc;
+      if (!wait) return SRV_ACQUIRE_PENDING; /* it exists: loading it is the caller's next step */
       looked_up = 1;
       pthread_mutex_lock(&s->reg_mu);
       continue; /* someone may have started loading it meanwhile */
@@ -383,6 +380,16 @@ int srv_model_acquire(struct srv *s, const char *name, struct srv_model **out, i
     if (!rc) *out = slot;
     return rc;
   }
+}
+
+int srv_model_acquire(struct srv *s, const char *name, struct srv_model **out, int *http_status,
+                      struct hearth_err *err) {
+  return acquire(s, name, 1, out, http_status, err);
+}
+
+int srv_model_try_acquire(struct srv *s, const char *name, struct srv_model **out,
+                          int *http_status, struct hearth_err *err) {
+  return acquire(s, name, 0, out, http_status, err);
 }
 
 void srv_model_release(struct srv *s, struct srv_model *m) {

@@ -5,7 +5,8 @@
  * repo id "ORG/NAME" in the Hugging Face Hub cache (load/hub_cache.h). srv_model_acquire returns the
  * model loaded, with a reference that keeps it loaded until srv_model_release; when it is not
  * loaded, the calling request's thread loads it while later requests for it wait (a failed load
- * answers every waiter with its error). At most opt->max_loaded generative and
+ * answers every waiter with its error); a stream does this wait on a thread of its own, sending
+ * keep-alives meanwhile (server/stream_load.h). At most opt->max_loaded generative and
  * opt->max_loaded_embedding embedding models stay resident: before a load, the least recently
  * acquired model of the same kind is marked unloading (no new references), and freed once its
  * running requests have released it; a request is never left holding a freed model.
@@ -31,6 +32,13 @@ void registry_free(struct srv *s);
 int srv_model_acquire(struct srv *s, const char *name, struct srv_model **out, int *http_status,
                       struct hearth_err *err);
 void srv_model_release(struct srv *s, struct srv_model *m);
+/* Like srv_model_acquire without ever waiting or loading: 0 with *out referenced when the model is
+ * loaded; SRV_ACQUIRE_PENDING (> 0) when it exists but srv_model_acquire would wait for it (being
+ * loaded or unloaded, or only on disk); the same errors otherwise (404 is known at once). A stream
+ * uses it to start its response before a load (server/stream_load.h). */
+#define SRV_ACQUIRE_PENDING 1
+int srv_model_try_acquire(struct srv *s, const char *name, struct srv_model **out,
+                          int *http_status, struct hearth_err *err);
 
 /* engine_shutdown on every loaded model (the end of a drain: cancels what runs). */
 void registry_shutdown_engines(struct srv *s);

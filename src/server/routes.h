@@ -38,6 +38,11 @@ enum MHD_Result ep_model_delete(struct http_req *r);     /* DELETE /v1/models/{i
  * completes. On failure queues 400 (missing/wrong type, wrong kind), 404 model_not_found or 500
  * model_load_failed into *ret. */
 struct srv_model *ep_pick_model(struct http_req *r, int embedding, enum MHD_Result *ret);
+/* The same for a completion: a request with "stream": true whose model is not loaded yet (being
+ * loaded, or only on disk) gets 1 and no model, and streams its wait (server/stream_load.h);
+ * otherwise 0 with *m, or -1 with *ret queued, as ep_pick_model. */
+int ep_pick_model_or_pending(struct http_req *r, int embedding, struct srv_model **m,
+                             enum MHD_Result *ret);
 
 /* A copy of a chat request's messages as templates expect them: text parts joined into one string,
  * tool-call arguments parsed from their JSON string into an object. NULL with *e filled on a

@@ -120,6 +120,9 @@ int server_run(const struct server_options *o, volatile sig_atomic_t *stop, stru
   http_stop(s, d);
   /* pulls whose client has gone are cancelled at their next progress call */
   for (int waited = 0; atomic_load(&s->n_pulls) > 0 && waited < 30000; waited += 10) usleep(10 * 1000);
+  /* a load a stream was waiting for runs to its end (it cannot be cut short): the models are
+   * freed after it */
+  while (atomic_load(&s->n_waiting) > 0) usleep(10 * 1000);
   registry_free(s);
   free(s);
   prof_dump(stderr); /* HEARTH_PROFILE only (base/prof.h) */

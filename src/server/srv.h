@@ -85,6 +85,7 @@ struct srv {
   atomic_int n_inflight;
   atomic_int aborting;
   atomic_int n_pulls;        /* POST /v1/models/pull threads running (model_admin.c) */
+  atomic_int n_waiting;      /* threads waiting for a stream's model to load (stream_load.c) */
 };
 
 

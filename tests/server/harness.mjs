@@ -26,20 +26,24 @@ export function requirePrereqs({ openai = true } = {}) {
 }
 
 let serial = 0;
-// Starts a server; resolves once it listens. extra: more command-line arguments.
-export async function startServer(extra = []) {
+// Starts `hearth serve ARGS --port 0 --port-file F` with env added to the environment; resolves once
+// it listens. When it exits first: throws, or with allowExit resolves {exited: {code, sig}, log} (a
+// start the test expects to be refused).
+export async function launch(args, { env = {}, allowExit = false } = {}) {
   const portFile = path.join(os.tmpdir(), `hearth-test-port-${process.pid}-${serial++}`);
   fs.rmSync(portFile, { force: true });
-  const args = ['serve', '--model', path.join(FIX, CHAT), '--model', path.join(FIX, EMBED),
-    '--port', '0', '--port-file', portFile, '--parallel', '20', '--ctx', '512', ...extra];
-  const child = spawn(BIN, args, { stdio: ['ignore', 'inherit', 'pipe'] });
+  const child = spawn(BIN, [...args, '--port', '0', '--port-file', portFile],
+    { stdio: ['ignore', 'inherit', 'pipe'], env: { ...process.env, ...env } });
   let log = '';
   child.stderr.on('data', (d) => { log += d; process.stderr.write(d); });
   const exited = new Promise((resolve) => child.on('exit', (code, sig) => resolve({ code, sig })));
   const t0 = Date.now();
   while (!fs.existsSync(portFile)) {
-    if (child.exitCode !== null) throw new Error(`hearth serve exited early:\n${log}`);
-    if (Date.now() - t0 > 120000) { child.kill('SIGKILL'); throw new Error('hearth serve did not start'); }
+    if (child.exitCode !== null || child.signalCode !== null) {
+      if (allowExit) return { exited: await exited, log };
+      throw new Error(`hearth serve exited early:\n${log}`);
+    }
+    if (Date.now() - t0 > 120000) { child.kill('SIGKILL'); throw new Error(`hearth serve did not start:\n${log}`); }
     await new Promise((r) => setTimeout(r, 50));
   }
   const port = Number(fs.readFileSync(portFile, 'utf8'));
@@ -57,6 +61,12 @@ export async function startServer(extra = []) {
       return r;
     },
   };
+}
+
+// Starts a server with the two fixture models; resolves once it listens. extra: more arguments.
+export async function startServer(extra = []) {
+  return launch(['serve', '--model', path.join(FIX, CHAT), '--model', path.join(FIX, EMBED),
+    '--parallel', '20', '--ctx', '512', ...extra]);
 }
 
 export async function getJSON(srv, p) {

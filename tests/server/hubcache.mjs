@@ -1,14 +1,13 @@
 // tests/server/hubcache.mjs — what the model-management tests share: a Hugging Face Hub cache
 // built by hand from the fixture directories (the layout huggingface_hub writes: blobs named by
 // sha256, snapshots/<commit>/<file> as relative symlinks to them, refs/main), and a `hearth serve`
-// started with its own arguments and environment (no fixture models added, unlike harness.mjs).
-import { spawn } from 'node:child_process';
+// started with its own arguments and environment (no fixture models added, unlike startServer).
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
-import { BIN } from './harness.mjs';
+import { launch } from './harness.mjs';
 
 // A fresh, empty cache directory; removed by the caller (fs.rmSync(dir, {recursive: true})).
 export function tmpCache(tag) {
@@ -39,36 +38,10 @@ export function addRepo(root, repo, dir, edit = (name, bytes) => bytes) {
   return snap;
 }
 
-let serial = 0;
-// Starts `hearth serve ARGS` on an ephemeral port with env added to the environment. Resolves once
-// it listens, or with {exited: {code, sig}, log} when it exits first (a refused start).
-export async function serve(args, env = {}) {
-  const portFile = path.join(os.tmpdir(), `hearth-models-port-${process.pid}-${serial++}`);
-  fs.rmSync(portFile, { force: true });
-  const child = spawn(BIN, ['serve', '--port', '0', '--port-file', portFile, '--ctx', '512', ...args],
-    { stdio: ['ignore', 'inherit', 'pipe'], env: { ...process.env, ...env } });
-  let log = '';
-  child.stderr.on('data', (d) => { log += d; process.stderr.write(d); });
-  const exited = new Promise((resolve) => child.on('exit', (code, sig) => resolve({ code, sig })));
-  const t0 = Date.now();
-  while (!fs.existsSync(portFile)) {
-    if (child.exitCode !== null || child.signalCode !== null) return { exited: await exited, log };
-    if (Date.now() - t0 > 120000) { child.kill('SIGKILL'); throw new Error(`hearth serve did not start:\n${log}`); }
-    await new Promise((r) => setTimeout(r, 50));
-  }
-  const port = Number(fs.readFileSync(portFile, 'utf8'));
-  fs.rmSync(portFile, { force: true });
-  return {
-    port, child, url: `http://127.0.0.1:${port}`, log: () => log,
-    async stop() {
-      if (child.exitCode === null) child.kill('SIGTERM');
-      const timer = setTimeout(() => child.kill('SIGKILL'), 30000);
-      const r = await exited;
-      clearTimeout(timer);
-      return r;
-    },
-  };
-}
+// Starts `hearth serve ARGS` (harness.mjs's launch: an ephemeral port) with env added to the
+// environment. Resolves once it listens, or with {exited: {code, sig}, log} when it exits first (a
+// refused start).
+export const serve = (args, env = {}) => launch(['serve', '--ctx', '512', ...args], { env, allowExit: true });
 
 // GET /v1/models as {id: model}.
 export async function modelsById(srv, headers = {}) {
