@@ -9,8 +9,9 @@
 # The checkpoints are random-weight mkmodel checkpoints of configs/qwen2.5-{0.5b,3b}-instruct.json with
 # the fetched Qwen tokenizer and chat template (scripts/fetch-tokenizers.sh), made once under --work
 # (default /tmp/hearth-load). The GGUFs of the same shapes come from llama.cpp's make_random_gguf.py
-# (--llama, default ../shared/peers/llama.cpp; "none" or a missing folder skips llama-server, as on
-# the H200 where that CPU build does not apply).
+# (--llama, default ../shared/peers/llama.cpp; "none" or a missing folder skips llama-server; on the H200,
+# bench/llama-gpu.sh builds llama.cpp with CUDA, makes the GGUFs and passes its build here, and llama-server
+# then gets -ngl 99).
 #
 # "cold" evicts only the model's files (posix_fadvise DONTNEED, no root needed); the binaries and the
 # kernel's other caches stay, and a virtual disk may still be served from the host's cache, so cold
@@ -58,12 +59,15 @@ checkpoint() { # size -> directory of the hearth checkpoint (made once)
   echo "$d"
 }
 have_llama=0
+llama_gpu=""   # all layers on the GPU when hearth runs on it too (a CUDA build of llama.cpp)
+[ "$backend" = cuda ] && llama_gpu="-ngl 99"
 if [ "$llama" != none ] && [ -x "$llama/bin/llama-server" ]; then
   have_llama=1
   # the shared copy stores the libraries' version symlinks as small text files: link them properly
   libs=$work/llama-libs
   mkdir -p "$libs"
   for f in "$llama"/bin/*.so*; do
+    [ -e "$f" ] || continue   # a static build (bench/llama-gpu.sh) has no libraries
     if [ "$(stat -c %s "$f")" -lt 64 ]; then ln -sfn "$llama/bin/$(cat "$f")" "$libs/$(basename "$f")"
     else ln -sfn "$f" "$libs/$(basename "$f")"; fi
   done
@@ -135,8 +139,9 @@ for size in $sizes; do
     measure "$size" "hearth run -n 1" "$state" "$files" run_once "$dir"
     if [ $have_llama = 1 ]; then
       g=$(gguf "$size")
+      # shellcheck disable=SC2086
       measure "$size" "llama-server Q4_0" "$state" "$g" serve_once "qwen2.5-$size" \
-        env LD_LIBRARY_PATH="$libs" "$llama/bin/llama-server" -m "$g" -t "$(nproc)" -c 8192 --port "$port"
+        env LD_LIBRARY_PATH="$libs" "$llama/bin/llama-server" -m "$g" -t "$(nproc)" -c 8192 $llama_gpu --port "$port"
     fi
   done
 done

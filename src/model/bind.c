@@ -189,6 +189,7 @@ int bind_matrix(struct binder *b, struct hb_tensor *dst, const char *name, int64
   }
   hw.data = buf;
   hw.scales = scales;
+  hw.pool = b->m->load_pool;
   rc = b->m->be->weight_upload(b->m->bctx, dst, &hw, err);
   free(buf);
   free(scales);
