@@ -107,11 +107,14 @@ stamp "hearth built"
 
 # ---- the Q4_0 GGUFs (named as load.sh looks for them, so it makes none itself) -------------------------
 mkdir -p "$W"
+py=python3
+python3 -c 'import numpy' 2>/dev/null || py=/usr/bin/python3
+"$py" -c 'import numpy' 2>/dev/null || fail "make_random_gguf.py needs python3 with numpy"
 for s in $SIZES; do
   g=$W/qwen2.5-$s-q4_0.gguf
   [ -f "$g" ] && continue
   stamp "GGUF $s: make_random_gguf.py + llama-quantize Q4_0"
-  PYTHONPATH="$C/gguf-py" python3 "$C/make_random_gguf.py" --model "qwen2.5-$s" --tokenizer-dir "$C/hc/tokenizers/qwen3" \
+  PYTHONPATH="$C/gguf-py" "$py" "$C/make_random_gguf.py" --model "qwen2.5-$s" --tokenizer-dir "$C/hc/tokenizers/qwen3" \
     --chat-template "$C/qwen2.5-instruct.jinja" --out "$W/qwen2.5-$s-f16.gguf" >>"$OUT/gguf.log" 2>&1 \
     || fail "make_random_gguf.py failed for $s (log: $OUT/gguf.log)"
   "$LBIN/llama-quantize" "$W/qwen2.5-$s-f16.gguf" "$g.tmp" Q4_0 >>"$OUT/gguf.log" 2>&1 \

