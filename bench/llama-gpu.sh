@@ -71,6 +71,14 @@ command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
   echo "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
   echo "hearth: $(git log --oneline -1 2>/dev/null)"; echo "llama.cpp: $(cat "$C/COMMIT")"; } | tee "$OUT/machine.txt"
 
+# ---- hearth with CUDA, built beside llama.cpp (both are mostly nvcc; together they keep 16 cores busy) ----
+. bench/deps.sh
+stamp "hearth: configure + build in the background (log: $OUT/hearth-build.log)"
+( cmake -S . -B "$HB" -DCMAKE_BUILD_TYPE=Release -DHEARTH_WERROR=OFF -DHEARTH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DCMAKE_PREFIX_PATH="$PREFIX" >"$OUT/hearth-build.log" 2>&1 &&
+  cmake --build "$HB" -j"$(nproc)" --target hearth_cli >>"$OUT/hearth-build.log" 2>&1 ) &
+hearth_build=$!
+
 # ---- llama.cpp with CUDA, sm_90 only, three targets ------------------------------------------------
 # Off: tests, examples, the unified app, the web UI (an empty stub), OpenSSL/libcurl (no network here);
 # static libraries so the binaries need no LD_LIBRARY_PATH. FA over all KV quant pairs stays off (the
@@ -87,23 +95,20 @@ if ! { cmake -S "$src" -B "$LB/build" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON 
          -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF >"$OUT/llama-build.log" 2>&1 &&
        cmake --build "$LB/build" -j"$(nproc)" --target llama-server llama-bench llama-quantize >>"$OUT/llama-build.log" 2>&1; }; then
   grep -E "error|Error|CMake Error" "$OUT/llama-build.log" | head -20
+  wait "$hearth_build"
   fail "the llama.cpp build failed (rerun to resume a build cut short; log in $OUT/llama-build.log)"
 fi
 LBIN=$LB/build/bin
 for x in llama-server llama-bench llama-quantize; do [ -x "$LBIN/$x" ] || fail "no $LBIN/$x after the build"; done
 mkdir -p "$LB/peer" && ln -sfn "$LBIN" "$LB/peer/bin"   # the layout bench/load.sh --llama expects
 stamp "llama.cpp built"
-
-# ---- hearth with CUDA ---------------------------------------------------------------------------------
-. bench/deps.sh
-stamp "hearth: configure + build (log: $OUT/hearth-build.log)"
-if ! { cmake -S . -B "$HB" -DCMAKE_BUILD_TYPE=Release -DHEARTH_WERROR=OFF -DHEARTH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-         -DCMAKE_PREFIX_PATH="$PREFIX" >"$OUT/hearth-build.log" 2>&1 &&
-       cmake --build "$HB" -j"$(nproc)" --target hearth_cli >>"$OUT/hearth-build.log" 2>&1; }; then
+if ! wait "$hearth_build"; then
   grep -E "error|Error" "$OUT/hearth-build.log" | head -20
   fail "the hearth build failed (log in $OUT/hearth-build.log)"
 fi
+[ -x "$HB/hearth" ] || fail "no $HB/hearth after the build"
 stamp "hearth built"
+
 
 # ---- the Q4_0 GGUFs (named as load.sh looks for them, so it makes none itself) -------------------------
 mkdir -p "$W"
