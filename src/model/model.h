@@ -132,6 +132,8 @@ struct hearth_model {
   int row_invariant;    /* the forwards under way run the backend's row-invariant kernels (no graphs) */
   char *store_dir;      /* on-disk prefix cache directory, or NULL */
   struct threadpool *load_pool; /* while binding only: the workers converting and quantizing rows */
+  void *load_buf;               /* while binding only: one conversion buffer reused for every tensor */
+  size_t load_buf_bytes;        /* (model/bind.c; freed by model_load.c with load_pool) */
 };
 
 /* What a family file provides (model/qwen2.c, model/qwen3.c). */
