@@ -22,6 +22,8 @@
 
 #include "base/err.h"
 
+struct threadpool;
+
 enum hb_dtype {
   HB_F32 = 0,
   HB_F16 = 1,
@@ -46,6 +48,8 @@ struct hb_host_weight {
   int64_t rows, cols;
   const void *data;        /* HB_Q4: [rows][cols/2] bytes, byte j of a row = (q[2j]+8) | (q[2j+1]+8) << 4 */
   const uint16_t *scales;  /* HB_Q4: [rows][cols/128] fp16 bits; NULL otherwise */
+  struct threadpool *pool; /* optional: the loader's idle worker threads, which a backend may use for
+                            * its own conversion at upload (the CPU backend's int4 repack); NULL = none */
 };
 
 /* Where a batch's tokens sit in the paged KV cache. Token t belongs to sequence seq[t] at position

@@ -136,6 +136,8 @@ struct hearth_model {
   char *store_dir;      /* on-disk prefix cache directory, or NULL */
   struct prefix_store *store; /* its saving state (runtime/prefix_store.c), or NULL */
   struct threadpool *load_pool; /* while binding only: the workers converting and quantizing rows */
+  void *load_buf;               /* while binding only: one conversion buffer reused for every tensor */
+  size_t load_buf_bytes;        /* (model/bind.c; freed by model_load.c with load_pool) */
 };
 
 /* What a family file provides (model/qwen2.c, model/qwen3.c). */

@@ -311,6 +311,9 @@ int hearth_model_load(const struct hearth_model_params *p, struct hearth_model *
   double t_bound = now_s();
   threadpool_free(m->load_pool);
   m->load_pool = NULL;
+  free(m->load_buf);
+  m->load_buf = NULL;
+  m->load_buf_bytes = 0;
   m->fingerprint = prefix_store_fingerprint(dir, st, p->dtype, m->be->name, KV_BLOCK);
   st_close(st);
   if (rc) goto fail;

@@ -1,6 +1,8 @@
 /* test_cpu_kernels.c — the CPU hot kernels against their specifications, on random inputs with odd
  * sizes and tails:
  *   repack:    q4x16 repack + row dequantization is bit-identical to quant/q4.c's.
+ *   pack_bytes: q4x16_pack alone and over pools of 2 and 3 threads gives exactly the bytes the
+ *              layout comment in q4x16.h specifies (a nibble-by-nibble reference written here).
  *   quantize:  every set's activation quantization (16-bit, two int8 planes) is bit-identical
  *              to the generic C one.
  *   matmul:    generic path (both modes) vs the scalar f32 reference within the quantization bound; every
@@ -101,6 +103,46 @@ TEST_GROUP(repack) {
     free(a); free(b);
     free_q4(&ref); free_q4(&pk);
   }
+}
+
+/* q4x16.h's layout, one nibble at a time: the bytes any q4x16_pack must produce */
+static uint8_t *spec_pack(const struct cpu_q4 *w, size_t *bytes) {
+  int64_t nblk = (w->rows + 15) / 16, cols = w->cols, G = cols / 128;
+  size_t qb = (size_t)(nblk * cols * 8);
+  *bytes = qb + (size_t)(nblk * G * 16 * 2);
+  uint8_t *p = calloc(1, *bytes);
+  uint16_t *dp = (uint16_t *)(p + qb);
+  for (int64_t r = 0; r < nblk * 16; r++) {
+    int64_t b = r / 16, l = r % 16;
+    for (int64_t k = 0; k < cols; k++) {
+      int u = r < w->rows ? (w->qs[r * cols / 2 + k / 2] >> (4 * (k & 1))) & 15 : 8;
+      int64_t g = k / 128, c = (k % 128) / 8, j = k % 8;
+      p[b * cols * 8 + (g * 16 + c) * 64 + 4 * l + (j & 3)] |= (uint8_t)(u << (j < 4 ? 0 : 4));
+    }
+    for (int64_t g = 0; g < G; g++) dp[(b * G + g) * 16 + l] = r < w->rows ? w->d[r * G + g] : 0;
+  }
+  return p;
+}
+
+TEST_GROUP(pack_bytes) {
+  /* 300 rows: several 128-row chunks a worker claims, and a padded last block */
+  const int64_t shapes[][2] = {{1, 128}, {17, 256}, {300, 896}, {129, 2048}};
+  struct threadpool *pools[] = {NULL, threadpool_create(2), threadpool_create(3)};
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    struct cpu_q4 w = make_q4(shapes[s][0], shapes[s][1]);
+    size_t bytes;
+    uint8_t *want = spec_pack(&w, &bytes);
+    for (int i = 0; i < 3; i++) {
+      struct cpu_q4 pk = {.rows = w.rows, .cols = w.cols};
+      REQUIRE(q4x16_pack(&pk, w.qs, w.d, pools[i]) == 0);
+      CHECKF(!memcmp(pk.packed, want, bytes), "%lldx%lld, pool of %d: packed bytes differ from the layout",
+             (long long)w.rows, (long long)w.cols, pools[i] ? threadpool_size(pools[i]) : 0);
+      q4x16_free(&pk);
+    }
+    free(want);
+    free_q4(&w);
+  }
+  for (int i = 1; i < 3; i++) threadpool_free(pools[i]);
 }
 
 static void quantize_cases(void);
@@ -379,7 +421,7 @@ TEST_GROUP(backend_ops) {
   int64_t rows = 200, cols = 384;
   int n = 11;
   struct cpu_q4 w = make_q4(rows, cols);
-  struct hb_host_weight hw = {HB_Q4, rows, cols, w.qs, w.d};
+  struct hb_host_weight hw = {HB_Q4, rows, cols, w.qs, w.d, NULL};
   struct hb_tensor wf, we, x, of, oe;
   REQUIRE(be->weight_upload(fast, &wf, &hw, &err) == 0);
   REQUIRE(be->weight_upload(exact, &we, &hw, &err) == 0);
@@ -459,7 +501,7 @@ TEST_GROUP(batch_invariance) {
   struct hb_ctx *ctx = NULL;
   struct hb_config cf = {.n_threads = 3, .exact = 0};
   REQUIRE(hb_cpu_ops.init(&cf, &ctx, &err) == 0);
-  struct hb_host_weight hw = {HB_Q4, rows, cols, w.qs, w.d};
+  struct hb_host_weight hw = {HB_Q4, rows, cols, w.qs, w.d, NULL};
   struct hb_tensor wt, xt, x1, ot, o1;
   REQUIRE(hb_cpu_ops.weight_upload(ctx, &wt, &hw, &err) == 0);
   REQUIRE(hb_cpu_ops.alloc(ctx, &xt, HB_F32, nmax, cols, &err) == 0);
@@ -550,5 +592,5 @@ TEST_GROUP(kernel_select) {
   hb_cpu_ops.free(ctx);
 }
 
-TEST_MAIN(T(repack), T(quantize), T(matmul), T(attention), T(silu), T(threadpool), T(backend_ops),
+TEST_MAIN(T(repack), T(pack_bytes), T(quantize), T(matmul), T(attention), T(silu), T(threadpool), T(backend_ops),
           T(batch_invariance), T(kernel_select))

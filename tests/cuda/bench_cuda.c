@@ -60,7 +60,7 @@ static void up_q4(struct hb_tensor *t, int rows, int cols, uint64_t *bytes) {
   uint16_t *s = malloc(sb * 2);
   for (size_t i = 0; i < qb; i += 4) { uint32_t v = r32(); memcpy(q + i, &v, qb - i < 4 ? qb - i : 4); }
   for (size_t i = 0; i < sb; i++) s[i] = (uint16_t)(0x2000 + (r32() % 0x0800)) | (uint16_t)((r32() & 1) << 15); /* ~0.008..0.03 */
-  struct hb_host_weight hw = {HB_Q4, rows, cols, q, s};
+  struct hb_host_weight hw = {HB_Q4, rows, cols, q, s, NULL};
   if (G->weight_upload(gc, t, &hw, &err)) DIE("upload q4 %dx%d", rows, cols);
   *bytes += qb + sb * 2;
   free(q); free(s);
@@ -68,7 +68,7 @@ static void up_q4(struct hb_tensor *t, int rows, int cols, uint64_t *bytes) {
 static void up_f32(struct hb_tensor *t, int n, float base, float amp) {
   float *h = malloc((size_t)n * 4);
   for (int i = 0; i < n; i++) h[i] = base + amp * ((float)(r32() % 2001) / 1000.0f - 1.0f);
-  struct hb_host_weight hw = {HB_F32, 1, n, h, NULL};
+  struct hb_host_weight hw = {HB_F32, 1, n, h, NULL, NULL};
   if (G->weight_upload(gc, t, &hw, &err)) DIE("upload f32");
   free(h);
 }

@@ -64,7 +64,7 @@ static void pair_free(struct pair *p) { C->release(cc, &p->c); G->release(gc, &p
 static void weight_pair(struct pair *p, enum hb_dtype dt, int64_t rows, int64_t cols, float amp) {
   struct hearth_err err = {0};
   float *w = randv(rows * cols, amp);
-  struct hb_host_weight hw = {dt, rows, cols, NULL, NULL};
+  struct hb_host_weight hw = {dt, rows, cols, NULL, NULL, NULL};
   uint8_t *qs = NULL;
   uint16_t *d = NULL, *b16 = NULL;
   if (dt == HB_Q4) {

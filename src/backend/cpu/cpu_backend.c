@@ -114,18 +114,25 @@ static int cpu_weight_upload(struct hb_ctx *c, struct hb_tensor *dst, const stru
     if (src->cols % Q4_GROUP) return err_set(err, HEARTH_ERR_ARG, "q4 weight cols %lld not a multiple of 128", (long long)src->cols);
     struct cpu_q4 *q = calloc(1, sizeof *q);
     size_t qb = (size_t)src->rows * (size_t)src->cols / 2, db = (size_t)src->rows * (size_t)(src->cols / Q4_GROUP) * 2;
-    if (q) { q->qs = malloc(qb); q->d = malloc(db); }
-    if (!q || !q->qs || !q->d) {
-      if (q) { free(q->qs); free(q->d); free(q); }
-      return err_set(err, HEARTH_ERR_NOMEM, "out of memory for a %lldx%lld int4 weight", (long long)src->rows, (long long)src->cols);
-    }
-    memcpy(q->qs, src->data, qb);
-    memcpy(q->d, src->scales, db);
+    if (!q) return err_set(err, HEARTH_ERR_NOMEM, "out of memory for a %lldx%lld int4 weight", (long long)src->rows, (long long)src->cols);
     q->rows = src->rows;
     q->cols = src->cols;
-    if (c->k->q4_repack && c->k->q4_repack(q)) {
-      free(q->qs); free(q->d); free(q);
-      return err_set(err, HEARTH_ERR_NOMEM, "out of memory repacking an int4 weight");
+    if (c->k->q4_pack) {
+      /* straight from the caller's buffer into the packed layout, on the loader's threads when it
+       * lends them (they are idle while a weight uploads), else on ours */
+      if (c->k->q4_pack(q, src->data, src->scales, src->pool ? src->pool : c->pool)) {
+        free(q);
+        return err_set(err, HEARTH_ERR_NOMEM, "out of memory repacking an int4 weight");
+      }
+    } else {
+      q->qs = malloc(qb);
+      q->d = malloc(db);
+      if (!q->qs || !q->d) {
+        free(q->qs); free(q->d); free(q);
+        return err_set(err, HEARTH_ERR_NOMEM, "out of memory for a %lldx%lld int4 weight", (long long)src->rows, (long long)src->cols);
+      }
+      memcpy(q->qs, src->data, qb);
+      memcpy(q->d, src->scales, db);
     }
     dst->dtype = HB_Q4;
     dst->rows = src->rows;

@@ -60,6 +60,8 @@ struct cpu_attn_job {
   float scale, softcap;
 };
 
+struct threadpool;
+
 struct cpu_kernels {
   const char *name;
   /* out[t*ldo + r] = dot(x[t*ldx .. +cols], W row r) for t in [0,n), r in [r0,r1) */
@@ -69,8 +71,9 @@ struct cpu_kernels {
                       int64_t r0, int64_t r1, float *out, int64_t ldo);
   void (*matmul_f32)(const float *w, int64_t cols, const float *x, int64_t ldx, int n, int64_t r0,
                      int64_t r1, float *out, int64_t ldo);
-  /* optional repack at upload (NULL = keep the reference layout); returns 0 or -1 on OOM */
-  int (*q4_repack)(struct cpu_q4 *w);
+  /* optional repack at upload (NULL = keep the reference layout): fills w->packed from the reference
+   * layout qs/d, over pool's threads when not NULL; returns 0 or -1 on OOM */
+  int (*q4_pack)(struct cpu_q4 *w, const uint8_t *qs, const uint16_t *d, struct threadpool *pool);
   void (*q4_free_packed)(struct cpu_q4 *w);
   /* dequantize row r of w into out[cols] (for embedding lookups) */
   void (*q4_row)(const struct cpu_q4 *w, int64_t r, float *out);

@@ -56,7 +56,7 @@ const struct cpu_kernels cpu_kernels_ref = {
   .matmul_q4 = ref_matmul_q4,
   .matmul_bf16 = ref_matmul_bf16,
   .matmul_f32 = ref_matmul_f32,
-  .q4_repack = NULL,
+  .q4_pack = NULL,
   .q4_free_packed = NULL,
   .q4_row = ref_q4_row,
 };

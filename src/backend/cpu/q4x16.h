@@ -29,7 +29,12 @@ static inline const uint16_t *q4x16_scales(const struct cpu_q4 *w, int64_t blk) 
          blk * (w->cols / 128) * 16;
 }
 
-/* Repacks w->qs/w->d into w->packed and frees qs/d. 0, or -1 on OOM (w unchanged). */
+struct threadpool;
+/* Packs the reference layout qs/d (w->rows x w->cols; w->qs, w->d untouched) into a new w->packed,
+ * over `pool`'s threads when given (the loader's: weights are packed while the model loads). The
+ * bytes are the same for any pool. 0, or -1 on OOM (w unchanged). */
+int q4x16_pack(struct cpu_q4 *w, const uint8_t *qs, const uint16_t *d, struct threadpool *pool);
+/* q4x16_pack from w->qs/w->d on this thread, then frees qs/d. 0, or -1 on OOM (w unchanged). */
 int q4x16_repack(struct cpu_q4 *w);
 void q4x16_free(struct cpu_q4 *w);
 /* Dequantizes row r from the packed layout (bit-identical to q4_dequantize_row). */
