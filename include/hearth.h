@@ -125,6 +125,10 @@ void hearth_model_free(struct hearth_model *m);
  * when it is idle; hearth_model_free saves the rest). Returns how many still wait; 0 without kv_cache_dir. */
 int hearth_model_store_flush(struct hearth_model *m, int max_blocks);
 const struct hearth_model_info *hearth_model_info(const struct hearth_model *m);
+/* Runs the request path's kernels once on synthetic tokens (prefill, decode, scored and row-invariant steps;
+ * embeddings) so that a GPU backend's lazy module loading, scratch allocations and graph captures happen now
+ * rather than in the first request; nothing of it enters the prefix cache. A no-op on the CPU backend. */
+int hearth_model_warm_up(struct hearth_model *m, struct hearth_err *err);
 
 /* ---- sessions ---------------------------------------------------------------------- */
 

@@ -14,6 +14,7 @@
 #include "runtime/prefix_store.h"
 #include "runtime/row_score.h"
 #include "runtime/session_embed.h"
+#include "runtime/session_unkeyed.h"
 
 struct hearth_session {
   struct hearth_model *m;
@@ -35,7 +36,10 @@ struct hearth_session {
   int invariant;     /* hearth_session_set_row_invariant: its forwards run the backend's row-invariant kernels,
                         and its blocks live under their own prefix-cache keys */
   struct hearth_row_score *score; /* during hearth_sessions_step_scored only: what this session's row must give */
+  int unkeyed;       /* session_set_unkeyed: its blocks never enter the prefix cache (nor the disk store) */
 };
+
+void session_set_unkeyed(struct hearth_session *s) { s->unkeyed = 1; }
 
 /* The root of a session's block-hash chain: a row-invariant session's blocks were computed with other kernels
  * (CUDA), so they are another cache entry than the same tokens computed on the fast path */
@@ -96,6 +100,7 @@ void hearth_session_set_row_invariant(struct hearth_session *s, int on) {
 
 /* Registers the session's newly completed full blocks in the prefix cache. */
 static void key_full_blocks(struct hearth_session *s) {
+  if (s->unkeyed) return;
   int bs = s->m->kv.block_size;
   for (int b = s->n_keyed; b < s->n_tokens / bs; b++) {
     uint64_t parent = b ? s->bhash[b - 1] : chain_root(s);

@@ -83,6 +83,8 @@ static int model_open(const struct server_options *o, struct srv_model *m, int e
     rc = textio_load(m->path, &m->tio, err);
     /* a tokenizer from another model: refuse at load, not at the first request it breaks */
     if (!rc) rc = tok_check_model_vocab(textio_tok(m->tio), m->info->n_vocab, err);
+    /* the first request must not pay for the GPU's lazy first launches (runtime/warm_up.c) */
+    if (!rc) rc = hearth_model_warm_up(m->model, err);
   }
   if (!rc && m->info->is_embedding) {
     rc = embq_new(m->model, &m->embq, err);

@@ -9,6 +9,7 @@
 #include "model/model.h"
 #include "runtime/kv_cache.h"
 #include "runtime/row_score.h"
+#include "runtime/warm_up.h"
 #include "backend/backend.h"
 #include "test.h"
 
@@ -553,5 +554,34 @@ TEST_GROUP(row_score) {
   hearth_model_free(m);
 }
 
+/* The warm-up (run here on the CPU, where hearth_model_warm_up itself skips it) leaves no trace: no prefix-cache
+ * entry, every block back in the pool, and the next prompt's logits as on a model that never warmed up. */
+TEST_GROUP(warm_up_leaves_no_trace) {
+  struct hearth_model *m = load(1024), *ref = load(1024);
+  REQUIRE(m && ref);
+  const int V = hearth_model_info(m)->n_vocab, free0 = kv_pool_free_blocks(&m->kv);
+  struct hearth_err err = {0};
+  CHECKF(hearth_model_warm_up(m, &err) == 0, "%s", err.msg); /* the CPU: a no-op */
+  REQUIRE(warm_up_run(m, &err) == 0);
+  uint64_t h, mi;
+  int e;
+  kv_prefix_stats(&m->kv, &h, &mi, &e);
+  CHECKF(e == 0, "%d prefix-cache entries after the warm-up", e);
+  CHECKF(kv_pool_free_blocks(&m->kv) == free0, "free blocks %d, %d before", kv_pool_free_blocks(&m->kv), free0);
+  float *want = malloc((size_t)V * sizeof *want);
+  int32_t t[40];
+  prompt(t, 40, 3);
+  struct hearth_session *s = NULL;
+  REQUIRE(hearth_session_new(m, NULL, &s, &err) == 0);
+  REQUIRE(hearth_session_sync(s, t, 40, &err) == 0);
+  CHECK(hearth_session_n_reused(s) == 0);
+  reference_logits(ref, t, 40, want);
+  CHECKF(max_diff(hearth_session_logits(s), want, V) == 0.0f, "logits after the warm-up differ");
+  hearth_session_free(s);
+  free(want);
+  hearth_model_free(m);
+  hearth_model_free(ref);
+}
+
 TEST_MAIN(T(prefix_reuse), T(eviction), T(multi_session_step), T(disk_prefix_cache), T(batch_invariance),
-          T(append_logits), T(abort_hook), T(row_score))
+          T(append_logits), T(abort_hook), T(row_score), T(warm_up_leaves_no_trace))
