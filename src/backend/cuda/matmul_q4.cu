@@ -367,14 +367,7 @@ int cu_gemm_q4(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct h
   if (n < 1 || n_mm < 1 || n_mm > 3 || x->dtype != HB_F16 || x->cols % 8 || x->rows < n) return 1;
   const int64_t K = ws[0]->cols;
   if (K <= 0 || K % 128 || x->cols < K || K > INT32_MAX) return 1;
-  int MI = n <= 32 ? 1 : (n <= 64 ? 2 : 4);
-  if (ctx->row_invariant) { /* no split-K in this mode (below): fill the SMs with shorter tiles instead, which keeps
-                             * every row's K order (the mma sequence over k is the same for every tile height) */
-    int64_t gx_all = 0;
-    for (int i = 0; i < n_mm; i++) gx_all += (ws[i]->rows + GM_BN - 1) / GM_BN;
-    while (MI > 1 && gx_all * ((n + 32 * MI - 1) / (32 * MI)) < ctx->n_sm) MI /= 2;
-  }
-  const int BM = 32 * MI;
+  const int MI = n <= 32 ? 1 : (n <= 64 ? 2 : 4), BM = 32 * MI;
   const size_t sm = gemm_smem(K, BM);
   if (sm + 256 > ctx->smem_optin) return 1;
   gemm_args a;
