@@ -265,6 +265,10 @@ struct hb_ops {
                     struct hb_tensor *out);
   /* the kernel set this context runs (CPU: the cpuid choice, e.g. "avx2"); NULL: the backend's name */
   const char *(*kernels)(struct hb_ctx *ctx);
+  /* A pinned (page-locked) host buffer of at least bytes, owned by the context and reused by the next call (its
+   * contents are not kept across a call that grows it): kv_block_write from it copies straight to the device, with
+   * no staging copy and no page faults. NULL (the op or the result): use ordinary memory. */
+  void *(*host_pinned)(struct hb_ctx *ctx, size_t bytes);
 };
 
 /* Backends compiled into this build. hb_cuda_ops is NULL-safe: hb_get returns NULL when absent. */

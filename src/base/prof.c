@@ -6,8 +6,10 @@
 #include <time.h>
 
 static const char *const NAMES[PROF_N] = {"tokenize", "engine step", "engine post", "label scoring",
-                                          "forward enqueue", "forward wait", "embed pass", "embed round"};
-static const char *const UNITS[PROF_N] = {"tokens", "tokens", "rows", "prompts", "tokens", "rows", "tokens", "inputs"};
+                                          "forward enqueue", "forward wait", "embed pass", "embed round",
+                                          "session prepare", "disk cache read", "disk cache upload"};
+static const char *const UNITS[PROF_N] = {"tokens", "tokens", "rows",   "prompts", "tokens", "rows",
+                                          "tokens", "inputs", "tokens", "blocks",  "blocks"};
 static _Atomic unsigned long long g_ns[PROF_N], g_calls[PROF_N], g_units[PROF_N];
 static atomic_int g_on = -1; /* -1: not read yet */
 

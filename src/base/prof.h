@@ -16,6 +16,9 @@ enum prof_slot {
   PROF_FWD_WAIT,      /* reading a forward's outputs back, sync included (units: rows) */
   PROF_EMBED_PASS,    /* one packed embedding pass (units: tokens) */
   PROF_EMBED_ROUND,   /* one round of the embedding queue (units: inputs) */
+  PROF_PREPARE,       /* hearth_session_prepare in the engine: prefix match, cache and disk attach (units: tokens held) */
+  PROF_STORE_READ,    /* the disk prefix cache's readers filling a run of blocks (units: blocks) */
+  PROF_STORE_UPLOAD,  /* that run's upload to the backend (units: blocks) */
   PROF_N
 };
 

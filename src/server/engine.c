@@ -562,9 +562,11 @@ static void prefill_scored(struct engine *e, struct slot *sl) {
 static int prepare(struct engine *e, struct slot *sl) {
   struct gen_req *q = sl->q;
   struct hearth_err err = {0};
+  const double t0 = prof_now();
   int held = hearth_session_prepare(sl->s, q->prompt, q->n_prompt, &err);
   if (held == HEARTH_ERR_CTX_FULL && evict_idle(e) > 0)
     held = hearth_session_prepare(sl->s, q->prompt, q->n_prompt, &err);
+  prof_add(PROF_PREPARE, t0, held > 0 ? held : 0);
   if (held < 0) {
     slot_release(e, sl, GEN_FIN_ERROR, err.msg);
     return -1;

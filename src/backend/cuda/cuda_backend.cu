@@ -123,6 +123,7 @@ static void cuda_free(struct hb_ctx *c) {
   cudaStreamSynchronize(c->stream);
   cudaFree(c->b_in);
   cudaFreeHost(c->stage);
+  cudaFreeHost(c->pin);
   for (int i = 0; i < 2; i++) {
     cudaFreeHost(c->rd[i].buf);
     if (c->rd[i].ev) cudaEventDestroy(c->rd[i].ev);
@@ -498,17 +499,38 @@ static int cuda_kv_block_write(struct hb_ctx *c, struct hb_kv_layer *layers, int
   size_t *sz = NULL;
   int n = kv_blocks_chunks(c, layers, n_layers, blocks, nb, bs, bytes, "kv_block_write", &dev, &src, &sz);
   if (n >= 0) {
-    char *st = (char *)stage_get(c, bytes);
+    /* from the host_pinned buffer: straight to the device (the wait below keeps the buffer the caller's) */
+    const int pinned = c->pin && (const char *)host >= c->pin && (const char *)host + bytes <= c->pin + c->pin_cap;
+    char *st = pinned ? NULL : (char *)stage_get(c, bytes);
     const char *h = st ? st : (const char *)host;
     if (st) memcpy(st, host, bytes);
     for (int i = 0; i < n; i++) { src[i] = (void *)h; h += sz[i]; }
     copy_chunks(c, dev, src, sz, n, cudaMemcpyHostToDevice);
-    if (!st && !c->status) CU_OK(c, cudaStreamSynchronize(c->stream)); /* pageable: the caller's bytes */
+    if (!st && !c->status) CU_OK(c, cudaStreamSynchronize(c->stream)); /* pageable or host_pinned: the caller's bytes */
   }
   free(dev);
   free(src);
   free(sz);
   return c->status;
+}
+
+static void *cuda_host_pinned(struct hb_ctx *c, size_t bytes) {
+  if (c->status || bytes == 0) return NULL;
+  if (bytes <= c->pin_cap) return c->pin;
+  if (c->pin) {
+    if (CU_OK(c, cudaStreamSynchronize(c->stream))) return NULL; /* no copy from the old buffer still pending */
+    cudaFreeHost(c->pin);
+    c->pin = NULL;
+    c->pin_cap = 0;
+  }
+  void *p = NULL;
+  if (cudaHostAlloc(&p, bytes, cudaHostAllocDefault) != cudaSuccess) {
+    (void)cudaGetLastError(); /* not sticky: the caller uses ordinary memory */
+    return NULL;
+  }
+  c->pin = (char *)p;
+  c->pin_cap = bytes;
+  return p;
 }
 
 static int cuda_kv_block_read(struct hb_ctx *c, const struct hb_kv_layer *layers, int n_layers, const int32_t *blocks, int nb,
@@ -919,4 +941,6 @@ extern "C" const struct hb_ops hb_cuda_ops = {
   /* .rope_prop = */ op_rope_prop,
   /* .mem_available = */ op_mem_available,
   /* .row_score = */ op_row_score,
+  /* .kernels = */ NULL,
+  /* .host_pinned = */ cuda_host_pinned,
 };
