@@ -5,6 +5,10 @@
 # /health and to the first token, cold and warm) and llama-bench pp512/tg128 for both sizes.
 #
 #   bench/llama-gpu.sh prepare     # on the CPU machine: fills .gpu/llama-src (the device is offline)
+#   bench/llama-gpu.sh pack DIR    # optional, on the CPU machine: DIR is a llama.cpp CUDA build (sm_90, shared
+#                                  # libraries) of .gpu/llama-src's tree made there (nvcc needs no GPU); its three
+#                                  # programs and libraries go to .gpu/llama-src/bin.tar.xz, and the device skips
+#                                  # its own build (~6 of its minutes)
 #   bash bench/llama-gpu.sh        # on the GPU machine, from the repository root; carry .deps and .gpu
 #
 # .gpu/llama-src holds: llama.cpp.tar.xz (the llama.cpp tree at the peer's commit, pruned to what the
@@ -65,6 +69,20 @@ if [ "${1:-}" = prepare ]; then
   exit 0
 fi
 
+if [ "${1:-}" = pack ]; then
+  set -e
+  d=${2:?usage: bench/llama-gpu.sh pack LLAMA_BUILD_DIR}
+  [ -f "$C/COMMIT" ] || { echo "pack: run prepare first" >&2; exit 1; }
+  t=$(mktemp -d); trap 'rm -rf "$t"' EXIT
+  mkdir -p "$t/bin"
+  for x in llama-server llama-bench llama-quantize; do cp "$d/bin/$x" "$t/bin/"; done
+  cp -P "$d"/bin/lib*.so* "$t/bin/"
+  cp "$C/COMMIT" "$t/bin/COMMIT"
+  tar -C "$t" -cJf "$C/bin.tar.xz" bin
+  echo "packed $C/bin.tar.xz ($(du -sh "$C/bin.tar.xz" | cut -f1)) for llama.cpp $(cut -c1-7 "$C/COMMIT")"
+  exit 0
+fi
+
 OUT=${OUT:-/tmp/llama-gpu-out}
 mkdir -p "$OUT"
 LB=${LB:-/tmp/llama-cuda} HB=${HB:-/tmp/hearth-load-cuda} W=${W:-/tmp/hearth-load}
@@ -93,10 +111,16 @@ hearth_build=$!
 # static libraries so the binaries need no LD_LIBRARY_PATH. FA over all KV quant pairs stays off (the
 # default): the Q4_0 weights with f16 KV this compares use the f16 FA kernels, which are built.
 src=$LB/src
-if [ ! -f "$src/COMMIT" ] || [ "$(cat "$src/COMMIT")" != "$(cat "$C/COMMIT")" ]; then
+if [ -f "$C/bin.tar.xz" ]; then # built on the CPU machine (pack): unpack instead of building
+  mkdir -p "$LB/build" && tar -xJf "$C/bin.tar.xz" -C "$LB/build" || fail "could not unpack $C/bin.tar.xz"
+  cmp -s "$LB/build/bin/COMMIT" "$C/COMMIT" || fail "$C/bin.tar.xz was built from another llama.cpp commit"
+  export LD_LIBRARY_PATH=$LB/build/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  stamp "llama.cpp: prebuilt binaries unpacked (pack)"
+elif [ ! -f "$src/COMMIT" ] || [ "$(cat "$src/COMMIT")" != "$(cat "$C/COMMIT")" ]; then
   rm -rf "$src" && mkdir -p "$LB" && tar -xJf "$C/llama.cpp.tar.xz" -C "$LB" && mv "$LB/llama.cpp" "$src" \
     || fail "could not unpack $C/llama.cpp.tar.xz into $LB"
 fi
+if [ ! -f "$C/bin.tar.xz" ]; then
 stamp "llama.cpp: configure + build (log: $OUT/llama-build.log)"
 if ! { cmake -S "$src" -B "$LB/build" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
          -DGGML_CUDA_FA_ALL_QUANTS=OFF -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF \
@@ -106,6 +130,7 @@ if ! { cmake -S "$src" -B "$LB/build" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON 
   grep -E "error|Error|CMake Error" "$OUT/llama-build.log" | head -20
   wait "$hearth_build"
   fail "the llama.cpp build failed (rerun to resume a build cut short; log in $OUT/llama-build.log)"
+fi
 fi
 LBIN=$LB/build/bin
 for x in llama-server llama-bench llama-quantize; do [ -x "$LBIN/$x" ] || fail "no $LBIN/$x after the build"; done
