@@ -531,6 +531,56 @@ TEST_GROUP(kv_pool_plan) {
   rmdir(dir);
 }
 
+/* The disk prefix cache on CUDA: blocks saved by one model come back into another (one packed upload and a scatter
+ * kernel from the pinned buffer: backend kv_block_write), and the logits after them are bit-identical to the run that
+ * computed them, the last 6 tokens evaluated by the same kernels in both. */
+TEST_GROUP(disk_prefix_cache) {
+  char dir[] = "/tmp/hearth-cuda-store-XXXXXX";
+  REQUIRE(mkdtemp(dir));
+  char path[1024];
+  snprintf(path, sizeof path, "%s/tests/fixtures/model/qwen2", HEARTH_SOURCE_DIR);
+  struct hearth_model_params p;
+  hearth_model_params_default(&p);
+  p.path = path;
+  p.backend = HEARTH_BACKEND_CUDA;
+  p.kv_cache_dir = dir;
+  int32_t t[70];
+  for (int i = 0; i < 70; i++) t[i] = (int32_t)((i * 37 + 11) % 997);
+  float *want = NULL, *got = NULL;
+  int V = 0;
+  struct hearth_err err = {0};
+  for (int run = 0; run < 2; run++) {
+    struct hearth_model *m = NULL;
+    REQUIRE(hearth_model_load(&p, &m, &err) == 0);
+    V = hearth_model_info(m)->n_vocab;
+    struct hearth_session *s = sess(m);
+    REQUIRE(s);
+    if (run == 0) { /* 64 tokens in one pass, then the 6 the second run will evaluate */
+      REQUIRE(hearth_session_sync(s, t, 64, &err) == 0);
+      REQUIRE(hearth_session_append(s, t + 64, 6, &err) == 0);
+      want = malloc((size_t)V * sizeof *want);
+      REQUIRE(want);
+      memcpy(want, hearth_session_logits(s), (size_t)V * sizeof *want);
+    } else {
+      REQUIRE(hearth_session_sync(s, t, 70, &err) == 0);
+      CHECKF(hearth_session_n_reused(s) == 64, "reused %d tokens, want 64 from the disk", hearth_session_n_reused(s));
+      got = malloc((size_t)V * sizeof *got);
+      REQUIRE(got);
+      memcpy(got, hearth_session_logits(s), (size_t)V * sizeof *got);
+    }
+    hearth_session_free(s);
+    hearth_model_free(m); /* saves what is still waiting */
+  }
+  int bad = 0;
+  for (int i = 0; i < V; i++) bad += memcmp(&want[i], &got[i], sizeof *got) != 0;
+  CHECKF(bad == 0, "%d of %d logits differ after the restore (first: %g vs %g)", bad, V, (double)want[0], (double)got[0]);
+  free(want);
+  free(got);
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  CHECK(system(cmd) == 0);
+}
+
 TEST_GROUP(qwen2_f32) { lm_f32("qwen2"); }
 TEST_GROUP(qwen3_f32) { lm_f32("qwen3"); }
 TEST_GROUP(qwen2_int4) { lm_int4("qwen2"); }
@@ -547,4 +597,4 @@ TEST_GROUP(qwen3emb) { embed("qwen3emb", HEARTH_DTYPE_F32, "f32", 0.9999); embed
 #pragma GCC diagnostic ignored "-Wmisleading-indentation"
 #endif
 TEST_MAIN(T(qwen2_f32), T(qwen3_f32), T(qwen2_int4), T(qwen3_int4), T(step_select), T(step_ahead), T(nan_logits),
-          T(qwen3emb), T(gemma4_f32), T(gemma4_step_ahead), T(kv_pool_plan))
+          T(qwen3emb), T(gemma4_f32), T(gemma4_step_ahead), T(kv_pool_plan), T(disk_prefix_cache))

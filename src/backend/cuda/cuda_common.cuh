@@ -64,6 +64,8 @@ struct hb_ctx {
   size_t stage_cap, stage_off;
   char *pin;              /* host_pinned: the buffer kv_block_write copies from directly */
   size_t pin_cap;
+  void *kv_io;            /* kv_block_write from pin: the packed bytes on the device, then the chunk table */
+  size_t kv_io_cap;
   int stage_n;            /* copies staged since the last reset */
   int stage_on;           /* 0 after a pinned allocation failed: pageable copies from then on */
   /* read_start / read_finish (decoding one step ahead): two pinned slots, each with the event after its copy */
