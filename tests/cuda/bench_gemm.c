@@ -110,6 +110,7 @@ static void prep_out(const struct shape *s, struct bufs *B, struct hb_tensor *ou
 
 /* compares got (n x N) with want; returns the relative L2 error (INFINITY on a non-finite element) and the max abs
  * error; prints the first element off by more than 1 % of the reference's max magnitude */
+static int corner_dumps;
 static double compare(const char *what, const float *got, const float *want, int n, int N, double *max_abs) {
   double num = 0, den = 0, mx = 0, wmax = 0;
   int64_t nonfin = 0, first = -1, firstbig = -1;
@@ -128,6 +129,17 @@ static double compare(const char *what, const float *got, const float *want, int
   }
   *max_abs = mx;
   const double rel = nonfin ? INFINITY : sqrt(num / (den > 0 ? den : 1e-30));
+  if ((nonfin || firstbig >= 0) && corner_dumps < 4) { /* the top-left corner, to read a layout error from */
+    corner_dumps++;
+    printf("    %s: got / want, tokens 0..%d x cols 0..15:\n", what, n < 4 ? n - 1 : 3);
+    for (int r = 0; r < n && r < 4; r++) {
+      printf("     t%d got ", r);
+      for (int c = 0; c < 16 && c < N; c++) printf(" %8.3f", got[(int64_t)r * N + c]);
+      printf("\n     t%d want", r);
+      for (int c = 0; c < 16 && c < N; c++) printf(" %8.3f", want[(int64_t)r * N + c]);
+      printf("\n");
+    }
+  }
   if (nonfin)
     printf("    %s: %lld non-finite; first at token %lld col %lld: %g (want %g)\n", what, (long long)nonfin,
            (long long)(first / N), (long long)(first % N), got[first], want[first]);
@@ -253,6 +265,7 @@ int main(int argc, char **argv) {
   const int quick = argc > 1 && !strcmp(argv[1], "quick");
   const int *Ms = quick ? MS_QUICK : MS_FULL;
   const int nM = quick ? 3 : 8;
+  setvbuf(stdout, NULL, _IOLBF, 0); /* a device fault ends the run: the log keeps every line before it */
   struct hb_config cfg = {1, 0, 0};
   if (G->init(&cfg, &gc, &err)) DIE("cuda init");
   char info[512];
