@@ -42,11 +42,12 @@ __device__ __forceinline__ uint32_t deq2(uint32_t v, __half2 s2) {
 }
 
 /* ---- sm90a/gemm_wgmma.cu: the wgmma kernel (Hopper, sm_90a) ----
- * 128 weight rows x NT tokens x 64 k per block (NT = 64 or 128), grid (ceil(n_total / 128), ceil(M / NT), splits).
+ * 64 wgs weight rows (wgs = 2 or 4 warpgroups) x nt tokens (64 or 128) x 64 k per block, 128 wgs threads,
+ * grid (ceil(n_total / (64 wgs)), ceil(M / nt), splits); every weight but the last has rows % (64 wgs) == 0.
  * cu_gemm_wg_init: sets the shared-memory limits; returns 1 when the sm_90a code runs on this device, 0 when not
  * (another GPU, or a build without it), and then the dispatch never calls the launcher. */
 int cu_gemm_wg_init(struct hb_ctx *ctx);
-size_t cu_gemm_wg_smem(int64_t K, int nt);
-void cu_gemm_wg_launch(struct hb_ctx *ctx, const gemm_args &a, int nt, int out_f32, dim3 grid, size_t smem);
+size_t cu_gemm_wg_smem(int64_t K, int nt, int wgs);
+void cu_gemm_wg_launch(struct hb_ctx *ctx, const gemm_args &a, int nt, int wgs, int out_f32, dim3 grid, size_t smem);
 
 #endif

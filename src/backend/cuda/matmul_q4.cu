@@ -297,10 +297,15 @@ __global__ __launch_bounds__(256) void gemm_simt_kernel(TO *out, int64_t ldo, co
 /* The wgmma kernel serves calls of at least this many rows in the default (auto) mode. INT_MAX: off, until the
  * H200 probe (tests/cuda/bench_gemm.c, bench/NOTES.md session 25) has measured where it is faster. */
 #define GEMM_WG_MIN_ROWS INT_MAX
+#define GEMM_WG_WGS 2 /* and its warpgroups per block there (2 or 4) */
 
 int cu_matmul_init(struct hb_ctx *ctx) {
-  const char *e = getenv("HEARTH_GEMM"); /* mma | wg: one kernel for every prefill GEMM (A/B runs) */
-  ctx->gemm_kind = e && !strcmp(e, "wg") ? HB_CUDA_GEMM_WG : e && !strcmp(e, "mma") ? HB_CUDA_GEMM_MMA : HB_CUDA_GEMM_AUTO;
+  const char *e = getenv("HEARTH_GEMM"); /* mma | wg | wg256: one kernel for every prefill GEMM (A/B runs) */
+  ctx->gemm_kind = !e                   ? HB_CUDA_GEMM_AUTO
+                   : !strcmp(e, "wg")    ? HB_CUDA_GEMM_WG
+                   : !strcmp(e, "wg256") ? HB_CUDA_GEMM_WG256
+                   : !strcmp(e, "mma")   ? HB_CUDA_GEMM_MMA
+                                         : HB_CUDA_GEMM_AUTO;
   ctx->gemm_wg_ok = cu_gemm_wg_init(ctx);
   int bad = cu_gemv_init(ctx);
   bad |= smem_attr(ctx, gemm_q4_kernel<4, __half>) | smem_attr(ctx, gemm_q4_kernel<4, float>) |
@@ -345,14 +350,23 @@ int cu_gemm_q4(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct h
   const int64_t K = ws[0]->cols;
   if (K <= 0 || K % 128 || x->cols < K || K > INT32_MAX) return 1;
   const int MI = n <= 32 ? 1 : (n <= 64 ? 2 : 4);
-  /* the wgmma kernel: forced, or from GEMM_WG_MIN_ROWS rows on in auto mode (not in row-invariant mode, which keeps
-   * one kernel for every n: the mma.sync one unless forced). Its token tile is 128, or 64 for n <= 64 (not in
-   * row-invariant mode: one tile shape, so one wgmma shape, for every n) */
-  const int wg = ctx->gemm_wg_ok && (ctx->gemm_kind == HB_CUDA_GEMM_WG ||
-                                     (ctx->gemm_kind == HB_CUDA_GEMM_AUTO && !ctx->row_invariant && n >= GEMM_WG_MIN_ROWS));
+  /* the wgmma kernel (wgs: its warpgroups per block, 64 weight rows each; 0 = the mma.sync kernel): forced, or from
+   * GEMM_WG_MIN_ROWS rows on in auto mode (not in row-invariant mode, which keeps one kernel for every n: the mma.sync
+   * one unless forced). 4 warpgroups (256 weight rows) only where every weight but the last fills whole 256-row
+   * tiles, else 2. Its token tile is 128, or 64 for n <= 64 (not in row-invariant mode: one tile shape, so one
+   * wgmma shape, for every n) */
+  int wgs = 0;
+  if (ctx->gemm_wg_ok) {
+    if (ctx->gemm_kind == HB_CUDA_GEMM_WG) wgs = 2;
+    else if (ctx->gemm_kind == HB_CUDA_GEMM_WG256) wgs = 4;
+    else if (ctx->gemm_kind == HB_CUDA_GEMM_AUTO && !ctx->row_invariant && n >= GEMM_WG_MIN_ROWS) wgs = GEMM_WG_WGS;
+    for (int i = 0; i < n_mm - 1 && wgs == 4; i++)
+      if (ws[i]->rows % 256) wgs = 2;
+  }
   const int NT = n <= 64 && !ctx->row_invariant ? 64 : 128;
-  const int BM = wg ? NT : 32 * MI; /* rows of x per block */
-  const size_t sm = wg ? cu_gemm_wg_smem(K, NT) : gemm_smem(K, BM);
+  const int BM = wgs ? NT : 32 * MI;   /* rows of x per block */
+  const int BN = wgs ? 64 * wgs : GM_BN; /* weight rows (output columns) per block */
+  const size_t sm = wgs ? cu_gemm_wg_smem(K, NT, wgs) : gemm_smem(K, BM);
   if (sm + 256 > ctx->smem_optin) return 1;
   gemm_args a;
   memset(&a, 0, sizeof a);
@@ -382,9 +396,9 @@ int cu_gemm_q4(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct h
   }
   for (int i = n_mm; i < 4; i++) a.col0[i] = (int)cols;
   a.n_total = (int)cols;
-  /* every weight but the last fills whole 128-column tiles, so the tiles of all weights are
-   * ceil(n_total / 128) */
-  const int KT = (int)(K / GM_BK), gx = (a.n_total + GM_BN - 1) / GM_BN, gy = (n + BM - 1) / BM;
+  /* every weight but the last fills whole BN-column tiles, so the tiles of all weights are
+   * ceil(n_total / BN) */
+  const int KT = (int)(K / GM_BK), gx = (a.n_total + BN - 1) / BN, gy = (n + BM - 1) / BM;
   /* split-K when the tile grid is under one wave (small M, few output columns), so that every
    * GEMM keeps >= 2 blocks per SM streaming weights; at least 4 k-tiles per split. Decided on the
    * largest weight's grid alone: the joined launch then splits as its largest part did on its own
@@ -392,7 +406,7 @@ int cu_gemm_q4(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct h
    * splits exactly as before */
   int tmax = 0;
   for (int i = 0; i < n_mm; i++) {
-    const int t = (int)((ws[i]->rows + GM_BN - 1) / GM_BN) * gy;
+    const int t = (int)((ws[i]->rows + BN - 1) / BN) * gy;
     tmax = t > tmax ? t : tmax;
   }
   int S = 1;
@@ -411,7 +425,7 @@ int cu_gemm_q4(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct h
     a.n_split = S;
   }
   dim3 grid((unsigned)gx, (unsigned)gy, (unsigned)S);
-  if (wg) cu_gemm_wg_launch(ctx, a, NT, odt == HB_F32, grid, sm);
+  if (wgs) cu_gemm_wg_launch(ctx, a, NT, wgs, odt == HB_F32, grid, sm);
   else {
 #define GQ(MM, TO) gemm_q4_kernel<MM, TO><<<grid, 256, sm, ctx->stream>>>(a)
   if (odt == HB_F16) {
@@ -467,7 +481,7 @@ void cu_matmul(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor
 
 extern "C" int hb_cuda_set_gemm(struct hb_ctx *ctx, int kind) {
   ctx->gemm_kind = kind;
-  return kind == HB_CUDA_GEMM_WG && !ctx->gemm_wg_ok ? HB_CUDA_GEMM_MMA : kind;
+  return (kind == HB_CUDA_GEMM_WG || kind == HB_CUDA_GEMM_WG256) && !ctx->gemm_wg_ok ? HB_CUDA_GEMM_MMA : kind;
 }
 
 extern "C" int hb_cuda_gemm_q4(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct hb_tensor *const *outs,

@@ -11,7 +11,8 @@
  * nibble order was built for. The activations are B: NT tokens × 64 k of f16 per stage, K-major, in the 128-byte
  * swizzle (16-byte chunk c of token row r at chunk c ^ (r % 8)), described to wgmma by a matrix descriptor.
  *
- * Block: 256 threads = 2 warpgroups, each 64 weight rows × NT tokens (f32 accumulators, NT/2 per thread);
+ * Block: WGS = 2 or 4 warpgroups (256 or 512 threads), each 64 weight rows × NT tokens (f32 accumulators, NT/2 per
+ * thread), so BM = 64 WGS weight rows per block: 4 halves the x tile's L2 traffic per flop, at one block per SM;
  * 4-stage cp.async pipeline (x tile and weight tile per stage), one __syncthreads per 64-k step. Each step:
  * wait for the stage, fence.proxy.async (cp.async wrote it through the generic proxy; wgmma reads through the
  * async proxy), dequantize 4 A fragments, 4 wgmmas, commit, wait. Same arguments and epilogue semantics as
@@ -28,7 +29,6 @@
 #define WG_ON 0
 #endif
 
-#define WG_BM 128 /* weight rows per block (two warpgroups of 64) */
 #define WG_BK 64  /* k per stage: one 128-byte swizzle row of f16 per token */
 #define WG_ST 4
 
@@ -69,17 +69,18 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], const uint32_t 
 }
 #endif /* WG_ON */
 
-template <int NT, typename TO>
-__global__ __launch_bounds__(256, 2) void gemm_wg_kernel(const __grid_constant__ gemm_args a) {
+template <int NT, int WGS, typename TO>
+__global__ __launch_bounds__(128 * WGS, WGS == 2 ? 2 : 1) void gemm_wg_kernel(const __grid_constant__ gemm_args a) {
 #if WG_ON
+  constexpr int BM = 64 * WGS, TH = 128 * WGS; /* weight rows, threads */
   extern __shared__ uint8_t wg_smem[];
-  /* [ST][NT][128 B] x tiles (swizzled, 1024-aligned), [ST][128][32 B] weight tiles, [128][K/128] scales */
+  /* [ST][NT][128 B] x tiles (swizzled, 1024-aligned), [ST][BM][32 B] weight tiles, [BM][K/128] scales */
   const uint32_t s_raw = smem_u32(wg_smem), xs = (s_raw + 1023u) & ~1023u;
   uint8_t *Ws = wg_smem + (xs - s_raw) + WG_ST * NT * 128;
-  __half *Ss = (__half *)(Ws + WG_ST * WG_BM * 32);
+  __half *Ss = (__half *)(Ws + WG_ST * BM * 32);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, gid = lane / 4, tig = lane % 4;
-  const int wi = gemm_weight(a, blockIdx.x * WG_BM);
-  const int N = a.col0[wi + 1] - a.col0[wi], n0 = blockIdx.x * WG_BM - a.col0[wi];
+  const int wi = gemm_weight(a, blockIdx.x * BM);
+  const int N = a.col0[wi + 1] - a.col0[wi], n0 = blockIdx.x * BM - a.col0[wi];
   const int M = a.M, K = a.K, m0 = blockIdx.y * NT;
   const __half *__restrict__ x = a.x;
   const int64_t ldx = a.ldx;
@@ -90,7 +91,7 @@ __global__ __launch_bounds__(256, 2) void gemm_wg_kernel(const __grid_constant__
   /* this thread's weight rows in the tile: rl and rl + 8 (warpgroup warp / 4 owns 64 rows, each warp 16) */
   const int rl = (warp / 4) * 64 + (warp % 4) * 16 + gid;
 
-  for (int i = tid; i < WG_BM * gpr; i += 256) {
+  for (int i = tid; i < BM * gpr; i += TH) {
     int r = i / gpr, g = i % gpr;
     Ss[i] = n0 + r < N ? ws[q4_soff(n0 + r, g, gpr)] : __float2half(0.0f);
   }
@@ -98,13 +99,13 @@ __global__ __launch_bounds__(256, 2) void gemm_wg_kernel(const __grid_constant__
   auto load = [&](int stage, int kt) {
     const int k0 = (kt0 + kt) * WG_BK;
 #pragma unroll
-    for (int i = 0; i < NT * 8 / 256; i++) {
-      int idx = tid + i * 256, r = idx / 8, c = idx % 8, gm = m0 + r;
+    for (int i = 0; i < NT * 8 / TH; i++) {
+      int idx = tid + i * TH, r = idx / 8, c = idx % 8, gm = m0 + r;
       cp_async16_s(xs + (uint32_t)((stage * NT + r) * 128 + ((c ^ (r & 7)) << 4)),
                    x + (int64_t)(gm < M ? gm : 0) * ldx + k0 + c * 8, gm < M ? 16 : 0);
     }
     int r = tid / 2, kc = tid % 2, gn = n0 + r;
-    cp_async16(Ws + ((size_t)stage * WG_BM + r) * 32 + ((kc ^ ((r >> 2) & 1)) * 16),
+    cp_async16(Ws + ((size_t)stage * BM + r) * 32 + ((kc ^ ((r >> 2) & 1)) * 16),
                wq + q4_off(gn < N ? gn : 0, k0 / 128, gpr) + (k0 % 128) / 2 + kc * 16, gn < N ? 16 : 0);
   };
 
@@ -130,8 +131,8 @@ __global__ __launch_bounds__(256, 2) void gemm_wg_kernel(const __grid_constant__
     uint32_t w0[2], w1[2];
 #pragma unroll
     for (int kc = 0; kc < 2; kc++) {
-      w0[kc] = *(const uint32_t *)(Ws + ((size_t)st * WG_BM + rl) * 32 + ((kc ^ ((rl >> 2) & 1)) * 16) + tig * 4);
-      w1[kc] = *(const uint32_t *)(Ws + ((size_t)st * WG_BM + rl + 8) * 32 + ((kc ^ (((rl + 8) >> 2) & 1)) * 16) +
+      w0[kc] = *(const uint32_t *)(Ws + ((size_t)st * BM + rl) * 32 + ((kc ^ ((rl >> 2) & 1)) * 16) + tig * 4);
+      w1[kc] = *(const uint32_t *)(Ws + ((size_t)st * BM + rl + 8) * 32 + ((kc ^ (((rl + 8) >> 2) & 1)) * 16) +
                                    tig * 4);
     }
     /* A fragment of k16 step s (k = 16 s .. 16 s + 15 of this stage): rows (rl, rl + 8) x k (2 tig, 2 tig + 1) and
@@ -202,8 +203,22 @@ __global__ void gemm_wg_alive(int *flag) {
 #endif
 }
 
-size_t cu_gemm_wg_smem(int64_t K, int nt) {
-  return 1024 + (size_t)WG_ST * nt * 128 + (size_t)WG_ST * WG_BM * 32 + (size_t)WG_BM * (size_t)(K / 128) * 2;
+size_t cu_gemm_wg_smem(int64_t K, int nt, int wgs) {
+  const size_t bm = 64 * (size_t)wgs;
+  return 1024 + (size_t)WG_ST * nt * 128 + (size_t)WG_ST * bm * 32 + bm * (size_t)(K / 128) * 2;
+}
+
+/* raises a kernel's dynamic shared memory limit; 1 on failure (the error cleared: the context is not marked) */
+template <typename KERN>
+static int wg_smem_attr(struct hb_ctx *ctx, KERN kern) {
+  cudaFuncAttributes fa;
+  if (cudaFuncGetAttributes(&fa, kern) != cudaSuccess ||
+      cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           (int)(ctx->smem_optin - fa.sharedSizeBytes)) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 1;
+  }
+  return 0;
 }
 
 int cu_gemm_wg_init(struct hb_ctx *ctx) {
@@ -220,19 +235,23 @@ int cu_gemm_wg_init(struct hb_ctx *ctx) {
   (void)cudaGetLastError(); /* no kernel image for this device: not an error of the context */
   cudaFree(d);
   if (!ok || h != 1) return 0;
-  if (smem_attr(ctx, gemm_wg_kernel<128, __half>) | smem_attr(ctx, gemm_wg_kernel<128, float>) |
-      smem_attr(ctx, gemm_wg_kernel<64, __half>) | smem_attr(ctx, gemm_wg_kernel<64, float>))
+  if (wg_smem_attr(ctx, gemm_wg_kernel<128, 2, __half>) | wg_smem_attr(ctx, gemm_wg_kernel<128, 2, float>) |
+      wg_smem_attr(ctx, gemm_wg_kernel<64, 2, __half>) | wg_smem_attr(ctx, gemm_wg_kernel<64, 2, float>) |
+      wg_smem_attr(ctx, gemm_wg_kernel<128, 4, __half>) | wg_smem_attr(ctx, gemm_wg_kernel<128, 4, float>) |
+      wg_smem_attr(ctx, gemm_wg_kernel<64, 4, __half>) | wg_smem_attr(ctx, gemm_wg_kernel<64, 4, float>))
     return 0;
   return 1;
 }
 
-void cu_gemm_wg_launch(struct hb_ctx *ctx, const gemm_args &a, int nt, int out_f32, dim3 grid, size_t smem) {
-  if (nt == 128) {
-    if (out_f32) gemm_wg_kernel<128, float><<<grid, 256, smem, ctx->stream>>>(a);
-    else gemm_wg_kernel<128, __half><<<grid, 256, smem, ctx->stream>>>(a);
+void cu_gemm_wg_launch(struct hb_ctx *ctx, const gemm_args &a, int nt, int wgs, int out_f32, dim3 grid, size_t smem) {
+#define WGL(NT, W, TO) gemm_wg_kernel<NT, W, TO><<<grid, 128 * W, smem, ctx->stream>>>(a)
+  if (wgs == 4) {
+    if (nt == 128) { if (out_f32) WGL(128, 4, float); else WGL(128, 4, __half); }
+    else { if (out_f32) WGL(64, 4, float); else WGL(64, 4, __half); }
   } else {
-    if (out_f32) gemm_wg_kernel<64, float><<<grid, 256, smem, ctx->stream>>>(a);
-    else gemm_wg_kernel<64, __half><<<grid, 256, smem, ctx->stream>>>(a);
+    if (nt == 128) { if (out_f32) WGL(128, 2, float); else WGL(128, 2, __half); }
+    else { if (out_f32) WGL(64, 2, float); else WGL(64, 2, __half); }
   }
+#undef WGL
   CU_LAUNCHED(ctx, a.part ? "gemm_wg split-K" : "gemm_wg");
 }
