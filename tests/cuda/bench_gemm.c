@@ -245,6 +245,62 @@ static int invariance(const struct shape *s, struct bufs *B, int kind, const cha
   return bad;
 }
 
+/* a layout probe, for reading a wrong fragment map or swizzle from the log: K = 128, 128 weight rows with q[n][k] =
+ * (k % 16) - 8 and scale s_n = 2^-7 (1 + n / 128) (distinct per row), x = the identity (token m has a 1 at k = m), so
+ * out[m][n] = ((m % 16) - 8) s_n exactly. Prints, where a kernel misses it, out / s_n + 8 for tokens 0..31 at rows
+ * 0..3 (the k % 16 it took for that token), and out / ((m % 16) - 8) / 2^-7 for rows 0..15 (1 + the row / 128 it
+ * took). Returns the number of wrong elements. */
+static int layout_probe(int kind, const char *label) {
+  const int K = 128, N = 128, M = 128;
+  struct hb_tensor w, x, o;
+  uint8_t q[128 * 64];
+  uint16_t sc[128];
+  for (int n = 0; n < N; n++) {
+    for (int j = 0; j < K / 2; j++) q[n * 64 + j] = (uint8_t)(((2 * j) % 16) | (((2 * j + 1) % 16) << 4));
+    sc[n] = (uint16_t)(0x2000 | (n * 8)); /* 2^-7 (1 + n / 128) */
+  }
+  struct hb_host_weight hw = {HB_Q4, N, K, q, sc, NULL};
+  if (G->weight_upload(gc, &w, &hw, &err)) DIE("layout probe: weight_upload");
+  act(&x, M, K, 0);
+  act(&o, M, N, 1);
+  float *h = calloc((size_t)M * K, sizeof *h);
+  for (int m = 0; m < M; m++) h[m * K + m] = 1.0f;
+  if (G->write(gc, &x, 0, M, h)) DIE("write");
+  free(h);
+  poison(&o, M);
+  hb_cuda_set_gemm(gc, kind);
+  struct hb_tensor *o1[1] = {&o};
+  const struct hb_tensor *w1[1] = {&w};
+  if (hb_cuda_gemm_q4(gc, &x, 1, o1, w1, NULL, M, 0)) DIE("layout probe: declined");
+  float *got = readback(&o, M);
+  int bad = 0;
+  for (int m = 0; m < M; m++)
+    for (int n = 0; n < N; n++) {
+      const float want = (float)((m % 16) - 8) * (1.0f + n / 128.0f) / 128.0f;
+      if (got[m * N + n] != want) bad++;
+    }
+  printf("layout probe %-6s: %d of %d elements wrong\n", label, bad, M * N);
+  if (bad) {
+    printf("  k %% 16 taken (out / s_n + 8), tokens 0..31 (rows of this table) x weight rows 0..3 (want: token %% 16):\n");
+    for (int m = 0; m < 32; m++) {
+      printf("   t%-3d", m);
+      for (int n = 0; n < 4; n++) printf(" %7.2f", got[m * N + n] / ((1.0f + n / 128.0f) / 128.0f) + 8.0f);
+      printf("\n");
+    }
+    printf("  weight row taken (128 (out / (q 2^-7) - 1)), token 1 (q = -7) and 3 (q = -5), rows 0..15 (want: the row):\n");
+    for (int t = 1; t <= 3; t += 2) {
+      printf("   t%d  ", t);
+      for (int n = 0; n < 16; n++) printf(" %6.1f", 128.0f * (got[t * N + n] / ((float)((t % 16) - 8) / 128.0f) - 1.0f));
+      printf("\n");
+    }
+  }
+  free(got);
+  G->release(gc, &w);
+  G->release(gc, &x);
+  G->release(gc, &o);
+  return bad;
+}
+
 static int cmp_f(const void *a, const void *b) {
   float x = *(const float *)a, y = *(const float *)b;
   return x < y ? -1 : x > y;
@@ -280,6 +336,7 @@ int main(int argc, char **argv) {
   const int nk = wg_on ? NK : 1;
   printf("wgmma kernel: %s\n", wg_on ? "runs on this device" : "NOT available (not sm_90 or no sm_90a code): mma only");
 
+  for (int k = 0; k < nk; k++) failures += layout_probe(KINDS[k], KNAME[k]) ? 1 : 0;
   static double t[16][8][NK];
   int inv_bad = 0;
   for (int si = 0; si < NSHAPES; si++) {
