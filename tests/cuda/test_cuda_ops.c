@@ -1394,6 +1394,40 @@ TEST_GROUP(repeat) {
   teardown();
 }
 
+/* the wgmma prefill GEMM (sm90a/gemm_wgmma.cu), forced for every GEMM call, on the cases the fused group runs through
+ * the mma.sync kernel: token tiles of 64 and 128 with partial last tiles, split-K (the finish adding the residual),
+ * three weights in one launch, bias, add into the output, a last weight of 200 rows, f16 and f32 outputs; with
+ * 128 weight rows per block (WG) and 256 (WG256; the QKV of 2048 + 256 + 256 rows, a weight of 512 rows then one of
+ * 256 then 200). It is built for Hopper (sm_90a): on another GPU the group fails, saying so. */
+TEST_GROUP(wgmma) {
+  if (setup(0)) return;
+  double mg = 4e-3; /* the fast group's q4 GEMM tolerance */
+  int qkv3[3] = {2048, 256, 256}, part[3] = {512, 256, 200}, gu[2] = {1024, 1024}, o1[1] = {2048};
+  for (int kind = HB_CUDA_GEMM_WG; kind <= HB_CUDA_GEMM_WG256; kind++) {
+    printf("  -- %s\n", kind == HB_CUDA_GEMM_WG ? "wgmma, 128 weight rows per block" : "wgmma, 256 weight rows per block");
+    if (hb_cuda_set_gemm(gc, kind) != kind) {
+      CHECKF(0, "the wgmma GEMM does not run on this device (it needs sm_90: H100 / H200)");
+      break;
+    }
+    check_norm_matmul(2048, 3, qkv3, 9, 1, 1, 0, mg);     /* 64-token tile, 9 of 64 rows used, split-K */
+    check_norm_matmul(2048, 3, qkv3, 71, 1, 1, 0, mg);    /* 128-token tile, partial, split-K */
+    check_norm_matmul(2048, 3, qkv3, 600, 1, 1, 0, mg);   /* 5 token tiles, split-K */
+    check_norm_matmul(512, 3, qkv3, 1100, 1, 1, 0, mg);   /* 9 token tiles: no split at 128 rows, bias in the epilogue */
+    check_norm_matmul(1024, 3, part, 50, 1, 1, 0, mg);    /* last weight 200 rows: a partial weight tile */
+    check_norm_matmul(1024, 2, gu, 130, 1, 0, 0, mg);     /* two token tiles, the second holding 2 rows */
+    check_norm_matmul(2048, 1, o1, 300, 0, 0, 1, mg);     /* o_proj + residual, the add in the split-K finish */
+    check_norm_matmul(512, 1, o1, 1100, 0, 0, 1, mg);     /* the add in the GEMM epilogue */
+    check_silu_matmul(11008, 2048, 17, 1, mg);            /* 3B down + residual: deep split-K */
+    check_silu_matmul(11008, 2048, 520, 1, mg);           /* split-K over 172 k-tiles */
+    check_silu_matmul(3072, 1024, 566, 0, mg);            /* the embedding model's down, no residual */
+    check_matmul_f32out(1024, 1024, 200, mg);             /* f32 output, through the split-K finish */
+    check_matmul_f32out(4096, 1024, 1100, mg);            /* f32 output from the GEMM epilogue (no split) */
+    check_matmul_f32out(100, 896, 40, mg);                /* f32 output, 100 rows (padded weight blocks) */
+  }
+  hb_cuda_set_gemm(gc, HB_CUDA_GEMM_AUTO);
+  teardown();
+}
+
 /* no GPU: init must fail with a message, not crash (runs anywhere) */
 TEST_GROUP(init_error) {
   struct hearth_err err = {0};
@@ -1404,4 +1438,4 @@ TEST_GROUP(init_error) {
   CHECK(rc != 0 && x == NULL && err.msg[0]);
 }
 
-TEST_MAIN(T(exact), T(fast), T(fused), T(graph), T(graph_gemma4), T(sample), T(nonfinite), T(row_score), T(repeat), T(init_error))
+TEST_MAIN(T(exact), T(fast), T(fused), T(wgmma), T(graph), T(graph_gemma4), T(sample), T(nonfinite), T(row_score), T(repeat), T(init_error))

@@ -80,6 +80,22 @@ int hb_cuda_attn_o_max_len(struct hb_ctx *ctx, int head_dim);
  * which the tests cover this way). hb_cuda_attn_o_chunk: keys per chunk at a head dim (0: not covered). */
 void hb_cuda_set_attn_o_max(struct hb_ctx *ctx, int max_len);
 int hb_cuda_attn_o_chunk(int head_dim);
+/* tests and bench only: the prefill GEMM's kernel, as HEARTH_GEMM=mma|wg|wg256 sets it at init: AUTO the dispatch's
+ * measured choice, MMA the mma.sync kernel, WG the wgmma kernel (sm_90a) for every GEMM call (in row-invariant mode
+ * too), 128 weight rows per block, WG256 the same with 256 (where the weights allow: else 128). Returns the kind in
+ * force: MMA when WG / WG256 was asked for and this device or build does not run it.
+ * hb_cuda_gemm_q4: the int4 tensor-core GEMM of norm_matmul / silu_matmul itself, for any n >= 1 (no GEMV), as
+ * cu_gemm_q4 (1 = shapes it does not cover). hb_cuda_gemm_simt: the exact SIMT kernel on the same operands, the
+ * reference (f16 x, f32 out): out = x · wᵀ + bias. */
+#define HB_CUDA_GEMM_AUTO 0
+#define HB_CUDA_GEMM_MMA 1
+#define HB_CUDA_GEMM_WG 2
+#define HB_CUDA_GEMM_WG256 3
+int hb_cuda_set_gemm(struct hb_ctx *ctx, int kind);
+int hb_cuda_gemm_q4(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct hb_tensor *const *outs,
+                    const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, int n, int add);
+void hb_cuda_gemm_simt(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *x, const struct hb_tensor *w,
+                       const struct hb_tensor *bias, int n);
 /* a measurement hook (bench_cuda replay*): the profiler's collection range (cudaProfilerStart / Stop), so that
  * `ncu --profile-from-start off --graph-profiling graph` takes exactly the replayed decode graphs */
 void hb_cuda_profiler_range(int on);

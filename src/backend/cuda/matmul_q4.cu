@@ -8,6 +8,8 @@
  *              by cp.async and dequantized straight into mma B fragments (no f16 scratch copy).
  *              One launch covers up to three weights sharing x (QKV, gate/up: cu_gemm_q4) and can
  *              add into its output (o_proj / down_proj + residual).
+ *   gemm_wg    the same on Hopper's wgmma (sm90a/gemm_wgmma.cu), where measured faster (GEMM_WG_MIN_ROWS) or
+ *              chosen (HEARTH_GEMM=wg, hb_cuda_set_gemm).
  *   gemm_simt  everything else (the exact f32 path, dense bf16/f16/f32 weights): 64x64 tiles of f32
  *              FMA, weights dequantized exactly; it is the reference the fast kernels are held to.
  *
@@ -21,10 +23,11 @@
  * step, 2,3 for the second); the GEMV uses the same (w >> 4j) & 0x000F000F pairs, weights (2t+8j, 2t+8j+1).
  * The scales are fp16 in the same block order (q4_soff).
  */
+#include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "backend/cuda/cuda_common.cuh"
-#include "backend/cuda/ptx.cuh"
+#include "backend/cuda/gemm_q4.cuh"
 
 /* ---- repack ------------------------------------------------------------------------------------ */
 
@@ -69,13 +72,6 @@ void cu_q4_repack(struct hb_ctx *ctx, uint8_t *dst, __half *dsts, const uint8_t 
   CU_LAUNCHED(ctx, "q4_scale_repack");
 }
 
-/* nibble pair (bits 0-3, 16-19 of v) -> f16 pair (q * scale) */
-__device__ __forceinline__ uint32_t deq2(uint32_t v, __half2 s2) {
-  uint32_t q = q4_pair(v);
-  __half2 x = __hmul2(*(__half2 *)&q, s2);
-  return *(uint32_t *)&x;
-}
-
 /* ---- GEMM: prefill on tensor cores ------------------------------------------------------------------ */
 
 /* block tile BM x 128 x 64 with BM = 32 * MI (MI = 16-row mma tiles per warp: 4, 2 or 1): small M
@@ -88,32 +84,6 @@ __device__ __forceinline__ uint32_t deq2(uint32_t v, __half2 s2) {
 
 static size_t gemm_smem(int64_t K, int BM) {
   return (size_t)GM_ST * BM * GM_LDA * 2 + (size_t)GM_ST * GM_BN * 32 + (size_t)GM_BN * (K / 128) * 2;
-}
-
-/* One launch for up to three int4 weights of equal K that share the activations x (norm+QKV,
- * norm+gate/up): their output columns are concatenated, weight i owning columns [col0[i], col0[i+1])
- * (col0[i] = n_total for i >= n_mm). Every weight but the last has rows % GM_BN == 0, so a block's
- * 128-column tile lies inside one weight; each weight keeps its own output tensor, bias and ldo.
- * add: out += x·Wᵀ + b (read-modify-write of each output element by the one thread that owns it; in
- * the split-K finish likewise) — the residual add of o_proj / down_proj without a temp. out must not
- * alias x. */
-struct gemm_args {
-  const __half *x;
-  int64_t ldx;
-  int M, K, n_mm, n_total, kt_per, add;
-  int col0[4];
-  const uint8_t *wq[3];
-  const __half *ws[3];
-  const float *bias[3];
-  void *out[3];
-  int64_t ldo[3];
-  float *part; /* split-K: f32 partial sums, one slice [M][n_total] per split; NULL: no split */
-  int n_split;  /* split-K: the slices gemm_finish adds, in order (a fixed order: the sum is the same on every run) */
-};
-
-/* which weight owns concatenated column c */
-__device__ __forceinline__ int gemm_weight(const gemm_args &a, int c) {
-  return c >= a.col0[1] ? (c >= a.col0[2] ? 2 : 1) : 0;
 }
 
 template <int MI, typename TO>
@@ -324,7 +294,19 @@ __global__ __launch_bounds__(256) void gemm_simt_kernel(TO *out, int64_t ldo, co
 
 /* ---- dispatch ------------------------------------------------------------------------------------ */
 
+/* The wgmma kernel serves calls of at least this many rows in the default (auto) mode. INT_MAX: off, until the
+ * H200 probe (tests/cuda/bench_gemm.c, bench/NOTES.md session 25) has measured where it is faster. */
+#define GEMM_WG_MIN_ROWS INT_MAX
+#define GEMM_WG_WGS 2 /* and its warpgroups per block there (2 or 4) */
+
 int cu_matmul_init(struct hb_ctx *ctx) {
+  const char *e = getenv("HEARTH_GEMM"); /* mma | wg | wg256: one kernel for every prefill GEMM (A/B runs) */
+  ctx->gemm_kind = !e                   ? HB_CUDA_GEMM_AUTO
+                   : !strcmp(e, "wg")    ? HB_CUDA_GEMM_WG
+                   : !strcmp(e, "wg256") ? HB_CUDA_GEMM_WG256
+                   : !strcmp(e, "mma")   ? HB_CUDA_GEMM_MMA
+                                         : HB_CUDA_GEMM_AUTO;
+  ctx->gemm_wg_ok = cu_gemm_wg_init(ctx);
   int bad = cu_gemv_init(ctx);
   bad |= smem_attr(ctx, gemm_q4_kernel<4, __half>) | smem_attr(ctx, gemm_q4_kernel<4, float>) |
          smem_attr(ctx, gemm_q4_kernel<2, __half>) | smem_attr(ctx, gemm_q4_kernel<2, float>) |
@@ -367,8 +349,24 @@ int cu_gemm_q4(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct h
   if (n < 1 || n_mm < 1 || n_mm > 3 || x->dtype != HB_F16 || x->cols % 8 || x->rows < n) return 1;
   const int64_t K = ws[0]->cols;
   if (K <= 0 || K % 128 || x->cols < K || K > INT32_MAX) return 1;
-  const int MI = n <= 32 ? 1 : (n <= 64 ? 2 : 4), BM = 32 * MI;
-  const size_t sm = gemm_smem(K, BM);
+  const int MI = n <= 32 ? 1 : (n <= 64 ? 2 : 4);
+  /* the wgmma kernel (wgs: its warpgroups per block, 64 weight rows each; 0 = the mma.sync kernel): forced, or from
+   * GEMM_WG_MIN_ROWS rows on in auto mode (not in row-invariant mode, which keeps one kernel for every n: the mma.sync
+   * one unless forced). 4 warpgroups (256 weight rows) only where every weight but the last fills whole 256-row
+   * tiles, else 2. Its token tile is 128, or 64 for n <= 64 (not in row-invariant mode: one tile shape, so one
+   * wgmma shape, for every n) */
+  int wgs = 0;
+  if (ctx->gemm_wg_ok) {
+    if (ctx->gemm_kind == HB_CUDA_GEMM_WG) wgs = 2;
+    else if (ctx->gemm_kind == HB_CUDA_GEMM_WG256) wgs = 4;
+    else if (ctx->gemm_kind == HB_CUDA_GEMM_AUTO && !ctx->row_invariant && n >= GEMM_WG_MIN_ROWS) wgs = GEMM_WG_WGS;
+    for (int i = 0; i < n_mm - 1 && wgs == 4; i++)
+      if (ws[i]->rows % 256) wgs = 2;
+  }
+  const int NT = n <= 64 && !ctx->row_invariant ? 64 : 128;
+  const int BM = wgs ? NT : 32 * MI;   /* rows of x per block */
+  const int BN = wgs ? 64 * wgs : GM_BN; /* weight rows (output columns) per block */
+  const size_t sm = wgs ? cu_gemm_wg_smem(K, NT, wgs) : gemm_smem(K, BM);
   if (sm + 256 > ctx->smem_optin) return 1;
   gemm_args a;
   memset(&a, 0, sizeof a);
@@ -398,9 +396,9 @@ int cu_gemm_q4(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct h
   }
   for (int i = n_mm; i < 4; i++) a.col0[i] = (int)cols;
   a.n_total = (int)cols;
-  /* every weight but the last fills whole 128-column tiles, so the tiles of all weights are
-   * ceil(n_total / 128) */
-  const int KT = (int)(K / GM_BK), gx = (a.n_total + GM_BN - 1) / GM_BN, gy = (n + BM - 1) / BM;
+  /* every weight but the last fills whole BN-column tiles, so the tiles of all weights are
+   * ceil(n_total / BN) */
+  const int KT = (int)(K / GM_BK), gx = (a.n_total + BN - 1) / BN, gy = (n + BM - 1) / BM;
   /* split-K when the tile grid is under one wave (small M, few output columns), so that every
    * GEMM keeps >= 2 blocks per SM streaming weights; at least 4 k-tiles per split. Decided on the
    * largest weight's grid alone: the joined launch then splits as its largest part did on its own
@@ -408,7 +406,7 @@ int cu_gemm_q4(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct h
    * splits exactly as before */
   int tmax = 0;
   for (int i = 0; i < n_mm; i++) {
-    const int t = (int)((ws[i]->rows + GM_BN - 1) / GM_BN) * gy;
+    const int t = (int)((ws[i]->rows + BN - 1) / BN) * gy;
     tmax = t > tmax ? t : tmax;
   }
   int S = 1;
@@ -427,6 +425,8 @@ int cu_gemm_q4(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct h
     a.n_split = S;
   }
   dim3 grid((unsigned)gx, (unsigned)gy, (unsigned)S);
+  if (wgs) cu_gemm_wg_launch(ctx, a, NT, wgs, odt == HB_F32, grid, sm);
+  else {
 #define GQ(MM, TO) gemm_q4_kernel<MM, TO><<<grid, 256, sm, ctx->stream>>>(a)
   if (odt == HB_F16) {
     if (MI == 1) GQ(1, __half);
@@ -438,7 +438,9 @@ int cu_gemm_q4(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct h
     else GQ(4, float);
   }
 #undef GQ
-  if (CU_LAUNCHED(ctx, a.part ? "gemm_q4 split-K" : "gemm_q4") || !a.part) return 0;
+    if (CU_LAUNCHED(ctx, a.part ? "gemm_q4 split-K" : "gemm_q4")) return 0;
+  }
+  if (ctx->status || !a.part) return 0;
   const int64_t tot = (int64_t)n * a.n_total, blocks = (tot + 255) / 256;
   const unsigned fg = (unsigned)(blocks < ctx->n_sm * 8 ? blocks : ctx->n_sm * 8);
   if (odt == HB_F16) gemm_finish_kernel<__half><<<fg, 256, 0, ctx->stream>>>(a);
@@ -473,4 +475,28 @@ void cu_matmul(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor
     if (out->dtype == HB_F32) simt_launch(ctx, (float *)out->data, ldo, (const __half *)x->data, ldx, w, b, n);
     else simt_launch(ctx, (__half *)out->data, ldo, (const __half *)x->data, ldx, w, b, n);
   }
+}
+
+/* ---- tests and bench (cuda_backend.h) ---------------------------------------------------------------- */
+
+extern "C" int hb_cuda_set_gemm(struct hb_ctx *ctx, int kind) {
+  ctx->gemm_kind = kind;
+  return (kind == HB_CUDA_GEMM_WG || kind == HB_CUDA_GEMM_WG256) && !ctx->gemm_wg_ok ? HB_CUDA_GEMM_MMA : kind;
+}
+
+extern "C" int hb_cuda_gemm_q4(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct hb_tensor *const *outs,
+                               const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, int n, int add) {
+  if (ctx->status) return 0;
+  return cu_gemm_q4(ctx, x, n_mm, outs, ws, biases, n, add);
+}
+
+extern "C" void hb_cuda_gemm_simt(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *x,
+                                  const struct hb_tensor *w, const struct hb_tensor *bias, int n) {
+  if (ctx->status || n <= 0) return;
+  const float *b = bias ? (const float *)bias->data : NULL;
+  if (x->dtype != HB_F16 || out->dtype != HB_F32) {
+    CU_ARG(ctx, "gemm_simt hook: f16 x and f32 out only");
+    return;
+  }
+  simt_launch(ctx, (float *)out->data, out->cols, (const __half *)x->data, x->cols, w, b, n);
 }

@@ -1,0 +1,257 @@
+/* backend/cuda/sm90a/gemm_wgmma.cu — the int4 prefill GEMM on Hopper's warpgroup MMA (wgmma, sm_90a only).
+ *
+ * Why a second kernel: gemm_q4 (matmul_q4.cu) issues mma.sync m16n8k16, which on an H100/H200 reaches about a
+ * quarter of the f16 tensor peak (~180 TFLOP/s at the 3B's pp1570); Hopper's full rate needs wgmma, issued by a
+ * warpgroup of 4 warps with B read by the tensor cores straight from shared memory.
+ *
+ * The product is computed transposed, D = W · xᵀ (the Machete arrangement), so that the int4 weights are the
+ * wgmma A operand *from registers*: each thread loads its words of the repacked int4 tile from shared memory and
+ * dequantizes them (q4_pair, then × the group's f16 scale, the same f16 arithmetic as gemm_q4, so the products
+ * are the same) straight into the A fragment, which has the m16n8k16 A layout per warp — the layout q4_off's
+ * nibble order was built for. The activations are B: NT tokens × 64 k of f16 per stage, K-major, in the 128-byte
+ * swizzle (16-byte chunk c of token row r at chunk c ^ (r % 8)), described to wgmma by a matrix descriptor.
+ *
+ * Block: WGS = 2 or 4 warpgroups (256 or 512 threads), each 64 weight rows × NT tokens (f32 accumulators, NT/2 per
+ * thread), so BM = 64 WGS weight rows per block: 4 halves the x tile's L2 traffic per flop, at one block per SM;
+ * 4-stage cp.async pipeline (x tile and weight tile per stage), one __syncthreads per 64-k step. Each step:
+ * wait for the stage, fence.proxy.async (cp.async wrote it through the generic proxy; wgmma reads through the
+ * async proxy), dequantize 4 A fragments, 4 wgmmas, commit, wait. Same arguments and epilogue semantics as
+ * gemm_q4: up to 3 weights sharing x, bias, add into the output, f16 or f32 output, split-K slices.
+ *
+ * The file is compiled for sm_90a alone (CMakeLists.txt: hearth_cuda_sm90a); the kernel bodies are guarded by
+ * __CUDA_ARCH_FEAT_SM90_ALL, and gemm_wg_alive reports at init whether that code is what runs.
+ */
+#include "backend/cuda/gemm_q4.cuh"
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define WG_ON 1
+#else
+#define WG_ON 0
+#endif
+
+#define WG_BK 64  /* k per stage: one 128-byte swizzle row of f16 per token */
+#define WG_ST 4
+
+#if WG_ON
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+/* the accumulators are written by the tensor cores until the wait: keep the compiler from moving their reads */
+__device__ __forceinline__ void fence_reg(float &r) { asm volatile("" : "+f"(r)::"memory"); }
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
+/* the shared-memory matrix descriptor of a K-major tile in the 128-byte swizzle: start address >> 4 (bits 0-13),
+ * leading byte offset (unused by this layout; 16 B), stride byte offset 1024 B (one 8-row group of 128-byte rows,
+ * bits 32-45), layout type 1 = 128-byte swizzle (bits 62-63). A k16 step inside the 64-k row advances the start by
+ * 32 bytes: the swizzle is applied to the address bits, so the tile base must be 1024-byte aligned. */
+__device__ __forceinline__ uint64_t wg_desc(uint32_t saddr) {
+  return (uint64_t)((saddr & 0x3FFFFu) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) |
+         ((uint64_t)1 << 62);
+}
+
+/* d (+)= a · b: m64nNk16 f16 -> f32; a from registers (this warp's 16 rows, the m16n8k16 A fragment), b the
+ * K-major shared tile desc describes; scale-d = 1 (accumulate: the accumulators start at zero) */
+__device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, "
+      "{%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+}
+__device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
+      "{%64,%65,%66,%67}, %68, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+}
+#endif /* WG_ON */
+
+template <int NT, int WGS, typename TO>
+__global__ __launch_bounds__(128 * WGS, WGS == 2 ? 2 : 1) void gemm_wg_kernel(const __grid_constant__ gemm_args a) {
+#if WG_ON
+  constexpr int BM = 64 * WGS, TH = 128 * WGS; /* weight rows, threads */
+  extern __shared__ uint8_t wg_smem[];
+  /* [ST][NT][128 B] x tiles (swizzled, 1024-aligned), [ST][BM][32 B] weight tiles, [BM][K/128] scales */
+  const uint32_t s_raw = smem_u32(wg_smem), xs = (s_raw + 1023u) & ~1023u;
+  uint8_t *Ws = wg_smem + (xs - s_raw) + WG_ST * NT * 128;
+  __half *Ss = (__half *)(Ws + WG_ST * BM * 32);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, gid = lane / 4, tig = lane % 4;
+  const int wi = gemm_weight(a, blockIdx.x * BM);
+  const int N = a.col0[wi + 1] - a.col0[wi], n0 = blockIdx.x * BM - a.col0[wi];
+  const int M = a.M, K = a.K, m0 = blockIdx.y * NT;
+  const __half *__restrict__ x = a.x;
+  const int64_t ldx = a.ldx;
+  const uint8_t *__restrict__ wq = a.wq[wi];
+  const __half *__restrict__ ws = a.ws[wi];
+  const int gpr = K / 128;
+  const int kt0 = blockIdx.z * a.kt_per, KT = min(K / WG_BK - kt0, a.kt_per);
+  /* this thread's weight rows in the tile: rl and rl + 8 (warpgroup warp / 4 owns 64 rows, each warp 16) */
+  const int rl = (warp / 4) * 64 + (warp % 4) * 16 + gid;
+
+  for (int i = tid; i < BM * gpr; i += TH) {
+    int r = i / gpr, g = i % gpr;
+    Ss[i] = n0 + r < N ? ws[q4_soff(n0 + r, g, gpr)] : __float2half(0.0f);
+  }
+
+  auto load = [&](int stage, int kt) {
+    const int k0 = (kt0 + kt) * WG_BK;
+#pragma unroll
+    for (int i = 0; i < NT * 8 / TH; i++) {
+      int idx = tid + i * TH, r = idx / 8, c = idx % 8, gm = m0 + r;
+      cp_async16_s(xs + (uint32_t)((stage * NT + r) * 128 + ((c ^ (r & 7)) << 4)),
+                   x + (int64_t)(gm < M ? gm : 0) * ldx + k0 + c * 8, gm < M ? 16 : 0);
+    }
+    int r = tid / 2, kc = tid % 2, gn = n0 + r;
+    cp_async16(Ws + ((size_t)stage * BM + r) * 32 + ((kc ^ ((r >> 2) & 1)) * 16),
+               wq + q4_off(gn < N ? gn : 0, k0 / 128, gpr) + (k0 % 128) / 2 + kc * 16, gn < N ? 16 : 0);
+  };
+
+  float acc[NT / 2];
+#pragma unroll
+  for (int i = 0; i < NT / 2; i++) acc[i] = 0.0f;
+
+#pragma unroll
+  for (int s = 0; s < WG_ST - 1; s++) {
+    if (s < KT) load(s, s);
+    cp_async_commit();
+  }
+
+  for (int kt = 0; kt < KT; kt++) {
+    cp_async_wait<WG_ST - 2>();
+    fence_proxy_async();
+    __syncthreads();
+    if (kt + WG_ST - 1 < KT) load((kt + WG_ST - 1) % WG_ST, kt + WG_ST - 1);
+    cp_async_commit();
+    const int st = kt % WG_ST;
+    const int g = (kt0 + kt) * WG_BK / 128;
+    const __half2 s0 = __half2half2(Ss[rl * gpr + g]), s1 = __half2half2(Ss[(rl + 8) * gpr + g]);
+    uint32_t w0[2], w1[2];
+#pragma unroll
+    for (int kc = 0; kc < 2; kc++) {
+      w0[kc] = *(const uint32_t *)(Ws + ((size_t)st * BM + rl) * 32 + ((kc ^ ((rl >> 2) & 1)) * 16) + tig * 4);
+      w1[kc] = *(const uint32_t *)(Ws + ((size_t)st * BM + rl + 8) * 32 + ((kc ^ (((rl + 8) >> 2) & 1)) * 16) +
+                                   tig * 4);
+    }
+    /* A fragment of k16 step s (k = 16 s .. 16 s + 15 of this stage): rows (rl, rl + 8) x k (2 tig, 2 tig + 1) and
+     * (2 tig + 8, 2 tig + 9); word tig of the 32-run kc = s / 2 holds them as nibble pairs 2 (s % 2) and 2 (s % 2) + 1 */
+    uint32_t af[4][4];
+#pragma unroll
+    for (int s = 0; s < 4; s++) {
+      const int kc = s / 2, sh = 8 * (s % 2);
+      af[s][0] = deq2(w0[kc] >> sh, s0);
+      af[s][1] = deq2(w1[kc] >> sh, s1);
+      af[s][2] = deq2(w0[kc] >> (sh + 4), s0);
+      af[s][3] = deq2(w1[kc] >> (sh + 4), s1);
+    }
+    const uint32_t xb = xs + (uint32_t)(st * NT * 128);
+#pragma unroll
+    for (int i = 0; i < NT / 2; i++) fence_reg(acc[i]);
+    wgmma_fence();
+#pragma unroll
+    for (int s = 0; s < 4; s++) {
+      if constexpr (NT == 128) wgmma_m64n128k16(acc, af[s], wg_desc(xb + 32 * s));
+      else wgmma_m64n64k16(acc, af[s], wg_desc(xb + 32 * s));
+    }
+    wgmma_commit();
+    wgmma_wait0();
+#pragma unroll
+    for (int i = 0; i < NT / 2; i++) fence_reg(acc[i]);
+  }
+  cp_async_wait<0>();
+
+  /* acc[4 j + e] is (weight row rl, token 8 j + 2 tig + e), acc[4 j + 2 + e] the same token at row rl + 8 */
+  TO *out = (TO *)a.out[wi];
+  const float *bias = a.bias[wi];
+  const int64_t ldo = a.ldo[wi];
+  float *part = a.part ? a.part + (size_t)blockIdx.z * (size_t)M * a.n_total + a.col0[wi] : NULL;
+  const int na = n0 + rl, nb = na + 8;
+  const float ba = bias && na < N ? bias[na] : 0.0f, bb = bias && nb < N ? bias[nb] : 0.0f;
+#pragma unroll
+  for (int j = 0; j < NT / 8; j++) {
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+      const int m = m0 + 8 * j + 2 * tig + e;
+      if (m >= M) continue;
+      const float va = acc[4 * j + e], vb = acc[4 * j + 2 + e];
+      if (part) {
+        if (na < N) part[(int64_t)m * a.n_total + na] = va;
+        if (nb < N) part[(int64_t)m * a.n_total + nb] = vb;
+        continue;
+      }
+      if (na < N) {
+        TO *o = out + (int64_t)m * ldo + na;
+        stf(o, va + ba + (a.add ? ldf(o) : 0.0f));
+      }
+      if (nb < N) {
+        TO *o = out + (int64_t)m * ldo + nb;
+        stf(o, vb + bb + (a.add ? ldf(o) : 0.0f));
+      }
+    }
+  }
+#endif
+}
+
+/* writes 1 when the sm_90a code of this file is what the device runs */
+__global__ void gemm_wg_alive(int *flag) {
+#if WG_ON
+  *flag = 1;
+#else
+  *flag = 0;
+#endif
+}
+
+size_t cu_gemm_wg_smem(int64_t K, int nt, int wgs) {
+  const size_t bm = 64 * (size_t)wgs;
+  return 1024 + (size_t)WG_ST * nt * 128 + (size_t)WG_ST * bm * 32 + bm * (size_t)(K / 128) * 2;
+}
+
+/* raises a kernel's dynamic shared memory limit; 1 on failure (the error cleared: the context is not marked) */
+template <typename KERN>
+static int wg_smem_attr(struct hb_ctx *ctx, KERN kern) {
+  cudaFuncAttributes fa;
+  if (cudaFuncGetAttributes(&fa, kern) != cudaSuccess ||
+      cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           (int)(ctx->smem_optin - fa.sharedSizeBytes)) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 1;
+  }
+  return 0;
+}
+
+int cu_gemm_wg_init(struct hb_ctx *ctx) {
+  if (ctx->cc_major != 9) return 0;
+  int *d = NULL, h = 0;
+  if (cudaMalloc(&d, sizeof(int)) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  gemm_wg_alive<<<1, 1, 0, ctx->stream>>>(d);
+  const int ok = cudaGetLastError() == cudaSuccess &&
+                 cudaMemcpyAsync(&h, d, sizeof h, cudaMemcpyDeviceToHost, ctx->stream) == cudaSuccess &&
+                 cudaStreamSynchronize(ctx->stream) == cudaSuccess;
+  (void)cudaGetLastError(); /* no kernel image for this device: not an error of the context */
+  cudaFree(d);
+  if (!ok || h != 1) return 0;
+  if (wg_smem_attr(ctx, gemm_wg_kernel<128, 2, __half>) | wg_smem_attr(ctx, gemm_wg_kernel<128, 2, float>) |
+      wg_smem_attr(ctx, gemm_wg_kernel<64, 2, __half>) | wg_smem_attr(ctx, gemm_wg_kernel<64, 2, float>) |
+      wg_smem_attr(ctx, gemm_wg_kernel<128, 4, __half>) | wg_smem_attr(ctx, gemm_wg_kernel<128, 4, float>) |
+      wg_smem_attr(ctx, gemm_wg_kernel<64, 4, __half>) | wg_smem_attr(ctx, gemm_wg_kernel<64, 4, float>))
+    return 0;
+  return 1;
+}
+
+void cu_gemm_wg_launch(struct hb_ctx *ctx, const gemm_args &a, int nt, int wgs, int out_f32, dim3 grid, size_t smem) {
+#define WGL(NT, W, TO) gemm_wg_kernel<NT, W, TO><<<grid, 128 * W, smem, ctx->stream>>>(a)
+  if (wgs == 4) {
+    if (nt == 128) { if (out_f32) WGL(128, 4, float); else WGL(128, 4, __half); }
+    else { if (out_f32) WGL(64, 4, float); else WGL(64, 4, __half); }
+  } else {
+    if (nt == 128) { if (out_f32) WGL(128, 2, float); else WGL(128, 2, __half); }
+    else { if (out_f32) WGL(64, 2, float); else WGL(64, 2, __half); }
+  }
+#undef WGL
+  CU_LAUNCHED(ctx, a.part ? "gemm_wg split-K" : "gemm_wg");
+}
