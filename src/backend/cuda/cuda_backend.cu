@@ -305,6 +305,7 @@ static void *stage_get(struct hb_ctx *c, size_t n) {
   c->stage_n++;
   return p;
 }
+void *cu_stage(struct hb_ctx *c, size_t n) { return stage_get(c, n); }
 /* after the stream has been synchronized: every staged copy has run */
 static void stage_reset(struct hb_ctx *c) { c->stage_off = 0; c->stage_n = 0; }
 /* a tensor whose host copies may go through the stage (the host side is always f32 or i32; f16 converts there) */

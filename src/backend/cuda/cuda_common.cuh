@@ -116,6 +116,9 @@ static inline int cu_ok_(struct hb_ctx *ctx, cudaError_t e, const char *what, co
 
 /* grows a scratch buffer (never shrinks); bumps ctx->gen when it moves; returns 0 or 1 (failed) */
 int cu_scratch(struct hb_ctx *ctx, void **buf, size_t *cap, size_t need, size_t elem, int zero);
+/* n bytes of the pinned host stage for an asynchronous upload (valid until the stream is next synchronized by the
+ * backend), or NULL (too large, capturing, no pinned memory): copy from pageable memory then */
+void *cu_stage(struct hb_ctx *ctx, size_t n);
 
 /* ---- dtype helpers -------------------------------------------------------------------------- */
 

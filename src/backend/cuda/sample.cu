@@ -7,6 +7,7 @@
  * host has seen it, and the NaN logprob — never NaN for a finite row, whose log-sum-exp is >= 0 — is
  * what the host turns into the runtime's id -1. The sampler writes HB_SAMPLE_NONFINITE. */
 #include <math.h>
+#include <string.h>
 
 #include "backend/cuda/cuda_common.cuh"
 
@@ -565,12 +566,18 @@ void cu_sample(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, const 
     if (cu_scratch(ctx, &wp, &ctx->sample_work_cap, (size_t)n * (size_t)logits->cols, sizeof(float), 0)) return;
     ctx->sample_work = (float *)wp;
   }
-  /* pageable sources: the copies are staged before they return, so the caller's arrays are free again */
-  if (CU_OK(ctx, cudaMemcpyAsync(ctx->sample_rows, rows, (size_t)n * sizeof *rows, cudaMemcpyHostToDevice, ctx->stream)))
-    return;
-  if (n_pen > 0 &&
-      CU_OK(ctx, cudaMemcpyAsync(ctx->sample_pen, pen, (size_t)n_pen * sizeof *pen, cudaMemcpyHostToDevice, ctx->stream)))
-    return;
+  /* through the pinned stage: a copy from pageable memory would first wait for the forward pass to finish */
+  const size_t rb = (size_t)n * sizeof *rows, pb = (size_t)n_pen * sizeof *pen;
+  char *st = (char *)cu_stage(ctx, rb + pb);
+  const void *src_rows = rows, *src_pen = pen;
+  if (st) {
+    memcpy(st, rows, rb);
+    if (pb) memcpy(st + rb, pen, pb);
+    src_rows = st;
+    src_pen = st + rb;
+  }
+  if (CU_OK(ctx, cudaMemcpyAsync(ctx->sample_rows, src_rows, rb, cudaMemcpyHostToDevice, ctx->stream))) return;
+  if (pb && CU_OK(ctx, cudaMemcpyAsync(ctx->sample_pen, src_pen, pb, cudaMemcpyHostToDevice, ctx->stream))) return;
   sample_kernel<<<n, SAMPLE_THREADS, 0, ctx->stream>>>((const float *)logits->data, logits->cols, ctx->sample_rows,
                                                        ctx->sample_pen, ctx->sample_work, (int32_t *)ids->data);
   CU_LAUNCHED(ctx, "sample");
