@@ -6,11 +6,15 @@
  *                 moving the RNG; sampler_skip_unit moves it by exactly one draw;
  *   penalty_list: sampler_device_row's row and list, applied as backend.h states the op applies them, give the row
  *                 the sampler itself penalises (same draw for every u tried), and list the right tokens and counts;
- *                 a list over its cap says so and leaves the sampler's scratch clean. */
+ *                 a list over its cap says so and leaves the sampler's scratch clean;
+ *   decide:       backend/sample_decide.h (the CUDA sample op's last step, shared source) on the first
+ *                 min(k, SAMPLE_CAP) candidates sorted here: every id it returns is the sampler's draw, and it
+ *                 returns one (not -1, "the host's") wherever the candidates held decide, e.g. top-k <= 40. */
 #include <math.h>
 #include <stdint.h>
 
 #include "hearth.h"
+#include "backend/sample_decide.h"
 #include "runtime/sampler.h"
 #include "test.h"
 #include "unit/sampler_ref.h"
@@ -220,4 +224,98 @@ TEST_GROUP(penalty_list) {
   free(row); free(w); free(pen);
 }
 
-TEST_MAIN(T(same_draws), T(draw_given_u), T(penalty_list))
+struct dcand { float c; int id; };
+static int dcand_cmp(const void *a, const void *b) { /* (c descending, id ascending): the host's order */
+  const struct dcand *x = a, *y = b;
+  if (x->c != y->c) return x->c > y->c ? -1 : 1;
+  return (x->id > y->id) - (x->id < y->id);
+}
+
+TEST_GROUP(decide) {
+  struct { float t; int k; float p, minp; int must; } cases[] = {
+    {0.8f, 40, 1.0f, 0.0f, 1}, {1.0f, 1, 1.0f, 0.0f, 1},  {0.7f, 40, 0.95f, 0.1f, 1}, {1.1f, 40, 0.8f, 0.02f, 1},
+    {1.0f, 0, 0.9f, 0.0f, 0},  {1.3f, 0, 1.0f, 0.05f, 0}, {1.0f, 2000, 1.0f, 0.0f, 0}, {1.0f, 2000, 0.9f, 0.1f, 0},
+    {2.0f, 0, 0.5f, 0.0f, 0},  {1.0f, 1024, 0.9f, 0.0f, 1}, {0.5f, 0, 1.0f, 0.2f, 0}, {1e-3f, 0, 0.9f, 0.0f, 0},
+    {1.0f, 0, 1.0f, 0.0f, 0},  {0.6f, 0, 1.0f, 0.0f, 0} /* plain */,
+  };
+  const int n_cases = (int)(sizeof cases / sizeof cases[0]);
+  const int Vs[] = {700, 5000, 151936};
+  int decided = 0, deferred = 0;
+  for (int vi = 0; vi < 3; vi++) {
+    const int V = Vs[vi], rows = vi == 2 ? 4 : 60;
+    float *row = malloc((size_t)V * sizeof *row);
+    struct dcand *c = malloc((size_t)V * sizeof *c);
+    float cv[SAMPLE_CAP];
+    int ci[SAMPLE_CAP];
+    for (int r = 0; r < rows; r++) {
+      fill_row(row, V, r);
+      for (int ks = 0; ks < n_cases; ks++) {
+        struct hearth_sampling p;
+        hearth_sampling_default(&p);
+        p.temperature = cases[ks].t; p.top_k = cases[ks].k; p.top_p = cases[ks].p; p.min_p = cases[ks].minp;
+        struct hearth_sampler *s = NULL;
+        struct hearth_err err = {0};
+        REQUIRE(hearth_sampler_new(&p, V, &s, &err) == 0);
+        /* the kernel's inputs, computed as it does: c = (l - top) / T over the entries > -inf */
+        float top = -INFINITY;
+        for (int i = 0; i < V; i++) if (row[i] > top) top = row[i];
+        int nc = 0;
+        double total = 0.0;
+        for (int i = 0; i < V; i++) {
+          if (!(row[i] > -INFINITY)) continue;
+          c[nc].c = (row[i] - top) / p.temperature;
+          c[nc].id = i;
+          if (c[nc].c > -60.0f) total += exp((double)c[nc].c);
+          nc++;
+        }
+        const int K = p.top_k > 0 && p.top_k < nc ? p.top_k : nc, C = K < SAMPLE_CAP ? K : SAMPLE_CAP;
+        if (K == nc && !(p.top_p < 1.0f) && !(p.min_p > 0.0f)) {
+          /* plain sampling, the kernel's other path (sample_plain): its walking order restated here, ids ascending
+           * with the first maximum's weight at the first candidate's place and the first candidate's at the
+           * maximum's, must give the sampler's draw (the kernel adds margins around the crossing) */
+          int z = -1, b = -1;
+          for (int i = 0; i < V; i++)
+            if (row[i] > -INFINITY) {
+              if (z < 0) z = i;
+              if (b < 0 && (row[i] - top) / p.temperature == 0.0f) b = i;
+            }
+          const double wb = exp((double)((row[b] - top) / p.temperature)), wz = exp((double)((row[z] - top) / p.temperature));
+          double sum = 0.0;
+          for (int i = 0; i < V; i++)
+            sum += i == z ? wb : i == b ? wz : row[i] > -INFINITY ? exp((double)((row[i] - top) / p.temperature)) : 0.0;
+          const double u = (double)(rnd() >> 5) / 134217728.0, target = u * sum;
+          double acc = 0.0;
+          int got = -1;
+          for (int i = 0; i < V && got < 0; i++) {
+            acc += i == z ? wb : i == b ? wz : row[i] > -INFINITY ? exp((double)((row[i] - top) / p.temperature)) : 0.0;
+            if (target < acc) got = i == z ? b : i == b ? z : i;
+          }
+          const int32_t want = sampler_sample_u(s, row, NULL, 0, u);
+          CHECKF(got == want, "V %d row %d case %d (plain) u %.17g: the kernel's order gives %d, the sampler %d", V, r, ks,
+                 u, got, want);
+          hearth_sampler_free(s);
+          continue;
+        }
+        qsort(c, (size_t)nc, sizeof *c, dcand_cmp);
+        for (int i = 0; i < C; i++) { cv[i] = c[i].c; ci[i] = c[i].id; }
+        for (int t = 0; t < 3; t++) {
+          const double u = (double)(rnd() >> 5) / 134217728.0;
+          const int got = sample_decide(cv, ci, C, K, nc, total, p.top_p, p.min_p, u);
+          const int32_t want = sampler_sample_u(s, row, NULL, 0, u);
+          if (got < 0) deferred++;
+          else decided++;
+          CHECKF(got == -1 || got == want, "V %d row %d case %d u %.17g: decided %d, the sampler draws %d", V, r, ks, u, got, want);
+          CHECKF(got >= 0 || !cases[ks].must, "V %d row %d case %d (kind %d) u %.17g: deferred a case the candidates decide",
+                 V, r, ks, r % 6, u);
+        }
+        hearth_sampler_free(s);
+      }
+    }
+    free(row);
+    free(c);
+  }
+  printf("  decide: %d decided (each the sampler's draw), %d deferred to the host\n", decided, deferred);
+  CHECK(decided > deferred);
+}
+
+TEST_MAIN(T(same_draws), T(draw_given_u), T(penalty_list), T(decide))

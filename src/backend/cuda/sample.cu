@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/sample_decide.h"
 
 __device__ __forceinline__ float nan_f(void) { return __int_as_float(0x7fc00000); }
 
@@ -201,16 +202,15 @@ void cu_argmax(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, struct
  *      whose interval holds u * sum walks to the crossing;
  *   5. otherwise: the first min(k, SAMPLE_CAP) candidates by (c descending, id ascending) by a radix select of the
  *      C-th key and a bitonic sort in shared memory; then thread 0 runs the host's top-p / min-p / draw loops on
- *      them. Top-p without top-k divides by the mass of every candidate above -60 (host: `total`), a block sum.
+ *      them (backend/sample_decide.h, shared with a CPU test). Top-p without top-k divides by the mass of every
+ *      candidate above -60 (host: `total`), a block sum.
  * Where the host's result is not decided by what the block holds (top-k above the cap with top-p; a top-p or
  * min-p cut past the cap; a +inf after the penalties; no candidate) the row gets -1 and the host samples it.
  * Sums in double differ from the host's in their last bits (another order; the device's exp is within 1 ulp of
  * glibc's, not equal to it): every comparison that decides (cum >= top_p, c >= log(min_p), u * sum < acc) is made
  * only when the two sides are further apart than SAMPLE_MARGIN relative to the scale, far above the ~1e-11 those
  * differences can reach over 262k terms; closer calls go to the host as well (about one draw in 10^9). */
-#define SAMPLE_CAP 1024
 #define SAMPLE_THREADS 1024
-#define SAMPLE_MARGIN 1e-9
 
 __device__ __forceinline__ float sample_c(float l, float top, float temp) { return __fdiv_rn(__fsub_rn(l, top), temp); }
 
@@ -483,59 +483,7 @@ __global__ __launch_bounds__(SAMPLE_THREADS) void sample_kernel(const float *log
       __syncthreads();
     }
   }
-  if (tid != 0) return;
-  /* the host's loops on the first C candidates (the host holds K of them with top-k, its head without: a prefix
-   * of the same order that reaches past any cut made here) */
-  const float mx = c_val[0];
-  int n = C, undecided = 0;
-  const int all_here = C == K; /* the device holds every candidate the host's loops can walk */
-  if (P.top_p < 1.0f) {
-    double sum = 0.0;
-    if (K == nc) sum = total;
-    else if (all_here) for (int i = 0; i < n; i++) sum += exp((double)(c_val[i] - mx));
-    else undecided = 1; /* top-k above the cap: the mass of its k is not here */
-    double cum = 0.0;
-    int keep = -1;
-    for (int i = 0; !undecided && i < n; i++) {
-      cum += exp((double)(c_val[i] - mx)) / sum;
-      if (fabs(cum - (double)P.top_p) <= SAMPLE_MARGIN) undecided = 1;
-      else if (cum >= P.top_p) keep = i + 1;
-      if (keep > 0) break;
-    }
-    if (!undecided) {
-      if (keep > 0) n = keep;
-      else if (!(all_here && K < nc)) undecided = 1; /* no cut in what is here (with top-k: the host keeps all k) */
-    }
-  }
-  if (!undecided && P.min_p > 0.0f) {
-    const double thr = log((double)P.min_p), m = SAMPLE_MARGIN * (1.0 + fabs(thr));
-    int keep = 1;
-    for (; keep < n; keep++) {
-      const double d = (double)(c_val[keep] - mx);
-      if (fabs(d - thr) <= m) { undecided = 1; break; }
-      if (!(d >= thr)) break;
-    }
-    /* walked to the end of what is here: the host may hold more (its head, or k above the cap) */
-    if (!undecided && keep == n && n == C && !(P.top_p < 1.0f) && !all_here) undecided = 1;
-    n = keep;
-  }
-  if (!undecided && !(P.top_p < 1.0f) && !(P.min_p > 0.0f) && !all_here) undecided = 1; /* top-k above the cap */
-  int pick = -1;
-  if (!undecided) {
-    double sum = 0.0;
-    for (int i = 0; i < n; i++) sum += exp((double)(c_val[i] - mx));
-    const double target = P.u * sum, margin = SAMPLE_MARGIN * sum;
-    double acc = 0.0;
-    for (int i = 0; i < n; i++) {
-      const double before = acc;
-      acc += exp((double)(c_val[i] - mx));
-      if (target < acc) {
-        if (target - before >= margin && acc - target >= margin) pick = c_id[i];
-        break;
-      }
-    }
-  }
-  ids[blockIdx.x] = pick;
+  if (tid == 0) ids[blockIdx.x] = sample_decide(c_val, c_id, C, K, nc, total, P.top_p, P.min_p, P.u);
 }
 
 void cu_sample(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, const struct hb_sample_row *rows,
