@@ -230,6 +230,24 @@ int hearth_sessions_step_scored(struct hearth_session **sessions, int n_sessions
                                 const int *n_tokens, const uint8_t *greedy, struct hearth_row_score *const *scores,
                                 int32_t *ids, float *logprobs, struct hearth_err *err);
 
+/* A sampled session's next token, drawn where its logits are (hearth_sessions_step_sampled). */
+struct hearth_sample_req {
+  struct hearth_sampler *smp; /* the request's sampler: its parameters, seeded RNG and prompt */
+  const int32_t *history;     /* the tokens generated so far, for the penalties (as hearth_sampler_sample) */
+  int n_history;
+};
+
+/* hearth_sessions_step_scored, where session i with samples[i] != NULL (samples itself may be NULL; not together
+ * with scores[i]) has its next token drawn for it: ids[i] = what hearth_sampler_sample(samples[i]->smp, its
+ * logits, history, n_history) returns, the sampler's RNG left as that call leaves it; -1 (nothing drawn) when the
+ * row holds a NaN or an infinity. On a backend that samples (CUDA) only the id leaves the device, except for rows
+ * it cannot decide exactly, which are read back and sampled on the host; the session's logits are then not
+ * available (hearth_session_logits). logprobs[i] is left as it is for such a session. */
+int hearth_sessions_step_sampled(struct hearth_session **sessions, int n_sessions, const int32_t *const *tokens,
+                                 const int *n_tokens, const uint8_t *greedy, struct hearth_row_score *const *scores,
+                                 const struct hearth_sample_req *const *samples, int32_t *ids, float *logprobs,
+                                 struct hearth_err *err);
+
 /* Decode steps enqueued one call ahead (greedy loops on a GPU: docs/decisions.md) that a later call claimed, and
  * that were dropped unused, since the model was loaded. */
 void hearth_model_ahead_counts(struct hearth_model *m, uint64_t *claimed, uint64_t *dropped);

@@ -70,11 +70,21 @@ static void summarize(struct result *r, double *tps, int reps) {
 /* Streams a buffer of `mib` MiB with `threads` readers; returns GB/s (the machine's read floor). */
 double bench_bandwidth_probe(int threads, int mib);
 
+static int err_set_bench(struct hearth_err *err, const char *msg) {
+  snprintf(err->msg, sizeof err->msg, "%s", msg);
+  return -1;
+}
+
 int cmd_bench(int argc, char **argv) {
   struct hearth_model_params mp;
   hearth_model_params_default(&mp);
-  long pp[16], tg = 128, reps = 5, ctx[8] = {71}, batch[8];
-  int n_pp = 3, n_ctx = 1, n_batch = 0, json = 0, probe = 0;
+  long pp[16], tg = 128, reps = 5, ctx[8] = {71}, batch[8], tg_k = 0;
+  int n_pp = 3, n_ctx = 1, n_batch = 0, json = 0, probe = 0, host_sample = 0;
+  struct hearth_sampling sp; /* tgN: greedy unless --temp > 0 (then sampled, seed 1) */
+  hearth_sampling_default(&sp);
+  sp.temperature = 0.0f;
+  sp.seed = 1;
+  double f;
   pp[0] = 71; pp[1] = 512; pp[2] = 1570;
   for (int i = 1; i < argc; i++) {
     int r = arg_model_option(argc, argv, &i, &mp);
@@ -86,11 +96,18 @@ int cmd_bench(int argc, char **argv) {
     else if (!strcmp(a, "-r")) { if (!(v = arg_value(argc, argv, &i)) || arg_int(a, v, 1, 1000, &reps)) return 2; }
     else if (!strcmp(a, "--tg-ctx")) { if ((n_ctx = parse_list(arg_value(argc, argv, &i), ctx, 8)) <= 0) return bad_list(a); }
     else if (!strcmp(a, "--batch")) { if ((n_batch = parse_list(arg_value(argc, argv, &i), batch, 8)) < 0) return bad_list(a); }
+    else if (!strcmp(a, "--temp")) { if (!(v = arg_value(argc, argv, &i)) || arg_float(a, v, &f)) return 2; sp.temperature = (float)f; }
+    else if (!strcmp(a, "--top-p")) { if (!(v = arg_value(argc, argv, &i)) || arg_float(a, v, &f)) return 2; sp.top_p = (float)f; }
+    else if (!strcmp(a, "--top-k")) { if (!(v = arg_value(argc, argv, &i)) || arg_int(a, v, 0, 1 << 30, &tg_k)) return 2; sp.top_k = (int)tg_k; }
+    else if (!strcmp(a, "--host-sample")) host_sample = 1;
     else if (!strcmp(a, "--json")) json = 1;
     else if (!strcmp(a, "--probe")) probe = 1;
     else {
       fprintf(stderr, "usage: hearth bench --model DIR [--threads T] [-p 71,512,1570] [-n 128] [-r 5] [--tg-ctx 71,1570]\n"
-                      "                    [--batch 8,32] [--dtype ...] [--backend ...] [--probe] [--json]\n");
+                      "                    [--batch 8,32] [--dtype ...] [--backend ...] [--probe] [--json]\n"
+                      "                    [--temp X [--top-p P] [--top-k K] [--host-sample]]\n"
+                      "--temp X > 0: tgN samples (seed 1) where the logits are (hearth_sessions_step_sampled), or with\n"
+                      "--host-sample from the logits copied to the host (hearth_sampler_sample, as before issue 36 item 4).\n");
       return 2;
     }
   }
@@ -120,6 +137,7 @@ int cmd_bench(int argc, char **argv) {
   }
   int32_t *toks = malloc((size_t)(maxctx + tg + 8) * sizeof *toks);
   double *tps = malloc((size_t)reps * sizeof *tps);
+  int32_t *hist = malloc((size_t)(tg + 1) * sizeof *hist); /* a sampled tgN's tokens (the penalties' history) */
   uint64_t rs = 42;
   for (long i = 0; i < maxctx + tg + 8; i++) { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; toks[i] = (int32_t)(rs % (uint64_t)mi->n_vocab); }
   int rc = 0;
@@ -147,19 +165,36 @@ int cmd_bench(int argc, char **argv) {
     struct result r = {.tokens = (int)tg};
     if (c == 0) snprintf(r.test, sizeof r.test, "tg%ld", tg);
     else snprintf(r.test, sizeof r.test, "tg%ld@d%ld", tg, ctx[c]);
+    if (sp.temperature > 0) { /* the name says how it sampled */
+      size_t l = strlen(r.test);
+      snprintf(r.test + l, sizeof r.test - l, " T%g%s", (double)sp.temperature, host_sample ? " host" : "");
+    }
     for (int k = 0; k < reps; k++) {
       toks[0] = (int32_t)(toks[0] + 1) % mi->n_vocab;
       if ((rc = hearth_session_sync(s, toks, (int)ctx[c], &err))) goto done;
       /* greedy generation: each step feeds back the token the last one chose (on GPUs the
        * choice is made on the device, so only ids cross the bus) */
       int32_t t = toks[ctx[c] % (maxctx + 1)];
+      struct hearth_sampler *smp = NULL;
+      if (sp.temperature > 0 && (rc = hearth_sampler_new(&sp, mi->n_vocab, &smp, &err))) goto done;
       double t0 = now_s();
       for (long j = 0; j < tg; j++) {
         const int32_t *tp1 = &t;
         int one = 1;
-        if ((rc = hearth_sessions_step_greedy(&s, 1, &tp1, &one, &t, NULL, &err))) goto done;
+        if (!smp) rc = hearth_sessions_step_greedy(&s, 1, &tp1, &one, &t, NULL, &err);
+        else if (host_sample) { /* the whole row to the host, sampled there */
+          if (!(rc = hearth_sessions_step(&s, 1, &tp1, &one, &err))) t = hearth_sampler_sample(smp, hearth_session_logits(s), hist, (int)j);
+        } else {
+          const struct hearth_sample_req req = {smp, hist, (int)j}, *rq = &req;
+          const uint8_t g = 1;
+          rc = hearth_sessions_step_sampled(&s, 1, &tp1, &one, &g, NULL, &rq, &t, NULL, &err);
+        }
+        if (!rc && t < 0) rc = err_set_bench(&err, "the model produced NaN or infinite logits");
+        if (rc) { hearth_sampler_free(smp); goto done; }
+        hist[j] = t;
       }
       tps[k] = (double)tg / (now_s() - t0);
+      hearth_sampler_free(smp);
     }
     summarize(&r, tps, (int)reps);
     report(&r, mi, json, 1);
@@ -193,5 +228,6 @@ done:
   hearth_model_free(m);
   free(toks);
   free(tps);
+  free(hist);
   return rc ? 1 : 0;
 }

@@ -96,6 +96,23 @@ static inline size_t hb_kv_block_bytes(const struct hb_kv_layer *layers, int n_l
   return n;
 }
 
+/* The sample op's request for one row: runtime/sampler.c's parameters, with the penalties that apply already decided
+ * by the host (a factor of 1 and terms of 0 change no logit, so they stand for "off") and the request's next uniform
+ * draw (its seeded RNG stays on the host). */
+struct hb_sample_row {
+  double u;             /* in [0, 1): the draw the host sampler would make (sampler.c, next_unit) */
+  float temperature;    /* > 0; a row with temperature <= 0 is not sampled (its ids[i] is left as it is) */
+  int32_t top_k;        /* 0 = off */
+  float top_p, min_p;   /* 1 = off, 0 = off */
+  float repetition;     /* divides (logit > 0) or multiplies the logit of every entry of the row's list; 1 = off */
+  float presence, frequency; /* logit -= presence + frequency * count, entries with count > 0; 0, 0 = off */
+  int32_t pen0, n_pen;  /* the row's entries: pen[pen0 .. pen0 + n_pen) of the op's list */
+};
+/* a distinct token of a row's history (prompt and generated tokens: sampler.c) and how often it was generated */
+struct hb_sample_pen { int32_t id, count; };
+/* the sample op's ids[i] for a row holding a NaN or an infinity (nothing is drawn from it) */
+#define HB_SAMPLE_NONFINITE (-2)
+
 struct hb_attn_params {
   int n_heads, n_kv_heads, head_dim;
   float scale;   /* multiplies q·k */
@@ -269,6 +286,15 @@ struct hb_ops {
    * contents are not kept across a call that grows it): kv_block_write from it copies straight to the device, with
    * no staging copy and no page faults. NULL (the op or the result): use ordinary memory. */
   void *(*host_pinned)(struct hb_ctx *ctx, size_t bytes);
+  /* Token sampling where the logits are (NULL: the session layer samples on the host, from the row; the CPU backend
+   * leaves it NULL because its logits are host memory already and runtime/sampler.c is the definition).
+   * For every row i < n of logits (F32 [≥ n × vocab]) with rows[i].temperature > 0: the row's entries of pen get the
+   * penalties of rows[i] (on a copy: logits is unchanged), then ids[i] (I32, ≥ n elements) = the token sampler.c's
+   * draw with u = rows[i].u picks from the penalised row, bit for bit; -1 where the backend cannot decide it
+   * exactly (the host then samples that row with the same u), HB_SAMPLE_NONFINITE where the row (before the
+   * penalties) holds a NaN or an infinity. rows and pen are host arrays, read before the call returns. */
+  void (*sample)(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, const struct hb_sample_row *rows,
+                 const struct hb_sample_pen *pen, int n_pen, struct hb_tensor *ids);
 };
 
 /* Backends compiled into this build. hb_cuda_ops is NULL-safe: hb_get returns NULL when absent. */

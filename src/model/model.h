@@ -122,6 +122,8 @@ struct hearth_model {
   float *b_glp;     /* [max_seqs] their logprobs */
   int32_t *b_gsel;  /* [2 max_seqs] gsel as read back */
   int32_t *b_score_req, *b_score_out; /* [max_seqs × HB_SCORE_REQ / HB_SCORE_OUT] row scores' staging */
+  struct hb_sample_pen *b_pen; /* [b_pen_cap] the sample op's penalty lists of a batch (session.c; grown on demand) */
+  int b_pen_cap;
   struct model_graph graphs[MODEL_MAX_GRAPHS];
   struct model_graph graphs_greedy[MODEL_MAX_GRAPHS]; /* the same step ending in its greedy tail (session.c) */
   /* one-token steps short enough for the backend's fused attention + o_proj (attn_o_max_len): their kernels

@@ -145,6 +145,7 @@ static void free_scratch(struct hearth_model *m) {
     if (all[i]->data) m->be->release(m->bctx, all[i]);
   free(m->b_pos); free(m->b_seq); free(m->b_out); free(m->b_len); free(m->b_bt);
   free(m->b_ids); free(m->b_outbuf); free(m->b_gid); free(m->b_glp); free(m->b_gsel); free(m->b_score_req); free(m->b_score_out);
+  free(m->b_pen);
 }
 
 static void release_weights(struct hearth_model *m) {

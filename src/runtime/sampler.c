@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/err.h"
+#include "runtime/sampler.h"
 
 struct cand {
   float logit;
@@ -116,7 +117,8 @@ static int select_head(struct cand *c, int n, int k, const struct hearth_samplin
   return n;
 }
 
-int32_t hearth_sampler_sample(struct hearth_sampler *s, const float *logits, const int32_t *history, int n_history) {
+/* The row the selection reads: logits itself, or s->work holding it with the penalties applied */
+static const float *penalize(struct hearth_sampler *s, const float *logits, const int32_t *history, int n_history) {
   const struct hearth_sampling *p = &s->p;
   int V = s->n_vocab;
   const float *lg = logits;
@@ -155,6 +157,14 @@ int32_t hearth_sampler_sample(struct hearth_sampler *s, const float *logits, con
     }
     lg = s->work;
   }
+  return lg;
+}
+
+/* The selection from the (penalised) row lg: greedy, or the draw with *u_given, or with the RNG's next draw when
+ * u_given is NULL (taken only where a draw is made, so the RNG advances exactly as it always did) */
+static int32_t pick(struct hearth_sampler *s, const float *lg, const double *u_given) {
+  const struct hearth_sampling *p = &s->p;
+  int V = s->n_vocab;
   if (p->temperature == 0.0f) { /* a NaN never wins: it compares false, so start from a number */
     int32_t best = 0;
     while (best < V - 1 && isnan(lg[best])) best++;
@@ -215,12 +225,61 @@ int32_t hearth_sampler_sample(struct hearth_sampler *s, const float *logits, con
   }
   sum = 0;
   for (int i = 0; i < n; i++) sum += exp((double)(s->cands[i].logit - mx));
-  double u = next_unit(s) * sum, acc = 0;
+  double u = (u_given ? *u_given : next_unit(s)) * sum, acc = 0;
   for (int i = 0; i < n; i++) {
     acc += exp((double)(s->cands[i].logit - mx));
     if (u < acc) return s->cands[i].id;
   }
   return s->cands[n - 1].id;
+}
+
+int32_t hearth_sampler_sample(struct hearth_sampler *s, const float *logits, const int32_t *history, int n_history) {
+  return pick(s, penalize(s, logits, history, n_history), NULL);
+}
+
+int32_t sampler_sample_u(struct hearth_sampler *s, const float *logits, const int32_t *history, int n_history, double u) {
+  return pick(s, penalize(s, logits, history, n_history), &u);
+}
+
+double sampler_peek_unit(const struct hearth_sampler *s) {
+  struct hearth_sampler t; /* the state alone is copied and advanced */
+  memcpy(t.s, s->s, sizeof t.s);
+  return next_unit(&t);
+}
+
+void sampler_skip_unit(struct hearth_sampler *s) { (void)next_u64(s); }
+
+int sampler_device_row(struct hearth_sampler *s, const int32_t *history, int n_history, struct hb_sample_row *row,
+                       struct hb_sample_pen *pen, int cap) {
+  const struct hearth_sampling *p = &s->p;
+  const int V = s->n_vocab;
+  if (!(p->temperature > 0.0f)) return -2; /* greedy (with penalties): the host's argmax of the penalised row */
+  if (!history) n_history = 0;
+  /* which penalties apply: the conditions of penalize() */
+  const int rep = p->repetition_penalty != 1.0f && (n_history > 0 || s->n_prompt > 0);
+  const int pf = (p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f) && n_history > 0;
+  *row = (struct hb_sample_row){.u = sampler_peek_unit(s), .temperature = p->temperature, .top_k = p->top_k,
+                                .top_p = p->top_p, .min_p = p->min_p, .repetition = rep ? p->repetition_penalty : 1.0f,
+                                .presence = pf ? p->presence_penalty : 0.0f, .frequency = pf ? p->frequency_penalty : 0.0f};
+  /* the distinct tokens: those of the prompt (repetition penalty only), then the generated ones, each with its
+   * count among the generated; s->counts[t] holds entry index + 1 meanwhile and is zeroed again below */
+  int n = 0, over = 0;
+  for (int pass = rep ? 0 : 1; pass < 2 && (rep || pf) && !over; pass++) {
+    const int32_t *h = pass ? history : s->prompt;
+    const int nh = pass ? n_history : s->n_prompt;
+    for (int i = 0; i < nh; i++) {
+      const int32_t t = h[i];
+      if (t < 0 || t >= V) continue;
+      if (!s->counts[t]) {
+        if (n == cap) { over = 1; break; }
+        pen[n] = (struct hb_sample_pen){t, 0};
+        s->counts[t] = ++n;
+      }
+      if (pass) pen[s->counts[t] - 1].count++;
+    }
+  }
+  for (int i = 0; i < n; i++) s->counts[pen[i].id] = 0;
+  return over ? -1 : n;
 }
 
 void hearth_sampler_set_prompt(struct hearth_sampler *s, const int32_t *prompt, int n_prompt) {

@@ -13,6 +13,7 @@
 #include "runtime/kv_cache.h"
 #include "runtime/prefix_store.h"
 #include "runtime/row_score.h"
+#include "runtime/sampler.h"
 #include "runtime/session_embed.h"
 #include "runtime/session_unkeyed.h"
 
@@ -37,6 +38,7 @@ struct hearth_session {
                         and its blocks live under their own prefix-cache keys */
   struct hearth_row_score *score; /* during hearth_sessions_step_scored only: what this session's row must give */
   int unkeyed;       /* session_set_unkeyed: its blocks never enter the prefix cache (nor the disk store) */
+  const struct hearth_sample_req *sample; /* during hearth_sessions_step_sampled only: who draws its next token */
 };
 
 void session_set_unkeyed(struct hearth_session *s) { s->unkeyed = 1; }
@@ -296,11 +298,11 @@ static int enqueue_forward(struct hearth_model *m, struct hb_batch *b, int want_
  * rows as well; without a device argmax only rows with row_greedy[k] set, or all when it is NULL, are chosen
  * on the host, and their logprobs computed only with want_lp). */
 static int run_batch_outputs(struct hearth_model *m, struct hb_batch *b, enum out_mode mode, int need_logits,
-                             const uint8_t *row_greedy, struct hearth_row_score *const *rowsc, int want_lp, int tail,
-                             struct hearth_err *err);
+                             const uint8_t *row_greedy, struct hearth_row_score *const *rowsc,
+                             const struct hearth_sample_req *const *rowsm, int want_lp, int tail, struct hearth_err *err);
 static int run_batch(struct hearth_model *m, struct hb_batch *b, enum out_mode mode, int need_logits,
-                     const uint8_t *row_greedy, struct hearth_row_score *const *rowsc, int want_lp,
-                     struct hearth_err *err) {
+                     const uint8_t *row_greedy, struct hearth_row_score *const *rowsc,
+                     const struct hearth_sample_req *const *rowsm, int want_lp, struct hearth_err *err) {
   const int want_hidden = mode == OUT_HIDDEN;
   /* a greedy decode-shaped step ends in its graph (greedy_tail) */
   const int tail = mode == OUT_GREEDY && b->n_out > 0 && b->n_tokens == b->n_seqs && b->n_out == b->n_tokens &&
@@ -310,7 +312,7 @@ static int run_batch(struct hearth_model *m, struct hb_batch *b, enum out_mode m
   prof_add(PROF_FWD_ENQUEUE, t_enq, b->n_tokens);
   if (rc) return rc;
   const double t_wait = prof_now();
-  rc = run_batch_outputs(m, b, mode, need_logits, row_greedy, rowsc, want_lp, tail, err);
+  rc = run_batch_outputs(m, b, mode, need_logits, row_greedy, rowsc, rowsm, want_lp, tail, err);
   prof_add(PROF_FWD_WAIT, t_wait, b->n_out);
   return rc;
 }
@@ -333,17 +335,100 @@ static void fill_scores(struct hearth_model *m, int n, struct hearth_row_score *
   }
 }
 
+/* ---- sampled rows (hearth_sessions_step_sampled) ----
+ * A backend with the sample op draws them where the logits are: each row's request (the sampler's next u, the
+ * penalties that apply and the row's distinct history tokens) goes down, the id comes back in gsel beside the
+ * argmax's (whose logprob still tells a row with a NaN or an infinity). The sampler's RNG advances only when the
+ * op's draw is taken; a row the op cannot decide (-1), or cannot take at all (temperature 0 with penalties), is
+ * read back and sampled on the host with that same RNG state, so the draws are the host's either way. */
+
+/* Enqueues the sample op for the sampled rows of a batch of n outputs (rowsm[k] != NULL); host_row[k] = 1 for
+ * those that the host must sample from their logits row in any case. Returns 0 or HEARTH_ERR_NOMEM. */
+static int sample_enqueue(struct hearth_model *m, int n, const struct hearth_sample_req *const *rowsm,
+                          uint8_t *host_row, struct hb_tensor *gid, struct hearth_err *err) {
+  struct hb_sample_row rows[64]; /* n <= 64: one output row per session of a step */
+  int used = 0, any = 0;
+  for (int k = 0; k < n; k++) {
+    rows[k] = (struct hb_sample_row){.temperature = 0.0f}; /* not the op's row */
+    host_row[k] = 0;
+    if (!rowsm[k]) continue;
+    int got = -2;
+    while (m->be->sample) {
+      got = sampler_device_row(rowsm[k]->smp, rowsm[k]->history, rowsm[k]->n_history, &rows[k],
+                               m->b_pen ? m->b_pen + used : NULL, m->b_pen_cap - used);
+      if (got != -1) break;
+      /* the batch's lists outgrew the staging: grow it (rare: a list holds each distinct token once) */
+      int cap = m->b_pen_cap < 4096 ? 8192 : 2 * m->b_pen_cap;
+      struct hb_sample_pen *p = realloc(m->b_pen, (size_t)cap * sizeof *p);
+      if (!p) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
+      m->b_pen = p;
+      m->b_pen_cap = cap;
+    }
+    if (got < 0) {
+      rows[k] = (struct hb_sample_row){.temperature = 0.0f};
+      host_row[k] = 1;
+      continue;
+    }
+    rows[k].pen0 = used;
+    rows[k].n_pen = got;
+    used += got;
+    any = 1;
+  }
+  if (any) m->be->sample(m->bctx, &m->scratch.logits, n, rows, m->b_pen, used, gid);
+  return 0;
+}
+
+/* The sampled rows' ids once gsel (and, with have_rows, every logits row) is on the host: the op's draw, or the
+ * host's from the row (read back here when it is not yet) */
+static int sample_finish(struct hearth_model *m, int n, const struct hearth_sample_req *const *rowsm,
+                         const uint8_t *host_row, int have_rows, struct hearth_err *err) {
+  const int64_t V = m->cfg.vocab_size;
+  uint8_t host[64];
+  int reads = 0;
+  for (int k = 0; k < n; k++) {
+    host[k] = 0;
+    if (!rowsm[k]) continue;
+    float v;
+    memcpy(&v, m->b_gsel + n + k, sizeof v);
+    const int32_t id = host_row[k] ? -1 : m->b_gsel[k];
+    m->b_glp[k] = 0.0f;
+    if (isnan(v) || id == HB_SAMPLE_NONFINITE) { m->b_gid[k] = -1; continue; } /* the argmax saw a NaN or an inf */
+    if (id >= 0) { /* the op drew with the sampler's next u: take it */
+      sampler_skip_unit(rowsm[k]->smp);
+      m->b_gid[k] = id;
+      continue;
+    }
+    host[k] = 1;
+    if (!have_rows) {
+      if (m->be->read(m->bctx, &m->scratch.logits, k, 1, m->b_outbuf + (size_t)k * V))
+        return err_set(err, HEARTH_ERR_BACKEND, "%s: read failed", m->be->name);
+      reads++;
+    }
+  }
+  if (reads) {
+    int rc = m->be->sync(m->bctx, err);
+    if (rc) return rc;
+  }
+  for (int k = 0; k < n; k++)
+    if (host[k])
+      m->b_gid[k] = hearth_sampler_sample(rowsm[k]->smp, m->b_outbuf + (size_t)k * V, rowsm[k]->history,
+                                          rowsm[k]->n_history);
+  return 0;
+}
+
 /* run_batch's second half: the outputs of the enqueued forward */
 static int run_batch_outputs(struct hearth_model *m, struct hb_batch *b, enum out_mode mode, int need_logits,
-                             const uint8_t *row_greedy, struct hearth_row_score *const *rowsc, int want_lp, int tail,
+                             const uint8_t *row_greedy, struct hearth_row_score *const *rowsc,
+                             const struct hearth_sample_req *const *rowsm, int want_lp, int tail,
                              struct hearth_err *err) {
   const struct hb_ops *be = m->be;
   struct hb_ctx *c = m->bctx;
   struct model_scratch *sc = &m->scratch;
   const int want_hidden = mode == OUT_HIDDEN;
-  int rc, scored = 0;
+  int rc, scored = 0, sampled = 0;
   if (b->n_out == 0) return be->sync(c, err);
   for (int k = 0; rowsc && k < b->n_out; k++) scored |= rowsc[k] != NULL;
+  for (int k = 0; rowsm && k < b->n_out; k++) sampled |= rowsm[k] != NULL;
   if (scored && !be->row_score) need_logits = 1; /* scored on the host, from the rows (below) */
   if (mode == OUT_GREEDY && be->argmax) {
     /* ids in rows 0..n of gsel, their logprobs in rows n..2n: one read (one round trip) brings both */
@@ -351,6 +436,12 @@ static int run_batch_outputs(struct hearth_model *m, struct hb_batch *b, enum ou
     struct hb_tensor gid, glp;
     gsel_views(sc, n, &gid, &glp);
     if (!tail) be->argmax(c, &sc->logits, n, &gid, &glp);
+    uint8_t host_row[64];
+    if (sampled) { /* after the argmax: the sampled rows' ids replace its ids in gsel */
+      rc = sample_enqueue(m, n, rowsm, host_row, &gid, err);
+      if (rc) return rc;
+      for (int k = 0; k < n; k++) need_logits |= rowsm[k] && host_row[k];
+    }
     if (scored && be->row_score) { /* what each scored row asks, then its result words, in the same round trip */
       for (int k = 0; k < n; k++) row_score_req(rowsc[k], m->b_score_req + (size_t)k * HB_SCORE_REQ);
       if (be->write(c, &sc->score_req, 0, n, m->b_score_req)) return err_set(err, HEARTH_ERR_BACKEND, "%s: write failed", be->name);
@@ -363,15 +454,22 @@ static int run_batch_outputs(struct hearth_model *m, struct hb_batch *b, enum ou
     if (rc) return rc;
     for (int k = 0; k < n; k++) device_pick(m->b_gsel, n, k, &m->b_gid[k], &m->b_glp[k]);
     if (scored) fill_scores(m, n, rowsc);
-    return 0;
+    return sampled ? sample_finish(m, n, rowsm, host_row, need_logits, err) : 0;
   }
   const struct hb_tensor *src = want_hidden ? &sc->sel : &sc->logits;
   if (be->read(c, src, 0, b->n_out, m->b_outbuf)) return err_set(err, HEARTH_ERR_BACKEND, "%s: read failed", be->name);
   rc = be->sync(c, err);
   if (rc || mode != OUT_GREEDY) return rc;
   for (int k = 0; k < b->n_out; k++) { /* host selection when the backend has no argmax op */
-    if (row_greedy && !row_greedy[k]) continue; /* this row's caller samples from its logits */
     const float *lg = m->b_outbuf + (size_t)k * m->cfg.vocab_size;
+    if (rowsm && rowsm[k]) { /* sampled: as the server sampled it from the session's logits (NaN / inf: -1) */
+      int finite = 1;
+      for (int i = 0; i < m->cfg.vocab_size; i++) finite &= fabsf(lg[i]) <= FLT_MAX;
+      m->b_gid[k] = finite ? hearth_sampler_sample(rowsm[k]->smp, lg, rowsm[k]->history, rowsm[k]->n_history) : -1;
+      m->b_glp[k] = 0.0f;
+      continue;
+    }
+    if (row_greedy && !row_greedy[k]) continue; /* this row's caller samples from its logits */
     /* a NaN or an infinity in the row (the model's numbers broke down) is reported as id -1: a NaN
      * compares false, so a plain argmax would answer with token 0 for a row of NaNs */
     int32_t best = 0;
@@ -661,6 +759,8 @@ static int session_forward_k(struct hearth_session **ss, int n, const int32_t *c
     int need_logits = 0, scored = 0; /* OUT_GREEDY: a session that wants its logits instead (greedy[i] == 0) */
     uint8_t rowg[64];
     struct hearth_row_score *rowsc[64]; /* OUT_GREEDY: the scores a session asked for (hearth_sessions_step_scored) */
+    const struct hearth_sample_req *rowsm[64]; /* OUT_GREEDY: the draws asked for (hearth_sessions_step_sampled) */
+    int sampled = 0;
     if (mode == OUT_GREEDY && greedy)
       for (int k = 0; k < nout; k++) {
         rowg[k] = greedy[owner[k]] != 0;
@@ -669,9 +769,11 @@ static int session_forward_k(struct hearth_session **ss, int n, const int32_t *c
     for (int k = 0; k < nout; k++) {
       rowsc[k] = mode == OUT_GREEDY ? ss[owner[k]]->score : NULL;
       scored |= rowsc[k] != NULL;
+      rowsm[k] = mode == OUT_GREEDY ? ss[owner[k]]->sample : NULL;
+      sampled |= rowsm[k] != NULL;
     }
     rc = run_batch(m, &b, mode, need_logits, mode == OUT_GREEDY && greedy ? rowg : NULL, scored ? rowsc : NULL,
-                   want_lp, err);
+                   sampled ? rowsm : NULL, want_lp, err);
     if (rc) break;
     if (every) { /* every row: the caller's; the last one of the call: the session's logits */
       memcpy(every + (size_t)first * outw, outbuf, (size_t)nout * outw * sizeof(float));
@@ -714,34 +816,59 @@ int hearth_sessions_step(struct hearth_session **sessions, int n_sessions, const
   return session_forward(sessions, n_sessions, tokens, n_tokens, OUT_LOGITS, NULL, 0, NULL, err);
 }
 
-int hearth_sessions_step_scored(struct hearth_session **sessions, int n_sessions, const int32_t *const *tokens,
-                                const int *n_tokens, const uint8_t *greedy, struct hearth_row_score *const *scores,
-                                int32_t *ids, float *logprobs, struct hearth_err *err) {
+/* hearth_sessions_step_scored and _sampled: sessions whose choice (a score, a draw) is made where the logits are */
+static int step_chosen(struct hearth_session **sessions, int n_sessions, const int32_t *const *tokens,
+                       const int *n_tokens, const uint8_t *greedy, struct hearth_row_score *const *scores,
+                       const struct hearth_sample_req *const *samples, int32_t *ids, float *logprobs,
+                       struct hearth_err *err) {
   int any = 0;
-  for (int i = 0; scores && i < n_sessions; i++) any |= scores[i] != NULL && n_tokens[i] > 0;
+  for (int i = 0; i < n_sessions; i++)
+    any |= ((scores && scores[i]) || (samples && samples[i])) && n_tokens[i] > 0;
   if (!any) return hearth_sessions_step_select(sessions, n_sessions, tokens, n_tokens, greedy, ids, logprobs, err);
   if (n_sessions > 64) return err_set(err, HEARTH_ERR_ARG, "at most 64 sessions per step");
-  uint8_t g[64]; /* a scored session is chosen for where its logits are, like a greedy one */
+  uint8_t g[64]; /* a scored or sampled session is chosen for where its logits are, like a greedy one */
   for (int i = 0; i < n_sessions; i++) {
-    if (scores[i] && (scores[i]->k < 0 || scores[i]->k > HEARTH_SCORE_TOPK || scores[i]->n_ids < 0 ||
-                      scores[i]->n_ids > HEARTH_SCORE_IDS))
-      return err_set(err, HEARTH_ERR_ARG, "row score: k %d or n_ids %d out of range", scores[i]->k, scores[i]->n_ids);
-    for (int j = 0; scores[i] && j < scores[i]->n_ids; j++)
-      if (scores[i]->ids[j] < 0 || scores[i]->ids[j] >= sessions[i]->m->cfg.vocab_size)
-        return err_set(err, HEARTH_ERR_ARG, "row score: id %d out of range", scores[i]->ids[j]);
-    g[i] = (uint8_t)(!greedy || greedy[i] || scores[i]);
+    struct hearth_row_score *sc = scores ? scores[i] : NULL;
+    const struct hearth_sample_req *sm = samples ? samples[i] : NULL;
+    if (sc && sm) return err_set(err, HEARTH_ERR_ARG, "session %d is both scored and sampled in one step", i);
+    if (sm && !sm->smp) return err_set(err, HEARTH_ERR_ARG, "session %d: a sample request without a sampler", i);
+    if (sc && (sc->k < 0 || sc->k > HEARTH_SCORE_TOPK || sc->n_ids < 0 || sc->n_ids > HEARTH_SCORE_IDS))
+      return err_set(err, HEARTH_ERR_ARG, "row score: k %d or n_ids %d out of range", sc->k, sc->n_ids);
+    for (int j = 0; sc && j < sc->n_ids; j++)
+      if (sc->ids[j] < 0 || sc->ids[j] >= sessions[i]->m->cfg.vocab_size)
+        return err_set(err, HEARTH_ERR_ARG, "row score: id %d out of range", sc->ids[j]);
+    g[i] = (uint8_t)(!greedy || greedy[i] || sc || sm);
   }
-  for (int i = 0; i < n_sessions; i++) sessions[i]->score = n_tokens[i] > 0 ? scores[i] : NULL;
+  for (int i = 0; i < n_sessions; i++) {
+    sessions[i]->score = n_tokens[i] > 0 && scores ? scores[i] : NULL;
+    sessions[i]->sample = n_tokens[i] > 0 && samples ? samples[i] : NULL;
+  }
   for (int i = 0; i < n_sessions; i++) if (g[i]) sessions[i]->has_out = 0;
   int rc = session_forward(sessions, n_sessions, tokens, n_tokens, OUT_GREEDY, g, logprobs != NULL, NULL, err);
-  for (int i = 0; i < n_sessions; i++) sessions[i]->score = NULL;
+  for (int i = 0; i < n_sessions; i++) {
+    sessions[i]->score = NULL;
+    sessions[i]->sample = NULL;
+  }
   if (rc) return rc;
   for (int i = 0; i < n_sessions; i++) {
     if (!g[i] || n_tokens[i] == 0) continue; /* logits wanted, or no new token: no choice made */
     if (ids) ids[i] = sessions[i]->greedy_id;
-    if (logprobs) logprobs[i] = sessions[i]->greedy_logprob;
+    if (logprobs && !(samples && samples[i])) logprobs[i] = sessions[i]->greedy_logprob;
   }
   return 0;
+}
+
+int hearth_sessions_step_scored(struct hearth_session **sessions, int n_sessions, const int32_t *const *tokens,
+                                const int *n_tokens, const uint8_t *greedy, struct hearth_row_score *const *scores,
+                                int32_t *ids, float *logprobs, struct hearth_err *err) {
+  return step_chosen(sessions, n_sessions, tokens, n_tokens, greedy, scores, NULL, ids, logprobs, err);
+}
+
+int hearth_sessions_step_sampled(struct hearth_session **sessions, int n_sessions, const int32_t *const *tokens,
+                                 const int *n_tokens, const uint8_t *greedy, struct hearth_row_score *const *scores,
+                                 const struct hearth_sample_req *const *samples, int32_t *ids, float *logprobs,
+                                 struct hearth_err *err) {
+  return step_chosen(sessions, n_sessions, tokens, n_tokens, greedy, scores, samples, ids, logprobs, err);
 }
 
 int hearth_sessions_step_select(struct hearth_session **sessions, int n_sessions, const int32_t *const *tokens,

@@ -130,6 +130,7 @@ struct slot {
   struct jstate js;     /* constrained requests: where the output is in its program */
   unsigned long last_used;
   struct hearth_row_score sc; /* a scored step's result (scorable) */
+  struct hearth_sample_req sr; /* a sampled step's request (select_sampled) */
 };
 
 struct engine {
@@ -271,6 +272,13 @@ static int all_finite(const float *x, int n) {
  * alternatives asked for. */
 static int select_greedy(const struct gen_req *q) {
   return hearth_sampling_is_plain_greedy(&q->sampling) && q->n_bias == 0 && !q->prog && q->top_logprobs <= 0;
+}
+
+/* Whether q's next token can be drawn where the logits are (hearth_sessions_step_sampled: on the GPU only the id
+ * comes back, its draw the host sampler's for the same seed): temperature > 0 with nothing the host must do to the
+ * row first (logit_bias, a constraint's mask) and no logprobs asked for (they are computed from the host's row). */
+static int select_sampled(const struct gen_req *q) {
+  return q->sampling.temperature > 0.0f && q->n_bias == 0 && !q->prog && q->top_logprobs < 0 && !q->n_labels;
 }
 
 /* Whether what q needs of a row fits a hearth_row_score (computed where the logits are, so the row never
@@ -622,32 +630,38 @@ static void step(struct engine *e) {
   int32_t ids[N];
   float lps[N];
   struct hearth_row_score *scores[N]; /* rows whose logprobs / label scores are computed where the logits are */
+  const struct hearth_sample_req *samples[N]; /* rows whose next token is drawn where the logits are */
   int want_lp = 0; /* a greedy token's logprob is asked for (on a CPU it costs a second pass over the row) */
   for (int i = 0; i < n; i++) {
     struct slot *sl = which[i];
     const int ends = sl->state == SLOT_DECODE || sl->prefilled + cnt[i] >= sl->q->n_prompt;
     const int plain = select_greedy(sl->q) && !sl->q->n_labels;
     scores[i] = ends && !plain && scorable(sl->q) ? score_request(sl, sl->state == SLOT_PREFILL) : NULL;
-    greedy[i] = (uint8_t)(!ends || plain || scores[i]); /* otherwise: the whole row, on the host */
+    samples[i] = NULL;
+    if (ends && !scores[i] && select_sampled(sl->q)) {
+      sl->sr = (struct hearth_sample_req){.smp = sl->smp, .history = sl->hist, .n_history = sl->n_gen};
+      samples[i] = &sl->sr;
+    }
+    greedy[i] = (uint8_t)(!ends || plain || scores[i] || samples[i]); /* otherwise: the whole row, on the host */
     want_lp |= ends && plain && sl->q->top_logprobs == 0;
     lps[i] = 0.0f;
   }
   float *lp = want_lp ? lps : NULL;
   struct hearth_err err = {0};
   const double t_step = prof_now();
-  int rc = hearth_sessions_step_scored(ss, n, toks, cnt, greedy, scores, ids, lp, &err);
+  int rc = hearth_sessions_step_sampled(ss, n, toks, cnt, greedy, scores, samples, ids, lp, &err);
   if (prof_on()) {
     long ntok = 0;
     for (int i = 0; i < n; i++) ntok += cnt[i];
     prof_add(PROF_ENGINE_STEP, t_step, ntok);
   }
   if (rc == HEARTH_ERR_CTX_FULL && evict_idle(e) > 0)
-    rc = hearth_sessions_step_scored(ss, n, toks, cnt, greedy, scores, ids, lp, &err);
+    rc = hearth_sessions_step_sampled(ss, n, toks, cnt, greedy, scores, samples, ids, lp, &err);
   if (rc) { /* find the culprit(s): step each alone (sessions are unchanged by a failed step) */
     for (int i = 0; i < n; i++) {
       struct hearth_err e1 = {0};
-      int r1 = hearth_sessions_step_scored(&ss[i], 1, &toks[i], &cnt[i], &greedy[i], &scores[i], &ids[i],
-                                           lp ? &lps[i] : NULL, &e1);
+      int r1 = hearth_sessions_step_sampled(&ss[i], 1, &toks[i], &cnt[i], &greedy[i], &scores[i], &samples[i],
+                                            &ids[i], lp ? &lps[i] : NULL, &e1);
       if (r1) {
         slot_release(e, which[i], r1 == HEARTH_ERR_CTX_FULL ? GEN_FIN_LENGTH : GEN_FIN_ERROR, e1.msg);
         which[i] = NULL;

@@ -23,6 +23,7 @@
 
 #include "hearth.h"
 #include "test.h"
+#include "unit/step_sampled.h"
 
 #define MAXTOK 256
 
@@ -581,6 +582,18 @@ TEST_GROUP(disk_prefix_cache) {
   CHECK(system(cmd) == 0);
 }
 
+/* sampled decoding where the device draws (hearth_sessions_step_sampled) against the host's draw from the same
+ * logits (tests/unit/step_sampled.h), on the f32 exact path and the int4 fast path */
+TEST_GROUP(step_sampled) {
+  for (int exact = 1; exact >= 0; exact--) {
+    struct hearth_model *m = load_x("qwen2", exact ? HEARTH_DTYPE_F32 : HEARTH_DTYPE_INT4, HEARTH_BACKEND_CUDA, exact);
+    REQUIRE(m);
+    const int bad = step_sampled_check(m, exact ? "cuda f32 exact" : "cuda int4");
+    CHECKF(bad == 0, "%s: %d steps differ (or a step failed: -1)", exact ? "f32" : "int4", bad);
+    hearth_model_free(m);
+  }
+}
+
 TEST_GROUP(qwen2_f32) { lm_f32("qwen2"); }
 TEST_GROUP(qwen3_f32) { lm_f32("qwen3"); }
 TEST_GROUP(qwen2_int4) { lm_int4("qwen2"); }
@@ -596,5 +609,5 @@ TEST_GROUP(qwen3emb) { embed("qwen3emb", HEARTH_DTYPE_F32, "f32", 0.9999); embed
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmisleading-indentation"
 #endif
-TEST_MAIN(T(qwen2_f32), T(qwen3_f32), T(qwen2_int4), T(qwen3_int4), T(step_select), T(step_ahead), T(nan_logits),
+TEST_MAIN(T(step_sampled), T(qwen2_f32), T(qwen3_f32), T(qwen2_int4), T(qwen3_int4), T(step_select), T(step_ahead), T(nan_logits),
           T(qwen3emb), T(gemma4_f32), T(gemma4_step_ahead), T(kv_pool_plan), T(disk_prefix_cache))

@@ -15,6 +15,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "quant/q4.h"
 #include "runtime/row_score.h"
+#include "runtime/sampler.h"
 #include "test.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -1036,99 +1037,127 @@ TEST_GROUP(fused) {
   teardown();
 }
 
-/* ---- device sampling vs the host algorithm of runtime/sampler.c (copied here, given u) ---------- */
+/* ---- the sample op (backend.h) vs runtime/sampler.c given the same u ----------------------------------------------
+ * Many random rows (a peaked head over noise, flat noise, entries near -FLT_MAX, ties, large magnitudes) and parameter
+ * sets (temperature, top-k 0/1/40/2000, top-p, min-p, repetition / presence / frequency penalties over a prompt and
+ * a history, seeds), 16 rows a launch, beside rows the op must leave alone (temperature 0). Every id the device
+ * decides must be the host sampler's draw with that row's u (sampler_sample_u); -1 (the host's) is allowed only
+ * where the device's candidate cap or a near tie can leave it undecided, and never for the cases it always holds
+ * (plain sampling, top-k <= 40): those counts are held to. The logits must come back unchanged (the penalties work
+ * on a copy). Each row prints its parameters, u, and both ids. */
+struct smp_case { float t; int k; float p, minp, rep, pres, freq; int must; }; /* must: the device decides */
+static const struct smp_case SMP_CASES[] = {
+  {1.0f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 1},    {0.8f, 40, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 1},
+  {1.0f, 1, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 1},    {1.0f, 2000, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0},
+  {1.0f, 0, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f, 0},    {1.3f, 0, 1.0f, 0.05f, 1.0f, 0.0f, 0.0f, 0},
+  {0.7f, 40, 0.95f, 0.1f, 1.0f, 0.0f, 0.0f, 1},  {0.9f, 0, 1.0f, 0.0f, 1.3f, 0.5f, 0.2f, 1},
+  {1.1f, 40, 0.8f, 0.02f, 0.8f, -0.3f, 0.4f, 1}, {2.0f, 0, 0.5f, 0.0f, 1.2f, 1.0f, 1.0f, 0},
+  {1e-3f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 1},   {1.0f, 2000, 0.9f, 0.1f, 1.1f, 0.0f, 0.3f, 0},
+};
+#define SMP_NCASES ((int)(sizeof SMP_CASES / sizeof SMP_CASES[0]))
+enum { SMP_ROWS = 16 };
 
-struct rcand { float logit; int32_t id; };
-static int rcand_cmp(const void *a, const void *b) {
-  const struct rcand *x = a, *y = b;
-  if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
-  return x->id < y->id ? -1 : x->id > y->id;
+static void smp_fill(float *r, int V, int kind) {
+  for (int i = 0; i < V; i++) r[i] = frand() * 2.0f;
+  switch (kind % 5) {
+  case 0: for (int j = 0; j < 40; j++) r[irand(V)] += 14.0f + frand(); break; /* a peaked head */
+  case 1: break;                                                              /* flat */
+  case 2: for (int i = 0; i < V; i++) if (irand(3) == 0) r[i] = -3e38f; r[irand(V)] = 9.0f; break; /* -inf once penalised */
+  case 3: for (int j = 0; j < 20; j++) r[irand(V)] = 12.5f; for (int j = 0; j < 60; j++) r[irand(V)] = 11.0f; break;
+  case 4: for (int i = 0; i < V; i++) r[i] *= 3e3f; break;
+  }
 }
-static int32_t ref_sample(const float *lg, int V, const struct hb_cuda_sample_row *p) {
-  struct rcand *c = malloc((size_t)V * sizeof *c);
-  int n = 0;
-  for (int i = 0; i < V; i++) {
-    if (isnan(lg[i]) || lg[i] == -INFINITY) continue;
-    c[n].logit = lg[i] / p->temperature; c[n].id = i; n++;
+
+static void check_sample(int V, int launches, int *decided, int *deferred) {
+  struct hearth_err err = {0};
+  float *h = malloc((size_t)SMP_ROWS * V * sizeof *h), *back = malloc((size_t)SMP_ROWS * V * sizeof *back);
+  struct hb_sample_pen *pen = malloc((size_t)SMP_ROWS * 4096 * sizeof *pen);
+  struct hb_tensor lg, ids;
+  if (G->alloc_f32(gc, &lg, SMP_ROWS, V, &err) || G->alloc(gc, &ids, HB_I32, SMP_ROWS, 1, &err)) {
+    fprintf(stderr, "sample: %s\n", err.msg);
+    test_failures++;
+    return;
   }
-  int k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
-  qsort(c, (size_t)n, sizeof *c, rcand_cmp);
-  n = k;
-  float mx = c[0].logit;
-  double sum = 0;
-  for (int i = 0; i < n; i++) sum += exp((double)(c[i].logit - mx));
-  if (p->top_p < 1.0f) {
-    double cum = 0; int keep = n;
-    for (int i = 0; i < n; i++) { cum += exp((double)(c[i].logit - mx)) / sum; if (cum >= p->top_p) { keep = i + 1; break; } }
-    n = keep;
+  for (int L = 0; L < launches; L++) {
+    struct hb_sample_row rows[SMP_ROWS];
+    struct hearth_sampler *smp[SMP_ROWS];
+    int32_t prompt[SMP_ROWS][48], hist[SMP_ROWS][64], nh[SMP_ROWS], cs[SMP_ROWS], init[SMP_ROWS], got[SMP_ROWS];
+    int n_pen = 0;
+    for (int r = 0; r < SMP_ROWS; r++) {
+      float *row = h + (int64_t)r * V;
+      smp_fill(row, V, L * SMP_ROWS + r);
+      cs[r] = (L * 7 + r) % (SMP_NCASES + 1) - 1; /* -1: a row the op leaves alone */
+      init[r] = 1000 + r;
+      smp[r] = NULL;
+      nh[r] = irand(64);
+      for (int i = 0; i < 48; i++) prompt[r][i] = irand(V);
+      for (int i = 0; i < nh[r]; i++) hist[r][i] = i % 3 ? irand(V) : prompt[r][irand(48)];
+      for (int i = 0; i < nh[r]; i += 2) if (row[hist[r][i]] > -INFINITY) row[hist[r][i]] += 10.0f; /* penalties bite */
+      if (cs[r] < 0) { rows[r] = (struct hb_sample_row){.temperature = 0.0f}; continue; }
+      const struct smp_case *c = &SMP_CASES[cs[r]];
+      struct hearth_sampling p;
+      hearth_sampling_default(&p);
+      p.temperature = c->t; p.top_k = c->k; p.top_p = c->p; p.min_p = c->minp;
+      p.repetition_penalty = c->rep; p.presence_penalty = c->pres; p.frequency_penalty = c->freq;
+      p.seed = (uint64_t)(L * 131 + r);
+      if (hearth_sampler_new(&p, V, &smp[r], &err)) { fprintf(stderr, "sampler: %s\n", err.msg); test_failures++; return; }
+      hearth_sampler_set_prompt(smp[r], prompt[r], 48);
+      const int np = sampler_device_row(smp[r], hist[r], nh[r], &rows[r], pen + n_pen, 4096);
+      CHECKF(np >= 0, "row %d: penalty list %d", r, np);
+      rows[r].pen0 = n_pen;
+      rows[r].n_pen = np > 0 ? np : 0;
+      n_pen += rows[r].n_pen;
+    }
+    G->write(gc, &lg, 0, SMP_ROWS, h);
+    G->write(gc, &ids, 0, SMP_ROWS, init);
+    G->sample(gc, &lg, SMP_ROWS, rows, pen, n_pen, &ids);
+    G->read(gc, &ids, 0, SMP_ROWS, got);
+    G->read(gc, &lg, 0, SMP_ROWS, back);
+    if (G->sync(gc, &err)) { fprintf(stderr, "sample V %d: %s\n", V, err.msg); test_failures++; break; }
+    CHECKF(!memcmp(back, h, (size_t)SMP_ROWS * V * sizeof *h), "V %d launch %d: the op changed the logits", V, L);
+    for (int r = 0; r < SMP_ROWS; r++) {
+      if (cs[r] < 0) {
+        CHECKF(got[r] == init[r], "V %d launch %d row %d (not sampled): id %d, want it untouched", V, L, r, got[r]);
+        continue;
+      }
+      const struct smp_case *c = &SMP_CASES[cs[r]];
+      const int32_t want = sampler_sample_u(smp[r], h + (int64_t)r * V, hist[r], nh[r], rows[r].u);
+      printf("  sample V %d launch %d row %d kind %d (T %g k %d p %g min_p %g rep %g pres %g freq %g, %d hist, %d listed) "
+             "u %.17g: device %d host %d\n", V, L, r, (L * SMP_ROWS + r) % 5, c->t, c->k, c->p, c->minp, c->rep, c->pres,
+             c->freq, nh[r], rows[r].n_pen, rows[r].u, got[r], want);
+      if (got[r] == -1) {
+        (*deferred)++;
+        CHECKF(!c->must, "V %d launch %d row %d: the device deferred a case it always decides", V, L, r);
+      } else {
+        (*decided)++;
+        CHECKF(got[r] == want, "V %d launch %d row %d: device %d, host %d", V, L, r, got[r], want);
+      }
+      hearth_sampler_free(smp[r]);
+    }
   }
-  if (p->min_p > 0.0f) {
-    double thr = log((double)p->min_p); int keep = 1;
-    while (keep < n && (double)(c[keep].logit - mx) >= thr) keep++;
-    n = keep;
-  }
-  sum = 0;
-  for (int i = 0; i < n; i++) sum += exp((double)(c[i].logit - mx));
-  double u = (double)p->u * sum, acc = 0;
-  int32_t r = c[n - 1].id;
-  for (int i = 0; i < n; i++) { acc += exp((double)(c[i].logit - mx)); if (u < acc) { r = c[i].id; break; } }
-  free(c);
-  return r;
+  G->release(gc, &lg);
+  G->release(gc, &ids);
+  free(h);
+  free(back);
+  free(pen);
 }
 
 TEST_GROUP(sample) {
   if (setup(1)) return;
-  struct hearth_err err = {0};
-  int V = 151936, n = 8;
-  float *h = malloc((size_t)V * n * sizeof *h);
-  for (int r = 0; r < n; r++) {
-    float *row = h + (int64_t)r * V;
-    for (int i = 0; i < V; i++) row[i] = frand() * 2.0f;
-    for (int j = 0; j < 40; j++) row[irand(V)] += 14.0f + frand(); /* a peaked head: top-p 0.9 and min-p cut inside it */
-    row[irand(V)] = row[irand(V)] = 12.5f;                          /* a tie */
-  }                                                                 /* (rows with a NaN or an inf: group nonfinite) */
-  struct pair lg;
-  pair_alloc(&lg, HB_F32, n, V);
-  G->write(gc, &lg.g, 0, n, h);
-  struct hb_tensor ids, lp;
-  G->alloc(gc, &ids, HB_I32, n, 1, &err);
-  G->alloc(gc, &lp, HB_F32, n, 1, &err);
-  struct hb_cuda_sample_row P[8] = {
-    {0.8f, 50, 1.0f, 0.0f, 0.0f}, {1.0f, 0, 0.9f, 0.0f, 0.0f}, {1.3f, 0, 1.0f, 0.05f, 0.0f},
-    {0.5f, 10, 0.5f, 0.1f, 0.0f}, {1.0f, 0, 1.0f, 0.0f, 0.0f} /* plain: host */, {1.0f, 2000, 1.0f, 0.0f, 0.0f} /* > cap */,
-    {2.0f, 1000, 0.95f, 0.0f, 0.0f}, {0.3f, 1, 1.0f, 0.0f, 0.0f}};
-  for (int rep = 0; rep < 3; rep++) {
-    for (int r = 0; r < n; r++) P[r].u = (float)((frand() + 1.0f) * 0.5f * 0.999f);
-    hb_cuda_sample(gc, &lg.g, n, P, &ids, &lp);
-    int32_t gid[8];
-    float glp[8];
-    G->read(gc, &ids, 0, n, gid);
-    G->read(gc, &lp, 0, n, glp);
-    if (G->sync(gc, &err)) { fprintf(stderr, "sample: %s\n", err.msg); test_failures++; break; }
-    for (int r = 0; r < n; r++) {
-      const float *row = h + (int64_t)r * V;
-      int32_t want = (r == 4 || r == 5) ? -1 : ref_sample(row, V, &P[r]);
-      printf("  sample row %d (T %.1f k %d p %.2f minp %.2f u %.3f): gpu %d host %d\n", r, P[r].temperature, P[r].top_k,
-             P[r].top_p, P[r].min_p, P[r].u, gid[r], want);
-      CHECKF(gid[r] == want, "row %d: gpu %d host %d", r, gid[r], want);
-      if (gid[r] >= 0) {
-        double mx = -INFINITY, s = 0;
-        for (int i = 0; i < V; i++) if (isfinite(row[i]) && row[i] > mx) mx = row[i];
-        for (int i = 0; i < V; i++) if (isfinite(row[i])) s += exp(row[i] - mx);
-        double ref = row[gid[r]] - mx - log(s);
-        CHECKF(fabs(glp[r] - ref) < 1e-4 + 1e-5 * fabs(ref), "row %d logprob %.6f ref %.6f", r, glp[r], ref);
-      }
-    }
+  const int Vs[] = {151936, 5000, 700};
+  for (int v = 0; v < 3; v++) {
+    int decided = 0, deferred = 0;
+    check_sample(Vs[v], v == 0 ? 12 : 24, &decided, &deferred);
+    printf("  sample V %d: %d rows decided on the device (each equal to the host's draw), %d deferred to the host\n",
+           Vs[v], decided, deferred);
+    CHECK(decided > 0);
   }
-  free(h);
-  G->release(gc, &ids); G->release(gc, &lp);
-  pair_free(&lg);
   teardown();
 }
 
 /* ---- rows holding a NaN or an infinity (the model's numbers broke down): the argmax writes id 0 (still a valid id:
  * a greedy graph feeds it to the next step on the device) and a NaN logprob, which the runtime turns into id -1; the
- * sampler writes HB_CUDA_SAMPLE_NONFINITE. Finite rows beside them are chosen as before: the host's argmax (first
+ * sample op writes HB_SAMPLE_NONFINITE. Finite rows beside them are chosen as before: the host's argmax (first
  * index on ties) of what the device holds, with the same id and logprob bits as in a batch of finite rows alone.
  * Both argmax kernels (one block per row; the split one from 4096 * 32 columns), f32 (exact) and f16 logits. */
 enum { NF_ROWS = 8 };
@@ -1208,25 +1237,34 @@ static void check_nonfinite(int V) {
   /* the finite rows alone: the same ids and logprob bits (a broken neighbour changes nothing) */
   CHECK(ok && fid[0] == gid[0] && fid[1] == gid[6] && !memcmp(&flp[0], &glp[0], 4) && !memcmp(&flp[1], &glp[6], 4));
 
-  /* the sampler: top-k 50 at temperature 1 (decided on the device) */
-  struct hb_cuda_sample_row P[NF_ROWS];
-  for (int r = 0; r < NF_ROWS; r++) P[r] = (struct hb_cuda_sample_row){1.0f, 50, 1.0f, 0.0f, (frand() + 1.0f) * 0.4995f};
-  struct hb_tensor ids, lp;
+  /* the sample op: top-k 50 at temperature 1 (decided on the device), on an f32 copy of the rows */
+  struct hb_sample_row P[NF_ROWS];
+  for (int r = 0; r < NF_ROWS; r++)
+    P[r] = (struct hb_sample_row){.u = (frand() + 1.0f) * 0.4995f, .temperature = 1.0f, .top_k = 50, .top_p = 1.0f,
+                                  .repetition = 1.0f};
+  struct hb_tensor ids, lp, lg32;
   int32_t sid[NF_ROWS];
-  float slp[NF_ROWS];
   G->alloc(gc, &ids, HB_I32, NF_ROWS, 1, &err);
   G->alloc(gc, &lp, HB_F32, NF_ROWS, 1, &err);
-  hb_cuda_sample(gc, &lg.g, NF_ROWS, P, &ids, &lp);
+  G->alloc_f32(gc, &lg32, NF_ROWS, V, &err);
+  G->write(gc, &lg32, 0, NF_ROWS, h);
+  G->sample(gc, &lg32, NF_ROWS, P, NULL, 0, &ids);
   G->read(gc, &ids, 0, NF_ROWS, sid);
-  G->read(gc, &lp, 0, NF_ROWS, slp);
   if (G->sync(gc, &err)) { fprintf(stderr, "nonfinite sample: %s\n", err.msg); test_failures++; }
-  else
-    for (int r = 0; r < NF_ROWS; r++) {
-      const int32_t want = nf_bad[r] ? HB_CUDA_SAMPLE_NONFINITE : ref_sample(d + (int64_t)r * V, V, &P[r]);
-      printf("  sample V %d row %d: gpu %d want %d, logprob %f\n", V, r, sid[r], want, slp[r]);
+  else {
+    struct hearth_sampling sp;
+    hearth_sampling_default(&sp);
+    sp.top_k = 50;
+    struct hearth_sampler *hs = NULL;
+    if (hearth_sampler_new(&sp, V, &hs, &err)) { fprintf(stderr, "sampler: %s\n", err.msg); test_failures++; }
+    for (int r = 0; hs && r < NF_ROWS; r++) {
+      const int32_t want = nf_bad[r] ? HB_SAMPLE_NONFINITE : sampler_sample_u(hs, h + (int64_t)r * V, NULL, 0, P[r].u);
+      printf("  sample V %d row %d: gpu %d want %d\n", V, r, sid[r], want);
       CHECKF(sid[r] == want, "V %d row %d: sampled %d, want %d", V, r, sid[r], want);
-      CHECKF(nf_bad[r] ? isnan(slp[r]) : isfinite(slp[r]), "V %d row %d: logprob %f", V, r, slp[r]);
     }
+    hearth_sampler_free(hs);
+  }
+  G->release(gc, &lg32);
   G->release(gc, &ids);
   G->release(gc, &lp);
   pair_free(&lg);

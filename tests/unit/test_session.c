@@ -12,6 +12,7 @@
 #include "runtime/warm_up.h"
 #include "backend/backend.h"
 #include "test.h"
+#include "unit/step_sampled.h"
 
 #define FIXTURE HEARTH_SOURCE_DIR "/tests/fixtures/model/qwen2"
 
@@ -583,5 +584,14 @@ TEST_GROUP(warm_up_leaves_no_trace) {
   hearth_model_free(ref);
 }
 
-TEST_MAIN(T(prefix_reuse), T(eviction), T(multi_session_step), T(disk_prefix_cache), T(batch_invariance),
+/* hearth_sessions_step_sampled on the CPU: the session layer's host draw equals the server's old one */
+TEST_GROUP(step_sampled) {
+  struct hearth_model *m = load(1024);
+  REQUIRE(m);
+  const int bad = step_sampled_check(m, "cpu");
+  CHECKF(bad == 0, "%d steps differ (or a step failed: -1)", bad);
+  hearth_model_free(m);
+}
+
+TEST_MAIN(T(step_sampled), T(prefix_reuse), T(eviction), T(multi_session_step), T(disk_prefix_cache), T(batch_invariance),
           T(append_logits), T(abort_hook), T(row_score), T(warm_up_leaves_no_trace))

@@ -134,7 +134,7 @@ static void cuda_free(struct hb_ctx *c) {
     free(c->marks);
   }
   cudaFree(c->attn_part); cudaFree(c->attn_cnt); cudaFree(c->tmp[0]); cudaFree(c->tmp[1]); cudaFree(c->gemm_part); cudaFree(c->am_part); cudaFree(c->am_cnt);
-  cudaFree(c->sample_rows);
+  cudaFree(c->sample_rows); cudaFree(c->sample_pen); cudaFree(c->sample_work);
   cu_trace_print(c);
 #if HEARTH_TRACE
   cudaFree(c->tr_dev);
@@ -307,6 +307,7 @@ static void *stage_get(struct hb_ctx *c, size_t n) {
   c->stage_n++;
   return p;
 }
+void *cu_stage(struct hb_ctx *c, size_t n) { return stage_get(c, n); }
 /* after the stream has been synchronized: every staged copy has run */
 static void stage_reset(struct hb_ctx *c) { c->stage_off = 0; c->stage_n = 0; }
 /* a tensor whose host copies may go through the stage (the host side is always f32 or i32; f16 converts there) */
@@ -888,10 +889,6 @@ extern "C" void hb_cuda_rope_kv_write(struct hb_ctx *c, struct hb_tensor *q, str
   if (!c->status) cu_rope_kv_write(c, q, k, v, kv, b, n_heads, n_rot, theta);
 }
 
-extern "C" void hb_cuda_sample(struct hb_ctx *c, const struct hb_tensor *logits, int n,
-                               const struct hb_cuda_sample_row *rows, struct hb_tensor *ids, struct hb_tensor *logprobs) {
-  if (!c->status) cu_sample(c, logits, n, rows, ids, logprobs);
-}
 
 extern "C" size_t hb_cuda_mem_free(struct hb_ctx *c) {
   size_t fr = 0, tot = 0;
@@ -946,6 +943,10 @@ static void op_row_score(struct hb_ctx *c, const struct hb_tensor *logits, int n
                          struct hb_tensor *out) {
   if (!c->status) cu_row_score(c, logits, n, req, out);
 }
+static void op_sample(struct hb_ctx *c, const struct hb_tensor *logits, int n, const struct hb_sample_row *rows,
+                      const struct hb_sample_pen *pen, int n_pen, struct hb_tensor *ids) {
+  if (!c->status) cu_sample(c, logits, n, rows, pen, n_pen, ids);
+}
 
 extern "C" const struct hb_ops hb_cuda_ops = {
   /* .name = */ "cuda",
@@ -995,4 +996,5 @@ extern "C" const struct hb_ops hb_cuda_ops = {
   /* .row_score = */ op_row_score,
   /* .kernels = */ NULL,
   /* .host_pinned = */ cuda_host_pinned,
+  /* .sample = */ op_sample,
 };

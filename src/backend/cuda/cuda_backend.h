@@ -100,25 +100,6 @@ void hb_cuda_gemm_simt(struct hb_ctx *ctx, struct hb_tensor *out, const struct h
  * `ncu --profile-from-start off --graph-profiling graph` takes exactly the replayed decode graphs */
 void hb_cuda_profiler_range(int on);
 
-/* ---- sampling on the device ---------------------------------------------------------------------
- * ids[i] = the token runtime/sampler.c would draw from logits row i (after its penalties, which the
- * caller applies or, when set, samples on the host) with these parameters and its uniform draw u;
- * logprobs[i] (or NULL) = log_softmax of the raw row at that id. ids[i] = -1 when the device cannot
- * decide within its 1024 candidates (plain sampling without top-k/top-p/min-p; top_k > 1024; top-p
- * or min-p cuts beyond the first 1024): sample that row on the host. temperature must be > 0.
- * ids[i] = HB_CUDA_SAMPLE_NONFINITE (and logprobs[i] = NaN) when row i holds a NaN or an infinity:
- * nothing is drawn from it (the runtime reports such a row as id -1, which here means "the host"). */
-#define HB_CUDA_SAMPLE_NONFINITE (-2)
-struct hb_cuda_sample_row {
-  float temperature;
-  int top_k;   /* 0 = off */
-  float top_p; /* 1 = off */
-  float min_p; /* 0 = off */
-  float u;     /* uniform in [0, 1) from the request's seeded RNG */
-};
-void hb_cuda_sample(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, const struct hb_cuda_sample_row *rows,
-                    struct hb_tensor *ids, struct hb_tensor *logprobs);
-
 /* ---- memory -------------------------------------------------------------------------------- */
 /* device name, total/free memory and what this context holds (weights+activations, scratch) */
 void hb_cuda_mem_report(struct hb_ctx *ctx, char *buf, size_t len);

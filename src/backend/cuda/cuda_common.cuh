@@ -85,8 +85,12 @@ struct hb_ctx {
   size_t gemm_part_cap;   /* floats */
   void *tmp[2];           /* activation temporaries of the fused ops' fallback paths */
   size_t tmp_cap[2];      /* bytes */
-  struct hb_cuda_sample_row *sample_rows; /* device copy of hb_cuda_sample's parameters */
+  struct hb_sample_row *sample_rows; /* the sample op's device copies of its rows and penalty list */
   size_t sample_rows_cap;
+  struct hb_sample_pen *sample_pen;
+  size_t sample_pen_cap;
+  float *sample_work;     /* [n × vocab] penalised rows of the sample op */
+  size_t sample_work_cap; /* floats */
   cudaEvent_t *marks;     /* [1024] timing marks (hb_cuda_mark), created on first use */
   unsigned gen;           /* bumped whenever a scratch buffer moves: captured graphs go stale */
   int capturing;
@@ -118,6 +122,9 @@ static inline int cu_ok_(struct hb_ctx *ctx, cudaError_t e, const char *what, co
 
 /* grows a scratch buffer (never shrinks); bumps ctx->gen when it moves; returns 0 or 1 (failed) */
 int cu_scratch(struct hb_ctx *ctx, void **buf, size_t *cap, size_t need, size_t elem, int zero);
+/* n bytes of the pinned host stage for an asynchronous upload (valid until the stream is next synchronized by the
+ * backend), or NULL (too large, capturing, no pinned memory): copy from pageable memory then */
+void *cu_stage(struct hb_ctx *ctx, size_t n);
 
 /* ---- dtype helpers -------------------------------------------------------------------------- */
 
@@ -326,8 +333,8 @@ void cu_attn_o_init(struct hb_ctx *ctx);
 /* sample.cu */
 void cu_argmax(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, struct hb_tensor *ids,
                struct hb_tensor *logprobs);
-void cu_sample(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, const struct hb_cuda_sample_row *rows,
-               struct hb_tensor *ids, struct hb_tensor *logprobs);
+void cu_sample(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, const struct hb_sample_row *rows,
+               const struct hb_sample_pen *pen, int n_pen, struct hb_tensor *ids);
 void cu_row_score(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, const struct hb_tensor *req,
                   struct hb_tensor *out);
 

@@ -5,10 +5,12 @@
  * from. The argmax then writes id 0 and a NaN logprob: the id stays a valid one because a greedy decode
  * graph copies it into the next step's input on the device (runtime/session.c, greedy_tail) before the
  * host has seen it, and the NaN logprob — never NaN for a finite row, whose log-sum-exp is >= 0 — is
- * what the host turns into the runtime's id -1. The sampler writes HB_CUDA_SAMPLE_NONFINITE. */
+ * what the host turns into the runtime's id -1. The sampler writes HB_SAMPLE_NONFINITE. */
 #include <math.h>
+#include <string.h>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/sample_decide.h"
 
 __device__ __forceinline__ float nan_f(void) { return __int_as_float(0x7fc00000); }
 
@@ -187,111 +189,245 @@ void cu_argmax(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, struct
   CU_LAUNCHED(ctx, "argmax");
 }
 
-/* ---- sampling: temperature, top-k, top-p, min-p on the device -----------------------------------
- * The same algorithm as runtime/sampler.c (after its penalties): candidates are the finite logits
- * divided by the temperature, ordered by (logit desc, id asc); top-k keeps the first k; top-p keeps
- * the shortest prefix whose probability mass (over the top-k set) reaches top_p; min-p keeps those
- * with logit >= max + log(min_p); the draw is the first candidate whose running sum of
- * exp(logit - max) exceeds u * (sum over the kept), in double, in that order. u in [0,1) comes from
- * the caller's seeded RNG, so host and device draw the same token.
- * The device holds at most SAMPLE_CAP candidates: when top_k is 0 or larger than that and top-p /
- * min-p do not cut inside the first SAMPLE_CAP, ids[i] = -1 and the caller samples on the host. */
-#define SAMPLE_CAP 1024
+/* ---- sampling: runtime/sampler.c's draw on the device (backend.h, sample) --------------------------------------
+ * One block per row; a row with temperature <= 0 is not this op's (its block returns at once). The steps are the
+ * host's, with its float operations in its order (explicit _rn intrinsics: no contraction into an FMA):
+ *   1. a raw row holding a NaN or an infinity: HB_SAMPLE_NONFINITE (the runtime ends the request);
+ *   2. the penalties, on this row's copy in work: l = l > 0 ? l / rep : l * rep, then l -= presence + frequency *
+ *      count (entries with count > 0); rep = 1 and zero terms leave a logit unchanged;
+ *   3. top = the max; candidates are the entries > -inf, each with c = (l - top) / T (<= 0, the top one 0);
+ *   4. plain sampling (no top-k, top-p < 1 nor min-p > 0): the host walks the candidates in id order with the
+ *      first maximum swapped to the front, weights exp(c) in double; here every thread sums a contiguous id chunk
+ *      (with the swap folded into the weights of the two ids concerned), the chunk sums are scanned, and the chunk
+ *      whose interval holds u * sum walks to the crossing;
+ *   5. otherwise: the first min(k, SAMPLE_CAP) candidates by (c descending, id ascending) by a radix select of the
+ *      C-th key and a bitonic sort in shared memory; then thread 0 runs the host's top-p / min-p / draw loops on
+ *      them (backend/sample_decide.h, shared with a CPU test). Top-p without top-k divides by the mass of every
+ *      candidate above -60 (host: `total`), a block sum.
+ * Where the host's result is not decided by what the block holds (top-k above the cap with top-p; a top-p or
+ * min-p cut past the cap; a +inf after the penalties; no candidate) the row gets -1 and the host samples it.
+ * Sums in double differ from the host's in their last bits (another order; the device's exp is within 1 ulp of
+ * glibc's, not equal to it): every comparison that decides (cum >= top_p, c >= log(min_p), u * sum < acc) is made
+ * only when the two sides are further apart than SAMPLE_MARGIN relative to the scale, far above the ~1e-11 those
+ * differences can reach over 262k terms; closer calls go to the host as well (about one draw in 10^9). */
+#define SAMPLE_THREADS 1024
 
-__device__ __forceinline__ uint32_t fkey(float x) { /* monotonic: larger float -> larger key; NaN/-inf -> 0 */
-  if (x != x || x == -INFINITY) return 0u;
-  uint32_t u = __float_as_uint(x);
+__device__ __forceinline__ float sample_c(float l, float top, float temp) { return __fdiv_rn(__fsub_rn(l, top), temp); }
+
+/* monotonic key of a candidate's c (larger c -> larger key, never 0); -0 keyed as +0 since the host's order sees
+ * them equal (and then orders by id) */
+__device__ __forceinline__ uint32_t sample_key(float c) {
+  uint32_t u = __float_as_uint(c == 0.0f ? 0.0f : c);
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-template <typename T>
-__global__ __launch_bounds__(1024) void sample_kernel(const T *logits, int64_t vocab, const struct hb_cuda_sample_row *rows,
-                                                      int32_t *ids, void *lp, int lp_half) {
+/* block reductions; every thread gets the result (s: 33 slots, reused call after call) */
+__device__ double blk_sum_d(double v, double *s) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) s[threadIdx.x / 32] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double t = 0.0;
+    for (int w = 0; w < (int)blockDim.x / 32; w++) t += s[w];
+    s[32] = t;
+  }
+  __syncthreads();
+  return s[32];
+}
+__device__ int blk_sum_i(int v, int *s) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) s[threadIdx.x / 32] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int t = 0;
+    for (int w = 0; w < (int)blockDim.x / 32; w++) t += s[w];
+    s[32] = t;
+  }
+  __syncthreads();
+  return s[32];
+}
+__device__ int blk_min_i(int v, int *s) {
+  for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) s[threadIdx.x / 32] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int t = s[0];
+    for (int w = 1; w < (int)blockDim.x / 32; w++) t = min(t, s[w]);
+    s[32] = t;
+  }
+  __syncthreads();
+  return s[32];
+}
+__device__ float blk_max_f(float v, float *s) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  __syncthreads();
+  if (threadIdx.x % 32 == 0) s[threadIdx.x / 32] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float t = s[0];
+    for (int w = 1; w < (int)blockDim.x / 32; w++) t = fmaxf(t, s[w]);
+    s[32] = t;
+  }
+  __syncthreads();
+  return s[32];
+}
+
+/* step 4: plain sampling; returns the id or -1 (undecided), in thread 0 */
+__device__ int sample_plain(const float *lg, int64_t vocab, float top, float temp, double u, double *s_d, int *s_i,
+                            int *s_pick) {
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, nthr = blockDim.x;
+  /* z: the first candidate (the host's position 0); b: the first id whose c is the max, 0 (its bi) */
+  int z = 0x7fffffff, b = 0x7fffffff;
+  for (int64_t i = tid; i < vocab; i += nthr) {
+    const float l = lg[i];
+    if (!(l > -INFINITY)) continue;
+    if ((int)i < z) z = (int)i;
+    if ((int)i < b && sample_c(l, top, temp) == 0.0f) b = (int)i;
+  }
+  z = blk_min_i(z, s_i);
+  b = blk_min_i(b, s_i);
+  /* after the host's swap, position 0 (id z's place in the walk) holds b and b's place holds z */
+  const double wb = exp((double)sample_c(lg[b], top, temp)), wz = exp((double)sample_c(lg[z], top, temp));
+  const int64_t chunk = (vocab + nthr - 1) / nthr, i0 = tid * chunk, i1 = i0 + chunk < vocab ? i0 + chunk : vocab;
+  double sum = 0.0;
+  for (int64_t i = i0; i < i1; i++) {
+    const float l = lg[i];
+    sum += i == z ? wb : i == b ? wz : l > -INFINITY ? exp((double)sample_c(l, top, temp)) : 0.0;
+  }
+  /* inclusive scan over the threads: within the warp, then the warps' totals (thread 0, in order); each thread's
+   * interval [lo, hi) ends where the next one starts, bit for bit */
+  double x = sum;
+  for (int o = 1; o < 32; o <<= 1) {
+    double y = __shfl_up_sync(0xffffffffu, x, o);
+    if (lane >= o) x += y;
+  }
+  double prev = __shfl_up_sync(0xffffffffu, x, 1);
+  if (lane == 0) prev = 0.0;
+  __syncthreads();
+  if (lane == 31) s_d[warp] = x;
+  if (tid == 0) *s_pick = -1;
+  __syncthreads();
+  if (tid == 0) {
+    double a = 0.0;
+    for (int w = 0; w < nthr / 32; w++) { double t = s_d[w]; s_d[w] = a; a += t; }
+    s_d[32] = a;
+  }
+  __syncthreads();
+  const double lo = s_d[warp] + prev, hi = s_d[warp] + x, total = s_d[32];
+  const double target = u * total, margin = SAMPLE_MARGIN * total;
+  if (lo <= target && target < hi) { /* one thread at most: the intervals tile [0, total) */
+    double acc = lo;
+    int pick = -1;
+    for (int64_t i = i0; i < i1; i++) {
+      const float l = lg[i];
+      const double w = i == z ? wb : i == b ? wz : l > -INFINITY ? exp((double)sample_c(l, top, temp)) : 0.0;
+      const double before = acc;
+      acc += w;
+      if (target < acc) {
+        if (target - before >= margin && acc - target >= margin) pick = i == z ? b : i == b ? z : (int)i;
+        break;
+      }
+    }
+    *s_pick = pick;
+  }
+  __syncthreads();
+  return *s_pick;
+}
+
+__global__ __launch_bounds__(SAMPLE_THREADS) void sample_kernel(const float *logits, int64_t vocab,
+                                                                 const struct hb_sample_row *rows,
+                                                                 const struct hb_sample_pen *pen, float *work,
+                                                                 int32_t *ids) {
   __shared__ unsigned hist[256];
   __shared__ float c_val[SAMPLE_CAP];
   __shared__ int c_id[SAMPLE_CAP];
-  __shared__ int s_cnt, s_eq_prefix[1024 / 32 + 1];
+  __shared__ int s_cnt, s_eq_prefix[SAMPLE_THREADS / 32];
   __shared__ uint32_t s_prefix;
-  __shared__ int s_need;
-  __shared__ float s_red[32];
-  __shared__ double s_dred[32];
-  const T *row = logits + (int64_t)blockIdx.x * vocab;
-  const struct hb_cuda_sample_row P = rows[blockIdx.x];
+  __shared__ int s_need, s_pick;
+  __shared__ float s_f[33];
+  __shared__ int s_i[33];
+  __shared__ double s_d[33];
+  const struct hb_sample_row P = rows[blockIdx.x];
+  if (!(P.temperature > 0.0f)) return; /* not a sampled row (uniform over the block) */
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, nthr = blockDim.x;
-  const float temp = P.temperature; /* the host divides each logit by it (float), then subtracts the max */
+  const float *raw = logits + (int64_t)blockIdx.x * vocab;
 
-  /* log-softmax normaliser of the raw logits (for the chosen id's logprob) and the max of the
-   * scaled ones; plus the number of finite candidates */
-  float mx = -INFINITY;
-  int nfin = 0, bad = 0;
-  for (int64_t i = tid; i < vocab; i += nthr) {
-    float v = ldf(row + i);
-    bad |= !isfinite(v);
-    if (fkey(v)) { mx = fmaxf(mx, v); nfin++; }
-  }
-  mx = warp_max(mx);
-  for (int o = 16; o > 0; o >>= 1) nfin += __shfl_xor_sync(0xffffffffu, nfin, o);
-  if (lane == 0) { s_red[warp] = mx; hist[warp] = (unsigned)nfin; }
-  if (__syncthreads_or(bad)) { /* (uniform over the block) nothing is drawn from a broken row */
-    if (tid == 0) {
-      ids[blockIdx.x] = HB_CUDA_SAMPLE_NONFINITE;
-      if (lp && lp_half) ((__half *)lp)[blockIdx.x] = __float2half_rn(nan_f());
-      else if (lp) ((float *)lp)[blockIdx.x] = nan_f();
-    }
+  /* 1. the raw row */
+  int bad = 0;
+  for (int64_t i = tid; i < vocab; i += nthr) bad |= !isfinite(raw[i]);
+  if (__syncthreads_or(bad)) {
+    if (tid == 0) ids[blockIdx.x] = HB_SAMPLE_NONFINITE;
     return;
   }
-  if (tid == 0) {
-    float m = -INFINITY;
-    int c = 0;
-    for (int w = 0; w < nthr / 32; w++) { m = fmaxf(m, s_red[w]); c += (int)hist[w]; }
-    s_red[0] = m;
-    s_cnt = c;
+  /* 2. the penalties, on a copy (plain loads from here on: the copy is written by this block) */
+  const float *lg = raw;
+  if (P.n_pen > 0) {
+    float *w = work + (int64_t)blockIdx.x * vocab;
+    for (int64_t i = tid; i < vocab; i += nthr) w[i] = raw[i];
+    __syncthreads();
+    for (int e = tid; e < P.n_pen; e += nthr) { /* distinct ids: no two threads touch one logit */
+      const struct hb_sample_pen q = pen[P.pen0 + e];
+      if (q.id < 0 || q.id >= vocab) continue;
+      float l = w[q.id];
+      l = l > 0.0f ? __fdiv_rn(l, P.repetition) : __fmul_rn(l, P.repetition);
+      if (q.count > 0) l = __fsub_rn(l, __fadd_rn(P.presence, __fmul_rn(P.frequency, (float)q.count)));
+      w[q.id] = l;
+    }
+    __syncthreads();
+    lg = w;
   }
-  __syncthreads();
-  const float rawmax = s_red[0];
-  const int n_fin = s_cnt;
-  double se = 0.0, ses = 0.0; /* sum exp(raw - rawmax), sum exp(raw/T - rawmax/T) (double, as the host) */
+  /* 3. the max and the candidates */
+  float top = -INFINITY;
+  int nc = 0;
   for (int64_t i = tid; i < vocab; i += nthr) {
-    float v = ldf(row + i);
-    if (!fkey(v)) continue;
-    se += exp((double)(v - rawmax));
-    ses += exp((double)(v / temp - rawmax / temp));
+    const float l = lg[i];
+    if (l > -INFINITY) { nc++; top = fmaxf(top, l); }
   }
-  for (int o = 16; o > 0; o >>= 1) { se += __shfl_xor_sync(0xffffffffu, se, o); ses += __shfl_xor_sync(0xffffffffu, ses, o); }
-  __syncthreads();
-  if (lane == 0) s_dred[warp] = se;
-  __syncthreads();
-  double lse_raw = 0.0;
-  if (tid == 0) { for (int w = 0; w < nthr / 32; w++) lse_raw += s_dred[w]; s_dred[0] = lse_raw; }
-  __syncthreads();
-  lse_raw = s_dred[0];
-  __syncthreads();
-  if (lane == 0) s_dred[warp] = ses;
-  __syncthreads();
-  if (tid == 0) { double t = 0; for (int w = 0; w < nthr / 32; w++) t += s_dred[w]; s_dred[1] = t; }
-  __syncthreads();
-  const double sum_all = s_dred[1];
-
-  /* how many candidates the device keeps: C = min(k, cap, finite) */
-  const int K = P.top_k > 0 && P.top_k < n_fin ? P.top_k : n_fin;
+  top = blk_max_f(top, s_f);
+  nc = blk_sum_i(nc, s_i);
+  if (top == INFINITY || nc == 0) { /* the host: the first +inf id, or id 0, without a draw */
+    if (tid == 0) ids[blockIdx.x] = -1;
+    return;
+  }
+  const float temp = P.temperature;
+  const int K = P.top_k > 0 && P.top_k < nc ? P.top_k : nc;
+  if (K == nc && !(P.top_p < 1.0f) && !(P.min_p > 0.0f)) { /* 4. plain sampling */
+    const int pick = sample_plain(lg, vocab, top, temp, P.u, s_d, s_i, &s_pick);
+    if (tid == 0) ids[blockIdx.x] = pick;
+    return;
+  }
+  /* 5. the host's `total` (top-p without top-k): Σ exp(c) over the candidates with c > -60 */
+  double total = 0.0;
+  if (K == nc && P.top_p < 1.0f) {
+    for (int64_t i = tid; i < vocab; i += nthr) {
+      const float l = lg[i];
+      if (!(l > -INFINITY)) continue;
+      const float c = sample_c(l, top, temp);
+      if (c > -60.0f) total += exp((double)c);
+    }
+    total = blk_sum_d(total, s_d);
+  }
   const int C = K < SAMPLE_CAP ? K : SAMPLE_CAP;
-  if (C <= 0) { if (tid == 0) { ids[blockIdx.x] = 0; } return; }
-
   /* radix select of the C-th largest key, 8 bits at a time */
   uint32_t prefix = 0, mask = 0;
   int need = C; /* rank (1-based) of the wanted key among those matching prefix */
   for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int b = tid; b < 256; b += nthr) hist[b] = 0;
+    for (int bk = tid; bk < 256; bk += nthr) hist[bk] = 0;
     __syncthreads();
     for (int64_t i = tid; i < vocab; i += nthr) {
-      uint32_t k = fkey(ldf(row + i));
-      if (k && (k & mask) == prefix) atomicAdd(&hist[(k >> shift) & 255u], 1u);
+      const float l = lg[i];
+      if (!(l > -INFINITY)) continue;
+      const uint32_t k = sample_key(sample_c(l, top, temp));
+      if ((k & mask) == prefix) atomicAdd(&hist[(k >> shift) & 255u], 1u);
     }
     __syncthreads();
     if (tid == 0) {
-      int acc = 0, b = 255;
-      for (; b > 0; b--) { if (acc + (int)hist[b] >= need) break; acc += (int)hist[b]; }
-      s_prefix = prefix | ((uint32_t)b << shift);
+      int acc = 0, bk = 255;
+      for (; bk > 0; bk--) { if (acc + (int)hist[bk] >= need) break; acc += (int)hist[bk]; }
+      s_prefix = prefix | ((uint32_t)bk << shift);
       s_need = need - acc;
     }
     __syncthreads();
@@ -301,33 +437,35 @@ __global__ __launch_bounds__(1024) void sample_kernel(const T *logits, int64_t v
     __syncthreads();
   }
   const uint32_t kth = prefix; /* keys > kth: all in; keys == kth: the lowest ids, `need` of them */
-
   /* collect: greater ones anywhere, equal ones in id order (contiguous id chunks per thread) */
   if (tid == 0) s_cnt = 0;
   __syncthreads();
   const int64_t chunk = (vocab + nthr - 1) / nthr, i0 = tid * chunk, i1 = i0 + chunk < vocab ? i0 + chunk : vocab;
   int my_eq = 0;
   for (int64_t i = i0; i < i1; i++) {
-    float v = ldf(row + i);
-    uint32_t k = fkey(v);
-    if (k > kth) { int p = atomicAdd(&s_cnt, 1); c_val[p] = v / temp; c_id[p] = (int)i; }
-    else if (k == kth && k) my_eq++;
+    const float l = lg[i];
+    if (!(l > -INFINITY)) continue;
+    const float c = sample_c(l, top, temp);
+    const uint32_t k = sample_key(c);
+    if (k > kth) { int p = atomicAdd(&s_cnt, 1); c_val[p] = c; c_id[p] = (int)i; }
+    else if (k == kth) my_eq++;
   }
-  /* exclusive prefix of my_eq over threads (warp scan + warp totals) */
-  int x = my_eq;
+  int x = my_eq; /* exclusive prefix of my_eq over the threads */
   for (int o = 1; o < 32; o <<= 1) { int y = __shfl_up_sync(0xffffffffu, x, o); if (lane >= o) x += y; }
   if (lane == 31) s_eq_prefix[warp] = x;
   __syncthreads();
   if (tid == 0) { int a = 0; for (int w = 0; w < nthr / 32; w++) { int t = s_eq_prefix[w]; s_eq_prefix[w] = a; a += t; } }
   __syncthreads();
   int before = s_eq_prefix[warp] + x - my_eq;
-  const int n_gt = s_cnt; /* final after the barrier above */
+  const int n_gt = s_cnt;
   for (int64_t i = i0; i < i1 && before < need; i++) {
-    float v = ldf(row + i);
-    if (fkey(v) == kth) { c_val[n_gt + before] = v / temp; c_id[n_gt + before] = (int)i; before++; }
+    const float l = lg[i];
+    if (!(l > -INFINITY)) continue;
+    const float c = sample_c(l, top, temp);
+    if (sample_key(c) == kth) { c_val[n_gt + before] = c; c_id[n_gt + before] = (int)i; before++; }
   }
   __syncthreads();
-  /* pad to 1024 and bitonic-sort by (value desc, id asc) */
+  /* pad and bitonic-sort by (c descending, id ascending): the host's qsort order */
   for (int i = tid; i < SAMPLE_CAP; i += nthr) if (i >= C) { c_val[i] = -INFINITY; c_id[i] = 0x7fffffff; }
   __syncthreads();
   for (int size = 2; size <= SAMPLE_CAP; size <<= 1) {
@@ -335,7 +473,7 @@ __global__ __launch_bounds__(1024) void sample_kernel(const T *logits, int64_t v
       for (int i = tid; i < SAMPLE_CAP; i += nthr) {
         int j = i ^ stride;
         if (j > i) {
-          bool desc = (i & size) == 0; /* this pair's run sorts "first = best" */
+          bool desc = (i & size) == 0;
           float vi = c_val[i], vj = c_val[j];
           int ii = c_id[i], ij = c_id[j];
           bool j_better = vj > vi || (vj == vi && ij < ii);
@@ -345,78 +483,51 @@ __global__ __launch_bounds__(1024) void sample_kernel(const T *logits, int64_t v
       __syncthreads();
     }
   }
-  if (tid != 0) return;
-  /* the host's arithmetic, in its order; -1 where the device's C candidates cannot decide */
-  const int plain = K == n_fin && !(P.top_p < 1.0f) && !(P.min_p > 0.0f);
-  int n = C, fallback = plain; /* plain sampling walks all candidates in id order on the host */
-  double sum = 0.0;
-  if (!fallback && P.top_p < 1.0f) {
-    if (K == n_fin) sum = sum_all; /* mass over every finite candidate */
-    else if (C == K) for (int i = 0; i < n; i++) sum += exp((double)(c_val[i] - c_val[0]));
-    else fallback = 1;             /* top_k above the cap: its mass is not here */
-    double cum = 0;
-    int keep = -1;
-    for (int i = 0; !fallback && i < n; i++) {
-      cum += exp((double)(c_val[i] - c_val[0])) / sum;
-      if (cum >= P.top_p) { keep = i + 1; break; }
-    }
-    if (!fallback) {
-      if (keep < 0 && C < K) fallback = 1;
-      else n = keep < 0 ? n : keep;
-    }
-  }
-  if (!fallback && P.min_p > 0.0f) {
-    double thr = log((double)P.min_p);
-    int keep = 1;
-    while (keep < n && (double)(c_val[keep] - c_val[0]) >= thr) keep++;
-    if (keep == n && n == C && C < K && !(P.top_p < 1.0f)) fallback = 1; /* the cut may lie past the cap */
-    n = keep;
-  }
-  if (!fallback && C < K && !(P.top_p < 1.0f) && !(P.min_p > 0.0f)) fallback = 1; /* top-k above the cap */
-  if (fallback) { ids[blockIdx.x] = -1; return; }
-  sum = 0;
-  for (int i = 0; i < n; i++) sum += exp((double)(c_val[i] - c_val[0]));
-  double u = (double)P.u * sum, acc = 0;
-  int pick = c_id[n - 1];
-  for (int i = 0; i < n; i++) {
-    acc += exp((double)(c_val[i] - c_val[0]));
-    if (u < acc) { pick = c_id[i]; break; }
-  }
-  ids[blockIdx.x] = pick;
-  if (lp) {
-    float v = (float)((double)ldf(row + pick) - rawmax - log(lse_raw));
-    if (lp_half) ((__half *)lp)[blockIdx.x] = __float2half_rn(v);
-    else ((float *)lp)[blockIdx.x] = v;
-  }
+  if (tid == 0) ids[blockIdx.x] = sample_decide(c_val, c_id, C, K, nc, total, P.top_p, P.min_p, P.u);
 }
 
-void cu_sample(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, const struct hb_cuda_sample_row *rows,
-               struct hb_tensor *ids, struct hb_tensor *logprobs) {
+void cu_sample(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, const struct hb_sample_row *rows,
+               const struct hb_sample_pen *pen, int n_pen, struct hb_tensor *ids) {
   if (n <= 0) return;
-  if (ids->dtype != HB_I32 || ids->rows * ids->cols < n || logits->rows < n ||
-      (logprobs && ((logprobs->dtype != HB_F32 && logprobs->dtype != HB_F16) || logprobs->rows * logprobs->cols < n))) {
-    CU_ARG(ctx, "sample: ids must be I32 and logprobs F32/F16 with >= %d elements", n);
+  if (logits->dtype != HB_F32 || logits->rows < n || ids->dtype != HB_I32 || ids->rows * ids->cols < n || n > 65535 ||
+      n_pen < 0 || (n_pen > 0 && !pen)) {
+    CU_ARG(ctx, "sample: logits F32 [>= %d rows], ids I32 with >= %d elements", n, n);
     return;
   }
-  for (int i = 0; i < n; i++)
-    if (!(rows[i].temperature > 0.0f) || !(rows[i].u >= 0.0f && rows[i].u < 1.0f)) {
-      CU_ARG(ctx, "sample: row %d: temperature must be > 0 (use argmax for greedy) and u in [0, 1)", i);
+  int any_pen = 0;
+  for (int i = 0; i < n; i++) {
+    if (!(rows[i].temperature > 0.0f)) continue;
+    if (!(rows[i].u >= 0.0 && rows[i].u < 1.0) || rows[i].pen0 < 0 || rows[i].n_pen < 0 || rows[i].pen0 + rows[i].n_pen > n_pen) {
+      CU_ARG(ctx, "sample: row %d: u must lie in [0, 1) and its penalty entries inside the list", i);
       return;
     }
-  void *pp = ctx->sample_rows;
-  if (cu_scratch(ctx, &pp, &ctx->sample_rows_cap, (size_t)n, sizeof(struct hb_cuda_sample_row), 0)) return;
-  ctx->sample_rows = (struct hb_cuda_sample_row *)pp;
-  if (CU_OK(ctx, cudaMemcpyAsync(ctx->sample_rows, rows, (size_t)n * sizeof *rows, cudaMemcpyHostToDevice, ctx->stream)))
-    return;
-  void *lp = logprobs ? logprobs->data : NULL;
-  int lph = logprobs && logprobs->dtype == HB_F16;
-  if (logits->dtype == HB_F16)
-    sample_kernel<__half><<<n, 1024, 0, ctx->stream>>>((const __half *)logits->data, logits->cols, ctx->sample_rows,
-                                                       (int32_t *)ids->data, lp, lph);
-  else if (logits->dtype == HB_F32)
-    sample_kernel<float><<<n, 1024, 0, ctx->stream>>>((const float *)logits->data, logits->cols, ctx->sample_rows,
-                                                      (int32_t *)ids->data, lp, lph);
-  else { CU_ARG(ctx, "sample: logits dtype %d", (int)logits->dtype); return; }
+    any_pen |= rows[i].n_pen > 0;
+  }
+  void *rp = ctx->sample_rows, *pp = ctx->sample_pen, *wp = ctx->sample_work;
+  if (cu_scratch(ctx, &rp, &ctx->sample_rows_cap, (size_t)n, sizeof(struct hb_sample_row), 0)) return;
+  ctx->sample_rows = (struct hb_sample_row *)rp;
+  if (n_pen > 0) {
+    if (cu_scratch(ctx, &pp, &ctx->sample_pen_cap, (size_t)n_pen, sizeof(struct hb_sample_pen), 0)) return;
+    ctx->sample_pen = (struct hb_sample_pen *)pp;
+  }
+  if (any_pen) {
+    if (cu_scratch(ctx, &wp, &ctx->sample_work_cap, (size_t)n * (size_t)logits->cols, sizeof(float), 0)) return;
+    ctx->sample_work = (float *)wp;
+  }
+  /* through the pinned stage: a copy from pageable memory would first wait for the forward pass to finish */
+  const size_t rb = (size_t)n * sizeof *rows, pb = (size_t)n_pen * sizeof *pen;
+  char *st = (char *)cu_stage(ctx, rb + pb);
+  const void *src_rows = rows, *src_pen = pen;
+  if (st) {
+    memcpy(st, rows, rb);
+    if (pb) memcpy(st + rb, pen, pb);
+    src_rows = st;
+    src_pen = st + rb;
+  }
+  if (CU_OK(ctx, cudaMemcpyAsync(ctx->sample_rows, src_rows, rb, cudaMemcpyHostToDevice, ctx->stream))) return;
+  if (pb && CU_OK(ctx, cudaMemcpyAsync(ctx->sample_pen, src_pen, pb, cudaMemcpyHostToDevice, ctx->stream))) return;
+  sample_kernel<<<n, SAMPLE_THREADS, 0, ctx->stream>>>((const float *)logits->data, logits->cols, ctx->sample_rows,
+                                                       ctx->sample_pen, ctx->sample_work, (int32_t *)ids->data);
   CU_LAUNCHED(ctx, "sample");
 }
 
