@@ -294,9 +294,10 @@ __global__ __launch_bounds__(256) void gemm_simt_kernel(TO *out, int64_t ldo, co
 
 /* ---- dispatch ------------------------------------------------------------------------------------ */
 
-/* The wgmma kernel serves calls of at least this many rows in the default (auto) mode. INT_MAX: off, until the
- * H200 probe (tests/cuda/bench_gemm.c, bench/NOTES.md session 25) has measured where it is faster. */
-#define GEMM_WG_MIN_ROWS INT_MAX
+/* The wgmma kernel serves calls of at least this many rows in the default (auto) mode, and every call in row-invariant
+ * mode (its rows are bit-identical whatever n is: bench_gemm's row-invariance check). Measured on the H200 (bench_gemm,
+ * bench/RESULTS.md session 25): 1.3-1.4x the mma.sync kernel at 64 rows, 1.9-2.2x from 1,570 on; even below 64. */
+#define GEMM_WG_MIN_ROWS 64
 #define GEMM_WG_WGS 2 /* and its warpgroups per block there (2 or 4) */
 
 int cu_matmul_init(struct hb_ctx *ctx) {
@@ -351,15 +352,14 @@ int cu_gemm_q4(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct h
   if (K <= 0 || K % 128 || x->cols < K || K > INT32_MAX) return 1;
   const int MI = n <= 32 ? 1 : (n <= 64 ? 2 : 4);
   /* the wgmma kernel (wgs: its warpgroups per block, 64 weight rows each; 0 = the mma.sync kernel): forced, or from
-   * GEMM_WG_MIN_ROWS rows on in auto mode (not in row-invariant mode, which keeps one kernel for every n: the mma.sync
-   * one unless forced). 4 warpgroups (256 weight rows) only where every weight but the last fills whole 256-row
+   * GEMM_WG_MIN_ROWS rows on in auto mode, and for every n in row-invariant mode (one kernel for every n). 4 warpgroups (256 weight rows) only where every weight but the last fills whole 256-row
    * tiles, else 2. Its token tile is 128, or 64 for n <= 64 (not in row-invariant mode: one tile shape, so one
    * wgmma shape, for every n) */
   int wgs = 0;
   if (ctx->gemm_wg_ok) {
     if (ctx->gemm_kind == HB_CUDA_GEMM_WG) wgs = 2;
     else if (ctx->gemm_kind == HB_CUDA_GEMM_WG256) wgs = 4;
-    else if (ctx->gemm_kind == HB_CUDA_GEMM_AUTO && !ctx->row_invariant && n >= GEMM_WG_MIN_ROWS) wgs = GEMM_WG_WGS;
+    else if (ctx->gemm_kind == HB_CUDA_GEMM_AUTO && (ctx->row_invariant || n >= GEMM_WG_MIN_ROWS)) wgs = GEMM_WG_WGS;
     for (int i = 0; i < n_mm - 1 && wgs == 4; i++)
       if (ws[i]->rows % 256) wgs = 2;
   }
