@@ -424,6 +424,24 @@ static double logprob_of(const float *logits, double mx, double ls, int32_t id) 
   return (double)logits[id] - mx - ls;
 }
 
+/* Adds to *lp the log-probabilities of label tokens t[1..k) given t[0..k-1) after sl's prompt (teacher forcing by
+ * peek forwards into e->scored). Returns -1 when sl was released (an error), else 0. */
+static int label_tail(struct engine *e, struct slot *sl, const int32_t *t, int k, double *lp) {
+  const int nv = e->info->n_vocab;
+  struct hearth_err err = {0};
+  int rc = hearth_session_peek_logits(sl->s, t, k - 1, e->scored, &err);
+  if (rc == HEARTH_ERR_CTX_FULL && evict_idle(e) > 0) rc = hearth_session_peek_logits(sl->s, t, k - 1, e->scored, &err);
+  if (rc) { slot_release(e, sl, GEN_FIN_ERROR, err.msg); return -1; }
+  if (!all_finite(e->scored, (k - 1) * nv)) { slot_release(e, sl, GEN_FIN_ERROR, NONFINITE_MSG); return -1; }
+  for (int j = 1; j < k; j++) {
+    const float *row = e->scored + (size_t)(j - 1) * nv;
+    double mx, ls;
+    lse(row, nv, &mx, &ls);
+    *lp += logprob_of(row, mx, ls, t[j]);
+  }
+  return 0;
+}
+
 /* Label scoring, once sl's prompt is evaluated and its last logits are the session's: fills
  * q->lab_lp (see engine.h) and returns those logits, kept in e->labrow (the label forwards replace
  * the session's own), for the first generated token. NULL when sl was released (an error). */
@@ -445,19 +463,7 @@ static const float *score_labels_now(struct engine *e, struct slot *sl) {
     const int32_t *t = q->lab_tok + q->lab_off[l];
     const int k = q->lab_off[l + 1] - q->lab_off[l];
     double lp = logprob_of(e->labrow, mx0, ls0, t[0]);
-    if (k > 1) { /* the label's leading tokens give the logits of its following ones */
-      struct hearth_err err = {0};
-      int rc = hearth_session_peek_logits(sl->s, t, k - 1, e->scored, &err);
-      if (rc == HEARTH_ERR_CTX_FULL && evict_idle(e) > 0) rc = hearth_session_peek_logits(sl->s, t, k - 1, e->scored, &err);
-      if (rc) { slot_release(e, sl, GEN_FIN_ERROR, err.msg); return NULL; }
-      if (!all_finite(e->scored, (k - 1) * nv)) { slot_release(e, sl, GEN_FIN_ERROR, NONFINITE_MSG); return NULL; }
-      for (int j = 1; j < k; j++) {
-        const float *row = e->scored + (size_t)(j - 1) * nv;
-        double mx, ls;
-        lse(row, nv, &mx, &ls);
-        lp += logprob_of(row, mx, ls, t[j]);
-      }
-    }
+    if (k > 1 && label_tail(e, sl, t, k, &lp)) return NULL; /* the leading tokens give the following ones' logits */
     q->lab_lp[l] = lp;
   }
   return e->labrow;
@@ -481,17 +487,7 @@ static int score_labels_scored(struct engine *e, struct slot *sl, const struct h
         ok = 0;
         break;
       }
-      struct hearth_err err = {0};
-      int rc = hearth_session_peek_logits(sl->s, t, k - 1, e->scored, &err);
-      if (rc == HEARTH_ERR_CTX_FULL && evict_idle(e) > 0) rc = hearth_session_peek_logits(sl->s, t, k - 1, e->scored, &err);
-      if (rc) { slot_release(e, sl, GEN_FIN_ERROR, err.msg); ok = 0; break; }
-      if (!all_finite(e->scored, (k - 1) * nv)) { slot_release(e, sl, GEN_FIN_ERROR, NONFINITE_MSG); ok = 0; break; }
-      for (int j = 1; j < k; j++) {
-        const float *row = e->scored + (size_t)(j - 1) * nv;
-        double mx, ls;
-        lse(row, nv, &mx, &ls);
-        lp += logprob_of(row, mx, ls, t[j]);
-      }
+      if (label_tail(e, sl, t, k, &lp)) { ok = 0; break; }
     }
     q->lab_lp[l] = lp;
   }
