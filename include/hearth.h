@@ -109,6 +109,7 @@ struct hearth_model_info {
   uint64_t kv_bytes;        /* bytes of the KV pool */
   int kv_block_tokens;      /* tokens per KV block */
   int kv_blocks;            /* blocks in the pool */
+  int max_seqs;             /* sessions one hearth_sessions_step* call (one forward) may hold */
   enum hearth_pooling pooling; /* embedding models: how hearth_session_embed pools */
 };
 

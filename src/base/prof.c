@@ -7,9 +7,11 @@
 
 static const char *const NAMES[PROF_N] = {"tokenize", "engine step", "engine post", "label scoring",
                                           "forward enqueue", "forward wait", "embed pass", "embed round",
-                                          "session prepare", "disk cache read", "disk cache upload"};
+                                          "session prepare", "disk cache read", "disk cache upload",
+                                          "step blocks", "step keying"};
 static const char *const UNITS[PROF_N] = {"tokens", "tokens", "rows",   "prompts", "tokens", "rows",
-                                          "tokens", "inputs", "tokens", "blocks",  "blocks"};
+                                          "tokens", "inputs", "tokens", "blocks",  "blocks",
+                                          "sessions", "sessions"};
 static _Atomic unsigned long long g_ns[PROF_N], g_calls[PROF_N], g_units[PROF_N];
 static atomic_int g_on = -1; /* -1: not read yet */
 

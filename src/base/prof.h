@@ -19,6 +19,8 @@ enum prof_slot {
   PROF_PREPARE,       /* hearth_session_prepare in the engine: prefix match, cache and disk attach (units: tokens held) */
   PROF_STORE_READ,    /* the disk prefix cache's readers filling a run of blocks (units: blocks) */
   PROF_STORE_UPLOAD,  /* that run's upload to the backend (units: blocks) */
+  PROF_STEP_BLOCKS,   /* a step's checks and KV block allocation before its forwards (units: sessions) */
+  PROF_STEP_KEY,      /* a step's prefix-cache keying of the blocks it completed (units: sessions) */
   PROF_N
 };
 

@@ -63,6 +63,7 @@ struct model_scratch {
 };
 
 #define MODEL_MAX_GRAPHS 65 /* decode graphs by batch width 1..64 */
+#define MODEL_MAX_SEQS 256  /* sessions one step may hold on any backend (m->max_seqs is the backend's own, <= this) */
 
 /* A captured decode step of one batch width (backends with graphs). */
 struct model_graph {

@@ -15,8 +15,15 @@
 
 /* MAX_BATCH_TOKENS_CUDA: a GPU's prefill GEMM wants thousands of rows (label scoring of hundreds of short
  * prompts packs into a few large forwards); its scratch grows with it: 4096 x (3 hidden + 2 q + 2 kv + 2 ff)
- * x 4 bytes, 0.5 GiB for Qwen2.5-3B. The CPU keeps 512 (a forward there already saturates the cores). */
-enum { MAX_BATCH_TOKENS = 512, MAX_BATCH_TOKENS_CUDA = 4096, MAX_BATCH_SEQS = 64, KV_BLOCK = 16 };
+ * x 4 bytes, 0.5 GiB for Qwen2.5-3B. The CPU keeps 512 (a forward there already saturates the cores).
+ * MAX_BATCH_SEQS_CUDA: the sequences (= output rows) of one forward. 400 prompts of ~10 new tokens after a shared
+ * prefix fill a 4096-token forward only with ~400 sequences: at 64 a step held ~600 tokens, where the GEMM runs at
+ * a third of its large-M rate. The logits of 256 rows take 155 MB of device memory (Qwen, f32).
+ * MAX_BATCH_TOKENS_CUDA_EMBED: an embedding model has no decode to keep responsive and its passes are whole
+ * inputs; 16384 tokens a pass took W6 on the H200 from 333 to 368 records/s (bench/RESULTS.md, session 26), for
+ * 0.5 GiB of scratch on Qwen3-Embedding-0.6B. */
+enum { MAX_BATCH_TOKENS = 512, MAX_BATCH_TOKENS_CUDA = 4096, MAX_BATCH_TOKENS_CUDA_EMBED = 16384, MAX_BATCH_SEQS = 64, MAX_BATCH_SEQS_CUDA = MODEL_MAX_SEQS,
+       KV_BLOCK = 16 };
 
 static double now_s(void) {
   struct timespec ts;
@@ -37,10 +44,9 @@ void hearth_model_params_default(struct hearth_model_params *p) {
   p->backend = HEARTH_BACKEND_CPU;
 }
 
-static int alloc_scratch(struct hearth_model *m, int T, struct hearth_err *err) {
+static int alloc_scratch(struct hearth_model *m, int T, int O, struct hearth_err *err) {
   struct model_scratch *s = &m->scratch;
   const struct hf_config *c = &m->cfg;
-  int O = MAX_BATCH_SEQS;
   /* the widest layer sets each buffer (Gemma 4's layers differ in head_dim, KV heads and MLP width) */
   int64_t qd = 0, kvd = 0, ff = 0;
   for (int l = 0; l < c->num_hidden_layers; l++) {
@@ -120,8 +126,10 @@ static int memory_plan_check(const struct hearth_model *m, const struct hearth_m
   double kvd = (double)c->num_key_value_heads * c->head_dim, qd = (double)c->num_attention_heads * c->head_dim;
   double kv = tokens * c->num_hidden_layers * 2 * kvd * es;
   double wide = c->vocab_size > c->hidden_size ? c->vocab_size : c->hidden_size;
-  double scratch = (double)MAX_BATCH_TOKENS * (3.0 * c->hidden_size + 2 * qd + 2 * kvd + 2.0 * c->intermediate_size) * es +
-                   (double)MAX_BATCH_SEQS * ((double)c->vocab_size + wide + c->hidden_size) * 4;
+  const int cuda = p->backend == HEARTH_BACKEND_CUDA;
+  double scratch = (double)(!cuda ? MAX_BATCH_TOKENS : c->is_embedding ? MAX_BATCH_TOKENS_CUDA_EMBED : MAX_BATCH_TOKENS_CUDA) *
+                       (3.0 * c->hidden_size + 2 * qd + 2 * kvd + 2.0 * c->intermediate_size) * es +
+                   (double)(cuda ? MAX_BATCH_SEQS_CUDA : MAX_BATCH_SEQS) * ((double)c->vocab_size + wide + c->hidden_size) * 4;
   if (!avail || kv + scratch <= 0.9 * (double)avail) return 0;
   return err_set(err, HEARTH_ERR_NOMEM,
                  "config.json: the KV pool (%d tokens x %d layers x 2 x %d KV heads x %d head_dim x %d bytes = %.2f GiB) "
@@ -214,6 +222,7 @@ static void fill_info(struct hearth_model *m, const struct hearth_model_params *
   i->head_dim = c->head_dim;
   i->n_ff = c->intermediate_size;
   i->n_ctx_train = c->max_position_embeddings;
+  i->max_seqs = m->max_seqs;
   i->bos_id = c->bos_token_id;
   i->n_eos = c->n_eos;
   memcpy(i->eos_ids, c->eos_token_ids, sizeof i->eos_ids);
@@ -322,7 +331,13 @@ int hearth_model_load(const struct hearth_model_params *p, struct hearth_model *
   if ((rc = kv_pool_init(m, kv_tokens, KV_BLOCK, err))) goto fail;
   int per_seq = kv_tokens < m->cfg.max_position_embeddings ? kv_tokens : m->cfg.max_position_embeddings;
   m->max_blocks_per_seq = (per_seq + KV_BLOCK - 1) / KV_BLOCK;
-  if ((rc = alloc_scratch(m, p->backend == HEARTH_BACKEND_CUDA ? MAX_BATCH_TOKENS_CUDA : MAX_BATCH_TOKENS, err))) goto fail;
+  int max_tokens = p->backend != HEARTH_BACKEND_CUDA ? MAX_BATCH_TOKENS
+                   : m->cfg.is_embedding              ? MAX_BATCH_TOKENS_CUDA_EMBED
+                                                      : MAX_BATCH_TOKENS_CUDA;
+  const char *bt_env = getenv("HEARTH_BATCH_TOKENS"); /* measurement knob: the tokens a forward may hold */
+  if (bt_env && atoi(bt_env) >= 64 && atoi(bt_env) <= 65536) max_tokens = atoi(bt_env);
+  if ((rc = alloc_scratch(m, max_tokens, p->backend == HEARTH_BACKEND_CUDA ? MAX_BATCH_SEQS_CUDA : MAX_BATCH_SEQS, err)))
+    goto fail;
   if (p->kv_cache_dir && (rc = prefix_store_open(m, p->kv_cache_dir, err))) goto fail;
   fill_info(m, p);
   if (p->verbose) {

@@ -346,7 +346,7 @@ static void fill_scores(struct hearth_model *m, int n, struct hearth_row_score *
  * those that the host must sample from their logits row in any case. Returns 0 or HEARTH_ERR_NOMEM. */
 static int sample_enqueue(struct hearth_model *m, int n, const struct hearth_sample_req *const *rowsm,
                           uint8_t *host_row, struct hb_tensor *gid, struct hearth_err *err) {
-  struct hb_sample_row rows[64]; /* n <= 64: one output row per session of a step */
+  struct hb_sample_row rows[MODEL_MAX_SEQS]; /* one output row per session of a step */
   int used = 0, any = 0;
   for (int k = 0; k < n; k++) {
     rows[k] = (struct hb_sample_row){.temperature = 0.0f}; /* not the op's row */
@@ -383,7 +383,7 @@ static int sample_enqueue(struct hearth_model *m, int n, const struct hearth_sam
 static int sample_finish(struct hearth_model *m, int n, const struct hearth_sample_req *const *rowsm,
                          const uint8_t *host_row, int have_rows, struct hearth_err *err) {
   const int64_t V = m->cfg.vocab_size;
-  uint8_t host[64];
+  uint8_t host[MODEL_MAX_SEQS];
   int reads = 0;
   for (int k = 0; k < n; k++) {
     host[k] = 0;
@@ -436,7 +436,7 @@ static int run_batch_outputs(struct hearth_model *m, struct hb_batch *b, enum ou
     struct hb_tensor gid, glp;
     gsel_views(sc, n, &gid, &glp);
     if (!tail) be->argmax(c, &sc->logits, n, &gid, &glp);
-    uint8_t host_row[64];
+    uint8_t host_row[MODEL_MAX_SEQS];
     if (sampled) { /* after the argmax: the sampled rows' ids replace its ids in gsel */
       rc = sample_enqueue(m, n, rowsm, host_row, &gid, err);
       if (rc) return rc;
@@ -697,17 +697,19 @@ static int session_forward_k(struct hearth_session **ss, int n, const int32_t *c
   int want_hidden = mode == OUT_HIDDEN;
   if (n <= 0) return 0;
   struct hearth_model *m = ss[0]->m;
+  const double t_blk = prof_now();
   int crc = check_step(ss, n, tokens, counts, err);
   if (!crc) crc = take_blocks(ss, n, counts, err);
+  prof_add(PROF_STEP_BLOCKS, t_blk, n);
   if (crc) return crc;
   int inv = want_hidden; /* embeddings are always batch-invariant */
   for (int i = 0; i < n; i++) inv |= ss[i]->invariant;
   inv = inv && m->be->set_row_invariant;
   const int T = m->scratch.max_tokens, MB = m->max_blocks_per_seq;
-  int done[64];
+  int done[MODEL_MAX_SEQS];
   memset(done, 0, sizeof done);
   int outw = want_hidden ? m->cfg.hidden_size : m->cfg.vocab_size;
-  int rc = 0, start[64];
+  int rc = 0, start[MODEL_MAX_SEQS];
   for (int i = 0; i < n; i++) start[i] = ss[i]->n_tokens;
   pthread_mutex_lock(&m->forward_mu); /* guards the model's batch staging (b_*, b_ids, b_outbuf) */
   ahead_drop(m); /* a decode loop was left: its step ahead is lost */
@@ -721,7 +723,7 @@ static int session_forward_k(struct hearth_session **ss, int n, const int32_t *c
   float *outbuf = m->b_outbuf;
   for (;;) {
     int nt = 0, nseq = 0, nout = 0, first = 0;
-    int owner[64];
+    int owner[MODEL_MAX_SEQS];
     for (int i = 0; i < n && nt < T; i++) {
       int left = counts[i] - done[i];
       if (left <= 0) continue;
@@ -757,9 +759,9 @@ static int session_forward_k(struct hearth_session **ss, int n, const int32_t *c
       .out_rows = m->b_out, .n_out = nout,
     };
     int need_logits = 0, scored = 0; /* OUT_GREEDY: a session that wants its logits instead (greedy[i] == 0) */
-    uint8_t rowg[64];
-    struct hearth_row_score *rowsc[64]; /* OUT_GREEDY: the scores a session asked for (hearth_sessions_step_scored) */
-    const struct hearth_sample_req *rowsm[64]; /* OUT_GREEDY: the draws asked for (hearth_sessions_step_sampled) */
+    uint8_t rowg[MODEL_MAX_SEQS];
+    struct hearth_row_score *rowsc[MODEL_MAX_SEQS]; /* OUT_GREEDY: the scores a session asked for (hearth_sessions_step_scored) */
+    const struct hearth_sample_req *rowsm[MODEL_MAX_SEQS]; /* OUT_GREEDY: the draws asked for (hearth_sessions_step_sampled) */
     int sampled = 0;
     if (mode == OUT_GREEDY && greedy)
       for (int k = 0; k < nout; k++) {
@@ -801,7 +803,11 @@ static int session_forward_k(struct hearth_session **ss, int n, const int32_t *c
   }
   pthread_mutex_unlock(&m->forward_mu);
   if (rc) for (int i = 0; i < n; i++) truncate_to(ss[i], start[i]); /* KV past start is unreliable */
-  if (!rc && !want_hidden && key) for (int i = 0; i < n; i++) key_full_blocks(ss[i]);
+  if (!rc && !want_hidden && key) {
+    const double t_key = prof_now();
+    for (int i = 0; i < n; i++) key_full_blocks(ss[i]);
+    prof_add(PROF_STEP_KEY, t_key, n);
+  }
   return rc;
 }
 
@@ -825,8 +831,9 @@ static int step_chosen(struct hearth_session **sessions, int n_sessions, const i
   for (int i = 0; i < n_sessions; i++)
     any |= ((scores && scores[i]) || (samples && samples[i])) && n_tokens[i] > 0;
   if (!any) return hearth_sessions_step_select(sessions, n_sessions, tokens, n_tokens, greedy, ids, logprobs, err);
-  if (n_sessions > 64) return err_set(err, HEARTH_ERR_ARG, "at most 64 sessions per step");
-  uint8_t g[64]; /* a scored or sampled session is chosen for where its logits are, like a greedy one */
+  if (n_sessions > sessions[0]->m->max_seqs)
+    return err_set(err, HEARTH_ERR_ARG, "at most %d sessions per step", sessions[0]->m->max_seqs);
+  uint8_t g[MODEL_MAX_SEQS]; /* a scored or sampled session is chosen for where its logits are, like a greedy one */
   for (int i = 0; i < n_sessions; i++) {
     struct hearth_row_score *sc = scores ? scores[i] : NULL;
     const struct hearth_sample_req *sm = samples ? samples[i] : NULL;

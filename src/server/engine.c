@@ -150,6 +150,7 @@ struct engine {
   int n_busy;
   int stop;
   unsigned long tick;
+  int rr;               /* step: the slot its scan starts from when a step cannot take every slot (engine thread) */
   struct engine_stats st;
   pthread_t thread;
   int started;
@@ -590,11 +591,17 @@ static int prepare(struct engine *e, struct slot *sl) {
  * and all decoding ones then sample their next token. */
 static void step(struct engine *e) {
   int N = e->p.n_slots, n = 0, budget = e->p.prefill_chunk;
+  /* a forward holds at most max_seqs sessions: with more slots than that, the slots take turns (the scan starts
+   * after the last slot the previous capped step took), rather than a step failing and running its sessions
+   * one by one */
+  const int cap = e->info->max_seqs > 0 && e->info->max_seqs < N ? e->info->max_seqs : N, rr = e->rr;
+  int last = -1;
   struct hearth_session *ss[N];
   const int32_t *toks[N];
   int cnt[N];
   struct slot *which[N];
-  for (int i = 0; i < N; i++) {
+  for (int k = 0; k < N && n < cap; k++) {
+    const int i = (rr + k) % N;
     struct slot *sl = &e->slots[i];
     if (sl->state != SLOT_DECODE) continue;
     if (atomic_load(&sl->q->cancel)) { slot_release(e, sl, GEN_FIN_CANCELLED, NULL); continue; }
@@ -602,10 +609,12 @@ static void step(struct engine *e) {
     toks[n] = &sl->pending;
     cnt[n] = 1;
     which[n++] = sl;
+    last = i;
     budget--;
   }
   if (budget < 1) budget = 1; /* prefill always advances */
-  for (int i = 0; i < N && budget > 0; i++) {
+  for (int k = 0; k < N && budget > 0 && n < cap; k++) {
+    const int i = (rr + k) % N;
     struct slot *sl = &e->slots[i];
     if (sl->state != SLOT_PREFILL || sl->q->pev) continue;
     if (atomic_load(&sl->q->cancel)) { slot_release(e, sl, GEN_FIN_CANCELLED, NULL); continue; }
@@ -617,8 +626,10 @@ static void step(struct engine *e) {
     toks[n] = sl->q->prompt + sl->prefilled;
     cnt[n] = take;
     which[n++] = sl;
+    last = i;
     budget -= take;
   }
+  if (n == cap && cap < N) e->rr = (last + 1) % N;
   if (!n) return;
   /* which sessions need their logits on the host: those that sample there (select_greedy) and finish
    * their prompt or decode in this step; a prompt chunk that does not end the prompt needs nothing */
@@ -653,6 +664,10 @@ static void step(struct engine *e) {
   }
   if (rc == HEARTH_ERR_CTX_FULL && evict_idle(e) > 0)
     rc = hearth_sessions_step_sampled(ss, n, toks, cnt, greedy, scores, samples, ids, lp, &err);
+  pthread_mutex_lock(&e->mu);
+  e->st.n_steps++;
+  e->st.n_steps_split += rc != 0 && n > 1;
+  pthread_mutex_unlock(&e->mu);
   if (rc) { /* find the culprit(s): step each alone (sessions are unchanged by a failed step) */
     for (int i = 0; i < n; i++) {
       struct hearth_err e1 = {0};

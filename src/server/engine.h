@@ -123,6 +123,8 @@ struct engine_stats {
   int n_slots, n_busy, n_queued;
   unsigned long n_done, n_cancelled, n_errors;
   unsigned long n_prompt_tokens, n_cached_tokens, n_gen_tokens;
+  unsigned long n_steps;       /* engine steps (one forward of many sessions each) */
+  unsigned long n_steps_split; /* steps that failed together and were run again a session at a time */
 };
 
 /* Longest label, in tokens (its continuation is scored in one forward pass with every position's logits). */

@@ -37,6 +37,8 @@ enum MHD_Result ep_status(struct http_req *r) {
                                       "generated_tokens", (json_int_t)st.n_gen_tokens);
       json_object_update(o, x);
       json_decref(x);
+      json_object_set_new(o, "steps", json_integer((json_int_t)st.n_steps));
+      json_object_set_new(o, "steps_split", json_integer((json_int_t)st.n_steps_split));
     } else { /* embedding work: requests computing or waiting, and those dropped unfinished */
       json_object_set_new(o, "embeddings_busy", json_integer(atomic_load(&m->embed_busy)));
       json_object_set_new(o, "cancelled", json_integer((json_int_t)atomic_load(&m->embed_cancelled)));

@@ -132,6 +132,25 @@ describe('label scoring', () => {
     });
   });
 
+  test('more slots than a forward holds: the slots take turns, no step falls back to one session at a time', async () => {
+    // the CPU backend's forward holds 64 sequences (/status would say so via steps); 80 slots all busy at once
+    const wide = await startServer(['--parallel', '80', '--prefill-chunk', '4096']); // a budget that takes every prompt at once
+    try {
+      const prompts = records.slice(0, 80).map((r) => INSTR + r);
+      const r = await postJSON(wide, '/v1/completions', { model: CHAT, temperature: 0, prompt: prompts, labels: LABELS, max_tokens: 0 });
+      assert.equal(r.status, 200, r.text);
+      const st = (await getJSON(wide, '/status')).body.models.find((m) => m.id === CHAT);
+      assert.equal(st.slots, 80);
+      assert.ok(st.steps > 1, `steps ${st.steps}`);
+      assert.equal(st.steps_split, 0, 'a step of more sessions than a forward holds failed and ran them one by one');
+      const ref = await complete({ prompt: [3, 17, 63, 79].map((i) => INSTR + records[i]), labels: LABELS, max_tokens: 0 });
+      [3, 17, 63, 79].forEach((i, k) => assert.deepEqual(r.body.choices[i].label_scores, ref.choices[k].label_scores, `record ${i}`));
+    } finally {
+      const x = await wide.stop();
+      assert.equal(x.code, 0, `server exit status ${JSON.stringify(x)}`);
+    }
+  });
+
   test('limits: 1,025 prompts, streaming, a bad label and a label past the context are refused with 400', async () => {
     const many = await postJSON(srv, '/v1/completions', { model: CHAT, prompt: Array(1025).fill('x'), labels: [' a'], max_tokens: 0 });
     assert.equal(many.status, 400, many.text);
