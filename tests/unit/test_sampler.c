@@ -7,6 +7,10 @@
  *   penalty_list: sampler_device_row's row and list, applied as backend.h states the op applies them, give the row
  *                 the sampler itself penalises (same draw for every u tried), and list the right tokens and counts;
  *                 a list over its cap says so and leaves the sampler's scratch clean;
+ *   large_rows:   the same on full-size rows (151,936 and 262,144 entries) that are flat, flat with many exact ties,
+ *                 or flat with a peaked head, under top-p 0.5-0.99, min-p, top-k above 1,024 with top-p,
+ *                 temperatures 0.3-2 and penalties: the sets to sort hold most of the row, which the sampler sorts
+ *                 with its radix sort instead of qsort (sort_cands), and the draws must not change;
  *   decide:       backend/sample_decide.h (the CUDA sample op's last step, shared source) on the first
  *                 min(k, SAMPLE_CAP) candidates sorted here: every id it returns is the sampler's draw, and it
  *                 returns one (not -1, "the host's") wherever the candidates held decide, e.g. top-k <= 40. */
@@ -100,6 +104,49 @@ TEST_GROUP(same_draws) {
   }
   printf("  same_draws: %d draws compared, %d differ\n", compared, differ);
   CHECK(differ == 0 && compared == 2 * N_SETS * 3 * 40);
+}
+
+TEST_GROUP(large_rows) {
+  static const struct params_set L[] = {
+    {0.8f, 0, 0.95f, 0.0f, 1.0f, 0.0f, 0.0f}, {1.0f, 0, 0.5f, 0.0f, 1.0f, 0.0f, 0.0f},
+    {2.0f, 0, 0.99f, 0.0f, 1.0f, 0.0f, 0.0f}, {0.3f, 0, 0.9f, 0.0f, 1.3f, 0.4f, 0.2f},
+    {1.0f, 0, 1.0f, 0.01f, 1.0f, 0.0f, 0.0f}, {1.2f, 0, 0.95f, 0.05f, 1.0f, 0.0f, 0.0f},
+    {0.9f, 5000, 0.9f, 0.0f, 1.1f, 0.0f, 0.0f}, {1.5f, 50000, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f},
+  };
+  const int nl = (int)(sizeof L / sizeof L[0]), Vs[] = {151936, 262144};
+  int compared = 0, differ = 0;
+  for (int vi = 0; vi < 2; vi++) {
+    const int V = Vs[vi];
+    float *row = malloc((size_t)V * sizeof *row);
+    int32_t hist[8];
+    for (int si = 0; si < nl; si++) {
+      struct hearth_sampling p;
+      set_params(&p, &L[si], 31 + si);
+      struct hearth_sampler *s = NULL;
+      struct ref_sampler *r = NULL;
+      struct hearth_err err = {0};
+      REQUIRE(hearth_sampler_new(&p, V, &s, &err) == 0 && ref_sampler_new(&p, V, &r, &err) == 0);
+      int nh = 0;
+      for (int step = 0; step < 6; step++) {
+        for (int i = 0; i < V; i++) row[i] = frnd() * 4.0f - 2.0f;
+        if (step % 3 == 1) for (int i = 0; i < V; i++) row[i] = floorf(row[i] * 16.0f) / 16.0f; /* ties everywhere */
+        if (step % 3 == 2) for (int j = 0; j < 50; j++) row[rnd() % V] += 6.0f;
+        for (int j = 0; j < nh; j++) row[hist[j]] += 1.0f;
+        const int32_t a = hearth_sampler_sample(s, row, hist, nh), b = ref_sampler_sample(r, row, hist, nh);
+        compared++;
+        if (a != b) {
+          differ++;
+          fprintf(stderr, "V %d set %d step %d: sampler %d, old sampler %d\n", V, si, step, a, b);
+        }
+        hist[nh++] = b >= 0 && b < V ? b : 0;
+      }
+      hearth_sampler_free(s);
+      ref_sampler_free(r);
+    }
+    free(row);
+  }
+  printf("  large_rows: %d draws compared, %d differ\n", compared, differ);
+  CHECK(differ == 0 && compared == 2 * nl * 6);
 }
 
 TEST_GROUP(draw_given_u) {
@@ -318,4 +365,4 @@ TEST_GROUP(decide) {
   CHECK(decided > deferred);
 }
 
-TEST_MAIN(T(same_draws), T(draw_given_u), T(penalty_list), T(decide))
+TEST_MAIN(T(same_draws), T(large_rows), T(draw_given_u), T(penalty_list), T(decide))
