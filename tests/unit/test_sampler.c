@@ -11,6 +11,10 @@
  *                 or flat with a peaked head, under top-p 0.5-0.99, min-p, top-k above 1,024 with top-p,
  *                 temperatures 0.3-2 and penalties: the sets to sort hold most of the row, which the sampler sorts
  *                 with its radix sort instead of qsort (sort_cands), and the draws must not change;
+ *   large_math:   the arithmetic of the CUDA op's path for sets past SAMPLE_CAP (backend/cuda/sample_large.cuh)
+ *                 restated on the CPU, its radix selects replaced by walks over the sorted candidates: masses as
+ *                 integers round(exp(c) * 2^52) summed exactly, the host's top-p / min-p / draw decided with its
+ *                 margins; on flat full-size rows every id it decides is the sampler's, and deferrals are rare;
  *   decide:       backend/sample_decide.h (the CUDA sample op's last step, shared source) on the first
  *                 min(k, SAMPLE_CAP) candidates sorted here: every id it returns is the sampler's draw, and it
  *                 returns one (not -1, "the host's") wherever the candidates held decide, e.g. top-k <= 40. */
@@ -278,6 +282,92 @@ static int dcand_cmp(const void *a, const void *b) { /* (c descending, id ascend
   return (x->id > y->id) - (x->id < y->id);
 }
 
+typedef unsigned __int128 u128;
+/* sample_large's steps (sample_large.cuh) with its selects as walks: pos(by mass, tgt) = the first position whose
+ * running integer mass exceeds tgt; mass(n) = the integer mass of the first n */
+static int large_emulate(const struct dcand *c, int nc, int K, float top_p, float min_p, double u, u128 *pre) {
+  const double one = 4503599627370496.0, mg = SAMPLE_MARGIN + 4.0 * (double)nc / one;
+  pre[0] = 0;
+  for (int i = 0; i < nc; i++) pre[i + 1] = pre[i] + (u128)llrint(exp((double)c[i].c) * one);
+  int n = K;
+  u128 mass_n = pre[K];
+  if (top_p < 1.0f) {
+    const double s = (double)mass_n;
+    const u128 tgt = (u128)(s * (double)top_p);
+    int i = 0;
+    while (i < nc && !(pre[i + 1] > tgt)) i++;
+    if (i == nc) return -1;
+    const double d = (double)pre[i + 1] / s, dp = (double)pre[i] / s;
+    if (!(d >= (double)top_p + mg && dp < (double)top_p - mg)) return -1;
+    n = i + 1;
+    mass_n = pre[n];
+  }
+  if (min_p > 0.0f) {
+    const double thr = log((double)min_p), m = SAMPLE_MARGIN * (1.0 + fabs(thr));
+    int gt = 0, ge = 0;
+    for (int i = 0; i < nc; i++) { const double d = (double)c[i].c - thr; gt += d > m; ge += d >= -m; }
+    const int lo = n < (gt > 1 ? gt : 1) ? n : (gt > 1 ? gt : 1), hi = n < (ge > 1 ? ge : 1) ? n : (ge > 1 ? ge : 1);
+    if (lo != hi) return -1;
+    n = lo;
+    mass_n = pre[n];
+  }
+  const double s = (double)mass_n;
+  const u128 tgt = (u128)(u * s);
+  int i = 0;
+  while (i < nc && !(pre[i + 1] > tgt)) i++;
+  if (i >= n) return -1;
+  const double d = (double)pre[i + 1] / s, dp = (double)pre[i] / s;
+  if (!(d - u >= mg && u - dp >= mg)) return -1;
+  return c[i].id;
+}
+
+TEST_GROUP(large_math) {
+  static const struct { float t; int k; float p, minp; } cases[] = {
+    {0.8f, 0, 0.95f, 0.0f}, {1.0f, 0, 0.5f, 0.0f}, {0.3f, 0, 0.9f, 0.0f}, {2.0f, 0, 0.99f, 0.0f},
+    {1.2f, 0, 0.95f, 0.05f}, {1.0f, 0, 1.0f, 0.01f}, {0.7f, 0, 1.0f, 0.3f}, {0.9f, 5000, 0.9f, 0.0f},
+    {1.5f, 20000, 1.0f, 0.0f}, {1.0f, 0, 0.99f, 0.001f},
+  };
+  const int n_cases = (int)(sizeof cases / sizeof cases[0]), V = 151936;
+  float *row = malloc((size_t)V * sizeof *row);
+  struct dcand *c = malloc((size_t)V * sizeof *c);
+  u128 *pre = malloc((size_t)(V + 1) * sizeof *pre);
+  int decided = 0, deferred = 0, wrong = 0;
+  for (int r = 0; r < 8; r++) {
+    for (int i = 0; i < V; i++) row[i] = frnd() * 4.0f - 2.0f;
+    if (r % 4 == 1) for (int i = 0; i < V; i++) row[i] = floorf(row[i] * 16.0f) / 16.0f;
+    if (r % 4 == 2) for (int j = 0; j < 50; j++) row[rnd() % V] += 6.0f;
+    if (r % 4 == 3) for (int i = 0; i < V; i++) if (rnd() % 3 == 0) row[i] = -3e38f;
+    for (int ks = 0; ks < n_cases; ks++) {
+      struct hearth_sampling p;
+      hearth_sampling_default(&p);
+      p.temperature = cases[ks].t; p.top_k = cases[ks].k; p.top_p = cases[ks].p; p.min_p = cases[ks].minp;
+      struct hearth_sampler *s = NULL;
+      struct hearth_err err = {0};
+      REQUIRE(hearth_sampler_new(&p, V, &s, &err) == 0);
+      float top = -INFINITY;
+      for (int i = 0; i < V; i++) if (row[i] > top) top = row[i];
+      for (int i = 0; i < V; i++) { c[i].c = (row[i] - top) / p.temperature; c[i].id = i; }
+      qsort(c, (size_t)V, sizeof *c, dcand_cmp);
+      const int K = p.top_k > 0 && p.top_k < V ? p.top_k : V;
+      for (int t = 0; t < 25; t++) {
+        const double u = (double)(rnd() >> 5) / 134217728.0;
+        const int got = large_emulate(c, V, K, p.top_p, p.min_p, u, pre);
+        const int32_t want = sampler_sample_u(s, row, NULL, 0, u);
+        if (got < 0) deferred++;
+        else decided++;
+        if (got >= 0 && got != want) {
+          wrong++;
+          fprintf(stderr, "row %d case %d u %.17g: decided %d, the sampler draws %d\n", r, ks, u, got, want);
+        }
+      }
+      hearth_sampler_free(s);
+    }
+  }
+  printf("  large_math: %d decided (each the sampler's draw), %d deferred to the host\n", decided, deferred);
+  CHECK(wrong == 0 && decided + deferred == 8 * n_cases * 25 && deferred * 100 <= decided + deferred);
+  free(row); free(c); free(pre);
+}
+
 TEST_GROUP(decide) {
   struct { float t; int k; float p, minp; int must; } cases[] = {
     {0.8f, 40, 1.0f, 0.0f, 1}, {1.0f, 1, 1.0f, 0.0f, 1},  {0.7f, 40, 0.95f, 0.1f, 1}, {1.1f, 40, 0.8f, 0.02f, 1},
@@ -365,4 +455,4 @@ TEST_GROUP(decide) {
   CHECK(decided > deferred);
 }
 
-TEST_MAIN(T(same_draws), T(large_rows), T(draw_given_u), T(penalty_list), T(decide))
+TEST_MAIN(T(same_draws), T(large_rows), T(draw_given_u), T(penalty_list), T(large_math), T(decide))
