@@ -429,11 +429,19 @@ __global__ __launch_bounds__(SAMPLE_THREADS) void sample_kernel(const float *log
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int bk = tid; bk < 256; bk += nthr) hist[bk] = 0;
     __syncthreads();
-    for (int64_t i = tid; i < vocab; i += nthr) {
-      const float l = lg[i];
-      if (!(l > -INFINITY)) continue;
-      const uint32_t k = sample_key(sample_c(l, top, temp));
-      if ((k & mask) == prefix) atomicAdd(&hist[(k >> shift) & 255u], 1u);
+    for (int64_t base = 0; base < vocab; base += nthr) { /* whole warps: the lanes in one bucket add once (a row's
+                                                          * keys share their first digits: 32-way conflicts) */
+      const int64_t i = base + tid;
+      unsigned b = 0xffffffffu;
+      if (i < vocab) {
+        const float l = lg[i];
+        if (l > -INFINITY) {
+          const uint32_t k = sample_key(sample_c(l, top, temp));
+          if ((k & mask) == prefix) b = (k >> shift) & 255u;
+        }
+      }
+      const unsigned peers = __match_any_sync(0xffffffffu, b);
+      if (b != 0xffffffffu && lane == __ffs(peers) - 1) atomicAdd(&hist[b], (unsigned)__popc(peers));
     }
     __syncthreads();
     if (tid == 0) {
