@@ -15,11 +15,15 @@
  *                 restated on the CPU, its radix selects replaced by walks over the sorted candidates: masses as
  *                 integers round(exp(c) * 2^52) summed exactly, the host's top-p / min-p / draw decided with its
  *                 margins; on flat full-size rows every id it decides is the sampler's, and deferrals are rare;
+ *   large_select: that path's select restated on the CPU (per digit a histogram of counts and integer masses, the
+ *                 256 buckets scanned as warp 0 does, 8 a lane from the top): the position it finds by mass and by
+ *                 rank, its running mass and its id (the j-th of its key by id) are the sorted walk's;
  *   decide:       backend/sample_decide.h (the CUDA sample op's last step, shared source) on the first
  *                 min(k, SAMPLE_CAP) candidates sorted here: every id it returns is the sampler's draw, and it
  *                 returns one (not -1, "the host's") wherever the candidates held decide, e.g. top-k <= 40. */
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "hearth.h"
 #include "backend/sample_decide.h"
@@ -368,6 +372,127 @@ TEST_GROUP(large_math) {
   free(row); free(c); free(pre);
 }
 
+/* sample_large.cuh's sl_select on the CPU: the same digits, buckets and lane-of-8 scan (the warp's shuffles as a
+ * running sum over the lanes) */
+struct lhist { unsigned cnt[256]; uint64_t hi[256], lo[256]; };
+static uint32_t lkey(float c) {
+  uint32_t u;
+  if (c == 0.0f) c = 0.0f;
+  memcpy(&u, &c, sizeof u);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+static float lkey_c(uint32_t k) {
+  const uint32_t u = (k & 0x80000000u) ? (k & 0x7fffffffu) : ~k;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+static uint64_t lfx(float c) { return (uint64_t)llrint(exp((double)c) * 4503599627370496.0); }
+static u128 lmass(const struct lhist *h, int b) { return ((u128)h->hi[b] << 26) + h->lo[b]; }
+static int lselect(const float *c, int n, int by_mass, u128 tgt, int rank, struct lhist *h, uint32_t *key, u128 *above,
+                   int *above_n, int *pick, uint64_t *eq_fx) {
+  uint32_t prefix = 0, mask = 0;
+  u128 a = 0;
+  int an = 0, eq = 0;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    memset(h, 0, sizeof *h);
+    for (int i = 0; i < n; i++) {
+      const uint32_t k = lkey(c[i]);
+      if ((k & mask) != prefix) continue;
+      const uint64_t f = lfx(c[i]);
+      const int b = (int)((k >> shift) & 255u);
+      h->cnt[b]++;
+      h->hi[b] += f >> 26;
+      h->lo[b] += f & ((1ull << 26) - 1);
+    }
+    u128 x = 0, m8 = 0;
+    int xn = 0, n8 = 0, lane = 0;
+    for (; lane < 32; lane++) {
+      m8 = 0;
+      n8 = 0;
+      for (int t = 0; t < 8; t++) { const int b = 255 - 8 * lane - t; m8 += lmass(h, b); n8 += (int)h->cnt[b]; }
+      x += m8;
+      xn += n8;
+      if (by_mass ? a + x > tgt : an + xn >= rank) break;
+    }
+    if (lane == 32) return 0;
+    u128 acc = a + (x - m8);
+    int acc_n = an + (xn - n8), b = 255 - 8 * lane;
+    for (int t = 0; t < 7; t++, b--) {
+      if (by_mass ? acc + lmass(h, b) > tgt : acc_n + (int)h->cnt[b] >= rank) break;
+      acc += lmass(h, b);
+      acc_n += (int)h->cnt[b];
+    }
+    prefix |= (uint32_t)b << shift;
+    mask |= 255u << shift;
+    a = acc;
+    an = acc_n;
+    eq = (int)h->cnt[b];
+  }
+  const uint64_t f = lfx(lkey_c(prefix));
+  const int j = by_mass ? (f ? (int)((tgt - a) / f) + 1 : 0) : rank - an;
+  if (j < 1 || j > eq) return 0;
+  *key = prefix; *above = a; *above_n = an; *pick = j; *eq_fx = f;
+  return 1;
+}
+
+TEST_GROUP(large_select) {
+  struct lhist *h = malloc(sizeof *h);
+  int checks = 0, bad = 0;
+  for (int trial = 0; trial < 16; trial++) {
+    const int n = 2000 + (int)(rnd() % 200000u);
+    float *c = malloc((size_t)n * sizeof *c);
+    struct dcand *d = malloc((size_t)n * sizeof *d);
+    u128 *pre = malloc((size_t)(n + 1) * sizeof *pre);
+    float top = -INFINITY;
+    for (int i = 0; i < n; i++) {
+      float v = frnd() * 4.0f - 2.0f;
+      if (trial % 3 == 1) v = floorf(v * 16.0f) / 16.0f; /* ties */
+      if (trial % 3 == 2 && rnd() % 1000 == 0) v += 8.0f;
+      c[i] = v;
+      if (v > top) top = v;
+    }
+    const float T = 0.3f + 1.7f * frnd();
+    for (int i = 0; i < n; i++) {
+      c[i] = (c[i] - top) / T;
+      if (trial % 4 == 3 && rnd() % 3 == 0) c[i] = -INFINITY; /* (l - top) / T overflowed */
+      d[i].c = c[i];
+      d[i].id = i;
+    }
+    qsort(d, (size_t)n, sizeof *d, dcand_cmp);
+    pre[0] = 0;
+    for (int i = 0; i < n; i++) pre[i + 1] = pre[i] + lfx(d[i].c);
+    for (int q = 0; q < 12; q++) {
+      uint32_t key = 0;
+      u128 a = 0;
+      int an = 0, pick = 0;
+      uint64_t f = 0;
+      const u128 tgt = (u128)((double)pre[n] * (double)frnd());
+      int want = 0;
+      while (want < n && !(pre[want + 1] > tgt)) want++;
+      int ok = lselect(c, n, 1, tgt, 0, h, &key, &a, &an, &pick, &f), id = -1;
+      for (int i = 0, seen = 0; ok && i < n; i++) if (lkey(c[i]) == key && ++seen == pick) { id = i; break; }
+      checks++;
+      if (!ok || an + pick - 1 != want || a + (u128)pick * f != pre[want + 1] || id != d[want].id) {
+        bad++;
+        fprintf(stderr, "trial %d (n %d) by mass: ok %d, position %d id %d; the walk: %d id %d\n", trial, n, ok,
+                an + pick - 1, id, want, d[want].id);
+      }
+      const int rank = 1 + (int)(rnd() % (uint32_t)n);
+      ok = lselect(c, n, 0, 0, rank, h, &key, &a, &an, &pick, &f);
+      checks++;
+      if (!ok || an + pick != rank || a + (u128)pick * f != pre[rank]) {
+        bad++;
+        fprintf(stderr, "trial %d (n %d) rank %d: ok %d, found %d\n", trial, n, rank, ok, an + pick);
+      }
+    }
+    free(c); free(d); free(pre);
+  }
+  printf("  large_select: %d selects, %d differ from the sorted walk\n", checks, bad);
+  CHECK(bad == 0 && checks == 16 * 24);
+  free(h);
+}
+
 TEST_GROUP(decide) {
   struct { float t; int k; float p, minp; int must; } cases[] = {
     {0.8f, 40, 1.0f, 0.0f, 1}, {1.0f, 1, 1.0f, 0.0f, 1},  {0.7f, 40, 0.95f, 0.1f, 1}, {1.1f, 40, 0.8f, 0.02f, 1},
@@ -455,4 +580,4 @@ TEST_GROUP(decide) {
   CHECK(decided > deferred);
 }
 
-TEST_MAIN(T(same_draws), T(large_rows), T(draw_given_u), T(penalty_list), T(large_math), T(decide))
+TEST_MAIN(T(same_draws), T(large_rows), T(draw_given_u), T(penalty_list), T(large_math), T(large_select), T(decide))
