@@ -103,7 +103,7 @@ static uint32_t cand_key(float v) {
  * and the draws stay qsort's bit for bit. A large head (a flat row under top-p: most of a 152k vocabulary) takes a
  * stable LSD radix sort on the key, 8 bits a pass, passes where every key has the same digit skipped: the head
  * comes from select_head in id order, so equal keys stay in id order as the comparator wants. qsort with a
- * comparator took ~20-30 ms for 150k candidates (bench/RESULTS.md, issue 36 item 4), the radix sort ~1 ms. */
+ * comparator took ~20-30 ms for 150k candidates; the whole draw is now ~3-4 ms (bench/RESULTS.md, issue 36 item 4). */
 static void sort_cands(struct hearth_sampler *s, struct cand *c, int n) {
   if (n > 2048 && !s->tmp) s->tmp = malloc((size_t)s->n_vocab * sizeof *s->tmp);
   if (n <= 2048 || !s->tmp) { qsort(c, (size_t)n, sizeof *c, cmp_cand_desc); return; }
