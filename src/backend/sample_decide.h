@@ -8,7 +8,8 @@
  * candidates; total: Σ exp(c) over every candidate with c > -60 (the host's top-p mass without top-k; used only
  * then); u: the draw. Its double sums may differ from the host's in the last bits (another order, another exp
  * within 1 ulp), so every deciding comparison is made only when its sides are more than SAMPLE_MARGIN (relative)
- * apart; closer calls, and cuts that may lie past the C held, return -1. */
+ * apart; closer calls, and cuts that may lie past the C held, return -1. The CUDA kernel now calls it only for
+ * top-k <= SAMPLE_CAP (every candidate the host walks is held); larger sets go to backend/cuda/sample_large.cuh. */
 #ifndef HEARTH_BACKEND_SAMPLE_DECIDE_H
 #define HEARTH_BACKEND_SAMPLE_DECIDE_H
 

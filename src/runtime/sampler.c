@@ -21,6 +21,7 @@ struct hearth_sampler {
   uint64_t s[4];      /* xoshiro256** state */
   float *work;        /* [n_vocab] penalised logits */
   struct cand *cands; /* [n_vocab] */
+  struct cand *tmp;   /* [n_vocab] the radix sort's second buffer (allocated at the first large sort) */
   int32_t *counts;    /* [n_vocab] occurrences in history (scratch, all zero between calls) */
   const int32_t *prompt; /* the prompt, for the repetition penalty (not owned) */
   int n_prompt;
@@ -79,6 +80,7 @@ void hearth_sampler_free(struct hearth_sampler *s) {
   if (!s) return;
   free(s->work);
   free(s->cands);
+  free(s->tmp);
   free(s->counts);
   free(s);
 }
@@ -89,13 +91,43 @@ static int cmp_cand_desc(const void *a, const void *b) {
   return x->id < y->id ? -1 : x->id > y->id;
 }
 
+/* The order key of a candidate: larger logit, larger key; -0 keyed as +0 (cmp_cand_desc sees them equal) */
+static uint32_t cand_key(float v) {
+  uint32_t u;
+  if (v == 0.0f) v = 0.0f;
+  memcpy(&u, &v, sizeof u);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+/* Sorts c[0..n) into cmp_cand_desc's order, which is a total order, so any correct sort gives the same sequence
+ * and the draws stay qsort's bit for bit. A large head (a flat row under top-p: most of a 152k vocabulary) takes a
+ * stable LSD radix sort on the key, 8 bits a pass, passes where every key has the same digit skipped: the head
+ * comes from select_head in id order, so equal keys stay in id order as the comparator wants. qsort with a
+ * comparator took ~20-30 ms for 150k candidates; the whole draw is now ~3-4 ms (bench/RESULTS.md, issue 36 item 4). */
+static void sort_cands(struct hearth_sampler *s, struct cand *c, int n) {
+  if (n > 2048 && !s->tmp) s->tmp = malloc((size_t)s->n_vocab * sizeof *s->tmp);
+  if (n <= 2048 || !s->tmp) { qsort(c, (size_t)n, sizeof *c, cmp_cand_desc); return; }
+  struct cand *src = c, *dst = s->tmp;
+  for (int shift = 0; shift < 32; shift += 8) {
+    int cnt[256] = {0};
+    for (int i = 0; i < n; i++) cnt[(~cand_key(src[i].logit) >> shift) & 255u]++;
+    int trivial = 0;
+    for (int b = 0; b < 256; b++) trivial |= cnt[b] == n;
+    if (trivial) continue;
+    for (int b = 0, at = 0; b < 256; b++) { const int k = cnt[b]; cnt[b] = at; at += k; }
+    for (int i = 0; i < n; i++) dst[cnt[(~cand_key(src[i].logit) >> shift) & 255u]++] = src[i];
+    struct cand *t = src; src = dst; dst = t;
+  }
+  if (src != c) memcpy(c, src, (size_t)n * sizeof *c);
+}
+
 /* Moves to the front the candidates that can survive the filters and returns how many, so only
  * those are sorted (a full sort of a 152k vocabulary took ~10 ms per token). Candidates hold
  * logit - max <= 0. The head is every candidate >= a threshold t, lowered until it provably holds
  * the result: with top-k, at least k candidates (top-p and min-p then act inside the top k); with
  * top-p alone, at least top_p of the total probability (the top-p set is a prefix of the sorted
  * order); with min-p alone, t <= log(min_p). Ties at t are all included, so the sorted head equals
- * the first entries of a full sort. */
+ * the first entries of a full sort. The head keeps its id order (sort_cands relies on it). */
 static int select_head(struct cand *c, int n, int k, const struct hearth_sampling *p, double total) {
   for (double d = 8.0; d < 1e6; d *= 2) {
     float t = (float)-d;
@@ -197,7 +229,7 @@ static int32_t pick(struct hearth_sampler *s, const float *lg, const double *u_g
       for (int i = 0; i < n; i++)
         if (s->cands[i].logit > -60.0f) total += exp((double)s->cands[i].logit); /* e^-60: nothing */
     n = select_head(s->cands, n, k, p, total);
-    qsort(s->cands, (size_t)n, sizeof *s->cands, cmp_cand_desc);
+    sort_cands(s, s->cands, n);
     if (k < n_all) n = k;
   } else { /* plain sampling: no sort needed, but keep max first for stability */
     int bi = 0;

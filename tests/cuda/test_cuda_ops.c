@@ -1155,6 +1155,112 @@ TEST_GROUP(sample) {
   teardown();
 }
 
+/* ---- the sample op on full-size flat rows (sample_large.cuh: sets past SAMPLE_CAP) vs runtime/sampler.c ---------
+ * Rows of 151,936 and 262,144 entries that are flat (a random-weight model's), flat with exact ties everywhere,
+ * flat under a peaked head, or flat with a third near -FLT_MAX; top-p 0.5-0.99, min-p alone and with top-p, top-k 50 and
+ * 5,000 with top-p, top-k 20,000 alone, temperatures 0.3-2, penalties; 32 rows a launch, each its own seed.
+ * Every id the device decides must be the host's draw with that u; -1 (deferred to the host) is allowed only for
+ * a near tie, so the deferrals are counted, printed and held under 1 % of the draws. */
+static const struct smp_case SMPL_CASES[] = {
+  {0.8f, 0, 0.95f, 0.0f, 1.0f, 0.0f, 0.0f, 0},   {1.0f, 0, 0.5f, 0.0f, 1.0f, 0.0f, 0.0f, 0},
+  {0.3f, 0, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f, 0},    {2.0f, 0, 0.99f, 0.0f, 1.0f, 0.0f, 0.0f, 0},
+  {1.2f, 0, 0.95f, 0.05f, 1.0f, 0.0f, 0.0f, 0},  {1.0f, 0, 1.0f, 0.01f, 1.0f, 0.0f, 0.0f, 0},
+  {0.7f, 0, 1.0f, 0.3f, 1.0f, 0.0f, 0.0f, 0},    {1.0f, 50, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f, 0},
+  {0.9f, 5000, 0.9f, 0.0f, 1.1f, 0.0f, 0.0f, 0}, {1.5f, 20000, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0},
+  {0.8f, 0, 0.95f, 0.0f, 1.3f, 0.5f, 0.2f, 0},   {1.0f, 0, 0.99f, 0.001f, 1.0f, 0.2f, 0.1f, 0},
+};
+#define SMPL_NCASES ((int)(sizeof SMPL_CASES / sizeof SMPL_CASES[0]))
+enum { SMPL_ROWS = 32 };
+
+static void smpl_fill(float *r, int V, int kind) {
+  for (int i = 0; i < V; i++) r[i] = frand() * 2.0f;
+  switch (kind % 4) {
+  case 0: break;
+  case 1: for (int i = 0; i < V; i++) r[i] = floorf(r[i] * 16.0f) / 16.0f; break; /* ties everywhere */
+  case 2: for (int j = 0; j < 50; j++) r[irand(V)] += 6.0f; break;
+  case 3: for (int i = 0; i < V; i++) if (irand(3) == 0) r[i] = -3e38f; break; /* -inf once penalised */
+  }
+}
+
+static void check_sample_large(int V, int launches, int *decided, int *deferred) {
+  struct hearth_err err = {0};
+  float *h = malloc((size_t)SMPL_ROWS * V * sizeof *h), *back = malloc((size_t)SMPL_ROWS * V * sizeof *back);
+  struct hb_sample_pen *pen = malloc((size_t)SMPL_ROWS * 256 * sizeof *pen);
+  struct hb_tensor lg, ids;
+  if (G->alloc_f32(gc, &lg, SMPL_ROWS, V, &err) || G->alloc(gc, &ids, HB_I32, SMPL_ROWS, 1, &err)) {
+    fprintf(stderr, "sample_large: %s\n", err.msg);
+    test_failures++;
+    return;
+  }
+  for (int L = 0; L < launches; L++) {
+    struct hb_sample_row rows[SMPL_ROWS];
+    struct hearth_sampler *smp[SMPL_ROWS];
+    int32_t prompt[SMPL_ROWS][24], hist[SMPL_ROWS][32], nh[SMPL_ROWS], cs[SMPL_ROWS], got[SMPL_ROWS];
+    int n_pen = 0;
+    for (int r = 0; r < SMPL_ROWS; r++) {
+      float *row = h + (int64_t)r * V;
+      smpl_fill(row, V, L + r);
+      cs[r] = (L * 5 + r) % SMPL_NCASES;
+      nh[r] = irand(32);
+      for (int i = 0; i < 24; i++) prompt[r][i] = irand(V);
+      for (int i = 0; i < nh[r]; i++) hist[r][i] = irand(V);
+      const struct smp_case *c = &SMPL_CASES[cs[r]];
+      struct hearth_sampling p;
+      hearth_sampling_default(&p);
+      p.temperature = c->t; p.top_k = c->k; p.top_p = c->p; p.min_p = c->minp;
+      p.repetition_penalty = c->rep; p.presence_penalty = c->pres; p.frequency_penalty = c->freq;
+      p.seed = (uint64_t)(V + L * 1009 + r * 7);
+      if (hearth_sampler_new(&p, V, &smp[r], &err)) { fprintf(stderr, "sampler: %s\n", err.msg); test_failures++; return; }
+      hearth_sampler_set_prompt(smp[r], prompt[r], 24);
+      const int np = sampler_device_row(smp[r], hist[r], nh[r], &rows[r], pen + n_pen, 256);
+      CHECKF(np >= 0, "row %d: penalty list %d", r, np);
+      rows[r].pen0 = n_pen;
+      rows[r].n_pen = np > 0 ? np : 0;
+      n_pen += rows[r].n_pen;
+    }
+    G->write(gc, &lg, 0, SMPL_ROWS, h);
+    G->sample(gc, &lg, SMPL_ROWS, rows, pen, n_pen, &ids);
+    G->read(gc, &ids, 0, SMPL_ROWS, got);
+    G->read(gc, &lg, 0, SMPL_ROWS, back);
+    if (G->sync(gc, &err)) { fprintf(stderr, "sample_large V %d: %s\n", V, err.msg); test_failures++; break; }
+    CHECKF(!memcmp(back, h, (size_t)SMPL_ROWS * V * sizeof *h), "V %d launch %d: the op changed the logits", V, L);
+    for (int r = 0; r < SMPL_ROWS; r++) {
+      const struct smp_case *c = &SMPL_CASES[cs[r]];
+      const int32_t want = sampler_sample_u(smp[r], h + (int64_t)r * V, hist[r], nh[r], rows[r].u);
+      if (got[r] == -1) {
+        (*deferred)++;
+        printf("  sample_large V %d launch %d row %d kind %d (T %g k %d p %g min_p %g rep %g pres %g freq %g) u %.17g: "
+               "deferred, host %d\n", V, L, r, (L + r) % 4, c->t, c->k, c->p, c->minp, c->rep, c->pres, c->freq, rows[r].u,
+               want);
+      } else {
+        (*decided)++;
+        CHECKF(got[r] == want, "V %d launch %d row %d kind %d case %d u %.17g: device %d, host %d", V, L, r, (L + r) % 4,
+               cs[r], rows[r].u, got[r], want);
+      }
+      hearth_sampler_free(smp[r]);
+    }
+  }
+  G->release(gc, &lg);
+  G->release(gc, &ids);
+  free(h);
+  free(back);
+  free(pen);
+}
+
+TEST_GROUP(sample_large) {
+  if (setup(1)) return;
+  const int Vs[] = {151936, 262144}, launches[] = {40, 32};
+  for (int v = 0; v < 2; v++) {
+    int decided = 0, deferred = 0;
+    check_sample_large(Vs[v], launches[v], &decided, &deferred);
+    printf("  sample_large V %d: %d draws, %d decided on the device (each equal to the host's draw), %d deferred\n",
+           Vs[v], decided + deferred, decided, deferred);
+    CHECK(decided + deferred == launches[v] * SMPL_ROWS);
+    CHECKF(deferred * 100 <= decided + deferred, "V %d: %d of %d draws deferred", Vs[v], deferred, decided + deferred);
+  }
+  teardown();
+}
+
 /* ---- rows holding a NaN or an infinity (the model's numbers broke down): the argmax writes id 0 (still a valid id:
  * a greedy graph feeds it to the next step on the device) and a NaN logprob, which the runtime turns into id -1; the
  * sample op writes HB_SAMPLE_NONFINITE. Finite rows beside them are chosen as before: the host's argmax (first
@@ -1476,4 +1582,4 @@ TEST_GROUP(init_error) {
   CHECK(rc != 0 && x == NULL && err.msg[0]);
 }
 
-TEST_MAIN(T(exact), T(fast), T(fused), T(wgmma), T(graph), T(graph_gemma4), T(sample), T(nonfinite), T(row_score), T(repeat), T(init_error))
+TEST_MAIN(T(exact), T(fast), T(fused), T(wgmma), T(graph), T(graph_gemma4), T(sample), T(sample_large), T(nonfinite), T(row_score), T(repeat), T(init_error))

@@ -22,6 +22,7 @@ static int step_sampled_check(struct hearth_model *m, const char *label) {
     {1.2f, 0, 0.9f, 0.05f, 1.0f, 0.0f, 0.0f},  {0.7f, 0, 1.0f, 0.0f, 1.3f, 0.4f, 0.3f},
     {1.0f, 2000, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f}, {0.0f, 0, 1.0f, 0.0f, 1.2f, 0.0f, 0.0f} /* greedy, penalised */,
     {1e-3f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f},  {1.5f, 1, 1.0f, 0.0f, 1.0f, 0.5f, 0.0f},
+    {2.0f, 0, 0.95f, 0.0f, 1.1f, 0.0f, 0.0f} /* flat: on a vocabulary past 1,024, CUDA's sample_large.cuh */,
   };
   const int n_sets = (int)(sizeof sets / sizeof sets[0]), n_prompt = 21, n_steps = 24;
   int bad = 0;

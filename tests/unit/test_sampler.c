@@ -7,11 +7,23 @@
  *   penalty_list: sampler_device_row's row and list, applied as backend.h states the op applies them, give the row
  *                 the sampler itself penalises (same draw for every u tried), and list the right tokens and counts;
  *                 a list over its cap says so and leaves the sampler's scratch clean;
+ *   large_rows:   the same on full-size rows (151,936 and 262,144 entries) that are flat, flat with many exact ties,
+ *                 or flat with a peaked head, under top-p 0.5-0.99, min-p, top-k above 1,024 with top-p,
+ *                 temperatures 0.3-2 and penalties: the sets to sort hold most of the row, which the sampler sorts
+ *                 with its radix sort instead of qsort (sort_cands), and the draws must not change;
+ *   large_math:   the arithmetic of the CUDA op's path for sets past SAMPLE_CAP (backend/cuda/sample_large.cuh)
+ *                 restated on the CPU, its radix selects replaced by walks over the sorted candidates: masses as
+ *                 integers round(exp(c) * 2^52) summed exactly, the host's top-p / min-p / draw decided with its
+ *                 margins; on flat full-size rows every id it decides is the sampler's, and deferrals are rare;
+ *   large_select: that path's select restated on the CPU (per digit a histogram of counts and integer masses, the
+ *                 256 buckets scanned as warp 0 does, 8 a lane from the top): the position it finds by mass and by
+ *                 rank, its running mass and its id (the j-th of its key by id) are the sorted walk's;
  *   decide:       backend/sample_decide.h (the CUDA sample op's last step, shared source) on the first
  *                 min(k, SAMPLE_CAP) candidates sorted here: every id it returns is the sampler's draw, and it
  *                 returns one (not -1, "the host's") wherever the candidates held decide, e.g. top-k <= 40. */
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "hearth.h"
 #include "backend/sample_decide.h"
@@ -100,6 +112,49 @@ TEST_GROUP(same_draws) {
   }
   printf("  same_draws: %d draws compared, %d differ\n", compared, differ);
   CHECK(differ == 0 && compared == 2 * N_SETS * 3 * 40);
+}
+
+TEST_GROUP(large_rows) {
+  static const struct params_set L[] = {
+    {0.8f, 0, 0.95f, 0.0f, 1.0f, 0.0f, 0.0f}, {1.0f, 0, 0.5f, 0.0f, 1.0f, 0.0f, 0.0f},
+    {2.0f, 0, 0.99f, 0.0f, 1.0f, 0.0f, 0.0f}, {0.3f, 0, 0.9f, 0.0f, 1.3f, 0.4f, 0.2f},
+    {1.0f, 0, 1.0f, 0.01f, 1.0f, 0.0f, 0.0f}, {1.2f, 0, 0.95f, 0.05f, 1.0f, 0.0f, 0.0f},
+    {0.9f, 5000, 0.9f, 0.0f, 1.1f, 0.0f, 0.0f}, {1.5f, 50000, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f},
+  };
+  const int nl = (int)(sizeof L / sizeof L[0]), Vs[] = {151936, 262144};
+  int compared = 0, differ = 0;
+  for (int vi = 0; vi < 2; vi++) {
+    const int V = Vs[vi];
+    float *row = malloc((size_t)V * sizeof *row);
+    int32_t hist[8];
+    for (int si = 0; si < nl; si++) {
+      struct hearth_sampling p;
+      set_params(&p, &L[si], 31 + si);
+      struct hearth_sampler *s = NULL;
+      struct ref_sampler *r = NULL;
+      struct hearth_err err = {0};
+      REQUIRE(hearth_sampler_new(&p, V, &s, &err) == 0 && ref_sampler_new(&p, V, &r, &err) == 0);
+      int nh = 0;
+      for (int step = 0; step < 6; step++) {
+        for (int i = 0; i < V; i++) row[i] = frnd() * 4.0f - 2.0f;
+        if (step % 3 == 1) for (int i = 0; i < V; i++) row[i] = floorf(row[i] * 16.0f) / 16.0f; /* ties everywhere */
+        if (step % 3 == 2) for (int j = 0; j < 50; j++) row[rnd() % V] += 6.0f;
+        for (int j = 0; j < nh; j++) row[hist[j]] += 1.0f;
+        const int32_t a = hearth_sampler_sample(s, row, hist, nh), b = ref_sampler_sample(r, row, hist, nh);
+        compared++;
+        if (a != b) {
+          differ++;
+          fprintf(stderr, "V %d set %d step %d: sampler %d, old sampler %d\n", V, si, step, a, b);
+        }
+        hist[nh++] = b >= 0 && b < V ? b : 0;
+      }
+      hearth_sampler_free(s);
+      ref_sampler_free(r);
+    }
+    free(row);
+  }
+  printf("  large_rows: %d draws compared, %d differ\n", compared, differ);
+  CHECK(differ == 0 && compared == 2 * nl * 6);
 }
 
 TEST_GROUP(draw_given_u) {
@@ -231,6 +286,213 @@ static int dcand_cmp(const void *a, const void *b) { /* (c descending, id ascend
   return (x->id > y->id) - (x->id < y->id);
 }
 
+typedef unsigned __int128 u128;
+/* sample_large's steps (sample_large.cuh) with its selects as walks: pos(by mass, tgt) = the first position whose
+ * running integer mass exceeds tgt; mass(n) = the integer mass of the first n */
+static int large_emulate(const struct dcand *c, int nc, int K, float top_p, float min_p, double u, u128 *pre) {
+  const double one = 4503599627370496.0, mg = SAMPLE_MARGIN + 4.0 * (double)nc / one;
+  pre[0] = 0;
+  for (int i = 0; i < nc; i++) pre[i + 1] = pre[i] + (u128)llrint(exp((double)c[i].c) * one);
+  int n = K;
+  u128 mass_n = pre[K];
+  if (top_p < 1.0f) {
+    const double s = (double)mass_n;
+    const u128 tgt = (u128)(s * (double)top_p);
+    int i = 0;
+    while (i < nc && !(pre[i + 1] > tgt)) i++;
+    if (i == nc) return -1;
+    const double d = (double)pre[i + 1] / s, dp = (double)pre[i] / s;
+    if (!(d >= (double)top_p + mg && dp < (double)top_p - mg)) return -1;
+    n = i + 1;
+    mass_n = pre[n];
+  }
+  if (min_p > 0.0f) {
+    const double thr = log((double)min_p), m = SAMPLE_MARGIN * (1.0 + fabs(thr));
+    int gt = 0, ge = 0;
+    for (int i = 0; i < nc; i++) { const double d = (double)c[i].c - thr; gt += d > m; ge += d >= -m; }
+    const int lo = n < (gt > 1 ? gt : 1) ? n : (gt > 1 ? gt : 1), hi = n < (ge > 1 ? ge : 1) ? n : (ge > 1 ? ge : 1);
+    if (lo != hi) return -1;
+    n = lo;
+    mass_n = pre[n];
+  }
+  const double s = (double)mass_n;
+  const u128 tgt = (u128)(u * s);
+  int i = 0;
+  while (i < nc && !(pre[i + 1] > tgt)) i++;
+  if (i >= n) return -1;
+  const double d = (double)pre[i + 1] / s, dp = (double)pre[i] / s;
+  if (!(d - u >= mg && u - dp >= mg)) return -1;
+  return c[i].id;
+}
+
+TEST_GROUP(large_math) {
+  static const struct { float t; int k; float p, minp; } cases[] = {
+    {0.8f, 0, 0.95f, 0.0f}, {1.0f, 0, 0.5f, 0.0f}, {0.3f, 0, 0.9f, 0.0f}, {2.0f, 0, 0.99f, 0.0f},
+    {1.2f, 0, 0.95f, 0.05f}, {1.0f, 0, 1.0f, 0.01f}, {0.7f, 0, 1.0f, 0.3f}, {0.9f, 5000, 0.9f, 0.0f},
+    {1.5f, 20000, 1.0f, 0.0f}, {1.0f, 0, 0.99f, 0.001f},
+  };
+  const int n_cases = (int)(sizeof cases / sizeof cases[0]), V = 151936;
+  float *row = malloc((size_t)V * sizeof *row);
+  struct dcand *c = malloc((size_t)V * sizeof *c);
+  u128 *pre = malloc((size_t)(V + 1) * sizeof *pre);
+  int decided = 0, deferred = 0, wrong = 0;
+  for (int r = 0; r < 8; r++) {
+    for (int i = 0; i < V; i++) row[i] = frnd() * 4.0f - 2.0f;
+    if (r % 4 == 1) for (int i = 0; i < V; i++) row[i] = floorf(row[i] * 16.0f) / 16.0f;
+    if (r % 4 == 2) for (int j = 0; j < 50; j++) row[rnd() % V] += 6.0f;
+    if (r % 4 == 3) for (int i = 0; i < V; i++) if (rnd() % 3 == 0) row[i] = -3e38f;
+    for (int ks = 0; ks < n_cases; ks++) {
+      struct hearth_sampling p;
+      hearth_sampling_default(&p);
+      p.temperature = cases[ks].t; p.top_k = cases[ks].k; p.top_p = cases[ks].p; p.min_p = cases[ks].minp;
+      struct hearth_sampler *s = NULL;
+      struct hearth_err err = {0};
+      REQUIRE(hearth_sampler_new(&p, V, &s, &err) == 0);
+      float top = -INFINITY;
+      for (int i = 0; i < V; i++) if (row[i] > top) top = row[i];
+      for (int i = 0; i < V; i++) { c[i].c = (row[i] - top) / p.temperature; c[i].id = i; }
+      qsort(c, (size_t)V, sizeof *c, dcand_cmp);
+      const int K = p.top_k > 0 && p.top_k < V ? p.top_k : V;
+      for (int t = 0; t < 25; t++) {
+        const double u = (double)(rnd() >> 5) / 134217728.0;
+        const int got = large_emulate(c, V, K, p.top_p, p.min_p, u, pre);
+        const int32_t want = sampler_sample_u(s, row, NULL, 0, u);
+        if (got < 0) deferred++;
+        else decided++;
+        if (got >= 0 && got != want) {
+          wrong++;
+          fprintf(stderr, "row %d case %d u %.17g: decided %d, the sampler draws %d\n", r, ks, u, got, want);
+        }
+      }
+      hearth_sampler_free(s);
+    }
+  }
+  printf("  large_math: %d decided (each the sampler's draw), %d deferred to the host\n", decided, deferred);
+  CHECK(wrong == 0 && decided + deferred == 8 * n_cases * 25 && deferred * 100 <= decided + deferred);
+  free(row); free(c); free(pre);
+}
+
+/* sample_large.cuh's sl_select on the CPU: the same digits, buckets and lane-of-8 scan (the warp's shuffles as a
+ * running sum over the lanes) */
+struct lhist { unsigned cnt[256]; uint64_t hi[256], lo[256]; };
+static uint32_t lkey(float c) {
+  uint32_t u;
+  if (c == 0.0f) c = 0.0f;
+  memcpy(&u, &c, sizeof u);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+static float lkey_c(uint32_t k) {
+  const uint32_t u = (k & 0x80000000u) ? (k & 0x7fffffffu) : ~k;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
+}
+static uint64_t lfx(float c) { return (uint64_t)llrint(exp((double)c) * 4503599627370496.0); }
+static u128 lmass(const struct lhist *h, int b) { return ((u128)h->hi[b] << 26) + h->lo[b]; }
+static int lselect(const float *c, int n, int by_mass, u128 tgt, int rank, struct lhist *h, uint32_t *key, u128 *above,
+                   int *above_n, int *pick, uint64_t *eq_fx) {
+  uint32_t prefix = 0, mask = 0;
+  u128 a = 0;
+  int an = 0, eq = 0;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    memset(h, 0, sizeof *h);
+    for (int i = 0; i < n; i++) {
+      const uint32_t k = lkey(c[i]);
+      if ((k & mask) != prefix) continue;
+      const uint64_t f = lfx(c[i]);
+      const int b = (int)((k >> shift) & 255u);
+      h->cnt[b]++;
+      h->hi[b] += f >> 26;
+      h->lo[b] += f & ((1ull << 26) - 1);
+    }
+    u128 x = 0, m8 = 0;
+    int xn = 0, n8 = 0, lane = 0;
+    for (; lane < 32; lane++) {
+      m8 = 0;
+      n8 = 0;
+      for (int t = 0; t < 8; t++) { const int b = 255 - 8 * lane - t; m8 += lmass(h, b); n8 += (int)h->cnt[b]; }
+      x += m8;
+      xn += n8;
+      if (by_mass ? a + x > tgt : an + xn >= rank) break;
+    }
+    if (lane == 32) return 0;
+    u128 acc = a + (x - m8);
+    int acc_n = an + (xn - n8), b = 255 - 8 * lane;
+    for (int t = 0; t < 7; t++, b--) {
+      if (by_mass ? acc + lmass(h, b) > tgt : acc_n + (int)h->cnt[b] >= rank) break;
+      acc += lmass(h, b);
+      acc_n += (int)h->cnt[b];
+    }
+    prefix |= (uint32_t)b << shift;
+    mask |= 255u << shift;
+    a = acc;
+    an = acc_n;
+    eq = (int)h->cnt[b];
+  }
+  const uint64_t f = lfx(lkey_c(prefix));
+  const int j = by_mass ? (f ? (int)((tgt - a) / f) + 1 : 0) : rank - an;
+  if (j < 1 || j > eq) return 0;
+  *key = prefix; *above = a; *above_n = an; *pick = j; *eq_fx = f;
+  return 1;
+}
+
+TEST_GROUP(large_select) {
+  struct lhist *h = malloc(sizeof *h);
+  int checks = 0, bad = 0;
+  for (int trial = 0; trial < 16; trial++) {
+    const int n = 2000 + (int)(rnd() % 200000u);
+    float *c = malloc((size_t)n * sizeof *c);
+    struct dcand *d = malloc((size_t)n * sizeof *d);
+    u128 *pre = malloc((size_t)(n + 1) * sizeof *pre);
+    float top = -INFINITY;
+    for (int i = 0; i < n; i++) {
+      float v = frnd() * 4.0f - 2.0f;
+      if (trial % 3 == 1) v = floorf(v * 16.0f) / 16.0f; /* ties */
+      if (trial % 3 == 2 && rnd() % 1000 == 0) v += 8.0f;
+      c[i] = v;
+      if (v > top) top = v;
+    }
+    const float T = 0.3f + 1.7f * frnd();
+    for (int i = 0; i < n; i++) {
+      c[i] = (c[i] - top) / T;
+      if (trial % 4 == 3 && rnd() % 3 == 0) c[i] = -INFINITY; /* (l - top) / T overflowed */
+      d[i].c = c[i];
+      d[i].id = i;
+    }
+    qsort(d, (size_t)n, sizeof *d, dcand_cmp);
+    pre[0] = 0;
+    for (int i = 0; i < n; i++) pre[i + 1] = pre[i] + lfx(d[i].c);
+    for (int q = 0; q < 12; q++) {
+      uint32_t key = 0;
+      u128 a = 0;
+      int an = 0, pick = 0;
+      uint64_t f = 0;
+      const u128 tgt = (u128)((double)pre[n] * (double)frnd());
+      int want = 0;
+      while (want < n && !(pre[want + 1] > tgt)) want++;
+      int ok = lselect(c, n, 1, tgt, 0, h, &key, &a, &an, &pick, &f), id = -1;
+      for (int i = 0, seen = 0; ok && i < n; i++) if (lkey(c[i]) == key && ++seen == pick) { id = i; break; }
+      checks++;
+      if (!ok || an + pick - 1 != want || a + (u128)pick * f != pre[want + 1] || id != d[want].id) {
+        bad++;
+        fprintf(stderr, "trial %d (n %d) by mass: ok %d, position %d id %d; the walk: %d id %d\n", trial, n, ok,
+                an + pick - 1, id, want, d[want].id);
+      }
+      const int rank = 1 + (int)(rnd() % (uint32_t)n);
+      ok = lselect(c, n, 0, 0, rank, h, &key, &a, &an, &pick, &f);
+      checks++;
+      if (!ok || an + pick != rank || a + (u128)pick * f != pre[rank]) {
+        bad++;
+        fprintf(stderr, "trial %d (n %d) rank %d: ok %d, found %d\n", trial, n, rank, ok, an + pick);
+      }
+    }
+    free(c); free(d); free(pre);
+  }
+  printf("  large_select: %d selects, %d differ from the sorted walk\n", checks, bad);
+  CHECK(bad == 0 && checks == 16 * 24);
+  free(h);
+}
+
 TEST_GROUP(decide) {
   struct { float t; int k; float p, minp; int must; } cases[] = {
     {0.8f, 40, 1.0f, 0.0f, 1}, {1.0f, 1, 1.0f, 0.0f, 1},  {0.7f, 40, 0.95f, 0.1f, 1}, {1.1f, 40, 0.8f, 0.02f, 1},
@@ -318,4 +580,4 @@ TEST_GROUP(decide) {
   CHECK(decided > deferred);
 }
 
-TEST_MAIN(T(same_draws), T(draw_given_u), T(penalty_list), T(decide))
+TEST_MAIN(T(same_draws), T(large_rows), T(draw_given_u), T(penalty_list), T(large_math), T(large_select), T(decide))

@@ -200,12 +200,16 @@ void cu_argmax(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, struct
  *      first maximum swapped to the front, weights exp(c) in double; here every thread sums a contiguous id chunk
  *      (with the swap folded into the weights of the two ids concerned), the chunk sums are scanned, and the chunk
  *      whose interval holds u * sum walks to the crossing;
- *   5. otherwise: the first min(k, SAMPLE_CAP) candidates by (c descending, id ascending) by a radix select of the
- *      C-th key and a bitonic sort in shared memory; then thread 0 runs the host's top-p / min-p / draw loops on
+ *   5. top-k <= SAMPLE_CAP: the first k candidates by (c descending, id ascending) by a radix select of the k-th
+ *      key and a bitonic sort in shared memory; then thread 0 runs the host's top-p / min-p / draw loops on
  *      them (backend/sample_decide.h, shared with a CPU test). Top-p without top-k divides by the mass of every
- *      candidate above -60 (host: `total`), a block sum.
- * Where the host's result is not decided by what the block holds (top-k above the cap with top-p; a top-p or
- * min-p cut past the cap; a +inf after the penalties; no candidate) the row gets -1 and the host samples it.
+ *      candidate above -60 (host: `total`), a block sum;
+ *   5b. otherwise (no top-k, or one above the cap, with top-p or min-p; top-k above the cap alone): nothing is
+ *      sorted: every position the host's loops reach (the k-th, the top-p cut, the min-p cut, the drawn one) is
+ *      found by radix selects that carry each bucket's exact probability mass (sample_large.cuh), for any
+ *      number of candidates. A flat 152k row under top-p 0.95 used to land here on the host (issue 36 item 4).
+ * Where the host's result is not decided (a near tie under the margin rule below; a +inf after the penalties; no
+ * candidate) the row gets -1 and the host samples it.
  * Sums in double differ from the host's in their last bits (another order; the device's exp is within 1 ulp of
  * glibc's, not equal to it): every comparison that decides (cum >= top_p, c >= log(min_p), u * sum < acc) is made
  * only when the two sides are further apart than SAMPLE_MARGIN relative to the scale, far above the ~1e-11 those
@@ -274,6 +278,8 @@ __device__ float blk_max_f(float v, float *s) {
   __syncthreads();
   return s[32];
 }
+
+#include "backend/cuda/sample_large.cuh"
 
 /* step 4: plain sampling; returns the id or -1 (undecided), in thread 0 */
 __device__ int sample_plain(const float *lg, int64_t vocab, float top, float temp, double u, double *s_d, int *s_i,
@@ -350,6 +356,7 @@ __global__ __launch_bounds__(SAMPLE_THREADS) void sample_kernel(const float *log
   __shared__ float s_f[33];
   __shared__ int s_i[33];
   __shared__ double s_d[33];
+  __shared__ struct sl_state s_large;
   const struct hb_sample_row P = rows[blockIdx.x];
   if (!(P.temperature > 0.0f)) return; /* not a sampled row (uniform over the block) */
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, nthr = blockDim.x;
@@ -399,6 +406,11 @@ __global__ __launch_bounds__(SAMPLE_THREADS) void sample_kernel(const float *log
     if (tid == 0) ids[blockIdx.x] = pick;
     return;
   }
+  if (K > SAMPLE_CAP) { /* 5b. more candidates than the sort below holds: sample_large.cuh */
+    const int pick = sample_large(lg, vocab, top, temp, K, nc, P.top_p, P.min_p, P.u, &s_large, s_i);
+    if (tid == 0) ids[blockIdx.x] = pick;
+    return;
+  }
   /* 5. the host's `total` (top-p without top-k): Σ exp(c) over the candidates with c > -60 */
   double total = 0.0;
   if (K == nc && P.top_p < 1.0f) {
@@ -417,11 +429,19 @@ __global__ __launch_bounds__(SAMPLE_THREADS) void sample_kernel(const float *log
   for (int shift = 24; shift >= 0; shift -= 8) {
     for (int bk = tid; bk < 256; bk += nthr) hist[bk] = 0;
     __syncthreads();
-    for (int64_t i = tid; i < vocab; i += nthr) {
-      const float l = lg[i];
-      if (!(l > -INFINITY)) continue;
-      const uint32_t k = sample_key(sample_c(l, top, temp));
-      if ((k & mask) == prefix) atomicAdd(&hist[(k >> shift) & 255u], 1u);
+    for (int64_t base = 0; base < vocab; base += nthr) { /* whole warps: the lanes in one bucket add once (a row's
+                                                          * keys share their first digits: 32-way conflicts) */
+      const int64_t i = base + tid;
+      unsigned b = 0xffffffffu;
+      if (i < vocab) {
+        const float l = lg[i];
+        if (l > -INFINITY) {
+          const uint32_t k = sample_key(sample_c(l, top, temp));
+          if ((k & mask) == prefix) b = (k >> shift) & 255u;
+        }
+      }
+      const unsigned peers = __match_any_sync(0xffffffffu, b);
+      if (b != 0xffffffffu && lane == __ffs(peers) - 1) atomicAdd(&hist[b], (unsigned)__popc(peers));
     }
     __syncthreads();
     if (tid == 0) {
