@@ -181,10 +181,13 @@ describe('a cancelled leader', () => {
     const prefix = ids(11, SLOW > 1 ? 160 : 480); // engine steps of one prompt token for the leader
     const body = (tail) => ({ model: CHAT, temperature: 0, prompt: [...prefix, ...ids(tail, 6)], max_tokens: 3, ignore_eos: true });
     // the time of one engine step on this machine now (one prompt token a step): the leader is aborted
-    // after about 40 steps, two or three whole KV blocks into its prefix and far from its end
+    // after about 64 steps (40 under sanitizers), four whole KV blocks into its 480-token prefix: still at
+    // least one block if the machine gets 3x slower after this measurement, and mid-prefix if 6x faster
+    // (192 steps measured, so that the request's own overhead does not inflate a step)
     const c0 = Date.now();
-    assert.equal((await postJSON(slow, '/v1/completions', { model: CHAT, prompt: ids(99, 48), max_tokens: 1 })).status, 200);
-    const stepMs = (Date.now() - c0) / 48;
+    const nm = SLOW > 1 ? 48 : 192;
+    assert.equal((await postJSON(slow, '/v1/completions', { model: CHAT, prompt: ids(99, nm), max_tokens: 1 })).status, 200);
+    const stepMs = (Date.now() - c0) / nm;
     const ac = new AbortController();
     const leader = fetch(`${slow.url}/v1/completions`, { method: 'POST', signal: ac.signal,
       headers: { 'content-type': 'application/json' }, body: JSON.stringify(body(1)) }).catch((e) => e);
@@ -194,7 +197,7 @@ describe('a cancelled leader', () => {
       assert.ok(Date.now() - t < 30000, 'the two requests were never both admitted');
       await new Promise((r) => setTimeout(r, 5));
     }
-    await new Promise((r) => setTimeout(r, 40 * stepMs));
+    await new Promise((r) => setTimeout(r, (SLOW > 1 ? 40 : 64) * stepMs));
     ac.abort(); // the leader's client leaves mid-prefill
     const t0 = Date.now();
     const f = await Promise.race([follower, new Promise((r) => setTimeout(() => r(null), 60000 * SLOW))]);
