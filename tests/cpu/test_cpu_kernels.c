@@ -7,6 +7,7 @@
  *              to the generic C one.
  *   matmul:    generic path (both modes) vs the scalar f32 reference within the quantization bound; every
  *              SIMD set vs the generic path within float rounding; any row range / token count.
+ *   matmul_exact: every SIMD set bit-identical to the exact integer arithmetic + fixed f32 epilogue.
  *   attention: each set's attn_tile vs a naive double-precision softmax (GQA, windows, tiles).
  *   silu:      fast exp vs expf.
  *   threadpool: barrier and run under 1..4 threads.
@@ -259,6 +260,71 @@ static void matmul_cases(void) {
   for (int n = 1; n <= 13; n++) check_matmul(48, 384, n, n % 3, 48 - n % 5);
   check_matmul(130, 1024, 17, 0, 130);
   check_matmul(96, 4864, 2, 0, 96);
+}
+
+/* ---- matmul_exact: every SIMD set bit for bit against the exact arithmetic ----
+ * The specification of the quantized-activation path written out here: per output and 128-group
+ * the integer dot S = c + sum(u * (256 * hi + lo)) (exact), then acc = fma((float)S, d * s, acc)
+ * in group order, starting from 0 (what both SIMD sets do, whatever their tiling). Shapes cover
+ * token tails (n = 1..9, 13, 17), odd block counts, row ranges inside blocks and several L2 panels
+ * (cols 4864: 6 blocks a panel). */
+static void spec_matmul_exact(const struct cpu_q4 *w, const struct cpu_q8 *a, int n, int64_t r0, int64_t r1,
+                              float *out, int64_t ldo) {
+  int64_t G = w->cols / 128;
+  for (int64_t r = r0; r < r1; r++) {
+    const uint8_t *qp = q4x16_quants(w, r / 16);
+    const uint16_t *dp = q4x16_scales(w, r / 16);
+    int l = (int)(r % 16);
+    for (int t = 0; t < n; t++) {
+      const int8_t *qh = a->q + t * a->cols, *ql = a->lo + t * a->cols;
+      float acc = 0.0f;
+      for (int64_t g = 0; g < G; g++) {
+        int64_t S = a->c[t * G + g];
+        for (int64_t k = g * 128; k < g * 128 + 128; k++) {
+          int64_t c = (k % 128) / 8, j = k % 8;
+          uint8_t byte = qp[(g * 16 + c) * 64 + 4 * l + j % 4];
+          int u = j < 4 ? byte & 15 : byte >> 4;
+          S += (int64_t)u * (256 * qh[k] + ql[k]);
+        }
+        float sc = f16_to_f32(dp[g * 16 + l]) * a->s[t * G + g];
+        acc = fmaf((float)S, sc, acc);
+      }
+      out[t * ldo + r] = acc;
+    }
+  }
+}
+
+static void check_matmul_exact(int64_t rows, int64_t cols, int n, int64_t r0, int64_t r1) {
+  struct cpu_q4 pk = make_q4(rows, cols);
+  REQUIRE(q4x16_repack(&pk) == 0);
+  int64_t ldx = cols + 5, ldo = rows + 3;
+  float *x = malloc((size_t)(n * ldx) * 4), *o_spec = malloc((size_t)(n * ldo) * 4), *o = malloc((size_t)(n * ldo) * 4);
+  for (int64_t i = 0; i < n * ldx; i++) x[i] = frand() * (1.0f + (float)(i % 5)); /* uneven block scales */
+  struct cpu_q8 a = make_q8(n, cols);
+  q4x16_q8_quantize_generic(x, ldx, 0, n, &a);
+  for (int64_t i = 0; i < n * ldo; i++) o_spec[i] = -7.0f;
+  spec_matmul_exact(&pk, &a, n, r0, r1, o_spec, ldo);
+  for (int si = 1; si < n_sets; si++) {
+    for (int64_t i = 0; i < n * ldo; i++) o[i] = -7.0f;
+    sets[si]->matmul_q4q8(&pk, &a, n, r0, r1, o, ldo);
+    int bad = 0;
+    for (int64_t i = 0; i < n * ldo; i++)
+      if (memcmp(&o[i], &o_spec[i], 4) && bad++ < 3)
+        fprintf(stderr, "  %s t %lld r %lld: %.9g vs %.9g\n", sets[si]->name, (long long)(i / ldo), (long long)(i % ldo), o[i], o_spec[i]);
+    CHECKF(bad == 0, "%s: %d outputs not bit-identical to the exact arithmetic (%lldx%lld n %d rows %lld..%lld)",
+           sets[si]->name, bad, (long long)rows, (long long)cols, n, (long long)r0, (long long)r1);
+  }
+  free_q8(&a); free(x); free(o_spec); free(o); free_q4(&pk);
+}
+
+TEST_GROUP(matmul_exact) {
+  init_sets();
+  for (int n = 1; n <= 9; n++) check_matmul_exact(80, 256, n, 0, 80);           /* 5 blocks: a lone last one */
+  check_matmul_exact(96, 384, 13, 7, 90);                                        /* ranges inside blocks */
+  check_matmul_exact(33, 128, 17, 0, 33);                                        /* a padded last block */
+  check_matmul_exact(16 * 13 + 5, 4864, 6, 16, 16 * 13 + 5);                     /* panels of 6 blocks */
+  check_matmul_exact(16 * 13 + 5, 4864, 1, 3, 16 * 13 + 5);                      /* decode over panels */
+  check_matmul_exact(64, 896, 1, 0, 64);
 }
 
 /* ---- attention ---- */
@@ -592,5 +658,5 @@ TEST_GROUP(kernel_select) {
   hb_cpu_ops.free(ctx);
 }
 
-TEST_MAIN(T(repack), T(pack_bytes), T(quantize), T(matmul), T(attention), T(silu), T(threadpool), T(backend_ops),
+TEST_MAIN(T(repack), T(pack_bytes), T(quantize), T(matmul), T(matmul_exact), T(attention), T(silu), T(threadpool), T(backend_ops),
           T(batch_invariance), T(kernel_select))
