@@ -238,6 +238,9 @@ struct mm_job {
   const struct hb_tensor *x, *w, *bias;
   int n;
   struct cpu_q8 a; /* a.q == NULL: the f32-activation path */
+  /* > 0: every thread quantizes all n tokens into its own copy of a (thread ith's at byte offset
+   * ith * q_own of each of a's buffers), which spares the wait for one another */
+  size_t q_own;
   /* dynamic work: token chunks to quantize, then row chunks (multiples of 16 rows) */
   int q_chunk, q_chunks, r_chunks;
   int64_t r_chunk;
@@ -256,12 +259,20 @@ static inline void spin_pause(int *spins) {
 }
 
 static void mm_worker(void *arg, int ith, int nth) {
-  (void)ith; (void)nth;
+  (void)nth;
   struct mm_job *j = arg;
   float *out = j->out->data;
   const float *x = j->x->data;
   int64_t ldo = j->w->rows, ldx = j->x->cols, cols = j->w->cols, rows = j->w->rows;
-  if (j->a.q) {
+  struct cpu_q8 a = j->a;
+  if (j->a.q && j->q_own) {
+    size_t off = (size_t)ith * j->q_own;
+    a.q += off;
+    a.lo += off;
+    a.s = (float *)((char *)a.s + off);
+    a.c = (int32_t *)((char *)a.c + off);
+    j->k->q8_quantize(x, ldx, 0, j->n, &a);
+  } else if (j->a.q) {
     for (;;) {
       int c = __atomic_fetch_add(&j->q_next, 1, __ATOMIC_RELAXED);
       if (c >= j->q_chunks) break;
@@ -277,7 +288,7 @@ static void mm_worker(void *arg, int ith, int nth) {
     int64_t lo = c * j->r_chunk, hi = lo + j->r_chunk < rows ? lo + j->r_chunk : rows;
     switch (j->w->dtype) {
     case HB_Q4:
-      if (j->a.q) j->k->matmul_q4q8(j->w->data, &j->a, j->n, lo, hi, out, ldo);
+      if (a.q) j->k->matmul_q4q8(j->w->data, &a, j->n, lo, hi, out, ldo);
       else j->k->matmul_q4(j->w->data, x, ldx, j->n, lo, hi, out, ldo);
       break;
     case HB_BF16:
@@ -302,7 +313,11 @@ static void cpu_matmul(struct hb_ctx *c, struct hb_tensor *out, const struct hb_
   if (w->dtype == HB_Q4 && c->k->matmul_q4q8) {
     int64_t cols = w->cols, G = cols / Q4_GROUP;
     size_t qb = ((size_t)n * (size_t)cols + 63) & ~(size_t)63, sb = ((size_t)n * (size_t)G * 4 + 63) & ~(size_t)63;
-    if (grow(&c->q8buf, &c->q8cap, 2 * qb + 2 * sb)) {
+    /* a few tokens (decode): each thread quantizes them all itself (a microsecond at most) instead
+     * of splitting the work and meeting at a barrier (the quantized bytes are the same) */
+    int own = n <= 4 && nth > 1;
+    size_t per = 2 * qb + 2 * sb, nbuf = own ? (size_t)nth : 1;
+    if (grow(&c->q8buf, &c->q8cap, per * nbuf)) {
       /* no scratch for the quantized activations (a few MiB; cannot happen in practice) and no
        * f32-activation kernel for the packed layout: a zero output rather than garbage */
       memset(out->data, 0, (size_t)n * (size_t)w->rows * sizeof(float));
@@ -312,6 +327,7 @@ static void cpu_matmul(struct hb_ctx *c, struct hb_tensor *out, const struct hb_
     j.a.lo = (int8_t *)c->q8buf + qb; /* 16-bit activations for every batch size: cpu_kernels.h */
     j.a.s = (float *)((char *)c->q8buf + 2 * qb);
     j.a.c = (int32_t *)((char *)c->q8buf + 2 * qb + sb);
+    j.q_own = own ? per : 0; /* thread ith's copy: the same four buffers, ith * per bytes on */
     j.a.cols = cols;
     j.q_chunk = n / (4 * nth) > 1 ? n / (4 * nth) : 1;
     j.q_chunks = (n + j.q_chunk - 1) / j.q_chunk;
