@@ -12,6 +12,7 @@
  *   silu:      fast exp vs expf.
  *   threadpool: barrier and run under 1..4 threads.
  *   backend_ops: the op table with the selected set vs the exact (scalar) op table.
+ *   norm_matmul: the fused norm + matmuls (+ add) job equals the separate ops bit for bit.
  *   batch_invariance: a token's matmul output alone and inside batches of 1..37, bit-identical.
  *   kernel_select: the kernel set picked for each feature level (synthetic and this CPU masked).
  * Sets the CPU cannot run are skipped with a note. */
@@ -531,6 +532,70 @@ TEST_GROUP(backend_ops) {
 
 /* For every set (and through the op table with 3 threads): quantize + matmul of n tokens, n in
  * 1..37 (tails of every token tile), against the same token computed alone; bit-identical. */
+/* norm_matmul (one job: RMS norm, one quantization, up to three weights, optional x +=) equals the
+ * separate ops (rmsnorm, matmul per weight with its bias, add) bit for bit: with the selected set on
+ * 1 and 3 threads (token counts on both sides of the per-thread quantization: n <= 4) and in the
+ * exact set (composed from the separate ops). */
+static void check_norm_matmul(const struct hb_config *cfg, int n) {
+  struct hearth_err err = {0};
+  struct hb_ctx *c = NULL;
+  REQUIRE(hb_cpu_ops.init(cfg, &c, &err) == 0);
+  const struct hb_ops *be = &hb_cpu_ops;
+  const int64_t cols = 256, rows[3] = {96, 48, 40};
+  struct hb_tensor w[3], bias[3], o1[3], o2[3], x, nw, xn;
+  struct cpu_q4 q[3];
+  for (int i = 0; i < 3; i++) {
+    q[i] = make_q4(rows[i], cols);
+    struct hb_host_weight hw = {HB_Q4, rows[i], cols, q[i].qs, q[i].d, NULL};
+    REQUIRE(be->weight_upload(c, &w[i], &hw, &err) == 0);
+    REQUIRE(be->alloc(c, &bias[i], HB_F32, 1, rows[i], &err) == 0);
+    REQUIRE(be->alloc(c, &o1[i], HB_F32, n, rows[i], &err) == 0);
+    REQUIRE(be->alloc(c, &o2[i], HB_F32, n, rows[i], &err) == 0);
+    for (int64_t r = 0; r < rows[i]; r++) ((float *)bias[i].data)[r] = frand();
+  }
+  REQUIRE(be->alloc(c, &x, HB_F32, n, cols, &err) == 0);
+  REQUIRE(be->alloc(c, &xn, HB_F32, n, cols, &err) == 0);
+  REQUIRE(be->alloc(c, &nw, HB_F32, 1, cols, &err) == 0);
+  for (int64_t i = 0; i < n * cols; i++) ((float *)x.data)[i] = frand() * (float)(1 + i % 3);
+  for (int64_t i = 0; i < cols; i++) ((float *)nw.data)[i] = 0.5f + frand();
+  /* norm + three weights with biases */
+  struct hb_tensor *outs[3] = {&o1[0], &o1[1], &o1[2]};
+  const struct hb_tensor *ws[3] = {&w[0], &w[1], &w[2]}, *bs[3] = {&bias[0], &bias[1], &bias[2]};
+  be->norm_matmul(c, &x, &nw, 1e-6f, 0.0f, 3, outs, ws, bs, n, 0);
+  be->rmsnorm(c, &xn, &x, &nw, 1e-6f, 0.0f);
+  for (int i = 0; i < 3; i++) be->matmul(c, &o2[i], &xn, &w[i], &bias[i], n);
+  for (int i = 0; i < 3; i++)
+    CHECKF(!memcmp(o1[i].data, o2[i].data, (size_t)(n * rows[i]) * 4), "%s n=%d: norm_matmul output %d differs",
+           be->kernels(c), n, i);
+  /* no norm, out += xn·Wᵀ (out: a random residual) */
+  for (int64_t i = 0; i < n * rows[0]; i++) ((float *)o1[0].data)[i] = ((float *)o2[0].data)[i] = frand();
+  struct hb_tensor *outs1[1] = {&o1[0]};
+  const struct hb_tensor *ws1[1] = {&w[0]};
+  be->norm_matmul(c, &xn, NULL, 0.0f, 0.0f, 1, outs1, ws1, NULL, n, 1);
+  struct hb_tensor tmp;
+  REQUIRE(be->alloc(c, &tmp, HB_F32, n, rows[0], &err) == 0);
+  be->matmul(c, &tmp, &xn, &w[0], NULL, n);
+  be->add(c, &o2[0], &tmp, n);
+  CHECKF(!memcmp(o1[0].data, o2[0].data, (size_t)(n * rows[0]) * 4), "%s n=%d: norm_matmul with add differs",
+         be->kernels(c), n);
+  for (int i = 0; i < 3; i++) {
+    be->release(c, &w[i]); be->release(c, &bias[i]); be->release(c, &o1[i]); be->release(c, &o2[i]);
+    free(q[i].qs); free(q[i].d);
+  }
+  be->release(c, &x); be->release(c, &xn); be->release(c, &nw); be->release(c, &tmp);
+  be->free(c);
+}
+
+TEST_GROUP(norm_matmul) {
+  struct hb_config c1 = {.n_threads = 1}, c3 = {.n_threads = 3}, ce = {.n_threads = 2, .exact = 1};
+  const int ns[] = {1, 2, 4, 5, 13};
+  for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+    check_norm_matmul(&c1, ns[i]);
+    check_norm_matmul(&c3, ns[i]);
+    check_norm_matmul(&ce, ns[i]);
+  }
+}
+
 TEST_GROUP(batch_invariance) {
   init_sets();
   const int64_t rows = 53, cols = 384; /* 53: a partial 16-row block and a partial 8-row half */
@@ -658,5 +723,5 @@ TEST_GROUP(kernel_select) {
   hb_cpu_ops.free(ctx);
 }
 
-TEST_MAIN(T(repack), T(pack_bytes), T(quantize), T(matmul), T(matmul_exact), T(attention), T(silu), T(threadpool), T(backend_ops),
+TEST_MAIN(T(repack), T(pack_bytes), T(quantize), T(matmul), T(matmul_exact), T(attention), T(silu), T(threadpool), T(backend_ops), T(norm_matmul),
           T(batch_invariance), T(kernel_select))
