@@ -532,8 +532,8 @@ TEST_GROUP(backend_ops) {
 
 /* For every set (and through the op table with 3 threads): quantize + matmul of n tokens, n in
  * 1..37 (tails of every token tile), against the same token computed alone; bit-identical. */
-/* norm_matmul (one job: RMS norm, one quantization, up to three weights, optional x +=) equals the
- * separate ops (rmsnorm, matmul per weight with its bias, add) bit for bit: with the selected set on
+/* norm_matmul (one job: RMS norm, one quantization, up to three weights, optional x +=) and
+ * silu_matmul (the SwiGLU product as the job's input) equal the separate ops (rmsnorm, matmul per weight with its bias, add) bit for bit: with the selected set on
  * 1 and 3 threads (token counts on both sides of the per-thread quantization: n <= 4) and in the
  * exact set (composed from the separate ops). */
 static void check_norm_matmul(const struct hb_config *cfg, int n) {
@@ -578,6 +578,19 @@ static void check_norm_matmul(const struct hb_config *cfg, int n) {
   be->add(c, &o2[0], &tmp, n);
   CHECKF(!memcmp(o1[0].data, o2[0].data, (size_t)(n * rows[0]) * 4), "%s n=%d: norm_matmul with add differs",
          be->kernels(c), n);
+  /* silu_matmul: out (+)= (silu(g) * u)·Wᵀ against silu_mul, matmul, add (g = x, u = xn) */
+  for (int add = 0; add <= 1; add++) {
+    for (int64_t i = 0; i < n * rows[0]; i++) ((float *)o1[0].data)[i] = ((float *)o2[0].data)[i] = frand();
+    be->silu_matmul(c, &x, &xn, &o1[0], &w[0], n, add);
+    struct hb_tensor h;
+    REQUIRE(be->alloc(c, &h, HB_F32, n, cols, &err) == 0);
+    be->silu_mul(c, &h, &x, &xn, n);
+    be->matmul(c, add ? &tmp : &o2[0], &h, &w[0], NULL, n);
+    if (add) be->add(c, &o2[0], &tmp, n);
+    CHECKF(!memcmp(o1[0].data, o2[0].data, (size_t)(n * rows[0]) * 4), "%s n=%d add=%d: silu_matmul differs",
+           be->kernels(c), n, add);
+    be->release(c, &h);
+  }
   for (int i = 0; i < 3; i++) {
     be->release(c, &w[i]); be->release(c, &bias[i]); be->release(c, &o1[i]); be->release(c, &o2[i]);
     free(q[i].qs); free(q[i].d);

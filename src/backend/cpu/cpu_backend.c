@@ -237,11 +237,12 @@ struct mm_job {
   const struct hb_tensor *x;
   const float *norm_w; /* NULL: no norm */
   float eps, w_offset;
+  const float *silu_up; /* not NULL: the input is silu(x) * silu_up (silu_matmul; no norm then) */
   int n, n_mm, add;
   struct hb_tensor *outs[MM_MAX];
   const struct hb_tensor *ws[MM_MAX], *bs[MM_MAX];
   float *tmp;      /* add: the products (+ bias) land here, then out += tmp ([n][rows], n_mm == 1) */
-  float *xn;       /* norm: the normed rows, shared, or thread ith's at ith * xn_own floats on */
+  float *xn;       /* norm / silu: the input rows, shared, or thread ith's at ith * xn_own floats on */
   size_t xn_own;
   struct cpu_q8 a; /* a.q == NULL: the f32-activation path (no norm, no add) */
   /* > 0: every thread quantizes all n tokens into its own copy of a (thread ith's at byte offset
@@ -276,6 +277,19 @@ static void rmsnorm_rows(const float *x, const float *wv, float eps, float w_off
     for (int64_t j = 0; j < d; j++) ss += (double)xi[j] * xi[j];
     float inv = (float)(1.0 / sqrt(ss / (double)d + (double)eps));
     for (int64_t j = 0; j < d; j++) o[j] = xi[j] * inv * (wv[j] + w_offset);
+  }
+}
+
+/* the input of the matmuls for tokens [t0, t1) into xn (same stride as x): the norm or the SwiGLU
+ * product, computed as the rmsnorm and silu_mul ops compute it */
+static void mm_prologue(const struct mm_job *j, int t0, int t1, float *xn) {
+  int64_t ld = j->x->cols;
+  const float *x = j->x->data;
+  if (j->norm_w) {
+    rmsnorm_rows(x, j->norm_w, j->eps, j->w_offset, ld, t0, t1, xn);
+  } else {
+    int64_t o = (int64_t)t0 * ld;
+    j->k->silu_mul(xn + o, x + o, j->silu_up + o, (int64_t)(t1 - t0) * ld);
   }
 }
 
@@ -321,9 +335,9 @@ static void mm_worker(void *arg, int ith, int nth) {
     a.lo += off;
     a.s = (float *)((char *)a.s + off);
     a.c = (int32_t *)((char *)a.c + off);
-    if (j->norm_w) {
+    if (j->xn) {
       float *xn = j->xn + (size_t)ith * j->xn_own;
-      rmsnorm_rows(x, j->norm_w, j->eps, j->w_offset, ldx, 0, j->n, xn);
+      mm_prologue(j, 0, j->n, xn);
       j->k->q8_quantize(xn, ldx, 0, j->n, &a);
     } else {
       j->k->q8_quantize(x, ldx, 0, j->n, &a);
@@ -333,8 +347,8 @@ static void mm_worker(void *arg, int ith, int nth) {
       int c = __atomic_fetch_add(&j->q_next, 1, __ATOMIC_RELAXED);
       if (c >= j->q_chunks) break;
       int t0 = c * j->q_chunk, t1 = t0 + j->q_chunk < j->n ? t0 + j->q_chunk : j->n;
-      if (j->norm_w) rmsnorm_rows(x, j->norm_w, j->eps, j->w_offset, ldx, t0, t1, j->xn);
-      j->k->q8_quantize(j->norm_w ? j->xn : x, ldx, t0, t1, &j->a);
+      if (j->xn) mm_prologue(j, t0, t1, j->xn);
+      j->k->q8_quantize(j->xn ? j->xn : x, ldx, t0, t1, &j->a);
       __atomic_add_fetch(&j->q_done, 1, __ATOMIC_RELEASE);
     }
     for (int spins = 0; __atomic_load_n(&j->q_done, __ATOMIC_ACQUIRE) < j->q_chunks;) spin_pause(&spins);
@@ -368,7 +382,7 @@ static int mm_run(struct hb_ctx *c, struct mm_job *j) {
      * at most) instead of splitting the work and meeting at a barrier (the bytes are the same) */
     int own = n <= 4 && nth > 1;
     size_t per = 2 * qb + 2 * sb, nbuf = own ? (size_t)nth : 1;
-    size_t xnb = j->norm_w ? (((size_t)n * (size_t)cols * sizeof(float) + 63) & ~(size_t)63) : 0;
+    size_t xnb = j->norm_w || j->silu_up ? (((size_t)n * (size_t)cols * sizeof(float) + 63) & ~(size_t)63) : 0;
     if (grow(&c->q8buf, &c->q8cap, per * nbuf + xnb * nbuf)) return -1;
     j->a.q = c->q8buf;
     j->a.lo = (int8_t *)c->q8buf + qb; /* 16-bit activations for every batch size: cpu_kernels.h */
@@ -376,11 +390,11 @@ static int mm_run(struct hb_ctx *c, struct mm_job *j) {
     j->a.c = (int32_t *)((char *)c->q8buf + 2 * qb + sb);
     j->q_own = own ? per : 0; /* thread ith's copy: the same four buffers, ith * per bytes on */
     j->a.cols = cols;
-    j->xn = j->norm_w ? (float *)((char *)c->q8buf + per * nbuf) : NULL;
+    j->xn = xnb ? (float *)((char *)c->q8buf + per * nbuf) : NULL;
     j->xn_own = own ? xnb / sizeof(float) : 0;
     j->q_chunk = n / (4 * nth) > 1 ? n / (4 * nth) : 1;
     j->q_chunks = (n + j->q_chunk - 1) / j->q_chunk;
-  } else if (j->norm_w || j->add) {
+  } else if (j->norm_w || j->silu_up || j->add) {
     return -1; /* the caller composes the separate ops */
   }
   if (j->add) {
@@ -457,6 +471,27 @@ static void cpu_norm_matmul(struct hb_ctx *c, const struct hb_tensor *x, const s
       for (int64_t e = 0; e < (int64_t)n * ws[i]->rows; e++) dst[e] += src[e];
     }
   }
+}
+
+static void cpu_silu_mul(struct hb_ctx *c, struct hb_tensor *out, const struct hb_tensor *gate,
+                         const struct hb_tensor *up, int n);
+
+/* backend.h's silu_matmul: out (+)= (silu(gate) * up)·wᵀ in one job (the product computed by each
+ * thread for its tokens, as silu_mul computes it: the SIMD silu has no tail when the width is a
+ * multiple of 16, so any split gives the same values), else the separate ops */
+static void cpu_silu_matmul(struct hb_ctx *c, const struct hb_tensor *gate, const struct hb_tensor *up,
+                            struct hb_tensor *out, const struct hb_tensor *w, int n, int add) {
+  struct mm_job j = {.k = c->k, .x = gate, .silu_up = up->data, .n = n, .n_mm = 1, .add = add, .outs = {out},
+                     .ws = {w}};
+  if (c->k->silu_mul && gate->cols % 16 == 0 && !mm_run(c, &j)) return;
+  int64_t d = gate->cols;
+  if (grow(&c->xnbuf, &c->xncap, (size_t)n * (size_t)d * sizeof(float))) return;
+  struct hb_tensor h = *gate;
+  h.data = c->xnbuf;
+  cpu_silu_mul(c, &h, gate, up, n);
+  struct hb_tensor *outs[1] = {out};
+  const struct hb_tensor *ws[1] = {w};
+  cpu_norm_matmul(c, &h, NULL, 0.0f, 0.0f, 1, outs, ws, NULL, n, add);
 }
 
 /* ---- rope, kv, attention ---------------------------------------------------------------- */
@@ -705,6 +740,7 @@ const struct hb_ops hb_cpu_ops = {
   .rmsnorm = cpu_rmsnorm,
   .matmul = cpu_matmul,
   .norm_matmul = cpu_norm_matmul,
+  .silu_matmul = cpu_silu_matmul,
   .rope_neox = cpu_rope_neox,
   .kv_write = cpu_kv_write,
   .attention = cpu_attention,
