@@ -7,10 +7,12 @@
  *              to the generic C one.
  *   matmul:    generic path (both modes) vs the scalar f32 reference within the quantization bound; every
  *              SIMD set vs the generic path within float rounding; any row range / token count.
+ *   matmul_exact: every SIMD set bit-identical to the exact integer arithmetic + fixed f32 epilogue.
  *   attention: each set's attn_tile vs a naive double-precision softmax (GQA, windows, tiles).
  *   silu:      fast exp vs expf.
  *   threadpool: barrier and run under 1..4 threads.
  *   backend_ops: the op table with the selected set vs the exact (scalar) op table.
+ *   norm_matmul: the fused norm + matmuls (+ add) job equals the separate ops bit for bit.
  *   batch_invariance: a token's matmul output alone and inside batches of 1..37, bit-identical.
  *   kernel_select: the kernel set picked for each feature level (synthetic and this CPU masked).
  * Sets the CPU cannot run are skipped with a note. */
@@ -261,6 +263,71 @@ static void matmul_cases(void) {
   check_matmul(96, 4864, 2, 0, 96);
 }
 
+/* ---- matmul_exact: every SIMD set bit for bit against the exact arithmetic ----
+ * The specification of the quantized-activation path written out here: per output and 128-group
+ * the integer dot S = c + sum(u * (256 * hi + lo)) (exact), then acc = fma((float)S, d * s, acc)
+ * in group order, starting from 0 (what both SIMD sets do, whatever their tiling). Shapes cover
+ * token tails (n = 1..9, 13, 17), odd block counts, row ranges inside blocks and several L2 panels
+ * (cols 4864: 6 blocks a panel). */
+static void spec_matmul_exact(const struct cpu_q4 *w, const struct cpu_q8 *a, int n, int64_t r0, int64_t r1,
+                              float *out, int64_t ldo) {
+  int64_t G = w->cols / 128;
+  for (int64_t r = r0; r < r1; r++) {
+    const uint8_t *qp = q4x16_quants(w, r / 16);
+    const uint16_t *dp = q4x16_scales(w, r / 16);
+    int l = (int)(r % 16);
+    for (int t = 0; t < n; t++) {
+      const int8_t *qh = a->q + t * a->cols, *ql = a->lo + t * a->cols;
+      float acc = 0.0f;
+      for (int64_t g = 0; g < G; g++) {
+        int64_t S = a->c[t * G + g];
+        for (int64_t k = g * 128; k < g * 128 + 128; k++) {
+          int64_t c = (k % 128) / 8, j = k % 8;
+          uint8_t byte = qp[(g * 16 + c) * 64 + 4 * l + j % 4];
+          int u = j < 4 ? byte & 15 : byte >> 4;
+          S += (int64_t)u * (256 * qh[k] + ql[k]);
+        }
+        float sc = f16_to_f32(dp[g * 16 + l]) * a->s[t * G + g];
+        acc = fmaf((float)S, sc, acc);
+      }
+      out[t * ldo + r] = acc;
+    }
+  }
+}
+
+static void check_matmul_exact(int64_t rows, int64_t cols, int n, int64_t r0, int64_t r1) {
+  struct cpu_q4 pk = make_q4(rows, cols);
+  REQUIRE(q4x16_repack(&pk) == 0);
+  int64_t ldx = cols + 5, ldo = rows + 3;
+  float *x = malloc((size_t)(n * ldx) * 4), *o_spec = malloc((size_t)(n * ldo) * 4), *o = malloc((size_t)(n * ldo) * 4);
+  for (int64_t i = 0; i < n * ldx; i++) x[i] = frand() * (1.0f + (float)(i % 5)); /* uneven block scales */
+  struct cpu_q8 a = make_q8(n, cols);
+  q4x16_q8_quantize_generic(x, ldx, 0, n, &a);
+  for (int64_t i = 0; i < n * ldo; i++) o_spec[i] = -7.0f;
+  spec_matmul_exact(&pk, &a, n, r0, r1, o_spec, ldo);
+  for (int si = 1; si < n_sets; si++) {
+    for (int64_t i = 0; i < n * ldo; i++) o[i] = -7.0f;
+    sets[si]->matmul_q4q8(&pk, &a, n, r0, r1, o, ldo);
+    int bad = 0;
+    for (int64_t i = 0; i < n * ldo; i++)
+      if (memcmp(&o[i], &o_spec[i], 4) && bad++ < 3)
+        fprintf(stderr, "  %s t %lld r %lld: %.9g vs %.9g\n", sets[si]->name, (long long)(i / ldo), (long long)(i % ldo), o[i], o_spec[i]);
+    CHECKF(bad == 0, "%s: %d outputs not bit-identical to the exact arithmetic (%lldx%lld n %d rows %lld..%lld)",
+           sets[si]->name, bad, (long long)rows, (long long)cols, n, (long long)r0, (long long)r1);
+  }
+  free_q8(&a); free(x); free(o_spec); free(o); free_q4(&pk);
+}
+
+TEST_GROUP(matmul_exact) {
+  init_sets();
+  for (int n = 1; n <= 9; n++) check_matmul_exact(80, 256, n, 0, 80);           /* 5 blocks: a lone last one */
+  check_matmul_exact(96, 384, 13, 7, 90);                                        /* ranges inside blocks */
+  check_matmul_exact(33, 128, 17, 0, 33);                                        /* a padded last block */
+  check_matmul_exact(16 * 13 + 5, 4864, 6, 16, 16 * 13 + 5);                     /* panels of 6 blocks */
+  check_matmul_exact(16 * 13 + 5, 4864, 1, 3, 16 * 13 + 5);                      /* decode over panels */
+  check_matmul_exact(64, 896, 1, 0, 64);
+}
+
 /* ---- attention ---- */
 
 struct attn_case {
@@ -465,6 +532,83 @@ TEST_GROUP(backend_ops) {
 
 /* For every set (and through the op table with 3 threads): quantize + matmul of n tokens, n in
  * 1..37 (tails of every token tile), against the same token computed alone; bit-identical. */
+/* norm_matmul (one job: RMS norm, one quantization, up to three weights, optional x +=) and
+ * silu_matmul (the SwiGLU product as the job's input) equal the separate ops (rmsnorm, matmul per weight with its bias, add) bit for bit: with the selected set on
+ * 1 and 3 threads (token counts on both sides of the per-thread quantization: n <= 4) and in the
+ * exact set (composed from the separate ops). */
+static void check_norm_matmul(const struct hb_config *cfg, int n) {
+  struct hearth_err err = {0};
+  struct hb_ctx *c = NULL;
+  REQUIRE(hb_cpu_ops.init(cfg, &c, &err) == 0);
+  const struct hb_ops *be = &hb_cpu_ops;
+  const int64_t cols = 256, rows[3] = {96, 48, 40};
+  struct hb_tensor w[3], bias[3], o1[3], o2[3], x, nw, xn;
+  struct cpu_q4 q[3];
+  for (int i = 0; i < 3; i++) {
+    q[i] = make_q4(rows[i], cols);
+    struct hb_host_weight hw = {HB_Q4, rows[i], cols, q[i].qs, q[i].d, NULL};
+    REQUIRE(be->weight_upload(c, &w[i], &hw, &err) == 0);
+    REQUIRE(be->alloc(c, &bias[i], HB_F32, 1, rows[i], &err) == 0);
+    REQUIRE(be->alloc(c, &o1[i], HB_F32, n, rows[i], &err) == 0);
+    REQUIRE(be->alloc(c, &o2[i], HB_F32, n, rows[i], &err) == 0);
+    for (int64_t r = 0; r < rows[i]; r++) ((float *)bias[i].data)[r] = frand();
+  }
+  REQUIRE(be->alloc(c, &x, HB_F32, n, cols, &err) == 0);
+  REQUIRE(be->alloc(c, &xn, HB_F32, n, cols, &err) == 0);
+  REQUIRE(be->alloc(c, &nw, HB_F32, 1, cols, &err) == 0);
+  for (int64_t i = 0; i < n * cols; i++) ((float *)x.data)[i] = frand() * (float)(1 + i % 3);
+  for (int64_t i = 0; i < cols; i++) ((float *)nw.data)[i] = 0.5f + frand();
+  /* norm + three weights with biases */
+  struct hb_tensor *outs[3] = {&o1[0], &o1[1], &o1[2]};
+  const struct hb_tensor *ws[3] = {&w[0], &w[1], &w[2]}, *bs[3] = {&bias[0], &bias[1], &bias[2]};
+  be->norm_matmul(c, &x, &nw, 1e-6f, 0.0f, 3, outs, ws, bs, n, 0);
+  be->rmsnorm(c, &xn, &x, &nw, 1e-6f, 0.0f);
+  for (int i = 0; i < 3; i++) be->matmul(c, &o2[i], &xn, &w[i], &bias[i], n);
+  for (int i = 0; i < 3; i++)
+    CHECKF(!memcmp(o1[i].data, o2[i].data, (size_t)(n * rows[i]) * 4), "%s n=%d: norm_matmul output %d differs",
+           be->kernels(c), n, i);
+  /* no norm, out += xn·Wᵀ (out: a random residual) */
+  for (int64_t i = 0; i < n * rows[0]; i++) ((float *)o1[0].data)[i] = ((float *)o2[0].data)[i] = frand();
+  struct hb_tensor *outs1[1] = {&o1[0]};
+  const struct hb_tensor *ws1[1] = {&w[0]};
+  be->norm_matmul(c, &xn, NULL, 0.0f, 0.0f, 1, outs1, ws1, NULL, n, 1);
+  struct hb_tensor tmp;
+  REQUIRE(be->alloc(c, &tmp, HB_F32, n, rows[0], &err) == 0);
+  be->matmul(c, &tmp, &xn, &w[0], NULL, n);
+  be->add(c, &o2[0], &tmp, n);
+  CHECKF(!memcmp(o1[0].data, o2[0].data, (size_t)(n * rows[0]) * 4), "%s n=%d: norm_matmul with add differs",
+         be->kernels(c), n);
+  /* silu_matmul: out (+)= (silu(g) * u)·Wᵀ against silu_mul, matmul, add (g = x, u = xn) */
+  for (int add = 0; add <= 1; add++) {
+    for (int64_t i = 0; i < n * rows[0]; i++) ((float *)o1[0].data)[i] = ((float *)o2[0].data)[i] = frand();
+    be->silu_matmul(c, &x, &xn, &o1[0], &w[0], n, add);
+    struct hb_tensor h;
+    REQUIRE(be->alloc(c, &h, HB_F32, n, cols, &err) == 0);
+    be->silu_mul(c, &h, &x, &xn, n);
+    be->matmul(c, add ? &tmp : &o2[0], &h, &w[0], NULL, n);
+    if (add) be->add(c, &o2[0], &tmp, n);
+    CHECKF(!memcmp(o1[0].data, o2[0].data, (size_t)(n * rows[0]) * 4), "%s n=%d add=%d: silu_matmul differs",
+           be->kernels(c), n, add);
+    be->release(c, &h);
+  }
+  for (int i = 0; i < 3; i++) {
+    be->release(c, &w[i]); be->release(c, &bias[i]); be->release(c, &o1[i]); be->release(c, &o2[i]);
+    free(q[i].qs); free(q[i].d);
+  }
+  be->release(c, &x); be->release(c, &xn); be->release(c, &nw); be->release(c, &tmp);
+  be->free(c);
+}
+
+TEST_GROUP(norm_matmul) {
+  struct hb_config c1 = {.n_threads = 1}, c3 = {.n_threads = 3}, ce = {.n_threads = 2, .exact = 1};
+  const int ns[] = {1, 2, 4, 5, 13};
+  for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+    check_norm_matmul(&c1, ns[i]);
+    check_norm_matmul(&c3, ns[i]);
+    check_norm_matmul(&ce, ns[i]);
+  }
+}
+
 TEST_GROUP(batch_invariance) {
   init_sets();
   const int64_t rows = 53, cols = 384; /* 53: a partial 16-row block and a partial 8-row half */
@@ -592,5 +736,5 @@ TEST_GROUP(kernel_select) {
   hb_cpu_ops.free(ctx);
 }
 
-TEST_MAIN(T(repack), T(pack_bytes), T(quantize), T(matmul), T(attention), T(silu), T(threadpool), T(backend_ops),
+TEST_MAIN(T(repack), T(pack_bytes), T(quantize), T(matmul), T(matmul_exact), T(attention), T(silu), T(threadpool), T(backend_ops), T(norm_matmul),
           T(batch_invariance), T(kernel_select))

@@ -31,6 +31,9 @@ struct hb_ctx {
   /* quantized activations of the current matmul (SIMD sets); grown on demand */
   void *q8buf;
   size_t q8cap;
+  /* norm_matmul: products before an add, normed rows when composed from the separate ops */
+  void *tmpbuf, *xnbuf;
+  size_t tmpcap, xncap;
   /* attention work items: (t0, t1) token ranges of one sequence */
   int32_t *tiles;
   int tilecap;
@@ -64,6 +67,8 @@ static void cpu_free(struct hb_ctx *c) {
   if (!c) return;
   threadpool_free(c->pool);
   free(c->q8buf);
+  free(c->tmpbuf);
+  free(c->xnbuf);
   free(c->tiles);
   free(c);
 }
@@ -212,38 +217,45 @@ static void cpu_embed(struct hb_ctx *c, struct hb_tensor *out, const struct hb_t
   }
 }
 
-/* ---- rmsnorm ----------------------------------------------------------------------------- */
+/* ---- rmsnorm, matmul ----------------------------------------------------------------------- */
 
-static void cpu_rmsnorm(struct hb_ctx *c, struct hb_tensor *out, const struct hb_tensor *x,
-                        const struct hb_tensor *w, float eps, float w_offset) {
-  (void)c;
-  int64_t d = w->cols * w->rows; /* weights are stored [1 × d] */
-  int64_t rows = x->rows * x->cols / d;
-  const float *wv = w->data;
-  for (int64_t r = 0; r < rows; r++) {
-    const float *xi = (const float *)x->data + r * d;
-    float *o = (float *)out->data + r * d;
-    double ss = 0;
-    for (int64_t j = 0; j < d; j++) ss += (double)xi[j] * xi[j];
-    float inv = (float)(1.0 / sqrt(ss / (double)d + (double)eps));
-    for (int64_t j = 0; j < d; j++) o[j] = xi[j] * inv * (wv[j] + w_offset);
-  }
-}
-
-/* ---- matmul -------------------------------------------------------------------------------- */
-
+/* Row chunks are dealt in n_reg contiguous regions, one per thread: a thread takes the chunks of
+ * its own region in order (so it streams one contiguous stretch of the weights and its prefetches
+ * run on into its next chunk), then helps with the other regions. Handing every chunk out from
+ * one shared counter instead cost a decode step ~30 % (the 0.5B's 169 matmuls per token, two
+ * threads, Zen 5: the counter's cache line bouncing and each thread's stream restarting at every
+ * chunk; bench/RESULTS.md). A late or descheduled thread's region is still taken by the others.
+ *
+ * One job covers up to three weights that share the input (Q, K, V; gate, up), an optional RMS norm
+ * in front (norm_matmul) and an optional accumulation into the output (x += a·Woᵀ): the norm and
+ * the activation quantization run once for all of them, and the chunks of all weights form one
+ * list. Each step computes every value exactly as the separate ops do (same functions, same order
+ * of float operations), so fusing changes no bit. */
+enum { MM_REGIONS = 16, MM_MAX = 3 };
 struct mm_job {
   const struct cpu_kernels *k;
-  struct hb_tensor *out;
-  const struct hb_tensor *x, *w, *bias;
-  int n;
-  struct cpu_q8 a; /* a.q == NULL: the f32-activation path */
+  const struct hb_tensor *x;
+  const float *norm_w; /* NULL: no norm */
+  float eps, w_offset;
+  const float *silu_up; /* not NULL: the input is silu(x) * silu_up (silu_matmul; no norm then) */
+  int n, n_mm, add;
+  struct hb_tensor *outs[MM_MAX];
+  const struct hb_tensor *ws[MM_MAX], *bs[MM_MAX];
+  float *tmp;      /* add: the products (+ bias) land here, then out += tmp ([n][rows], n_mm == 1) */
+  float *xn;       /* norm / silu: the input rows, shared, or thread ith's at ith * xn_own floats on */
+  size_t xn_own;
+  struct cpu_q8 a; /* a.q == NULL: the f32-activation path (no norm, no add) */
+  /* > 0: every thread quantizes all n tokens into its own copy of a (thread ith's at byte offset
+   * ith * q_own of each of a's buffers), which spares the wait for one another */
+  size_t q_own;
   /* dynamic work: token chunks to quantize, then row chunks (multiples of 16 rows) */
-  int q_chunk, q_chunks, r_chunks;
-  int64_t r_chunk;
+  int q_chunk, q_chunks;
+  int64_t r_chunk[MM_MAX];
+  int r_first[MM_MAX + 1]; /* weight i's chunks are [r_first[i], r_first[i + 1]) of the list */
   _Alignas(64) int q_next;
   _Alignas(64) int q_done;
-  _Alignas(64) int r_next;
+  int n_reg;
+  struct { _Alignas(64) int next; } reg[MM_REGIONS];
 };
 
 static inline void spin_pause(int *spins) {
@@ -255,73 +267,231 @@ static inline void spin_pause(int *spins) {
   sched_yield();
 }
 
-static void mm_worker(void *arg, int ith, int nth) {
-  (void)ith; (void)nth;
-  struct mm_job *j = arg;
-  float *out = j->out->data;
+/* rows [r0, r1) of x (d wide) RMS-normed with weights wv (+ w_offset) into out */
+static void rmsnorm_rows(const float *x, const float *wv, float eps, float w_offset, int64_t d, int64_t r0,
+                         int64_t r1, float *out) {
+  for (int64_t r = r0; r < r1; r++) {
+    const float *xi = x + r * d;
+    float *o = out + r * d;
+    double ss = 0;
+    for (int64_t j = 0; j < d; j++) ss += (double)xi[j] * xi[j];
+    float inv = (float)(1.0 / sqrt(ss / (double)d + (double)eps));
+    for (int64_t j = 0; j < d; j++) o[j] = xi[j] * inv * (wv[j] + w_offset);
+  }
+}
+
+/* the input of the matmuls for tokens [t0, t1) into xn (same stride as x): the norm or the SwiGLU
+ * product, computed as the rmsnorm and silu_mul ops compute it */
+static void mm_prologue(const struct mm_job *j, int t0, int t1, float *xn) {
+  int64_t ld = j->x->cols;
   const float *x = j->x->data;
-  int64_t ldo = j->w->rows, ldx = j->x->cols, cols = j->w->cols, rows = j->w->rows;
-  if (j->a.q) {
+  if (j->norm_w) {
+    rmsnorm_rows(x, j->norm_w, j->eps, j->w_offset, ld, t0, t1, xn);
+  } else {
+    int64_t o = (int64_t)t0 * ld;
+    j->k->silu_mul(xn + o, x + o, j->silu_up + o, (int64_t)(t1 - t0) * ld);
+  }
+}
+
+/* output rows [lo, hi) of weight i for all the job's tokens (a: the quantized activations) */
+static void mm_rows(const struct mm_job *j, int i, const struct cpu_q8 *a, int64_t lo, int64_t hi) {
+  const struct hb_tensor *w = j->ws[i];
+  float *out = j->add ? j->tmp : j->outs[i]->data;
+  const float *x = j->x->data;
+  int64_t ldo = w->rows, ldx = j->x->cols, cols = w->cols;
+  switch (w->dtype) {
+  case HB_Q4:
+    if (a->q) j->k->matmul_q4q8(w->data, a, j->n, lo, hi, out, ldo);
+    else j->k->matmul_q4(w->data, x, ldx, j->n, lo, hi, out, ldo);
+    break;
+  case HB_BF16:
+    (j->k->matmul_bf16 ? j->k->matmul_bf16 : cpu_kernels_ref.matmul_bf16)(w->data, cols, x, ldx, j->n, lo, hi, out, ldo);
+    break;
+  default:
+    (j->k->matmul_f32 ? j->k->matmul_f32 : cpu_kernels_ref.matmul_f32)(w->data, cols, x, ldx, j->n, lo, hi, out, ldo);
+    break;
+  }
+  if (j->bs[i]) {
+    const float *b = j->bs[i]->data;
+    for (int t = 0; t < j->n; t++)
+      for (int64_t r = lo; r < hi; r++) out[t * ldo + r] += b[r];
+  }
+  if (j->add) { /* as the add op: x += o */
+    float *dst = j->outs[i]->data;
+    for (int t = 0; t < j->n; t++)
+      for (int64_t r = lo; r < hi; r++) dst[t * ldo + r] += out[t * ldo + r];
+  }
+}
+
+static void mm_worker(void *arg, int ith, int nth) {
+  (void)nth;
+  struct mm_job *j = arg;
+  const float *x = j->x->data;
+  int64_t ldx = j->x->cols;
+  struct cpu_q8 a = j->a;
+  if (j->a.q && j->q_own) {
+    size_t off = (size_t)ith * j->q_own;
+    a.q += off;
+    a.lo += off;
+    a.s = (float *)((char *)a.s + off);
+    a.c = (int32_t *)((char *)a.c + off);
+    if (j->xn) {
+      float *xn = j->xn + (size_t)ith * j->xn_own;
+      mm_prologue(j, 0, j->n, xn);
+      j->k->q8_quantize(xn, ldx, 0, j->n, &a);
+    } else {
+      j->k->q8_quantize(x, ldx, 0, j->n, &a);
+    }
+  } else if (j->a.q) {
     for (;;) {
       int c = __atomic_fetch_add(&j->q_next, 1, __ATOMIC_RELAXED);
       if (c >= j->q_chunks) break;
       int t0 = c * j->q_chunk, t1 = t0 + j->q_chunk < j->n ? t0 + j->q_chunk : j->n;
-      j->k->q8_quantize(x, ldx, t0, t1, &j->a);
+      if (j->xn) mm_prologue(j, t0, t1, j->xn);
+      j->k->q8_quantize(j->xn ? j->xn : x, ldx, t0, t1, &j->a);
       __atomic_add_fetch(&j->q_done, 1, __ATOMIC_RELEASE);
     }
     for (int spins = 0; __atomic_load_n(&j->q_done, __ATOMIC_ACQUIRE) < j->q_chunks;) spin_pause(&spins);
   }
-  for (;;) {
-    int c = __atomic_fetch_add(&j->r_next, 1, __ATOMIC_RELAXED);
-    if (c >= j->r_chunks) break;
-    int64_t lo = c * j->r_chunk, hi = lo + j->r_chunk < rows ? lo + j->r_chunk : rows;
-    switch (j->w->dtype) {
-    case HB_Q4:
-      if (j->a.q) j->k->matmul_q4q8(j->w->data, &j->a, j->n, lo, hi, out, ldo);
-      else j->k->matmul_q4(j->w->data, x, ldx, j->n, lo, hi, out, ldo);
-      break;
-    case HB_BF16:
-      (j->k->matmul_bf16 ? j->k->matmul_bf16 : cpu_kernels_ref.matmul_bf16)(j->w->data, cols, x, ldx, j->n, lo, hi, out, ldo);
-      break;
-    default:
-      (j->k->matmul_f32 ? j->k->matmul_f32 : cpu_kernels_ref.matmul_f32)(j->w->data, cols, x, ldx, j->n, lo, hi, out, ldo);
-      break;
-    }
-    if (j->bias) {
-      const float *b = j->bias->data;
-      for (int t = 0; t < j->n; t++)
-        for (int64_t r = lo; r < hi; r++) out[t * ldo + r] += b[r];
+  int total = j->r_first[j->n_mm];
+  for (int k = 0; k < j->n_reg; k++) {
+    int r = (ith + k) % j->n_reg, i = 0;
+    long c0, c1;
+    threadpool_split(total, r, j->n_reg, 1, &c0, &c1);
+    for (;;) {
+      long c = c0 + __atomic_fetch_add(&j->reg[r].next, 1, __ATOMIC_RELAXED);
+      if (c >= c1) break;
+      while (c >= j->r_first[i + 1]) i++;
+      int64_t rows = j->ws[i]->rows, lo = (c - j->r_first[i]) * j->r_chunk[i];
+      int64_t hi = lo + j->r_chunk[i] < rows ? lo + j->r_chunk[i] : rows;
+      mm_rows(j, i, &a, lo, hi);
     }
   }
 }
 
+/* Runs the job: quantization scratch when every weight takes the quantized path, chunking, the
+ * pool. Returns 0, or -1 when scratch cannot be had (nothing done). */
+static int mm_run(struct hb_ctx *c, struct mm_job *j) {
+  int nth = threadpool_size(c->pool), n = j->n;
+  int q8 = c->k->matmul_q4q8 != NULL;
+  for (int i = 0; i < j->n_mm; i++) q8 = q8 && j->ws[i]->dtype == HB_Q4;
+  if (q8) {
+    int64_t cols = j->ws[0]->cols, G = cols / Q4_GROUP;
+    size_t qb = ((size_t)n * (size_t)cols + 63) & ~(size_t)63, sb = ((size_t)n * (size_t)G * 4 + 63) & ~(size_t)63;
+    /* a few tokens (decode): each thread normalizes and quantizes them all itself (a microsecond
+     * at most) instead of splitting the work and meeting at a barrier (the bytes are the same) */
+    int own = n <= 4 && nth > 1;
+    size_t per = 2 * qb + 2 * sb, nbuf = own ? (size_t)nth : 1;
+    size_t xnb = j->norm_w || j->silu_up ? (((size_t)n * (size_t)cols * sizeof(float) + 63) & ~(size_t)63) : 0;
+    if (grow(&c->q8buf, &c->q8cap, per * nbuf + xnb * nbuf)) return -1;
+    j->a.q = c->q8buf;
+    j->a.lo = (int8_t *)c->q8buf + qb; /* 16-bit activations for every batch size: cpu_kernels.h */
+    j->a.s = (float *)((char *)c->q8buf + 2 * qb);
+    j->a.c = (int32_t *)((char *)c->q8buf + 2 * qb + sb);
+    j->q_own = own ? per : 0; /* thread ith's copy: the same four buffers, ith * per bytes on */
+    j->a.cols = cols;
+    j->xn = xnb ? (float *)((char *)c->q8buf + per * nbuf) : NULL;
+    j->xn_own = own ? xnb / sizeof(float) : 0;
+    j->q_chunk = n / (4 * nth) > 1 ? n / (4 * nth) : 1;
+    j->q_chunks = (n + j->q_chunk - 1) / j->q_chunk;
+  } else if (j->norm_w || j->silu_up || j->add) {
+    return -1; /* the caller composes the separate ops */
+  }
+  if (j->add) {
+    if (grow(&c->tmpbuf, &c->tmpcap, (size_t)n * (size_t)j->ws[0]->rows * sizeof(float))) return -1;
+    j->tmp = c->tmpbuf;
+  }
+  /* row chunks: whole 16-row blocks, about 8 per thread and weight, so a late or descheduled
+   * thread leaves its share to the others; which thread computes a row never changes its value */
+  j->r_first[0] = 0;
+  for (int i = 0; i < j->n_mm; i++) {
+    int64_t rows = j->ws[i]->rows, nblk = (rows + 15) / 16, per = nblk / (8 * nth);
+    j->r_chunk[i] = 16 * (per > 1 ? per : 1);
+    j->r_first[i + 1] = j->r_first[i] + (int)((rows + j->r_chunk[i] - 1) / j->r_chunk[i]);
+  }
+  j->n_reg = nth < MM_REGIONS ? nth : MM_REGIONS;
+  threadpool_run_dynamic(c->pool, mm_worker, j);
+  return 0;
+}
+
 static void cpu_matmul(struct hb_ctx *c, struct hb_tensor *out, const struct hb_tensor *x,
                        const struct hb_tensor *w, const struct hb_tensor *bias, int n) {
-  struct mm_job j = {.k = c->k, .out = out, .x = x, .w = w, .bias = bias, .n = n};
-  int nth = threadpool_size(c->pool);
-  if (w->dtype == HB_Q4 && c->k->matmul_q4q8) {
-    int64_t cols = w->cols, G = cols / Q4_GROUP;
-    size_t qb = ((size_t)n * (size_t)cols + 63) & ~(size_t)63, sb = ((size_t)n * (size_t)G * 4 + 63) & ~(size_t)63;
-    if (grow(&c->q8buf, &c->q8cap, 2 * qb + 2 * sb)) {
-      /* no scratch for the quantized activations (a few MiB; cannot happen in practice) and no
-       * f32-activation kernel for the packed layout: a zero output rather than garbage */
-      memset(out->data, 0, (size_t)n * (size_t)w->rows * sizeof(float));
-      return;
-    }
-    j.a.q = c->q8buf;
-    j.a.lo = (int8_t *)c->q8buf + qb; /* 16-bit activations for every batch size: cpu_kernels.h */
-    j.a.s = (float *)((char *)c->q8buf + 2 * qb);
-    j.a.c = (int32_t *)((char *)c->q8buf + 2 * qb + sb);
-    j.a.cols = cols;
-    j.q_chunk = n / (4 * nth) > 1 ? n / (4 * nth) : 1;
-    j.q_chunks = (n + j.q_chunk - 1) / j.q_chunk;
+  struct mm_job j = {.k = c->k, .x = x, .n = n, .n_mm = 1, .outs = {out}, .ws = {w}, .bs = {bias}};
+  if (mm_run(c, &j)) {
+    /* no scratch for the quantized activations (a few MiB; cannot happen in practice) and no
+     * f32-activation kernel for the packed layout: a zero output rather than garbage */
+    memset(out->data, 0, (size_t)n * (size_t)w->rows * sizeof(float));
   }
-  /* row chunks: whole 16-row blocks, about 8 per thread, so a late or descheduled thread
-   * leaves its share to the others; which thread computes a row never changes its value */
-  int64_t nblk = (w->rows + 15) / 16, per = nblk / (8 * nth);
-  j.r_chunk = 16 * (per > 1 ? per : 1);
-  j.r_chunks = (int)((w->rows + j.r_chunk - 1) / j.r_chunk);
-  threadpool_run_dynamic(c->pool, mm_worker, &j);
+}
+
+static void cpu_rmsnorm(struct hb_ctx *c, struct hb_tensor *out, const struct hb_tensor *x,
+                        const struct hb_tensor *w, float eps, float w_offset) {
+  (void)c;
+  int64_t d = w->cols * w->rows; /* weights are stored [1 × d] */
+  rmsnorm_rows(x->data, w->data, eps, w_offset, d, 0, x->rows * x->cols / d, out->data);
+}
+
+/* backend.h's norm_matmul: one job where every weight takes the quantized path, else the separate
+ * ops (rmsnorm into scratch, the matmuls, the add) */
+static void cpu_norm_matmul(struct hb_ctx *c, const struct hb_tensor *x, const struct hb_tensor *norm_w, float eps,
+                            float w_offset, int n_mm, struct hb_tensor *const *outs,
+                            const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, int n,
+                            int add) {
+  struct mm_job j = {.k = c->k, .x = x, .norm_w = norm_w ? norm_w->data : NULL, .eps = eps, .w_offset = w_offset,
+                     .n = n, .n_mm = n_mm, .add = add};
+  for (int i = 0; i < n_mm && i < MM_MAX; i++) {
+    j.outs[i] = outs[i];
+    j.ws[i] = ws[i];
+    j.bs[i] = biases ? biases[i] : NULL;
+  }
+  if (n_mm <= MM_MAX && !(add && n_mm != 1) && !mm_run(c, &j)) return;
+  /* composed: the same values through the separate ops */
+  int64_t d = x->cols;
+  struct hb_tensor xs = *x, tmp = {0};
+  if (norm_w) {
+    if (grow(&c->xnbuf, &c->xncap, (size_t)n * (size_t)d * sizeof(float))) return;
+    xs.data = c->xnbuf;
+    xs.rows = n;
+    struct hb_tensor xv = *x;
+    xv.rows = n;
+    cpu_rmsnorm(c, &xs, &xv, norm_w, eps, w_offset);
+  }
+  for (int i = 0; i < n_mm; i++) {
+    struct hb_tensor *o = outs[i];
+    if (add) {
+      if (grow(&c->tmpbuf, &c->tmpcap, (size_t)n * (size_t)ws[i]->rows * sizeof(float))) return;
+      tmp = *outs[i];
+      tmp.data = c->tmpbuf;
+      o = &tmp;
+    }
+    cpu_matmul(c, o, &xs, ws[i], biases ? biases[i] : NULL, n);
+    if (add) {
+      float *dst = outs[i]->data;
+      const float *src = tmp.data;
+      for (int64_t e = 0; e < (int64_t)n * ws[i]->rows; e++) dst[e] += src[e];
+    }
+  }
+}
+
+static void cpu_silu_mul(struct hb_ctx *c, struct hb_tensor *out, const struct hb_tensor *gate,
+                         const struct hb_tensor *up, int n);
+
+/* backend.h's silu_matmul: out (+)= (silu(gate) * up)·wᵀ in one job (the product computed by each
+ * thread for its tokens, as silu_mul computes it: the SIMD silu has no tail when the width is a
+ * multiple of 16, so any split gives the same values), else the separate ops */
+static void cpu_silu_matmul(struct hb_ctx *c, const struct hb_tensor *gate, const struct hb_tensor *up,
+                            struct hb_tensor *out, const struct hb_tensor *w, int n, int add) {
+  struct mm_job j = {.k = c->k, .x = gate, .silu_up = up->data, .n = n, .n_mm = 1, .add = add, .outs = {out},
+                     .ws = {w}};
+  if (c->k->silu_mul && gate->cols % 16 == 0 && !mm_run(c, &j)) return;
+  int64_t d = gate->cols;
+  if (grow(&c->xnbuf, &c->xncap, (size_t)n * (size_t)d * sizeof(float))) return;
+  struct hb_tensor h = *gate;
+  h.data = c->xnbuf;
+  cpu_silu_mul(c, &h, gate, up, n);
+  struct hb_tensor *outs[1] = {out};
+  const struct hb_tensor *ws[1] = {w};
+  cpu_norm_matmul(c, &h, NULL, 0.0f, 0.0f, 1, outs, ws, NULL, n, add);
 }
 
 /* ---- rope, kv, attention ---------------------------------------------------------------- */
@@ -569,6 +739,8 @@ const struct hb_ops hb_cpu_ops = {
   .embed = cpu_embed,
   .rmsnorm = cpu_rmsnorm,
   .matmul = cpu_matmul,
+  .norm_matmul = cpu_norm_matmul,
+  .silu_matmul = cpu_silu_matmul,
   .rope_neox = cpu_rope_neox,
   .kv_write = cpu_kv_write,
   .attention = cpu_attention,

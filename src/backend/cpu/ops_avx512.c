@@ -2,10 +2,11 @@
  * the int4 x (2 x int8) matmul over the q4x16 layout, plus the flash attention and SiLU of kern_impl.h
  * vectorized with this file's flags.
  *
- * matmul: one 16-row block of W against T tokens at a time (T <= 8). Per 64-byte chunk (16 rows x
+ * matmul: two 16-row blocks of W against T tokens at a time (T <= 4). Per 64-byte chunk (16 rows x
  * 8 columns), the nibbles are split into two vectors of unsigned bytes and VPDPBUSD multiplies
  * them with 4 activation bytes broadcast from memory, once per activation plane (hi, lo: struct
- * cpu_q8), so the unpacked weights are reused for all T tokens and both planes. The int32 sums
+ * cpu_q8), so the unpacked weights are reused for all T tokens and both planes, and each
+ * broadcast for both blocks. The int32 sums
  * start at c = -8*sum(v) (the unsigned-nibble offset), and 256*hi_sum + lo_sum at the end of each
  * 128-group is the exact integer dot of the signed weights with the 16-bit activations; one convert and one
  * FMA with (weight scale x activation scale) folds it into the f32 result. Row blocks are taken
@@ -269,51 +270,72 @@ static inline __m512i bc32(const int8_t *p) {
   return _mm512_set1_epi32(v);
 }
 
-/* One 16-row block against T tokens (T a compile-time constant after inlining). Per token two
- * integer accumulators, one per activation plane (hi, lo); the offset c starts the lo one. */
-static inline __attribute__((always_inline)) void blk_tile(const uint8_t *qp, const uint16_t *dp,
+/* NB 16-row blocks (1 or 2) against T tokens (both compile-time constants after inlining): per
+ * (block, token) two integer accumulators, one per activation plane (hi, lo); the offset c starts
+ * the lo one. The unpacked nibbles of a chunk serve all T tokens and each activation broadcast
+ * serves all NB blocks. The f32 results live in res[b * T + t] (memory, not registers: the integer
+ * accumulators need them) and take one FMA per group, in group order. */
+static inline __attribute__((always_inline)) void blk_tile(const uint8_t *qp, int64_t bstride,
+                                                           const uint16_t *dp, int64_t dstride,
                                                            const struct cpu_q8 *a, int t0, const int T,
-                                                           int64_t G, __m512 *res) {
+                                                           const int NB, int64_t G, __m512 *res) {
   const __m512i m4 = _mm512_set1_epi8(0x0f);
   const int64_t cols = a->cols;
-  __m512 facc[8];
-  for (int t = 0; t < T; t++) facc[t] = _mm512_setzero_ps();
+  const int8_t *xh = a->q + t0 * cols, *xl = a->lo + t0 * cols;
+  for (int i = 0; i < NB * T; i++) res[i] = _mm512_setzero_ps();
   for (int64_t g = 0; g < G; g++) {
-    __m512i ah[8], al[8];
-    const int8_t *xh[8], *xl[8];
+    __m512i ah[2][4], al[2][4];
     for (int t = 0; t < T; t++) {
-      al[t] = _mm512_set1_epi32(a->c[(t0 + t) * G + g]);
-      ah[t] = _mm512_setzero_si512();
-      xh[t] = a->q + (t0 + t) * cols + g * 128;
-      xl[t] = a->lo + (t0 + t) * cols + g * 128;
-    }
-    const uint8_t *qg = qp + g * 1024;
-    for (int c = 0; c < 16; c++) {
-      __m512i v = _mm512_loadu_si512((const void *)(qg + c * 64));
-      __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-      for (int t = 0; t < T; t++) {
-        ah[t] = _mm512_dpbusd_epi32(ah[t], lo, bc32(xh[t] + c * 8));
-        al[t] = _mm512_dpbusd_epi32(al[t], lo, bc32(xl[t] + c * 8));
-        ah[t] = _mm512_dpbusd_epi32(ah[t], hi, bc32(xh[t] + c * 8 + 4));
-        al[t] = _mm512_dpbusd_epi32(al[t], hi, bc32(xl[t] + c * 8 + 4));
+      __m512i c0 = _mm512_set1_epi32(a->c[(t0 + t) * G + g]);
+      for (int b = 0; b < NB; b++) {
+        al[b][t] = c0;
+        ah[b][t] = _mm512_setzero_si512();
       }
     }
-    __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dp + g * 16)));
-    for (int t = 0; t < T; t++) {
-      __m512i S = _mm512_add_epi32(_mm512_slli_epi32(ah[t], 8), al[t]);
-      __m512 sc = _mm512_mul_ps(d, _mm512_set1_ps(a->s[(t0 + t) * G + g]));
-      facc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), sc, facc[t]);
+    const int8_t *gh = xh + g * 128, *gl = xl + g * 128;
+    const uint8_t *qg = qp + g * 1024;
+    for (int c = 0; c < 16; c++) {
+      __m512i lo[2], hi[2];
+      for (int b = 0; b < NB; b++) {
+        __m512i v = _mm512_loadu_si512((const void *)(qg + b * bstride + c * 64));
+        lo[b] = _mm512_and_si512(v, m4);
+        hi[b] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+      }
+      for (int t = 0; t < T; t++) {
+        __m512i h0 = bc32(gh + t * cols + c * 8), l0 = bc32(gl + t * cols + c * 8);
+        __m512i h1 = bc32(gh + t * cols + c * 8 + 4), l1 = bc32(gl + t * cols + c * 8 + 4);
+        for (int b = 0; b < NB; b++) {
+          ah[b][t] = _mm512_dpbusd_epi32(ah[b][t], lo[b], h0);
+          al[b][t] = _mm512_dpbusd_epi32(al[b][t], lo[b], l0);
+          ah[b][t] = _mm512_dpbusd_epi32(ah[b][t], hi[b], h1);
+          al[b][t] = _mm512_dpbusd_epi32(al[b][t], hi[b], l1);
+        }
+      }
+    }
+    for (int b = 0; b < NB; b++) {
+      __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dp + b * dstride + g * 16)));
+      for (int t = 0; t < T; t++) {
+        __m512i S = _mm512_add_epi32(_mm512_slli_epi32(ah[b][t], 8), al[b][t]);
+        __m512 sc = _mm512_mul_ps(d, _mm512_set1_ps(a->s[(t0 + t) * G + g]));
+        res[b * T + t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), sc, res[b * T + t]);
+      }
     }
   }
-  for (int t = 0; t < T; t++) res[t] = facc[t];
 }
+
+/* Decode streams the weights from memory once: every 64-byte line is prefetched DEC_PREFETCH bytes
+ * ahead (the blocks of a thread's range are contiguous, so this runs into the next block). Measured
+ * on Zen 5, one thread over the 136 MB LM head: 46 GB/s with the former two prefetches per
+ * 1 KiB group at +4 KiB, 50-54 at +8 KiB, 53-57 at +12 KiB, 52-55 at +16 KiB, 50 at +24 KiB. A
+ * prefetch past the end of the weights is harmless (it never faults). */
+#define DEC_PREFETCH 12288
 
 typedef int32_t i32u __attribute__((may_alias, aligned(1)));
 
-/* Decode (one token): two 16-row blocks at a time, so each activation broadcast (a memory operand
- * of VPDPBUSD) serves 32 rows; per block four chains (hi/lo plane x low/high nibble). High nibbles
- * are taken as 16*u (mask 0xF0, no shift): those sums are exact multiples of 16 and are divided
- * back at the end of the group. nb = 1 or 2 blocks. */
+/* Decode (one token): nb 16-row blocks at a time; per block four chains (hi/lo plane x low/high
+ * nibble). High nibbles are taken as 16*u (mask 0xF0, no shift): those sums are exact multiples of
+ * 16 and are divided back at the end of the group. The driver uses nb = 1: with nb = 2 (two
+ * streams a block apart) one thread read the LM head at 20 GB/s instead of 53. */
 static inline __attribute__((always_inline)) void blk_one(const uint8_t *qp, int64_t bstride,
                                                           const uint16_t *dp, int64_t dstride,
                                                           const struct cpu_q8 *a, int t0, int64_t G,
@@ -328,14 +350,11 @@ static inline __attribute__((always_inline)) void blk_one(const uint8_t *qp, int
       ll[b] = _mm512_set1_epi32(a->c[t0 * G + g]);
     }
     const int8_t *gh = xh + g * 128, *gl = xl + g * 128;
-    for (int b = 0; b < nb; b++) {
-      _mm_prefetch((const char *)(qp + b * bstride + g * 1024 + 4096), _MM_HINT_T0);
-      _mm_prefetch((const char *)(qp + b * bstride + g * 1024 + 4096 + 512), _MM_HINT_T0);
-    }
     for (int c = 0; c < 16; c++) {
       __m512i bh0 = _mm512_set1_epi32(*(const i32u *)(gh + c * 8)), bh1 = _mm512_set1_epi32(*(const i32u *)(gh + c * 8 + 4));
       __m512i bl0 = _mm512_set1_epi32(*(const i32u *)(gl + c * 8)), bl1 = _mm512_set1_epi32(*(const i32u *)(gl + c * 8 + 4));
       for (int b = 0; b < nb; b++) {
+        _mm_prefetch((const char *)(qp + b * bstride + g * 1024 + c * 64 + DEC_PREFETCH), _MM_HINT_T0);
         __m512i v = _mm512_loadu_si512((const void *)(qp + b * bstride + g * 1024 + c * 64));
         __m512i n0 = _mm512_and_si512(v, m4), n1 = _mm512_and_si512(v, m4h);
         hl[b] = _mm512_dpbusd_epi32(hl[b], n0, bh0);
@@ -371,35 +390,38 @@ static void avx512_matmul_q4q8(const struct cpu_q4 *w, const struct cpu_q8 *a, i
                                int64_t r1, float *out, int64_t ldo) {
   if (r0 >= r1 || n <= 0) return;
   const int64_t G = w->cols / 128, b0 = r0 / 16, b1 = (r1 + 15) / 16;
+  const int64_t bstride = w->cols * 8, dstride = G * 16;
   __m512 res[8];
   if (n == 1) { /* bit-identical to blk_tile with T = 1: exact integer sums, same f32 steps */
-    const int64_t bstride = w->cols * 8, dstride = G * 16;
     for (int64_t b = b0; b < b1; b++) {
       blk_one(q4x16_quants(w, b), bstride, q4x16_scales(w, b), dstride, a, 0, G, 1, res);
       store_rows(out, ldo, 1, b, r0, r1, res);
     }
     return;
   }
-  int64_t panel = (256 * 1024) / (w->cols * 8);
-  if (panel < 1) panel = 1;
+  /* prefill: tiles of 2 row blocks x 4 tokens (16 integer accumulators; measured against 1 x 8,
+   * 2 x 5 and 2 x 6 on Zen 5: bench/RESULTS.md) over panels of ~256 KiB of weights */
+  int64_t panel = (256 * 1024) / bstride;
+  if (panel < 2) panel = 2;
   for (int64_t p0 = b0; p0 < b1; p0 += panel) {
     int64_t p1 = p0 + panel < b1 ? p0 + panel : b1;
-    for (int t0 = 0; t0 < n; t0 += 8) {
-      int T = n - t0 < 8 ? n - t0 : 8;
-      for (int64_t b = p0; b < p1; b++) {
+    for (int t0 = 0; t0 < n; t0 += 4) {
+      int T = n - t0 < 4 ? n - t0 : 4;
+      for (int64_t b = p0; b < p1; b += 2) {
         const uint8_t *qp = q4x16_quants(w, b);
         const uint16_t *dp = q4x16_scales(w, b);
-        switch (T) {
-        case 1: blk_tile(qp, dp, a, t0, 1, G, res); break;
-        case 2: blk_tile(qp, dp, a, t0, 2, G, res); break;
-        case 3: blk_tile(qp, dp, a, t0, 3, G, res); break;
-        case 4: blk_tile(qp, dp, a, t0, 4, G, res); break;
-        case 5: blk_tile(qp, dp, a, t0, 5, G, res); break;
-        case 6: blk_tile(qp, dp, a, t0, 6, G, res); break;
-        case 7: blk_tile(qp, dp, a, t0, 7, G, res); break;
-        default: blk_tile(qp, dp, a, t0, 8, G, res); break;
-        }
-        store_rows(out + (int64_t)t0 * ldo, ldo, T, b, r0, r1, res);
+        int nb = p1 - b < 2 ? 1 : 2;
+#define TILE(NB)                                                                                   \
+  switch (T) {                                                                                     \
+  case 1: blk_tile(qp, bstride, dp, dstride, a, t0, 1, NB, G, res); break;                         \
+  case 2: blk_tile(qp, bstride, dp, dstride, a, t0, 2, NB, G, res); break;                         \
+  case 3: blk_tile(qp, bstride, dp, dstride, a, t0, 3, NB, G, res); break;                         \
+  default: blk_tile(qp, bstride, dp, dstride, a, t0, 4, NB, G, res); break;                        \
+  }
+        if (nb == 2) TILE(2) else TILE(1)
+#undef TILE
+        for (int bb = 0; bb < nb; bb++)
+          store_rows(out + (int64_t)t0 * ldo, ldo, T, b + bb, r0, r1, res + bb * T);
       }
     }
   }
