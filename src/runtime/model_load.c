@@ -22,8 +22,8 @@
  * MAX_BATCH_TOKENS_CUDA_EMBED: an embedding model has no decode to keep responsive and its passes are whole
  * inputs; 16384 tokens a pass took W6 on the H200 from 333 to 368 records/s (bench/RESULTS.md, session 26), for
  * 0.5 GiB of scratch on Qwen3-Embedding-0.6B. */
-enum { MAX_BATCH_TOKENS = 512, MAX_BATCH_TOKENS_CUDA = 4096, MAX_BATCH_TOKENS_CUDA_EMBED = 16384, MAX_BATCH_SEQS = 64, MAX_BATCH_SEQS_CUDA = MODEL_MAX_SEQS,
-       KV_BLOCK = 16 };
+enum { MAX_BATCH_TOKENS = 512, MAX_BATCH_TOKENS_CUDA = 4096, MAX_BATCH_TOKENS_CUDA_EMBED = 16384,
+       MAX_BATCH_SEQS = 64, MAX_BATCH_SEQS_CUDA = MODEL_MAX_SEQS, KV_BLOCK = 16 };
 
 static double now_s(void) {
   struct timespec ts;
@@ -331,11 +331,9 @@ int hearth_model_load(const struct hearth_model_params *p, struct hearth_model *
   if ((rc = kv_pool_init(m, kv_tokens, KV_BLOCK, err))) goto fail;
   int per_seq = kv_tokens < m->cfg.max_position_embeddings ? kv_tokens : m->cfg.max_position_embeddings;
   m->max_blocks_per_seq = (per_seq + KV_BLOCK - 1) / KV_BLOCK;
-  int max_tokens = p->backend != HEARTH_BACKEND_CUDA ? MAX_BATCH_TOKENS
+  const int max_tokens = p->backend != HEARTH_BACKEND_CUDA ? MAX_BATCH_TOKENS
                    : m->cfg.is_embedding              ? MAX_BATCH_TOKENS_CUDA_EMBED
                                                       : MAX_BATCH_TOKENS_CUDA;
-  const char *bt_env = getenv("HEARTH_BATCH_TOKENS"); /* measurement knob: the tokens a forward may hold */
-  if (bt_env && atoi(bt_env) >= 64 && atoi(bt_env) <= 65536) max_tokens = atoi(bt_env);
   if ((rc = alloc_scratch(m, max_tokens, p->backend == HEARTH_BACKEND_CUDA ? MAX_BATCH_SEQS_CUDA : MAX_BATCH_SEQS, err)))
     goto fail;
   if (p->kv_cache_dir && (rc = prefix_store_open(m, p->kv_cache_dir, err))) goto fail;

@@ -1057,6 +1057,27 @@ static const struct smp_case SMP_CASES[] = {
 #define SMP_NCASES ((int)(sizeof SMP_CASES / sizeof SMP_CASES[0]))
 enum { SMP_ROWS = 16 };
 
+/* The sampler of one test row (case c, seed, prompt) and its device row: the penalty entries go to pen[*n_pen ..
+ * *n_pen + cap) and *n_pen moves past them. Returns 0, or -1 (a failure counted) when the sampler cannot be made. */
+static int smp_row(const struct smp_case *c, int V, uint64_t seed, const int32_t *prompt, int n_prompt,
+                   const int32_t *hist, int nh, int cap, struct hearth_sampler **smp, struct hb_sample_row *row,
+                   struct hb_sample_pen *pen, int *n_pen) {
+  struct hearth_sampling p;
+  struct hearth_err err = {0};
+  hearth_sampling_default(&p);
+  p.temperature = c->t; p.top_k = c->k; p.top_p = c->p; p.min_p = c->minp;
+  p.repetition_penalty = c->rep; p.presence_penalty = c->pres; p.frequency_penalty = c->freq;
+  p.seed = seed;
+  if (hearth_sampler_new(&p, V, smp, &err)) { fprintf(stderr, "sampler: %s\n", err.msg); test_failures++; return -1; }
+  hearth_sampler_set_prompt(*smp, prompt, n_prompt);
+  const int np = sampler_device_row(*smp, hist, nh, row, pen + *n_pen, cap);
+  CHECKF(np >= 0, "penalty list %d", np);
+  row->pen0 = *n_pen;
+  row->n_pen = np > 0 ? np : 0;
+  *n_pen += row->n_pen;
+  return 0;
+}
+
 static void smp_fill(float *r, int V, int kind) {
   for (int i = 0; i < V; i++) r[i] = frand() * 2.0f;
   switch (kind % 5) {
@@ -1094,19 +1115,9 @@ static void check_sample(int V, int launches, int *decided, int *deferred) {
       for (int i = 0; i < nh[r]; i++) hist[r][i] = i % 3 ? irand(V) : prompt[r][irand(48)];
       for (int i = 0; i < nh[r]; i += 2) if (row[hist[r][i]] > -INFINITY) row[hist[r][i]] += 10.0f; /* penalties bite */
       if (cs[r] < 0) { rows[r] = (struct hb_sample_row){.temperature = 0.0f}; continue; }
-      const struct smp_case *c = &SMP_CASES[cs[r]];
-      struct hearth_sampling p;
-      hearth_sampling_default(&p);
-      p.temperature = c->t; p.top_k = c->k; p.top_p = c->p; p.min_p = c->minp;
-      p.repetition_penalty = c->rep; p.presence_penalty = c->pres; p.frequency_penalty = c->freq;
-      p.seed = (uint64_t)(L * 131 + r);
-      if (hearth_sampler_new(&p, V, &smp[r], &err)) { fprintf(stderr, "sampler: %s\n", err.msg); test_failures++; return; }
-      hearth_sampler_set_prompt(smp[r], prompt[r], 48);
-      const int np = sampler_device_row(smp[r], hist[r], nh[r], &rows[r], pen + n_pen, 4096);
-      CHECKF(np >= 0, "row %d: penalty list %d", r, np);
-      rows[r].pen0 = n_pen;
-      rows[r].n_pen = np > 0 ? np : 0;
-      n_pen += rows[r].n_pen;
+      if (smp_row(&SMP_CASES[cs[r]], V, (uint64_t)(L * 131 + r), prompt[r], 48, hist[r], nh[r], 4096, &smp[r], &rows[r],
+                  pen, &n_pen))
+        return;
     }
     G->write(gc, &lg, 0, SMP_ROWS, h);
     G->write(gc, &ids, 0, SMP_ROWS, init);
@@ -1204,19 +1215,9 @@ static void check_sample_large(int V, int launches, int *decided, int *deferred)
       nh[r] = irand(32);
       for (int i = 0; i < 24; i++) prompt[r][i] = irand(V);
       for (int i = 0; i < nh[r]; i++) hist[r][i] = irand(V);
-      const struct smp_case *c = &SMPL_CASES[cs[r]];
-      struct hearth_sampling p;
-      hearth_sampling_default(&p);
-      p.temperature = c->t; p.top_k = c->k; p.top_p = c->p; p.min_p = c->minp;
-      p.repetition_penalty = c->rep; p.presence_penalty = c->pres; p.frequency_penalty = c->freq;
-      p.seed = (uint64_t)(V + L * 1009 + r * 7);
-      if (hearth_sampler_new(&p, V, &smp[r], &err)) { fprintf(stderr, "sampler: %s\n", err.msg); test_failures++; return; }
-      hearth_sampler_set_prompt(smp[r], prompt[r], 24);
-      const int np = sampler_device_row(smp[r], hist[r], nh[r], &rows[r], pen + n_pen, 256);
-      CHECKF(np >= 0, "row %d: penalty list %d", r, np);
-      rows[r].pen0 = n_pen;
-      rows[r].n_pen = np > 0 ? np : 0;
-      n_pen += rows[r].n_pen;
+      if (smp_row(&SMPL_CASES[cs[r]], V, (uint64_t)(V + L * 1009 + r * 7), prompt[r], 24, hist[r], nh[r], 256, &smp[r],
+                  &rows[r], pen, &n_pen))
+        return;
     }
     G->write(gc, &lg, 0, SMPL_ROWS, h);
     G->sample(gc, &lg, SMPL_ROWS, rows, pen, n_pen, &ids);

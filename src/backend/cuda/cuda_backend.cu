@@ -494,31 +494,38 @@ static int kv_blocks_chunks(struct hb_ctx *c, const struct hb_kv_layer *layers, 
   return n;
 }
 
-/* chunk i: sz[i] bytes from packed + off[i] to dst[i] (all multiples of 16 bytes); one block of threads a chunk */
-struct kv_scatter_chunk {
-  char *dst;
+/* chunk i: sz[i] bytes between the KV at kv[i] and packed + off[i] (all multiples of 16 bytes); one block of threads a
+ * chunk */
+struct kv_pack_chunk {
+  char *kv;
   uint64_t off, sz;
 };
-__global__ void kv_scatter_kernel(const struct kv_scatter_chunk *ch, const char *packed) {
-  const struct kv_scatter_chunk k = ch[blockIdx.x];
-  const uint4 *s = (const uint4 *)(packed + k.off);
-  uint4 *d = (uint4 *)k.dst;
-  for (uint64_t i = threadIdx.x; i < k.sz / 16; i += blockDim.x) d[i] = s[i];
+/* to_kv: packed -> KV (kv_block_write's scatter), else KV -> packed (kv_block_read's gather) */
+__global__ void kv_pack_kernel(const struct kv_pack_chunk *ch, char *packed, int to_kv) {
+  const struct kv_pack_chunk k = ch[blockIdx.x];
+  uint4 *p = (uint4 *)(packed + k.off), *q = (uint4 *)k.kv;
+  for (uint64_t i = threadIdx.x; i < k.sz / 16; i += blockDim.x) {
+    if (to_kv) q[i] = p[i];
+    else p[i] = q[i];
+  }
 }
 
-/* kv_block_write from the pinned buffer: one copy of the packed bytes (and of the chunk table, staged behind them in
- * the same buffer's tail when it fits, else from ordinary memory) and one scatter kernel, instead of thousands of 8 KB
- * copies (a 1,560-token prefix of the 3B is 7,000 chunks). Returns 1 without doing anything when it does not apply. */
-static int kv_write_scatter(struct hb_ctx *c, void **dev, size_t *sz, int n, const char *host, size_t bytes) {
-  const size_t tab = (size_t)n * sizeof(struct kv_scatter_chunk), need = ((bytes + 255) & ~(size_t)255) + tab;
+/* kv_block_write from the pinned buffer and every kv_block_read: the blocks' chunks (dev[i], sz[i]) move through one
+ * packed device buffer (c->kv_io, with the chunk table behind the bytes) by one kernel and one copy of the packed
+ * bytes, instead of thousands of 8 KB copies: a 1,560-token prefix of the 3B is 7,000 chunks to restore, and the disk
+ * prefix cache reads 64 blocks (4,600 chunks) back at a time, on the engine's path when its notes are full (W5s spent
+ * 0.4 ms a prompt there: docs/decisions.md). to_kv: host -> KV, else KV -> host. Returns 1 without doing anything
+ * when it does not apply, else 0 (status set on a failure); the stream is synchronised (host is the caller's). */
+static int kv_packed_io(struct hb_ctx *c, void **dev, size_t *sz, int n, char *host, size_t bytes, int to_kv) {
+  const size_t tab = (size_t)n * sizeof(struct kv_pack_chunk), need = ((bytes + 255) & ~(size_t)255) + tab;
   if (n < 1 || n > 65535 || bytes % 16) return 1;
   for (int i = 0; i < n; i++)
     if (sz[i] % 16 || (uintptr_t)dev[i] % 16) return 1;
-  struct kv_scatter_chunk *t = (struct kv_scatter_chunk *)malloc(tab);
+  struct kv_pack_chunk *t = (struct kv_pack_chunk *)malloc(tab);
   if (!t) return 1;
   uint64_t off = 0;
   for (int i = 0; i < n; i++) {
-    t[i].dst = (char *)dev[i];
+    t[i].kv = (char *)dev[i];
     t[i].off = off;
     t[i].sz = sz[i];
     off += sz[i];
@@ -528,55 +535,14 @@ static int kv_write_scatter(struct hb_ctx *c, void **dev, size_t *sz, int n, con
     return 0; /* status set */
   }
   char *packed = (char *)c->kv_io;
-  struct kv_scatter_chunk *dt = (struct kv_scatter_chunk *)(packed + need - tab);
-  if (!CU_OK(c, cudaMemcpyAsync(packed, host, bytes, cudaMemcpyHostToDevice, c->stream)) &&
-      !CU_OK(c, cudaMemcpyAsync(dt, t, tab, cudaMemcpyHostToDevice, c->stream))) {
-    kv_scatter_kernel<<<n, 256, 0, c->stream>>>(dt, packed);
-    CU_LAUNCHED(c, "kv_scatter");
+  struct kv_pack_chunk *dt = (struct kv_pack_chunk *)(packed + need - tab);
+  if (to_kv) CU_OK(c, cudaMemcpyAsync(packed, host, bytes, cudaMemcpyHostToDevice, c->stream));
+  if (!c->status && !CU_OK(c, cudaMemcpyAsync(dt, t, tab, cudaMemcpyHostToDevice, c->stream))) {
+    kv_pack_kernel<<<n, 256, 0, c->stream>>>(dt, packed, to_kv);
+    CU_LAUNCHED(c, to_kv ? "kv_scatter" : "kv_gather");
   }
+  if (!to_kv && !c->status) CU_OK(c, cudaMemcpyAsync(host, packed, bytes, cudaMemcpyDeviceToHost, c->stream));
   if (!c->status) CU_OK(c, cudaStreamSynchronize(c->stream)); /* t and the caller's buffer are free again */
-  free(t);
-  return 0;
-}
-
-/* the reverse: chunk i's sz[i] bytes from src[i] (device KV) to packed + off[i] */
-__global__ void kv_gather_kernel(const struct kv_scatter_chunk *ch, char *packed) {
-  const struct kv_scatter_chunk k = ch[blockIdx.x];
-  const uint4 *s = (const uint4 *)k.dst;
-  uint4 *d = (uint4 *)(packed + k.off);
-  for (uint64_t i = threadIdx.x; i < k.sz / 16; i += blockDim.x) d[i] = s[i];
-}
-
-/* kv_block_read by one gather kernel into a packed device buffer and one copy of it to the host, instead of a
- * batch of thousands of 8 KB copies: the disk prefix cache reads 64 blocks (4,600 chunks on the 3B) at a time,
- * on the engine's path when its notes are full (issue 31: 0.4 ms a prompt of W5s went there). Returns 1 without
- * doing anything when it does not apply. */
-static int kv_read_gather(struct hb_ctx *c, void **dev, size_t *sz, int n, char *host, size_t bytes) {
-  const size_t tab = (size_t)n * sizeof(struct kv_scatter_chunk), need = ((bytes + 255) & ~(size_t)255) + tab;
-  if (n < 1 || n > 65535 || bytes % 16) return 1;
-  for (int i = 0; i < n; i++)
-    if (sz[i] % 16 || (uintptr_t)dev[i] % 16) return 1;
-  struct kv_scatter_chunk *t = (struct kv_scatter_chunk *)malloc(tab);
-  if (!t) return 1;
-  uint64_t off = 0;
-  for (int i = 0; i < n; i++) {
-    t[i].dst = (char *)dev[i]; /* here: the source */
-    t[i].off = off;
-    t[i].sz = sz[i];
-    off += sz[i];
-  }
-  if (cu_scratch(c, &c->kv_io, &c->kv_io_cap, need, 1, 0)) {
-    free(t);
-    return 0; /* status set */
-  }
-  char *packed = (char *)c->kv_io;
-  struct kv_scatter_chunk *dt = (struct kv_scatter_chunk *)(packed + need - tab);
-  if (!CU_OK(c, cudaMemcpyAsync(dt, t, tab, cudaMemcpyHostToDevice, c->stream))) {
-    kv_gather_kernel<<<n, 256, 0, c->stream>>>(dt, packed);
-    CU_LAUNCHED(c, "kv_gather");
-  }
-  if (!c->status) CU_OK(c, cudaMemcpyAsync(host, packed, bytes, cudaMemcpyDeviceToHost, c->stream));
-  if (!c->status) CU_OK(c, cudaStreamSynchronize(c->stream)); /* t is free again, the bytes are the caller's */
   free(t);
   return 0;
 }
@@ -590,7 +556,7 @@ static int cuda_kv_block_write(struct hb_ctx *c, struct hb_kv_layer *layers, int
   if (n >= 0) {
     /* from the host_pinned buffer: straight to the device (the wait below keeps the buffer the caller's) */
     const int pinned = c->pin && (const char *)host >= c->pin && (const char *)host + bytes <= c->pin + c->pin_cap;
-    if (pinned && !kv_write_scatter(c, dev, sz, n, (const char *)host, bytes)) {
+    if (pinned && !kv_packed_io(c, dev, sz, n, (char *)host, bytes, 1)) {
       free(dev);
       free(src);
       free(sz);
@@ -634,7 +600,7 @@ static int cuda_kv_block_read(struct hb_ctx *c, const struct hb_kv_layer *layers
   void **dev = NULL, **dst = NULL;
   size_t *sz = NULL;
   int n = kv_blocks_chunks(c, layers, n_layers, blocks, nb, bs, bytes, "kv_block_read", &dev, &dst, &sz);
-  if (n >= 0 && !kv_read_gather(c, dev, sz, n, (char *)host, bytes)) n = -1; /* done (or status set) */
+  if (n >= 0 && !kv_packed_io(c, dev, sz, n, (char *)host, bytes, 0)) n = -1; /* done (or status set) */
   if (n >= 0) {
     char *st = (char *)stage_get(c, bytes);
     char *h = st ? st : (char *)host;
