@@ -1074,6 +1074,31 @@ static int ads_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb
   return 0;
 }
 
+/* attn_decode (the split-key decode kernel) for any instantiated head dim */
+template <typename T, typename KT, int HD>
+static void attn_decode_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *q,
+                               const struct hb_kv_layer *kv, const struct hb_batch *b, const struct hb_attn_params *p) {
+  const int nt = b->n_tokens, G = p->n_heads / p->n_kv_heads;
+  const int32_t *pos = (const int32_t *)b->d_pos.data, *seq = (const int32_t *)b->d_seq.data,
+                *bt = (const int32_t *)b->d_block_table.data;
+  const int HG = (G + AD_G - 1) / AD_G;
+  const int base = nt * p->n_kv_heads * HG;
+  int NS = (2 * ctx->n_sm + base - 1) / base;
+  NS = NS < 1 ? 1 : (NS > 32 ? 32 : NS);
+  size_t need_part = (size_t)nt * p->n_heads * NS * (HD + 2), need_cnt = (size_t)base;
+  void *pp = ctx->attn_part, *cp = ctx->attn_cnt;
+  if (cu_scratch(ctx, &pp, &ctx->attn_part_cap, need_part, sizeof(float), 0)) return;
+  ctx->attn_part = (float *)pp;
+  if (cu_scratch(ctx, &cp, &ctx->attn_cnt_cap, need_cnt, sizeof(unsigned), 1)) return;
+  ctx->attn_cnt = (unsigned *)cp;
+  dim3 grid((unsigned)nt, (unsigned)(p->n_kv_heads * HG), (unsigned)NS);
+  cu_launch_pdl(ctx, "attn_decode", attn_decode_kernel<T, KT, HD>, grid, dim3(128), 0, (T *)out->data,
+                (const T *)q->data, (const KT *)kv->k.data, (const KT *)kv->v.data, pos, seq, bt, b->max_blocks,
+                b->block_size, p->n_heads, p->n_kv_heads, G, HG, p->scale, p->window, p->softcap, ctx->attn_part,
+                ctx->attn_cnt, NS);
+  CU_LAUNCHED(ctx, "attn_decode");
+}
+
 template <typename T, typename KT, int D>
 static void attn_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *q,
                         const struct hb_kv_layer *kv, const struct hb_batch *b, const struct hb_attn_params *p) {
@@ -1111,22 +1136,7 @@ static void attn_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct 
   if constexpr (is_f16<T>::value && is_f16<KT>::value && HD >= 64) {
     if (!ads_launch<HD>(ctx, out, q, kv, b, p)) return;
   }
-  const int HG = (G + AD_G - 1) / AD_G;
-  const int base = nt * p->n_kv_heads * HG;
-  int NS = (2 * ctx->n_sm + base - 1) / base;
-  NS = NS < 1 ? 1 : (NS > 32 ? 32 : NS);
-  size_t need_part = (size_t)nt * p->n_heads * NS * (HD + 2), need_cnt = (size_t)base;
-  void *pp = ctx->attn_part, *cp = ctx->attn_cnt;
-  if (cu_scratch(ctx, &pp, &ctx->attn_part_cap, need_part, sizeof(float), 0)) return;
-  ctx->attn_part = (float *)pp;
-  if (cu_scratch(ctx, &cp, &ctx->attn_cnt_cap, need_cnt, sizeof(unsigned), 1)) return;
-  ctx->attn_cnt = (unsigned *)cp;
-  dim3 grid((unsigned)nt, (unsigned)(p->n_kv_heads * HG), (unsigned)NS);
-  cu_launch_pdl(ctx, "attn_decode", attn_decode_kernel<T, KT, HD>, grid, dim3(128), 0, (T *)out->data,
-                (const T *)q->data, (const KT *)kv->k.data, (const KT *)kv->v.data, pos, seq, bt, b->max_blocks,
-                b->block_size, p->n_heads, p->n_kv_heads, G, HG, p->scale, p->window, p->softcap, ctx->attn_part,
-                ctx->attn_cnt, NS);
-  CU_LAUNCHED(ctx, "attn_decode");
+  attn_decode_launch<T, KT, HD>(ctx, out, q, kv, b, p);
 }
 
 template <typename T, typename KT>
@@ -1137,7 +1147,14 @@ static void attn_hd(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_t
   case 64: attn_launch<T, KT, 2>(ctx, out, q, kv, b, p); break;
   case 128: attn_launch<T, KT, 4>(ctx, out, q, kv, b, p); break;
   case 256: attn_launch<T, KT, 8>(ctx, out, q, kv, b, p); break;
-  default: cu_attention_wide(ctx, out, q, kv, b, p); /* other multiples of 32 (Gemma 4's 512): attn_wide.cu */
+  case 512: /* Gemma 4's full layers: decode on the split-key kernel (one block per head took ~1 ms a layer at 1,570
+             * keys, bench/NOTES.md session 27), prefill and row-invariant batches on attn_wide.cu's */
+    if (b->n_tokens < 8 * (b->n_seqs > 0 ? b->n_seqs : 1) && !ctx->row_invariant)
+      attn_decode_launch<T, KT, 512>(ctx, out, q, kv, b, p);
+    else
+      cu_attention_wide(ctx, out, q, kv, b, p);
+    break;
+  default: cu_attention_wide(ctx, out, q, kv, b, p); /* other multiples of 32: attn_wide.cu */
   }
 }
 

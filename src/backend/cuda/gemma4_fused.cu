@@ -160,7 +160,9 @@ __global__ __launch_bounds__(256) void norm_add_kernel(T *x, const T *y, const v
   const float inv = rsqrtf(ss / (float)d + eps);
   for (int j = tid; j < d; j += nthr) {
     const float yn = rnd<T>(ldf(yr + j) * inv * (ld_any(w, wdt, j) + 0.0f));
-    const float sum = rnd<T>(ldf(xr + j) + yn);
+    /* __fadd_rn: with f32 storage rnd is the identity, and a contracted fma(y·inv, w, x) would skip the rounding
+     * of the product that the plain rmsnorm's store makes */
+    const float sum = rnd<T>(__fadd_rn(ldf(xr + j), yn));
     stf(xr + j, s == 1.0f ? sum : sum * s);
   }
 }
