@@ -35,6 +35,7 @@ __global__ __launch_bounds__(32) void g4_qkv_post_kernel(T *q, const T *k, const
   const int kind = h < nq ? 0 : (h < nq + nkv ? 1 : 2); /* q, k, v */
   const int hh = kind == 0 ? h : (kind == 1 ? h - nq : h - nq - nkv);
   const T *src = kind == 0 ? q + ((int64_t)t * nq + hh) * hd : (kind == 1 ? k : v) + ((int64_t)t * nkv + hh) * hd;
+  pdl_wait(); /* launched with programmatic stream serialization: q, k, v come from the GEMV before */
   float x[QP_MAXJ];
   float ss = 0.0f;
 #pragma unroll
@@ -103,7 +104,7 @@ int cu_g4_qkv_post(struct hb_ctx *ctx, struct hb_tensor *q, const struct hb_tens
   const void *kw = kv ? k_norm->data : NULL;
   const int kwdt = kv ? (int)k_norm->dtype : 0;
 #define QP(T, KT)                                                                                                   \
-  g4_qkv_post_kernel<T, KT><<<grid, 32, 0, ctx->stream>>>(                                                          \
+  cu_launch_pdl(ctx, "g4_qkv_post", g4_qkv_post_kernel<T, KT>, grid, dim3(32), 0,                                   \
       (T *)q->data, kv ? (const T *)k->data : NULL, kv ? (const T *)v->data : NULL, q_norm->data, (int)q_norm->dtype, \
       kw, kwdt, eps, kv ? (KT *)kv->k.data : NULL, kv ? (KT *)kv->v.data : NULL, pos, seq, bt, b->max_blocks,       \
       b->block_size, n_heads, kv ? n_kv : 0, hd, n_pairs, theta, factor)
@@ -125,11 +126,13 @@ __global__ __launch_bounds__(256) void norm_add_kernel(T *x, const T *y, const v
                                                        float eps, float s) {
   pdl_trigger();
   const int nthr = WIDE ? 256 : 32;
+  /* (the early exit below is taken before pdl_wait only by warps with no row: they touch nothing) */
   const int64_t r = WIDE ? (int64_t)blockIdx.x : (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   const int tid = WIDE ? (int)threadIdx.x : (int)threadIdx.x % 32;
   if (r >= rows) return; /* WIDE: grid = rows, never taken; a warp-uniform exit otherwise */
   const T *yr = y + r * d;
   T *xr = x + r * d;
+  pdl_wait(); /* launched with programmatic stream serialization: y (and x) come from the kernels before */
   float ss = 0.0f;
   if (WIDE && sizeof(T) == 2 && d % 8 == 0) {
     for (int j = tid * 8; j < d; j += 256 * 8) {
@@ -180,19 +183,19 @@ void cu_norm_add(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor
   const bool f16 = x->dtype == HB_F16;
   if (d >= 1024) {
     if (f16)
-      norm_add_kernel<__half, true><<<(unsigned)n, 256, 0, ctx->stream>>>(
-          (__half *)x->data, (const __half *)y->data, w->data, (int)w->dtype, n, (int)d, eps, s);
+      cu_launch_pdl(ctx, "norm_add", norm_add_kernel<__half, true>, dim3((unsigned)n), dim3(256), 0, (__half *)x->data,
+                    (const __half *)y->data, w->data, (int)w->dtype, (int64_t)n, (int)d, eps, s);
     else
-      norm_add_kernel<float, true><<<(unsigned)n, 256, 0, ctx->stream>>>(
-          (float *)x->data, (const float *)y->data, w->data, (int)w->dtype, n, (int)d, eps, s);
+      cu_launch_pdl(ctx, "norm_add", norm_add_kernel<float, true>, dim3((unsigned)n), dim3(256), 0, (float *)x->data,
+                    (const float *)y->data, w->data, (int)w->dtype, (int64_t)n, (int)d, eps, s);
   } else {
     const unsigned grid = (unsigned)((n + 7) / 8); /* 8 rows (warps) a block */
     if (f16)
-      norm_add_kernel<__half, false><<<grid, 256, 0, ctx->stream>>>(
-          (__half *)x->data, (const __half *)y->data, w->data, (int)w->dtype, n, (int)d, eps, s);
+      cu_launch_pdl(ctx, "norm_add", norm_add_kernel<__half, false>, dim3(grid), dim3(256), 0, (__half *)x->data,
+                    (const __half *)y->data, w->data, (int)w->dtype, (int64_t)n, (int)d, eps, s);
     else
-      norm_add_kernel<float, false><<<grid, 256, 0, ctx->stream>>>(
-          (float *)x->data, (const float *)y->data, w->data, (int)w->dtype, n, (int)d, eps, s);
+      cu_launch_pdl(ctx, "norm_add", norm_add_kernel<float, false>, dim3(grid), dim3(256), 0, (float *)x->data,
+                    (const float *)y->data, w->data, (int)w->dtype, (int64_t)n, (int)d, eps, s);
   }
   CU_LAUNCHED(ctx, "norm_add");
 }
