@@ -161,12 +161,30 @@ __global__ __launch_bounds__(256) void norm_add_kernel(T *x, const T *y, const v
     ss = tot;
   }
   const float inv = rsqrtf(ss / (float)d + eps);
-  for (int j = tid; j < d; j += nthr) {
-    const float yn = rnd<T>(ldf(yr + j) * inv * (ld_any(w, wdt, j) + 0.0f));
-    /* __fadd_rn: with f32 storage rnd is the identity, and a contracted fma(y·inv, w, x) would skip the rounding
-     * of the product that the plain rmsnorm's store makes */
-    const float sum = rnd<T>(__fadd_rn(ldf(xr + j), yn));
-    stf(xr + j, s == 1.0f ? sum : sum * s);
+  /* every load of a chunk before its stores: written as one loop, each store to x may alias the next element's loads
+   * for the compiler, so the loads ran one round trip at a time (4.9 µs a row of 2,560 under ncu) */
+  constexpr int MAXJ = WIDE ? 16 : 32;
+  for (int base = 0; base < d; base += MAXJ * nthr) {
+    float xv[MAXJ], yv[MAXJ], wv[MAXJ];
+#pragma unroll
+    for (int k = 0; k < MAXJ; k++) {
+      const int j = base + tid + k * nthr;
+      if (j < d) {
+        xv[k] = ldf(xr + j);
+        yv[k] = ldf(yr + j);
+        wv[k] = ld_any(w, wdt, j);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < MAXJ; k++) {
+      const int j = base + tid + k * nthr;
+      if (j >= d) break;
+      const float yn = rnd<T>(yv[k] * inv * (wv[k] + 0.0f));
+      /* __fadd_rn: with f32 storage rnd is the identity, and a contracted fma(y·inv, w, x) would skip the rounding
+       * of the product that the plain rmsnorm's store makes */
+      const float sum = rnd<T>(__fadd_rn(xv[k], yn));
+      stf(xr + j, s == 1.0f ? sum : sum * s);
+    }
   }
 }
 
