@@ -24,12 +24,16 @@ __device__ __forceinline__ float rnd(float v) {
  * kv_write_kernel's. */
 #define QP_MAXJ 16 /* values per lane: head_dim <= 512 */
 
+/* the inverse frequencies 1 / theta^(2i/hd) / factor, i < n_pairs, made on the host by rope_prop_kernel's formula
+ * (rope_pow: pow in double, rounded to float), so the kernel has no double pow on its chain; a kernel argument */
+struct g4_rinv { float v[256]; };
+
 template <typename T, typename KT>
 __global__ __launch_bounds__(32) void g4_qkv_post_kernel(T *q, const T *k, const T *v, const void *qw, int qwdt,
                                                          const void *kw, int kwdt, float eps, KT *kc, KT *vc,
                                                          const int32_t *pos, const int32_t *seq, const int32_t *bt,
                                                          int max_blocks, int bs, int nq, int nkv, int hd, int n_pairs,
-                                                         float theta, float factor) {
+                                                         const __grid_constant__ g4_rinv rinv) {
   pdl_trigger();
   const int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, nj = hd / 32, half = hd / 2;
   const int kind = h < nq ? 0 : (h < nq + nkv ? 1 : 2); /* q, k, v */
@@ -58,9 +62,8 @@ __global__ __launch_bounds__(32) void g4_qkv_post_kernel(T *q, const T *k, const
       const int i = lane + 32 * j;
       if (2 * j >= nj || i >= n_pairs) continue;
       const int j2 = j + half / 32;
-      const float inv_freq = 1.0f / rope_pow(theta, (float)(2 * i) / (float)hd) / factor;
       float sn, cs;
-      sincosf((float)p * inv_freq, &sn, &cs);
+      sincosf((float)p * rinv.v[i], &sn, &cs);
       const float a = x[j], b = x[j2];
       x[j] = rnd<T>(a * cs - b * sn);
       x[j2] = rnd<T>(b * cs + a * sn);
@@ -98,6 +101,9 @@ int cu_g4_qkv_post(struct hb_ctx *ctx, struct hb_tensor *q, const struct hb_tens
   }
   if (n_pairs > hd / 2) n_pairs = hd / 2; /* as rope_prop clamps it */
   if (n_pairs < 0) n_pairs = 0;
+  g4_rinv rinv;
+  for (int i = 0; i < n_pairs; i++) /* rope_prop_kernel's expression, with rope_pow's pow in double on the host */
+    rinv.v[i] = 1.0f / (float)pow((double)theta, (double)((float)(2 * i) / (float)hd)) / factor;
   dim3 grid((unsigned)n, (unsigned)(n_heads + (kv ? 2 * n_kv : 0)));
   const int32_t *pos = (const int32_t *)b->d_pos.data, *seq = (const int32_t *)b->d_seq.data,
                 *bt = (const int32_t *)b->d_block_table.data;
@@ -107,7 +113,7 @@ int cu_g4_qkv_post(struct hb_ctx *ctx, struct hb_tensor *q, const struct hb_tens
   cu_launch_pdl(ctx, "g4_qkv_post", g4_qkv_post_kernel<T, KT>, grid, dim3(32), 0,                                   \
       (T *)q->data, kv ? (const T *)k->data : NULL, kv ? (const T *)v->data : NULL, q_norm->data, (int)q_norm->dtype, \
       kw, kwdt, eps, kv ? (KT *)kv->k.data : NULL, kv ? (KT *)kv->v.data : NULL, pos, seq, bt, b->max_blocks,       \
-      b->block_size, n_heads, kv ? n_kv : 0, hd, n_pairs, theta, factor)
+      b->block_size, n_heads, kv ? n_kv : 0, hd, n_pairs, rinv)
   const bool kf16 = !kv || kv->k.dtype == HB_F16;
   if (q->dtype == HB_F16 && kf16) QP(__half, __half);
   else if (q->dtype == HB_F16) QP(__half, float);
