@@ -21,6 +21,7 @@ int cmd_run(int argc, char **argv) {
   struct hearth_model_params mp;
   hearth_model_params_default(&mp);
   mp.verbose = 1; /* the memory plan on stderr at load (weights, KV bytes per token by layer type) */
+  mp.kv_seqs = 1;  /* one session: Gemma 4's sliding layers need one window of KV */
   struct hearth_sampling sp;
   hearth_sampling_default(&sp);
   sp.temperature = 0.0f;

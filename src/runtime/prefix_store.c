@@ -13,6 +13,7 @@
 
 #include "base/prof.h"
 #include "runtime/kv_cache.h"
+#include "runtime/kv_ring.h"
 
 /* Saving, off the request path: a block registered in the prefix cache is only noted (with a pool reference,
  * so it cannot be reused before it is read); the engine reads noted blocks back in batches when it is idle
@@ -35,8 +36,11 @@ struct prefix_store {
   pthread_mutex_t mu; /* the note list */
   int n_pend;
   uint64_t pkey[PEND_MAX], pparent[PEND_MAX];
-  int32_t pid[PEND_MAX];
+  int32_t pid[PEND_MAX], psid[PEND_MAX]; /* the noted block and its sliding block (-1 without a sliding pool) */
   int32_t *ptok; /* [PEND_MAX × bs] */
+  /* a model with a sliding pool (runtime/kv_ring.h): its layers split into those the main block ids index and
+   * those the sliding ids do (the other kind's storage left out), one kv_block_read / write each */
+  struct hb_kv_layer *lfull, *lswa;
   pthread_mutex_t wmu; /* the writer's queue */
   pthread_cond_t wcv;
   struct store_job *head, *tail;
@@ -172,6 +176,21 @@ static int store_start(struct hearth_model *m, struct hearth_err *err) {
     free(st);
     return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
   }
+  if (m->kv.swa.n_blocks) {
+    const int L = m->cfg.num_hidden_layers;
+    st->lfull = malloc((size_t)L * sizeof *st->lfull);
+    st->lswa = malloc((size_t)L * sizeof *st->lswa);
+    if (!st->lfull || !st->lswa) {
+      free(st->lfull); free(st->lswa); free(st->ptok); free(st);
+      return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
+    }
+    for (int l = 0; l < L; l++) {
+      st->lfull[l] = st->lswa[l] = m->kv.layers[l];
+      struct hb_kv_layer *drop = kv_layer_in_swa(m, l) ? &st->lfull[l] : &st->lswa[l];
+      memset(&drop->k, 0, sizeof drop->k);
+      memset(&drop->v, 0, sizeof drop->v);
+    }
+  }
   pthread_mutex_init(&st->mu, NULL);
   pthread_mutex_init(&st->wmu, NULL);
   pthread_cond_init(&st->wcv, NULL);
@@ -202,12 +221,23 @@ int prefix_store_open(struct hearth_model *m, const char *dir, struct hearth_err
 
 /* Files hold each block's tokens, then the KV rows of every layer that stores KV in the backend's own element
  * format (f16 on CUDA's fast path, f32 elsewhere: the fingerprint names the backend and dtype), exactly as
- * kv_block_read packs them. Version 1 files (f32 rows read one layer at a time) are found stale and rewritten. */
+ * kv_block_read packs them. Version 1 files (f32 rows read one layer at a time) are found stale and rewritten.
+ * A model with a sliding pool writes version 3: the full layers' rows of the block, then its sliding block's rows
+ * (the sliding layers' KV of the same positions); a file of another version is ignored and removed. */
 #define STORE_VERSION 2
+#define STORE_VERSION_SWA 3
 
-static size_t kv_bytes(const struct hearth_model *m) {
-  return hb_kv_block_bytes(m->kv.layers, m->cfg.num_hidden_layers, m->kv.block_size);
+static int store_version(const struct hearth_model *m) { return m->kv.swa.n_blocks ? STORE_VERSION_SWA : STORE_VERSION; }
+
+/* the full layers' part of a payload (all of it without a sliding pool), and the sliding layers' */
+static size_t kv_bytes_full(const struct hearth_model *m) {
+  const struct hb_kv_layer *l = m->store && m->store->lfull ? m->store->lfull : m->kv.layers;
+  return hb_kv_block_bytes(l, m->cfg.num_hidden_layers, m->kv.block_size);
 }
+static size_t kv_bytes_swa(const struct hearth_model *m) {
+  return m->store && m->store->lswa ? hb_kv_block_bytes(m->store->lswa, m->cfg.num_hidden_layers, m->kv.block_size) : 0;
+}
+static size_t kv_bytes(const struct hearth_model *m) { return kv_bytes_full(m) + kv_bytes_swa(m); }
 
 static size_t payload_bytes(const struct hearth_model *m) {
   return (size_t)m->kv.block_size * sizeof(int32_t) + kv_bytes(m);
@@ -256,7 +286,7 @@ static void write_block(const struct hearth_model *m, uint64_t key, uint64_t par
   const int bs = m->kv.block_size, L = m->cfg.num_hidden_layers;
   const size_t tb = (size_t)bs * sizeof(int32_t), kvb = kv_bytes(m);
   /* the checksum covers tokens then KV, as they lie in the file */
-  struct block_header h = {STORE_MAGIC, STORE_VERSION, m->fingerprint, key, parent,
+  struct block_header h = {STORE_MAGIC, (uint32_t)store_version(m), m->fingerprint, key, parent,
                            sum4_pair(0x84222325ull, tokens, tb, kv, kvb), (uint32_t)bs, (uint32_t)L,
                            (uint32_t)(kvb / (size_t)bs), 0};
   /* a fresh name (O_EXCL, never through a link): two models of one process, or of two processes,
@@ -308,7 +338,7 @@ static int flush_locked(struct hearth_model *m) {
   const int bs = m->kv.block_size;
   const size_t kvb = kv_bytes(m);
   struct store_job *j = calloc(1, sizeof *j);
-  int32_t ids[FLUSH_BATCH];
+  int32_t ids[FLUSH_BATCH], sids[FLUSH_BATCH];
   pthread_mutex_lock(&st->mu);
   int n = st->n_pend < FLUSH_BATCH ? st->n_pend : FLUSH_BATCH;
   if (j && n > 0 && (j->tokens = malloc((size_t)n * bs * sizeof(int32_t))) && (j->kv = malloc((size_t)n * kvb))) {
@@ -316,6 +346,7 @@ static int flush_locked(struct hearth_model *m) {
     memcpy(j->key, st->pkey, (size_t)n * sizeof *j->key);
     memcpy(j->parent, st->pparent, (size_t)n * sizeof *j->parent);
     memcpy(ids, st->pid, (size_t)n * sizeof *ids);
+    memcpy(sids, st->psid, (size_t)n * sizeof *sids);
     memcpy(j->tokens, st->ptok, (size_t)n * bs * sizeof(int32_t));
   } else {
     n = 0;
@@ -325,6 +356,7 @@ static int flush_locked(struct hearth_model *m) {
   memmove(st->pkey, st->pkey + n, (size_t)st->n_pend * sizeof *st->pkey);
   memmove(st->pparent, st->pparent + n, (size_t)st->n_pend * sizeof *st->pparent);
   memmove(st->pid, st->pid + n, (size_t)st->n_pend * sizeof *st->pid);
+  memmove(st->psid, st->psid + n, (size_t)st->n_pend * sizeof *st->psid);
   memmove(st->ptok, st->ptok + (size_t)n * bs, (size_t)st->n_pend * bs * sizeof(int32_t));
   int left = st->n_pend;
   pthread_mutex_unlock(&st->mu);
@@ -332,7 +364,22 @@ static int flush_locked(struct hearth_model *m) {
     if (j) { free(j->tokens); free(j); }
     return left;
   }
-  int rc = m->be->kv_block_read(m->bctx, m->kv.layers, m->cfg.num_hidden_layers, ids, n, bs, j->kv, (size_t)n * kvb);
+  int rc;
+  if (st->lswa) { /* each part in one batch of copies, then block by block: full rows, then sliding rows */
+    const size_t fb = kv_bytes_full(m), sb = kv_bytes_swa(m);
+    char *tmp = malloc((size_t)n * kvb);
+    const int L = m->cfg.num_hidden_layers;
+    rc = !tmp || m->be->kv_block_read(m->bctx, st->lfull, L, ids, n, bs, tmp, (size_t)n * fb) ||
+         m->be->kv_block_read(m->bctx, st->lswa, L, sids, n, bs, tmp + (size_t)n * fb, (size_t)n * sb);
+    for (int i = 0; !rc && i < n; i++) {
+      memcpy(j->kv + (size_t)i * kvb, tmp + (size_t)i * fb, fb);
+      memcpy(j->kv + (size_t)i * kvb + fb, tmp + (size_t)n * fb + (size_t)i * sb, sb);
+    }
+    free(tmp);
+    for (int i = 0; i < n; i++) kv_swa_unref(&m->kv, sids[i]);
+  } else {
+    rc = m->be->kv_block_read(m->bctx, m->kv.layers, m->cfg.num_hidden_layers, ids, n, bs, j->kv, (size_t)n * kvb);
+  }
   for (int i = 0; i < n; i++) kv_block_unref(&m->kv, ids[i]);
   if (rc) { /* best effort: these blocks are not saved */
     free(j->tokens);
@@ -353,14 +400,17 @@ static int flush_locked(struct hearth_model *m) {
   return left;
 }
 
-void prefix_store_note(struct hearth_model *m, uint64_t key, uint64_t parent, const int32_t *tokens, int32_t id) {
+void prefix_store_note(struct hearth_model *m, uint64_t key, uint64_t parent, const int32_t *tokens, int32_t id,
+                       int32_t sid) {
   struct prefix_store *st = m->store;
-  if (!st || !m->be->kv_block_read || on_disk(m, key)) return;
+  if (!st || !m->be->kv_block_read || (st->lswa && sid < 0) || on_disk(m, key)) return;
   const int bs = m->kv.block_size;
   pthread_mutex_lock(&st->mu);
   int full = st->n_pend == PEND_MAX;
   if (!full) {
     kv_block_ref(&m->kv, id);
+    if (st->lswa) kv_swa_ref(&m->kv, sid);
+    st->psid[st->n_pend] = st->lswa ? sid : -1;
     st->pkey[st->n_pend] = key;
     st->pparent[st->n_pend] = parent;
     st->pid[st->n_pend] = id;
@@ -372,7 +422,7 @@ void prefix_store_note(struct hearth_model *m, uint64_t key, uint64_t parent, co
     pthread_mutex_lock(&m->forward_mu);
     while (flush_locked(m) > PEND_MAX - FLUSH_BATCH) {}
     pthread_mutex_unlock(&m->forward_mu);
-    prefix_store_note(m, key, parent, tokens, id);
+    prefix_store_note(m, key, parent, tokens, id, sid);
   }
 }
 
@@ -402,6 +452,8 @@ void prefix_store_close(struct hearth_model *m) {
   pthread_mutex_destroy(&st->wmu);
   pthread_cond_destroy(&st->wcv);
   free(st->ptok);
+  free(st->lfull);
+  free(st->lswa);
   free(st);
   m->store = NULL;
 }
@@ -433,7 +485,7 @@ static int load_one(struct load_job *J, int i) {
   int32_t *tok = malloc(tb);
   char *kv = J->kv + (size_t)i * kvb;
   int bad = !tok || fstat(fd, &sb) || !S_ISREG(sb.st_mode) || (size_t)sb.st_size != sizeof h + tb + kvb ||
-            read_all(fd, &h, sizeof h) || h.magic != STORE_MAGIC || h.version != STORE_VERSION ||
+            read_all(fd, &h, sizeof h) || h.magic != STORE_MAGIC || h.version != (uint32_t)store_version(m) ||
             h.fingerprint != m->fingerprint || h.key != J->key[i] || h.parent != J->parent[i] ||
             h.block_size != (uint32_t)bs || h.n_layers != (uint32_t)L || h.width != (uint32_t)(kvb / (size_t)bs) ||
             read_all(fd, tok, tb) || read_all(fd, kv, kvb) || read(fd, &extra, 1) != 0;
@@ -466,9 +518,28 @@ static void load_blocks(struct load_job *J) {
   for (int t = 0; t < nth; t++) pthread_join(th[t], NULL);
 }
 
+/* a sliding-pool model's run of ok blocks: the parts of each payload apart, each part uploaded in one batch */
+static int write_split(struct hearth_model *m, const int32_t *ids, const int32_t *sids, int ok, const char *kv) {
+  const struct prefix_store *st = m->store;
+  const int L = m->cfg.num_hidden_layers, bs = m->kv.block_size;
+  const size_t fb = kv_bytes_full(m), sb = kv_bytes_swa(m), kvb = fb + sb;
+  char *tmp = malloc((size_t)ok * kvb);
+  if (!tmp) return -1;
+  for (int i = 0; i < ok; i++) {
+    memcpy(tmp + (size_t)i * fb, kv + (size_t)i * kvb, fb);
+    memcpy(tmp + (size_t)ok * fb + (size_t)i * sb, kv + (size_t)i * kvb + fb, sb);
+  }
+  int rc = m->be->kv_block_write(m->bctx, st->lfull, L, ids, ok, bs, tmp, (size_t)ok * fb) ||
+           m->be->kv_block_write(m->bctx, st->lswa, L, sids, ok, bs, tmp + (size_t)ok * fb, (size_t)ok * sb);
+  free(tmp);
+  return rc;
+}
+
 int prefix_store_load_run(struct hearth_model *m, const uint64_t *key, const uint64_t *parent, const int32_t *tokens,
-                          int n, int32_t *ids) {
+                          int n, int32_t *ids, int32_t *sids) {
   if (!m->store_dir || !m->be->kv_block_write || n <= 0) return 0;
+  const int split = m->store && m->store->lswa;
+  if (split && !sids) return 0;
   const int L = m->cfg.num_hidden_layers, bs = m->kv.block_size;
   const size_t kvb = kv_bytes(m);
   /* the run ends at the first block that is not on disk: look before reading anything */
@@ -477,7 +548,7 @@ int prefix_store_load_run(struct hearth_model *m, const uint64_t *key, const uin
   if (run == 0) return 0;
   /* the readers fill the backend's pinned buffer (allocated at open) in chunks that fit it, so the upload needs no
    * staging copy and the bytes no fresh pages; without one, ordinary memory for the whole run */
-  char *pin = m->be->host_pinned ? m->be->host_pinned(m->bctx, LOAD_PIN_BYTES) : NULL;
+  char *pin = m->be->host_pinned && !split ? m->be->host_pinned(m->bctx, LOAD_PIN_BYTES) : NULL;
   int per = pin ? (int)(LOAD_PIN_BYTES / kvb) : run;
   if (per < 1) per = 1, pin = NULL;
   if (per > run) per = run;
@@ -502,19 +573,30 @@ int prefix_store_load_run(struct hearth_model *m, const uint64_t *key, const uin
     int ok = 0;
     while (ok < c && J.ok[ok]) ok++;
     prof_add(PROF_STORE_READ, t0, ok);
-    for (int i = 0; i < ok; i++)
+    for (int i = 0; i < ok; i++) {
       if ((ids[got + i] = kv_block_alloc(&m->kv)) < 0) {
         ok = i;
         break;
       }
+      if (split && (sids[got + i] = kv_swa_alloc(&m->kv)) < 0) {
+        kv_block_unref(&m->kv, ids[got + i]);
+        ok = i;
+        break;
+      }
+    }
     t0 = prof_now();
-    if (ok > 0 && m->be->kv_block_write(m->bctx, m->kv.layers, L, ids + got, ok, bs, J.kv, (size_t)ok * kvb)) {
-      for (int i = 0; i < ok; i++) kv_block_unref(&m->kv, ids[got + i]);
+    if (ok > 0 && (split ? write_split(m, ids + got, sids + got, ok, J.kv)
+                         : m->be->kv_block_write(m->bctx, m->kv.layers, L, ids + got, ok, bs, J.kv, (size_t)ok * kvb))) {
+      for (int i = 0; i < ok; i++) {
+        kv_block_unref(&m->kv, ids[got + i]);
+        if (split) kv_swa_unref(&m->kv, sids[got + i]);
+      }
       ok = 0;
     }
     prof_add(PROF_STORE_UPLOAD, t0, ok);
     for (int i = 0; i < ok; i++)
-      kv_prefix_register(&m->kv, key[got + i], parent[got + i], tokens + (size_t)(got + i) * bs, ids[got + i]);
+      kv_prefix_register(&m->kv, key[got + i], parent[got + i], tokens + (size_t)(got + i) * bs, ids[got + i],
+                         split ? sids[got + i] : -1);
     got += ok;
     if (ok < c) break; /* the run ends at the first block that failed */
   }
