@@ -89,16 +89,30 @@ int kv_ring_intact(const struct kv_pool *p, const int32_t *sb, int n_blocks, int
   return 1;
 }
 
-int kv_ring_release_dead(struct kv_pool *p, int32_t *sb, int n_blocks, int next) {
+/* blocks dead for queries at >= next, except those a query at `keep` sees */
+static int release_dead_keep(struct kv_pool *p, int32_t *sb, int n_blocks, int keep, int next) {
   const int bs = p->block_size, lo = next - p->swa.window + 1; /* the lowest key a query at >= next sees */
+  const int klo = keep - p->swa.window + 1 > 0 ? (keep - p->swa.window + 1) / bs : 0, khi = keep > 0 ? (keep - 1) / bs : -1;
   int gone = 0;
   for (int b = 0; b < n_blocks && (b + 1) * bs <= lo; b++)
-    if (sb[b] >= 0) {
+    if (sb[b] >= 0 && (b < klo || b > khi)) {
       kv_swa_unref(p, sb[b]);
       sb[b] = -1;
       gone++;
     }
   return gone;
+}
+
+int kv_ring_release_dead(struct kv_pool *p, int32_t *sb, int n_blocks, int next) {
+  return release_dead_keep(p, sb, n_blocks, next, next);
+}
+
+int kv_ring_fill(struct kv_pool *p, int32_t *sb, int n_blocks, int keep, int from, int to) {
+  release_dead_keep(p, sb, n_blocks, keep, from);
+  const int bs = p->block_size, lo = from - p->swa.window + 1 > 0 ? from - p->swa.window + 1 : 0;
+  for (int b = lo / bs; b < n_blocks && b * bs < to; b++)
+    if (sb[b] < 0 && (sb[b] = kv_swa_alloc(p)) < 0) return -1;
+  return 0;
 }
 
 void kv_ring_release(struct kv_pool *p, int32_t *sb, int from, int to) {

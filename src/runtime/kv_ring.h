@@ -36,6 +36,11 @@ int kv_swa_used(struct kv_pool *p);
 int kv_ring_intact(const struct kv_pool *p, const int32_t *sb, int n_blocks, int n);
 /* Gives back the blocks no query at position >= next can see; returns how many went. */
 int kv_ring_release_dead(struct kv_pool *p, int32_t *sb, int n_blocks, int next);
+/* Before the positions [from, to) are evaluated: gives back what no query at >= from sees (kv_ring_release_dead)
+ * except the window of a query at keep <= from (the call's start: a call that fails, or a peek, cuts back there),
+ * then maps every unmapped block from the window of `from` through position to - 1 (sb[0..n_blocks) must reach
+ * it). Returns 0, or -1 when the sliding pool is dry (what was mapped stays). */
+int kv_ring_fill(struct kv_pool *p, int32_t *sb, int n_blocks, int keep, int from, int to);
 /* Unrefs the mapped entries of sb[from..to) and marks them -1. */
 void kv_ring_release(struct kv_pool *p, int32_t *sb, int from, int to);
 /* sb[0..n) into a batch's table row: unmapped entries name a mapped block of the row (never read: outside the
@@ -43,4 +48,7 @@ void kv_ring_release(struct kv_pool *p, int32_t *sb, int from, int to);
 void kv_ring_stage(int32_t *dst, const int32_t *sb, int n);
 /* mapped entries of sb[0..n) */
 int kv_ring_held(const int32_t *sb, int n);
+/* the sliding blocks a session holds (runtime/session.c; tests) */
+struct hearth_session;
+int session_swa_held(const struct hearth_session *s);
 #endif

@@ -343,7 +343,7 @@ int hearth_model_load(const struct hearth_model_params *p, struct hearth_model *
                    : m->cfg.is_embedding              ? MAX_BATCH_TOKENS_CUDA_EMBED
                                                       : MAX_BATCH_TOKENS_CUDA;
   /* Gemma 4's sliding layers keep a window of KV per session in a pool of their own (runtime/kv_ring.h) */
-  int swa_blocks = 0, window = m->cfg.family == HEARTH_FAMILY_GEMMA4 ? m->cfg.g4.sliding_window : 0;
+  int swa_blocks = 0, window = m->cfg.family == HEARTH_FAMILY_GEMMA4 && p->kv_seqs >= 0 ? m->cfg.g4.sliding_window : 0;
   for (int l = 0; window > 0 && l < m->cfg.num_hidden_layers; l++)
     if (m->cfg.layer[l].sliding && m->cfg.layer[l].kv_source == l)
       swa_blocks = kv_swa_blocks((kv_tokens + KV_BLOCK - 1) / KV_BLOCK, KV_BLOCK, window, p->kv_seqs, max_tokens);

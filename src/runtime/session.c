@@ -44,6 +44,7 @@ struct hearth_session {
 };
 
 void session_set_unkeyed(struct hearth_session *s) { s->unkeyed = 1; }
+int session_swa_held(const struct hearth_session *s) { return s->sblocks ? kv_ring_held(s->sblocks, s->n_blocks) : 0; }
 
 /* The root of a session's block-hash chain: a row-invariant session's blocks were computed with other kernels
  * (CUDA), so they are another cache entry than the same tokens computed on the fast path */
@@ -109,11 +110,11 @@ void hearth_session_set_row_invariant(struct hearth_session *s, int on) {
   s->invariant = on != 0;
 }
 
-/* Registers the session's newly completed full blocks in the prefix cache. */
+/* Registers the session's newly completed full blocks in the prefix cache (after a call that keeps its tokens);
+ * then the sliding blocks out of sight from the next position go back (the cache holds those it took). */
 static void key_full_blocks(struct hearth_session *s) {
-  if (s->unkeyed) return;
   int bs = s->m->kv.block_size;
-  for (int b = s->n_keyed; b < s->n_tokens / bs; b++) {
+  for (int b = s->n_keyed; !s->unkeyed && b < s->n_tokens / bs; b++) {
     uint64_t parent = b ? s->bhash[b - 1] : chain_root(s);
     const int32_t *t = s->tokens + (size_t)b * bs;
     s->bhash[b] = prefix_hash(parent, t, bs);
@@ -122,6 +123,7 @@ static void key_full_blocks(struct hearth_session *s) {
       prefix_store_note(s->m, s->bhash[b], parent, t, s->blocks[b], sid); /* saved later, off this path */
     s->n_keyed = b + 1;
   }
+  if (s->sblocks) kv_ring_release_dead(&s->m->kv, s->sblocks, s->n_blocks, s->n_tokens);
 }
 
 /* attach_cached's disk path at block s->n_tokens / bs: the chain of keys of the full blocks that may be attached
@@ -219,20 +221,23 @@ const float *hearth_session_logits(const struct hearth_session *s) {
   return s->has_out && !s->m->cfg.is_embedding ? s->out : NULL;
 }
 
+static int ring_dry(const struct hearth_session *s, struct hearth_err *err) {
+  return err_set(err, HEARTH_ERR_CTX_FULL, "KV cache is full (the sliding-window pool's %d blocks of %d tokens in use)",
+                 s->m->kv.swa.n_blocks, s->m->kv.block_size);
+}
+
 static int ensure_blocks(struct hearth_session *s, int n_tokens, struct hearth_err *err) {
   int need = (n_tokens + s->m->kv.block_size - 1) / s->m->kv.block_size;
-  /* the sliding blocks no query from the next position on can see go back first (kv_ring.h) */
-  if (s->sblocks) kv_ring_release_dead(&s->m->kv, s->sblocks, s->n_blocks, s->n_tokens);
   while (s->n_blocks < need) {
     int32_t id = kv_block_alloc(&s->m->kv);
     if (id < 0) return err_set(err, HEARTH_ERR_CTX_FULL, "KV cache is full (%d blocks of %d tokens in use)", s->m->kv.n_blocks, s->m->kv.block_size);
-    if (s->sblocks && (s->sblocks[s->n_blocks] = kv_swa_alloc(&s->m->kv)) < 0) {
-      kv_block_unref(&s->m->kv, id);
-      return err_set(err, HEARTH_ERR_CTX_FULL, "KV cache is full (the sliding-window pool's %d blocks of %d tokens in use)",
-                     s->m->kv.swa.n_blocks, s->m->kv.block_size);
-    }
+    if (s->sblocks) s->sblocks[s->n_blocks] = -1;
     s->blocks[s->n_blocks++] = id;
   }
+  /* sliding blocks: those out of sight go back, the first forward pass's new ones are mapped (a longer call maps
+   * the rest pass by pass: ring_pass) */
+  int to = s->n_tokens + s->m->scratch.max_tokens < n_tokens ? s->n_tokens + s->m->scratch.max_tokens : n_tokens;
+  if (s->sblocks && kv_ring_fill(&s->m->kv, s->sblocks, s->n_blocks, s->n_tokens, s->n_tokens, to)) return ring_dry(s, err);
   return 0;
 }
 
@@ -770,6 +775,11 @@ static int session_forward_k(struct hearth_session **ss, int n, const int32_t *c
       int take = left < T - nt ? left : T - nt;
       if (every && take > m->scratch.max_out) take = m->scratch.max_out;
       struct hearth_session *s = ss[i];
+      /* ring_pass: the sliding blocks of this pass's positions (kv_ring.h) */
+      if (s->sblocks && kv_ring_fill(&m->kv, s->sblocks, s->n_blocks, start[i], s->n_tokens, s->n_tokens + take)) {
+        rc = ring_dry(s, err);
+        break;
+      }
       int sq = nseq++;
       memcpy(m->b_bt + (size_t)sq * MB, s->blocks, (size_t)s->n_blocks * sizeof(int32_t));
       if (s->sblocks) kv_ring_stage(m->b_bt_swa + (size_t)sq * MB, s->sblocks, s->n_blocks);
@@ -788,7 +798,7 @@ static int session_forward_k(struct hearth_session **ss, int n, const int32_t *c
       m->b_len[sq] = s->n_tokens;
       if (!every && done[i] == counts[i]) { m->b_out[nout] = nt - 1; owner[nout] = i; nout++; }
     }
-    if (nt == 0) break;
+    if (rc || nt == 0) break;
     /* a long prompt is several batches: the caller may give up between them (client gone) */
     if (ss[0]->abort_fn && n == 1 && ss[0]->abort_fn(ss[0]->abort_arg)) {
       rc = err_set(err, HEARTH_ERR_CANCELLED, "cancelled");

@@ -8,7 +8,10 @@
  *                  tensors on shared layers are ignored; a missing layer_scalar or v_proj is named in the error.
  *   cached:        the paged-cache path (prefill in chunks, then one token at a time, past the sliding window)
  *                  gives the logits of one whole-sequence prefill, for the E-style and the K = V dense model;
- *                  the text-only layout (model.*, gemma4_text) gives the multimodal layout's logits. */
+ *                  the text-only layout (model.*, gemma4_text) gives the multimodal layout's logits.
+ *   ring*:         the sliding-window ring (runtime/kv_ring.h) against keeping every position, on the gemma4_e
+ *                  fixture: bit-identical logits (ring_cases.h), blocks given back in a small pool, the KV bytes
+ *                  allocated, the disk store's version 3 round trip. */
 #include <stdint.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -437,7 +440,96 @@ TEST_GROUP(disk_cache) {
   remove_dir();
 }
 
+#include "ring_cases.h"
+
+static const char *fixture_e(char *buf, size_t n) {
+  snprintf(buf, n, "%s/tests/fixtures/model/gemma4_e", HEARTH_SOURCE_DIR);
+  return buf;
+}
+
+/* The sliding-window ring (runtime/kv_ring.h; the fixture's window is 8 keys, blocks are 16 tokens) gives what
+ * keeping every position gives, bit for bit: ring_cases.h's script with a sliding pool as large as the main one
+ * (kv_seqs 0) and a small one (kv_seqs 1), f32 and int4. */
+TEST_GROUP(ring) {
+  char dir[512];
+  fixture_e(dir, sizeof dir);
+  ring_vs_keep(dir, HEARTH_BACKEND_CPU, HEARTH_DTYPE_F32, 0, 1);
+  ring_vs_keep(dir, HEARTH_BACKEND_CPU, HEARTH_DTYPE_F32, 1, 1);
+  ring_vs_keep(dir, HEARTH_BACKEND_CPU, HEARTH_DTYPE_INT4, 1, 1);
+}
+
+/* blocks go back: a 1,000-token session in a 38-block sliding pool (ring_cases.h) */
+TEST_GROUP(ring_small_pool) {
+  char dir[512];
+  fixture_e(dir, sizeof dir);
+  ring_small_pool_case(dir, HEARTH_BACKEND_CPU, HEARTH_DTYPE_F32);
+}
+
+/* The memory a long context takes: the sliding layers' pool of a one-session model is a few windows, not the
+ * context (E-style fixture: layers 0, 1 sliding 1 x 32 wide, layer 2 full 1 x 64; f32 K and V). */
+TEST_GROUP(ring_memory) {
+  char dir[512];
+  fixture_e(dir, sizeof dir);
+  struct hearth_err err = {0};
+  struct hearth_model *keep = ring_load(dir, HEARTH_BACKEND_CPU, HEARTH_DTYPE_F32, 32768, -1, NULL, &err);
+  struct hearth_model *ring = ring_load(dir, HEARTH_BACKEND_CPU, HEARTH_DTYPE_F32, 32768, 1, NULL, &err);
+  REQUIRE(keep && ring);
+  const uint64_t tok = 32768, full = 2 * 64 * 4, sl = 2 * (32 + 32) * 4;
+  CHECKF(hearth_model_info(keep)->kv_bytes == tok * (full + sl), "keep everything: %llu B",
+         (unsigned long long)hearth_model_info(keep)->kv_bytes);
+  CHECKF(hearth_model_info(ring)->kv_bytes == tok * full + 38ull * 16 * sl, "ring: %llu B",
+         (unsigned long long)hearth_model_info(ring)->kv_bytes);
+  hearth_model_free(keep);
+  hearth_model_free(ring);
+}
+
+/* The disk store with sliding blocks (format version 3): a ring model's blocks saved by one load resume a long
+ * prompt in the next with the logits of keeping everything, bit for bit; files of the layout before (version 2,
+ * written by a model that keeps everything) are not taken by a ring model, and the reverse. */
+TEST_GROUP(ring_disk) {
+  char dir[512], store[300], cmd[700];
+  fixture_e(dir, sizeof dir);
+  snprintf(store, sizeof store, "/tmp/hearth_test_ring_kv_XXXXXX");
+  REQUIRE(mkdtemp(store));
+  struct hearth_err err = {0};
+  enum { N = 150 };
+  int32_t t[N];
+  for (int i = 0; i < N; i++) t[i] = (i * 29 + 7) % 512;
+  float want[512], got[512];
+  /* the reference: keeping everything, no store */
+  struct hearth_model *m = ring_load(dir, HEARTH_BACKEND_CPU, HEARTH_DTYPE_F32, 4096, -1, NULL, &err);
+  REQUIRE(m);
+  struct hearth_session *s = NULL;
+  REQUIRE(hearth_session_new(m, NULL, &s, &err) == 0);
+  REQUIRE(hearth_session_sync(s, t, N, &err) == 0);
+  memcpy(want, hearth_session_logits(s), sizeof want);
+  hearth_session_free(s);
+  hearth_model_free(m);
+  /* rounds: ring writes; ring reads (9 blocks); keep-everything finds version 3 files and ignores them (removing
+   * them), writing version 2; ring ignores those in turn */
+  const int seqs[4] = {1, 1, -1, 1}, reuse[4] = {0, 144, 0, 0};
+  for (int r = 0; r < 4; r++) {
+    m = ring_load(dir, HEARTH_BACKEND_CPU, HEARTH_DTYPE_F32, 4096, seqs[r], store, &err);
+    CHECKF(m != NULL, "round %d: %s", r, err.msg);
+    if (!m) break;
+    s = NULL;
+    CHECK(hearth_session_new(m, NULL, &s, &err) == 0);
+    CHECKF(s && hearth_session_sync(s, t, N, &err) == 0, "round %d: %s", r, err.msg);
+    if (s && hearth_session_logits(s)) {
+      memcpy(got, hearth_session_logits(s), sizeof got);
+      CHECKF(!memcmp(want, got, sizeof got), "round %d: logits differ from keeping everything", r);
+      CHECKF(hearth_session_n_reused(s) == reuse[r], "round %d: reused %d tokens, want %d", r,
+             hearth_session_n_reused(s), reuse[r]);
+    }
+    hearth_session_free(s);
+    hearth_model_free(m); /* saves what is noted */
+  }
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", store);
+  CHECK(system(cmd) == 0);
+}
+
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmisleading-indentation"
 #endif
-TEST_MAIN(T(real_configs), T(config_forms), T(bind), T(cached), T(disk_cache))
+TEST_MAIN(T(real_configs), T(config_forms), T(bind), T(cached), T(disk_cache), T(ring), T(ring_small_pool), T(ring_memory),
+          T(ring_disk))
