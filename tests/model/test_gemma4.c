@@ -483,49 +483,11 @@ TEST_GROUP(ring_memory) {
   hearth_model_free(ring);
 }
 
-/* The disk store with sliding blocks (format version 3): a ring model's blocks saved by one load resume a long
- * prompt in the next with the logits of keeping everything, bit for bit; files of the layout before (version 2,
- * written by a model that keeps everything) are not taken by a ring model, and the reverse. */
+/* the disk store's version 3 round trip (ring_cases.h) */
 TEST_GROUP(ring_disk) {
-  char dir[512], store[300], cmd[700];
+  char dir[512];
   fixture_e(dir, sizeof dir);
-  snprintf(store, sizeof store, "/tmp/hearth_test_ring_kv_XXXXXX");
-  REQUIRE(mkdtemp(store));
-  struct hearth_err err = {0};
-  enum { N = 150 };
-  int32_t t[N];
-  for (int i = 0; i < N; i++) t[i] = (i * 29 + 7) % 512;
-  float want[512], got[512];
-  /* the reference: keeping everything, no store */
-  struct hearth_model *m = ring_load(dir, HEARTH_BACKEND_CPU, HEARTH_DTYPE_F32, 4096, -1, NULL, &err);
-  REQUIRE(m);
-  struct hearth_session *s = NULL;
-  REQUIRE(hearth_session_new(m, NULL, &s, &err) == 0);
-  REQUIRE(hearth_session_sync(s, t, N, &err) == 0);
-  memcpy(want, hearth_session_logits(s), sizeof want);
-  hearth_session_free(s);
-  hearth_model_free(m);
-  /* rounds: ring writes; ring reads (9 blocks); keep-everything finds version 3 files and ignores them (removing
-   * them), writing version 2; ring ignores those in turn */
-  const int seqs[4] = {1, 1, -1, 1}, reuse[4] = {0, 144, 0, 0};
-  for (int r = 0; r < 4; r++) {
-    m = ring_load(dir, HEARTH_BACKEND_CPU, HEARTH_DTYPE_F32, 4096, seqs[r], store, &err);
-    CHECKF(m != NULL, "round %d: %s", r, err.msg);
-    if (!m) break;
-    s = NULL;
-    CHECK(hearth_session_new(m, NULL, &s, &err) == 0);
-    CHECKF(s && hearth_session_sync(s, t, N, &err) == 0, "round %d: %s", r, err.msg);
-    if (s && hearth_session_logits(s)) {
-      memcpy(got, hearth_session_logits(s), sizeof got);
-      CHECKF(!memcmp(want, got, sizeof got), "round %d: logits differ from keeping everything", r);
-      CHECKF(hearth_session_n_reused(s) == reuse[r], "round %d: reused %d tokens, want %d", r,
-             hearth_session_n_reused(s), reuse[r]);
-    }
-    hearth_session_free(s);
-    hearth_model_free(m); /* saves what is noted */
-  }
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", store);
-  CHECK(system(cmd) == 0);
+  ring_disk_case(dir, HEARTH_BACKEND_CPU, HEARTH_DTYPE_F32);
 }
 
 #if defined(__GNUC__) && !defined(__clang__)
