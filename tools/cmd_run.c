@@ -13,7 +13,8 @@ static void usage(void) {
           "usage: hearth run --model DIR (--prompt-ids \"ID ID ...\" | --prompt TEXT) [-n N] [--ids]\n"
           "                  [--dtype int4|bf16|f32] [--backend cpu|cuda] [--threads T] [--exact]\n"
           "                  [--temperature X] [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
-          "                  [--repetition-penalty X] [--ignore-eos]\n");
+          "                  [--repetition-penalty X] [--ignore-eos] [--kv-tokens N] [--kv-seqs N (1; -1: Gemma 4's\n"
+          "                  sliding layers keep every position)]\n");
 }
 
 

@@ -187,7 +187,7 @@ static void ring_vs_keep(const char *dir, enum hearth_backend_kind be, enum hear
  * blocks below the window go back and the prefix cache gives up its oldest sliding parts. A second session resumes
  * the whole prefix (its last window's sliding blocks are the cache's newest); a third, a prefix whose sliding
  * blocks were given up, is recomputed. Logits bit-identical to keeping everything. */
-static void ring_small_pool_case(const char *dir, enum hearth_backend_kind be, enum hearth_dtype dt) {
+__attribute__((unused)) static void ring_small_pool_case(const char *dir, enum hearth_backend_kind be, enum hearth_dtype dt) {
   struct hearth_err err = {0};
   enum { N = 1000 };
   int32_t *t = malloc((N + 1) * sizeof *t), *u = malloc(201 * sizeof *u);
