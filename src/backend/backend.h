@@ -117,6 +117,9 @@ struct hb_sample_pen { int32_t id, count; };
 /* the sample op's ids[i] for a row holding a NaN or an infinity (nothing is drawn from it) */
 #define HB_SAMPLE_NONFINITE (-2)
 
+/* the gate activation of a gated MLP (norm_swiglu) */
+enum { HB_ACT_SILU = 0, HB_ACT_GELU_TANH = 1 };
+
 struct hb_attn_params {
   int n_heads, n_kv_heads, head_dim;
   float scale;   /* multiplies q·k */
@@ -226,10 +229,12 @@ struct hb_ops {
                           const struct hb_tensor *const *ws, const struct hb_tensor *const *biases,
                           struct hb_tensor *q, struct hb_kv_layer *kv, const struct hb_batch *b, int n_heads,
                           float theta, int n);
-  /* out = silu(xn·w_gateᵀ) * (xn·w_upᵀ), xn = rmsnorm(x, norm_w, eps). Returns 1, having done nothing,
-   * when it does not cover the shapes (callers then run norm_matmul + silu_matmul); 0 when it ran. */
+  /* out = act(xn·w_gateᵀ) * (xn·w_upᵀ), xn = rmsnorm(x, norm_w, eps), act HB_ACT_SILU (SwiGLU) or HB_ACT_GELU_TANH
+   * (Gemma 4's GeGLU, the formula of gelu_mul). Returns 1, having done nothing, when it does not cover the shapes
+   * (callers then run the plain ops); 0 when it ran. */
   int (*norm_swiglu)(struct hb_ctx *ctx, const struct hb_tensor *x, const struct hb_tensor *norm_w, float eps,
-                     const struct hb_tensor *w_gate, const struct hb_tensor *w_up, struct hb_tensor *out, int n);
+                     const struct hb_tensor *w_gate, const struct hb_tensor *w_up, struct hb_tensor *out, int n,
+                     int act);
   /* Decoding one step ahead (runtime/session.c): NULL when a backend does not offer it.
    * read_start enqueues a copy of rows [0, n_rows) of the I32 tensor t into the backend's pinned host slot
    * `slot` (0 or 1) and returns at once; read_finish waits for that copy alone (not for work enqueued after
@@ -299,6 +304,17 @@ struct hb_ops {
    * penalties) holds a NaN or an infinity. rows and pen are host arrays, read before the call returns. */
   void (*sample)(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, const struct hb_sample_row *rows,
                  const struct hb_sample_pen *pen, int n_pen, struct hb_tensor *ids);
+  /* ---- Gemma 4 fusions (model/gemma4.c); NULL: the plain ops. Each is bit-identical to the sequence it names. ---- */
+  /* After a layer's QKV projections: q = rope_prop(rmsnorm(q, q_norm) per head) in place; with kv (not NULL) also
+   * k = rope_prop(rmsnorm(k, k_norm)), v = rmsnorm(v) without a weight, and kv_write(kv, k, v) (k and v themselves may
+   * be left as they were). n = b->n_tokens. Returns 1, having done nothing, when it does not cover the shapes. */
+  int (*g4_qkv_post)(struct hb_ctx *ctx, struct hb_tensor *q, const struct hb_tensor *k, const struct hb_tensor *v,
+                     const struct hb_tensor *q_norm, const struct hb_tensor *k_norm, float eps, struct hb_kv_layer *kv,
+                     const struct hb_batch *b, int n_heads, int n_kv_heads, int head_dim, int n_pairs, float theta,
+                     float factor);
+  /* x = (x + rmsnorm(y, w, eps)) * s over the first n rows (y unchanged): rmsnorm(y, y, w), add(x, y), scale(x, s) */
+  void (*norm_add)(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *y, const struct hb_tensor *w,
+                   float eps, float s, int n);
 };
 
 /* Backends compiled into this build. hb_cuda_ops is NULL-safe: hb_get returns NULL when absent. */

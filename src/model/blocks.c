@@ -77,7 +77,7 @@ void block_mlp_swiglu(struct hearth_model *m, const struct layer_weights *L, int
                    u = rows_view(&s->up, n), o = rows_view(&s->o, n);
   /* decode: silu(gate) * up in the gate/up GEMV's epilogue, then x += h·Wdᵀ in one launch */
   if (be->norm_swiglu && be->norm_matmul &&
-      !be->norm_swiglu(c, &x, &L->ffn_norm, m->cfg.rms_norm_eps, &L->w_gate, &L->w_up, &g, n)) {
+      !be->norm_swiglu(c, &x, &L->ffn_norm, m->cfg.rms_norm_eps, &L->w_gate, &L->w_up, &g, n, HB_ACT_SILU)) {
     struct hb_tensor *outs[1] = {&x};
     const struct hb_tensor *ws[1] = {&L->w_down};
     be->norm_matmul(c, &g, NULL, 0.0f, 0.0f, 1, outs, ws, NULL, n, 1);

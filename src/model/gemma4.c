@@ -139,6 +139,11 @@ static void ple_inputs(struct hearth_model *m, int n) {
   be->scale(c, &ple, (float)(1.0 / sqrt(2.0)), n);
 }
 
+/* The decode fusions (backend.h: norm_matmul, g4_qkv_post, norm_add, norm_swiglu with GeGLU): about 12 launches a
+ * layer instead of 25 (bench/NOTES.md, session 27). A backend without them (the CPU's) runs the plain ops; where a
+ * fused op declines a shape, the plain ops it stands for run instead. */
+static int fused(const struct hb_ops *be) { return be->g4_qkv_post && be->norm_add && be->norm_matmul; }
+
 /* The batch as a sliding layer sees it: the sliding pool's block tables when the model has that pool
  * (runtime/kv_ring.h; a shared sliding layer's source is a sliding layer too). Positions and lengths are the
  * batch's own, so the ops need nothing new. */
@@ -167,18 +172,32 @@ static void attention(struct hearth_model *m, int i, struct hb_batch *b_all) {
   float theta = y->sliding ? cfg->rope_theta : cfg->g4.rope_theta_full;
   int pairs = y->sliding ? hd / 2 : cfg->g4.rope_pairs_full;
   float factor = y->sliding ? 1.0f : cfg->g4.rope_factor_full;
-  be->rmsnorm(c, &xn, &x, &W->attn_norm, cfg->rms_norm_eps, 0.0f);
-  be->matmul(c, &q, &xn, &W->wq, NULL, n);
-  be->rmsnorm(c, &q, &q, &W->q_norm, cfg->rms_norm_eps, 0.0f);
-  be->rope_prop(c, &q, b, nq, hd, pairs, theta, factor);
-  if (y->kv_source == i) {
-    be->matmul(c, &k, &xn, &W->wk, NULL, n);
-    /* K = V layers: V is the raw k_proj output (before k_norm and RoPE); computed again rather than copied */
-    be->matmul(c, &v, &xn, y->k_eq_v ? &W->wk : &W->wv, NULL, n);
-    be->rmsnorm(c, &k, &k, &W->k_norm, cfg->rms_norm_eps, 0.0f);
-    be->rope_prop(c, &k, b, nkv, hd, pairs, theta, factor);
-    be->rmsnorm(c, &v, &v, ones, cfg->rms_norm_eps, 0.0f);
-    be->kv_write(c, &m->kv.layers[i], &k, &v, b);
+  const float eps = cfg->rms_norm_eps;
+  const int own = y->kv_source == i, fz = fused(be); /* own: the layer writes K/V (not KV-shared) */
+  /* K = V layers: V is the raw k_proj output (before k_norm and RoPE); computed again rather than copied */
+  const struct hb_tensor *wv = y->k_eq_v ? &W->wk : &W->wv;
+  if (fz) {
+    struct hb_tensor *outs[3] = {&q, &k, &v};
+    const struct hb_tensor *ws[3] = {&W->wq, &W->wk, wv}, *bs[3] = {NULL, NULL, NULL};
+    be->norm_matmul(c, &x, &W->attn_norm, eps, 0.0f, own ? 3 : 1, outs, ws, bs, n, 0);
+  } else {
+    be->rmsnorm(c, &xn, &x, &W->attn_norm, eps, 0.0f);
+    be->matmul(c, &q, &xn, &W->wq, NULL, n);
+    if (own) {
+      be->matmul(c, &k, &xn, &W->wk, NULL, n);
+      be->matmul(c, &v, &xn, wv, NULL, n);
+    }
+  }
+  if (!fz || be->g4_qkv_post(c, &q, &k, &v, &W->q_norm, &W->k_norm, eps, own ? &m->kv.layers[i] : NULL, b, nq, nkv,
+                             hd, pairs, theta, factor)) {
+    be->rmsnorm(c, &q, &q, &W->q_norm, eps, 0.0f);
+    be->rope_prop(c, &q, b, nq, hd, pairs, theta, factor);
+    if (own) {
+      be->rmsnorm(c, &k, &k, &W->k_norm, eps, 0.0f);
+      be->rope_prop(c, &k, b, nkv, hd, pairs, theta, factor);
+      be->rmsnorm(c, &v, &v, ones, eps, 0.0f);
+      be->kv_write(c, &m->kv.layers[i], &k, &v, b);
+    }
   }
   struct hb_attn_params ap = {
     .n_heads = nq, .n_kv_heads = nkv, .head_dim = hd, .scale = 1.0f, /* QK-norm replaces 1/sqrt(hd) */
@@ -186,11 +205,16 @@ static void attention(struct hearth_model *m, int i, struct hb_batch *b_all) {
   };
   be->attention(c, &a, &q, &m->kv.layers[y->kv_source], b, &ap);
   be->matmul(c, &o, &a, &W->wo, NULL, n);
-  be->rmsnorm(c, &o, &o, &W->post_attn_norm, cfg->rms_norm_eps, 0.0f);
-  be->add(c, &x, &o, n);
+  if (fz) {
+    be->norm_add(c, &x, &o, &W->post_attn_norm, eps, 1.0f, n);
+  } else {
+    be->rmsnorm(c, &o, &o, &W->post_attn_norm, eps, 0.0f);
+    be->add(c, &x, &o, n);
+  }
 }
 
-static void mlp(struct hearth_model *m, int i, int n) {
+/* s: the layer scalar when this block ends the layer on the fused path (else 1; the plain path scales afterwards) */
+static void mlp(struct hearth_model *m, int i, int n, float s_end) {
   const struct hb_ops *be = m->be;
   struct hb_ctx *c = m->bctx;
   struct model_scratch *s = &m->scratch;
@@ -199,17 +223,32 @@ static void mlp(struct hearth_model *m, int i, int n) {
   int64_t ff = cfg->layer[i].n_ff;
   struct hb_tensor x = rows_view(&s->x, n), xn = rows_view(&s->xn, n), o = rows_view(&s->o, n);
   struct hb_tensor g = view2d(&s->gate, n, ff), u = view2d(&s->up, n, ff);
-  be->rmsnorm(c, &xn, &x, &W->ffn_norm, cfg->rms_norm_eps, 0.0f);
-  be->matmul(c, &g, &xn, &W->w_gate, NULL, n);
-  be->matmul(c, &u, &xn, &W->w_up, NULL, n);
-  be->gelu_mul(c, &g, &g, &u, 0, n);
+  const float eps = cfg->rms_norm_eps;
+  const int fz = fused(be);
+  if (fz && be->norm_swiglu && !be->norm_swiglu(c, &x, &W->ffn_norm, eps, &W->w_gate, &W->w_up, &g, n, HB_ACT_GELU_TANH)) {
+    /* g = gelu_tanh(gate) * up in the gate/up GEMV's epilogue */
+  } else if (fz) {
+    struct hb_tensor *outs[2] = {&g, &u};
+    const struct hb_tensor *ws[2] = {&W->w_gate, &W->w_up}, *bs[2] = {NULL, NULL};
+    be->norm_matmul(c, &x, &W->ffn_norm, eps, 0.0f, 2, outs, ws, bs, n, 0);
+    be->gelu_mul(c, &g, &g, &u, 0, n);
+  } else {
+    be->rmsnorm(c, &xn, &x, &W->ffn_norm, eps, 0.0f);
+    be->matmul(c, &g, &xn, &W->w_gate, NULL, n);
+    be->matmul(c, &u, &xn, &W->w_up, NULL, n);
+    be->gelu_mul(c, &g, &g, &u, 0, n);
+  }
   be->matmul(c, &o, &g, &W->w_down, NULL, n);
-  be->rmsnorm(c, &o, &o, &W->post_ffn_norm, cfg->rms_norm_eps, 0.0f);
-  be->add(c, &x, &o, n);
+  if (fz) {
+    be->norm_add(c, &x, &o, &W->post_ffn_norm, eps, s_end, n);
+  } else {
+    be->rmsnorm(c, &o, &o, &W->post_ffn_norm, eps, 0.0f);
+    be->add(c, &x, &o, n);
+  }
 }
 
 /* x += rmsnorm(W_proj · (gelu_tanh(x·W_gateᵀ) * ple[:, i·S .. i·S+S))) */
-static void ple_layer(struct hearth_model *m, int i, int n) {
+static void ple_layer(struct hearth_model *m, int i, int n, float s_end) {
   const struct hb_ops *be = m->be;
   struct hb_ctx *c = m->bctx;
   struct model_scratch *s = &m->scratch;
@@ -221,6 +260,10 @@ static void ple_layer(struct hearth_model *m, int i, int n) {
   be->matmul(c, &g, &x, &W->ple_gate, NULL, n);
   be->gelu_mul(c, &g, &g, &ple, i * S, n);
   be->matmul(c, &o, &g, &W->ple_proj, NULL, n);
+  if (fused(be)) {
+    be->norm_add(c, &x, &o, &W->ple_norm, cfg->rms_norm_eps, s_end, n);
+    return;
+  }
   be->rmsnorm(c, &o, &o, &W->ple_norm, cfg->rms_norm_eps, 0.0f);
   be->add(c, &x, &o, n);
 }
@@ -230,12 +273,16 @@ static void gemma4_forward(struct hearth_model *m, struct hb_batch *b, int want_
   int n = b->n_tokens;
   block_embed(m, n, sqrtf((float)cfg->hidden_size));
   if (cfg->g4.ple_dim) ple_inputs(m, n);
+  const int fz = fused(m->be), ple = cfg->g4.ple_dim != 0;
   for (int i = 0; i < cfg->num_hidden_layers; i++) {
+    const float ls = m->w.layers[i].layer_scalar;
     attention(m, i, b);
-    mlp(m, i, n);
-    if (cfg->g4.ple_dim) ple_layer(m, i, n);
-    struct hb_tensor x = rows_view(&m->scratch.x, n);
-    m->be->scale(m->bctx, &x, m->w.layers[i].layer_scalar, n);
+    mlp(m, i, n, fz && !ple ? ls : 1.0f); /* fused: the last norm_add of the layer multiplies by the scalar */
+    if (ple) ple_layer(m, i, n, fz ? ls : 1.0f);
+    if (!fz) {
+      struct hb_tensor x = rows_view(&m->scratch.x, n);
+      m->be->scale(m->bctx, &x, ls, n);
+    }
   }
   block_head(m, b, want_hidden);
   if (!want_hidden && b->n_out > 0 && cfg->g4.final_logit_softcapping > 0.0f) {

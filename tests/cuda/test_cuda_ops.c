@@ -404,6 +404,129 @@ static void check_gemma4_ops(double tol) {
   }
 }
 
+/* two device tensors hold the same bits over their first rows (read back as f32: exact for f16 and f32 storage) */
+static void gpu_same(const struct hb_tensor *a, const struct hb_tensor *b, int64_t rows, const char *what) {
+  struct hearth_err err = {0};
+  const int64_t n = rows * a->cols;
+  float *ha = malloc((size_t)n * sizeof *ha), *hb = malloc((size_t)n * sizeof *hb);
+  int rc = G->read(gc, a, 0, rows, ha) | G->read(gc, b, 0, rows, hb);
+  if (rc || G->sync(gc, &err)) {
+    fprintf(stderr, "%s: gpu error: %s\n", what, err.msg);
+    test_failures++;
+  } else {
+    int64_t diff = 0, nonfinite = 0;
+    for (int64_t i = 0; i < n; i++) {
+      diff += memcmp(&ha[i], &hb[i], sizeof ha[i]) != 0;
+      nonfinite += !isfinite(hb[i]);
+    }
+    printf("  %-52s %lld of %lld differ\n", what, (long long)diff, (long long)n);
+    CHECKF(diff == 0 && nonfinite == 0, "%s: %lld of %lld values differ from the plain ops, %lld non-finite", what,
+           (long long)diff, (long long)n, (long long)nonfinite);
+  }
+  free(ha); free(hb);
+}
+
+/* Gemma 4's decode fusions (gemma4_fused.cu) against the plain device ops they stand for, on the same inputs: the
+ * bits must be the same (f16 activations on the fast path, f32 on the exact one), including the cache rows written */
+static void check_gemma4_fused(void) {
+  struct hearth_err err = {0};
+  const float eps = 1e-6f;
+  static const struct { int nq, nkv, hd, pairs; float theta, factor; int own; } qs[] = {
+    {8, 2, 256, 128, 10000.0f, 1.0f, 1},  /* E4B sliding layer */
+    {8, 2, 512, 64, 1000000.0f, 1.0f, 1}, /* full layer: a quarter of the pairs turn */
+    {16, 8, 512, 64, 1000000.0f, 8.0f, 1},
+    {8, 1, 256, 128, 10000.0f, 1.0f, 0},  /* KV-shared layer: q only */
+    {4, 2, 64, 32, 10000.0f, 1.0f, 1},
+  };
+  for (size_t r = 0; r < sizeof qs / sizeof qs[0]; r++) {
+    const int nq = qs[r].nq, nkv = qs[r].nkv, hd = qs[r].hd, bs = 16, max_blocks = 32;
+    struct tb st;
+    int ctx[2] = {40, 300}, nt[2] = {1, 3};
+    make_batch(&st, 2, ctx, nt, bs, max_blocks);
+    if (G->batch_upload(gc, &st.b, &err)) fprintf(stderr, "batch_upload: %s\n", err.msg);
+    const int n = st.b.n_tokens;
+    struct pair q[2], k[2], v[2], qn, kn, ones;
+    struct kvpair kv[2];
+    float *hq = randv((int64_t)n * nq * hd, 3.0f), *hk = randv((int64_t)n * nkv * hd, 3.0f),
+          *hv = randv((int64_t)n * nkv * hd, 2.0f), *h1 = malloc((size_t)hd * sizeof *h1);
+    float *zero = calloc((size_t)2 * max_blocks * bs * nkv * hd, sizeof *zero);
+    for (int i = 0; i < hd; i++) h1[i] = 1.0f;
+    for (int i = 0; i < 2; i++) {
+      pair_alloc(&q[i], HB_F32, n, (int64_t)nq * hd);
+      pair_alloc(&k[i], HB_F32, n, (int64_t)nkv * hd);
+      pair_alloc(&v[i], HB_F32, n, (int64_t)nkv * hd);
+      pair_set(&q[i], hq); pair_set(&k[i], hk); pair_set(&v[i], hv);
+      kv_alloc(&kv[i], 2 * max_blocks, bs, nkv, hd);
+      G->write(gc, &kv[i].g.k, 0, 2 * max_blocks * bs, zero);
+      G->write(gc, &kv[i].g.v, 0, 2 * max_blocks * bs, zero);
+    }
+    weight_pair(&qn, HB_F32, 1, hd, 1.5f);
+    weight_pair(&kn, HB_F32, 1, hd, 1.5f);
+    pair_alloc(&ones, HB_F32, 1, hd);
+    struct hb_host_weight hw = {HB_F32, 1, hd, h1, NULL, NULL};
+    G->release(gc, &ones.g);
+    if (G->weight_upload(gc, &ones.g, &hw, &err)) fprintf(stderr, "weight_upload: %s\n", err.msg);
+    /* plain: what model/gemma4.c runs without the fusion */
+    G->rmsnorm(gc, &q[0].g, &q[0].g, &qn.g, eps, 0.0f);
+    G->rope_prop(gc, &q[0].g, &st.b, nq, hd, qs[r].pairs, qs[r].theta, qs[r].factor);
+    if (qs[r].own) {
+      G->rmsnorm(gc, &k[0].g, &k[0].g, &kn.g, eps, 0.0f);
+      G->rope_prop(gc, &k[0].g, &st.b, nkv, hd, qs[r].pairs, qs[r].theta, qs[r].factor);
+      G->rmsnorm(gc, &v[0].g, &v[0].g, &ones.g, eps, 0.0f);
+      G->kv_write(gc, &kv[0].g, &k[0].g, &v[0].g, &st.b);
+    }
+    CHECK(hb_cuda_g4_qkv_post(gc, &q[1].g, &k[1].g, &v[1].g, &qn.g, &kn.g, eps, qs[r].own ? &kv[1].g : NULL, &st.b,
+                              nq, nkv, hd, qs[r].pairs, qs[r].theta, qs[r].factor) == 0);
+    char what[112];
+    snprintf(what, sizeof what, "g4_qkv_post q (%d heads of %d, %d pairs%s)", nq, hd, qs[r].pairs,
+             qs[r].own ? "" : ", shared");
+    gpu_same(&q[0].g, &q[1].g, n, what);
+    snprintf(what, sizeof what, "g4_qkv_post cache k (%d kv heads of %d)", nkv, hd);
+    gpu_same(&kv[0].g.k, &kv[1].g.k, 2 * max_blocks * bs, what);
+    snprintf(what, sizeof what, "g4_qkv_post cache v (%d kv heads of %d)", nkv, hd);
+    gpu_same(&kv[0].g.v, &kv[1].g.v, 2 * max_blocks * bs, what);
+    for (int i = 0; i < 2; i++) { pair_free(&q[i]); pair_free(&k[i]); pair_free(&v[i]); kv_free(&kv[i]); }
+    pair_free(&qn); pair_free(&kn); pair_free(&ones);
+    free(hq); free(hk); free(hv); free(h1); free(zero);
+  }
+  /* a head dim the kernel does not hold in one lane pair declines without touching anything */
+  {
+    struct tb st;
+    int ctx[1] = {5}, nt[1] = {1};
+    make_batch(&st, 1, ctx, nt, 16, 4);
+    G->batch_upload(gc, &st.b, &err);
+    struct pair q, qn;
+    pair_alloc(&q, HB_F32, 1, 4 * 32);
+    weight_pair(&qn, HB_F32, 1, 32, 1.0f);
+    CHECK(hb_cuda_g4_qkv_post(gc, &q.g, NULL, NULL, &qn.g, NULL, eps, NULL, &st.b, 4, 0, 32, 16, 1e4f, 1.0f) == 1);
+    pair_free(&q); pair_free(&qn);
+  }
+  /* norm_add: the warp-per-row form (d < 1024) and the block-per-row one, with and without the layer scalar */
+  static const struct { int n, d; float s; } na[] = {{1, 640, 1.0f}, {5, 640, 0.37f}, {1, 2560, 1.0f}, {3, 2560, 0.5f},
+                                                      {2, 3840, 1.7f}, {9, 1000, 0.9f}};
+  for (size_t r = 0; r < sizeof na / sizeof na[0]; r++) {
+    const int n = na[r].n, d = na[r].d;
+    struct pair x[2], y[2], w;
+    float *hx = randv((int64_t)n * d, 20.0f), *hy = randv((int64_t)n * d, 3.0f);
+    for (int i = 0; i < 2; i++) {
+      pair_alloc(&x[i], HB_F32, n, d);
+      pair_alloc(&y[i], HB_F32, n, d);
+      pair_set(&x[i], hx); pair_set(&y[i], hy);
+    }
+    weight_pair(&w, HB_F32, 1, d, 2.0f);
+    G->rmsnorm(gc, &y[0].g, &y[0].g, &w.g, eps, 0.0f);
+    G->add(gc, &x[0].g, &y[0].g, n);
+    G->scale(gc, &x[0].g, na[r].s, n);
+    hb_cuda_norm_add(gc, &x[1].g, &y[1].g, &w.g, eps, na[r].s, n);
+    char what[96];
+    snprintf(what, sizeof what, "norm_add n=%d d=%d s=%g", n, d, (double)na[r].s);
+    gpu_same(&x[0].g, &x[1].g, n, what);
+    for (int i = 0; i < 2; i++) { pair_free(&x[i]); pair_free(&y[i]); }
+    pair_free(&w);
+    free(hx); free(hy);
+  }
+}
+
 static void check_argmax(void) {
   struct hearth_err err = {0};
   int n = 3, vocab = 151936;
@@ -513,6 +636,7 @@ static void run_all(int exact) {
   { int c[2] = {0, 33}, nt[2] = {70, 40}; check_attention(2, c, nt, 4, 2, 512, 0, 0.0f, at); }
   { int c[1] = {20}, nt[1] = {50}; check_attention(1, c, nt, 2, 1, 512, 16, 30.0f, at); }
   check_gemma4_ops(ew * 2);
+  check_gemma4_fused();
   check_argmax();
   teardown();
 }
@@ -889,8 +1013,9 @@ TEST_GROUP(fused) {
    * silu_mul on the CPU; rows % 16 != 0 and n > 8 are declined */
   {
     const int cases[][3] = {{1, 896, 4864}, {3, 2048, 1024}, {8, 2048, 4864}, {2, 1024, 2048}};
-    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
-      const int n = cases[ci][0], K = cases[ci][1], R = cases[ci][2];
+    for (size_t ci = 0; ci < 2 * sizeof cases / sizeof cases[0]; ci++) {
+      const int n = cases[ci / 2][0], K = cases[ci / 2][1], R = cases[ci / 2][2];
+      const int act = ci % 2 ? HB_ACT_GELU_TANH : HB_ACT_SILU; /* Gemma 4's GeGLU in the same epilogue */
       struct pair x, nw, xn, wgp, wup, gt, up, h;
       pair_rand(&x, HB_F32, n, K, 2.0f);
       weight_pair(&nw, HB_F32, 1, K, 0.5f);
@@ -904,10 +1029,11 @@ TEST_GROUP(fused) {
       C->rmsnorm(cc, &xn.c, &x.c, &nw.c, 1e-6f, 0.0f);
       C->matmul(cc, &gt.c, &xn.c, &wgp.c, NULL, n);
       C->matmul(cc, &up.c, &xn.c, &wup.c, NULL, n);
-      C->silu_mul(cc, &h.c, &gt.c, &up.c, n);
-      CHECK(hb_cuda_norm_swiglu(gc, &x.g, &nw.g, 1e-6f, &wgp.g, &wup.g, &h.g, n) == 0);
+      if (act == HB_ACT_SILU) C->silu_mul(cc, &h.c, &gt.c, &up.c, n);
+      else C->gelu_mul(cc, &h.c, &gt.c, &up.c, 0, n);
+      CHECK(hb_cuda_norm_swiglu(gc, &x.g, &nw.g, 1e-6f, &wgp.g, &wup.g, &h.g, n, act) == 0);
       char what[80];
-      snprintf(what, sizeof what, "norm_swiglu n=%d K=%d rows=%d", n, K, R);
+      snprintf(what, sizeof what, "norm_swiglu act=%d n=%d K=%d rows=%d", act, n, K, R);
       cmp(&h, n, what, 1.5e-2);
       pair_free(&x); pair_free(&nw); pair_free(&xn); pair_free(&wgp); pair_free(&wup);
       pair_free(&gt); pair_free(&up); pair_free(&h);
@@ -918,8 +1044,8 @@ TEST_GROUP(fused) {
     weight_pair(&wgp, HB_Q4, 1032, 1024, 0.5f);
     weight_pair(&wup, HB_Q4, 1032, 1024, 0.5f);
     pair_alloc(&h, HB_F32, 9, 1032);
-    CHECK(hb_cuda_norm_swiglu(gc, &x.g, &nw.g, 1e-6f, &wgp.g, &wup.g, &h.g, 9) == 1);
-    CHECK(hb_cuda_norm_swiglu(gc, &x.g, &nw.g, 1e-6f, &wgp.g, &wup.g, &h.g, 2) == 1);
+    CHECK(hb_cuda_norm_swiglu(gc, &x.g, &nw.g, 1e-6f, &wgp.g, &wup.g, &h.g, 9, HB_ACT_SILU) == 1);
+    CHECK(hb_cuda_norm_swiglu(gc, &x.g, &nw.g, 1e-6f, &wgp.g, &wup.g, &h.g, 2, HB_ACT_SILU) == 1);
     pair_free(&x); pair_free(&nw); pair_free(&wgp); pair_free(&wup); pair_free(&h);
   }
   /* rope + kv_write in one launch, checked through attention over the written cache */
@@ -1491,7 +1617,7 @@ static void check_repeat(int kind, int K, int n_mm, const int *rows, int n) {
   for (int rep = 0; rep < reps && !bad; rep++) {
     for (int i = 0; i < n_out; i++) pair_poison(&o[i]); /* a launch that wrote nothing cannot pass */
     if (kind == 0) hb_cuda_norm_matmul(gc, &x.g, &nw.g, 1e-6f, 0.0f, n_mm, og, wg, NULL, n, 0);
-    else if (kind == 1) bad = hb_cuda_norm_swiglu(gc, &x.g, &nw.g, 1e-6f, &w[0].g, &w[1].g, &o[0].g, n) != 0;
+    else if (kind == 1) bad = hb_cuda_norm_swiglu(gc, &x.g, &nw.g, 1e-6f, &w[0].g, &w[1].g, &o[0].g, n, HB_ACT_SILU) != 0;
     else hb_cuda_silu_matmul(gc, &x.g, &x2.g, &o[0].g, &w[0].g, n, 0);
     float *dst = rep ? got : ref;
     size_t off = 0;

@@ -775,40 +775,67 @@ struct am_shape {
    * 128 registers a lane, so Q stays in its own shared tile and is re-read per key tile */
   static constexpr bool QREG = HD <= 128;
   /* blocks per SM the registers must allow: at 3 (168 a lane) ptxas spills nothing for 64 and 128
-   * (CUDA 13, sm_90), and shared memory (37 / 70 KB a block) allows 3; 256 takes 243 registers: 2 */
-  static constexpr int MINB = HD <= 128 ? 3 : 2;
+   * (CUDA 13, sm_90), and shared memory (37 / 70 KB a block) allows 3; 256 takes 243 registers: 2; 512 (167 KB of
+   * shared memory): 1 */
+  static constexpr int MINB = HD <= 128 ? 3 : (HD <= 256 ? 2 : 1);
 };
 
-/* K and V tiles, two stages each (+ the Q tile at head_dim 256) */
-static size_t prefill_mma_smem(int hd) {
+/* K and V tiles, two stages each (+ the Q tile from head_dim 256 on); vd: the value dims a block computes (vd < hd:
+ * Gemma 4's 512, whose O accumulator would not fit in registers, runs as two blocks of 256 value dims, each computing
+ * the whole Q·Kᵀ) */
+static size_t prefill_mma_smem(int hd, int vd) {
   const int bk = hd >= 256 ? 32 : 64;
-  return ((size_t)2 * 2 * bk + (hd <= 128 ? 0 : AM_Q)) * (hd + 8) * sizeof(__half);
+  return ((size_t)2 * bk * (hd + 8) + (size_t)2 * bk * (vd + 8) + (hd <= 128 ? 0 : (size_t)AM_Q * (hd + 8))) *
+         sizeof(__half);
 }
 
 /* keys [kb, kb + BK) of the sequence whose block-table row is btr into stage buffers Kd, Vd; keys past
  * kmax are zero-filled. Warp w copies rows [w·BK/4, (w+1)·BK/4), a 16-byte chunk per lane per step
  * (a row is read by consecutive lanes); lane j < BK/4 looks up the cache slot of the warp's row j
  * (one block-table load and division per lane) and the lanes copying a row take it by shuffle. */
-template <int HD>
+template <int HD, int VD = HD>
 __device__ __forceinline__ void am_load_kv(__half *Kd, __half *Vd, const __half *kc, const __half *vc,
-                                           const int32_t *btr, int bs, int64_t kvw, int kh, int kb, int kmax) {
+                                           const int32_t *btr, int bs, int64_t kvw, int kh, int kb, int kmax, int voff) {
   constexpr int BK = am_shape<HD>::BK, LDS = am_shape<HD>::LDS, CPR = HD / 8; /* 16-byte chunks per row */
-  constexpr int RW = BK / 4, RPS = 32 / CPR;                                   /* rows per warp, per step */
-  const int lane = threadIdx.x % 32, r0 = (threadIdx.x / 32) * RW, ch = lane % CPR;
+  constexpr int RW = BK / 4;                                                   /* rows per warp */
+  const int lane = threadIdx.x % 32, r0 = (threadIdx.x / 32) * RW;
   const int mykey = kb + r0 + lane;
   const int myslot = lane < RW && mykey <= kmax ? btr[mykey / bs] * bs + mykey % bs : 0;
+  if constexpr (VD == HD && CPR <= 32) {
+    constexpr int RPS = 32 / CPR; /* rows per step */
+    const int ch = lane % CPR;
 #pragma unroll
-  for (int i = 0; i < RW / RPS; i++) {
-    const int rr = i * RPS + lane / CPR, r = r0 + rr;
-    const int slot = __shfl_sync(0xffffffffu, myslot, rr);
-    const bool ok = kb + r <= kmax;
-    const int64_t off = (int64_t)kh * HD + ch * 8 + (ok ? (int64_t)slot * kvw : 0);
-    cp_async16(Kd + r * LDS + ch * 8, kc + off, ok ? 16 : 0);
-    cp_async16(Vd + r * LDS + ch * 8, vc + off, ok ? 16 : 0);
+    for (int i = 0; i < RW / RPS; i++) {
+      const int rr = i * RPS + lane / CPR, r = r0 + rr;
+      const int slot = __shfl_sync(0xffffffffu, myslot, rr);
+      const bool ok = kb + r <= kmax;
+      const int64_t off = (int64_t)kh * HD + ch * 8 + (ok ? (int64_t)slot * kvw : 0);
+      cp_async16(Kd + r * LDS + ch * 8, kc + off, ok ? 16 : 0);
+      cp_async16(Vd + r * LDS + ch * 8, vc + off, ok ? 16 : 0);
+    }
+  } else { /* rows wider than a warp's 32 chunks, or V's value-dim slice [voff, voff + VD) alone */
+    constexpr int CPRV = VD / 8, LDSV = VD + 8;
+    static_assert(RW * CPR % 32 == 0 && RW * CPRV % 32 == 0, "whole warp steps (the shuffle needs every lane)");
+#pragma unroll 4
+    for (int i = lane; i < RW * CPR; i += 32) {
+      const int rr = i / CPR, r = r0 + rr, ch = i % CPR;
+      const int slot = __shfl_sync(0xffffffffu, myslot, rr);
+      const bool ok = kb + r <= kmax;
+      cp_async16(Kd + r * LDS + ch * 8, kc + (int64_t)kh * HD + ch * 8 + (ok ? (int64_t)slot * kvw : 0), ok ? 16 : 0);
+    }
+#pragma unroll 4
+    for (int i = lane; i < RW * CPRV; i += 32) {
+      const int rr = i / CPRV, r = r0 + rr, ch = i % CPRV;
+      const int slot = __shfl_sync(0xffffffffu, myslot, rr);
+      const bool ok = kb + r <= kmax;
+      cp_async16(Vd + r * LDSV + ch * 8, vc + (int64_t)kh * HD + voff + ch * 8 + (ok ? (int64_t)slot * kvw : 0),
+                 ok ? 16 : 0);
+    }
   }
 }
 
-template <int HD>
+/* VD < HD: the block computes value dims [VD·blockIdx.z, VD·blockIdx.z + VD) of its rows (see prefill_mma_smem) */
+template <int HD, int VD = HD>
 __global__ __launch_bounds__(128, am_shape<HD>::MINB) void attn_prefill_mma_kernel(
     __half *out, const __half *q, const __half *kc, const __half *vc, const int32_t *pos, const int32_t *seq,
     const int32_t *bt, int max_blocks, int bs, int n_tokens, int n_heads, int n_kv, int G, float scale, int window,
@@ -817,11 +844,14 @@ __global__ __launch_bounds__(128, am_shape<HD>::MINB) void attn_prefill_mma_kern
   constexpr bool QREG = am_shape<HD>::QREG;
   constexpr int KS = HD / 16; /* k16 steps of Q·Kᵀ over head_dim */
   constexpr int NT = BK / 8;  /* n8 key tiles of S */
-  constexpr int DT = HD / 8;  /* n8 head_dim tiles of O */
+  constexpr int DT = VD / 8;  /* n8 head_dim tiles of O */
+  constexpr int LDSV = VD + 8;
   constexpr float LOG2E = 1.4426950408889634f;
+  static_assert(VD == HD || !QREG, "a value-dim slice keeps Q in shared memory");
   extern __shared__ uint4 am_smem[];
-  __half *Ks = (__half *)am_smem, *Vs = Ks + 2 * BK * LDS; /* [2][BK][LDS] each */
-  __half *Qs = QREG ? Ks : Vs + 2 * BK * LDS;               /* [64][LDS]: in the K stages (64 <= 2 BK) or after V */
+  __half *Ks = (__half *)am_smem, *Vs = Ks + 2 * BK * LDS; /* [2][BK][LDS], [2][BK][LDSV] */
+  __half *Qs = QREG ? Ks : Vs + 2 * BK * LDSV;              /* [64][LDS]: in the K stages (64 <= 2 BK) or after V */
+  const int voff = VD * (int)blockIdx.z;
   __shared__ int s_seq[AM_Q], s_lo[AM_Q], s_hi[AM_Q], s_seg, s_kmin, s_kmax;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, gid = lane / 4, tig = lane % 4;
   const int h = blockIdx.x, kh = h / G, t0 = (gridDim.y - 1 - blockIdx.y) * AM_Q;
@@ -898,17 +928,18 @@ __global__ __launch_bounds__(128, am_shape<HD>::MINB) void attn_prefill_mma_kern
     const int32_t *btr = bt + (int64_t)sg * max_blocks;
     const int n_kt = (kmax - kmin) / BK + 1;
 
-    am_load_kv<HD>(Ks, Vs, kc, vc, btr, bs, kvw, kh, kmin, kmax);
+    am_load_kv<HD, VD>(Ks, Vs, kc, vc, btr, bs, kvw, kh, kmin, kmax, voff);
     cp_async_commit();
     for (int it = 0; it < n_kt; it++) {
       const int kb = kmin + it * BK, st = it & 1;
       cp_async_wait<0>();
       __syncthreads(); /* tile it has landed; every warp is done with tile it - 1, whose stage is loaded next */
       if (it + 1 < n_kt)
-        am_load_kv<HD>(Ks + (st ^ 1) * BK * LDS, Vs + (st ^ 1) * BK * LDS, kc, vc, btr, bs, kvw, kh, kb + BK, kmax);
+        am_load_kv<HD, VD>(Ks + (st ^ 1) * BK * LDS, Vs + (st ^ 1) * BK * LDSV, kc, vc, btr, bs, kvw, kh, kb + BK, kmax,
+                           voff);
       cp_async_commit();
       if (kb > w_hi || kb + BK - 1 < w_lo) continue; /* no key of this tile for any row of the warp */
-      const __half *Kt = Ks + st * BK * LDS, *Vt = Vs + st * BK * LDS;
+      const __half *Kt = Ks + st * BK * LDS, *Vt = Vs + st * BK * LDSV;
 
       /* S = Q·Kᵀ: K rows (keys) are the col-major B operand as stored; one ldmatrix.x4 gives two n8
        * key tiles x k16: matrices (keys 0-7, dims 0-7), (0-7, 8-15), (8-15, 0-7), (8-15, 8-15) */
@@ -1001,9 +1032,9 @@ __global__ __launch_bounds__(128, am_shape<HD>::MINB) void attn_prefill_mma_kern
         pa[2] = half2_bits(s[2 * j + 1][0], s[2 * j + 1][1]);
         pa[3] = half2_bits(s[2 * j + 1][2], s[2 * j + 1][3]);
 #pragma unroll
-        for (int dp = 0; dp < HD / 16; dp++) {
+        for (int dp = 0; dp < VD / 16; dp++) {
           uint32_t vf[4];
-          ldmatrix_x4_trans(vf, Vt + (j * 16 + lane % 16) * LDS + dp * 16 + (lane / 16) * 8);
+          ldmatrix_x4_trans(vf, Vt + (j * 16 + lane % 16) * LDSV + dp * 16 + (lane / 16) * 8);
           mma_16816(o[2 * dp], pa, vf);
           mma_16816(o[2 * dp + 1], pa, vf + 2);
         }
@@ -1018,12 +1049,12 @@ __global__ __launch_bounds__(128, am_shape<HD>::MINB) void attn_prefill_mma_kern
   const float inv_a = l_a > 0.0f ? 1.0f / l_a : 0.0f, inv_b = l_b > 0.0f ? 1.0f / l_b : 0.0f;
   const int ta = t0 + ra, tb = t0 + rb;
   if (ta < n_tokens) {
-    __half *orow = out + ((int64_t)ta * n_heads + h) * HD + 2 * tig;
+    __half *orow = out + ((int64_t)ta * n_heads + h) * HD + voff + 2 * tig;
 #pragma unroll
     for (int i = 0; i < DT; i++) *(uint32_t *)(orow + 8 * i) = half2_bits(o[i][0] * inv_a, o[i][1] * inv_a);
   }
   if (tb < n_tokens) {
-    __half *orow = out + ((int64_t)tb * n_heads + h) * HD + 2 * tig;
+    __half *orow = out + ((int64_t)tb * n_heads + h) * HD + voff + 2 * tig;
 #pragma unroll
     for (int i = 0; i < DT; i++) *(uint32_t *)(orow + 8 * i) = half2_bits(o[i][2] * inv_b, o[i][3] * inv_b);
   }
@@ -1074,6 +1105,31 @@ static int ads_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb
   return 0;
 }
 
+/* attn_decode (the split-key decode kernel) for any instantiated head dim */
+template <typename T, typename KT, int HD>
+static void attn_decode_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *q,
+                               const struct hb_kv_layer *kv, const struct hb_batch *b, const struct hb_attn_params *p) {
+  const int nt = b->n_tokens, G = p->n_heads / p->n_kv_heads;
+  const int32_t *pos = (const int32_t *)b->d_pos.data, *seq = (const int32_t *)b->d_seq.data,
+                *bt = (const int32_t *)b->d_block_table.data;
+  const int HG = (G + AD_G - 1) / AD_G;
+  const int base = nt * p->n_kv_heads * HG;
+  int NS = (2 * ctx->n_sm + base - 1) / base;
+  NS = NS < 1 ? 1 : (NS > 32 ? 32 : NS);
+  size_t need_part = (size_t)nt * p->n_heads * NS * (HD + 2), need_cnt = (size_t)base;
+  void *pp = ctx->attn_part, *cp = ctx->attn_cnt;
+  if (cu_scratch(ctx, &pp, &ctx->attn_part_cap, need_part, sizeof(float), 0)) return;
+  ctx->attn_part = (float *)pp;
+  if (cu_scratch(ctx, &cp, &ctx->attn_cnt_cap, need_cnt, sizeof(unsigned), 1)) return;
+  ctx->attn_cnt = (unsigned *)cp;
+  dim3 grid((unsigned)nt, (unsigned)(p->n_kv_heads * HG), (unsigned)NS);
+  cu_launch_pdl(ctx, "attn_decode", attn_decode_kernel<T, KT, HD>, grid, dim3(128), 0, (T *)out->data,
+                (const T *)q->data, (const KT *)kv->k.data, (const KT *)kv->v.data, pos, seq, bt, b->max_blocks,
+                b->block_size, p->n_heads, p->n_kv_heads, G, HG, p->scale, p->window, p->softcap, ctx->attn_part,
+                ctx->attn_cnt, NS);
+  CU_LAUNCHED(ctx, "attn_decode");
+}
+
 template <typename T, typename KT, int D>
 static void attn_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *q,
                         const struct hb_kv_layer *kv, const struct hb_batch *b, const struct hb_attn_params *p) {
@@ -1083,7 +1139,7 @@ static void attn_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct 
                 *bt = (const int32_t *)b->d_block_table.data;
   if (nt >= 8 * (b->n_seqs > 0 ? b->n_seqs : 1) || ctx->row_invariant) { /* row-invariant: one kernel for every batch */
     if constexpr (is_f16<T>::value && is_f16<KT>::value && HD >= 64) {
-      const size_t sm = prefill_mma_smem(HD);
+      const size_t sm = prefill_mma_smem(HD, HD);
       if (sm <= ctx->smem_optin && (nt + AM_Q - 1) / AM_Q <= 65535) {
         if (CU_OK(ctx, cudaFuncSetAttribute(attn_prefill_mma_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             (int)sm)))
@@ -1111,22 +1167,27 @@ static void attn_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct 
   if constexpr (is_f16<T>::value && is_f16<KT>::value && HD >= 64) {
     if (!ads_launch<HD>(ctx, out, q, kv, b, p)) return;
   }
-  const int HG = (G + AD_G - 1) / AD_G;
-  const int base = nt * p->n_kv_heads * HG;
-  int NS = (2 * ctx->n_sm + base - 1) / base;
-  NS = NS < 1 ? 1 : (NS > 32 ? 32 : NS);
-  size_t need_part = (size_t)nt * p->n_heads * NS * (HD + 2), need_cnt = (size_t)base;
-  void *pp = ctx->attn_part, *cp = ctx->attn_cnt;
-  if (cu_scratch(ctx, &pp, &ctx->attn_part_cap, need_part, sizeof(float), 0)) return;
-  ctx->attn_part = (float *)pp;
-  if (cu_scratch(ctx, &cp, &ctx->attn_cnt_cap, need_cnt, sizeof(unsigned), 1)) return;
-  ctx->attn_cnt = (unsigned *)cp;
-  dim3 grid((unsigned)nt, (unsigned)(p->n_kv_heads * HG), (unsigned)NS);
-  cu_launch_pdl(ctx, "attn_decode", attn_decode_kernel<T, KT, HD>, grid, dim3(128), 0, (T *)out->data,
-                (const T *)q->data, (const KT *)kv->k.data, (const KT *)kv->v.data, pos, seq, bt, b->max_blocks,
-                b->block_size, p->n_heads, p->n_kv_heads, G, HG, p->scale, p->window, p->softcap, ctx->attn_part,
-                ctx->attn_cnt, NS);
-  CU_LAUNCHED(ctx, "attn_decode");
+  attn_decode_launch<T, KT, HD>(ctx, out, q, kv, b, p);
+}
+
+/* prefill at head_dim 512 on tensor cores: two blocks of 256 value dims per (head, 64-query tile), each computing the
+ * whole Q·Kᵀ (1.5× the minimal tensor work, against attn_wide's SIMT loop). 1: not launched (shared memory). */
+static int am_launch_512(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *q,
+                         const struct hb_kv_layer *kv, const struct hb_batch *b, const struct hb_attn_params *p) {
+  const int nt = b->n_tokens;
+  const size_t sm = prefill_mma_smem(512, 256);
+  if (sm > ctx->smem_optin || (nt + AM_Q - 1) / AM_Q > 65535) return 1;
+  if (CU_OK(ctx, cudaFuncSetAttribute(attn_prefill_mma_kernel<512, 256>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      (int)sm)))
+    return 0;
+  dim3 grid((unsigned)p->n_heads, (unsigned)((nt + AM_Q - 1) / AM_Q), 2);
+  attn_prefill_mma_kernel<512, 256><<<grid, 128, sm, ctx->stream>>>(
+      (__half *)out->data, (const __half *)q->data, (const __half *)kv->k.data, (const __half *)kv->v.data,
+      (const int32_t *)b->d_pos.data, (const int32_t *)b->d_seq.data, (const int32_t *)b->d_block_table.data,
+      b->max_blocks, b->block_size, nt, p->n_heads, p->n_kv_heads, p->n_heads / p->n_kv_heads, p->scale, p->window,
+      p->softcap);
+  CU_LAUNCHED(ctx, "attn_prefill_mma");
+  return 0;
 }
 
 template <typename T, typename KT>
@@ -1137,7 +1198,14 @@ static void attn_hd(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_t
   case 64: attn_launch<T, KT, 2>(ctx, out, q, kv, b, p); break;
   case 128: attn_launch<T, KT, 4>(ctx, out, q, kv, b, p); break;
   case 256: attn_launch<T, KT, 8>(ctx, out, q, kv, b, p); break;
-  default: cu_attention_wide(ctx, out, q, kv, b, p); /* other multiples of 32 (Gemma 4's 512): attn_wide.cu */
+  case 512: /* Gemma 4's full layers: decode on the split-key kernel (one block per head took ~1 ms a layer at 1,570
+             * keys, bench/NOTES.md session 27), prefill and row-invariant batches on attn_wide.cu's */
+    if (b->n_tokens < 8 * (b->n_seqs > 0 ? b->n_seqs : 1) && !ctx->row_invariant)
+      attn_decode_launch<T, KT, 512>(ctx, out, q, kv, b, p);
+    else if (!is_f16<T>::value || !is_f16<KT>::value || am_launch_512(ctx, out, q, kv, b, p))
+      cu_attention_wide(ctx, out, q, kv, b, p); /* the exact (f32) path */
+    break;
+  default: cu_attention_wide(ctx, out, q, kv, b, p); /* other multiples of 32: attn_wide.cu */
   }
 }
 

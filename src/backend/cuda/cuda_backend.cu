@@ -863,6 +863,20 @@ extern "C" void hb_cuda_silu_matmul(struct hb_ctx *c, const struct hb_tensor *ga
   cu_add(c, out, &t, n);
 }
 
+extern "C" int hb_cuda_g4_qkv_post(struct hb_ctx *c, struct hb_tensor *q, const struct hb_tensor *k,
+                                   const struct hb_tensor *v, const struct hb_tensor *q_norm,
+                                   const struct hb_tensor *k_norm, float eps, struct hb_kv_layer *kv,
+                                   const struct hb_batch *b, int n_heads, int n_kv_heads, int head_dim, int n_pairs,
+                                   float theta, float factor) {
+  if (c->status) return 0; /* sticky error: nothing runs either way */
+  return cu_g4_qkv_post(c, q, k, v, q_norm, k_norm, eps, kv, b, n_heads, n_kv_heads, head_dim, n_pairs, theta, factor);
+}
+
+extern "C" void hb_cuda_norm_add(struct hb_ctx *c, struct hb_tensor *x, const struct hb_tensor *y,
+                                 const struct hb_tensor *w, float eps, float s, int n) {
+  if (!c->status) cu_norm_add(c, x, y, w, eps, s, n);
+}
+
 extern "C" int hb_cuda_norm_qkv_rope_kv(struct hb_ctx *c, const struct hb_tensor *x, const struct hb_tensor *norm_w,
                                         float eps, const struct hb_tensor *const *ws,
                                         const struct hb_tensor *const *biases, struct hb_tensor *q,
@@ -875,10 +889,10 @@ extern "C" int hb_cuda_norm_qkv_rope_kv(struct hb_ctx *c, const struct hb_tensor
 
 extern "C" int hb_cuda_norm_swiglu(struct hb_ctx *c, const struct hb_tensor *x, const struct hb_tensor *norm_w,
                                    float eps, const struct hb_tensor *w_gate, const struct hb_tensor *w_up,
-                                   struct hb_tensor *out, int n) {
+                                   struct hb_tensor *out, int n, int act) {
   if (c->status) return 0; /* sticky error: nothing runs either way */
   if (!norm_w || n <= 0) return 1;
-  return cu_gemv_norm_swiglu(c, x, norm_w, eps, w_gate, w_up, out, n);
+  return cu_gemv_norm_swiglu(c, x, norm_w, eps, w_gate, w_up, out, n, act);
 }
 
 extern "C" int hb_cuda_attn_o(struct hb_ctx *c, struct hb_tensor *x, const struct hb_tensor *q,

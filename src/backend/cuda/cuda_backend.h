@@ -66,9 +66,17 @@ int hb_cuda_norm_qkv_rope_kv(struct hb_ctx *ctx, const struct hb_tensor *x, cons
                              const struct hb_tensor *const *ws, const struct hb_tensor *const *biases,
                              struct hb_tensor *q, struct hb_kv_layer *kv, const struct hb_batch *b, int n_heads,
                              float theta, int n);
+/* g4_qkv_post, norm_add (backend.h): Gemma 4's decode fusions (gemma4_fused.cu) */
+int hb_cuda_g4_qkv_post(struct hb_ctx *ctx, struct hb_tensor *q, const struct hb_tensor *k, const struct hb_tensor *v,
+                        const struct hb_tensor *q_norm, const struct hb_tensor *k_norm, float eps,
+                        struct hb_kv_layer *kv, const struct hb_batch *b, int n_heads, int n_kv_heads, int head_dim,
+                        int n_pairs, float theta, float factor);
+void hb_cuda_norm_add(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *y, const struct hb_tensor *w,
+                      float eps, float s, int n);
 /* norm_swiglu (backend.h): one launch for n <= 8 int4 rows (gate/up rows a multiple of 16); 1 = not covered */
 int hb_cuda_norm_swiglu(struct hb_ctx *ctx, const struct hb_tensor *x, const struct hb_tensor *norm_w, float eps,
-                        const struct hb_tensor *w_gate, const struct hb_tensor *w_up, struct hb_tensor *out, int n);
+                        const struct hb_tensor *w_gate, const struct hb_tensor *w_up, struct hb_tensor *out, int n,
+                        int act);
 void hb_cuda_rope_kv_write(struct hb_ctx *ctx, struct hb_tensor *q, struct hb_tensor *k, const struct hb_tensor *v,
                            struct hb_kv_layer *kv, const struct hb_batch *b, int n_heads, int n_rot, float theta);
 /* attn_o (backend.h): one launch for a one-token step (f16, int4 wo, sm_90); 1 = not covered */

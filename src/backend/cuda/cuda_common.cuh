@@ -208,6 +208,16 @@ void cu_trace_replay_begin(struct hb_ctx *ctx);
 void cu_trace_replay_end(struct hb_ctx *ctx);
 void cu_trace_print(struct hb_ctx *ctx);
 
+/* the gate activations of a gated MLP (backend.h HB_ACT_*): gelu_tanh is transformers' gelu_pytorch_tanh in f32, the
+ * formula of the CPU's scalar op (cpu/cpu_ops_gemma4.c); silu(x) = x / (1 + e^-x) */
+__device__ __forceinline__ float gelu_tanh_f(float x) {
+  const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
+  return 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x)));
+}
+__device__ __forceinline__ float glu_act(float x, int act) {
+  return act == HB_ACT_GELU_TANH ? gelu_tanh_f(x) : x / (1.0f + expf(-x));
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -288,7 +298,14 @@ int cu_gemv_fused(struct hb_ctx *ctx, int pro, const struct hb_tensor *x, const 
                   const struct hb_tensor *nw, float eps, float off, int n_mm, struct hb_tensor *const *outs,
                   const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, int n, int add);
 int cu_gemv_norm_swiglu(struct hb_ctx *ctx, const struct hb_tensor *x, const struct hb_tensor *nw, float eps,
-                        const struct hb_tensor *w_gate, const struct hb_tensor *w_up, struct hb_tensor *out, int n);
+                        const struct hb_tensor *w_gate, const struct hb_tensor *w_up, struct hb_tensor *out, int n,
+                        int act);
+/* gemma4_fused.cu */
+int cu_g4_qkv_post(struct hb_ctx *ctx, struct hb_tensor *q, const struct hb_tensor *k, const struct hb_tensor *v,
+                   const struct hb_tensor *q_norm, const struct hb_tensor *k_norm, float eps, struct hb_kv_layer *kv,
+                   const struct hb_batch *b, int n_heads, int n_kv, int hd, int n_pairs, float theta, float factor);
+void cu_norm_add(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *y, const struct hb_tensor *w,
+                 float eps, float s, int n);
 int cu_gemv_qkv_rope_kv(struct hb_ctx *ctx, const struct hb_tensor *x, const struct hb_tensor *nw, float eps,
                         const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, struct hb_tensor *q,
                         struct hb_kv_layer *kv, const struct hb_batch *b, int n_heads, float theta, int n);

@@ -15,11 +15,9 @@ template <typename T>
 __global__ void gelu_mul_kernel(T *out, const T *g, const T *u, int64_t w, int64_t up_stride, int64_t up_col0,
                                 int64_t m) {
   pdl_trigger();
-  const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < m; i += (int64_t)gridDim.x * blockDim.x) {
     const int64_t t = i / w, j = i % w;
-    const float x = ldf(g + i);
-    stf(out + i, 0.5f * x * (1.0f + tanhf(k * (x + 0.044715f * x * x * x))) * ldf(u + t * up_stride + up_col0 + j));
+    stf(out + i, gelu_tanh_f(ldf(g + i)) * ldf(u + t * up_stride + up_col0 + j));
   }
 }
 

@@ -89,6 +89,7 @@ struct gemv_args {
   int nwdt;
   float eps, off;
   int n, n_mm, K, rows_total, add, n_units;
+  int act; /* GEMV_GLU: the gate's activation, HB_ACT_SILU or HB_ACT_GELU_TANH (Gemma 4) */
   int row0[4];
   const uint8_t *wq[3];
   const __half *ws[3];
@@ -195,7 +196,7 @@ __device__ __forceinline__ void gemv_emit(const gemv_args &a, int r0, int p, int
   if (r0 >= a.rows_total) return;
   if (MODE == GEMV_GLU) { /* no bias, no residual (gemv_fill checks) */
     const int lo = r0 / 2 + p;
-    if (lo < a.row0[1]) stf((TO *)a.out[0] + (int64_t)t * a.ldo[0] + lo, vl / (1.0f + expf(-vl)) * vh);
+    if (lo < a.row0[1]) stf((TO *)a.out[0] + (int64_t)t * a.ldo[0] + lo, glu_act(vl, a.act) * vh);
     return;
   }
   const int m = r0 >= a.row0[1] ? (r0 >= a.row0[2] ? 2 : 1) : 0, rows = a.row0[m + 1] - a.row0[m];
@@ -875,7 +876,8 @@ int cu_gemv_qkv_rope_kv(struct hb_ctx *ctx, const struct hb_tensor *x, const str
 /* norm + gate/up GEMV with out = silu(gate) * up in the epilogue (one lane holds row i of both):
  * returns 0 when it launched, 1 when the shapes need the separate ops */
 int cu_gemv_norm_swiglu(struct hb_ctx *ctx, const struct hb_tensor *x, const struct hb_tensor *nw, float eps,
-                        const struct hb_tensor *w_gate, const struct hb_tensor *w_up, struct hb_tensor *out, int n) {
+                        const struct hb_tensor *w_gate, const struct hb_tensor *w_up, struct hb_tensor *out, int n,
+                        int act) {
   if (ctx->row_invariant) return 1;
   if (w_gate->rows != w_up->rows || w_gate->rows % 16 || out->dtype != HB_F16) return 1;
   /* the second output only fixes gemv_fill's dtype/shape checks: the kernel writes out alone */
@@ -884,6 +886,7 @@ int cu_gemv_norm_swiglu(struct hb_ctx *ctx, const struct hb_tensor *x, const str
   const struct hb_tensor *ws[2] = {w_gate, w_up};
   gemv_args a;
   if (gemv_fill(ctx, a, PRO_NORM, x, NULL, nw, eps, 0.0f, 2, outs, ws, NULL, n, 0)) return 1;
+  a.act = act;
   gemv_launch_t<__half, PRO_NORM, GEMV_GLU>(ctx, a);
   return 0;
 }
