@@ -6,7 +6,8 @@
  * kv_seqs = -1 (no sliding pool: every position kept in every layer, the layout before the ring) must give a
  * bit-identical trace. The script: prompts longer than the window, a prefix-cache hit, three sessions stepped
  * together past many windows (logits steps, then greedy steps), a peek, a session resuming a cached prefix far
- * past the window, and cuts back inside and (recomputed: with `far_cut`) below a session's window. Along the way
+ * past the window, a cut back inside a session's window, that session decoding alone (batch 1) past five more
+ * windows, and (recomputed: with `far_cut`) a cut below a session's window. Along the way
  * a ring session holds at most ceil((window - 1) / bs) + 1 sliding blocks. */
 #include "runtime/kv_ring.h"
 
@@ -131,6 +132,13 @@ static int ring_scenario(struct hearth_model *m, struct ring_trace *t, int far_c
   memcpy(hist, hearth_session_tokens(ss[1]), (size_t)n1 * sizeof *hist);
   hist[n1 - 2] = 4;
   SYNC(ss[1], hist, n1 - 1);
+  /* session 1 alone, one token a call, five windows on */
+  for (int step = 0; step < 40; step++) {
+    int32_t next = rt_argmax(hearth_session_logits(ss[1]), V);
+    if (hearth_session_append(ss[1], &next, 1, &err)) goto out;
+    rt_push(t, hearth_session_logits(ss[1]), (size_t)V);
+    HELD();
+  }
   if (far_cut) { /* below session 0's window: the ring recomputes from the last cached block it can resume */
     memcpy(hist, pa, 20 * sizeof *hist);
     hist[20] = 1, hist[21] = 2, hist[22] = 3;
