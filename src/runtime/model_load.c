@@ -108,6 +108,18 @@ static int alloc_scratch(struct hearth_model *m, int T, int O, struct hearth_err
  * process at first touch; so it is checked against MemAvailable. A device backend says what it
  * can still allocate (mem_available: cudaMemGetInfo's free bytes): cudaMalloc would refuse too,
  * but only after the weights were uploaded, and naming one tensor rather than the plan. */
+/* Blocks of Gemma 4's sliding-window pool (runtime/kv_ring.h) for this load, 0 for none; *window gets the window. */
+static int swa_plan(const struct hearth_model *m, const struct hearth_model_params *p, int kv_tokens, int *window) {
+  const int pass = p->backend != HEARTH_BACKEND_CUDA ? MAX_BATCH_TOKENS
+                   : m->cfg.is_embedding             ? MAX_BATCH_TOKENS_CUDA_EMBED
+                                                     : MAX_BATCH_TOKENS_CUDA;
+  *window = m->cfg.family == HEARTH_FAMILY_GEMMA4 && p->kv_seqs >= 0 ? m->cfg.g4.sliding_window : 0;
+  for (int l = 0; *window > 0 && l < m->cfg.num_hidden_layers; l++)
+    if (m->cfg.layer[l].sliding && m->cfg.layer[l].kv_source == l)
+      return kv_swa_blocks((kv_tokens + KV_BLOCK - 1) / KV_BLOCK, KV_BLOCK, *window, p->kv_seqs, pass);
+  return 0;
+}
+
 static int memory_plan_check(const struct hearth_model *m, const struct hearth_model_params *p, int kv_tokens,
                              const char *when, struct hearth_err *err) {
   uint64_t avail;
@@ -128,6 +140,14 @@ static int memory_plan_check(const struct hearth_model *m, const struct hearth_m
   double tokens = (double)((kv_tokens + KV_BLOCK - 1) / KV_BLOCK) * KV_BLOCK;
   double kvd = (double)c->num_key_value_heads * c->head_dim, qd = (double)c->num_attention_heads * c->head_dim;
   double kv = tokens * c->num_hidden_layers * 2 * kvd * es;
+  if (c->family == HEARTH_FAMILY_GEMMA4) { /* each layer's own width; shared layers none; sliding ones their pool */
+    int window, swa = swa_plan(m, p, kv_tokens, &window);
+    kv = 0;
+    for (int l = 0; l < c->num_hidden_layers; l++)
+      if (c->layer[l].kv_source == l)
+        kv += (c->layer[l].sliding && swa ? (double)swa * KV_BLOCK : tokens) * 2.0 * c->layer[l].n_kv_heads *
+              c->layer[l].head_dim * es;
+  }
   double wide = c->vocab_size > c->hidden_size ? c->vocab_size : c->hidden_size;
   const int cuda = p->backend == HEARTH_BACKEND_CUDA;
   double scratch = (double)(!cuda ? MAX_BATCH_TOKENS : c->is_embedding ? MAX_BATCH_TOKENS_CUDA_EMBED : MAX_BATCH_TOKENS_CUDA) *
@@ -135,10 +155,12 @@ static int memory_plan_check(const struct hearth_model *m, const struct hearth_m
                    (double)(cuda ? MAX_BATCH_SEQS_CUDA : MAX_BATCH_SEQS) * ((double)c->vocab_size + wide + c->hidden_size) * 4;
   if (!avail || kv + scratch <= 0.9 * (double)avail) return 0;
   return err_set(err, HEARTH_ERR_NOMEM,
-                 "config.json: the KV pool (%d tokens x %d layers x 2 x %d KV heads x %d head_dim x %d bytes = %.2f GiB) "
+                 "config.json: the KV pool (%d tokens x %d layers x 2 x %d KV heads x %d head_dim x %d bytes%s = %.2f GiB) "
                  "plus activation scratch (%.2f GiB) does not fit in the %.2f GiB of %s %s (%s); "
                  "lower --ctx / --parallel (kv_tokens), or check the config's dimensions",
-                 (int)tokens, c->num_hidden_layers, c->num_key_value_heads, c->head_dim, es, kv / 1073741824.0,
+                 (int)tokens, c->num_hidden_layers, c->num_key_value_heads, c->head_dim, es,
+                 c->family == HEARTH_FAMILY_GEMMA4 ? ", each layer at its own width, sliding layers a window" : "",
+                 kv / 1073741824.0,
                  scratch / 1073741824.0, (double)avail / 1073741824.0, what, when,
                  p->backend == HEARTH_BACKEND_CPU ? "MemAvailable" : m->be->name);
 }
@@ -343,10 +365,7 @@ int hearth_model_load(const struct hearth_model_params *p, struct hearth_model *
                    : m->cfg.is_embedding              ? MAX_BATCH_TOKENS_CUDA_EMBED
                                                       : MAX_BATCH_TOKENS_CUDA;
   /* Gemma 4's sliding layers keep a window of KV per session in a pool of their own (runtime/kv_ring.h) */
-  int swa_blocks = 0, window = m->cfg.family == HEARTH_FAMILY_GEMMA4 && p->kv_seqs >= 0 ? m->cfg.g4.sliding_window : 0;
-  for (int l = 0; window > 0 && l < m->cfg.num_hidden_layers; l++)
-    if (m->cfg.layer[l].sliding && m->cfg.layer[l].kv_source == l)
-      swa_blocks = kv_swa_blocks((kv_tokens + KV_BLOCK - 1) / KV_BLOCK, KV_BLOCK, window, p->kv_seqs, max_tokens);
+  int window, swa_blocks = swa_plan(m, p, kv_tokens, &window);
   if ((rc = kv_pool_init(m, kv_tokens, KV_BLOCK, swa_blocks, window, err))) goto fail;
   int per_seq = kv_tokens < m->cfg.max_position_embeddings ? kv_tokens : m->cfg.max_position_embeddings;
   m->max_blocks_per_seq = (per_seq + KV_BLOCK - 1) / KV_BLOCK;
