@@ -29,6 +29,7 @@ struct store_job {
   uint64_t key[FLUSH_BATCH], parent[FLUSH_BATCH];
   int32_t *tokens; /* [n × bs] */
   char *kv;        /* [n × kv bytes] */
+  uint8_t has[FLUSH_BATCH]; /* a sliding-pool model's block has its sliding part (the rest of its kv bytes unused) */
   struct store_job *next;
 };
 
@@ -222,8 +223,11 @@ int prefix_store_open(struct hearth_model *m, const char *dir, struct hearth_err
 /* Files hold each block's tokens, then the KV rows of every layer that stores KV in the backend's own element
  * format (f16 on CUDA's fast path, f32 elsewhere: the fingerprint names the backend and dtype), exactly as
  * kv_block_read packs them. Version 1 files (f32 rows read one layer at a time) are found stale and rewritten.
- * A model with a sliding pool writes version 3: the full layers' rows of the block, then its sliding block's rows
- * (the sliding layers' KV of the same positions); a file of another version is ignored and removed. */
+ * A model with a sliding pool writes version 3: the full layers' rows of the block, then, when the block still had
+ * one, its sliding block's rows (the sliding layers' KV of the same positions; header pad = 1). A block whose
+ * sliding block went before it was keyed (the early passes of a long prompt) is saved without: it still serves as
+ * a link of a longer prefix, which resumes where the sliding blocks of its last window are there (kv_ring.h).
+ * A file of another version is ignored and removed. */
 #define STORE_VERSION 2
 #define STORE_VERSION_SWA 3
 
@@ -238,10 +242,6 @@ static size_t kv_bytes_swa(const struct hearth_model *m) {
   return m->store && m->store->lswa ? hb_kv_block_bytes(m->store->lswa, m->cfg.num_hidden_layers, m->kv.block_size) : 0;
 }
 static size_t kv_bytes(const struct hearth_model *m) { return kv_bytes_full(m) + kv_bytes_swa(m); }
-
-static size_t payload_bytes(const struct hearth_model *m) {
-  return (size_t)m->kv.block_size * sizeof(int32_t) + kv_bytes(m);
-}
 
 static int write_all(int fd, const void *p, size_t n) {
   const char *c = p;
@@ -271,24 +271,32 @@ static void block_path(const struct hearth_model *m, uint64_t key, char *path, s
   snprintf(path, n, "%s/%016llx.kv", m->store_dir, (unsigned long long)key);
 }
 
-/* a file of the right size is kept (its checksum is checked when it is read) */
+/* the KV bytes of a file: all of them, or a sliding-pool model's block without its sliding part (has = 0) */
+static size_t file_kv_bytes(const struct hearth_model *m, int has) { return has ? kv_bytes(m) : kv_bytes_full(m); }
+
+/* a file of the right size is kept (its checksum is checked when it is read): 2 whole, 1 a sliding-pool model's
+ * block without its sliding part, 0 none */
 static int on_disk(const struct hearth_model *m, uint64_t key) {
   char path[4200];
   struct stat sb;
   block_path(m, key, path, sizeof path);
-  return lstat(path, &sb) == 0 && S_ISREG(sb.st_mode) && (size_t)sb.st_size == sizeof(struct block_header) + payload_bytes(m);
+  if (lstat(path, &sb) || !S_ISREG(sb.st_mode)) return 0;
+  const size_t head = sizeof(struct block_header) + (size_t)m->kv.block_size * sizeof(int32_t);
+  if ((size_t)sb.st_size == head + file_kv_bytes(m, 1)) return 2;
+  return kv_bytes_swa(m) && (size_t)sb.st_size == head + file_kv_bytes(m, 0) ? 1 : 0;
 }
 
-static void write_block(const struct hearth_model *m, uint64_t key, uint64_t parent, const int32_t *tokens, const char *kv) {
+static void write_block(const struct hearth_model *m, uint64_t key, uint64_t parent, const int32_t *tokens, const char *kv,
+                        int has) {
   char path[4200], tmp[4300];
   block_path(m, key, path, sizeof path);
-  if (on_disk(m, key)) return;
+  if (on_disk(m, key) >= (has ? 2 : 1)) return;
   const int bs = m->kv.block_size, L = m->cfg.num_hidden_layers;
-  const size_t tb = (size_t)bs * sizeof(int32_t), kvb = kv_bytes(m);
+  const size_t tb = (size_t)bs * sizeof(int32_t), kvb = file_kv_bytes(m, has);
   /* the checksum covers tokens then KV, as they lie in the file */
   struct block_header h = {STORE_MAGIC, (uint32_t)store_version(m), m->fingerprint, key, parent,
                            sum4_pair(0x84222325ull, tokens, tb, kv, kvb), (uint32_t)bs, (uint32_t)L,
-                           (uint32_t)(kvb / (size_t)bs), 0};
+                           (uint32_t)(kv_bytes(m) / (size_t)bs), (uint32_t)(kv_bytes_swa(m) && has)};
   /* a fresh name (O_EXCL, never through a link): two models of one process, or of two processes,
    * may save the same block at once; each renames its own complete file over the other's */
   snprintf(tmp, sizeof tmp, "%s.tmpXXXXXX", path);
@@ -304,7 +312,7 @@ static void write_block(const struct hearth_model *m, uint64_t key, uint64_t par
 static void run_job(const struct hearth_model *m, struct store_job *j) {
   const size_t kvb = kv_bytes(m);
   for (int i = 0; i < j->n; i++)
-    write_block(m, j->key[i], j->parent[i], j->tokens + (size_t)i * m->kv.block_size, j->kv + (size_t)i * kvb);
+    write_block(m, j->key[i], j->parent[i], j->tokens + (size_t)i * m->kv.block_size, j->kv + (size_t)i * kvb, j->has[i]);
   free(j->tokens);
   free(j->kv);
   free(j);
@@ -365,18 +373,24 @@ static int flush_locked(struct hearth_model *m) {
     return left;
   }
   int rc;
-  if (st->lswa) { /* each part in one batch of copies, then block by block: full rows, then sliding rows */
+  memset(j->has, 1, sizeof j->has);
+  if (st->lswa) { /* each part in one batch of copies, then block by block: full rows, then sliding rows if any */
     const size_t fb = kv_bytes_full(m), sb = kv_bytes_swa(m);
     char *tmp = malloc((size_t)n * kvb);
+    int32_t hs[FLUSH_BATCH];
+    int nh = 0;
+    for (int i = 0; i < n; i++)
+      if ((j->has[i] = sids[i] >= 0)) hs[nh++] = sids[i];
     const int L = m->cfg.num_hidden_layers;
     rc = !tmp || m->be->kv_block_read(m->bctx, st->lfull, L, ids, n, bs, tmp, (size_t)n * fb) ||
-         m->be->kv_block_read(m->bctx, st->lswa, L, sids, n, bs, tmp + (size_t)n * fb, (size_t)n * sb);
-    for (int i = 0; !rc && i < n; i++) {
+         (nh && m->be->kv_block_read(m->bctx, st->lswa, L, hs, nh, bs, tmp + (size_t)n * fb, (size_t)nh * sb));
+    for (int i = 0, k = 0; !rc && i < n; i++) {
       memcpy(j->kv + (size_t)i * kvb, tmp + (size_t)i * fb, fb);
-      memcpy(j->kv + (size_t)i * kvb + fb, tmp + (size_t)n * fb + (size_t)i * sb, sb);
+      if (j->has[i]) memcpy(j->kv + (size_t)i * kvb + fb, tmp + (size_t)n * fb + (size_t)(k++) * sb, sb);
     }
     free(tmp);
-    for (int i = 0; i < n; i++) kv_swa_unref(&m->kv, sids[i]);
+    for (int i = 0; i < n; i++)
+      if (sids[i] >= 0) kv_swa_unref(&m->kv, sids[i]);
   } else {
     rc = m->be->kv_block_read(m->bctx, m->kv.layers, m->cfg.num_hidden_layers, ids, n, bs, j->kv, (size_t)n * kvb);
   }
@@ -403,13 +417,13 @@ static int flush_locked(struct hearth_model *m) {
 void prefix_store_note(struct hearth_model *m, uint64_t key, uint64_t parent, const int32_t *tokens, int32_t id,
                        int32_t sid) {
   struct prefix_store *st = m->store;
-  if (!st || !m->be->kv_block_read || (st->lswa && sid < 0) || on_disk(m, key)) return;
+  if (!st || !m->be->kv_block_read || on_disk(m, key) >= (!st->lswa || sid >= 0 ? 2 : 1)) return;
   const int bs = m->kv.block_size;
   pthread_mutex_lock(&st->mu);
   int full = st->n_pend == PEND_MAX;
   if (!full) {
     kv_block_ref(&m->kv, id);
-    if (st->lswa) kv_swa_ref(&m->kv, sid);
+    if (st->lswa && sid >= 0) kv_swa_ref(&m->kv, sid);
     st->psid[st->n_pend] = st->lswa ? sid : -1;
     st->pkey[st->n_pend] = key;
     st->pparent[st->n_pend] = parent;
@@ -466,7 +480,7 @@ struct load_job {
   const int32_t *tokens; /* [n × bs] what the prompt holds */
   int n;
   char *kv;              /* [n × kv bytes] */
-  uint8_t *ok;
+  uint8_t *ok, *has;     /* [n]: read; with its sliding part (write_block) */
   atomic_int next;
 };
 
@@ -474,7 +488,7 @@ struct load_job {
 static int load_one(struct load_job *J, int i) {
   const struct hearth_model *m = J->m;
   const int bs = m->kv.block_size, L = m->cfg.num_hidden_layers;
-  const size_t tb = (size_t)bs * sizeof(int32_t), kvb = kv_bytes(m);
+  const size_t tb = (size_t)bs * sizeof(int32_t), kvb = kv_bytes(m), swb = kv_bytes_swa(m);
   char path[4200];
   block_path(m, J->key[i], path, sizeof path);
   int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
@@ -484,13 +498,19 @@ static int load_one(struct load_job *J, int i) {
   char extra;
   int32_t *tok = malloc(tb);
   char *kv = J->kv + (size_t)i * kvb;
-  int bad = !tok || fstat(fd, &sb) || !S_ISREG(sb.st_mode) || (size_t)sb.st_size != sizeof h + tb + kvb ||
-            read_all(fd, &h, sizeof h) || h.magic != STORE_MAGIC || h.version != (uint32_t)store_version(m) ||
-            h.fingerprint != m->fingerprint || h.key != J->key[i] || h.parent != J->parent[i] ||
-            h.block_size != (uint32_t)bs || h.n_layers != (uint32_t)L || h.width != (uint32_t)(kvb / (size_t)bs) ||
-            read_all(fd, tok, tb) || read_all(fd, kv, kvb) || read(fd, &extra, 1) != 0;
+  int bad = !tok || fstat(fd, &sb) || !S_ISREG(sb.st_mode);
+  /* a sliding-pool model's file may hold the block without its sliding part (write_block): told by its size,
+   * and the header must say the same */
+  const int has = !bad && (size_t)sb.st_size == sizeof h + tb + kvb;
+  const size_t fkb = file_kv_bytes(m, has);
+  bad = bad || (!has && (!swb || (size_t)sb.st_size != sizeof h + tb + fkb)) ||
+        read_all(fd, &h, sizeof h) || h.magic != STORE_MAGIC || h.version != (uint32_t)store_version(m) ||
+        h.fingerprint != m->fingerprint || h.key != J->key[i] || h.parent != J->parent[i] ||
+        h.block_size != (uint32_t)bs || h.n_layers != (uint32_t)L || h.width != (uint32_t)(kvb / (size_t)bs) ||
+        h.pad != (uint32_t)(swb && has) || read_all(fd, tok, tb) || read_all(fd, kv, fkb) || read(fd, &extra, 1) != 0;
+  J->has[i] = (uint8_t)has;
   if (!bad) { /* the checksum over tokens then KV, as written */
-    uint64_t c = sum4_pair(0x84222325ull, tok, tb, kv, kvb);
+    uint64_t c = sum4_pair(0x84222325ull, tok, tb, kv, fkb);
     bad = c != h.checksum;
   }
   int ok = 0;
@@ -524,14 +544,19 @@ static int write_split(struct hearth_model *m, const int32_t *ids, const int32_t
   const int L = m->cfg.num_hidden_layers, bs = m->kv.block_size;
   const size_t fb = kv_bytes_full(m), sb = kv_bytes_swa(m), kvb = fb + sb;
   char *tmp = malloc((size_t)ok * kvb);
-  if (!tmp) return -1;
+  int32_t *hs = malloc((size_t)ok * sizeof *hs);
+  int nh = 0;
+  if (!tmp || !hs) { free(tmp); free(hs); return -1; }
   for (int i = 0; i < ok; i++) {
     memcpy(tmp + (size_t)i * fb, kv + (size_t)i * kvb, fb);
-    memcpy(tmp + (size_t)ok * fb + (size_t)i * sb, kv + (size_t)i * kvb + fb, sb);
+    if (sids[i] < 0) continue; /* saved without its sliding part */
+    memcpy(tmp + (size_t)ok * fb + (size_t)nh * sb, kv + (size_t)i * kvb + fb, sb);
+    hs[nh++] = sids[i];
   }
   int rc = m->be->kv_block_write(m->bctx, st->lfull, L, ids, ok, bs, tmp, (size_t)ok * fb) ||
-           m->be->kv_block_write(m->bctx, st->lswa, L, sids, ok, bs, tmp + (size_t)ok * fb, (size_t)ok * sb);
+           (nh && m->be->kv_block_write(m->bctx, st->lswa, L, hs, nh, bs, tmp + (size_t)ok * fb, (size_t)nh * sb));
   free(tmp);
+  free(hs);
   return rc;
 }
 
@@ -555,9 +580,11 @@ int prefix_store_load_run(struct hearth_model *m, const uint64_t *key, const uin
   struct load_job J = {.m = m};
   J.kv = pin ? pin : malloc((size_t)per * kvb);
   J.ok = calloc((size_t)per, 1);
-  if (!J.kv || !J.ok) {
+  J.has = calloc((size_t)per, 1);
+  if (!J.kv || !J.ok || !J.has) {
     if (!pin) free(J.kv);
     free(J.ok);
+    free(J.has);
     return 0;
   }
   int got = 0;
@@ -574,11 +601,12 @@ int prefix_store_load_run(struct hearth_model *m, const uint64_t *key, const uin
     while (ok < c && J.ok[ok]) ok++;
     prof_add(PROF_STORE_READ, t0, ok);
     for (int i = 0; i < ok; i++) {
+      if (split) sids[got + i] = -1;
       if ((ids[got + i] = kv_block_alloc(&m->kv)) < 0) {
         ok = i;
         break;
       }
-      if (split && (sids[got + i] = kv_swa_alloc(&m->kv)) < 0) {
+      if (split && J.has[i] && (sids[got + i] = kv_swa_alloc(&m->kv)) < 0) {
         kv_block_unref(&m->kv, ids[got + i]);
         ok = i;
         break;
@@ -589,7 +617,7 @@ int prefix_store_load_run(struct hearth_model *m, const uint64_t *key, const uin
                          : m->be->kv_block_write(m->bctx, m->kv.layers, L, ids + got, ok, bs, J.kv, (size_t)ok * kvb))) {
       for (int i = 0; i < ok; i++) {
         kv_block_unref(&m->kv, ids[got + i]);
-        if (split) kv_swa_unref(&m->kv, sids[got + i]);
+        if (split && sids[got + i] >= 0) kv_swa_unref(&m->kv, sids[got + i]);
       }
       ok = 0;
     }
@@ -602,5 +630,6 @@ int prefix_store_load_run(struct hearth_model *m, const uint64_t *key, const uin
   }
   if (!pin) free(J.kv);
   free(J.ok);
+  free(J.has);
   return got;
 }

@@ -36,7 +36,7 @@ void prefix_store_close(struct hearth_model *m);
  * invalid). Caller holds forward_mu. A model with a sliding pool (runtime/kv_ring.h) restores each block's
  * sliding block too, into sids[0..run) (with the caller's reference; NULL there: nothing is loaded).
  * `sid` of a note: the sliding block of the same positions (-1 without a sliding pool; a sliding-pool model's
- * note without one is not saved). */
+ * block without one is saved without its sliding part, and restored with sids[i] = -1). */
 int prefix_store_load_run(struct hearth_model *m, const uint64_t *key, const uint64_t *parent, const int32_t *tokens,
                           int n, int32_t *ids, int32_t *sids);
 #endif

@@ -613,6 +613,7 @@ TEST_GROUP(gemma4_ring_disk) {
   snprintf(dir, sizeof dir, "%s/tests/fixtures/model/gemma4_e", HEARTH_SOURCE_DIR);
   ring_disk_case(dir, HEARTH_BACKEND_CUDA, HEARTH_DTYPE_F32);
   ring_disk_case(dir, HEARTH_BACKEND_CUDA, HEARTH_DTYPE_INT4);
+  ring_disk_long_case(dir, HEARTH_BACKEND_CUDA, HEARTH_DTYPE_INT4);
 }
 
 TEST_GROUP(qwen2_f32) { lm_f32("qwen2"); }

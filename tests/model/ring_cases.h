@@ -279,3 +279,43 @@ static void ring_disk_case(const char *dir, enum hearth_backend_kind be, enum he
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", store);
   CHECK(system(cmd) == 0);
 }
+
+/* A prompt longer than a forward pass (1,200 tokens; 512 a pass on the CPU): the sliding blocks of its early passes
+ * go back before the call keys its blocks, so those are saved without their sliding part; the prompt still resumes
+ * from the disk (1,184 tokens), the sliding blocks of its last window being saved whole; logits bit-identical to
+ * keeping everything, which evaluates the same 1,184 + 16 tokens. */
+static void ring_disk_long_case(const char *dir, enum hearth_backend_kind be, enum hearth_dtype dt) {
+  char store[300], cmd[700];
+  snprintf(store, sizeof store, "/tmp/hearth_test_ring_kvl_XXXXXX");
+  REQUIRE(mkdtemp(store));
+  struct hearth_err err = {0};
+  enum { N = 1200, P = 1184 };
+  int32_t *t = malloc(N * sizeof *t);
+  REQUIRE(t);
+  for (int i = 0; i < N; i++) t[i] = (i * 31 + 5 + i / 11) % 512;
+  float *want = NULL;
+  const int seqs[3] = {-1, 1, 1}; /* keep everything (no store); ring writes; ring reads */
+  for (int r = 0; r < 3; r++) {
+    struct hearth_model *m = ring_load(dir, be, dt, 4096, seqs[r], r ? store : NULL, &err);
+    CHECKF(m != NULL, "round %d: %s", r, err.msg);
+    if (!m) break;
+    const int V = hearth_model_info(m)->n_vocab;
+    struct hearth_session *s = NULL;
+    CHECK(hearth_session_new(m, NULL, &s, &err) == 0);
+    int rc = !s;
+    if (!rc && r == 2) rc = hearth_session_sync(s, t, N, &err);
+    else if (!rc) rc = hearth_session_sync(s, t, P, &err) || hearth_session_append(s, t + P, N - P, &err);
+    CHECKF(rc == 0, "round %d: %s", r, err.msg);
+    if (!rc && r == 2) CHECKF(hearth_session_n_reused(s) == P, "reused %d tokens from the disk, want %d", hearth_session_n_reused(s), P);
+    if (!rc && r == 1) CHECKF(session_swa_held(s) <= ring_bound(m), "held %d", session_swa_held(s));
+    if (!rc && !want && (want = malloc((size_t)V * sizeof *want))) memcpy(want, hearth_session_logits(s), (size_t)V * sizeof *want);
+    else if (!rc && want)
+      CHECKF(!memcmp(want, hearth_session_logits(s), (size_t)V * sizeof *want), "round %d: logits differ from keeping everything", r);
+    hearth_session_free(s);
+    hearth_model_free(m);
+  }
+  free(want);
+  free(t);
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", store);
+  CHECK(system(cmd) == 0);
+}

@@ -488,6 +488,7 @@ TEST_GROUP(ring_disk) {
   char dir[512];
   fixture_e(dir, sizeof dir);
   ring_disk_case(dir, HEARTH_BACKEND_CPU, HEARTH_DTYPE_F32);
+  ring_disk_long_case(dir, HEARTH_BACKEND_CPU, HEARTH_DTYPE_F32);
 }
 
 #if defined(__GNUC__) && !defined(__clang__)
