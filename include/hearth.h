@@ -64,6 +64,10 @@ struct hearth_model_params {
   enum hearth_backend_kind backend;
   int n_threads;                 /* CPU threads; 0 = all online cores */
   int kv_tokens;                 /* KV pool capacity in tokens over all sessions; 0 = 8192 */
+  int kv_seqs;                   /* sessions expected to hold KV at once; sizes a model's sliding-window pool
+                                    (Gemma 4: window-bounded KV per session, docs/decisions.md); 0 = unknown:
+                                    that pool gets as many blocks as the main one; < 0: no such pool, every
+                                    position kept in every layer (the layout of before, for comparisons) */
   int verbose;                   /* print the memory plan on load */
   const char *kv_cache_dir;      /* persist shared KV prefixes here across runs; NULL = memory only */
   int exact;                     /* 1: reference kernels only (int4 with f32 activations, no

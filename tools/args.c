@@ -106,6 +106,11 @@ int arg_model_option(int argc, char **argv, int *i, struct hearth_model_params *
     p->kv_tokens = (int)x;
     return 1;
   }
+  if (!strcmp(a, "--kv-seqs")) { /* sessions holding KV at once: sizes Gemma 4's sliding-window pool; -1: none */
+    if (!(v = arg_value(argc, argv, i)) || arg_int(a, v, -1, 1 << 20, &x)) return -1;
+    p->kv_seqs = (int)x;
+    return 1;
+  }
   if (!strcmp(a, "--kv-cache-dir")) {
     if (!(v = arg_value(argc, argv, i))) return -1;
     p->kv_cache_dir = v;

@@ -262,6 +262,7 @@ static int chat_open(struct chat *c, struct hearth_model_params *mp, struct hear
 int cmd_chat(int argc, char **argv) {
   struct hearth_model_params mp;
   hearth_model_params_default(&mp);
+  mp.kv_seqs = 1; /* one session: Gemma 4's sliding layers need one window of KV */
   struct chat c = {0};
   hearth_sampling_default(&c.sp);
   c.sp.temperature = 0.0f;

@@ -13,7 +13,8 @@ static void usage(void) {
           "usage: hearth run --model DIR (--prompt-ids \"ID ID ...\" | --prompt TEXT) [-n N] [--ids]\n"
           "                  [--dtype int4|bf16|f32] [--backend cpu|cuda] [--threads T] [--exact]\n"
           "                  [--temperature X] [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
-          "                  [--repetition-penalty X] [--ignore-eos]\n");
+          "                  [--repetition-penalty X] [--ignore-eos] [--kv-tokens N] [--kv-seqs N (1; -1: Gemma 4's\n"
+          "                  sliding layers keep every position)]\n");
 }
 
 
@@ -21,6 +22,7 @@ int cmd_run(int argc, char **argv) {
   struct hearth_model_params mp;
   hearth_model_params_default(&mp);
   mp.verbose = 1; /* the memory plan on stderr at load (weights, KV bytes per token by layer type) */
+  mp.kv_seqs = 1;  /* one session: Gemma 4's sliding layers need one window of KV */
   struct hearth_sampling sp;
   hearth_sampling_default(&sp);
   sp.temperature = 0.0f;

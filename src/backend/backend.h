@@ -68,8 +68,12 @@ struct hb_batch {
   const int32_t *seq_len;      /* host [n_seqs]: tokens of each sequence after this batch */
   const int32_t *out_rows;     /* host [n_out]: token indices whose outputs (logits/hidden) are wanted */
   int n_out;
+  /* host [n_seqs × max_blocks] or NULL: the blocks of the sliding-window layers' own pool (runtime/kv_ring.h), for
+   * a model that has one; entries below a sequence's window name some block of it that is never read. A family
+   * passes a sliding layer a copy of the batch with block_table / d_block_table set to these. */
+  const int32_t *block_table_swa;
   /* backend copies, filled by batch_upload */
-  struct hb_tensor d_pos, d_seq, d_block_table, d_seq_len, d_out_rows;
+  struct hb_tensor d_pos, d_seq, d_block_table, d_seq_len, d_out_rows, d_block_table_swa;
 };
 
 /* One layer's KV storage: [n_blocks × block_size × n_kv_heads × head_dim] for K and for V. */

@@ -144,13 +144,26 @@ static void ple_inputs(struct hearth_model *m, int n) {
  * fused op declines a shape, the plain ops it stands for run instead. */
 static int fused(const struct hb_ops *be) { return be->g4_qkv_post && be->norm_add && be->norm_matmul; }
 
-static void attention(struct hearth_model *m, int i, struct hb_batch *b) {
+/* The batch as a sliding layer sees it: the sliding pool's block tables when the model has that pool
+ * (runtime/kv_ring.h; a shared sliding layer's source is a sliding layer too). Positions and lengths are the
+ * batch's own, so the ops need nothing new. */
+static struct hb_batch sliding_view(const struct hb_batch *b) {
+  struct hb_batch v = *b;
+  if (b->block_table_swa) {
+    v.block_table = b->block_table_swa;
+    v.d_block_table = b->d_block_table_swa;
+  }
+  return v;
+}
+
+static void attention(struct hearth_model *m, int i, struct hb_batch *b_all) {
   const struct hb_ops *be = m->be;
   struct hb_ctx *c = m->bctx;
   struct model_scratch *s = &m->scratch;
   const struct hf_config *cfg = &m->cfg;
   const struct hf_layer *y = &cfg->layer[i];
   const struct layer_weights *W = &m->w.layers[i];
+  struct hb_batch bsw = y->sliding ? sliding_view(b_all) : *b_all, *b = &bsw;
   int n = b->n_tokens, nq = cfg->num_attention_heads, hd = y->head_dim, nkv = y->n_kv_heads;
   struct hb_tensor x = rows_view(&s->x, n), xn = rows_view(&s->xn, n), o = rows_view(&s->o, n);
   struct hb_tensor q = view2d(&s->q, n, (int64_t)nq * hd), a = view2d(&s->attn, n, (int64_t)nq * hd);

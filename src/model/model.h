@@ -71,8 +71,21 @@ struct model_graph {
   void *graph; /* backend graph handle or NULL */
 };
 
+/* The sliding-window layers' own block pool (Gemma 4; runtime/kv_ring.h): block ids index only those layers'
+ * storage. A sequence maps logical block b (positions [b·bs, (b+1)·bs)) to one of these for as long as a query at
+ * or after its next position can see the block; below the window it holds none (-1). */
+struct kv_swa_pool {
+  int n_blocks;         /* 0: the model has no sliding pool (every layer uses the main block ids) */
+  int window;           /* the sliding window in tokens (a query at p sees keys p - window + 1 .. p) */
+  int32_t *free_list;
+  int n_free;
+  int32_t *refs;        /* [n_blocks]: sessions and prefix-cache entries holding the block */
+  int64_t peak_used;    /* the most blocks in use at once since load (tests, bench) */
+};
+
 /* KV blocks shared by all sessions of a model. */
 struct kv_pool {
+  struct kv_swa_pool swa;
   int block_size;       /* tokens per block */
   int n_blocks;
   struct hb_kv_layer *layers; /* [n_layer] */
@@ -117,6 +130,7 @@ struct hearth_model {
   pthread_mutex_t forward_mu; /* one forward pass at a time */
   /* host staging for a batch */
   int32_t *b_pos, *b_seq, *b_bt, *b_len, *b_out;
+  int32_t *b_bt_swa; /* [max_seqs × max_blocks]: the sliding pool's block tables (NULL without one) */
   int32_t *b_ids;   /* [max_tokens] token ids of the batch */
   float *b_outbuf;  /* [max_seqs × max(vocab, d)] host copy of the batch's outputs */
   int32_t *b_gid;   /* [max_seqs] greedy ids of the last batch */

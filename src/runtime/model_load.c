@@ -11,6 +11,7 @@
 #include "load/sentence_transformers.h"
 #include "model/model.h"
 #include "runtime/kv_cache.h"
+#include "runtime/kv_ring.h"
 #include "runtime/prefix_store.h"
 
 /* MAX_BATCH_TOKENS_CUDA: a GPU's prefill GEMM wants thousands of rows (label scoring of hundreds of short
@@ -87,6 +88,8 @@ static int alloc_scratch(struct hearth_model *m, int T, int O, struct hearth_err
   m->b_out = malloc(O * sizeof(int32_t));
   m->b_len = malloc(O * sizeof(int32_t));
   m->b_bt = malloc((size_t)O * (size_t)m->max_blocks_per_seq * sizeof(int32_t));
+  if (m->kv.swa.n_blocks && !(m->b_bt_swa = malloc((size_t)O * (size_t)m->max_blocks_per_seq * sizeof(int32_t))))
+    return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
   m->b_ids = malloc(T * sizeof(int32_t));
   size_t outw = (size_t)(c->vocab_size > c->hidden_size ? c->vocab_size : c->hidden_size);
   m->b_outbuf = malloc((size_t)O * outw * sizeof(float));
@@ -105,6 +108,18 @@ static int alloc_scratch(struct hearth_model *m, int T, int O, struct hearth_err
  * process at first touch; so it is checked against MemAvailable. A device backend says what it
  * can still allocate (mem_available: cudaMemGetInfo's free bytes): cudaMalloc would refuse too,
  * but only after the weights were uploaded, and naming one tensor rather than the plan. */
+/* Blocks of Gemma 4's sliding-window pool (runtime/kv_ring.h) for this load, 0 for none; *window gets the window. */
+static int swa_plan(const struct hearth_model *m, const struct hearth_model_params *p, int kv_tokens, int *window) {
+  const int pass = p->backend != HEARTH_BACKEND_CUDA ? MAX_BATCH_TOKENS
+                   : m->cfg.is_embedding             ? MAX_BATCH_TOKENS_CUDA_EMBED
+                                                     : MAX_BATCH_TOKENS_CUDA;
+  *window = m->cfg.family == HEARTH_FAMILY_GEMMA4 && p->kv_seqs >= 0 ? m->cfg.g4.sliding_window : 0;
+  for (int l = 0; *window > 0 && l < m->cfg.num_hidden_layers; l++)
+    if (m->cfg.layer[l].sliding && m->cfg.layer[l].kv_source == l)
+      return kv_swa_blocks((kv_tokens + KV_BLOCK - 1) / KV_BLOCK, KV_BLOCK, *window, p->kv_seqs, pass);
+  return 0;
+}
+
 static int memory_plan_check(const struct hearth_model *m, const struct hearth_model_params *p, int kv_tokens,
                              const char *when, struct hearth_err *err) {
   uint64_t avail;
@@ -125,6 +140,14 @@ static int memory_plan_check(const struct hearth_model *m, const struct hearth_m
   double tokens = (double)((kv_tokens + KV_BLOCK - 1) / KV_BLOCK) * KV_BLOCK;
   double kvd = (double)c->num_key_value_heads * c->head_dim, qd = (double)c->num_attention_heads * c->head_dim;
   double kv = tokens * c->num_hidden_layers * 2 * kvd * es;
+  if (c->family == HEARTH_FAMILY_GEMMA4) { /* each layer's own width; shared layers none; sliding ones their pool */
+    int window, swa = swa_plan(m, p, kv_tokens, &window);
+    kv = 0;
+    for (int l = 0; l < c->num_hidden_layers; l++)
+      if (c->layer[l].kv_source == l)
+        kv += (c->layer[l].sliding && swa ? (double)swa * KV_BLOCK : tokens) * 2.0 * c->layer[l].n_kv_heads *
+              c->layer[l].head_dim * es;
+  }
   double wide = c->vocab_size > c->hidden_size ? c->vocab_size : c->hidden_size;
   const int cuda = p->backend == HEARTH_BACKEND_CUDA;
   double scratch = (double)(!cuda ? MAX_BATCH_TOKENS : c->is_embedding ? MAX_BATCH_TOKENS_CUDA_EMBED : MAX_BATCH_TOKENS_CUDA) *
@@ -132,10 +155,12 @@ static int memory_plan_check(const struct hearth_model *m, const struct hearth_m
                    (double)(cuda ? MAX_BATCH_SEQS_CUDA : MAX_BATCH_SEQS) * ((double)c->vocab_size + wide + c->hidden_size) * 4;
   if (!avail || kv + scratch <= 0.9 * (double)avail) return 0;
   return err_set(err, HEARTH_ERR_NOMEM,
-                 "config.json: the KV pool (%d tokens x %d layers x 2 x %d KV heads x %d head_dim x %d bytes = %.2f GiB) "
+                 "config.json: the KV pool (%d tokens x %d layers x 2 x %d KV heads x %d head_dim x %d bytes%s = %.2f GiB) "
                  "plus activation scratch (%.2f GiB) does not fit in the %.2f GiB of %s %s (%s); "
                  "lower --ctx / --parallel (kv_tokens), or check the config's dimensions",
-                 (int)tokens, c->num_hidden_layers, c->num_key_value_heads, c->head_dim, es, kv / 1073741824.0,
+                 (int)tokens, c->num_hidden_layers, c->num_key_value_heads, c->head_dim, es,
+                 c->family == HEARTH_FAMILY_GEMMA4 ? ", each layer at its own width, sliding layers a window" : "",
+                 kv / 1073741824.0,
                  scratch / 1073741824.0, (double)avail / 1073741824.0, what, when,
                  p->backend == HEARTH_BACKEND_CPU ? "MemAvailable" : m->be->name);
 }
@@ -151,7 +176,7 @@ static void free_scratch(struct hearth_model *m) {
   struct hb_tensor *all[] = {&s->ids, &s->x, &s->xn, &s->q, &s->k, &s->v, &s->attn, &s->o, &s->gate, &s->up, &s->sel, &s->logits, &s->gsel, &s->ple, &s->ple_tok, &s->score_req, &s->score_out};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     if (all[i]->data) m->be->release(m->bctx, all[i]);
-  free(m->b_pos); free(m->b_seq); free(m->b_out); free(m->b_len); free(m->b_bt);
+  free(m->b_pos); free(m->b_seq); free(m->b_out); free(m->b_len); free(m->b_bt); free(m->b_bt_swa);
   free(m->b_ids); free(m->b_outbuf); free(m->b_gid); free(m->b_glp); free(m->b_gsel); free(m->b_score_req); free(m->b_score_out);
   free(m->b_pen);
 }
@@ -246,7 +271,9 @@ static void fill_info(struct hearth_model *m, const struct hearth_model_params *
                               (c->is_embedding ? row : (m->w.lm_head_tied ? emb : head + row));
   i->kv_block_tokens = m->kv.block_size;
   i->kv_blocks = m->kv.n_blocks;
-  i->kv_bytes = (uint64_t)m->kv.n_blocks * m->kv.block_size * kv_bytes_per_token(c);
+  i->kv_bytes = 0; /* as allocated: a sliding layer's rows are the sliding pool's (runtime/kv_ring.h) */
+  for (int l = 0; m->kv.layers && l < c->num_hidden_layers; l++)
+    i->kv_bytes += tensor_bytes(&m->kv.layers[l].k) + tensor_bytes(&m->kv.layers[l].v);
 }
 
 /* Gemma 4's memory plan: weights by kind, and KV per token by layer type (shared layers store none). */
@@ -267,6 +294,12 @@ static void memory_plan_gemma4(const struct hearth_model *m) {
                   "%d KV-shared layers 0 B; total %llu B/token\n",
           n_sl, (unsigned long long)kv_bytes_per_token_of(c, 1), c->g4.sliding_window, n_full,
           (unsigned long long)kv_bytes_per_token_of(c, 0), n_shared, (unsigned long long)kv_bytes_per_token(c));
+  const struct kv_pool *p = &m->kv;
+  if (p->swa.n_blocks)
+    fprintf(stderr, "hearth: memory plan: KV pools: full layers %d tokens, sliding layers %d tokens (a session holds at most "
+                    "about window + %d of them), %.1f MiB in all as allocated\n",
+            p->n_blocks * p->block_size, p->swa.n_blocks * p->block_size, 2 * p->block_size,
+            (double)m->info.kv_bytes / 1048576.0);
 }
 
 int hearth_model_load(const struct hearth_model_params *p, struct hearth_model **out, struct hearth_err *err) {
@@ -328,12 +361,14 @@ int hearth_model_load(const struct hearth_model_params *p, struct hearth_model *
   st_close(st);
   if (rc) goto fail;
   if ((rc = memory_plan_check(m, p, kv_tokens, "after loading the weights", err))) goto fail;
-  if ((rc = kv_pool_init(m, kv_tokens, KV_BLOCK, err))) goto fail;
-  int per_seq = kv_tokens < m->cfg.max_position_embeddings ? kv_tokens : m->cfg.max_position_embeddings;
-  m->max_blocks_per_seq = (per_seq + KV_BLOCK - 1) / KV_BLOCK;
   const int max_tokens = p->backend != HEARTH_BACKEND_CUDA ? MAX_BATCH_TOKENS
                    : m->cfg.is_embedding              ? MAX_BATCH_TOKENS_CUDA_EMBED
                                                       : MAX_BATCH_TOKENS_CUDA;
+  /* Gemma 4's sliding layers keep a window of KV per session in a pool of their own (runtime/kv_ring.h) */
+  int window, swa_blocks = swa_plan(m, p, kv_tokens, &window);
+  if ((rc = kv_pool_init(m, kv_tokens, KV_BLOCK, swa_blocks, window, err))) goto fail;
+  int per_seq = kv_tokens < m->cfg.max_position_embeddings ? kv_tokens : m->cfg.max_position_embeddings;
+  m->max_blocks_per_seq = (per_seq + KV_BLOCK - 1) / KV_BLOCK;
   if ((rc = alloc_scratch(m, max_tokens, p->backend == HEARTH_BACKEND_CUDA ? MAX_BATCH_SEQS_CUDA : MAX_BATCH_SEQS, err)))
     goto fail;
   if (p->kv_cache_dir && (rc = prefix_store_open(m, p->kv_cache_dir, err))) goto fail;

@@ -12,10 +12,11 @@ int prefix_cache_init(struct prefix_cache *pc, int n_blocks, int block_size) {
   pc->block_size = block_size;
   pc->keys = calloc((size_t)cap, sizeof *pc->keys);
   pc->blocks = malloc((size_t)cap * sizeof *pc->blocks);
+  pc->sblocks = malloc((size_t)cap * sizeof *pc->sblocks);
   pc->parents = malloc((size_t)cap * sizeof *pc->parents);
   pc->tokens = malloc((size_t)cap * (size_t)block_size * sizeof *pc->tokens);
   pc->last_used = malloc((size_t)cap * sizeof *pc->last_used);
-  if (!pc->keys || !pc->blocks || !pc->parents || !pc->tokens || !pc->last_used) {
+  if (!pc->keys || !pc->blocks || !pc->sblocks || !pc->parents || !pc->tokens || !pc->last_used) {
     prefix_cache_free(pc);
     return -1;
   }
@@ -25,6 +26,7 @@ int prefix_cache_init(struct prefix_cache *pc, int n_blocks, int block_size) {
 void prefix_cache_free(struct prefix_cache *pc) {
   free(pc->keys);
   free(pc->blocks);
+  free(pc->sblocks);
   free(pc->parents);
   free(pc->tokens);
   free(pc->last_used);
@@ -54,27 +56,38 @@ static int find_slot(const struct prefix_cache *pc, uint64_t key, uint64_t paren
   return -1;
 }
 
-int32_t prefix_cache_lookup(struct prefix_cache *pc, uint64_t key, uint64_t parent, const int32_t *tokens) {
+int32_t prefix_cache_lookup(struct prefix_cache *pc, uint64_t key, uint64_t parent, const int32_t *tokens,
+                            int32_t *sblock) {
+  if (sblock) *sblock = -1;
   if (!pc->cap) return -1;
   int i = find_slot(pc, key, parent, tokens);
   if (i < 0) { pc->misses++; return -1; }
   pc->last_used[i] = ++pc->clock;
   pc->hits++;
+  if (sblock) *sblock = pc->sblocks[i];
   return pc->blocks[i];
 }
 
-int prefix_cache_insert(struct prefix_cache *pc, uint64_t key, uint64_t parent, const int32_t *tokens, int32_t block) {
-  if (!pc->cap || pc->n_entries * 2 >= pc->cap) return 0;
-  if (find_slot(pc, key, parent, tokens) >= 0) return 0;
+int prefix_cache_insert(struct prefix_cache *pc, uint64_t key, uint64_t parent, const int32_t *tokens, int32_t block,
+                        int32_t sblock) {
+  if (!pc->cap) return 0;
+  int f = find_slot(pc, key, parent, tokens);
+  if (f >= 0) {
+    if (pc->sblocks[f] >= 0 || sblock < 0) return 0;
+    pc->sblocks[f] = sblock; /* the same positions of the same token chain: the same sliding KV */
+    return PC_ADDED_SWA;
+  }
+  if (pc->n_entries * 2 >= pc->cap) return 0;
   int mask = pc->cap - 1, i = (int)(key & (uint64_t)mask);
   while (pc->keys[i]) i = (i + 1) & mask;
   pc->keys[i] = key;
   pc->parents[i] = parent;
   pc->blocks[i] = block;
+  pc->sblocks[i] = sblock;
   memcpy(pc->tokens + (size_t)i * pc->block_size, tokens, (size_t)pc->block_size * sizeof *tokens);
   pc->last_used[i] = ++pc->clock;
   pc->n_entries++;
-  return 1;
+  return PC_ADDED;
 }
 
 static void remove_slot(struct prefix_cache *pc, int i) {
@@ -88,6 +101,7 @@ static void remove_slot(struct prefix_cache *pc, int i) {
       pc->keys[i] = pc->keys[j];
       pc->parents[i] = pc->parents[j];
       pc->blocks[i] = pc->blocks[j];
+      pc->sblocks[i] = pc->sblocks[j];
       pc->last_used[i] = pc->last_used[j];
       memcpy(pc->tokens + (size_t)i * pc->block_size, pc->tokens + (size_t)j * pc->block_size,
              (size_t)pc->block_size * sizeof *pc->tokens);
@@ -97,13 +111,27 @@ static void remove_slot(struct prefix_cache *pc, int i) {
   }
 }
 
-int32_t prefix_cache_evict(struct prefix_cache *pc, const int32_t *refs) {
+int32_t prefix_cache_evict(struct prefix_cache *pc, const int32_t *refs, int32_t *sblock) {
   int best = -1;
+  *sblock = -1;
   for (int i = 0; i < pc->cap; i++)
     if (pc->keys[i] && refs[pc->blocks[i]] == 1 && (best < 0 || pc->last_used[i] < pc->last_used[best])) best = i;
   if (best < 0) return -1;
   int32_t b = pc->blocks[best];
+  *sblock = pc->sblocks[best];
   remove_slot(pc, best);
+  return b;
+}
+
+int32_t prefix_cache_evict_swa(struct prefix_cache *pc, const int32_t *srefs) {
+  int best = -1;
+  for (int i = 0; i < pc->cap; i++)
+    if (pc->keys[i] && pc->sblocks[i] >= 0 && srefs[pc->sblocks[i]] == 1 &&
+        (best < 0 || pc->last_used[i] < pc->last_used[best]))
+      best = i;
+  if (best < 0) return -1;
+  int32_t b = pc->sblocks[best];
+  pc->sblocks[best] = -1;
   return b;
 }
 

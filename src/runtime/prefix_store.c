@@ -13,6 +13,7 @@
 
 #include "base/prof.h"
 #include "runtime/kv_cache.h"
+#include "runtime/kv_ring.h"
 
 /* Saving, off the request path: a block registered in the prefix cache is only noted (with a pool reference,
  * so it cannot be reused before it is read); the engine reads noted blocks back in batches when it is idle
@@ -28,6 +29,7 @@ struct store_job {
   uint64_t key[FLUSH_BATCH], parent[FLUSH_BATCH];
   int32_t *tokens; /* [n × bs] */
   char *kv;        /* [n × kv bytes] */
+  uint8_t has[FLUSH_BATCH]; /* a sliding-pool model's block has its sliding part (the rest of its kv bytes unused) */
   struct store_job *next;
 };
 
@@ -35,8 +37,11 @@ struct prefix_store {
   pthread_mutex_t mu; /* the note list */
   int n_pend;
   uint64_t pkey[PEND_MAX], pparent[PEND_MAX];
-  int32_t pid[PEND_MAX];
+  int32_t pid[PEND_MAX], psid[PEND_MAX]; /* the noted block and its sliding block (-1 without a sliding pool) */
   int32_t *ptok; /* [PEND_MAX × bs] */
+  /* a model with a sliding pool (runtime/kv_ring.h): its layers split into those the main block ids index and
+   * those the sliding ids do (the other kind's storage left out), one kv_block_read / write each */
+  struct hb_kv_layer *lfull, *lswa;
   pthread_mutex_t wmu; /* the writer's queue */
   pthread_cond_t wcv;
   struct store_job *head, *tail;
@@ -172,6 +177,21 @@ static int store_start(struct hearth_model *m, struct hearth_err *err) {
     free(st);
     return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
   }
+  if (m->kv.swa.n_blocks) {
+    const int L = m->cfg.num_hidden_layers;
+    st->lfull = malloc((size_t)L * sizeof *st->lfull);
+    st->lswa = malloc((size_t)L * sizeof *st->lswa);
+    if (!st->lfull || !st->lswa) {
+      free(st->lfull); free(st->lswa); free(st->ptok); free(st);
+      return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
+    }
+    for (int l = 0; l < L; l++) {
+      st->lfull[l] = st->lswa[l] = m->kv.layers[l];
+      struct hb_kv_layer *drop = kv_layer_in_swa(m, l) ? &st->lfull[l] : &st->lswa[l];
+      memset(&drop->k, 0, sizeof drop->k);
+      memset(&drop->v, 0, sizeof drop->v);
+    }
+  }
   pthread_mutex_init(&st->mu, NULL);
   pthread_mutex_init(&st->wmu, NULL);
   pthread_cond_init(&st->wcv, NULL);
@@ -202,16 +222,26 @@ int prefix_store_open(struct hearth_model *m, const char *dir, struct hearth_err
 
 /* Files hold each block's tokens, then the KV rows of every layer that stores KV in the backend's own element
  * format (f16 on CUDA's fast path, f32 elsewhere: the fingerprint names the backend and dtype), exactly as
- * kv_block_read packs them. Version 1 files (f32 rows read one layer at a time) are found stale and rewritten. */
+ * kv_block_read packs them. Version 1 files (f32 rows read one layer at a time) are found stale and rewritten.
+ * A model with a sliding pool writes version 3: the full layers' rows of the block, then, when the block still had
+ * one, its sliding block's rows (the sliding layers' KV of the same positions; header pad = 1). A block whose
+ * sliding block went before it was keyed (the early passes of a long prompt) is saved without: it still serves as
+ * a link of a longer prefix, which resumes where the sliding blocks of its last window are there (kv_ring.h).
+ * A file of another version is ignored and removed. */
 #define STORE_VERSION 2
+#define STORE_VERSION_SWA 3
 
-static size_t kv_bytes(const struct hearth_model *m) {
-  return hb_kv_block_bytes(m->kv.layers, m->cfg.num_hidden_layers, m->kv.block_size);
-}
+static int store_version(const struct hearth_model *m) { return m->kv.swa.n_blocks ? STORE_VERSION_SWA : STORE_VERSION; }
 
-static size_t payload_bytes(const struct hearth_model *m) {
-  return (size_t)m->kv.block_size * sizeof(int32_t) + kv_bytes(m);
+/* the full layers' part of a payload (all of it without a sliding pool), and the sliding layers' */
+static size_t kv_bytes_full(const struct hearth_model *m) {
+  const struct hb_kv_layer *l = m->store && m->store->lfull ? m->store->lfull : m->kv.layers;
+  return hb_kv_block_bytes(l, m->cfg.num_hidden_layers, m->kv.block_size);
 }
+static size_t kv_bytes_swa(const struct hearth_model *m) {
+  return m->store && m->store->lswa ? hb_kv_block_bytes(m->store->lswa, m->cfg.num_hidden_layers, m->kv.block_size) : 0;
+}
+static size_t kv_bytes(const struct hearth_model *m) { return kv_bytes_full(m) + kv_bytes_swa(m); }
 
 static int write_all(int fd, const void *p, size_t n) {
   const char *c = p;
@@ -241,24 +271,32 @@ static void block_path(const struct hearth_model *m, uint64_t key, char *path, s
   snprintf(path, n, "%s/%016llx.kv", m->store_dir, (unsigned long long)key);
 }
 
-/* a file of the right size is kept (its checksum is checked when it is read) */
+/* the KV bytes of a file: all of them, or a sliding-pool model's block without its sliding part (has = 0) */
+static size_t file_kv_bytes(const struct hearth_model *m, int has) { return has ? kv_bytes(m) : kv_bytes_full(m); }
+
+/* a file of the right size is kept (its checksum is checked when it is read): 2 whole, 1 a sliding-pool model's
+ * block without its sliding part, 0 none */
 static int on_disk(const struct hearth_model *m, uint64_t key) {
   char path[4200];
   struct stat sb;
   block_path(m, key, path, sizeof path);
-  return lstat(path, &sb) == 0 && S_ISREG(sb.st_mode) && (size_t)sb.st_size == sizeof(struct block_header) + payload_bytes(m);
+  if (lstat(path, &sb) || !S_ISREG(sb.st_mode)) return 0;
+  const size_t head = sizeof(struct block_header) + (size_t)m->kv.block_size * sizeof(int32_t);
+  if ((size_t)sb.st_size == head + file_kv_bytes(m, 1)) return 2;
+  return kv_bytes_swa(m) && (size_t)sb.st_size == head + file_kv_bytes(m, 0) ? 1 : 0;
 }
 
-static void write_block(const struct hearth_model *m, uint64_t key, uint64_t parent, const int32_t *tokens, const char *kv) {
+static void write_block(const struct hearth_model *m, uint64_t key, uint64_t parent, const int32_t *tokens, const char *kv,
+                        int has) {
   char path[4200], tmp[4300];
   block_path(m, key, path, sizeof path);
-  if (on_disk(m, key)) return;
+  if (on_disk(m, key) >= (has ? 2 : 1)) return;
   const int bs = m->kv.block_size, L = m->cfg.num_hidden_layers;
-  const size_t tb = (size_t)bs * sizeof(int32_t), kvb = kv_bytes(m);
+  const size_t tb = (size_t)bs * sizeof(int32_t), kvb = file_kv_bytes(m, has);
   /* the checksum covers tokens then KV, as they lie in the file */
-  struct block_header h = {STORE_MAGIC, STORE_VERSION, m->fingerprint, key, parent,
+  struct block_header h = {STORE_MAGIC, (uint32_t)store_version(m), m->fingerprint, key, parent,
                            sum4_pair(0x84222325ull, tokens, tb, kv, kvb), (uint32_t)bs, (uint32_t)L,
-                           (uint32_t)(kvb / (size_t)bs), 0};
+                           (uint32_t)(kv_bytes(m) / (size_t)bs), (uint32_t)(kv_bytes_swa(m) && has)};
   /* a fresh name (O_EXCL, never through a link): two models of one process, or of two processes,
    * may save the same block at once; each renames its own complete file over the other's */
   snprintf(tmp, sizeof tmp, "%s.tmpXXXXXX", path);
@@ -274,7 +312,7 @@ static void write_block(const struct hearth_model *m, uint64_t key, uint64_t par
 static void run_job(const struct hearth_model *m, struct store_job *j) {
   const size_t kvb = kv_bytes(m);
   for (int i = 0; i < j->n; i++)
-    write_block(m, j->key[i], j->parent[i], j->tokens + (size_t)i * m->kv.block_size, j->kv + (size_t)i * kvb);
+    write_block(m, j->key[i], j->parent[i], j->tokens + (size_t)i * m->kv.block_size, j->kv + (size_t)i * kvb, j->has[i]);
   free(j->tokens);
   free(j->kv);
   free(j);
@@ -308,7 +346,7 @@ static int flush_locked(struct hearth_model *m) {
   const int bs = m->kv.block_size;
   const size_t kvb = kv_bytes(m);
   struct store_job *j = calloc(1, sizeof *j);
-  int32_t ids[FLUSH_BATCH];
+  int32_t ids[FLUSH_BATCH], sids[FLUSH_BATCH];
   pthread_mutex_lock(&st->mu);
   int n = st->n_pend < FLUSH_BATCH ? st->n_pend : FLUSH_BATCH;
   if (j && n > 0 && (j->tokens = malloc((size_t)n * bs * sizeof(int32_t))) && (j->kv = malloc((size_t)n * kvb))) {
@@ -316,6 +354,7 @@ static int flush_locked(struct hearth_model *m) {
     memcpy(j->key, st->pkey, (size_t)n * sizeof *j->key);
     memcpy(j->parent, st->pparent, (size_t)n * sizeof *j->parent);
     memcpy(ids, st->pid, (size_t)n * sizeof *ids);
+    memcpy(sids, st->psid, (size_t)n * sizeof *sids);
     memcpy(j->tokens, st->ptok, (size_t)n * bs * sizeof(int32_t));
   } else {
     n = 0;
@@ -325,6 +364,7 @@ static int flush_locked(struct hearth_model *m) {
   memmove(st->pkey, st->pkey + n, (size_t)st->n_pend * sizeof *st->pkey);
   memmove(st->pparent, st->pparent + n, (size_t)st->n_pend * sizeof *st->pparent);
   memmove(st->pid, st->pid + n, (size_t)st->n_pend * sizeof *st->pid);
+  memmove(st->psid, st->psid + n, (size_t)st->n_pend * sizeof *st->psid);
   memmove(st->ptok, st->ptok + (size_t)n * bs, (size_t)st->n_pend * bs * sizeof(int32_t));
   int left = st->n_pend;
   pthread_mutex_unlock(&st->mu);
@@ -332,7 +372,28 @@ static int flush_locked(struct hearth_model *m) {
     if (j) { free(j->tokens); free(j); }
     return left;
   }
-  int rc = m->be->kv_block_read(m->bctx, m->kv.layers, m->cfg.num_hidden_layers, ids, n, bs, j->kv, (size_t)n * kvb);
+  int rc;
+  memset(j->has, 1, sizeof j->has);
+  if (st->lswa) { /* each part in one batch of copies, then block by block: full rows, then sliding rows if any */
+    const size_t fb = kv_bytes_full(m), sb = kv_bytes_swa(m);
+    char *tmp = malloc((size_t)n * kvb);
+    int32_t hs[FLUSH_BATCH];
+    int nh = 0;
+    for (int i = 0; i < n; i++)
+      if ((j->has[i] = sids[i] >= 0)) hs[nh++] = sids[i];
+    const int L = m->cfg.num_hidden_layers;
+    rc = !tmp || m->be->kv_block_read(m->bctx, st->lfull, L, ids, n, bs, tmp, (size_t)n * fb) ||
+         (nh && m->be->kv_block_read(m->bctx, st->lswa, L, hs, nh, bs, tmp + (size_t)n * fb, (size_t)nh * sb));
+    for (int i = 0, k = 0; !rc && i < n; i++) {
+      memcpy(j->kv + (size_t)i * kvb, tmp + (size_t)i * fb, fb);
+      if (j->has[i]) memcpy(j->kv + (size_t)i * kvb + fb, tmp + (size_t)n * fb + (size_t)(k++) * sb, sb);
+    }
+    free(tmp);
+    for (int i = 0; i < n; i++)
+      if (sids[i] >= 0) kv_swa_unref(&m->kv, sids[i]);
+  } else {
+    rc = m->be->kv_block_read(m->bctx, m->kv.layers, m->cfg.num_hidden_layers, ids, n, bs, j->kv, (size_t)n * kvb);
+  }
   for (int i = 0; i < n; i++) kv_block_unref(&m->kv, ids[i]);
   if (rc) { /* best effort: these blocks are not saved */
     free(j->tokens);
@@ -353,14 +414,17 @@ static int flush_locked(struct hearth_model *m) {
   return left;
 }
 
-void prefix_store_note(struct hearth_model *m, uint64_t key, uint64_t parent, const int32_t *tokens, int32_t id) {
+void prefix_store_note(struct hearth_model *m, uint64_t key, uint64_t parent, const int32_t *tokens, int32_t id,
+                       int32_t sid) {
   struct prefix_store *st = m->store;
-  if (!st || !m->be->kv_block_read || on_disk(m, key)) return;
+  if (!st || !m->be->kv_block_read || on_disk(m, key) >= (!st->lswa || sid >= 0 ? 2 : 1)) return;
   const int bs = m->kv.block_size;
   pthread_mutex_lock(&st->mu);
   int full = st->n_pend == PEND_MAX;
   if (!full) {
     kv_block_ref(&m->kv, id);
+    if (st->lswa && sid >= 0) kv_swa_ref(&m->kv, sid);
+    st->psid[st->n_pend] = st->lswa ? sid : -1;
     st->pkey[st->n_pend] = key;
     st->pparent[st->n_pend] = parent;
     st->pid[st->n_pend] = id;
@@ -372,7 +436,7 @@ void prefix_store_note(struct hearth_model *m, uint64_t key, uint64_t parent, co
     pthread_mutex_lock(&m->forward_mu);
     while (flush_locked(m) > PEND_MAX - FLUSH_BATCH) {}
     pthread_mutex_unlock(&m->forward_mu);
-    prefix_store_note(m, key, parent, tokens, id);
+    prefix_store_note(m, key, parent, tokens, id, sid);
   }
 }
 
@@ -402,6 +466,8 @@ void prefix_store_close(struct hearth_model *m) {
   pthread_mutex_destroy(&st->wmu);
   pthread_cond_destroy(&st->wcv);
   free(st->ptok);
+  free(st->lfull);
+  free(st->lswa);
   free(st);
   m->store = NULL;
 }
@@ -414,7 +480,7 @@ struct load_job {
   const int32_t *tokens; /* [n × bs] what the prompt holds */
   int n;
   char *kv;              /* [n × kv bytes] */
-  uint8_t *ok;
+  uint8_t *ok, *has;     /* [n]: read; with its sliding part (write_block) */
   atomic_int next;
 };
 
@@ -422,7 +488,7 @@ struct load_job {
 static int load_one(struct load_job *J, int i) {
   const struct hearth_model *m = J->m;
   const int bs = m->kv.block_size, L = m->cfg.num_hidden_layers;
-  const size_t tb = (size_t)bs * sizeof(int32_t), kvb = kv_bytes(m);
+  const size_t tb = (size_t)bs * sizeof(int32_t), kvb = kv_bytes(m), swb = kv_bytes_swa(m);
   char path[4200];
   block_path(m, J->key[i], path, sizeof path);
   int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
@@ -432,13 +498,19 @@ static int load_one(struct load_job *J, int i) {
   char extra;
   int32_t *tok = malloc(tb);
   char *kv = J->kv + (size_t)i * kvb;
-  int bad = !tok || fstat(fd, &sb) || !S_ISREG(sb.st_mode) || (size_t)sb.st_size != sizeof h + tb + kvb ||
-            read_all(fd, &h, sizeof h) || h.magic != STORE_MAGIC || h.version != STORE_VERSION ||
-            h.fingerprint != m->fingerprint || h.key != J->key[i] || h.parent != J->parent[i] ||
-            h.block_size != (uint32_t)bs || h.n_layers != (uint32_t)L || h.width != (uint32_t)(kvb / (size_t)bs) ||
-            read_all(fd, tok, tb) || read_all(fd, kv, kvb) || read(fd, &extra, 1) != 0;
+  int bad = !tok || fstat(fd, &sb) || !S_ISREG(sb.st_mode);
+  /* a sliding-pool model's file may hold the block without its sliding part (write_block): told by its size,
+   * and the header must say the same */
+  const int has = !bad && (size_t)sb.st_size == sizeof h + tb + kvb;
+  const size_t fkb = file_kv_bytes(m, has);
+  bad = bad || (!has && (!swb || (size_t)sb.st_size != sizeof h + tb + fkb)) ||
+        read_all(fd, &h, sizeof h) || h.magic != STORE_MAGIC || h.version != (uint32_t)store_version(m) ||
+        h.fingerprint != m->fingerprint || h.key != J->key[i] || h.parent != J->parent[i] ||
+        h.block_size != (uint32_t)bs || h.n_layers != (uint32_t)L || h.width != (uint32_t)(kvb / (size_t)bs) ||
+        h.pad != (uint32_t)(swb && has) || read_all(fd, tok, tb) || read_all(fd, kv, fkb) || read(fd, &extra, 1) != 0;
+  J->has[i] = (uint8_t)has;
   if (!bad) { /* the checksum over tokens then KV, as written */
-    uint64_t c = sum4_pair(0x84222325ull, tok, tb, kv, kvb);
+    uint64_t c = sum4_pair(0x84222325ull, tok, tb, kv, fkb);
     bad = c != h.checksum;
   }
   int ok = 0;
@@ -466,9 +538,33 @@ static void load_blocks(struct load_job *J) {
   for (int t = 0; t < nth; t++) pthread_join(th[t], NULL);
 }
 
+/* a sliding-pool model's run of ok blocks: the parts of each payload apart, each part uploaded in one batch */
+static int write_split(struct hearth_model *m, const int32_t *ids, const int32_t *sids, int ok, const char *kv) {
+  const struct prefix_store *st = m->store;
+  const int L = m->cfg.num_hidden_layers, bs = m->kv.block_size;
+  const size_t fb = kv_bytes_full(m), sb = kv_bytes_swa(m), kvb = fb + sb;
+  char *tmp = malloc((size_t)ok * kvb);
+  int32_t *hs = malloc((size_t)ok * sizeof *hs);
+  int nh = 0;
+  if (!tmp || !hs) { free(tmp); free(hs); return -1; }
+  for (int i = 0; i < ok; i++) {
+    memcpy(tmp + (size_t)i * fb, kv + (size_t)i * kvb, fb);
+    if (sids[i] < 0) continue; /* saved without its sliding part */
+    memcpy(tmp + (size_t)ok * fb + (size_t)nh * sb, kv + (size_t)i * kvb + fb, sb);
+    hs[nh++] = sids[i];
+  }
+  int rc = m->be->kv_block_write(m->bctx, st->lfull, L, ids, ok, bs, tmp, (size_t)ok * fb) ||
+           (nh && m->be->kv_block_write(m->bctx, st->lswa, L, hs, nh, bs, tmp + (size_t)ok * fb, (size_t)nh * sb));
+  free(tmp);
+  free(hs);
+  return rc;
+}
+
 int prefix_store_load_run(struct hearth_model *m, const uint64_t *key, const uint64_t *parent, const int32_t *tokens,
-                          int n, int32_t *ids) {
+                          int n, int32_t *ids, int32_t *sids) {
   if (!m->store_dir || !m->be->kv_block_write || n <= 0) return 0;
+  const int split = m->store && m->store->lswa;
+  if (split && !sids) return 0;
   const int L = m->cfg.num_hidden_layers, bs = m->kv.block_size;
   const size_t kvb = kv_bytes(m);
   /* the run ends at the first block that is not on disk: look before reading anything */
@@ -477,16 +573,18 @@ int prefix_store_load_run(struct hearth_model *m, const uint64_t *key, const uin
   if (run == 0) return 0;
   /* the readers fill the backend's pinned buffer (allocated at open) in chunks that fit it, so the upload needs no
    * staging copy and the bytes no fresh pages; without one, ordinary memory for the whole run */
-  char *pin = m->be->host_pinned ? m->be->host_pinned(m->bctx, LOAD_PIN_BYTES) : NULL;
+  char *pin = m->be->host_pinned && !split ? m->be->host_pinned(m->bctx, LOAD_PIN_BYTES) : NULL;
   int per = pin ? (int)(LOAD_PIN_BYTES / kvb) : run;
   if (per < 1) per = 1, pin = NULL;
   if (per > run) per = run;
   struct load_job J = {.m = m};
   J.kv = pin ? pin : malloc((size_t)per * kvb);
   J.ok = calloc((size_t)per, 1);
-  if (!J.kv || !J.ok) {
+  J.has = calloc((size_t)per, 1);
+  if (!J.kv || !J.ok || !J.has) {
     if (!pin) free(J.kv);
     free(J.ok);
+    free(J.has);
     return 0;
   }
   int got = 0;
@@ -502,23 +600,36 @@ int prefix_store_load_run(struct hearth_model *m, const uint64_t *key, const uin
     int ok = 0;
     while (ok < c && J.ok[ok]) ok++;
     prof_add(PROF_STORE_READ, t0, ok);
-    for (int i = 0; i < ok; i++)
+    for (int i = 0; i < ok; i++) {
+      if (split) sids[got + i] = -1;
       if ((ids[got + i] = kv_block_alloc(&m->kv)) < 0) {
         ok = i;
         break;
       }
+      if (split && J.has[i] && (sids[got + i] = kv_swa_alloc(&m->kv)) < 0) {
+        kv_block_unref(&m->kv, ids[got + i]);
+        ok = i;
+        break;
+      }
+    }
     t0 = prof_now();
-    if (ok > 0 && m->be->kv_block_write(m->bctx, m->kv.layers, L, ids + got, ok, bs, J.kv, (size_t)ok * kvb)) {
-      for (int i = 0; i < ok; i++) kv_block_unref(&m->kv, ids[got + i]);
+    if (ok > 0 && (split ? write_split(m, ids + got, sids + got, ok, J.kv)
+                         : m->be->kv_block_write(m->bctx, m->kv.layers, L, ids + got, ok, bs, J.kv, (size_t)ok * kvb))) {
+      for (int i = 0; i < ok; i++) {
+        kv_block_unref(&m->kv, ids[got + i]);
+        if (split && sids[got + i] >= 0) kv_swa_unref(&m->kv, sids[got + i]);
+      }
       ok = 0;
     }
     prof_add(PROF_STORE_UPLOAD, t0, ok);
     for (int i = 0; i < ok; i++)
-      kv_prefix_register(&m->kv, key[got + i], parent[got + i], tokens + (size_t)(got + i) * bs, ids[got + i]);
+      kv_prefix_register(&m->kv, key[got + i], parent[got + i], tokens + (size_t)(got + i) * bs, ids[got + i],
+                         split ? sids[got + i] : -1);
     got += ok;
     if (ok < c) break; /* the run ends at the first block that failed */
   }
   if (!pin) free(J.kv);
   free(J.ok);
+  free(J.has);
   return got;
 }

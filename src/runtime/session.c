@@ -11,6 +11,7 @@
 #include "base/prof.h"
 #include "model/model.h"
 #include "runtime/kv_cache.h"
+#include "runtime/kv_ring.h"
 #include "runtime/prefix_store.h"
 #include "runtime/row_score.h"
 #include "runtime/sampler.h"
@@ -23,6 +24,7 @@ struct hearth_session {
   int32_t *tokens;   /* [n_ctx] */
   int n_tokens;      /* tokens whose KV is in the cache */
   int32_t *blocks;   /* [max_blocks] block ids */
+  int32_t *sblocks;  /* [max_blocks] the sliding pool's block of each, -1 below the window (kv_ring.h); NULL without */
   uint64_t *bhash;   /* [max_blocks] prefix-cache key of each full block (hash chain) */
   int n_blocks;
   int n_keyed;       /* leading full blocks whose bhash is set (and registered in the cache) */
@@ -42,6 +44,7 @@ struct hearth_session {
 };
 
 void session_set_unkeyed(struct hearth_session *s) { s->unkeyed = 1; }
+int session_swa_held(const struct hearth_session *s) { return s->sblocks ? kv_ring_held(s->sblocks, s->n_blocks) : 0; }
 
 /* The root of a session's block-hash chain: a row-invariant session's blocks were computed with other kernels
  * (CUDA), so they are another cache entry than the same tokens computed on the fast path */
@@ -64,9 +67,10 @@ int hearth_session_new(struct hearth_model *m, const struct hearth_session_param
   s->tokens = malloc((size_t)n_ctx * sizeof *s->tokens);
   s->blocks = malloc((size_t)m->max_blocks_per_seq * sizeof *s->blocks);
   s->bhash = malloc((size_t)m->max_blocks_per_seq * sizeof *s->bhash);
+  if (m->kv.swa.n_blocks) s->sblocks = malloc((size_t)m->max_blocks_per_seq * sizeof *s->sblocks);
   int w = m->cfg.vocab_size > m->cfg.hidden_size ? m->cfg.vocab_size : m->cfg.hidden_size;
   s->out = malloc((size_t)w * sizeof *s->out);
-  if (!s->tokens || !s->blocks || !s->bhash || !s->out) {
+  if (!s->tokens || !s->blocks || !s->bhash || !s->out || (m->kv.swa.n_blocks && !s->sblocks)) {
     hearth_session_free(s);
     return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
   }
@@ -80,13 +84,19 @@ void hearth_session_set_abort(struct hearth_session *s, int (*fn)(void *arg), vo
 }
 
 /* Keeps the first min(n, held) tokens and returns how many were kept. Blocks no longer needed go
- * back to the pool. A shared block is immutable, so a cut inside one falls back to its start. */
+ * back to the pool. A shared block is immutable, so a cut inside one falls back to its start. A cut
+ * back to where the sliding blocks of the window were already given back keeps nothing (kv_ring.h). */
 static int truncate_to(struct hearth_session *s, int n) {
   int bs = s->m->kv.block_size;
   if (n > s->n_tokens) n = s->n_tokens;
-  if (n % bs && n / bs < s->n_blocks && kv_block_shared(&s->m->kv, s->blocks[n / bs])) n -= n % bs;
+  if (n % bs && n / bs < s->n_blocks &&
+      (kv_block_shared(&s->m->kv, s->blocks[n / bs]) ||
+       (s->sblocks && s->sblocks[n / bs] >= 0 && kv_swa_shared(&s->m->kv, s->sblocks[n / bs]))))
+    n -= n % bs;
+  if (s->sblocks && !kv_ring_intact(&s->m->kv, s->sblocks, s->n_blocks, n)) n = 0;
   s->n_tokens = n;
   int keep = (n + bs - 1) / bs;
+  if (s->sblocks && s->n_blocks > keep) kv_ring_release(&s->m->kv, s->sblocks, keep, s->n_blocks);
   while (s->n_blocks > keep) kv_block_unref(&s->m->kv, s->blocks[--s->n_blocks]);
   if (s->n_keyed > n / bs) s->n_keyed = n / bs;
   s->has_out = 0;
@@ -100,18 +110,20 @@ void hearth_session_set_row_invariant(struct hearth_session *s, int on) {
   s->invariant = on != 0;
 }
 
-/* Registers the session's newly completed full blocks in the prefix cache. */
+/* Registers the session's newly completed full blocks in the prefix cache (after a call that keeps its tokens);
+ * then the sliding blocks out of sight from the next position go back (the cache holds those it took). */
 static void key_full_blocks(struct hearth_session *s) {
-  if (s->unkeyed) return;
   int bs = s->m->kv.block_size;
-  for (int b = s->n_keyed; b < s->n_tokens / bs; b++) {
+  for (int b = s->n_keyed; !s->unkeyed && b < s->n_tokens / bs; b++) {
     uint64_t parent = b ? s->bhash[b - 1] : chain_root(s);
     const int32_t *t = s->tokens + (size_t)b * bs;
     s->bhash[b] = prefix_hash(parent, t, bs);
-    if (kv_prefix_register(&s->m->kv, s->bhash[b], parent, t, s->blocks[b]) && s->m->store_dir)
-      prefix_store_note(s->m, s->bhash[b], parent, t, s->blocks[b]); /* saved later, off this path */
+    const int32_t sid = s->sblocks ? s->sblocks[b] : -1;
+    if (kv_prefix_register(&s->m->kv, s->bhash[b], parent, t, s->blocks[b], sid) && s->m->store_dir)
+      prefix_store_note(s->m, s->bhash[b], parent, t, s->blocks[b], sid); /* saved later, off this path */
     s->n_keyed = b + 1;
   }
+  if (s->sblocks) kv_ring_release_dead(&s->m->kv, s->sblocks, s->n_blocks, s->n_tokens);
 }
 
 /* attach_cached's disk path at block s->n_tokens / bs: the chain of keys of the full blocks that may be attached
@@ -124,7 +136,7 @@ static int attach_from_disk(struct hearth_session *s, const int32_t *tokens, int
   if (nb > s->n_ctx / bs - b0) nb = s->n_ctx / bs - b0;
   if (nb <= 0) return 0;
   uint64_t *key = malloc((size_t)nb * sizeof *key), *parent = malloc((size_t)nb * sizeof *parent);
-  int32_t *ids = malloc((size_t)nb * sizeof *ids);
+  int32_t *ids = malloc((size_t)nb * 2 * sizeof *ids), *sids = ids ? ids + nb : NULL;
   int got = 0;
   if (key && parent && ids) {
     uint64_t p = b0 ? s->bhash[b0 - 1] : chain_root(s);
@@ -133,10 +145,11 @@ static int attach_from_disk(struct hearth_session *s, const int32_t *tokens, int
       key[i] = p = prefix_hash(p, tokens + (size_t)(b0 + i) * bs, bs);
     }
     pthread_mutex_lock(&m->forward_mu);
-    got = prefix_store_load_run(m, key, parent, tokens + (size_t)b0 * bs, nb, ids);
+    got = prefix_store_load_run(m, key, parent, tokens + (size_t)b0 * bs, nb, ids, s->sblocks ? sids : NULL);
     pthread_mutex_unlock(&m->forward_mu);
   }
   for (int i = 0; i < got; i++) {
+    if (s->sblocks) s->sblocks[s->n_blocks] = sids[i];
     s->blocks[s->n_blocks++] = ids[i];
     s->bhash[b0 + i] = key[i];
     s->n_keyed = b0 + i + 1;
@@ -149,27 +162,46 @@ static int attach_from_disk(struct hearth_session *s, const int32_t *tokens, int
   return got;
 }
 
+/* After attach_cached took blocks past `held`: a cached prefix resumes only where the sliding blocks of its last
+ * window came with it (an entry may have given its sliding part up, kv_ring.h), so the blocks past the last such
+ * boundary go back; then the sliding blocks below the window do. */
+static void kv_ring_attached(struct hearth_session *s, int held) {
+  struct kv_pool *p = &s->m->kv;
+  const int bs = p->block_size;
+  while (s->n_tokens > held && !kv_ring_intact(p, s->sblocks, s->n_blocks, s->n_tokens)) {
+    s->n_blocks--;
+    kv_ring_release(p, s->sblocks, s->n_blocks, s->n_blocks + 1);
+    kv_block_unref(p, s->blocks[s->n_blocks]);
+    s->n_tokens -= bs;
+    s->n_keyed = s->n_blocks;
+  }
+  kv_ring_release_dead(p, s->sblocks, s->n_blocks, s->n_tokens);
+}
+
 /* Attaches cached full blocks that continue the held prefix with tokens[n_tokens..), stopping
  * before the block that holds position n-1 (that one must be evaluated for its logits). */
 static void attach_cached(struct hearth_session *s, const int32_t *tokens, int n) {
   int bs = s->m->kv.block_size;
+  const int held = s->n_tokens;
   while (s->n_tokens % bs == 0 && s->n_tokens + bs <= n - 1 && s->n_keyed == s->n_blocks) {
     int b = s->n_tokens / bs;
     uint64_t parent = b ? s->bhash[b - 1] : chain_root(s);
     const int32_t *t = tokens + s->n_tokens;
     uint64_t key = prefix_hash(parent, t, bs);
-    int32_t id = kv_prefix_attach(&s->m->kv, key, parent, t);
+    int32_t sid = -1, id = kv_prefix_attach(&s->m->kv, key, parent, t, s->sblocks ? &sid : NULL);
     if (id < 0 && s->m->store_dir) { /* not in memory: maybe on disk from an earlier run, with the blocks after it */
       if (attach_from_disk(s, tokens, n) == 0) break;
       continue;
     }
     if (id < 0) break;
+    if (s->sblocks) s->sblocks[s->n_blocks] = sid;
     s->blocks[s->n_blocks++] = id;
     s->bhash[b] = key;
     s->n_keyed = b + 1;
     memcpy(s->tokens + s->n_tokens, t, (size_t)bs * sizeof *t);
     s->n_tokens += bs;
   }
+  if (s->sblocks) kv_ring_attached(s, held);
 }
 
 void hearth_session_free(struct hearth_session *s) {
@@ -177,6 +209,7 @@ void hearth_session_free(struct hearth_session *s) {
   if (s->blocks) truncate_to(s, 0);
   free(s->tokens);
   free(s->blocks);
+  free(s->sblocks);
   free(s->bhash);
   free(s->out);
   free(s);
@@ -188,13 +221,23 @@ const float *hearth_session_logits(const struct hearth_session *s) {
   return s->has_out && !s->m->cfg.is_embedding ? s->out : NULL;
 }
 
+static int ring_dry(const struct hearth_session *s, struct hearth_err *err) {
+  return err_set(err, HEARTH_ERR_CTX_FULL, "KV cache is full (the sliding-window pool's %d blocks of %d tokens in use)",
+                 s->m->kv.swa.n_blocks, s->m->kv.block_size);
+}
+
 static int ensure_blocks(struct hearth_session *s, int n_tokens, struct hearth_err *err) {
   int need = (n_tokens + s->m->kv.block_size - 1) / s->m->kv.block_size;
   while (s->n_blocks < need) {
     int32_t id = kv_block_alloc(&s->m->kv);
     if (id < 0) return err_set(err, HEARTH_ERR_CTX_FULL, "KV cache is full (%d blocks of %d tokens in use)", s->m->kv.n_blocks, s->m->kv.block_size);
+    if (s->sblocks) s->sblocks[s->n_blocks] = -1;
     s->blocks[s->n_blocks++] = id;
   }
+  /* sliding blocks: those out of sight go back, the first forward pass's new ones are mapped (a longer call maps
+   * the rest pass by pass: ring_pass) */
+  int to = s->n_tokens + s->m->scratch.max_tokens < n_tokens ? s->n_tokens + s->m->scratch.max_tokens : n_tokens;
+  if (s->sblocks && kv_ring_fill(&s->m->kv, s->sblocks, s->n_blocks, s->n_tokens, s->n_tokens, to)) return ring_dry(s, err);
   return 0;
 }
 
@@ -554,6 +597,7 @@ static struct hb_batch pack_decode(struct hearth_model *m, struct hearth_session
   for (int i = 0; i < n; i++) {
     const struct hearth_session *s = ss[i];
     memcpy(m->b_bt + (size_t)i * MB, s->blocks, (size_t)s->n_blocks * sizeof(int32_t));
+    if (s->sblocks) kv_ring_stage(m->b_bt_swa + (size_t)i * MB, s->sblocks, s->n_blocks);
     if (tokens) m->b_ids[i] = tokens[i][0];
     m->b_pos[i] = s->n_tokens;
     m->b_seq[i] = i;
@@ -563,6 +607,7 @@ static struct hb_batch pack_decode(struct hearth_model *m, struct hearth_session
   struct hb_batch b = {
     .n_tokens = n, .n_seqs = n, .max_blocks = MB, .block_size = m->kv.block_size,
     .pos = m->b_pos, .seq = m->b_seq, .block_table = m->b_bt, .seq_len = m->b_len, .out_rows = m->b_out, .n_out = n,
+    .block_table_swa = m->kv.swa.n_blocks ? m->b_bt_swa : NULL,
   };
   return b;
 }
@@ -730,8 +775,14 @@ static int session_forward_k(struct hearth_session **ss, int n, const int32_t *c
       int take = left < T - nt ? left : T - nt;
       if (every && take > m->scratch.max_out) take = m->scratch.max_out;
       struct hearth_session *s = ss[i];
+      /* ring_pass: the sliding blocks of this pass's positions (kv_ring.h) */
+      if (s->sblocks && kv_ring_fill(&m->kv, s->sblocks, s->n_blocks, start[i], s->n_tokens, s->n_tokens + take)) {
+        rc = ring_dry(s, err);
+        break;
+      }
       int sq = nseq++;
       memcpy(m->b_bt + (size_t)sq * MB, s->blocks, (size_t)s->n_blocks * sizeof(int32_t));
+      if (s->sblocks) kv_ring_stage(m->b_bt_swa + (size_t)sq * MB, s->sblocks, s->n_blocks);
       first = done[i];
       for (int t = 0; t < take; t++) {
         int p = s->n_tokens + t;
@@ -747,7 +798,7 @@ static int session_forward_k(struct hearth_session **ss, int n, const int32_t *c
       m->b_len[sq] = s->n_tokens;
       if (!every && done[i] == counts[i]) { m->b_out[nout] = nt - 1; owner[nout] = i; nout++; }
     }
-    if (nt == 0) break;
+    if (rc || nt == 0) break;
     /* a long prompt is several batches: the caller may give up between them (client gone) */
     if (ss[0]->abort_fn && n == 1 && ss[0]->abort_fn(ss[0]->abort_arg)) {
       rc = err_set(err, HEARTH_ERR_CANCELLED, "cancelled");
@@ -756,7 +807,7 @@ static int session_forward_k(struct hearth_session **ss, int n, const int32_t *c
     struct hb_batch b = {
       .n_tokens = nt, .n_seqs = nseq, .max_blocks = MB, .block_size = m->kv.block_size,
       .pos = m->b_pos, .seq = m->b_seq, .block_table = m->b_bt, .seq_len = m->b_len,
-      .out_rows = m->b_out, .n_out = nout,
+      .out_rows = m->b_out, .n_out = nout, .block_table_swa = m->kv.swa.n_blocks ? m->b_bt_swa : NULL,
     };
     int need_logits = 0, scored = 0; /* OUT_GREEDY: a session that wants its logits instead (greedy[i] == 0) */
     uint8_t rowg[MODEL_MAX_SEQS];

@@ -75,6 +75,7 @@ static int model_open(const struct server_options *o, struct srv_model *m, int e
   mp.path = m->path;
   mp.embedding = embedding;
   if (!mp.kv_tokens) mp.kv_tokens = o->n_slots * o->n_ctx;
+  if (!mp.kv_seqs) mp.kv_seqs = o->n_slots; /* the sessions that hold KV: one per slot */
   int rc = hearth_model_load(&mp, &m->model, err);
   if (!rc) {
     m->info = hearth_model_info(m->model);

@@ -594,6 +594,28 @@ TEST_GROUP(step_sampled) {
   }
 }
 
+#include "model/ring_cases.h"
+
+/* Gemma 4's sliding-window ring (runtime/kv_ring.h) on CUDA: the sliding layers' second block table reaches the
+ * device (batch_upload) and the decode graphs and steps ahead use it; everything ring_cases.h's script returns is
+ * bit-identical to keeping every position (the same kernels run in both: the cut below the window, recomputed in
+ * other shapes, is left to the CPU test), f32 exact and int4 fast path; then the disk store's version 3 round trip. */
+TEST_GROUP(gemma4_ring) {
+  char dir[1024];
+  snprintf(dir, sizeof dir, "%s/tests/fixtures/model/gemma4_e", HEARTH_SOURCE_DIR);
+  ring_vs_keep(dir, HEARTH_BACKEND_CUDA, HEARTH_DTYPE_F32, 1, 0);
+  ring_vs_keep(dir, HEARTH_BACKEND_CUDA, HEARTH_DTYPE_INT4, 1, 0);
+  ring_vs_keep(dir, HEARTH_BACKEND_CUDA, HEARTH_DTYPE_INT4, 0, 0);
+}
+
+TEST_GROUP(gemma4_ring_disk) {
+  char dir[1024];
+  snprintf(dir, sizeof dir, "%s/tests/fixtures/model/gemma4_e", HEARTH_SOURCE_DIR);
+  ring_disk_case(dir, HEARTH_BACKEND_CUDA, HEARTH_DTYPE_F32);
+  ring_disk_case(dir, HEARTH_BACKEND_CUDA, HEARTH_DTYPE_INT4);
+  ring_disk_long_case(dir, HEARTH_BACKEND_CUDA, HEARTH_DTYPE_INT4);
+}
+
 TEST_GROUP(qwen2_f32) { lm_f32("qwen2"); }
 TEST_GROUP(qwen3_f32) { lm_f32("qwen3"); }
 TEST_GROUP(qwen2_int4) { lm_int4("qwen2"); }
@@ -610,4 +632,5 @@ TEST_GROUP(qwen3emb) { embed("qwen3emb", HEARTH_DTYPE_F32, "f32", 0.9999); embed
 #pragma GCC diagnostic ignored "-Wmisleading-indentation"
 #endif
 TEST_MAIN(T(step_sampled), T(qwen2_f32), T(qwen3_f32), T(qwen2_int4), T(qwen3_int4), T(step_select), T(step_ahead), T(nan_logits),
-          T(qwen3emb), T(gemma4_f32), T(gemma4_step_ahead), T(kv_pool_plan), T(disk_prefix_cache))
+          T(qwen3emb), T(gemma4_f32), T(gemma4_step_ahead), T(kv_pool_plan), T(disk_prefix_cache), T(gemma4_ring),
+          T(gemma4_ring_disk))

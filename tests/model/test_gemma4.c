@@ -8,7 +8,10 @@
  *                  tensors on shared layers are ignored; a missing layer_scalar or v_proj is named in the error.
  *   cached:        the paged-cache path (prefill in chunks, then one token at a time, past the sliding window)
  *                  gives the logits of one whole-sequence prefill, for the E-style and the K = V dense model;
- *                  the text-only layout (model.*, gemma4_text) gives the multimodal layout's logits. */
+ *                  the text-only layout (model.*, gemma4_text) gives the multimodal layout's logits.
+ *   ring*:         the sliding-window ring (runtime/kv_ring.h) against keeping every position, on the gemma4_e
+ *                  fixture: bit-identical logits (ring_cases.h), blocks given back in a small pool, the KV bytes
+ *                  allocated, the disk store's version 3 round trip. */
 #include <stdint.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -437,7 +440,59 @@ TEST_GROUP(disk_cache) {
   remove_dir();
 }
 
+#include "ring_cases.h"
+
+static const char *fixture_e(char *buf, size_t n) {
+  snprintf(buf, n, "%s/tests/fixtures/model/gemma4_e", HEARTH_SOURCE_DIR);
+  return buf;
+}
+
+/* The sliding-window ring (runtime/kv_ring.h; the fixture's window is 8 keys, blocks are 16 tokens) gives what
+ * keeping every position gives, bit for bit: ring_cases.h's script with a sliding pool as large as the main one
+ * (kv_seqs 0) and a small one (kv_seqs 1), f32 and int4. */
+TEST_GROUP(ring) {
+  char dir[512];
+  fixture_e(dir, sizeof dir);
+  ring_vs_keep(dir, HEARTH_BACKEND_CPU, HEARTH_DTYPE_F32, 0, 1);
+  ring_vs_keep(dir, HEARTH_BACKEND_CPU, HEARTH_DTYPE_F32, 1, 1);
+  ring_vs_keep(dir, HEARTH_BACKEND_CPU, HEARTH_DTYPE_INT4, 1, 1);
+}
+
+/* blocks go back: a 1,000-token session in a 38-block sliding pool (ring_cases.h) */
+TEST_GROUP(ring_small_pool) {
+  char dir[512];
+  fixture_e(dir, sizeof dir);
+  ring_small_pool_case(dir, HEARTH_BACKEND_CPU, HEARTH_DTYPE_F32);
+}
+
+/* The memory a long context takes: the sliding layers' pool of a one-session model is a few windows, not the
+ * context (E-style fixture: layers 0, 1 sliding 1 x 32 wide, layer 2 full 1 x 64; f32 K and V). */
+TEST_GROUP(ring_memory) {
+  char dir[512];
+  fixture_e(dir, sizeof dir);
+  struct hearth_err err = {0};
+  struct hearth_model *keep = ring_load(dir, HEARTH_BACKEND_CPU, HEARTH_DTYPE_F32, 32768, -1, NULL, &err);
+  struct hearth_model *ring = ring_load(dir, HEARTH_BACKEND_CPU, HEARTH_DTYPE_F32, 32768, 1, NULL, &err);
+  REQUIRE(keep && ring);
+  const uint64_t tok = 32768, full = 2 * 64 * 4, sl = 2 * (32 + 32) * 4;
+  CHECKF(hearth_model_info(keep)->kv_bytes == tok * (full + sl), "keep everything: %llu B",
+         (unsigned long long)hearth_model_info(keep)->kv_bytes);
+  CHECKF(hearth_model_info(ring)->kv_bytes == tok * full + 38ull * 16 * sl, "ring: %llu B",
+         (unsigned long long)hearth_model_info(ring)->kv_bytes);
+  hearth_model_free(keep);
+  hearth_model_free(ring);
+}
+
+/* the disk store's version 3 round trip (ring_cases.h) */
+TEST_GROUP(ring_disk) {
+  char dir[512];
+  fixture_e(dir, sizeof dir);
+  ring_disk_case(dir, HEARTH_BACKEND_CPU, HEARTH_DTYPE_F32);
+  ring_disk_long_case(dir, HEARTH_BACKEND_CPU, HEARTH_DTYPE_F32);
+}
+
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmisleading-indentation"
 #endif
-TEST_MAIN(T(real_configs), T(config_forms), T(bind), T(cached), T(disk_cache))
+TEST_MAIN(T(real_configs), T(config_forms), T(bind), T(cached), T(disk_cache), T(ring), T(ring_small_pool), T(ring_memory),
+          T(ring_disk))

@@ -401,20 +401,23 @@ static int cuda_batch_upload(struct hb_ctx *c, struct hb_batch *b, struct hearth
   const int64_t nt = b->n_tokens, ns = b->n_seqs, nbt = (int64_t)b->n_seqs * b->max_blocks, no = b->n_out;
   if (nt < 0 || ns < 0 || nbt < 0 || no < 0) return cu_err_set(err, HEARTH_ERR_ARG, "cuda: batch_upload: negative count");
   auto up = [](int64_t v) { return (v + 31) & ~(int64_t)31; };
-  const int64_t o_seq = up(nt), o_out = o_seq + up(nt), o_len = o_out + up(no), o_bt = o_len + up(ns), total = o_bt + nbt;
+  /* a model with a sliding-window pool (runtime/kv_ring.h) has a second block table, after the first */
+  const int64_t nsw = b->block_table_swa ? nbt : 0;
+  const int64_t o_seq = up(nt), o_out = o_seq + up(nt), o_len = o_out + up(no), o_bt = o_len + up(ns),
+                o_sw = o_bt + up(nbt), total = nsw ? o_sw + nsw : o_bt + nbt;
   void *vp = c->b_in;
   if (cu_scratch(c, &vp, &c->b_in_cap, (size_t)(total > 256 ? total : 256), sizeof(int32_t), 1)) return report(c, err);
   c->b_in = (int32_t *)vp;
-  const struct { const int32_t *src; int64_t off, n; } part[5] = {
+  const struct { const int32_t *src; int64_t off, n; } part[6] = {
       {b->pos, 0, nt}, {b->seq, o_seq, nt}, {b->out_rows, o_out, b->out_rows ? no : 0}, {b->seq_len, o_len, ns},
-      {b->block_table, o_bt, nbt}};
+      {b->block_table, o_bt, nbt}, {b->block_table_swa, o_sw, nsw}};
   int32_t *st = total ? (int32_t *)stage_get(c, (size_t)total * 4) : NULL;
   if (st) { /* one copy of the whole span (the alignment gaps carry whatever the stage held) */
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 6; i++)
       if (part[i].n) memcpy(st + part[i].off, part[i].src, (size_t)part[i].n * 4);
     if (CU_OK(c, cudaMemcpyAsync(c->b_in, st, (size_t)total * 4, cudaMemcpyHostToDevice, c->stream))) return report(c, err);
   } else { /* no pinned memory: a copy per array from the caller's memory */
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 6; i++)
       if (part[i].n && CU_OK(c, cudaMemcpyAsync(c->b_in + part[i].off, part[i].src, (size_t)part[i].n * 4,
                                                   cudaMemcpyHostToDevice, c->stream)))
         return report(c, err);
@@ -424,6 +427,8 @@ static int cuda_batch_upload(struct hb_ctx *c, struct hb_batch *b, struct hearth
   view_i32(&b->d_seq_len, c->b_in + o_len, ns);
   view_i32(&b->d_block_table, c->b_in + o_bt, nbt);
   view_i32(&b->d_out_rows, c->b_in + o_out, no);
+  if (nsw) view_i32(&b->d_block_table_swa, c->b_in + o_sw, nsw);
+  else memset(&b->d_block_table_swa, 0, sizeof b->d_block_table_swa);
   return 0;
 }
 
