@@ -205,6 +205,7 @@ int hearth_sessions_step_greedy(struct hearth_session **sessions, int n_sessions
  * hearth_sessions_step_greedy per token; only on backends with info->can_speculate (otherwise nothing is drafted).
  * A sequence whose drafts keep failing waits longer and longer before it drafts again. */
 #define HEARTH_SPEC_MAX 8
+#define HEARTH_SPEC_DEFAULT 8 /* the CLI's and server's draft length unless told (bench/RESULTS.md) */
 struct hearth_spec; /* one sequence's drafting state */
 /* max_draft in 1..HEARTH_SPEC_MAX: the longest draft */
 int hearth_spec_new(int max_draft, struct hearth_spec **out, struct hearth_err *err);

@@ -8,9 +8,12 @@
  * computed for. That the output is the plain greedy one, bit for bit, rests on the verify rows having the bits of
  * one-token steps: true where the backend's kernels are row-invariant (info->can_speculate; decisions.md).
  *
- * A draft that fails costs the extra rows of its forward for nothing, so a sequence whose draft is rejected at
- * its first token waits 1, 2, 4 ... SPEC_WAIT_MAX steps before it drafts again (an accepted token resets it), and
- * a sequence that finds no match costs only the lookup. */
+ * A draft that fails costs the extra rows of its forward for nothing — on the CPU each row of a verify costs
+ * about 0.3 of a one-token step (bench/RESULTS.md), so a draft pays only when over ~30 % of it is taken. Hence the
+ * draft length follows what was taken: it starts at 1, doubles (up to max_draft) while drafts are taken whole,
+ * becomes one more than what was taken when a draft is cut short, and 1 after a draft is rejected at its first
+ * token; such a sequence also waits 4, 16, then SPEC_WAIT_MAX steps before it drafts again (an accepted token
+ * resets the wait). A sequence that finds no match costs only the lookup. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,7 +35,8 @@ int hearth_spec_new(int max_draft, struct hearth_spec **out, struct hearth_err *
     return err_set(err, HEARTH_ERR_ARG, "speculation: draft length %d not in 1..%d", max_draft, HEARTH_SPEC_MAX);
   struct hearth_spec *sp = calloc(1, sizeof *sp);
   if (!sp) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
-  sp->kmax = sp->k = max_draft;
+  sp->kmax = max_draft;
+  sp->k = 1;
   *out = sp;
   return 0;
 }
@@ -40,7 +44,7 @@ int hearth_spec_new(int max_draft, struct hearth_spec **out, struct hearth_err *
 void hearth_spec_free(struct hearth_spec *sp) { free(sp); }
 
 void hearth_spec_reset(struct hearth_spec *sp) {
-  sp->k = sp->kmax;
+  sp->k = 1;
   sp->wait = sp->backoff = 0;
 }
 
@@ -83,9 +87,9 @@ static void learn(struct hearth_spec *sp, int k, int a) {
   sp->drafted += (uint64_t)k;
   sp->accepted += (uint64_t)a;
   if (a == 0) { /* the draft failed at its first token: wait longer each time before the next */
-    sp->backoff = sp->backoff ? (sp->backoff * 2 > SPEC_WAIT_MAX ? SPEC_WAIT_MAX : sp->backoff * 2) : 1;
+    sp->backoff = sp->backoff ? (sp->backoff * 4 > SPEC_WAIT_MAX ? SPEC_WAIT_MAX : sp->backoff * 4) : 4;
     sp->wait = sp->backoff;
-    sp->k = sp->kmax;
+    sp->k = 1; /* the next try risks one row */
     return;
   }
   sp->backoff = 0;
