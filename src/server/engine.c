@@ -588,22 +588,22 @@ static int prepare(struct engine *e, struct slot *sl) {
 }
 
 /* ---- prompt-lookup speculation (engine_params.speculate) ----
- * A step speculates when every slot it would take decodes a plain greedy request (select_greedy, no labels) and
- * none is prefilling: then each sequence's pending token and its draft go through one forward
+ * A step speculates when every slot it would take decodes a plain greedy request (select_greedy, no labels),
+ * none is prefilling and at most speculate_width (default 1) are decoding: then each sequence's pending token and its draft go through one forward
  * (hearth_sessions_step_spec) and the ids it gives are emitted one by one as plain steps would emit them; a
  * sequence that ends (end of sequence, max_tokens, n_ctx) drops the ids after it, and a stop string is cut by the
  * reader as ever. The ids and logprobs are plain greedy decoding's, bit for bit (decisions.md). Any other step
  * (a prefill, a sampled, biased or constrained request in the batch) runs plainly. */
 static int spec_step_ok(struct engine *e) {
   int any = 0;
+  const int width = e->p.speculate_width > 0 ? e->p.speculate_width : 1;
   for (int i = 0; i < e->p.n_slots; i++) {
     const struct slot *sl = &e->slots[i];
     if (sl->state == SLOT_PREFILL) return 0;
     if (sl->state != SLOT_DECODE) continue;
-    if (!sl->spec || !select_greedy(sl->q) || sl->q->n_labels) return 0;
-    any = 1;
+    if (!sl->spec || !select_greedy(sl->q) || sl->q->n_labels || ++any > width) return 0;
   }
-  return any;
+  return any > 0;
 }
 
 static void spec_step(struct engine *e) {

@@ -119,6 +119,8 @@ struct engine_params {
                         (engine_default_prefill_chunk) */
   int speculate;     /* 0: off; K in 1..HEARTH_SPEC_MAX: plain greedy requests draft up to K tokens by prompt
                         lookup (hearth_sessions_step_spec) where the backend can (info->can_speculate) */
+  int speculate_width; /* the most decoding sequences a speculative step may hold; 0 = 1: on this CPU a verify
+                          beside other sequences cost more than it saved (bench/RESULTS.md, batch 8) */
 };
 
 struct engine_stats {

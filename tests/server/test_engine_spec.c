@@ -87,7 +87,9 @@ static int round_(struct engine *e, int V, int at_once, int r, struct out *o) {
 }
 
 static int serve(struct hearth_model *m, int slots, int speculate, struct out *o) {
-  struct engine_params ep = {.n_slots = slots, .n_ctx = NCTX, .max_queue = 64, .speculate = speculate};
+  /* speculate_width 8: the batch of 8 speculates too (the server's default is 1, by measurement) */
+  struct engine_params ep = {.n_slots = slots, .n_ctx = NCTX, .max_queue = 64, .speculate = speculate,
+                             .speculate_width = NQ};
   struct engine *e = NULL;
   struct hearth_err err = {0};
   if (engine_new(m, &ep, &e, &err)) {
