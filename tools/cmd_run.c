@@ -15,6 +15,11 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static int cmp_double(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
 static void usage(void) {
   fprintf(stderr,
           "usage: hearth run --model DIR (--prompt-ids \"ID ID ...\" | --prompt TEXT) [-n N] [--ids]\n"
@@ -93,6 +98,8 @@ int cmd_run(int argc, char **argv) {
   int32_t next = -1; /* chosen by the last step (on_device) */
   int32_t sids[HEARTH_SPEC_MAX + 1];
   int n_sids = 0, at = 0; /* ids the last speculative step gave that are not yet in out */
+  double *dts = stats ? malloc(((size_t)n_gen + 1) * sizeof *dts) : NULL; /* --stats: each step's time */
+  int n_dts = 0;
   const double t0 = now_s();
   while (!rc && n_out < n_gen) {
     int32_t t = at < n_sids ? sids[at++] : next >= 0 ? next : hearth_sampler_sample(smp, hearth_session_logits(s), out, n_out);
@@ -103,6 +110,7 @@ int cmd_run(int argc, char **argv) {
     for (int k = 0; k < mi->n_eos; k++) if (mi->eos_ids[k] == t) is_eos = 1;
     if (is_eos && !ignore_eos) break;
     if (n_out < n_gen && at >= n_sids) {
+      const double ts = now_s();
       if (spec) { /* t is pending: the step gives it and up to want - 1 drafted tokens after it */
         const int want = (int)(n_gen - n_out);
         rc = hearth_sessions_step_spec(&s, 1, &t, &spec, &want, sids, NULL, &n_sids, &err);
@@ -114,16 +122,21 @@ int cmd_run(int argc, char **argv) {
       } else {
         rc = hearth_session_append(s, &t, 1, &err);
       }
+      if (dts) dts[n_dts++] = now_s() - ts;
     }
   }
   if (stats && !rc) {
     const double dt = now_s() - t0;
     uint64_t v = 0, d = 0, a = 0;
     if (spec) hearth_spec_counts(spec, &v, &d, &a);
-    fprintf(stderr, "hearth run: %d tokens in %.3f s (%.2f tok/s); speculation %s: %llu verifies, %llu drafted, %llu accepted\n",
-            n_out, dt, n_out / dt, spec ? "on" : "off", (unsigned long long)v, (unsigned long long)d, (unsigned long long)a);
+    /* the median step: robust to a busy machine's bursts (the speculation's verifies are a few of many steps) */
+    if (dts) qsort(dts, (size_t)n_dts, sizeof *dts, cmp_double);
+    fprintf(stderr, "hearth run: %d tokens in %.3f s (%.2f tok/s); median step %.3f ms; speculation %s: %llu verifies, %llu drafted, %llu accepted\n",
+            n_out, dt, n_out / dt, n_dts ? 1e3 * dts[n_dts / 2] : 0.0, spec ? "on" : "off", (unsigned long long)v,
+            (unsigned long long)d, (unsigned long long)a);
   }
   hearth_spec_free(spec);
+  free(dts);
   if (rc) {
     fprintf(stderr, "hearth run: %s\n", err.msg);
   } else if (print_ids || !prompt) {
