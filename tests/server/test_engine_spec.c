@@ -86,10 +86,9 @@ static int round_(struct engine *e, int V, int at_once, int r, struct out *o) {
   return 0;
 }
 
-static int serve(struct hearth_model *m, int slots, int speculate, struct out *o) {
-  /* speculate_width 8: the batch of 8 speculates too (the server's default is 1, by measurement) */
+static int serve_w(struct hearth_model *m, int slots, int speculate, int width, struct out *o) {
   struct engine_params ep = {.n_slots = slots, .n_ctx = NCTX, .max_queue = 64, .speculate = speculate,
-                             .speculate_width = NQ};
+                             .speculate_width = width};
   struct engine *e = NULL;
   struct hearth_err err = {0};
   if (engine_new(m, &ep, &e, &err)) {
@@ -102,6 +101,11 @@ static int serve(struct hearth_model *m, int slots, int speculate, struct out *o
   engine_stats(e, &o->st);
   engine_free(e);
   return rc;
+}
+
+/* speculate_width 8: the batch of 8 speculates too (the server's default is 1, by measurement) */
+static int serve(struct hearth_model *m, int slots, int speculate, struct out *o) {
+  return serve_w(m, slots, speculate, NQ, o);
 }
 
 static struct hearth_model *load(const char *dir, enum hearth_backend_kind be) {
@@ -163,6 +167,23 @@ TEST_GROUP(identical) {
   CHECKF(accepted > 0 && accepted < drafted, "drafted %lu accepted %lu", drafted, accepted);
 }
 
+/* the default width (1): a step with several decoding sequences runs plainly, so far fewer steps speculate than at
+ * width 8 — and the events are the same either way */
+TEST_GROUP(default_width) {
+  static struct out w1, w8;
+  struct hearth_model *m = load(FIX "gemma4_dense", HEARTH_BACKEND_CPU);
+  REQUIRE(m);
+  REQUIRE(serve_w(m, NQ, HEARTH_SPEC_MAX, 0, &w1) == 0);
+  hearth_model_free(m);
+  m = load(FIX "gemma4_dense", HEARTH_BACKEND_CPU);
+  REQUIRE(m);
+  REQUIRE(serve_w(m, NQ, HEARTH_SPEC_MAX, NQ, &w8) == 0);
+  hearth_model_free(m);
+  same(&w1, &w8, "default width");
+  CHECKF(w1.st.n_spec_steps * 2 < w8.st.n_spec_steps, "width 1: %lu spec steps, width 8: %lu", w1.st.n_spec_steps,
+         w8.st.n_spec_steps);
+}
+
 TEST_GROUP(cuda) {
   static struct out plain, spec;
   struct hearth_model *m = load(FIX "qwen2", HEARTH_BACKEND_CUDA);
@@ -174,4 +195,4 @@ TEST_GROUP(cuda) {
   hearth_model_free(m);
 }
 
-TEST_MAIN(T(identical), T(cuda))
+TEST_MAIN(T(identical), T(default_width), T(cuda))
