@@ -114,6 +114,8 @@ struct hearth_model_info {
   int kv_block_tokens;      /* tokens per KV block */
   int kv_blocks;            /* blocks in the pool */
   int max_seqs;             /* sessions one hearth_sessions_step* call (one forward) may hold */
+  int can_speculate;        /* 1: a forward of several tokens gives each row the bits of one-token steps, so
+                               hearth_sessions_step_spec drafts (CPU); 0: it decodes plainly (CUDA) */
   enum hearth_pooling pooling; /* embedding models: how hearth_session_embed pools */
 };
 
@@ -199,6 +201,31 @@ int hearth_sessions_step(struct hearth_session **sessions, int n_sessions,
 int hearth_sessions_step_greedy(struct hearth_session **sessions, int n_sessions,
                                 const int32_t *const *tokens, const int *n_tokens, int32_t *ids,
                                 float *logprobs, struct hearth_err *err);
+
+/* ---- prompt-lookup speculation (runtime/speculate.c) ----
+ * Greedy decoding that drafts up to k tokens by matching the last n-gram of a session's tokens against its earlier
+ * tokens (prompt and output), evaluates the pending token and the draft in one forward and keeps the longest
+ * prefix on which the draft agrees with the argmax. The ids and logprobs are bit-identical to one
+ * hearth_sessions_step_greedy per token; only on backends with info->can_speculate (otherwise nothing is drafted).
+ * A sequence whose drafts keep failing waits longer and longer before it drafts again. */
+#define HEARTH_SPEC_MAX 8
+#define HEARTH_SPEC_DEFAULT 8 /* the CLI's and server's draft length unless told (bench/RESULTS.md) */
+struct hearth_spec; /* one sequence's drafting state */
+/* max_draft in 1..HEARTH_SPEC_MAX: the longest draft */
+int hearth_spec_new(int max_draft, struct hearth_spec **out, struct hearth_err *err);
+void hearth_spec_free(struct hearth_spec *sp);
+/* Forgets the backoff (a new request in the same sequence slot); the counters stay. */
+void hearth_spec_reset(struct hearth_spec *sp);
+/* verify forwards run, tokens drafted, drafted tokens accepted */
+void hearth_spec_counts(const struct hearth_spec *sp, uint64_t *verifies, uint64_t *drafted, uint64_t *accepted);
+/* One greedy step of n sessions: session i evaluates pending[i] (plus a draft) and gives n_ids[i] >= 1 tokens in
+ * ids[i * (HEARTH_SPEC_MAX + 1) + j] (logprobs likewise, may be NULL); the session then holds pending[i] and the
+ * accepted draft, n_ids[i] tokens more than before, and ids[..n_ids[i] - 1] is its next pending token. At most
+ * want[i] >= 1 ids are given (want NULL: 1, no draft), and none past the session's n_ctx. An id of -1 (a row with
+ * a NaN or an infinity) ends the session's ids. sp[i] NULL: no draft for session i. */
+int hearth_sessions_step_spec(struct hearth_session **sessions, int n_sessions, const int32_t *pending,
+                              struct hearth_spec *const *sp, const int *want, int32_t *ids, float *logprobs,
+                              int *n_ids, struct hearth_err *err);
 
 /* hearth_sessions_step with the choice made per session: greedy[i] != 0 selects as
  * hearth_sessions_step_greedy does (ids[i], logprobs[i]; no logits), greedy[i] == 0 leaves session i's

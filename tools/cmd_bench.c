@@ -75,11 +75,44 @@ static int err_set_bench(struct hearth_err *err, const char *msg) {
   return -1;
 }
 
+/* tg tokens for each of the B sessions by speculative greedy steps (cur: each one's pending token); sessions that
+ * have their tg leave the batch. Adds the drafting counts to *v, *d, *a. */
+static int bench_spec(struct hearth_session **ss, int B, int32_t *cur, long tg, int k, uint64_t *v, uint64_t *d,
+                      uint64_t *a, struct hearth_err *err) {
+  enum { W = HEARTH_SPEC_MAX + 1 };
+  struct hearth_spec *sp[64] = {0};
+  long made[64] = {0};
+  int rc = 0;
+  for (int i = 0; i < B && !rc; i++) rc = hearth_spec_new(k, &sp[i], err);
+  while (!rc) {
+    struct hearth_session *as[64];
+    struct hearth_spec *asp[64];
+    int32_t pend[64], ids[64 * W];
+    int idx[64], want[64], nid[64], n = 0;
+    for (int i = 0; i < B; i++)
+      if (made[i] < tg) { idx[n] = i; as[n] = ss[i]; asp[n] = sp[i]; pend[n] = cur[i]; want[n++] = (int)(tg - made[i]); }
+    if (!n) break;
+    rc = hearth_sessions_step_spec(as, n, pend, asp, want, ids, NULL, nid, err);
+    for (int j = 0; !rc && j < n; j++) {
+      made[idx[j]] += nid[j];
+      cur[idx[j]] = ids[j * W + nid[j] - 1];
+    }
+  }
+  for (int i = 0; i < B; i++) {
+    uint64_t x = 0, y = 0, z = 0;
+    if (sp[i]) hearth_spec_counts(sp[i], &x, &y, &z);
+    *v += x; *d += y; *a += z;
+    hearth_spec_free(sp[i]);
+  }
+  return rc;
+}
+
 int cmd_bench(int argc, char **argv) {
   struct hearth_model_params mp;
   hearth_model_params_default(&mp);
   long pp[16], tg = 128, reps = 5, ctx[8] = {71}, batch[8], tg_k = 0;
   int n_pp = 3, n_ctx = 1, n_batch = 0, json = 0, probe = 0, host_sample = 0;
+  long spec_k = 0; /* --speculate K: the --batch runs decode with prompt-lookup drafts (hearth_sessions_step_spec) */
   struct hearth_sampling sp; /* tgN: greedy unless --temp > 0 (then sampled, seed 1) */
   hearth_sampling_default(&sp);
   sp.temperature = 0.0f;
@@ -100,12 +133,15 @@ int cmd_bench(int argc, char **argv) {
     else if (!strcmp(a, "--top-p")) { if (!(v = arg_value(argc, argv, &i)) || arg_float(a, v, &f)) return 2; sp.top_p = (float)f; }
     else if (!strcmp(a, "--top-k")) { if (!(v = arg_value(argc, argv, &i)) || arg_int(a, v, 0, 1 << 30, &tg_k)) return 2; sp.top_k = (int)tg_k; }
     else if (!strcmp(a, "--host-sample")) host_sample = 1;
+    else if (!strcmp(a, "--speculate")) { if (!(v = arg_value(argc, argv, &i)) || arg_int(a, v, 0, HEARTH_SPEC_MAX, &spec_k)) return 2; }
     else if (!strcmp(a, "--json")) json = 1;
     else if (!strcmp(a, "--probe")) probe = 1;
     else {
       fprintf(stderr, "usage: hearth bench --model DIR [--threads T] [-p 71,512,1570] [-n 128] [-r 5] [--tg-ctx 71,1570]\n"
                       "                    [--batch 8,32] [--dtype ...] [--backend ...] [--probe] [--json]\n"
-                      "                    [--temp X [--top-p P] [--top-k K] [--host-sample]]\n"
+                      "                    [--temp X [--top-p P] [--top-k K] [--host-sample]] [--speculate K]\n"
+                      "--speculate K: the --batch runs decode greedily with prompt-lookup drafts of up to K tokens (their\n"
+                      "ids are plain greedy decoding's); the acceptance is printed below the row.\n"
                       "--temp X > 0: tgN samples (seed 1) where the logits are (hearth_sessions_step_sampled), or with\n"
                       "--host-sample from the logits copied to the host (hearth_sampler_sample, as before issue 36 item 4).\n");
       return 2;
@@ -205,19 +241,24 @@ int cmd_bench(int argc, char **argv) {
     const int32_t **tp = calloc((size_t)B, sizeof *tp);
     int *cnt = calloc((size_t)B, sizeof *cnt);
     struct result r = {.tokens = (int)tg * B};
-    snprintf(r.test, sizeof r.test, "tg%ldx%d", tg, B);
+    snprintf(r.test, sizeof r.test, spec_k ? "tg%ldx%d spec%ld" : "tg%ldx%d", tg, B, spec_k);
+    uint64_t sv = 0, sd = 0, sa = 0; /* speculation: verifies, drafted, accepted over the reps */
     for (int j = 0; j < B && !rc; j++) rc = hearth_session_new(m, NULL, &ss[j], &err);
     for (int k = 0; k < reps && !rc; k++) {
       for (int j = 0; j < B && !rc; j++) { toks[1] = (int32_t)(j + k) % mi->n_vocab; rc = hearth_session_sync(ss[j], toks, (int)ctx[0], &err); }
       double t0 = now_s();
       int32_t *cur = calloc((size_t)B, sizeof *cur);
       for (int j = 0; j < B; j++) { cur[j] = toks[j % (maxctx + 1)]; tp[j] = &cur[j]; cnt[j] = 1; }
-      for (long step = 0; step < tg && !rc; step++)
+      if (spec_k) rc = bench_spec(ss, B, cur, tg, (int)spec_k, &sv, &sd, &sa, &err);
+      for (long step = 0; !spec_k && step < tg && !rc; step++)
         rc = hearth_sessions_step_greedy(ss, B, tp, cnt, cur, NULL, &err); /* ids overwrite cur */
       free(cur);
       tps[k] = (double)(tg * B) / (now_s() - t0);
     }
     if (!rc) { summarize(&r, tps, (int)reps); report(&r, mi, json, 1); }
+    if (!rc && spec_k && !json)
+      printf("|              |   speculation: %llu verifies, %llu drafted, %llu accepted\n", (unsigned long long)sv,
+             (unsigned long long)sd, (unsigned long long)sa);
     for (int j = 0; j < B; j++) hearth_session_free(ss[j]);
     free(ss); free(tp); free(cnt);
     if (rc) goto done;

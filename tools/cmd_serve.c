@@ -44,6 +44,8 @@ static void usage(FILE *f) {
           "  --max-depth N      JSON nesting limit, 400 above [64]\n"
           "  --keepalive-ms N   SSE ': keep-alive' comment after N ms without data [3000]\n"
           "  --prefill-chunk N  prompt tokens per engine step, all sequences [512 CPU, 4096 CUDA]\n"
+          "  --speculate K      greedy requests draft up to K (1..8) tokens by prompt lookup in steps of one sequence, same output [8 CPU; off CUDA]\n"
+          "  --no-speculate     plain decoding only\n"
           "  --max-conns N      concurrent connections [128]\n"
           "  --timeout S        idle connection timeout in seconds [15]\n"
           "  --header-timeout S a request head must arrive within S seconds, a body keep up\n"
@@ -108,6 +110,7 @@ int cmd_serve(int argc, char **argv) {
     else if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) { o.verbose = 1; takes = 0; }
     else if (!strcmp(a, "--offline")) { o.offline = 1; takes = 0; }
     else if (!strcmp(a, "--allow-model-admin")) { o.allow_model_admin = 1; takes = 0; }
+    else if (!strcmp(a, "--no-speculate")) { o.speculate = 0; takes = 0; }
     else if (!v) { fprintf(stderr, "hearth serve: %s needs a value (or is unknown)\n", a); usage(stderr); return 2; }
     else if (!strcmp(a, "--model") || !strcmp(a, "--embedding-model")) {
       if (o.n_models == SERVER_MAX_MODELS) { fprintf(stderr, "hearth serve: at most %d models\n", SERVER_MAX_MODELS); return 2; }
@@ -143,6 +146,7 @@ int cmd_serve(int argc, char **argv) {
     else if (!strcmp(a, "--max-depth")) { if (num(a, v, 1, 10000, &x)) return 2; o.max_depth = (int)x; }
     else if (!strcmp(a, "--keepalive-ms")) { if (num(a, v, 50, 600000, &x)) return 2; o.keepalive_ms = (int)x; }
     else if (!strcmp(a, "--prefill-chunk")) { if (num(a, v, 1, 1 << 20, &x)) return 2; o.prefill_chunk = (int)x; }
+    else if (!strcmp(a, "--speculate")) { if (num(a, v, 0, HEARTH_SPEC_MAX, &x)) return 2; o.speculate = (int)x; }
     else if (!strcmp(a, "--max-conns")) { if (num(a, v, 1, 65536, &x)) return 2; o.max_conns = (int)x; }
     else if (!strcmp(a, "--shutdown-grace-ms")) { if (num(a, v, 0, 3600000, &x)) return 2; o.shutdown_grace_ms = (int)x; }
     else if (!strcmp(a, "--timeout")) { if (num(a, v, 1, 3600, &x)) return 2; o.timeout_s = (int)x; }

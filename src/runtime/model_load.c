@@ -248,6 +248,11 @@ static void fill_info(struct hearth_model *m, const struct hearth_model_params *
   i->n_ff = c->intermediate_size;
   i->n_ctx_train = c->max_position_embeddings;
   i->max_seqs = m->max_seqs;
+  /* a backend without set_row_invariant computes every row alike in any batch (backend.h): a verify forward of
+   * k + 1 tokens then gives the bits of k + 1 one-token steps (decisions.md, prompt-lookup speculation). Not with
+   * a sliding-window pool (runtime/kv_ring.h): a verify pass maps and may release sliding blocks for draft
+   * positions that the cut back to the accepted tokens would still need */
+  i->can_speculate = !m->be->set_row_invariant && !c->is_embedding && m->kv.swa.n_blocks == 0;
   i->bos_id = c->bos_token_id;
   i->n_eos = c->n_eos;
   memcpy(i->eos_ids, c->eos_token_ids, sizeof i->eos_ids);

@@ -17,6 +17,7 @@
 #include "runtime/sampler.h"
 #include "runtime/session_embed.h"
 #include "runtime/session_unkeyed.h"
+#include "runtime/session_verify.h"
 
 struct hearth_session {
   struct hearth_model *m;
@@ -1045,4 +1046,74 @@ int session_embed_last(struct hearth_session **ss, int n, const int32_t *const *
     truncate_to(ss[i], 0); /* embeddings do not keep their KV */
   }
   return rc;
+}
+
+/* ---- verifying a draft (runtime/session_verify.h) ----------------------------------------------------- */
+
+int session_verify_rows(const struct hearth_session *s) {
+  const struct model_scratch *sc = &s->m->scratch;
+  return sc->max_out < sc->max_tokens ? sc->max_out : sc->max_tokens;
+}
+
+int session_is_invariant(const struct hearth_session *s) { return s->invariant; }
+struct hearth_model *session_model(const struct hearth_session *s) { return s->m; }
+int session_n_ctx(const struct hearth_session *s) { return s->n_ctx; }
+
+int session_verify(struct hearth_session **ss, int n, const int32_t *const *tokens, const int *counts, int32_t *ids,
+                   float *lps, struct hearth_err *err) {
+  if (n <= 0) return 0;
+  struct hearth_model *m = ss[0]->m;
+  int total = 0;
+  for (int i = 0; i < n; i++) {
+    if (counts[i] < 1) return err_set(err, HEARTH_ERR_ARG, "verify: session %d has no token", i);
+    if (ss[i]->invariant) return err_set(err, HEARTH_ERR_ARG, "verify: session %d is row-invariant", i);
+    total += counts[i];
+  }
+  if (total > session_verify_rows(ss[0]))
+    return err_set(err, HEARTH_ERR_ARG, "verify: %d rows exceed one forward's %d", total, session_verify_rows(ss[0]));
+  int rc = check_step(ss, n, tokens, counts, err);
+  if (!rc) rc = take_blocks(ss, n, counts, err);
+  if (rc) return rc;
+  const int MB = m->max_blocks_per_seq;
+  int start[MODEL_MAX_SEQS];
+  pthread_mutex_lock(&m->forward_mu);
+  ahead_drop(m); /* as session_forward_k: a decode loop's step ahead is lost */
+  m->ahead.streak = 0;
+  m->ahead.prev_n = 0;
+  int nt = 0;
+  for (int i = 0; i < n; i++) { /* every position is an output row: the draft is checked at each */
+    struct hearth_session *s = ss[i];
+    start[i] = s->n_tokens;
+    memcpy(m->b_bt + (size_t)i * MB, s->blocks, (size_t)s->n_blocks * sizeof(int32_t));
+    for (int t = 0; t < counts[i]; t++, nt++) {
+      m->b_ids[nt] = s->tokens[s->n_tokens + t] = tokens[i][t];
+      m->b_pos[nt] = s->n_tokens + t;
+      m->b_seq[nt] = i;
+      m->b_out[nt] = nt;
+    }
+    s->n_tokens += counts[i];
+    s->has_out = 0;
+    m->b_len[i] = s->n_tokens;
+  }
+  struct hb_batch b = {
+    .n_tokens = nt, .n_seqs = n, .max_blocks = MB, .block_size = m->kv.block_size,
+    .pos = m->b_pos, .seq = m->b_seq, .block_table = m->b_bt, .seq_len = m->b_len,
+    .out_rows = m->b_out, .n_out = nt,
+  };
+  /* the greedy selection of a one-token step, row by row (run_batch_outputs) */
+  rc = run_batch(m, &b, OUT_GREEDY, 0, NULL, NULL, NULL, lps != NULL, err);
+  if (!rc)
+    for (int r = 0; r < nt; r++) {
+      ids[r] = m->b_gid[r];
+      if (lps) lps[r] = m->b_glp[r];
+    }
+  pthread_mutex_unlock(&m->forward_mu);
+  if (rc) for (int i = 0; i < n; i++) truncate_to(ss[i], start[i]); /* KV past start is unreliable */
+  return rc;
+}
+
+void session_keep(struct hearth_session *s, int n) {
+  /* the cut lands exactly at n: blocks past the last keyed one are this session's own (never shared) */
+  truncate_to(s, n);
+  key_full_blocks(s);
 }

@@ -131,6 +131,7 @@ struct slot {
   unsigned long last_used;
   struct hearth_row_score sc; /* a scored step's result (scorable) */
   struct hearth_sample_req sr; /* a sampled step's request (select_sampled) */
+  struct hearth_spec *spec;    /* prompt-lookup drafting (engine_params.speculate; NULL: off) */
 };
 
 struct engine {
@@ -400,6 +401,7 @@ static void admit(struct engine *e) {
     q->n_cached = 0;
     sl->n_gen = 0;
     if (q->prog) jstate_init(q->prog, &sl->js);
+    if (sl->spec) hearth_spec_reset(sl->spec);
     struct hearth_err err;
     if (hearth_sampler_new(&q->sampling, e->info->n_vocab, &sl->smp, &err))
       slot_release(e, sl, GEN_FIN_ERROR, err.msg);
@@ -585,11 +587,111 @@ static int prepare(struct engine *e, struct slot *sl) {
   return 0;
 }
 
+/* ---- prompt-lookup speculation (engine_params.speculate) ----
+ * A step speculates when every slot it would take decodes a plain greedy request (select_greedy, no labels),
+ * none is prefilling and at most speculate_width (default 1) are decoding: then each sequence's pending token and its draft go through one forward
+ * (hearth_sessions_step_spec) and the ids it gives are emitted one by one as plain steps would emit them; a
+ * sequence that ends (end of sequence, max_tokens, n_ctx) drops the ids after it, and a stop string is cut by the
+ * reader as ever. The ids and logprobs are plain greedy decoding's, bit for bit (decisions.md). Any other step
+ * (a prefill, a sampled, biased or constrained request in the batch) runs plainly. */
+static int spec_step_ok(struct engine *e) {
+  int any = 0;
+  const int width = e->p.speculate_width > 0 ? e->p.speculate_width : 1;
+  for (int i = 0; i < e->p.n_slots; i++) {
+    const struct slot *sl = &e->slots[i];
+    if (sl->state == SLOT_PREFILL) return 0;
+    if (sl->state != SLOT_DECODE) continue;
+    if (!sl->spec || !select_greedy(sl->q) || sl->q->n_labels || ++any > width) return 0;
+  }
+  return any > 0;
+}
+
+static void spec_step(struct engine *e) {
+  enum { W = HEARTH_SPEC_MAX + 1 };
+  int N = e->p.n_slots, n = 0;
+  const int cap = e->info->max_seqs > 0 && e->info->max_seqs < N ? e->info->max_seqs : N, rr = e->rr;
+  int last = -1;
+  struct hearth_session *ss[N];
+  struct hearth_spec *sp[N];
+  struct slot *which[N];
+  int32_t pend[N];
+  int want[N], want_lp = 0;
+  for (int k = 0; k < N && n < cap; k++) {
+    const int i = (rr + k) % N;
+    struct slot *sl = &e->slots[i];
+    if (sl->state != SLOT_DECODE) continue;
+    if (atomic_load(&sl->q->cancel)) { slot_release(e, sl, GEN_FIN_CANCELLED, NULL); continue; }
+    ss[n] = sl->s;
+    sp[n] = sl->spec;
+    pend[n] = sl->pending;
+    want[n] = sl->q->max_tokens - sl->n_gen; /* >= 1: emit ended the request otherwise */
+    want_lp |= sl->q->top_logprobs == 0;
+    which[n++] = sl;
+    last = i;
+  }
+  if (n == cap && cap < N) e->rr = (last + 1) % N;
+  if (!n) return;
+  int32_t *ids = malloc((size_t)n * W * sizeof *ids);
+  float *lps = malloc((size_t)n * W * sizeof *lps);
+  int *nid = malloc((size_t)n * sizeof *nid);
+  uint64_t d0[N], a0[N];
+  for (int i = 0; i < n; i++) hearth_spec_counts(sp[i], NULL, &d0[i], &a0[i]);
+  struct hearth_err err = {0};
+  int rc = ids && lps && nid ? 0 : err_set(&err, HEARTH_ERR_NOMEM, "out of memory");
+  const double t_step = prof_now();
+  if (!rc) rc = hearth_sessions_step_spec(ss, n, pend, sp, want, ids, want_lp ? lps : NULL, nid, &err);
+  prof_add(PROF_ENGINE_STEP, t_step, n);
+  if (rc == HEARTH_ERR_CTX_FULL && evict_idle(e) > 0)
+    rc = hearth_sessions_step_spec(ss, n, pend, sp, want, ids, want_lp ? lps : NULL, nid, &err);
+  if (rc && ids && lps && nid) { /* find the culprit(s): each alone (sessions are unchanged by a failed step) */
+    for (int i = 0; i < n; i++) {
+      struct hearth_err e1 = {0};
+      int r1 = hearth_sessions_step_spec(&ss[i], 1, &pend[i], &sp[i], &want[i], ids + (size_t)i * W,
+                                         want_lp ? lps + (size_t)i * W : NULL, &nid[i], &e1);
+      if (r1) {
+        slot_release(e, which[i], r1 == HEARTH_ERR_CTX_FULL ? GEN_FIN_LENGTH : GEN_FIN_ERROR, e1.msg);
+        which[i] = NULL;
+      }
+    }
+  } else if (rc) {
+    for (int i = 0; i < n; i++) {
+      slot_release(e, which[i], GEN_FIN_ERROR, err.msg);
+      which[i] = NULL;
+    }
+  }
+  unsigned long drafted = 0, accepted = 0;
+  for (int i = 0; i < n; i++) {
+    uint64_t d, a;
+    hearth_spec_counts(sp[i], NULL, &d, &a);
+    drafted += (unsigned long)(d - d0[i]);
+    accepted += (unsigned long)(a - a0[i]);
+  }
+  pthread_mutex_lock(&e->mu);
+  e->st.n_steps++;
+  e->st.n_steps_split += rc != 0 && n > 1;
+  e->st.n_spec_steps++;
+  e->st.n_spec_drafted += drafted;
+  e->st.n_spec_accepted += accepted;
+  pthread_mutex_unlock(&e->mu);
+  const double t_post = prof_now();
+  for (int i = 0; i < n; i++) /* each id as a plain step would emit it, until the request ends */
+    for (int j = 0; which[i] && j < nid[i]; j++)
+      if (!emit(e, which[i], NULL, &ids[(size_t)i * W + j], want_lp ? lps[(size_t)i * W + j] : 0.0f, NULL)) break;
+  prof_add(PROF_ENGINE_POST, t_post, n);
+  free(ids);
+  free(lps);
+  free(nid);
+}
+
 /* One forward pass for the whole engine (continuous batching): one token for every decoding
  * sequence plus prompt chunks of sequences in prefill, up to prefill_chunk tokens in all (at least
  * one prompt token per step, so prefill always advances). Sequences whose prompt ends in this step
  * and all decoding ones then sample their next token. */
 static void step(struct engine *e) {
+  if (spec_step_ok(e)) {
+    spec_step(e);
+    return;
+  }
   int N = e->p.n_slots, n = 0, budget = e->p.prefill_chunk;
   /* a forward holds at most max_seqs sessions: with more slots than that, the slots take turns (the scan starts
    * after the last slot the previous capped step took), rather than a step failing and running its sessions
@@ -760,6 +862,7 @@ int engine_new(struct hearth_model *m, const struct engine_params *p, struct eng
     e->slots[i].hist = malloc((size_t)p->n_ctx * sizeof(int32_t));
     if (!e->slots[i].hist) rc = err_set(err, HEARTH_ERR_NOMEM, "engine: out of memory");
     else rc = session_fresh(e, &e->slots[i], err);
+    if (!rc && p->speculate > 0 && e->info->can_speculate) rc = hearth_spec_new(p->speculate, &e->slots[i].spec, err);
   }
   if (!rc && pthread_create(&e->thread, NULL, engine_main, e))
     rc = err_set(err, HEARTH_ERR_NOMEM, "engine: cannot start the thread");
@@ -785,6 +888,7 @@ void engine_free(struct engine *e) {
   for (int i = 0; e->slots && i < e->p.n_slots; i++) {
     hearth_session_free(e->slots[i].s);
     hearth_sampler_free(e->slots[i].smp);
+    hearth_spec_free(e->slots[i].spec);
     free(e->slots[i].hist);
   }
   pthread_mutex_destroy(&e->mu);

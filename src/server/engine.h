@@ -117,6 +117,10 @@ struct engine_params {
   int max_queue;   /* waiting requests before engine_submit refuses */
   int prefill_chunk; /* tokens per engine step (decode tokens + prompt chunks); 0 = by backend
                         (engine_default_prefill_chunk) */
+  int speculate;     /* 0: off; K in 1..HEARTH_SPEC_MAX: plain greedy requests draft up to K tokens by prompt
+                        lookup (hearth_sessions_step_spec) where the backend can (info->can_speculate) */
+  int speculate_width; /* the most decoding sequences a speculative step may hold; 0 = 1: on this CPU a verify
+                          beside other sequences cost more than it saved (bench/RESULTS.md, batch 8) */
 };
 
 struct engine_stats {
@@ -125,6 +129,7 @@ struct engine_stats {
   unsigned long n_prompt_tokens, n_cached_tokens, n_gen_tokens;
   unsigned long n_steps;       /* engine steps (one forward of many sessions each) */
   unsigned long n_steps_split; /* steps that failed together and were run again a session at a time */
+  unsigned long n_spec_steps, n_spec_drafted, n_spec_accepted; /* speculative steps; draft tokens; taken */
 };
 
 /* Longest label, in tokens (its continuation is scored in one forward pass with every position's logits). */

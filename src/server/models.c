@@ -39,6 +39,10 @@ enum MHD_Result ep_status(struct http_req *r) {
       json_decref(x);
       json_object_set_new(o, "steps", json_integer((json_int_t)st.n_steps));
       json_object_set_new(o, "steps_split", json_integer((json_int_t)st.n_steps_split));
+      /* prompt-lookup speculation: steps that verified drafts, draft tokens, those taken */
+      json_object_set_new(o, "spec_steps", json_integer((json_int_t)st.n_spec_steps));
+      json_object_set_new(o, "spec_drafted", json_integer((json_int_t)st.n_spec_drafted));
+      json_object_set_new(o, "spec_accepted", json_integer((json_int_t)st.n_spec_accepted));
     } else { /* embedding work: requests computing or waiting, and those dropped unfinished */
       json_object_set_new(o, "embeddings_busy", json_integer(atomic_load(&m->embed_busy)));
       json_object_set_new(o, "cancelled", json_integer((json_int_t)atomic_load(&m->embed_cancelled)));

@@ -91,7 +91,7 @@ static int model_open(const struct server_options *o, struct srv_model *m, int e
     rc = embq_new(m->model, &m->embq, err);
   } else if (!rc) {
     struct engine_params ep = {.n_slots = o->n_slots, .n_ctx = m->n_ctx, .max_queue = o->max_queue,
-                               .prefill_chunk = o->prefill_chunk};
+                               .prefill_chunk = o->prefill_chunk, .speculate = o->speculate};
     rc = jvocab_new(textio_tok(m->tio), &m->jv, err);
     if (!rc) rc = engine_new(m->model, &ep, &m->engine, err);
   }

@@ -1,0 +1,159 @@
+/* runtime/speculate.c — prompt-lookup speculation for greedy decoding (hearth.h, hearth_sessions_step_spec).
+ *
+ * A draft is what followed the most recent earlier occurrence of the session's last n-gram (the prompt and the
+ * output alike; n from SPEC_NGRAM_MAX down to SPEC_NGRAM_MIN). The pending token and the draft go through one
+ * forward (session_verify) that chooses greedily at every position; the ids up to and including the first one
+ * that disagrees with the draft are the step's output, and the KV of the rejected draft positions is cut again
+ * (session_keep) before any block is keyed, so the prefix cache never holds a block under tokens it was not
+ * computed for. That the output is the plain greedy one, bit for bit, rests on the verify rows having the bits of
+ * one-token steps: true where the backend's kernels are row-invariant (info->can_speculate; decisions.md).
+ *
+ * A draft that fails costs the extra rows of its forward for nothing — on the CPU each row of a verify costs
+ * about 0.3 of a one-token step (bench/RESULTS.md), so a draft pays only when over ~30 % of it is taken. Hence the
+ * draft length follows what was taken: it starts at 1, doubles (up to max_draft) while drafts are taken whole,
+ * becomes one more than what was taken when a draft is cut short, and 1 after a draft is rejected at its first
+ * token; such a sequence also waits 4, 16, then SPEC_WAIT_MAX steps before it drafts again (an accepted token
+ * resets the wait). A sequence that finds no match costs only the lookup. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/err.h"
+#include "model/model.h"
+#include "runtime/session_verify.h"
+
+enum { SPEC_NGRAM_MAX = 4, SPEC_NGRAM_MIN = 2, SPEC_WAIT_MAX = 64 };
+
+struct hearth_spec {
+  int kmax, k;      /* the longest draft; the next draft's length (grows while drafts are taken whole) */
+  int wait, backoff; /* steps left without drafting; the wait the next rejection sets */
+  uint64_t verifies, drafted, accepted;
+};
+
+int hearth_spec_new(int max_draft, struct hearth_spec **out, struct hearth_err *err) {
+  *out = NULL;
+  if (max_draft < 1 || max_draft > HEARTH_SPEC_MAX)
+    return err_set(err, HEARTH_ERR_ARG, "speculation: draft length %d not in 1..%d", max_draft, HEARTH_SPEC_MAX);
+  struct hearth_spec *sp = calloc(1, sizeof *sp);
+  if (!sp) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
+  sp->kmax = max_draft;
+  sp->k = 1;
+  *out = sp;
+  return 0;
+}
+
+void hearth_spec_free(struct hearth_spec *sp) { free(sp); }
+
+void hearth_spec_reset(struct hearth_spec *sp) {
+  sp->k = 1;
+  sp->wait = sp->backoff = 0;
+}
+
+void hearth_spec_counts(const struct hearth_spec *sp, uint64_t *verifies, uint64_t *drafted, uint64_t *accepted) {
+  if (verifies) *verifies = sp->verifies;
+  if (drafted) *drafted = sp->drafted;
+  if (accepted) *accepted = sp->accepted;
+}
+
+/* the context a draft is looked up in: the session's tokens, then the pending one */
+struct ctx {
+  const int32_t *t;
+  int n; /* tokens in t; position n is the pending token */
+  int32_t pending;
+};
+static int32_t at(const struct ctx *c, int j) { return j < c->n ? c->t[j] : c->pending; }
+
+/* Up to k tokens after the most recent earlier occurrence of the context's last n-gram (longest n first) into
+ * draft; returns how many. A continuation that reaches the end of the context goes on with the draft itself
+ * (a cycle shorter than k is drafted k long). */
+static int lookup(const struct ctx *c, int k, int32_t *draft) {
+  const int L = c->n + 1;
+  for (int g = SPEC_NGRAM_MAX; g >= SPEC_NGRAM_MIN; g--) {
+    if (L < g + 1) continue;
+    for (int j = L - g - 1; j >= 0; j--) {
+      int t = 0;
+      while (t < g && at(c, j + t) == at(c, L - g + t)) t++;
+      if (t < g) continue;
+      const int from = j + g, avail = L - from; /* avail >= 1 */
+      for (int i = 0; i < k; i++) draft[i] = i < avail ? at(c, from + i) : draft[i - avail];
+      return k;
+    }
+  }
+  return 0;
+}
+
+/* after a verify of k drafted tokens of which a were taken */
+static void learn(struct hearth_spec *sp, int k, int a) {
+  sp->verifies++;
+  sp->drafted += (uint64_t)k;
+  sp->accepted += (uint64_t)a;
+  if (a == 0) { /* the draft failed at its first token: wait longer each time before the next */
+    sp->backoff = sp->backoff ? (sp->backoff * 4 > SPEC_WAIT_MAX ? SPEC_WAIT_MAX : sp->backoff * 4) : 4;
+    sp->wait = sp->backoff;
+    sp->k = 1; /* the next try risks one row */
+    return;
+  }
+  sp->backoff = 0;
+  /* taken whole: draft longer next time; cut short: about as long as what was taken, and one more */
+  sp->k = a == k ? (2 * k > sp->kmax ? sp->kmax : 2 * k) : (a + 1 > sp->kmax ? sp->kmax : a + 1);
+}
+
+int hearth_sessions_step_spec(struct hearth_session **ss, int n, const int32_t *pending, struct hearth_spec *const *sp,
+                              const int *want, int32_t *ids, float *logprobs, int *n_ids, struct hearth_err *err) {
+  enum { W = HEARTH_SPEC_MAX + 1 };
+  if (n <= 0) return 0;
+  if (n > hearth_model_info(session_model(ss[0]))->max_seqs)
+    return err_set(err, HEARTH_ERR_ARG, "at most %d sessions per step", hearth_model_info(session_model(ss[0]))->max_seqs);
+  const int can = hearth_model_info(session_model(ss[0]))->can_speculate;
+  const int per = session_verify_rows(ss[0]) / n; /* rows each session may use in one forward (>= 1) */
+  int32_t tok[MODEL_MAX_SEQS][W];
+  const int32_t *tp[MODEL_MAX_SEQS];
+  int cnt[MODEL_MAX_SEQS], any = 0;
+  for (int i = 0; i < n; i++) {
+    tok[i][0] = pending[i];
+    tp[i] = tok[i];
+    cnt[i] = 1;
+    struct hearth_spec *s = sp ? sp[i] : NULL;
+    if (!can || !s || !want || want[i] < 2 || session_is_invariant(ss[i])) continue;
+    if (s->wait > 0) { s->wait--; continue; }
+    const int held = hearth_session_n_tokens(ss[i]);
+    int k = s->k;
+    if (k > want[i] - 1) k = want[i] - 1;
+    if (k > per - 1) k = per - 1;
+    if (k > session_n_ctx(ss[i]) - held - 2) k = session_n_ctx(ss[i]) - held - 2; /* room for the next pending */
+    if (k <= 0) continue;
+    const struct ctx c = {hearth_session_tokens(ss[i]), held, pending[i]};
+    cnt[i] += lookup(&c, k, tok[i] + 1);
+    any |= cnt[i] > 1;
+  }
+  if (!any) { /* no draft: a plain step (its kernels, its bits) */
+    int32_t id[MODEL_MAX_SEQS];
+    float lp[MODEL_MAX_SEQS];
+    int rc = hearth_sessions_step_greedy(ss, n, tp, cnt, id, logprobs ? lp : NULL, err);
+    if (rc) return rc;
+    for (int i = 0; i < n; i++) {
+      ids[(size_t)i * W] = id[i];
+      if (logprobs) logprobs[(size_t)i * W] = lp[i];
+      n_ids[i] = 1;
+    }
+    return 0;
+  }
+  int32_t rid[MODEL_MAX_SEQS * W];
+  float rlp[MODEL_MAX_SEQS * W];
+  int held[MODEL_MAX_SEQS];
+  for (int i = 0; i < n; i++) held[i] = hearth_session_n_tokens(ss[i]);
+  int rc = session_verify(ss, n, tp, cnt, rid, logprobs ? rlp : NULL, err);
+  if (rc) return rc;
+  for (int i = 0, r = 0; i < n; r += cnt[i], i++) {
+    const int k = cnt[i] - 1;
+    int a = 0; /* draft tokens taken: each equals the argmax of the position before it */
+    while (a < k && rid[r + a] == tok[i][1 + a]) a++;
+    for (int j = 0; j <= a; j++) {
+      ids[(size_t)i * W + j] = rid[r + j];
+      if (logprobs) logprobs[(size_t)i * W + j] = rlp[r + j];
+    }
+    n_ids[i] = a + 1;
+    session_keep(ss[i], held[i] + 1 + a);
+    if (k > 0) learn(sp[i], k, a);
+  }
+  return 0;
+}
