@@ -114,6 +114,7 @@ static struct hearth_model *load(const char *dir, enum hearth_backend_kind be) {
   p.path = dir;
   p.backend = be;
   p.n_threads = 2;
+  p.kv_seqs = -1; /* Gemma 4 keeps every position: its sliding-window pool turns speculation off (decisions.md) */
   p.kv_tokens = 8 * NCTX * 2;
   struct hearth_model *m = NULL;
   struct hearth_err err = {0};

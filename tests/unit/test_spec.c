@@ -22,6 +22,7 @@ static struct hearth_model *load(const char *dir, enum hearth_backend_kind be) {
   p.path = dir;
   p.backend = be;
   p.n_threads = 2;
+  p.kv_seqs = -1; /* Gemma 4 keeps every position: its sliding-window pool turns speculation off (decisions.md) */
   p.kv_tokens = 8192;
   struct hearth_model *m = NULL;
   struct hearth_err err = {0};
@@ -136,6 +137,39 @@ static void same(const struct run *a, const struct run *b, int n, const char *wh
 }
 
 static const char *const FIXTURES[] = {"qwen2", "qwen2_sharded", "qwen3", "gemma4_dense", "gemma4_e"};
+
+/* with its sliding-window pool (the default kv_seqs), a Gemma 4 model does not speculate: a verify pass could give
+ * back sliding blocks the cut to the accepted tokens still needs; a step with a hearth_spec then drafts nothing */
+TEST_GROUP(off_with_ring) {
+  struct hearth_model_params p;
+  hearth_model_params_default(&p);
+  p.path = FIX "gemma4_e";
+  p.n_threads = 2;
+  p.kv_tokens = 8192;
+  struct hearth_model *m = NULL;
+  struct hearth_err err = {0};
+  REQUIRE(hearth_model_load(&p, &m, &err) == 0);
+  CHECK(hearth_model_info(m)->can_speculate == 0);
+  struct hearth_session *s = NULL;
+  struct hearth_spec *spec = NULL;
+  REQUIRE(hearth_session_new(m, NULL, &s, &err) == 0 && hearth_spec_new(HEARTH_SPEC_MAX, &spec, &err) == 0);
+  int32_t ids[HEARTH_SPEC_MAX + 1], pend, cyc[40];
+  for (int k = 0; k < 40; k++) cyc[k] = (k % 4) * 5 + 1; /* a cycle: plenty to draft from */
+  REQUIRE(hearth_session_sync(s, cyc, 39, &err) == 0);
+  pend = cyc[39];
+  for (int step = 0; step < 8; step++) {
+    int n = 0, want = 8;
+    REQUIRE(hearth_sessions_step_spec(&s, 1, &pend, &spec, &want, ids, NULL, &n, &err) == 0);
+    CHECK(n == 1);
+    pend = ids[0];
+  }
+  uint64_t v = 0, d = 0, a = 0;
+  hearth_spec_counts(spec, &v, &d, &a);
+  CHECKF(d == 0, "drafted %llu tokens", (unsigned long long)d);
+  hearth_spec_free(spec);
+  hearth_session_free(s);
+  hearth_model_free(m);
+}
 
 TEST_GROUP(identical) {
   static struct run plain, spec;
@@ -252,6 +286,8 @@ TEST_GROUP(limits) {
     pend = ids[n - 1];
   }
   CHECKF(hearth_session_n_tokens(s) == 63, "held %d", hearth_session_n_tokens(s)); /* room for the pending one */
+  /* every emitted id but the pending one is held: the prompt's 39, then one per id */
+  CHECKF(39 + total == hearth_session_n_tokens(s), "emitted %d ids, held %d", total, hearth_session_n_tokens(s));
   uint64_t v = 0, d = 0, a = 0;
   hearth_spec_counts(spec, &v, &d, &a);
   CHECK(d > 0 && d <= 2 * v); /* want 3: drafts of at most 2 */
@@ -316,4 +352,4 @@ TEST_GROUP(cuda) {
   hearth_model_free(m);
 }
 
-TEST_MAIN(T(identical), T(prefix_hit), T(limits), T(backoff), T(cuda))
+TEST_MAIN(T(identical), T(off_with_ring), T(prefix_hit), T(limits), T(backoff), T(cuda))
