@@ -317,14 +317,16 @@ static int emit(struct engine *e, struct slot *sl, const float *logits, const in
     slot_release(e, sl, GEN_FIN_ERROR, NONFINITE_MSG);
     return 0;
   }
-  if (!chosen && (q->n_bias || q->prog)) {
+  /* a scored row (sc) or a chosen id carries its decision: bias and constraints apply to a row sampled here
+   * (scorable() keeps biased and constrained requests off the scored path) */
+  if (!chosen && !sc && logits && (q->n_bias || q->prog)) {
     memcpy(e->scratch, logits, (size_t)nv * sizeof *logits);
     for (int i = 0; i < q->n_bias; i++) e->scratch[q->bias_id[i]] += q->bias[i];
     logits = e->scratch;
   }
   /* constrained (json_object, forced tool call): only tokens that keep the output a prefix of what
    * the program allows (no end-of-sequence token: the answer ends when the program is complete) */
-  if (!chosen && q->prog && !jvocab_mask(q->jv, q->prog, &sl->js, e->scratch, nv)) {
+  if (!chosen && !sc && q->prog && !jvocab_mask(q->jv, q->prog, &sl->js, e->scratch, nv)) {
     slot_release(e, sl, GEN_FIN_LENGTH, NULL); /* nothing can follow: cannot happen before done */
     return 0;
   }
