@@ -125,7 +125,14 @@ describe('switching models with --max-loaded 1', () => {
     assert.equal(done.length, 12);
     const loaded = (await loadedIds(srv)).filter((id) => id !== E);
     assert.equal(loaded.length, 1, `one chat model resident: ${loaded}`);
-    const st = (await (await fetch(`${srv.url}/status`)).json()).models.find((m) => m.id === loaded[0]);
+    /* a request gives its model back when the server has finished writing the reply, which can be just after the
+     * client has read it: poll briefly; a reference that is never given back still fails */
+    let st;
+    for (let i = 0; i < 40; i++) {
+      st = (await (await fetch(`${srv.url}/status`)).json()).models.find((m) => m.id === loaded[0]);
+      if (st.requests === 0) break;
+      await new Promise((res) => setTimeout(res, 50));
+    }
     assert.equal(st.requests, 0, 'no reference left behind');
   });
 
