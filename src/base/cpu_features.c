@@ -6,6 +6,21 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+/* AMX's tile data is an XSAVE state Linux hands out on request only (since 5.16): without the grant the
+ * first tile instruction raises SIGILL. The grant is for the whole process and cannot be taken back. */
+static int amx_granted(void) {
+#if defined(__linux__) && defined(__x86_64__)
+  const long arch_req_xcomp_perm = 0x1023, xfeature_xtiledata = 18;
+  return syscall(SYS_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata) == 0;
+#else
+  return 0;
+#endif
+}
 
 static struct cpu_features g_features;
 static int g_done;
@@ -31,6 +46,9 @@ static void probe(struct cpu_features *f) {
     f->avx512vl = (b >> 31) & 1;
     f->avx512vnni = (c >> 11) & 1;
   }
+  int amx_cpu = ((d >> 24) & 1) && ((d >> 25) & 1); /* AMX-TILE, AMX-INT8 */
+  int amx_os = (xlo & 0x60000) == 0x60000;         /* XCR0: XTILECFG, XTILEDATA */
+  f->amx = zmm_ok && amx_cpu && amx_os && amx_granted();
   unsigned a1, b1, c1, d1;
   if (__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1)) {
     f->avxvnni = ymm_ok && ((a1 >> 4) & 1);
@@ -44,7 +62,9 @@ void cpu_features_cap(struct cpu_features *f, const char *cap) {
   if (cap && !strcmp(cap, "scalar")) memset(f, 0, sizeof *f);
   if (cap && !strcmp(cap, "avx2")) {
     f->avx512f = f->avx512bw = f->avx512vl = f->avx512dq = f->avx512vnni = f->avx512bf16 = 0;
+    f->amx = 0;
   }
+  if (cap && !strcmp(cap, "avx512")) f->amx = 0;
 }
 
 const struct cpu_features *cpu_features_get(void) {

@@ -36,7 +36,7 @@ static float frand(void) { /* uniform [-1, 1) */
   return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
 }
 
-static const struct cpu_kernels *sets[3];
+static const struct cpu_kernels *sets[4];
 static int n_sets;
 static void init_sets(void) {
   if (n_sets) return;
@@ -47,6 +47,8 @@ static void init_sets(void) {
   else printf("  (skipping avx2: not supported here)\n");
   if (f->avx512f && f->avx512bw && f->avx512vl && f->avx512vnni) sets[n_sets++] = &cpu_kernels_avx512;
   else printf("  (skipping avx512: not supported here)\n");
+  if (f->amx && f->avx512f && f->avx512bw && f->avx512vl && f->avx512vnni) sets[n_sets++] = &cpu_kernels_amx;
+  else printf("  (skipping avx512-amx: not supported here)\n");
 #else
   (void)f;
 #endif
@@ -326,6 +328,10 @@ TEST_GROUP(matmul_exact) {
   check_matmul_exact(16 * 13 + 5, 4864, 6, 16, 16 * 13 + 5);                     /* panels of 6 blocks */
   check_matmul_exact(16 * 13 + 5, 4864, 1, 3, 16 * 13 + 5);                      /* decode over panels */
   check_matmul_exact(64, 896, 1, 0, 64);
+  /* prefill-sized batches (the AMX set's tiles of 16 tokens, full and tail; odd block pairs) */
+  for (int n = 15; n <= 18; n++) check_matmul_exact(80, 256, n, 0, 80);
+  check_matmul_exact(16 * 7 + 9, 896, 40, 5, 16 * 7 + 3);
+  check_matmul_exact(48, 4864, 33, 0, 48);
 }
 
 /* ---- attention ---- */
@@ -678,20 +684,26 @@ TEST_GROUP(kernel_select) {
   const struct cpu_features *real = cpu_features_get();
   struct cpu_features f;
   /* synthetic levels: the logic alone, whatever this CPU is */
-  struct cpu_features all = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, none = {0};
+  struct cpu_features all = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, none = {0};
   CHECK(cpu_kernels_for(&none) == &cpu_kernels_ref);
 #if defined(__x86_64__)
-  CHECK(cpu_kernels_for(&all) == &cpu_kernels_avx512);
+  CHECK(cpu_kernels_for(&all) == &cpu_kernels_amx);
+  f = all; f.amx = 0; /* AVX-512 VNNI without AMX (Zen 4/5, Ice Lake) */
+  CHECK(cpu_kernels_for(&f) == &cpu_kernels_avx512);
+  f = all; cpu_features_cap(&f, "avx512");
+  CHECK(!f.amx && f.avx512vnni && cpu_kernels_for(&f) == &cpu_kernels_avx512);
+  f = none; f.amx = 1; f.avx2 = f.fma = f.f16c = 1; /* AMX without AVX-512 (not a real CPU): AVX2 */
+  CHECK(cpu_kernels_for(&f) == &cpu_kernels_avx2);
   f = all; f.avx512vnni = 0; /* AVX-512 without VNNI (Skylake-X): the AVX2 set */
   CHECK(cpu_kernels_for(&f) == &cpu_kernels_avx2);
   f = all; f.avx512bw = 0;
   CHECK(cpu_kernels_for(&f) == &cpu_kernels_avx2);
   f = all; cpu_features_cap(&f, "avx2");
-  CHECK(f.avx2 && !f.avx512f && !f.avx512vnni && cpu_kernels_for(&f) == &cpu_kernels_avx2);
+  CHECK(f.avx2 && !f.avx512f && !f.avx512vnni && !f.amx && cpu_kernels_for(&f) == &cpu_kernels_avx2);
   f = all; cpu_features_cap(&f, "scalar");
   CHECK(cpu_kernels_for(&f) == &cpu_kernels_ref);
   f = all; cpu_features_cap(&f, "bogus"); /* unknown values change nothing */
-  CHECK(cpu_kernels_for(&f) == &cpu_kernels_avx512);
+  CHECK(cpu_kernels_for(&f) == &cpu_kernels_amx);
   f = none; f.avx2 = 1; f.f16c = 1; /* AVX2 without FMA: no SIMD set */
   CHECK(cpu_kernels_for(&f) == &cpu_kernels_ref);
   f = none; f.avx2 = 1; f.fma = 1; /* without F16C (the scales are fp16) */
@@ -699,13 +711,14 @@ TEST_GROUP(kernel_select) {
 #endif
   /* this CPU, masked down level by level: each pick is the expected one and it runs (matmul of
    * the picked set against the generic C arithmetic) */
-  const char *caps[] = {NULL, "avx2", "scalar"};
-  for (int i = 0; i < 3; i++) {
+  const char *caps[] = {NULL, "avx512", "avx2", "scalar"};
+  for (int i = 0; i < 4; i++) {
     f = *real;
     cpu_features_cap(&f, caps[i]);
     const struct cpu_kernels *k = cpu_kernels_for(&f), *want = &cpu_kernels_ref;
 #if defined(__x86_64__)
-    if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni && f.fma && f.f16c) want = &cpu_kernels_avx512;
+    if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni && f.fma && f.f16c)
+      want = f.amx ? &cpu_kernels_amx : &cpu_kernels_avx512;
     else if (f.avx2 && f.fma && f.f16c) want = &cpu_kernels_avx2;
 #endif
     CHECKF(k == want, "cap %s: picked %s, expected %s", caps[i] ? caps[i] : "(none)", k->name, want->name);
@@ -713,14 +726,15 @@ TEST_GROUP(kernel_select) {
     if (!k->matmul_q4q8) continue; /* the scalar set is the reference itself */
     struct cpu_q4 w = make_q4(40, 256), pk = clone_q4(&w);
     REQUIRE(q4x16_repack(&pk) == 0);
-    float x[3 * 256], og[3 * 40], ok[3 * 40];
-    for (int j = 0; j < 3 * 256; j++) x[j] = frand();
-    struct cpu_q8 a = make_q8(3, 256);
-    k->q8_quantize(x, 256, 0, 3, &a);
-    q4x16_matmul_generic(&pk, &a, 3, 0, 40, og, 40);
-    k->matmul_q4q8(&pk, &a, 3, 0, 40, ok, 40);
+    enum { NT = 17 }; /* past the AMX set's token threshold, with a one-token tail tile */
+    float x[NT * 256], og[NT * 40], ok[NT * 40];
+    for (int j = 0; j < NT * 256; j++) x[j] = frand();
+    struct cpu_q8 a = make_q8(NT, 256);
+    k->q8_quantize(x, 256, 0, NT, &a);
+    q4x16_matmul_generic(&pk, &a, NT, 0, 40, og, 40);
+    k->matmul_q4q8(&pk, &a, NT, 0, 40, ok, 40);
     int bad = 0;
-    for (int j = 0; j < 3 * 40; j++) bad += !(fabsf(ok[j] - og[j]) <= 1e-5f * (1.0f + fabsf(og[j])));
+    for (int j = 0; j < NT * 40; j++) bad += !(fabsf(ok[j] - og[j]) <= 1e-5f * (1.0f + fabsf(og[j])));
     CHECKF(bad == 0, "%s: %d outputs differ from the generic arithmetic", k->name, bad);
     free_q8(&a); free_q4(&w); free_q4(&pk);
   }

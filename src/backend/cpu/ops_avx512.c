@@ -440,4 +440,19 @@ const struct cpu_kernels cpu_kernels_avx512 = {
   .attn_tile = avx512_attn_tile_fast,
   .silu_mul = avx512_silu_mul_fast,
 };
+
+/* the same set with the prefill matmul on AMX tiles (ops_amx.c; bit-identical results) */
+const struct cpu_kernels cpu_kernels_amx = {
+  .name = "avx512-amx",
+  .matmul_q4 = NULL,
+  .matmul_bf16 = NULL,
+  .matmul_f32 = NULL,
+  .q4_pack = q4x16_pack,
+  .q4_free_packed = q4x16_free,
+  .q4_row = q4x16_row,
+  .q8_quantize = avx512_q8_quantize,
+  .matmul_q4q8 = cpu_amx_matmul_q4q8,
+  .attn_tile = avx512_attn_tile_fast,
+  .silu_mul = avx512_silu_mul_fast,
+};
 #endif /* __x86_64__ */
