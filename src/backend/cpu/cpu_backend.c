@@ -406,7 +406,10 @@ static int mm_run(struct hb_ctx *c, struct mm_job *j) {
   j->r_first[0] = 0;
   for (int i = 0; i < j->n_mm; i++) {
     int64_t rows = j->ws[i]->rows, nblk = (rows + 15) / 16, per = nblk / (8 * nth);
-    j->r_chunk[i] = 16 * (per > 1 ? per : 1);
+    /* an even number of blocks where there are enough: the SIMD kernels take row blocks in pairs (a lone block
+     * costs the activation reads of a pair) */
+    per = per > 1 ? (per + 1) & ~(int64_t)1 : nblk >= 4 * nth ? 2 : 1;
+    j->r_chunk[i] = 16 * per;
     j->r_first[i + 1] = j->r_first[i] + (int)((rows + j->r_chunk[i] - 1) / j->r_chunk[i]);
   }
   j->n_reg = nth < MM_REGIONS ? nth : MM_REGIONS;
