@@ -47,11 +47,36 @@ __device__ __forceinline__ float sl_key_c(uint32_t k) {
   return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
 }
 
+/* Where the passes get each entry's key (0: not a candidate; sample_key is never 0) and a candidate's mass. Both
+ * sources give the same numbers (w is a function of c, and c = sl_key_c(key) exactly), so a row's answer does not
+ * depend on which one is used:
+ *   sl_src_row: computed from the logits row on every pass (one block a row; many rows: sample_kernel);
+ *   sl_src_pre: read from the key / mass arrays and the first digit's histogram that sl_keys_kernel (sample.cu)
+ *   filled with many blocks a row, so exp runs once a candidate and on every SM (few rows: issue 36 item 4). */
+struct sl_src_row {
+  const float *lg;
+  float top, temp;
+  __device__ __forceinline__ uint32_t key(int64_t i) const {
+    const float l = lg[i];
+    return l > -INFINITY ? sample_key(sample_c(l, top, temp)) : 0u;
+  }
+  __device__ __forceinline__ sl_u64 fx(int64_t, uint32_t k) const { return sl_fx(sl_key_c(k)); }
+  __device__ __forceinline__ const struct sl_hist *first(void) const { return NULL; }
+};
+struct sl_src_pre {
+  const uint32_t *keys;
+  const sl_u64 *fxs;
+  const struct sl_hist *hist; /* the first digit (shift 24) over every candidate */
+  __device__ __forceinline__ uint32_t key(int64_t i) const { return keys[i]; }
+  __device__ __forceinline__ sl_u64 fx(int64_t i, uint32_t) const { return fxs[i]; }
+  __device__ __forceinline__ const struct sl_hist *first(void) const { return hist; }
+};
+
 /* the histogram of digit (key >> shift) & 255 over the candidates whose key & mask == prefix. Lanes of a warp that
  * fall in one bucket add their part once (__match_any_sync, __reduce_add_sync: sm_80+), so a flat row, whose keys
  * share their first digits, does not queue 1,024 threads on one shared-memory counter */
-__device__ void sl_pass(const float *lg, int64_t vocab, float top, float temp, uint32_t prefix, uint32_t mask,
-                        int shift, struct sl_hist *h) {
+template <typename Src>
+__device__ void sl_pass(const Src &src, int64_t vocab, uint32_t prefix, uint32_t mask, int shift, struct sl_hist *h) {
   const int tid = threadIdx.x, lane = tid % 32, nthr = blockDim.x;
   for (int b = tid; b < 256; b += nthr) { h->cnt[b] = 0; h->hi[b] = 0; h->lo[b] = 0; }
   __syncthreads();
@@ -59,16 +84,12 @@ __device__ void sl_pass(const float *lg, int64_t vocab, float top, float temp, u
     const int64_t i = base + tid;
     unsigned b = 0xffffffffu, hi = 0, lo = 0;
     if (i < vocab) {
-      const float l = lg[i];
-      if (l > -INFINITY) {
-        const float c = sample_c(l, top, temp);
-        const uint32_t k = sample_key(c);
-        if ((k & mask) == prefix) {
-          const sl_u64 f = sl_fx(c);
-          b = (k >> shift) & 255u;
-          hi = (unsigned)(f >> SL_SPLIT);
-          lo = (unsigned)(f & ((1ull << SL_SPLIT) - 1));
-        }
+      const uint32_t k = src.key(i);
+      if (k && (k & mask) == prefix) {
+        const sl_u64 f = src.fx(i, k);
+        b = (k >> shift) & 255u;
+        hi = (unsigned)(f >> SL_SPLIT);
+        lo = (unsigned)(f & ((1ull << SL_SPLIT) - 1));
       }
     }
     const unsigned peers = __match_any_sync(0xffffffffu, b);
@@ -84,9 +105,18 @@ __device__ void sl_pass(const float *lg, int64_t vocab, float top, float temp, u
 }
 
 /* the first digit over every candidate, once, and the total mass */
-__device__ void sl_first(const float *lg, int64_t vocab, float top, float temp, struct sl_state *S) {
+template <typename Src>
+__device__ void sl_first(const Src &src, int64_t vocab, struct sl_state *S) {
   if (S->have_first) return; /* (uniform: shared, written before a barrier) */
-  sl_pass(lg, vocab, top, temp, 0u, 0u, 24, &S->first);
+  const struct sl_hist *g = src.first();
+  if (g) { /* sl_keys_kernel's, in global memory (written by an earlier launch) */
+    for (int b = threadIdx.x; b < 256; b += blockDim.x) {
+      S->first.cnt[b] = g->cnt[b];
+      S->first.hi[b] = g->hi[b];
+      S->first.lo[b] = g->lo[b];
+    }
+    __syncthreads();
+  } else sl_pass(src, vocab, 0u, 0u, 24, &S->first);
   if (threadIdx.x == 0) {
     sl_u128 t = 0;
     for (int b = 0; b < 256; b++) t += sl_mass(&S->first, b);
@@ -101,9 +131,9 @@ __device__ void sl_first(const float *lg, int64_t vocab, float top, float temp, 
  * candidates with that key (1-based, id order); S->ok = 0 when there is none (tgt >= the total, rank > nc).
  * Each digit's 256 buckets are scanned by warp 0: lane L sums buckets 255 - 8L .. 248 - 8L, the lanes' sums are
  * scanned (from the top), and the first lane whose running sum crosses walks its 8 buckets. */
-__device__ __noinline__ void sl_select(const float *lg, int64_t vocab, float top, float temp, int by_mass, sl_u128 tgt, int rank,
-                          struct sl_state *S) {
-  sl_first(lg, vocab, top, temp, S);
+template <typename Src>
+__device__ __noinline__ void sl_select(const Src &src, int64_t vocab, int by_mass, sl_u128 tgt, int rank, struct sl_state *S) {
+  sl_first(src, vocab, S);
   const int lane = threadIdx.x % 32;
   uint32_t prefix = 0, mask = 0;
   __syncthreads(); /* every thread has read the previous select's answer */
@@ -112,7 +142,7 @@ __device__ __noinline__ void sl_select(const float *lg, int64_t vocab, float top
   for (int shift = 24; shift >= 0; shift -= 8) {
     const struct sl_hist *h = &S->first;
     if (shift != 24) {
-      sl_pass(lg, vocab, top, temp, prefix, mask, shift, &S->cur);
+      sl_pass(src, vocab, prefix, mask, shift, &S->cur);
       h = &S->cur;
     }
     if (threadIdx.x < 32) {
@@ -166,22 +196,20 @@ __device__ __noinline__ void sl_select(const float *lg, int64_t vocab, float top
 }
 
 /* the mass of the first n candidates in the host's order (n >= 1), or 0 when it cannot be had */
-__device__ sl_u128 sl_prefix_mass(const float *lg, int64_t vocab, float top, float temp, int n, struct sl_state *S) {
-  sl_select(lg, vocab, top, temp, 0, 0, n, S);
+template <typename Src>
+__device__ sl_u128 sl_prefix_mass(const Src &src, int64_t vocab, int n, struct sl_state *S) {
+  sl_select(src, vocab, 0, 0, n, S);
   return S->ok ? S->above + (sl_u128)S->pick * S->eq_fx : (sl_u128)0;
 }
 
 /* the id of the j-th candidate (1-based, id order) whose key is key: contiguous id chunks per thread, the counts
  * scanned, and the thread whose chunk holds it walks it */
-__device__ int sl_nth_id(const float *lg, int64_t vocab, float top, float temp, uint32_t key, int j,
-                         struct sl_state *S) {
+template <typename Src>
+__device__ int sl_nth_id(const Src &src, int64_t vocab, uint32_t key, int j, struct sl_state *S) {
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, nthr = blockDim.x;
   const int64_t chunk = (vocab + nthr - 1) / nthr, i0 = tid * chunk, i1 = i0 + chunk < vocab ? i0 + chunk : vocab;
   int mine = 0;
-  for (int64_t i = i0; i < i1; i++) {
-    const float l = lg[i];
-    mine += l > -INFINITY && sample_key(sample_c(l, top, temp)) == key;
-  }
+  for (int64_t i = i0; i < i1; i++) mine += src.key(i) == key; /* key != 0 */
   int x = mine;
   for (int o = 1; o < 32; o <<= 1) { const int y = __shfl_up_sync(0xffffffffu, x, o); if (lane >= o) x += y; }
   __syncthreads();
@@ -192,22 +220,20 @@ __device__ int sl_nth_id(const float *lg, int64_t vocab, float top, float temp, 
   __syncthreads();
   int before = S->scan[warp] + x - mine;
   if (before < j && j <= before + mine)
-    for (int64_t i = i0; i < i1; i++) {
-      const float l = lg[i];
-      if (l > -INFINITY && sample_key(sample_c(l, top, temp)) == key && ++before == j) { S->pick = (int)i; break; }
-    }
+    for (int64_t i = i0; i < i1; i++)
+      if (src.key(i) == key && ++before == j) { S->pick = (int)i; break; }
   __syncthreads();
   return S->pick;
 }
 
 /* the block's count of candidates with (double)c - thr above m (gt) and at or above -m (ge) */
-__device__ void sl_count_thr(const float *lg, int64_t vocab, float top, float temp, double thr, double m, int *gt,
-                             int *ge, int *s_i) {
+template <typename Src>
+__device__ void sl_count_thr(const Src &src, int64_t vocab, double thr, double m, int *gt, int *ge, int *s_i) {
   int a = 0, b = 0;
   for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
-    const float l = lg[i];
-    if (!(l > -INFINITY)) continue;
-    const double d = (double)sample_c(l, top, temp) - thr;
+    const uint32_t k = src.key(i);
+    if (!k) continue;
+    const double d = (double)sl_key_c(k) - thr; /* c itself (a -0 comes back +0: the same difference) */
     a += d > m;
     b += d >= -m;
   }
@@ -222,18 +248,19 @@ __device__ void sl_count_thr(const float *lg, int64_t vocab, float top, float te
  *   top-p: the first position i whose running mass / S reaches top_p: n = i + 1;
  *   min-p: n = min(n, max(1, #{c >= log(min_p)})) (a prefix of the order: c descends);
  *   the draw: the first position whose running mass exceeds u * (mass of the first n). */
-__device__ __noinline__ int sample_large(const float *lg, int64_t vocab, float top, float temp, int K, int nc, float top_p,
-                            float min_p, double u, struct sl_state *S, int *s_i) {
+template <typename Src>
+__device__ __noinline__ int sample_large(const Src &src, int64_t vocab, int K, int nc, float top_p, float min_p, double u,
+                                         struct sl_state *S, int *s_i) {
   if (threadIdx.x == 0) S->have_first = 0;
   __syncthreads();
   const double mg = SAMPLE_MARGIN + 4.0 * (double)nc / SL_FX_ONE;
-  sl_first(lg, vocab, top, temp, S);
+  sl_first(src, vocab, S);
   int n = K;
-  sl_u128 mass_n = K < nc ? sl_prefix_mass(lg, vocab, top, temp, K, S) : S->tot;
+  sl_u128 mass_n = K < nc ? sl_prefix_mass(src, vocab, K, S) : S->tot;
   if (mass_n == 0) return -1;
   if (top_p < 1.0f) {
     const double s = (double)mass_n;
-    sl_select(lg, vocab, top, temp, 1, (sl_u128)(s * (double)top_p), 0, S);
+    sl_select(src, vocab, 1, (sl_u128)(s * (double)top_p), 0, S);
     if (!S->ok) return -1;
     const sl_u128 f = S->above + (sl_u128)S->pick * S->eq_fx;
     const double d = (double)f / s, dp = (double)(f - S->eq_fx) / s;
@@ -244,22 +271,22 @@ __device__ __noinline__ int sample_large(const float *lg, int64_t vocab, float t
   if (min_p > 0.0f) {
     const double thr = log((double)min_p), m = SAMPLE_MARGIN * (1.0 + fabs(thr));
     int gt, ge;
-    sl_count_thr(lg, vocab, top, temp, thr, m, &gt, &ge, s_i);
+    sl_count_thr(src, vocab, thr, m, &gt, &ge, s_i);
     const int lo = min(n, max(1, gt)), hi = min(n, max(1, ge));
     if (lo != hi) return -1; /* a candidate too close to log(min_p) decides */
     if (lo < n) {
       n = lo;
-      mass_n = sl_prefix_mass(lg, vocab, top, temp, n, S);
+      mass_n = sl_prefix_mass(src, vocab, n, S);
       if (mass_n == 0) return -1;
     }
   }
   const double s = (double)mass_n;
-  sl_select(lg, vocab, top, temp, 1, (sl_u128)(u * s), 0, S);
+  sl_select(src, vocab, 1, (sl_u128)(u * s), 0, S);
   if (!S->ok || S->above_cnt + S->pick > n) return -1;
   const sl_u128 f = S->above + (sl_u128)S->pick * S->eq_fx;
   const double d = (double)f / s, dp = (double)(f - S->eq_fx) / s;
   if (!(d - u >= mg && u - dp >= mg)) return -1; /* u * sum too close to a boundary */
-  return sl_nth_id(lg, vocab, top, temp, S->key, S->pick, S);
+  return sl_nth_id(src, vocab, S->key, S->pick, S);
 }
 
 #endif
