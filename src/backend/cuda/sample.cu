@@ -209,6 +209,7 @@ void cu_argmax(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, struct
  *      sorted: every position the host's loops reach (the k-th, the top-p cut, the min-p cut, the drawn one) is
  *      found by radix selects that carry each bucket's exact probability mass (sample_large.cuh), for any
  *      number of candidates. A flat 152k row under top-p 0.95 used to land here on the host (issue 36 item 4).
+ *      A launch of at most SL_SPLIT_ROWS rows does this step over many blocks a row (sample_split.cuh).
  * Where the host's result is not decided (a near tie under the margin rule below; a +inf after the penalties; no
  * candidate) the row gets -1 and the host samples it.
  * Sums in double differ from the host's in their last bits (another order; the device's exp is within 1 ulp of
@@ -411,10 +412,8 @@ __global__ __launch_bounds__(SAMPLE_THREADS) void sample_kernel(const float *log
     return;
   }
   if (K > SAMPLE_CAP) { /* 5b. more candidates than the sort below holds: sample_large.cuh */
-    if (sp) { /* split: the row's state for sl_keys_kernel and sl_finish_kernel, its histogram zeroed */
+    if (sp) { /* split: the row's state for sl_keys_kernel and sl_finish_kernel (cu_sample zeroed its histogram) */
       struct sl_split_row *st = sl_split_rows(sp, gridDim.x) + blockIdx.x;
-      struct sl_hist *h = sl_split_hist(sp, gridDim.x) + blockIdx.x;
-      for (int b = tid; b < 256; b += nthr) { h->cnt[b] = 0; h->hi[b] = 0; h->lo[b] = 0; }
       if (tid == 0) { st->top = top; st->nc = nc; st->K = K; st->active = 1; }
       return;
     }
@@ -571,6 +570,8 @@ void cu_sample(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, const 
     ctx->sample_split = sp;
   }
   unsigned char *sp = split ? (unsigned char *)ctx->sample_split : NULL;
+  if (sp && CU_OK(ctx, cudaMemsetAsync(sl_split_hist(sp, n), 0, (size_t)n * sizeof(struct sl_hist16), ctx->stream)))
+    return;
   sample_kernel<<<n, SAMPLE_THREADS, 0, ctx->stream>>>((const float *)logits->data, logits->cols, ctx->sample_rows,
                                                        ctx->sample_pen, ctx->sample_work, (int32_t *)ids->data, sp);
   if (CU_LAUNCHED(ctx, "sample") || !split) return;

@@ -13,7 +13,9 @@
  * over glibc's exp, these are exact sums of CUDA's exp rounded to 2^-53: the two differ by at most
  * ~2 nc 2^-53 of the total (the total is >= 1: the top candidate's w is 1) plus a few ulps, so a decision is taken
  * only when its sides are further apart than SAMPLE_MARGIN + 4 nc 2^-52 (relative); closer, the host decides.
- * The pass over the whole row (the first digit) is made once and kept for every later select.
+ * The pass over the whole row (the first digit) is made once and kept for every later select. With sl_src_pre
+ * (sample_split.cuh: few rows) the keys and masses come from arrays filled by many blocks, and the first 16 bits of
+ * every select come from a 65,536-bucket histogram they filled, so only the last two digits walk the row here.
  * Every function here is called by all threads of the block (they hold __syncthreads); results are in shared. */
 #ifndef HEARTH_BACKEND_CUDA_SAMPLE_LARGE_CUH
 #define HEARTH_BACKEND_CUDA_SAMPLE_LARGE_CUH
@@ -25,6 +27,8 @@ typedef unsigned __int128 sl_u128;
 #define SL_SPLIT 26                  /* w's integer = hi << 26 | lo, each part < 2^26 + 1 */
 
 struct sl_hist { unsigned cnt[256]; sl_u64 hi[256], lo[256]; };
+/* the first 16 bits of the key at once (sl_src_pre: filled by sl_keys_kernel in global memory) */
+struct sl_hist16 { unsigned cnt[65536]; sl_u64 hi[65536], lo[65536]; };
 struct sl_state {
   struct sl_hist first, cur; /* first: the first digit over every candidate (kept); cur: the later digits */
   int have_first;
@@ -36,11 +40,35 @@ struct sl_state {
   sl_u64 eq_fx;
   int pick;
   int scan[32];
+  /* sl_src_pre: warp w's sums over the 16-bit buckets 65535 - 2048 w .. 63488 - 2048 w (made once a row), and the
+   * warp whose range holds a select's crossing */
+  sl_u128 wm[32];
+  int wn[32], cw;
 };
 
 __device__ __forceinline__ sl_u64 sl_fx(float c) { return __double2ull_rn(exp((double)c) * SL_FX_ONE); }
 __device__ __forceinline__ sl_u128 sl_mass(const struct sl_hist *h, int b) {
   return ((sl_u128)h->hi[b] << SL_SPLIT) + (sl_u128)h->lo[b];
+}
+__device__ __forceinline__ sl_u128 sl_mass16(const struct sl_hist16 *h, int b) {
+  return ((sl_u128)h->hi[b] << SL_SPLIT) + (sl_u128)h->lo[b];
+}
+__device__ __forceinline__ sl_u128 sl_shfl_up128(sl_u128 x, int o) {
+  const sl_u64 lo = __shfl_up_sync(0xffffffffu, (sl_u64)x, o), hi = __shfl_up_sync(0xffffffffu, (sl_u64)(x >> 64), o);
+  return ((sl_u128)hi << 64) | lo;
+}
+__device__ __forceinline__ sl_u128 sl_shfl128(sl_u128 x, int src) {
+  const sl_u64 lo = __shfl_sync(0xffffffffu, (sl_u64)x, src), hi = __shfl_sync(0xffffffffu, (sl_u64)(x >> 64), src);
+  return ((sl_u128)hi << 64) | lo;
+}
+/* inclusive scans over the lanes of a warp (lane 0 first) */
+__device__ __forceinline__ void sl_warp_scan(sl_u128 &x, int &xn) {
+  const int lane = threadIdx.x % 32;
+  for (int o = 1; o < 32; o <<= 1) {
+    const sl_u128 y = sl_shfl_up128(x, o);
+    const int yn = __shfl_up_sync(0xffffffffu, xn, o);
+    if (lane >= o) { x += y; xn += yn; }
+  }
 }
 /* sample_key's inverse (the key of -0 is +0's: either gives w = 1) */
 __device__ __forceinline__ float sl_key_c(uint32_t k) {
@@ -61,15 +89,15 @@ struct sl_src_row {
     return l > -INFINITY ? sample_key(sample_c(l, top, temp)) : 0u;
   }
   __device__ __forceinline__ sl_u64 fx(int64_t, uint32_t k) const { return sl_fx(sl_key_c(k)); }
-  __device__ __forceinline__ const struct sl_hist *first(void) const { return NULL; }
+  __device__ __forceinline__ const struct sl_hist16 *first16(void) const { return NULL; }
 };
 struct sl_src_pre {
   const uint32_t *keys;
   const sl_u64 *fxs;
-  const struct sl_hist *hist; /* the first digit (shift 24) over every candidate */
+  const struct sl_hist16 *hist; /* the first 16 bits (key >> 16) over every candidate */
   __device__ __forceinline__ uint32_t key(int64_t i) const { return keys[i]; }
   __device__ __forceinline__ sl_u64 fx(int64_t i, uint32_t) const { return fxs[i]; }
-  __device__ __forceinline__ const struct sl_hist *first(void) const { return hist; }
+  __device__ __forceinline__ const struct sl_hist16 *first16(void) const { return hist; }
 };
 
 /* the histogram of digit (key >> shift) & 255 over the candidates whose key & mask == prefix. Lanes of a warp that
@@ -108,20 +136,82 @@ __device__ void sl_pass(const Src &src, int64_t vocab, uint32_t prefix, uint32_t
 template <typename Src>
 __device__ void sl_first(const Src &src, int64_t vocab, struct sl_state *S) {
   if (S->have_first) return; /* (uniform: shared, written before a barrier) */
-  const struct sl_hist *g = src.first();
-  if (g) { /* sl_keys_kernel's, in global memory (written by an earlier launch) */
-    for (int b = threadIdx.x; b < 256; b += blockDim.x) {
-      S->first.cnt[b] = g->cnt[b];
-      S->first.hi[b] = g->hi[b];
-      S->first.lo[b] = g->lo[b];
+  const struct sl_hist16 *g = src.first16();
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (g) { /* sl_keys_kernel's, in global memory (an earlier launch): each warp sums its 2,048 buckets, coalesced */
+    sl_u128 m = 0;
+    int c = 0;
+    if (warp < 32)
+      for (int j = lane; j < 2048; j += 32) {
+        const int b = 65535 - 2048 * warp - j;
+        m += sl_mass16(g, b);
+        c += (int)g->cnt[b];
+      }
+    for (int o = 16; o > 0; o >>= 1) {
+      m += ((sl_u128)__shfl_xor_sync(0xffffffffu, (sl_u64)(m >> 64), o) << 64) |
+           (sl_u128)__shfl_xor_sync(0xffffffffu, (sl_u64)m, o);
+      c += __shfl_xor_sync(0xffffffffu, c, o);
     }
+    if (lane == 0 && warp < 32) { S->wm[warp] = m; S->wn[warp] = c; }
     __syncthreads();
   } else sl_pass(src, vocab, 0u, 0u, 24, &S->first);
   if (threadIdx.x == 0) {
     sl_u128 t = 0;
-    for (int b = 0; b < 256; b++) t += sl_mass(&S->first, b);
+    if (g) for (int w = 0; w < 32; w++) t += S->wm[w];
+    else for (int b = 0; b < 256; b++) t += sl_mass(&S->first, b);
     S->tot = t;
     S->have_first = 1;
+  }
+  __syncthreads();
+}
+
+/* sl_select's first 16 bits from the 16-bit histogram (sl_src_pre; 1,024 threads: the 32 warp sums of sl_first):
+ * warp 0 scans the warps' sums from the top, and the warp whose range crosses walks it 32 buckets at a time. Sets
+ * S->key (the bucket << 16), above, above_cnt, eq_cnt, or S->ok = 0 */
+__device__ void sl_top16(const struct sl_hist16 *g, int by_mass, sl_u128 tgt, int rank, struct sl_state *S) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (warp == 0) {
+    const sl_u128 own = S->wm[lane];
+    const int own_n = S->wn[lane];
+    sl_u128 x = own;
+    int xn = own_n;
+    sl_warp_scan(x, xn);
+    const bool crossed = by_mass ? x > tgt : xn >= rank; /* nothing above the first digit yet */
+    const unsigned bal = __ballot_sync(0xffffffffu, crossed);
+    if (!bal) {
+      if (lane == 0) S->ok = 0;
+    } else if (lane == __ffs(bal) - 1) {
+      S->cw = lane;
+      S->above = x - own;
+      S->above_cnt = xn - own_n;
+    }
+  }
+  __syncthreads();
+  if (!S->ok) return; /* uniform */
+  if (warp == S->cw) {
+    sl_u128 acc = S->above;
+    int acc_n = S->above_cnt;
+    for (int j0 = 0; j0 < 2048; j0 += 32) { /* the crossing lies in this range: the loop ends by the break */
+      const int b = 65535 - 2048 * warp - j0 - lane;
+      const sl_u128 m = sl_mass16(g, b);
+      const int n = (int)g->cnt[b];
+      sl_u128 x = m;
+      int xn = n;
+      sl_warp_scan(x, xn);
+      const bool crossed = by_mass ? acc + x > tgt : acc_n + xn >= rank;
+      const unsigned bal = __ballot_sync(0xffffffffu, crossed);
+      if (bal) { /* uniform over the warp */
+        if (lane == __ffs(bal) - 1) {
+          S->key = (uint32_t)b << 16;
+          S->above = acc + (x - m);
+          S->above_cnt = acc_n + (xn - n);
+          S->eq_cnt = n;
+        }
+        break;
+      }
+      acc += sl_shfl128(x, 31);
+      acc_n += __shfl_sync(0xffffffffu, xn, 31);
+    }
   }
   __syncthreads();
 }
@@ -132,14 +222,23 @@ __device__ void sl_first(const Src &src, int64_t vocab, struct sl_state *S) {
  * Each digit's 256 buckets are scanned by warp 0: lane L sums buckets 255 - 8L .. 248 - 8L, the lanes' sums are
  * scanned (from the top), and the first lane whose running sum crosses walks its 8 buckets. */
 template <typename Src>
-__device__ __noinline__ void sl_select(const Src &src, int64_t vocab, int by_mass, sl_u128 tgt, int rank, struct sl_state *S) {
+__device__ __noinline__ void sl_select(const Src &src, int64_t vocab, int by_mass, sl_u128 tgt, int rank,
+                                      struct sl_state *S) {
   sl_first(src, vocab, S);
   const int lane = threadIdx.x % 32;
   uint32_t prefix = 0, mask = 0;
   __syncthreads(); /* every thread has read the previous select's answer */
   if (threadIdx.x == 0) { S->above = 0; S->above_cnt = 0; S->ok = 1; }
   __syncthreads();
-  for (int shift = 24; shift >= 0; shift -= 8) {
+  int shift0 = 24;
+  if (src.first16()) { /* the first two digits at once */
+    sl_top16(src.first16(), by_mass, tgt, rank, S);
+    if (!S->ok) return; /* uniform */
+    prefix = S->key;
+    mask = 0xffff0000u;
+    shift0 = 8;
+  }
+  for (int shift = shift0; shift >= 0; shift -= 8) {
     const struct sl_hist *h = &S->first;
     if (shift != 24) {
       sl_pass(src, vocab, prefix, mask, shift, &S->cur);

@@ -4,11 +4,14 @@
  * one SM: ~2 ms a step. With at most SL_SPLIT_ROWS rows a launch the op runs as three kernels instead:
  *   1. sample_kernel (sample.cu) as ever; a row that reaches step 5b stores its max, nc and K here, zeroes its
  *      first-digit histogram and stops;
- *   2. sl_keys_kernel, SL_G blocks a row: each candidate's key and integer mass computed once into scratch, and the
- *      first digit's histogram of its slice added into the row's (integer atomics: the sums, hence the decisions,
- *      do not depend on the order the blocks add in);
- *   3. sl_finish_kernel, one block a row: sample_large on those arrays (sl_src_pre), whose later digits and final
- *      id search read 4-byte keys (and the masses of the candidates still in play) without exp.
+ *   2. sl_keys_kernel, SL_G blocks a row: each candidate's key and integer mass computed once into scratch, and
+ *      added into a histogram of the key's first 16 bits (65,536 buckets of count and mass, global integer atomics,
+ *      zeroed by cu_sample: the sums, hence the decisions, do not depend on the order the blocks add in);
+ *   3. sl_finish_kernel, one block a row: sample_large on those (sl_src_pre). Each select takes its first 16 bits
+ *      from the histogram; only its last two digits and the final id search walk the row, reading 4-byte keys (and
+ *      the masses of the few candidates in the chosen 16-bit bucket), without exp. The one-block path's costly
+ *      pass was the second digit: every candidate of the first digit's bucket (most of a flat row) spread over
+ *      256 buckets, 32 different ones a warp, serialising the warp's match / reduce / shared atomics.
  * The numbers are the ones the single-block path computes (sample_large.cuh, sl_src_*): both paths give the
  * same id (or -1) for a row, which test_cuda_ops.sample_split checks. Rows no later kernel is for (not sampled,
  * plain, top-k within the cap, non-finite) are finished by sample_kernel, as without the split, and their
@@ -22,19 +25,19 @@
 
 struct sl_split_row { float top; int nc, K, active; };
 
-/* scratch layout for a launch of n rows: [n sl_split_row][n sl_hist][n x vocab masses][n x vocab keys] (every
- * part starts on an 8-byte boundary: 16 n, 5,120 n and 8 n vocab bytes come before the keys) */
+/* scratch layout for a launch of n rows: [n sl_split_row][n sl_hist16][n x vocab masses][n x vocab keys] (every
+ * part starts on an 8-byte boundary: 16 n, 1,310,720 n and 8 n vocab bytes come before the keys) */
 static __host__ __device__ __forceinline__ size_t sl_split_bytes(int n, int64_t vocab) {
-  return (size_t)n * (sizeof(struct sl_split_row) + sizeof(struct sl_hist)) + (size_t)n * (size_t)vocab * 12;
+  return (size_t)n * (sizeof(struct sl_split_row) + sizeof(struct sl_hist16)) + (size_t)n * (size_t)vocab * 12;
 }
 static __device__ __forceinline__ struct sl_split_row *sl_split_rows(unsigned char *sp, int) {
   return (struct sl_split_row *)sp;
 }
-static __device__ __forceinline__ struct sl_hist *sl_split_hist(unsigned char *sp, int n) {
-  return (struct sl_hist *)(sp + (size_t)n * sizeof(struct sl_split_row));
+static __host__ __device__ __forceinline__ struct sl_hist16 *sl_split_hist(unsigned char *sp, int n) {
+  return (struct sl_hist16 *)(sp + (size_t)n * sizeof(struct sl_split_row));
 }
 static __device__ __forceinline__ sl_u64 *sl_split_fx(unsigned char *sp, int n) {
-  return (sl_u64 *)(sp + (size_t)n * (sizeof(struct sl_split_row) + sizeof(struct sl_hist)));
+  return (sl_u64 *)(sp + (size_t)n * (sizeof(struct sl_split_row) + sizeof(struct sl_hist16)));
 }
 static __device__ __forceinline__ uint32_t *sl_split_keys(unsigned char *sp, int n, int64_t vocab) {
   return (uint32_t *)(sl_split_fx(sp, n) + (size_t)n * (size_t)vocab);
@@ -44,7 +47,6 @@ static __device__ __forceinline__ uint32_t *sl_split_keys(unsigned char *sp, int
 __global__ __launch_bounds__(SL_KT) void sl_keys_kernel(const float *logits, int64_t vocab,
                                                         const struct hb_sample_row *rows, const float *work,
                                                         unsigned char *sp) {
-  __shared__ struct sl_hist h;
   const int n = gridDim.x, r = blockIdx.x, tid = threadIdx.x, lane = tid % 32;
   const struct sl_split_row st = sl_split_rows(sp, n)[r];
   if (!st.active) return; /* uniform over the block */
@@ -55,8 +57,7 @@ __global__ __launch_bounds__(SL_KT) void sl_keys_kernel(const float *logits, int
   uint32_t *keys = sl_split_keys(sp, n, vocab) + (int64_t)r * vocab;
   const int64_t chunk = ((vocab + gridDim.y - 1) / gridDim.y + 31) / 32 * 32, lo = (int64_t)blockIdx.y * chunk,
                 end = lo + chunk < vocab ? lo + chunk : vocab;
-  for (int b = tid; b < 256; b += blockDim.x) { h.cnt[b] = 0; h.hi[b] = 0; h.lo[b] = 0; }
-  __syncthreads();
+  struct sl_hist16 *g = sl_split_hist(sp, n) + r;
   for (int64_t base = lo; base < end; base += blockDim.x) { /* the same trip count in every lane: whole warps */
     const int64_t i = base + tid;
     unsigned b = 0xffffffffu, hi = 0, lw = 0;
@@ -66,27 +67,20 @@ __global__ __launch_bounds__(SL_KT) void sl_keys_kernel(const float *logits, int
       keys[i] = k;
       fxs[i] = f;
       if (k) {
-        b = k >> 24;
+        b = k >> 16;
         hi = (unsigned)(f >> SL_SPLIT);
         lw = (unsigned)(f & ((1ull << SL_SPLIT) - 1));
       }
     }
-    const unsigned peers = __match_any_sync(0xffffffffu, b); /* as sl_pass: one add a bucket a warp */
+    /* as sl_pass: one add a bucket a warp (a row of equal keys would otherwise queue every lane on one address) */
+    const unsigned peers = __match_any_sync(0xffffffffu, b);
     const unsigned hs = __reduce_add_sync(peers, hi), ls = __reduce_add_sync(peers, lw);
     if (b != 0xffffffffu && lane == __ffs(peers) - 1) {
-      atomicAdd(&h.cnt[b], (unsigned)__popc(peers));
-      atomicAdd(&h.hi[b], (sl_u64)hs);
-      atomicAdd(&h.lo[b], (sl_u64)ls);
+      atomicAdd(&g->cnt[b], (unsigned)__popc(peers));
+      atomicAdd(&g->hi[b], (sl_u64)hs);
+      atomicAdd(&g->lo[b], (sl_u64)ls);
     }
   }
-  __syncthreads();
-  struct sl_hist *g = sl_split_hist(sp, n) + r;
-  for (int b = tid; b < 256; b += blockDim.x)
-    if (h.cnt[b]) {
-      atomicAdd(&g->cnt[b], h.cnt[b]);
-      atomicAdd(&g->hi[b], h.hi[b]);
-      atomicAdd(&g->lo[b], h.lo[b]);
-    }
 }
 
 /* 3.: one block a row */
@@ -98,7 +92,8 @@ __global__ __launch_bounds__(SAMPLE_THREADS) void sl_finish_kernel(int64_t vocab
   const struct sl_split_row st = sl_split_rows(sp, n)[r];
   if (!st.active) return; /* uniform over the block */
   const struct hb_sample_row P = rows[r];
-  const struct sl_src_pre src = {sl_split_keys(sp, n, vocab) + (int64_t)r * vocab, sl_split_fx(sp, n) + (int64_t)r * vocab,
+  const struct sl_src_pre src = {sl_split_keys(sp, n, vocab) + (int64_t)r * vocab,
+                                 sl_split_fx(sp, n) + (int64_t)r * vocab,
                                  sl_split_hist(sp, n) + r};
   const int pick = sample_large(src, vocab, st.K, st.nc, P.top_p, P.min_p, P.u, &s_large, s_i);
   if (threadIdx.x == 0) ids[r] = pick;
