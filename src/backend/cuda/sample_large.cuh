@@ -79,7 +79,7 @@ __device__ __forceinline__ float sl_key_c(uint32_t k) {
  * sources give the same numbers (w is a function of c, and c = sl_key_c(key) exactly), so a row's answer does not
  * depend on which one is used:
  *   sl_src_row: computed from the logits row on every pass (one block a row; many rows: sample_kernel);
- *   sl_src_pre: read from the key / mass arrays and the first digit's histogram that sl_keys_kernel (sample.cu)
+ *   sl_src_pre: read from the key / mass arrays and the 16-bit histogram that sl_keys_kernel (sample_split.cuh)
  *   filled with many blocks a row, so exp runs once a candidate and on every SM (few rows: issue 36 item 4). */
 struct sl_src_row {
   const float *lg;
