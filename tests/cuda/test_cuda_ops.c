@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
@@ -1388,6 +1389,129 @@ TEST_GROUP(sample_large) {
   teardown();
 }
 
+/* ---- the sample op's many-block path (sample_split.cuh: launches of <= 8 rows) against its one-block path ----------
+ * The same rows (sample_large's kinds, and a row of three values only, where every cut and the draw fall inside a
+ * run of ~50k equal keys) sampled four ways: all 32 in one launch (one block a row), in launches of 1 to 8 rows (the
+ * split path), and those small launches again under HEARTH_TEST_SAMPLE=block (one block a row, a test-only switch).
+ * The three must agree id for id (-1 included: both paths compute the same integers), and each decided id must be
+ * the host's draw. Then a lone flat top-p 0.95 row, the decode case of issue 36 item 4, timed both ways: the split
+ * must take well under the one-block time (the H200: ~2 ms one-block). */
+static void smps_fill(float *r, int V, int kind) {
+  if (kind % 5 == 4) { for (int i = 0; i < V; i++) r[i] = (float)(i % 3) * 0.25f; return; }
+  smpl_fill(r, V, kind % 5);
+}
+
+static double smps_now(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* rows r0 .. r0 + n of h through the op in one launch; ids into got[r0 ..]; returns the wall time (synced) or -1 */
+static double smps_launch(struct hb_tensor *lg, struct hb_tensor *ids, const float *h, int V, int r0, int n,
+                          const struct hb_sample_row *rows, const struct hb_sample_pen *pen, int n_pen, int32_t *got) {
+  struct hearth_err err = {0};
+  G->write(gc, lg, 0, n, h + (int64_t)r0 * V);
+  if (G->sync(gc, &err)) { fprintf(stderr, "sample_split: %s\n", err.msg); test_failures++; return -1.0; }
+  const double t0 = smps_now();
+  G->sample(gc, lg, n, rows + r0, pen, n_pen, ids);
+  if (G->sync(gc, &err)) { fprintf(stderr, "sample_split: %s\n", err.msg); test_failures++; return -1.0; }
+  const double t = smps_now() - t0;
+  G->read(gc, ids, 0, n, got + r0);
+  if (G->sync(gc, &err)) { fprintf(stderr, "sample_split: %s\n", err.msg); test_failures++; return -1.0; }
+  return t;
+}
+
+static void check_sample_split(int V, int launches) {
+  static const int sizes[] = {1, 8, 3, 5, 2, 8, 4, 1}; /* 32 rows */
+  struct hearth_err err = {0};
+  float *h = malloc((size_t)SMPL_ROWS * V * sizeof *h);
+  struct hb_sample_pen *pen = malloc((size_t)SMPL_ROWS * 256 * sizeof *pen);
+  struct hb_tensor lg, ids;
+  if (G->alloc_f32(gc, &lg, SMPL_ROWS, V, &err) || G->alloc(gc, &ids, HB_I32, SMPL_ROWS, 1, &err)) {
+    fprintf(stderr, "sample_split: %s\n", err.msg);
+    test_failures++;
+    return;
+  }
+  int decided = 0, deferred = 0;
+  for (int L = 0; L < launches; L++) {
+    struct hb_sample_row rows[SMPL_ROWS];
+    struct hearth_sampler *smp[SMPL_ROWS];
+    int32_t prompt[SMPL_ROWS][24], hist[SMPL_ROWS][32], nh[SMPL_ROWS], cs[SMPL_ROWS];
+    int32_t all[SMPL_ROWS], split[SMPL_ROWS], block[SMPL_ROWS];
+    int n_pen = 0;
+    for (int r = 0; r < SMPL_ROWS; r++) {
+      smps_fill(h + (int64_t)r * V, V, L + r);
+      cs[r] = (L * 3 + r) % SMPL_NCASES;
+      nh[r] = irand(32);
+      for (int i = 0; i < 24; i++) prompt[r][i] = irand(V);
+      for (int i = 0; i < nh[r]; i++) hist[r][i] = irand(V);
+      if (smp_row(&SMPL_CASES[cs[r]], V, (uint64_t)(V + L * 733 + r * 11), prompt[r], 24, hist[r], nh[r], 256, &smp[r],
+                  &rows[r], pen, &n_pen))
+        return;
+    }
+    if (smps_launch(&lg, &ids, h, V, 0, SMPL_ROWS, rows, pen, n_pen, all) < 0) break;
+    for (int g = 0, r0 = 0; g < 8; r0 += sizes[g++])
+      if (smps_launch(&lg, &ids, h, V, r0, sizes[g], rows, pen, n_pen, split) < 0) goto out;
+    setenv("HEARTH_TEST_SAMPLE", "block", 1);
+    for (int g = 0, r0 = 0; g < 8; r0 += sizes[g++])
+      if (smps_launch(&lg, &ids, h, V, r0, sizes[g], rows, pen, n_pen, block) < 0) { unsetenv("HEARTH_TEST_SAMPLE"); goto out; }
+    unsetenv("HEARTH_TEST_SAMPLE");
+    for (int r = 0; r < SMPL_ROWS; r++) {
+      const int32_t want = sampler_sample_u(smp[r], h + (int64_t)r * V, hist[r], nh[r], rows[r].u);
+      CHECKF(split[r] == all[r] && block[r] == all[r], "V %d launch %d row %d kind %d case %d: split %d, one block %d and "
+             "%d (32 rows / small launches), host %d", V, L, r, (L + r) % 5, cs[r], split[r], all[r], block[r], want);
+      if (split[r] == -1) deferred++;
+      else {
+        decided++;
+        CHECKF(split[r] == want, "V %d launch %d row %d kind %d case %d u %.17g: device %d, host %d", V, L, r, (L + r) % 5,
+               cs[r], rows[r].u, split[r], want);
+      }
+      hearth_sampler_free(smp[r]);
+    }
+  }
+  printf("  sample_split V %d: %d draws equal on both paths, %d decided (each the host's draw), %d deferred\n", V,
+         decided + deferred, decided, deferred);
+  CHECKF(deferred * 100 <= decided + deferred, "V %d: %d of %d draws deferred", V, deferred, decided + deferred);
+  { /* one flat row, T 0.8, top-p 0.95: the median of 9 launches each way */
+    const struct smp_case c = {0.8f, 0, 0.95f, 0.0f, 1.0f, 0.0f, 0.0f, 0};
+    struct hb_sample_row row;
+    struct hearth_sampler *smp;
+    int32_t prompt[4] = {1, 2, 3, 4}, got[2];
+    double ts[2][9];
+    int np = 0;
+    smpl_fill(h, V, 0);
+    if (smp_row(&c, V, 77, prompt, 4, NULL, 0, 0, &smp, &row, pen, &np)) goto out;
+    for (int k = 0; k < 9; k++)
+      for (int m = 0; m < 2; m++) {
+        if (m) setenv("HEARTH_TEST_SAMPLE", "block", 1);
+        ts[m][k] = smps_launch(&lg, &ids, h, V, 0, 1, &row, pen, np, got + m);
+        unsetenv("HEARTH_TEST_SAMPLE");
+        CHECKF(got[m] == got[0], "V %d timed row: split %d, one block %d", V, got[0], got[m]);
+      }
+    for (int m = 0; m < 2; m++) /* insertion sort: the median is ts[m][4] */
+      for (int a = 1; a < 9; a++)
+        for (int b = a; b > 0 && ts[m][b] < ts[m][b - 1]; b--) { double x = ts[m][b]; ts[m][b] = ts[m][b - 1]; ts[m][b - 1] = x; }
+    printf("  sample_split V %d: one flat top-p 0.95 row: %.1f us split, %.1f us one block (launch to sync, median of 9)\n",
+           V, ts[0][4] * 1e6, ts[1][4] * 1e6);
+    CHECKF(ts[0][4] < 0.5 * ts[1][4], "V %d: the split path (%.1f us) is not well under one block's (%.1f us)", V,
+           ts[0][4] * 1e6, ts[1][4] * 1e6);
+    hearth_sampler_free(smp);
+  }
+out:
+  G->release(gc, &lg);
+  G->release(gc, &ids);
+  free(h);
+  free(pen);
+}
+
+TEST_GROUP(sample_split) {
+  if (setup(1)) return;
+  check_sample_split(151936, 12);
+  check_sample_split(262144, 6);
+  teardown();
+}
+
 /* ---- rows holding a NaN or an infinity (the model's numbers broke down): the argmax writes id 0 (still a valid id:
  * a greedy graph feeds it to the next step on the device) and a NaN logprob, which the runtime turns into id -1; the
  * sample op writes HB_SAMPLE_NONFINITE. Finite rows beside them are chosen as before: the host's argmax (first
@@ -1709,4 +1833,4 @@ TEST_GROUP(init_error) {
   CHECK(rc != 0 && x == NULL && err.msg[0]);
 }
 
-TEST_MAIN(T(exact), T(fast), T(fused), T(wgmma), T(graph), T(graph_gemma4), T(sample), T(sample_large), T(nonfinite), T(row_score), T(repeat), T(init_error))
+TEST_MAIN(T(exact), T(fast), T(fused), T(wgmma), T(graph), T(graph_gemma4), T(sample), T(sample_large), T(sample_split), T(nonfinite), T(row_score), T(repeat), T(init_error))

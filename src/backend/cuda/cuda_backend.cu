@@ -134,7 +134,7 @@ static void cuda_free(struct hb_ctx *c) {
     free(c->marks);
   }
   cudaFree(c->attn_part); cudaFree(c->attn_cnt); cudaFree(c->tmp[0]); cudaFree(c->tmp[1]); cudaFree(c->gemm_part); cudaFree(c->am_part); cudaFree(c->am_cnt);
-  cudaFree(c->sample_rows); cudaFree(c->sample_pen); cudaFree(c->sample_work);
+  cudaFree(c->sample_rows); cudaFree(c->sample_pen); cudaFree(c->sample_work); cudaFree(c->sample_split);
   cu_trace_print(c);
 #if HEARTH_TRACE
   cudaFree(c->tr_dev);

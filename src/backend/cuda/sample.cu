@@ -7,6 +7,7 @@
  * host has seen it, and the NaN logprob — never NaN for a finite row, whose log-sum-exp is >= 0 — is
  * what the host turns into the runtime's id -1. The sampler writes HB_SAMPLE_NONFINITE. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_common.cuh"
@@ -208,6 +209,7 @@ void cu_argmax(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, struct
  *      sorted: every position the host's loops reach (the k-th, the top-p cut, the min-p cut, the drawn one) is
  *      found by radix selects that carry each bucket's exact probability mass (sample_large.cuh), for any
  *      number of candidates. A flat 152k row under top-p 0.95 used to land here on the host (issue 36 item 4).
+ *      A launch of at most SL_SPLIT_ROWS rows does this step over many blocks a row (sample_split.cuh).
  * Where the host's result is not decided (a near tie under the margin rule below; a +inf after the penalties; no
  * candidate) the row gets -1 and the host samples it.
  * Sums in double differ from the host's in their last bits (another order; the device's exp is within 1 ulp of
@@ -280,6 +282,7 @@ __device__ float blk_max_f(float v, float *s) {
 }
 
 #include "backend/cuda/sample_large.cuh"
+#include "backend/cuda/sample_split.cuh"
 
 /* step 4: plain sampling; returns the id or -1 (undecided), in thread 0 */
 __device__ int sample_plain(const float *lg, int64_t vocab, float top, float temp, double u, double *s_d, int *s_i,
@@ -346,7 +349,7 @@ __device__ int sample_plain(const float *lg, int64_t vocab, float top, float tem
 __global__ __launch_bounds__(SAMPLE_THREADS) void sample_kernel(const float *logits, int64_t vocab,
                                                                  const struct hb_sample_row *rows,
                                                                  const struct hb_sample_pen *pen, float *work,
-                                                                 int32_t *ids) {
+                                                                 int32_t *ids, unsigned char *sp) {
   __shared__ unsigned hist[256];
   __shared__ float c_val[SAMPLE_CAP];
   __shared__ int c_id[SAMPLE_CAP];
@@ -358,6 +361,8 @@ __global__ __launch_bounds__(SAMPLE_THREADS) void sample_kernel(const float *log
   __shared__ double s_d[33];
   __shared__ struct sl_state s_large;
   const struct hb_sample_row P = rows[blockIdx.x];
+  /* split launch: a row is the later kernels' only once step 5b marks it (below) */
+  if (sp && threadIdx.x == 0) sl_split_rows(sp, gridDim.x)[blockIdx.x].active = 0;
   if (!(P.temperature > 0.0f)) return; /* not a sampled row (uniform over the block) */
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, nthr = blockDim.x;
   const float *raw = logits + (int64_t)blockIdx.x * vocab;
@@ -407,7 +412,13 @@ __global__ __launch_bounds__(SAMPLE_THREADS) void sample_kernel(const float *log
     return;
   }
   if (K > SAMPLE_CAP) { /* 5b. more candidates than the sort below holds: sample_large.cuh */
-    const int pick = sample_large(lg, vocab, top, temp, K, nc, P.top_p, P.min_p, P.u, &s_large, s_i);
+    if (sp) { /* split: the row's state for sl_keys_kernel and sl_finish_kernel (cu_sample zeroed its histogram) */
+      struct sl_split_row *st = sl_split_rows(sp, gridDim.x) + blockIdx.x;
+      if (tid == 0) { st->top = top; st->nc = nc; st->K = K; st->active = 1; }
+      return;
+    }
+    const struct sl_src_row src = {lg, top, temp};
+    const int pick = sample_large(src, vocab, K, nc, P.top_p, P.min_p, P.u, &s_large, s_i);
     if (tid == 0) ids[blockIdx.x] = pick;
     return;
   }
@@ -546,9 +557,29 @@ void cu_sample(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, const 
   }
   if (CU_OK(ctx, cudaMemcpyAsync(ctx->sample_rows, src_rows, rb, cudaMemcpyHostToDevice, ctx->stream))) return;
   if (pb && CU_OK(ctx, cudaMemcpyAsync(ctx->sample_pen, src_pen, pb, cudaMemcpyHostToDevice, ctx->stream))) return;
+  /* few rows, one of which may reach step 5b: its passes over many blocks (sample_split.cuh) */
+  const char *t = getenv("HEARTH_TEST_SAMPLE"); /* test-only: "block" keeps every row on one block (sample_split) */
+  const int split_rows = t && !strcmp(t, "block") ? 0 : SL_SPLIT_ROWS;
+  int split = 0;
+  for (int i = 0; n <= split_rows && i < n; i++)
+    split |= rows[i].temperature > 0.0f && !(rows[i].top_k > 0 && rows[i].top_k <= SAMPLE_CAP) &&
+             (rows[i].top_p < 1.0f || rows[i].min_p > 0.0f || rows[i].top_k > 0);
+  if (split) { /* sized for SL_SPLIT_ROWS rows at once: a later launch of more rows does not move it */
+    void *sp = ctx->sample_split;
+    if (cu_scratch(ctx, &sp, &ctx->sample_split_cap, sl_split_bytes(SL_SPLIT_ROWS, logits->cols), 1, 0)) return;
+    ctx->sample_split = sp;
+  }
+  unsigned char *sp = split ? (unsigned char *)ctx->sample_split : NULL;
+  if (sp && CU_OK(ctx, cudaMemsetAsync(sl_split_hist(sp, n), 0, (size_t)n * sizeof(struct sl_hist16), ctx->stream)))
+    return;
   sample_kernel<<<n, SAMPLE_THREADS, 0, ctx->stream>>>((const float *)logits->data, logits->cols, ctx->sample_rows,
-                                                       ctx->sample_pen, ctx->sample_work, (int32_t *)ids->data);
-  CU_LAUNCHED(ctx, "sample");
+                                                       ctx->sample_pen, ctx->sample_work, (int32_t *)ids->data, sp);
+  if (CU_LAUNCHED(ctx, "sample") || !split) return;
+  sl_keys_kernel<<<dim3((unsigned)n, SL_G), SL_KT, 0, ctx->stream>>>((const float *)logits->data, logits->cols,
+                                                                    ctx->sample_rows, ctx->sample_work, sp);
+  if (CU_LAUNCHED(ctx, "sample keys")) return;
+  sl_finish_kernel<<<n, SAMPLE_THREADS, 0, ctx->stream>>>(logits->cols, ctx->sample_rows, sp, (int32_t *)ids->data);
+  CU_LAUNCHED(ctx, "sample finish");
 }
 
 /* ---- row scores (backend.h, row_score): one block per row, every pass over the row in a fixed order, so a
