@@ -1394,8 +1394,8 @@ TEST_GROUP(sample_large) {
  * run of ~50k equal keys) sampled four ways: all 32 in one launch (one block a row), in launches of 1 to 8 rows (the
  * split path), and those small launches again under HEARTH_TEST_SAMPLE=block (one block a row, a test-only switch).
  * The three must agree id for id (-1 included: both paths compute the same integers), and each decided id must be
- * the host's draw. Then a lone flat top-p 0.95 row, the decode case of issue 36 item 4, timed both ways: the split
- * must take well under the one-block time (the H200: ~2 ms one-block). */
+ * the host's draw. Then a lone flat top-p 0.95 row, the decode case of issue 36 item 4, is timed both ways and the
+ * times printed (information only: speed is `hearth bench`'s business, not a test's). */
 static void smps_fill(float *r, int V, int kind) {
   if (kind % 5 == 4) { for (int i = 0; i < V; i++) r[i] = (float)(i % 3) * 0.25f; return; }
   smpl_fill(r, V, kind % 5);
@@ -1494,8 +1494,6 @@ static void check_sample_split(int V, int launches) {
         for (int b = a; b > 0 && ts[m][b] < ts[m][b - 1]; b--) { double x = ts[m][b]; ts[m][b] = ts[m][b - 1]; ts[m][b - 1] = x; }
     printf("  sample_split V %d: one flat top-p 0.95 row: %.1f us split, %.1f us one block (launch to sync, median of 9)\n",
            V, ts[0][4] * 1e6, ts[1][4] * 1e6);
-    CHECKF(ts[0][4] < 0.5 * ts[1][4], "V %d: the split path (%.1f us) is not well under one block's (%.1f us)", V,
-           ts[0][4] * 1e6, ts[1][4] * 1e6);
     hearth_sampler_free(smp);
   }
 out:
