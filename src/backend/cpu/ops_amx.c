@@ -8,13 +8,14 @@
  * from this kernel as from the VNNI one, alone or in any batch (test_cpu_kernels: matmul_exact,
  * batch_invariance).
  *
+ * (the nibbles enter the tiles as signed weights u - 8, which folds c into the sums: the same integers).
  * Mapping onto TDPBSSD (C[m][n] += sum_k A[m][k] * B[k][n], signed bytes, int32 sums):
  *   - A = the activations, one token per tile row: 64 consecutive bytes of a plane (hi or lo) at row stride
  *     cols, loaded straight from struct cpu_q8 (no copy);
  *   - B = 64 columns of one 16-row weight block, as 16 rows of "4 bytes for each of the 16 weight rows" (a
  *     K-quad per tile row). The q4x16 layout (q4x16.h) already holds exactly that: the low nibbles of a 64-byte
  *     chunk are the quad k = 8c..8c+3 of the 16 rows, the high nibbles the quad 8c+4..8c+7. So B is the chunks'
- *     nibbles masked apart and stored in order (no transpose); nibbles 0..15 are valid signed bytes.
+ *     nibbles masked apart and stored in order (no transpose).
  * A block pair's B tiles for the whole K range are unpacked once into a scratch buffer (cols * 16 bytes a
  * block) and reused by every 16-token tile. Per 128-group and token tile the 8 tiles are: A hi, A lo, B of
  * block 0 and 1, and the hi / lo sums of both blocks; after the group's two 64-column steps the four sums go
@@ -35,8 +36,11 @@
 /* Fewer tokens than this go to the VNNI kernel (same bits): unpacking a block pair's B tiles costs about what
  * the VNNI kernel needs for a few tokens, and the tiles' fixed cost is per 16 tokens. */
 #define AMX_MIN_TOKENS 8
-/* unpacked weights of one panel (see cpu_amx_matmul_q4q8): about an eighth of a 2 MiB L2 */
+/* unpacked weights of one panel (see cpu_amx_matmul_q4q8): a quarter of a 2 MiB L2 (128 KiB panels: -25 % on the
+ * 0.5B's gate/up at 512 tokens; 1 MiB: the same as 512 KiB) */
 #define AMX_PANEL_BYTES (512 * 1024)
+/* groups between a group's multiplies and the fold of its sums (see amx_tile); 2 and 3 measured the same as 1 */
+#define AMX_LAG 1
 
 /* tile numbers: literal macros, since gcc's tile intrinsics paste their argument into the instruction text;
  * the wrappers below expand them first */
@@ -73,13 +77,14 @@ static void amx_config(int m) {
 }
 
 /* the B tiles of one row block for all of K: tile (g, s) = columns 128g + 64s .. +63, its row 2j the low
- * nibbles of chunk 8s + j, row 2j + 1 the high nibbles */
+ * nibbles of chunk 8s + j, row 2j + 1 the high nibbles, each as the signed weight u - 8 in [-8, 7] (so the sums
+ * need no offset term: sum((u - 8) * v) = sum(u * v) + c, the same integer) */
 static void amx_unpack(const uint8_t *qp, int64_t G, uint8_t *dst) {
-  const __m512i m4 = _mm512_set1_epi8(0x0f);
+  const __m512i m4 = _mm512_set1_epi8(0x0f), k8 = _mm512_set1_epi8(8);
   for (int64_t c = 0; c < G * 16; c++) { /* chunk c of the block: group c / 16, step (c % 16) / 8 */
     __m512i v = _mm512_loadu_si512((const void *)(qp + c * 64));
-    _mm512_store_si512((void *)(dst + c * 128), _mm512_and_si512(v, m4));
-    _mm512_store_si512((void *)(dst + c * 128 + 64), _mm512_and_si512(_mm512_srli_epi16(v, 4), m4));
+    _mm512_store_si512((void *)(dst + c * 128), _mm512_sub_epi8(_mm512_and_si512(v, m4), k8));
+    _mm512_store_si512((void *)(dst + c * 128 + 64), _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), k8));
   }
 }
 
@@ -93,7 +98,7 @@ static inline __attribute__((always_inline)) void amx_fold(const int32_t (*hs)[1
     __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dp + g * 16)));
     for (int t = 0; t < m; t++) {
       __m512i h = _mm512_load_si512((const void *)hs[b][t]), l = _mm512_load_si512((const void *)ls[b][t]);
-      __m512i S = _mm512_add_epi32(_mm512_slli_epi32(h, 8), _mm512_add_epi32(l, _mm512_set1_epi32(a->c[(t0 + t) * G + g])));
+      __m512i S = _mm512_add_epi32(_mm512_slli_epi32(h, 8), l);
       __m512 sc = _mm512_mul_ps(d, _mm512_set1_ps(a->s[(t0 + t) * G + g]));
       res[b][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), sc, res[b][t]);
     }
@@ -101,19 +106,22 @@ static inline __attribute__((always_inline)) void amx_fold(const int32_t (*hs)[1
 }
 
 /* NB (1 or 2) row blocks, whose B tiles are at bt0 / bt1, against tokens [t0, t0 + m) (the tiles configured
- * for m rows). Software-pipelined by one group: group g's multiplies are issued before group g - 1's sums are
- * folded (those were stored to the other half of a double buffer), so the tile unit and the vector units work
- * at the same time; alone, the folds cost about a third of the time. */
+ * for m rows). Software-pipelined by AMX_LAG groups: group g's multiplies are issued before group g - 1's sums are
+ * folded (those were stored to the other half of a double buffer), so that the tile unit and the vector units
+ * may work at the same time. Measured on a Sapphire-Rapids-class Xeon (one thread, 0.5B gate/up, 512 tokens):
+ * 13.4 ms in all, 10.1-10.3 ms with any one of the folds, the tile stores or the multiplies left out, 5.0 ms with
+ * no tile instruction at all; so the overlap is partial and the folds (per group, inherent to the per-group
+ * scales) are what is left to win. */
 static inline __attribute__((always_inline)) void amx_tile(const uint8_t *bt0, const uint8_t *bt1, const uint16_t *dp0,
                                                            const uint16_t *dp1, const struct cpu_q8 *a, int t0, int m,
                                                            int64_t G, const int NB, __m512 (*res)[16]) {
   const int64_t cols = a->cols;
-  int32_t hs[2][2][16][16] __attribute__((aligned(64))), ls[2][2][16][16] __attribute__((aligned(64)));
+  int32_t hs[AMX_LAG + 1][2][16][16] __attribute__((aligned(64))), ls[AMX_LAG + 1][2][16][16] __attribute__((aligned(64)));
   const int8_t *xh = a->q + (int64_t)t0 * cols, *xl = a->lo + (int64_t)t0 * cols;
   for (int b = 0; b < NB; b++)
     for (int t = 0; t < m; t++) res[b][t] = _mm512_setzero_ps();
-  for (int64_t g = 0; g <= G; g++) {
-    const int cur = (int)(g & 1);
+  for (int64_t g = 0; g < G + AMX_LAG; g++) {
+    const int cur = (int)(g % (AMX_LAG + 1));
     if (g < G) {
       TZERO(T_H0);
       TZERO(T_L0);
@@ -135,9 +143,11 @@ static inline __attribute__((always_inline)) void amx_tile(const uint8_t *bt0, c
         }
       }
     }
-    if (g > 0)
-      amx_fold((const int32_t(*)[16][16])hs[cur ^ 1], (const int32_t(*)[16][16])ls[cur ^ 1], dp0, dp1, a, t0, m, G,
-               g - 1, NB, res);
+    if (g >= AMX_LAG) {
+      const int old = (int)((g - AMX_LAG) % (AMX_LAG + 1));
+      amx_fold((const int32_t(*)[16][16])hs[old], (const int32_t(*)[16][16])ls[old], dp0, dp1, a, t0, m, G,
+               g - AMX_LAG, NB, res);
+    }
     if (g < G) {
       TSTORE(T_H0, hs[cur][0], 64);
       TSTORE(T_L0, ls[cur][0], 64);
@@ -184,7 +194,11 @@ void cpu_amx_matmul_q4q8(const struct cpu_q4 *w, const struct cpu_q8 *a, int n, 
       for (int64_t b = p0; b < p1; b += 2) {
         const uint8_t *bt = scr + (size_t)(b - p0) * per_blk;
         const uint16_t *dp0 = q4x16_scales(w, b);
-        if (p1 - b >= 2) {
+        if (p1 - b >= 2 && m == 16) { /* the common case with constant trip counts */
+          amx_tile(bt, bt + per_blk, dp0, q4x16_scales(w, b + 1), a, t0, 16, G, 2, res);
+          amx_store(out, ldo, t0, 16, b, r0, r1, res[0]);
+          amx_store(out, ldo, t0, 16, b + 1, r0, r1, res[1]);
+        } else if (p1 - b >= 2) {
           amx_tile(bt, bt + per_blk, dp0, q4x16_scales(w, b + 1), a, t0, m, G, 2, res);
           amx_store(out, ldo, t0, m, b, r0, r1, res[0]);
           amx_store(out, ldo, t0, m, b + 1, r0, r1, res[1]);
