@@ -315,6 +315,11 @@ struct hb_ops {
   /* x = (x + rmsnorm(y, w, eps)) * s over the first n rows (y unchanged): rmsnorm(y, y, w), add(x, y), scale(x, s) */
   void (*norm_add)(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *y, const struct hb_tensor *w,
                    float eps, float s, int n);
+  /* out[n × w.rows] = g · wᵀ, g = gelu_mul(gate, up, up_col0) (gelu_mul's formula, rounded to the activation type as
+   * its store would be; gate unchanged): the per-layer input's gate and projection. Returns 1, having done nothing,
+   * when it does not cover the shapes (callers then run gelu_mul + matmul). */
+  int (*gelu_matmul)(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *gate, const struct hb_tensor *up,
+                     int up_col0, const struct hb_tensor *w, int n);
 };
 
 /* Backends compiled into this build. hb_cuda_ops is NULL-safe: hb_get returns NULL when absent. */

@@ -139,8 +139,8 @@ static void ple_inputs(struct hearth_model *m, int n) {
   be->scale(c, &ple, (float)(1.0 / sqrt(2.0)), n);
 }
 
-/* The decode fusions (backend.h: norm_matmul, g4_qkv_post, norm_add, norm_swiglu with GeGLU): about 12 launches a
- * layer instead of 25 (bench/NOTES.md, session 27). A backend without them (the CPU's) runs the plain ops; where a
+/* The decode fusions (backend.h: norm_matmul, g4_qkv_post, norm_add, norm_swiglu with GeGLU, gelu_matmul): about 11
+ * launches a layer instead of 25 (bench/NOTES.md, session 27). A backend without them (the CPU's) runs the plain ops; where a
  * fused op declines a shape, the plain ops it stands for run instead. */
 static int fused(const struct hb_ops *be) { return be->g4_qkv_post && be->norm_add && be->norm_matmul; }
 
@@ -258,8 +258,10 @@ static void ple_layer(struct hearth_model *m, int i, int n, float s_end) {
   struct hb_tensor x = rows_view(&s->x, n), o = rows_view(&s->o, n), ple = rows_view(&s->ple, n);
   struct hb_tensor g = view2d(&s->gate, n, S);
   be->matmul(c, &g, &x, &W->ple_gate, NULL, n);
-  be->gelu_mul(c, &g, &g, &ple, i * S, n);
-  be->matmul(c, &o, &g, &W->ple_proj, NULL, n);
+  if (!fused(be) || !be->gelu_matmul || be->gelu_matmul(c, &o, &g, &ple, i * S, &W->ple_proj, n)) {
+    be->gelu_mul(c, &g, &g, &ple, i * S, n);
+    be->matmul(c, &o, &g, &W->ple_proj, NULL, n);
+  }
   if (fused(be)) {
     be->norm_add(c, &x, &o, &W->ple_norm, cfg->rms_norm_eps, s_end, n);
     return;

@@ -527,6 +527,42 @@ static void check_gemma4_fused(void) {
   }
 }
 
+/* gelu_matmul (the PLE gate's GELU in the projection GEMV's prologue) against gelu_mul + matmul: the same bits on the
+ * fast path, at the E2B/E4B widths (PLE slice 256 of L·256 per-layer inputs, hidden 1536 / 2560), 1 and 3 tokens; the
+ * exact path declines it (the model then runs the plain ops) */
+static void check_gelu_matmul(void) {
+  static const struct { int n, d, L, layer; } gm[] = {{1, 2560, 4, 3}, {3, 2560, 4, 1}, {1, 1536, 3, 0}, {8, 2560, 2, 1}};
+  const int S = 256;
+  for (size_t r = 0; r < sizeof gm / sizeof gm[0]; r++) {
+    const int n = gm[r].n, d = gm[r].d, col0 = gm[r].layer * S;
+    struct pair g[2], ple, o[2], w, g_keep;
+    float *hg = randv((int64_t)n * S, 3.0f);
+    for (int i = 0; i < 2; i++) {
+      pair_alloc(&g[i], HB_F32, n, S);
+      pair_set(&g[i], hg);
+      pair_alloc(&o[i], HB_F32, n, d);
+      pair_poison(&o[i]);
+    }
+    pair_alloc(&g_keep, HB_F32, n, S);
+    pair_set(&g_keep, hg);
+    pair_rand(&ple, HB_F32, n, (int64_t)gm[r].L * S, 2.0f);
+    weight_pair(&w, HB_Q4, d, S, 0.5f);
+    int rc = hb_cuda_gelu_matmul(gc, &o[1].g, &g[1].g, &ple.g, col0, &w.g, n);
+    CHECKF(rc == (g_exact ? 1 : 0), "gelu_matmul n=%d d=%d returned %d (exact %d)", n, d, rc, g_exact);
+    if (!g_exact) {
+      G->gelu_mul(gc, &g[0].g, &g[0].g, &ple.g, col0, n);
+      G->matmul(gc, &o[0].g, &g[0].g, &w.g, NULL, n);
+      char what[96];
+      snprintf(what, sizeof what, "gelu_matmul n=%d %dx%d ple cols %d..%d", n, d, S, col0, col0 + S);
+      gpu_same(&o[0].g, &o[1].g, n, what);
+      gpu_same(&g_keep.g, &g[1].g, n, "gelu_matmul leaves the gate as it was");
+    }
+    for (int i = 0; i < 2; i++) { pair_free(&g[i]); pair_free(&o[i]); }
+    pair_free(&g_keep); pair_free(&ple); pair_free(&w);
+    free(hg);
+  }
+}
+
 static void check_argmax(void) {
   struct hearth_err err = {0};
   int n = 3, vocab = 151936;
@@ -637,6 +673,7 @@ static void run_all(int exact) {
   { int c[1] = {20}, nt[1] = {50}; check_attention(1, c, nt, 2, 1, 512, 16, 30.0f, at); }
   check_gemma4_ops(ew * 2);
   check_gemma4_fused();
+  check_gelu_matmul();
   check_argmax();
   teardown();
 }
@@ -895,6 +932,8 @@ static void check_norm_rows(int n, int K, int big) {
 TEST_GROUP(fused) {
   if (setup(0)) return;
   struct hearth_err err = {0};
+  /* Gemma 4's GEMV folds again here, so that test_cuda_ops.fused_cores runs them in the co-resident gate/up shape */
+  check_gelu_matmul();
   check_norm_rows(3, 896, 0);
   check_norm_rows(1, 1024, 1);
   check_norm_rows(2, 2048, 1);

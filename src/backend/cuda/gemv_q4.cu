@@ -84,7 +84,7 @@ typedef double gemv_ss_t;
  * 16 rows, so a tile never straddles two); add: out += instead of out = */
 struct gemv_args {
   const __half *x, *x2;
-  int64_t ldx;
+  int64_t ldx, ldx2; /* row strides of x and x2 (PRO_GELU: x2 is a column slice of the wider per-layer inputs) */
   const void *nw;
   int nwdt;
   float eps, off;
@@ -370,8 +370,8 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
       corr[g * 16 + t / 2 * 4 + (t & 1) + 2] = -cs;
     }
   };
-  auto xat = [&](const __half *base, int c) {
-    return *(const uint4 *)(base + (int64_t)ctok(c) * a.ldx + (int64_t)cpos(c) * 8);
+  auto xat = [&](const __half *base, int c, int64_t ld) {
+    return *(const uint4 *)(base + (int64_t)ctok(c) * ld + (int64_t)cpos(c) * 8);
   };
   /* rmsnorm: chunk c's sum of squares into s_ss[token], one shared atomic per warp when its 32 chunks are one
    * token's (a float atomicAdd on shared memory is a compare-and-swap loop: one per chunk took 60 % of the long-row
@@ -401,7 +401,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
 #pragma unroll
     for (int k = 0; k < 4; k++) {
       const int c = threadIdx.x + k * NT;
-      if (c < nch) xv[k] = xat(a.x, c);
+      if (c < nch) xv[k] = xat(a.x, c, a.ldx);
     }
     cp_async_wait<RING>(); /* the norm weights: the group before the ring's */
     __syncthreads(); /* s_ss zeroed, norm weights landed */
@@ -439,7 +439,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
       __syncthreads();
       for (int c0 = 0; c0 < nch; c0 += blockDim.x) { /* uniform: ss_add shuffles */
         const int c = c0 + threadIdx.x;
-        ss_add(c, c < nch ? xat(a.x, c) : make_uint4(0u, 0u, 0u, 0u));
+        ss_add(c, c < nch ? xat(a.x, c, a.ldx) : make_uint4(0u, 0u, 0u, 0u));
       }
       __syncthreads();
       if (threadIdx.x < n) s_inv[threadIdx.x] = rsqrtf((float)s_ss[threadIdx.x] / (float)K + a.eps);
@@ -451,10 +451,10 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
       const bool live = c < nch;
       float cs = 0.0f;
       if (live) {
-      uint4 v = xat(a.x, c);
+      uint4 v = xat(a.x, c, a.ldx);
       if (PRO != PRO_PLAIN) {
         __half2 *h = (__half2 *)&v;
-        const uint4 v2 = PRO == PRO_SILU ? xat(a.x2, c) : v;
+        const uint4 v2 = PRO == PRO_SILU || PRO == PRO_GELU ? xat(a.x2, c, a.ldx2) : v;
         const __half2 *h2 = (const __half2 *)&v2;
         const float inv = PRO == PRO_NORM ? s_inv[ctok(c)] : 0.0f;
         const int w0i = cpos(c) * 8;
@@ -464,6 +464,10 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
           if (PRO == PRO_NORM) {
             f.x *= inv * (ld_any(nws, a.nwdt, w0i + 2 * e) + a.off);
             f.y *= inv * (ld_any(nws, a.nwdt, w0i + 2 * e + 1) + a.off);
+          } else if (PRO == PRO_GELU) { /* gelu_mul_kernel's expression, rounded to f16 as its store is */
+            const float2 up = __half22float2(h2[e]);
+            f.x = gelu_tanh_f(f.x) * up.x;
+            f.y = gelu_tanh_f(f.y) * up.y;
           } else {
             const float2 up = __half22float2(h2[e]);
             f.x = f.x / (1.0f + expf(-f.x)) * up.x;
@@ -662,7 +666,8 @@ int cu_gemv_init(struct hb_ctx *ctx) {
   return gemv_attr_n<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 4>(ctx) |
          gemv_attr1<__half, PRO_PLAIN, GEMV_PLAIN>(ctx) | gemv_attr1<__half, PRO_NORM, GEMV_PLAIN>(ctx) |
          gemv_attr1<__half, PRO_NORM, GEMV_GLU>(ctx) |
-         gemv_attr1<__half, PRO_SILU, GEMV_PLAIN>(ctx) | gemv_attr1<float, PRO_PLAIN, GEMV_PLAIN>(ctx) |
+         gemv_attr1<__half, PRO_SILU, GEMV_PLAIN>(ctx) | gemv_attr1<__half, PRO_GELU, GEMV_PLAIN>(ctx) |
+         gemv_attr1<float, PRO_PLAIN, GEMV_PLAIN>(ctx) |
          gemv_attr1<float, PRO_NORM, GEMV_PLAIN>(ctx) | gemv_attr1<float, PRO_SILU, GEMV_PLAIN>(ctx) |
          gemv_attr1<__half, PRO_NORM, GEMV_ROPE>(ctx);
 }
@@ -789,6 +794,7 @@ static int gemv_fill(struct hb_ctx *ctx, gemv_args &a, int pro, const struct hb_
   a.x = (const __half *)x->data;
   a.x2 = x2 ? (const __half *)x2->data : NULL;
   a.ldx = x->cols;
+  a.ldx2 = x->cols;
   a.nw = nw ? nw->data : NULL;
   a.nwdt = nw ? (int)nw->dtype : 0;
   a.eps = eps;
@@ -888,5 +894,23 @@ int cu_gemv_norm_swiglu(struct hb_ctx *ctx, const struct hb_tensor *x, const str
   if (gemv_fill(ctx, a, PRO_NORM, x, NULL, nw, eps, 0.0f, 2, outs, ws, NULL, n, 0)) return 1;
   a.act = act;
   gemv_launch_t<__half, PRO_NORM, GEMV_GLU>(ctx, a);
+  return 0;
+}
+
+/* (gelu_tanh(gate) * up[:, up_col0 ..]) · wᵀ with the product made in the prologue (PRO_GELU), as gelu_mul + matmul
+ * compute it: the PLE gate's GELU and its projection in one launch. Returns 0 when it launched, 1 when the shapes
+ * need the separate ops. */
+int cu_gemv_gelu_matmul(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *gate,
+                        const struct hb_tensor *up, int up_col0, const struct hb_tensor *w, int n) {
+  if (ctx->row_invariant || out->dtype != HB_F16 || up->dtype != HB_F16 || up_col0 < 0 || up_col0 % 8 ||
+      up->cols % 8 || up_col0 + gate->cols > up->cols || up->rows < n)
+    return 1;
+  struct hb_tensor *outs[1] = {out};
+  const struct hb_tensor *ws[1] = {w};
+  gemv_args a;
+  if (gemv_fill(ctx, a, PRO_GELU, gate, NULL, NULL, 0.0f, 0.0f, 1, outs, ws, NULL, n, 0)) return 1;
+  a.x2 = (const __half *)up->data + up_col0; /* 16-byte aligned: up_col0 and the row stride are multiples of 8 */
+  a.ldx2 = up->cols;
+  gemv_launch_t<__half, PRO_GELU>(ctx, a);
   return 0;
 }
