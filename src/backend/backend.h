@@ -320,6 +320,14 @@ struct hb_ops {
    * when it does not cover the shapes (callers then run gelu_mul + matmul). */
   int (*gelu_matmul)(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *gate, const struct hb_tensor *up,
                      int up_col0, const struct hb_tensor *w, int n);
+  /* A norm_add folded into the projection after it, out of place: xo = (x + rmsnorm(y, aw, eps)) · s (norm_add's
+   * result, written to xo; x and y unchanged; xo another buffer than x), then with act < 0
+   * norm_matmul(xo, norm_w, eps, 0, n_mm, outs, ws, no biases, n, no add) (norm_w NULL: no norm), with act >= 0
+   * norm_swiglu(xo, norm_w, eps, ws[0], ws[1], outs[0], n, act) (n_mm 2). Returns 1, having done nothing, when it
+   * does not cover the shapes (callers then run norm_add in place and the plain op). */
+  int (*add_norm_matmul)(struct hb_ctx *ctx, struct hb_tensor *xo, const struct hb_tensor *x, const struct hb_tensor *y,
+                         const struct hb_tensor *aw, float s, const struct hb_tensor *norm_w, float eps, int n_mm,
+                         struct hb_tensor *const *outs, const struct hb_tensor *const *ws, int act, int n);
 };
 
 /* Backends compiled into this build. hb_cuda_ops is NULL-safe: hb_get returns NULL when absent. */
