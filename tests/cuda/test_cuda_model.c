@@ -626,11 +626,15 @@ TEST_GROUP(step_ahead) { ahead_loop("qwen2"); }
  * layers, per-layer inputs, logit soft-capping), and the greedy loop's graphs and step ahead on the E form */
 TEST_GROUP(gemma4_f32) { lm_f32("gemma4_e"); lm_f32("gemma4_dense"); }
 TEST_GROUP(gemma4_step_ahead) { ahead_loop("gemma4_e"); }
+/* the int4 fast path (f16 activations, the decode folds of model/gemma4.c: add_norm_matmul's ping-pong residual,
+ * gelu_matmul) teacher-forced against the fixtures' int4 reference and the CPU: the one model-level check of the
+ * fused decode against something other than itself (gemma4_f32 runs dense weights, which the folds decline) */
+TEST_GROUP(gemma4_int4) { lm_int4("gemma4_e"); lm_int4("gemma4_dense"); }
 TEST_GROUP(qwen3emb) { embed("qwen3emb", HEARTH_DTYPE_F32, "f32", 0.9999); embed("qwen3emb", HEARTH_DTYPE_INT4, "int4", 0.999); }
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmisleading-indentation"
 #endif
 TEST_MAIN(T(step_sampled), T(qwen2_f32), T(qwen3_f32), T(qwen2_int4), T(qwen3_int4), T(step_select), T(step_ahead), T(nan_logits),
-          T(qwen3emb), T(gemma4_f32), T(gemma4_step_ahead), T(kv_pool_plan), T(disk_prefix_cache), T(gemma4_ring),
+          T(qwen3emb), T(gemma4_f32), T(gemma4_step_ahead), T(gemma4_int4), T(kv_pool_plan), T(disk_prefix_cache), T(gemma4_ring),
           T(gemma4_ring_disk))
