@@ -139,9 +139,10 @@ static void ple_inputs(struct hearth_model *m, int n) {
   be->scale(c, &ple, (float)(1.0 / sqrt(2.0)), n);
 }
 
-/* The decode fusions (backend.h: norm_matmul, g4_qkv_post, norm_add, norm_swiglu with GeGLU, gelu_matmul): about 11
- * launches a layer instead of 25 (bench/NOTES.md, session 27). A backend without them (the CPU's) runs the plain ops; where a
- * fused op declines a shape, the plain ops it stands for run instead. */
+/* The decode fusions (backend.h: norm_matmul, g4_qkv_post, norm_add, norm_swiglu with GeGLU, gelu_matmul,
+ * add_norm_matmul): about 8 launches a layer instead of 25 (bench/NOTES.md, session 27 and branch g4fold). A backend
+ * without them (the CPU's) runs the plain ops; where a fused op declines a shape, the plain ops it stands for run
+ * instead. */
 static int fused(const struct hb_ops *be) { return be->g4_qkv_post && be->norm_add && be->norm_matmul; }
 
 /* The residual stream on the fused path. Each norm_add (x = (x + rmsnorm(y)·w)·s) is held back (pend) and folded into

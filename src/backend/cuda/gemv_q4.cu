@@ -301,7 +301,8 @@ __device__ __forceinline__ void gemv_add_pass(const gemv_args &a, __half *xs, in
   const int nch = n * (K / 8);
   for (int c = threadIdx.x; c < nch; c += NT) {
     const int t = c / (K / 8), j0 = (c % (K / 8)) * 8;
-    const uint4 xv = *(const uint4 *)(a.x + (int64_t)t * a.ldx + j0), yv = *(const uint4 *)(a.y + (int64_t)t * a.ldy + j0);
+    const uint4 xv = *(const uint4 *)(a.x + (int64_t)t * a.ldx + j0);
+    const uint4 yv = *(const uint4 *)(a.y + (int64_t)t * a.ldy + j0);
     const __half2 *hx = (const __half2 *)&xv, *hy = (const __half2 *)&yv;
     const float iv = inv[t];
     uint4 o;
@@ -827,22 +828,30 @@ static int gemv_ring(const struct hb_ctx *ctx, size_t base, int nw, int bps) {
 /* the co-resident shape (above): launches the norm+gate/up GEMV in it and returns 1 where that applies */
 template <typename TO, int PRO, int MODE>
 static int gemv_cores_launch(struct hb_ctx *ctx, gemv_args &a) {
-  if (!std::is_same<TO, __half>::value || (PRO != PRO_NORM && PRO != PRO_ANORM) || MODE != GEMV_GLU) return 0;
-  const int tiles = (a.rows_total + 15) / 16;
-  if (tiles < g_gemv_we_min * ctx->n_sm || tiles > GEMV_CORES_NW * ctx->n_sm) return 0; /* whole-tile warps, one tile each */
-  if (!g_gemv_cores_any && (a.n != 1 || tiles < 8 * ctx->n_sm)) return 0;
-  const int ring = 4;
-  const size_t base = gemv_smem(a.n, a.K, PRO), sm = base + (size_t)GEMV_CORES_NW * ring * GEMV_SLOT;
-  if (!gemv_ring_fits(ctx, base, GEMV_CORES_NW, ring, 1)) return 0;
-  a.n_units = tiles;
-  a.ring = ring;
+  /* constexpr: only the two norm + gate/up instances exist in this shape (a plain `if` instantiated it for every
+   * prologue and mode) */
+  if constexpr (!std::is_same<TO, __half>::value || (PRO != PRO_NORM && PRO != PRO_ANORM) || MODE != GEMV_GLU) {
+    (void)ctx;
+    (void)a;
+    return 0;
+  } else {
+    const int tiles = (a.rows_total + 15) / 16;
+    /* whole-tile warps, one tile each */
+    if (tiles < g_gemv_we_min * ctx->n_sm || tiles > GEMV_CORES_NW * ctx->n_sm) return 0;
+    if (!g_gemv_cores_any && (a.n != 1 || tiles < 8 * ctx->n_sm)) return 0;
+    const int ring = 4;
+    const size_t base = gemv_smem(a.n, a.K, PRO), sm = base + (size_t)GEMV_CORES_NW * ring * GEMV_SLOT;
+    if (!gemv_ring_fits(ctx, base, GEMV_CORES_NW, ring, 1)) return 0;
+    a.n_units = tiles;
+    a.ring = ring;
 #if HEARTH_TRACE
-  a.tr = ctx->tr_dev;
-  a.tr_id = cu_trace_id(ctx, "gemv glu n%d %dx%d %d/1 r%d co", a.n, a.rows_total, a.K, GEMV_CORES_NW, ring);
+    a.tr = ctx->tr_dev;
+    a.tr_id = cu_trace_id(ctx, "gemv glu n%d %dx%d %d/1 r%d co", a.n, a.rows_total, a.K, GEMV_CORES_NW, ring);
 #endif
-  const dim3 grid((unsigned)ctx->n_sm), block(GEMV_CORES_NW * 32);
-  gemv_launch_k<__half, PRO, 1, GEMV_GLU, GEMV_CORES_NW, 4>(ctx, grid, block, sm, a);
-  return 1;
+    const dim3 grid((unsigned)ctx->n_sm), block(GEMV_CORES_NW * 32);
+    gemv_launch_k<__half, PRO, 1, GEMV_GLU, GEMV_CORES_NW, 4>(ctx, grid, block, sm, a);
+    return 1;
+  }
 }
 
 template <typename TO, int PRO, int MODE = GEMV_PLAIN>
