@@ -30,6 +30,8 @@ static void cuda_full_init(void) {
   g_cuda_full.norm_swiglu = hb_cuda_norm_swiglu;
   g_cuda_full.g4_qkv_post = hb_cuda_g4_qkv_post;
   g_cuda_full.norm_add = hb_cuda_norm_add;
+  g_cuda_full.gelu_matmul = hb_cuda_gelu_matmul;
+  g_cuda_full.add_norm_matmul = hb_cuda_add_norm_matmul;
   g_cuda_full.argmax = hb_cuda_argmax;
   g_cuda_full.capture_begin = hb_cuda_capture_begin;
   g_cuda_full.capture_end = cuda_capture_end;

@@ -315,6 +315,19 @@ struct hb_ops {
   /* x = (x + rmsnorm(y, w, eps)) * s over the first n rows (y unchanged): rmsnorm(y, y, w), add(x, y), scale(x, s) */
   void (*norm_add)(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *y, const struct hb_tensor *w,
                    float eps, float s, int n);
+  /* out[n × w.rows] = g · wᵀ, g = gelu_mul(gate, up, up_col0) (gelu_mul's formula, rounded to the activation type as
+   * its store would be; gate unchanged): the per-layer input's gate and projection. Returns 1, having done nothing,
+   * when it does not cover the shapes (callers then run gelu_mul + matmul). */
+  int (*gelu_matmul)(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *gate, const struct hb_tensor *up,
+                     int up_col0, const struct hb_tensor *w, int n);
+  /* A norm_add folded into the projection after it, out of place: xo = (x + rmsnorm(y, aw, eps)) · s (norm_add's
+   * result, written to xo; x and y unchanged; xo another buffer than x), then with act < 0
+   * norm_matmul(xo, norm_w, eps, 0, n_mm, outs, ws, no biases, n, no add) (norm_w NULL: no norm), with act >= 0
+   * norm_swiglu(xo, norm_w, eps, ws[0], ws[1], outs[0], n, act) (n_mm 2). Returns 1, having done nothing, when it
+   * does not cover the shapes (callers then run norm_add in place and the plain op). */
+  int (*add_norm_matmul)(struct hb_ctx *ctx, struct hb_tensor *xo, const struct hb_tensor *x, const struct hb_tensor *y,
+                         const struct hb_tensor *aw, float s, const struct hb_tensor *norm_w, float eps, int n_mm,
+                         struct hb_tensor *const *outs, const struct hb_tensor *const *ws, int act, int n);
 };
 
 /* Backends compiled into this build. hb_cuda_ops is NULL-safe: hb_get returns NULL when absent. */

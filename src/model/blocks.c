@@ -100,12 +100,16 @@ void block_mlp_swiglu(struct hearth_model *m, const struct layer_weights *L, int
 }
 
 void block_head(struct hearth_model *m, struct hb_batch *b, int want_hidden) {
+  block_head_of(m, b, want_hidden, &m->scratch.x);
+}
+
+void block_head_of(struct hearth_model *m, struct hb_batch *b, int want_hidden, const struct hb_tensor *x_all) {
   const struct hb_ops *be = m->be;
   struct hb_ctx *c = m->bctx;
   struct model_scratch *s = &m->scratch;
   int n = b->n_tokens;
   if (b->n_out == 0) return; /* a prefill chunk that ends no sequence */
-  struct hb_tensor x = rows_view(&s->x, n), sel = rows_view(&s->sel, b->n_out);
+  struct hb_tensor x = rows_view(x_all, n), sel = rows_view(&s->sel, b->n_out);
   /* every row wanted, in order (a decode step): the norm runs as the head GEMV's prologue */
   int all_rows = !want_hidden && be->norm_matmul && b->n_out == n && b->out_rows;
   for (int i = 0; all_rows && i < n; i++) all_rows = b->out_rows[i] == i;

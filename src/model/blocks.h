@@ -17,6 +17,8 @@ void block_embed(struct hearth_model *m, int n, float scale);
 /* Row selection (the batch's out_rows) into scratch.sel, final norm, then the LM head into
  * scratch.logits unless want_hidden (then scratch.sel holds the final hidden states). */
 void block_head(struct hearth_model *m, struct hb_batch *b, int want_hidden);
+/* block_head reading the residual stream from x_all (Gemma 4's fused decode alternates two buffers) */
+void block_head_of(struct hearth_model *m, struct hb_batch *b, int want_hidden, const struct hb_tensor *x_all);
 /* h += down(silu(gate(xn)) * up(xn)) for the first n rows, xn = rmsnorm(h) with ffn_norm. */
 void block_mlp_swiglu(struct hearth_model *m, const struct layer_weights *L, int n);
 /* Standard GQA self-attention with NeoX RoPE over the paged cache, qk-norm optional.

@@ -139,10 +139,63 @@ static void ple_inputs(struct hearth_model *m, int n) {
   be->scale(c, &ple, (float)(1.0 / sqrt(2.0)), n);
 }
 
-/* The decode fusions (backend.h: norm_matmul, g4_qkv_post, norm_add, norm_swiglu with GeGLU): about 12 launches a
- * layer instead of 25 (bench/NOTES.md, session 27). A backend without them (the CPU's) runs the plain ops; where a
- * fused op declines a shape, the plain ops it stands for run instead. */
+/* The decode fusions (backend.h: norm_matmul, g4_qkv_post, norm_add, norm_swiglu with GeGLU, gelu_matmul,
+ * add_norm_matmul): about 8 launches a layer instead of 25 (bench/NOTES.md, session 27 and branch g4fold). A backend
+ * without them (the CPU's) runs the plain ops; where a fused op declines a shape, the plain ops it stands for run
+ * instead. */
 static int fused(const struct hb_ops *be) { return be->g4_qkv_post && be->norm_add && be->norm_matmul; }
+
+/* The residual stream on the fused path. Each norm_add (x = (x + rmsnorm(y)·w)·s) is held back (pend) and folded into
+ * the projection that reads x next (add_norm_matmul: −1 launch each, 3 a layer on E2B/E4B, 2 on the 12B); that op
+ * writes the new x into the other buffer, since its other blocks still read the old one, so the stream alternates
+ * between scratch.x and scratch.x2 (cur). Where the fold declines (n > 8, the exact path), before the plain ops and
+ * before the head, res_settle runs the held-back norm_add in place. Every step starts in scratch.x (the embedding). */
+struct g4_res {
+  struct hb_tensor *cur, *alt; /* alt NULL: no second buffer, nothing is held back */
+  struct hb_tensor y;          /* the pending norm_add: y (a view of scratch.o), w, s */
+  const struct hb_tensor *w;
+  float s;
+  int pend;
+};
+
+static void res_add(struct hearth_model *m, struct g4_res *r, const struct hb_tensor *y, const struct hb_tensor *w,
+                    float s, int n) {
+  if (r->alt && m->be->add_norm_matmul) {
+    r->y = *y;
+    r->w = w;
+    r->s = s;
+    r->pend = 1;
+    return;
+  }
+  struct hb_tensor x = rows_view(r->cur, n);
+  m->be->norm_add(m->bctx, &x, y, w, m->cfg.rms_norm_eps, s, n);
+}
+
+static void res_settle(struct hearth_model *m, struct g4_res *r, int n) {
+  if (!r->pend) return;
+  r->pend = 0;
+  struct hb_tensor x = rows_view(r->cur, n);
+  m->be->norm_add(m->bctx, &x, &r->y, r->w, m->cfg.rms_norm_eps, r->s, n);
+}
+
+/* the pending norm_add and the projection after it in one launch (add_norm_matmul's arguments): 0 when that ran (the
+ * stream moved to the other buffer); 1 when nothing was pending or the op declined, with the norm_add settled: the
+ * caller runs its plain ops on r->cur */
+static int res_fold(struct hearth_model *m, struct g4_res *r, const struct hb_tensor *norm_w, int n_mm,
+                    struct hb_tensor *const *outs, const struct hb_tensor *const *ws, int act, int n) {
+  if (!r->pend) return 1;
+  struct hb_tensor x = rows_view(r->cur, n), xo = rows_view(r->alt, n);
+  if (!m->be->add_norm_matmul(m->bctx, &xo, &x, &r->y, r->w, r->s, norm_w, m->cfg.rms_norm_eps, n_mm, outs, ws, act,
+                              n)) {
+    struct hb_tensor *t = r->cur;
+    r->cur = r->alt;
+    r->alt = t;
+    r->pend = 0;
+    return 0;
+  }
+  res_settle(m, r, n);
+  return 1;
+}
 
 /* The batch as a sliding layer sees it: the sliding pool's block tables when the model has that pool
  * (runtime/kv_ring.h; a shared sliding layer's source is a sliding layer too). Positions and lengths are the
@@ -156,7 +209,7 @@ static struct hb_batch sliding_view(const struct hb_batch *b) {
   return v;
 }
 
-static void attention(struct hearth_model *m, int i, struct hb_batch *b_all) {
+static void attention(struct hearth_model *m, int i, struct hb_batch *b_all, struct g4_res *r) {
   const struct hb_ops *be = m->be;
   struct hb_ctx *c = m->bctx;
   struct model_scratch *s = &m->scratch;
@@ -165,7 +218,7 @@ static void attention(struct hearth_model *m, int i, struct hb_batch *b_all) {
   const struct layer_weights *W = &m->w.layers[i];
   struct hb_batch bsw = y->sliding ? sliding_view(b_all) : *b_all, *b = &bsw;
   int n = b->n_tokens, nq = cfg->num_attention_heads, hd = y->head_dim, nkv = y->n_kv_heads;
-  struct hb_tensor x = rows_view(&s->x, n), xn = rows_view(&s->xn, n), o = rows_view(&s->o, n);
+  struct hb_tensor xn = rows_view(&s->xn, n), o = rows_view(&s->o, n);
   struct hb_tensor q = view2d(&s->q, n, (int64_t)nq * hd), a = view2d(&s->attn, n, (int64_t)nq * hd);
   struct hb_tensor k = view2d(&s->k, n, (int64_t)nkv * hd), v = view2d(&s->v, n, (int64_t)nkv * hd);
   const struct hb_tensor *ones = &m->w.ones[y->sliding ? 0 : 1];
@@ -179,8 +232,12 @@ static void attention(struct hearth_model *m, int i, struct hb_batch *b_all) {
   if (fz) {
     struct hb_tensor *outs[3] = {&q, &k, &v};
     const struct hb_tensor *ws[3] = {&W->wq, &W->wk, wv}, *bs[3] = {NULL, NULL, NULL};
-    be->norm_matmul(c, &x, &W->attn_norm, eps, 0.0f, own ? 3 : 1, outs, ws, bs, n, 0);
+    if (res_fold(m, r, &W->attn_norm, own ? 3 : 1, outs, ws, -1, n)) {
+      struct hb_tensor x = rows_view(r->cur, n);
+      be->norm_matmul(c, &x, &W->attn_norm, eps, 0.0f, own ? 3 : 1, outs, ws, bs, n, 0);
+    }
   } else {
+    struct hb_tensor x = rows_view(r->cur, n);
     be->rmsnorm(c, &xn, &x, &W->attn_norm, eps, 0.0f);
     be->matmul(c, &q, &xn, &W->wq, NULL, n);
     if (own) {
@@ -206,26 +263,34 @@ static void attention(struct hearth_model *m, int i, struct hb_batch *b_all) {
   be->attention(c, &a, &q, &m->kv.layers[y->kv_source], b, &ap);
   be->matmul(c, &o, &a, &W->wo, NULL, n);
   if (fz) {
-    be->norm_add(c, &x, &o, &W->post_attn_norm, eps, 1.0f, n);
+    res_add(m, r, &o, &W->post_attn_norm, 1.0f, n);
   } else {
+    struct hb_tensor x = rows_view(r->cur, n);
     be->rmsnorm(c, &o, &o, &W->post_attn_norm, eps, 0.0f);
     be->add(c, &x, &o, n);
   }
 }
 
 /* s: the layer scalar when this block ends the layer on the fused path (else 1; the plain path scales afterwards) */
-static void mlp(struct hearth_model *m, int i, int n, float s_end) {
+static void mlp(struct hearth_model *m, int i, int n, float s_end, struct g4_res *r) {
   const struct hb_ops *be = m->be;
   struct hb_ctx *c = m->bctx;
   struct model_scratch *s = &m->scratch;
   const struct hf_config *cfg = &m->cfg;
   const struct layer_weights *W = &m->w.layers[i];
   int64_t ff = cfg->layer[i].n_ff;
-  struct hb_tensor x = rows_view(&s->x, n), xn = rows_view(&s->xn, n), o = rows_view(&s->o, n);
+  struct hb_tensor xn = rows_view(&s->xn, n), o = rows_view(&s->o, n);
   struct hb_tensor g = view2d(&s->gate, n, ff), u = view2d(&s->up, n, ff);
   const float eps = cfg->rms_norm_eps;
   const int fz = fused(be);
-  if (fz && be->norm_swiglu && !be->norm_swiglu(c, &x, &W->ffn_norm, eps, &W->w_gate, &W->w_up, &g, n, HB_ACT_GELU_TANH)) {
+  struct hb_tensor *gu[2] = {&g, &u};
+  const struct hb_tensor *wgu[2] = {&W->w_gate, &W->w_up};
+  const int folded = fz && be->norm_swiglu && !res_fold(m, r, &W->ffn_norm, 2, gu, wgu, HB_ACT_GELU_TANH, n);
+  res_settle(m, r, n); /* (nothing pending after a fold) */
+  struct hb_tensor x = rows_view(r->cur, n);
+  if (folded) {
+    /* g = gelu_tanh(gate) * up of the new x, in the fused GEMV's epilogue */
+  } else if (fz && be->norm_swiglu && !be->norm_swiglu(c, &x, &W->ffn_norm, eps, &W->w_gate, &W->w_up, &g, n, HB_ACT_GELU_TANH)) {
     /* g = gelu_tanh(gate) * up in the gate/up GEMV's epilogue */
   } else if (fz) {
     struct hb_tensor *outs[2] = {&g, &u};
@@ -240,7 +305,7 @@ static void mlp(struct hearth_model *m, int i, int n, float s_end) {
   }
   be->matmul(c, &o, &g, &W->w_down, NULL, n);
   if (fz) {
-    be->norm_add(c, &x, &o, &W->post_ffn_norm, eps, s_end, n);
+    res_add(m, r, &o, &W->post_ffn_norm, s_end, n);
   } else {
     be->rmsnorm(c, &o, &o, &W->post_ffn_norm, eps, 0.0f);
     be->add(c, &x, &o, n);
@@ -248,22 +313,30 @@ static void mlp(struct hearth_model *m, int i, int n, float s_end) {
 }
 
 /* x += rmsnorm(W_proj · (gelu_tanh(x·W_gateᵀ) * ple[:, i·S .. i·S+S))) */
-static void ple_layer(struct hearth_model *m, int i, int n, float s_end) {
+static void ple_layer(struct hearth_model *m, int i, int n, float s_end, struct g4_res *r) {
   const struct hb_ops *be = m->be;
   struct hb_ctx *c = m->bctx;
   struct model_scratch *s = &m->scratch;
   const struct hf_config *cfg = &m->cfg;
   const struct layer_weights *W = &m->w.layers[i];
   int S = cfg->g4.ple_dim;
-  struct hb_tensor x = rows_view(&s->x, n), o = rows_view(&s->o, n), ple = rows_view(&s->ple, n);
+  struct hb_tensor o = rows_view(&s->o, n), ple = rows_view(&s->ple, n);
   struct hb_tensor g = view2d(&s->gate, n, S);
-  be->matmul(c, &g, &x, &W->ple_gate, NULL, n);
-  be->gelu_mul(c, &g, &g, &ple, i * S, n);
-  be->matmul(c, &o, &g, &W->ple_proj, NULL, n);
+  struct hb_tensor *go[1] = {&g};
+  const struct hb_tensor *gw[1] = {&W->ple_gate};
+  if (!fused(be) || res_fold(m, r, NULL, 1, go, gw, -1, n)) {
+    struct hb_tensor x = rows_view(r->cur, n);
+    be->matmul(c, &g, &x, &W->ple_gate, NULL, n);
+  }
+  if (!fused(be) || !be->gelu_matmul || be->gelu_matmul(c, &o, &g, &ple, i * S, &W->ple_proj, n)) {
+    be->gelu_mul(c, &g, &g, &ple, i * S, n);
+    be->matmul(c, &o, &g, &W->ple_proj, NULL, n);
+  }
   if (fused(be)) {
-    be->norm_add(c, &x, &o, &W->ple_norm, cfg->rms_norm_eps, s_end, n);
+    res_add(m, r, &o, &W->ple_norm, s_end, n);
     return;
   }
+  struct hb_tensor x = rows_view(r->cur, n);
   be->rmsnorm(c, &o, &o, &W->ple_norm, cfg->rms_norm_eps, 0.0f);
   be->add(c, &x, &o, n);
 }
@@ -274,17 +347,19 @@ static void gemma4_forward(struct hearth_model *m, struct hb_batch *b, int want_
   block_embed(m, n, sqrtf((float)cfg->hidden_size));
   if (cfg->g4.ple_dim) ple_inputs(m, n);
   const int fz = fused(m->be), ple = cfg->g4.ple_dim != 0;
+  struct g4_res r = {&m->scratch.x, fz && m->scratch.x2.data ? &m->scratch.x2 : NULL, {0}, NULL, 1.0f, 0};
   for (int i = 0; i < cfg->num_hidden_layers; i++) {
     const float ls = m->w.layers[i].layer_scalar;
-    attention(m, i, b);
-    mlp(m, i, n, fz && !ple ? ls : 1.0f); /* fused: the last norm_add of the layer multiplies by the scalar */
-    if (ple) ple_layer(m, i, n, fz ? ls : 1.0f);
+    attention(m, i, b, &r);
+    mlp(m, i, n, fz && !ple ? ls : 1.0f, &r); /* fused: the last norm_add of the layer multiplies by the scalar */
+    if (ple) ple_layer(m, i, n, fz ? ls : 1.0f, &r);
     if (!fz) {
-      struct hb_tensor x = rows_view(&m->scratch.x, n);
+      struct hb_tensor x = rows_view(r.cur, n);
       m->be->scale(m->bctx, &x, ls, n);
     }
   }
-  block_head(m, b, want_hidden);
+  res_settle(m, &r, n); /* the last norm_add runs on its own before the final norm (the head's GEMV is f32 out) */
+  block_head_of(m, b, want_hidden, r.cur);
   if (!want_hidden && b->n_out > 0 && cfg->g4.final_logit_softcapping > 0.0f) {
     struct hb_tensor lg = rows_view(&m->scratch.logits, b->n_out);
     m->be->softcap(m->bctx, &lg, cfg->g4.final_logit_softcapping, b->n_out);

@@ -50,6 +50,8 @@ struct model_scratch {
   int max_tokens, max_out;
   struct hb_tensor ids;                  /* [max_tokens, 1] i32 */
   struct hb_tensor x, xn;                /* [T, d] residual stream and normed input */
+  struct hb_tensor x2;                   /* [T, d] Gemma 4's second residual buffer on a backend with add_norm_matmul
+                                          * (model/gemma4.c: the stream alternates between x and x2), else unallocated */
   struct hb_tensor q, k, v, attn;        /* [T, H*hd], [T, KV*hd], [T, KV*hd], [T, H*hd] */
   struct hb_tensor o;                    /* [T, d] */
   struct hb_tensor gate, up;             /* [T, ff] */

@@ -74,6 +74,8 @@ static int alloc_scratch(struct hearth_model *m, int T, int O, struct hearth_err
   int64_t ple = (int64_t)c->num_hidden_layers * c->g4.ple_dim;
   if (!rc && ple) rc = be->alloc(x, &s->ple, HB_F32, T, ple, err);
   if (!rc && ple) rc = be->alloc(x, &s->ple_tok, HB_F32, T, ple, err);
+  if (!rc && c->family == HEARTH_FAMILY_GEMMA4 && be->add_norm_matmul)
+    rc = be->alloc(x, &s->x2, HB_F32, T, c->hidden_size, err);
   if (!rc) rc = be->alloc(x, &s->sel, HB_F32, O, c->hidden_size, err);
   if (!rc && !c->is_embedding)
     rc = be->alloc_f32 ? be->alloc_f32(x, &s->logits, O, c->vocab_size, err)
@@ -173,7 +175,7 @@ static void free_scratch(struct hearth_model *m) {
   }
   for (int i = 0; i < 2; i++)
     if (m->graphs_short[i].graph) m->be->graph_free(m->graphs_short[i].graph);
-  struct hb_tensor *all[] = {&s->ids, &s->x, &s->xn, &s->q, &s->k, &s->v, &s->attn, &s->o, &s->gate, &s->up, &s->sel, &s->logits, &s->gsel, &s->ple, &s->ple_tok, &s->score_req, &s->score_out};
+  struct hb_tensor *all[] = {&s->ids, &s->x, &s->xn, &s->q, &s->k, &s->v, &s->attn, &s->o, &s->gate, &s->up, &s->sel, &s->logits, &s->gsel, &s->ple, &s->ple_tok, &s->x2, &s->score_req, &s->score_out};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     if (all[i]->data) m->be->release(m->bctx, all[i]);
   free(m->b_pos); free(m->b_seq); free(m->b_out); free(m->b_len); free(m->b_bt); free(m->b_bt_swa);

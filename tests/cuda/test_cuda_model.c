@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "hearth.h"
+#include "model/model.h" /* gemma4_fold_bits: a model's op table (the one test here that looks inside) */
 #include "test.h"
 #include "unit/step_sampled.h"
 
@@ -626,11 +627,69 @@ TEST_GROUP(step_ahead) { ahead_loop("qwen2"); }
  * layers, per-layer inputs, logit soft-capping), and the greedy loop's graphs and step ahead on the E form */
 TEST_GROUP(gemma4_f32) { lm_f32("gemma4_e"); lm_f32("gemma4_dense"); }
 TEST_GROUP(gemma4_step_ahead) { ahead_loop("gemma4_e"); }
+/* the int4 fast path (f16 activations, the decode folds of model/gemma4.c: add_norm_matmul's ping-pong residual,
+ * gelu_matmul) teacher-forced against the fixtures' int4 reference and the CPU: the one model-level check of the
+ * fused decode against something other than itself (gemma4_f32 runs dense weights, which the folds decline) */
+/* The decode folds (add_norm_matmul, gelu_matmul) change no bit of the model's output: two instances of the int4
+ * model, the second with those two ops taken out of its op table (model/gemma4.c then runs the plain norm_add,
+ * gelu_mul and projections, the path before the folds), given the same prompt (5 tokens: the GEMV path, folded) and
+ * the same 24 appended tokens, must give the same logits bit for bit at every step */
+static void fold_bits(const char *fx) {
+  struct hearth_model *a = load(fx, HEARTH_DTYPE_INT4, HEARTH_BACKEND_CUDA), *b = load(fx, HEARTH_DTYPE_INT4, HEARTH_BACKEND_CUDA);
+  if (!a || !b) {
+    hearth_model_free(a);
+    hearth_model_free(b);
+    REQUIRE(a && b);
+  }
+  static struct hb_ops plain;
+  plain = *b->be;
+  CHECKF(plain.add_norm_matmul && plain.gelu_matmul, "%s: the CUDA op table lacks the folds", fx);
+  plain.add_norm_matmul = NULL;
+  plain.gelu_matmul = NULL;
+  b->be = &plain;
+  struct hearth_session *sa = sess(a), *sb = sess(b);
+  const int nv = hearth_model_info(a)->n_vocab;
+  struct hearth_err err = {0};
+  int32_t pr[5];
+  for (int i = 0; i < 5; i++) pr[i] = (int32_t)((7 + 31 * i) % nv);
+  int steps = 0, same = 0;
+  if (sa && sb && !hearth_session_sync(sa, pr, 5, &err) && !hearth_session_sync(sb, pr, 5, &err)) {
+    for (int st = 0; st < 25; st++) {
+      const float *la = hearth_session_logits(sa), *lb = hearth_session_logits(sb);
+      if (!la || !lb) break;
+      int64_t diff = 0;
+      double worst = 0;
+      for (int v = 0; v < nv; v++)
+        if (memcmp(&la[v], &lb[v], sizeof la[v])) {
+          diff++;
+          if (fabs((double)la[v] - lb[v]) > worst) worst = fabs((double)la[v] - lb[v]);
+        }
+      steps++;
+      same += diff == 0;
+      if (diff) printf("    %s step %d: %lld of %d logits differ (max |d| %.3g)\n", fx, st, (long long)diff, nv, worst);
+      int32_t t = (int32_t)((st * 13 + 3) % nv);
+      if (st + 1 < 25 && (hearth_session_append(sa, &t, 1, &err) || hearth_session_append(sb, &t, 1, &err))) {
+        CHECKF(0, "%s append: %s", fx, err.msg);
+        break;
+      }
+    }
+  } else {
+    CHECKF(0, "%s: session or prompt: %s", fx, err.msg);
+  }
+  printf("  %s: folded vs plain decode, %d of %d steps bit-identical\n", fx, same, steps);
+  CHECK(steps == 25 && same == steps);
+  hearth_session_free(sa);
+  hearth_session_free(sb);
+  hearth_model_free(a);
+  hearth_model_free(b);
+}
+TEST_GROUP(gemma4_fold_bits) { fold_bits("gemma4_e"); fold_bits("gemma4_dense"); }
+TEST_GROUP(gemma4_int4) { lm_int4("gemma4_e"); lm_int4("gemma4_dense"); }
 TEST_GROUP(qwen3emb) { embed("qwen3emb", HEARTH_DTYPE_F32, "f32", 0.9999); embed("qwen3emb", HEARTH_DTYPE_INT4, "int4", 0.999); }
 
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmisleading-indentation"
 #endif
 TEST_MAIN(T(step_sampled), T(qwen2_f32), T(qwen3_f32), T(qwen2_int4), T(qwen3_int4), T(step_select), T(step_ahead), T(nan_logits),
-          T(qwen3emb), T(gemma4_f32), T(gemma4_step_ahead), T(kv_pool_plan), T(disk_prefix_cache), T(gemma4_ring),
+          T(qwen3emb), T(gemma4_f32), T(gemma4_step_ahead), T(gemma4_int4), T(gemma4_fold_bits), T(kv_pool_plan), T(disk_prefix_cache), T(gemma4_ring),
           T(gemma4_ring_disk))

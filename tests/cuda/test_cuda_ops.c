@@ -528,6 +528,110 @@ static void check_gemma4_fused(void) {
   }
 }
 
+/* gelu_matmul (the PLE gate's GELU in the projection GEMV's prologue) against gelu_mul + matmul: the same bits on the
+ * fast path, at the E2B/E4B widths (PLE slice 256 of L·256 per-layer inputs, hidden 1536 / 2560), 1 and 3 tokens; the
+ * exact path declines it (the model then runs the plain ops) */
+static void check_gelu_matmul(void) {
+  static const struct { int n, d, L, layer; } gm[] = {{1, 2560, 4, 3}, {3, 2560, 4, 1}, {1, 1536, 3, 0}, {8, 2560, 2, 1}};
+  const int S = 256;
+  for (size_t r = 0; r < sizeof gm / sizeof gm[0]; r++) {
+    const int n = gm[r].n, d = gm[r].d, col0 = gm[r].layer * S;
+    struct pair g[2], ple, o[2], w, g_keep;
+    float *hg = randv((int64_t)n * S, 3.0f);
+    for (int i = 0; i < 2; i++) {
+      pair_alloc(&g[i], HB_F32, n, S);
+      pair_set(&g[i], hg);
+      pair_alloc(&o[i], HB_F32, n, d);
+      pair_poison(&o[i]);
+    }
+    pair_alloc(&g_keep, HB_F32, n, S);
+    pair_set(&g_keep, hg);
+    pair_rand(&ple, HB_F32, n, (int64_t)gm[r].L * S, 2.0f);
+    weight_pair(&w, HB_Q4, d, S, 0.5f);
+    int rc = hb_cuda_gelu_matmul(gc, &o[1].g, &g[1].g, &ple.g, col0, &w.g, n);
+    CHECKF(rc == (g_exact ? 1 : 0), "gelu_matmul n=%d d=%d returned %d (exact %d)", n, d, rc, g_exact);
+    if (!g_exact) {
+      G->gelu_mul(gc, &g[0].g, &g[0].g, &ple.g, col0, n);
+      G->matmul(gc, &o[0].g, &g[0].g, &w.g, NULL, n);
+      char what[96];
+      snprintf(what, sizeof what, "gelu_matmul n=%d %dx%d ple cols %d..%d", n, d, S, col0, col0 + S);
+      gpu_same(&o[0].g, &o[1].g, n, what);
+      gpu_same(&g_keep.g, &g[1].g, n, "gelu_matmul leaves the gate as it was");
+    }
+    for (int i = 0; i < 2; i++) { pair_free(&g[i]); pair_free(&o[i]); }
+    pair_free(&g_keep); pair_free(&ple); pair_free(&w);
+    free(hg);
+  }
+}
+
+/* add_norm_matmul (a norm_add folded into the next GEMV's prologue, x' to a second buffer) against norm_add in place
+ * followed by the plain projection: the projection's outputs and x' must have the plain ops' bits, x and y unchanged.
+ * Forms: the QKV norm_matmul (3 weights), the GeGLU gate/up (norm_swiglu's epilogue) and the PLE gate (no norm), at the
+ * E4B width (2560: q 2048, k/v 512, ff 10240, PLE 256), the 12B's (3840: norm_add's block reduction over 15 chunks) and
+ * a narrow one (640: norm_add's one-warp reduction), 1 and 3 tokens (and 8), with and without the layer scalar. The
+ * exact path (f32 activations) declines it. */
+enum { ANM_QKV, ANM_GLU, ANM_PLAIN };
+static void check_add_norm_matmul_case(int form, int d, int n, float s, int ff) {
+  const float eps = 1e-6f;
+  int rows[3] = {0, 0, 0}, n_mm = 0;
+  if (form == ANM_QKV) { rows[0] = 2048; rows[1] = rows[2] = 512; n_mm = 3; }
+  if (form == ANM_GLU) { rows[0] = rows[1] = ff; n_mm = 2; }
+  if (form == ANM_PLAIN) { rows[0] = 256; n_mm = 1; }
+  struct pair x[2], y, xo, aw, nw, w[3], o[2][3], x_keep, y_keep;
+  float *hx = randv((int64_t)n * d, 20.0f), *hy = randv((int64_t)n * d, 3.0f);
+  for (int i = 0; i < 2; i++) { pair_alloc(&x[i], HB_F32, n, d); pair_set(&x[i], hx); }
+  pair_alloc(&x_keep, HB_F32, n, d); pair_set(&x_keep, hx);
+  pair_alloc(&y, HB_F32, n, d); pair_set(&y, hy);
+  pair_alloc(&y_keep, HB_F32, n, d); pair_set(&y_keep, hy);
+  pair_alloc(&xo, HB_F32, n, d); pair_poison(&xo);
+  weight_pair(&aw, HB_F32, 1, d, 2.0f);
+  weight_pair(&nw, HB_F32, 1, d, 1.5f);
+  for (int m = 0; m < n_mm; m++) {
+    weight_pair(&w[m], HB_Q4, rows[m], d, 0.5f);
+    for (int i = 0; i < 2; i++) { pair_alloc(&o[i][m], HB_F32, n, rows[m]); pair_poison(&o[i][m]); }
+  }
+  struct hb_tensor *o0[3] = {&o[0][0].g, &o[0][1].g, &o[0][2].g}, *o1[3] = {&o[1][0].g, &o[1][1].g, &o[1][2].g};
+  const struct hb_tensor *wg[3] = {&w[0].g, &w[1].g, &w[2].g};
+  const int act = form == ANM_GLU ? HB_ACT_GELU_TANH : -1;
+  int rc = hb_cuda_add_norm_matmul(gc, &xo.g, &x[1].g, &y.g, &aw.g, s, form == ANM_PLAIN ? NULL : &nw.g, eps, n_mm, o1,
+                                   wg, act, n);
+  CHECKF(rc == (g_exact ? 1 : 0), "add_norm_matmul form %d d=%d n=%d returned %d (exact %d)", form, d, n, rc, g_exact);
+  if (!g_exact && rc == 0) {
+    /* the plain sequence: norm_add in place, then the projection reading x */
+    hb_cuda_norm_add(gc, &x[0].g, &y.g, &aw.g, eps, s, n);
+    if (form == ANM_GLU)
+      CHECK(hb_cuda_norm_swiglu(gc, &x[0].g, &nw.g, eps, &w[0].g, &w[1].g, &o[0][0].g, n, HB_ACT_GELU_TANH) == 0);
+    else
+      hb_cuda_norm_matmul(gc, &x[0].g, form == ANM_PLAIN ? NULL : &nw.g, eps, 0.0f, n_mm, o0, wg, NULL, n, 0);
+    static const char *fn[] = {"qkv", "glu", "plain"};
+    char what[112];
+    snprintf(what, sizeof what, "add_norm_matmul %s d=%d n=%d s=%g: x'", fn[form], d, n, (double)s);
+    gpu_same(&x[0].g, &xo.g, n, what);
+    for (int m = 0; m < (form == ANM_GLU ? 1 : n_mm); m++) {
+      snprintf(what, sizeof what, "add_norm_matmul %s d=%d n=%d s=%g: out %d (%d rows)", fn[form], d, n, (double)s, m,
+               rows[m]);
+      gpu_same(&o[0][m].g, &o[1][m].g, n, what);
+    }
+    gpu_same(&x_keep.g, &x[1].g, n, "add_norm_matmul leaves x as it was");
+    gpu_same(&y_keep.g, &y.g, n, "add_norm_matmul leaves y as it was");
+  }
+  for (int m = 0; m < n_mm; m++) { pair_free(&w[m]); pair_free(&o[0][m]); pair_free(&o[1][m]); }
+  for (int i = 0; i < 2; i++) pair_free(&x[i]);
+  pair_free(&x_keep); pair_free(&y); pair_free(&y_keep); pair_free(&xo); pair_free(&aw); pair_free(&nw);
+  free(hx); free(hy);
+}
+static void check_add_norm_matmul(void) {
+  static const struct { int form, d, n; float s; int ff; } cs[] = {
+    {ANM_QKV, 2560, 1, 1.0f, 0},     {ANM_QKV, 2560, 3, 0.37f, 0},   {ANM_QKV, 3840, 1, 0.5f, 0},
+    {ANM_QKV, 3840, 3, 1.0f, 0},     {ANM_QKV, 640, 3, 1.0f, 0},     {ANM_QKV, 2560, 8, 1.0f, 0},
+    {ANM_GLU, 2560, 1, 1.0f, 10240}, {ANM_GLU, 2560, 3, 1.0f, 10240}, {ANM_GLU, 3840, 1, 1.0f, 2048},
+    {ANM_GLU, 640, 2, 1.0f, 512},    {ANM_PLAIN, 2560, 1, 1.0f, 0},  {ANM_PLAIN, 2560, 3, 1.0f, 0},
+    {ANM_PLAIN, 1536, 1, 1.0f, 0},
+  };
+  for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++)
+    check_add_norm_matmul_case(cs[i].form, cs[i].d, cs[i].n, cs[i].s, cs[i].ff);
+}
+
 static void check_argmax(void) {
   struct hearth_err err = {0};
   int n = 3, vocab = 151936;
@@ -638,6 +742,8 @@ static void run_all(int exact) {
   { int c[1] = {20}, nt[1] = {50}; check_attention(1, c, nt, 2, 1, 512, 16, 30.0f, at); }
   check_gemma4_ops(ew * 2);
   check_gemma4_fused();
+  check_gelu_matmul();
+  check_add_norm_matmul();
   check_argmax();
   teardown();
 }
@@ -896,6 +1002,9 @@ static void check_norm_rows(int n, int K, int big) {
 TEST_GROUP(fused) {
   if (setup(0)) return;
   struct hearth_err err = {0};
+  /* Gemma 4's GEMV folds again here, so that test_cuda_ops.fused_cores runs them in the co-resident gate/up shape */
+  check_gelu_matmul();
+  check_add_norm_matmul();
   check_norm_rows(3, 896, 0);
   check_norm_rows(1, 1024, 1);
   check_norm_rows(2, 2048, 1);

@@ -877,6 +877,22 @@ extern "C" void hb_cuda_norm_add(struct hb_ctx *c, struct hb_tensor *x, const st
   if (!c->status) cu_norm_add(c, x, y, w, eps, s, n);
 }
 
+extern "C" int hb_cuda_gelu_matmul(struct hb_ctx *c, struct hb_tensor *out, const struct hb_tensor *gate,
+                                   const struct hb_tensor *up, int up_col0, const struct hb_tensor *w, int n) {
+  if (c->status) return 0; /* sticky error: nothing runs either way */
+  if (n <= 0) return 1;
+  return cu_gemv_gelu_matmul(c, out, gate, up, up_col0, w, n);
+}
+
+extern "C" int hb_cuda_add_norm_matmul(struct hb_ctx *c, struct hb_tensor *xo, const struct hb_tensor *x,
+                                       const struct hb_tensor *y, const struct hb_tensor *aw, float s,
+                                       const struct hb_tensor *norm_w, float eps, int n_mm,
+                                       struct hb_tensor *const *outs, const struct hb_tensor *const *ws, int act, int n) {
+  if (c->status) return 0; /* sticky error: nothing runs either way */
+  if (n <= 0 || n_mm < 1 || n_mm > 3) return 1;
+  return cu_gemv_add_norm_matmul(c, xo, x, y, aw, s, norm_w, eps, n_mm, outs, ws, act, n);
+}
+
 extern "C" int hb_cuda_norm_qkv_rope_kv(struct hb_ctx *c, const struct hb_tensor *x, const struct hb_tensor *norm_w,
                                         float eps, const struct hb_tensor *const *ws,
                                         const struct hb_tensor *const *biases, struct hb_tensor *q,

@@ -73,6 +73,15 @@ int hb_cuda_g4_qkv_post(struct hb_ctx *ctx, struct hb_tensor *q, const struct hb
                         int n_pairs, float theta, float factor);
 void hb_cuda_norm_add(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *y, const struct hb_tensor *w,
                       float eps, float s, int n);
+/* add_norm_matmul (backend.h): one launch for n <= 8 f16 rows and int4 weights (gemv_q4.cu, PRO_ANORM / PRO_APLAIN);
+ * 1 = not covered */
+int hb_cuda_add_norm_matmul(struct hb_ctx *ctx, struct hb_tensor *xo, const struct hb_tensor *x,
+                            const struct hb_tensor *y, const struct hb_tensor *aw, float s, const struct hb_tensor *norm_w,
+                            float eps, int n_mm, struct hb_tensor *const *outs, const struct hb_tensor *const *ws,
+                            int act, int n);
+/* gelu_matmul (backend.h): one launch for n <= 8 f16 rows and an int4 weight (gemv_q4.cu, PRO_GELU); 1 = not covered */
+int hb_cuda_gelu_matmul(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *gate,
+                        const struct hb_tensor *up, int up_col0, const struct hb_tensor *w, int n);
 /* norm_swiglu (backend.h): one launch for n <= 8 int4 rows (gate/up rows a multiple of 16); 1 = not covered */
 int hb_cuda_norm_swiglu(struct hb_ctx *ctx, const struct hb_tensor *x, const struct hb_tensor *norm_w, float eps,
                         const struct hb_tensor *w_gate, const struct hb_tensor *w_up, struct hb_tensor *out, int n,

@@ -296,9 +296,18 @@ int cu_gemv_init(struct hb_ctx *ctx);
 #define PRO_PLAIN 0 /* x */
 #define PRO_NORM 1  /* rmsnorm(x) * (nw + off) */
 #define PRO_SILU 2  /* silu(x) * x2 */
+#define PRO_GELU 3  /* gelu_tanh(x) * x2, x2 with its own row stride (gelu_mul's formula) */
+#define PRO_ANORM 4 /* x' = norm_add(x, y), then PRO_NORM's rmsnorm(x') (gemv_add_pass) */
+#define PRO_APLAIN 5 /* x' = norm_add(x, y), then x' itself */
 int cu_gemv_fused(struct hb_ctx *ctx, int pro, const struct hb_tensor *x, const struct hb_tensor *x2,
                   const struct hb_tensor *nw, float eps, float off, int n_mm, struct hb_tensor *const *outs,
                   const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, int n, int add);
+int cu_gemv_gelu_matmul(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *gate,
+                        const struct hb_tensor *up, int up_col0, const struct hb_tensor *w, int n);
+int cu_gemv_add_norm_matmul(struct hb_ctx *ctx, struct hb_tensor *xo, const struct hb_tensor *x,
+                            const struct hb_tensor *y, const struct hb_tensor *aw, float s, const struct hb_tensor *nw,
+                            float eps, int n_mm, struct hb_tensor *const *outs, const struct hb_tensor *const *ws,
+                            int act, int n);
 int cu_gemv_norm_swiglu(struct hb_ctx *ctx, const struct hb_tensor *x, const struct hb_tensor *nw, float eps,
                         const struct hb_tensor *w_gate, const struct hb_tensor *w_up, struct hb_tensor *out, int n,
                         int act);

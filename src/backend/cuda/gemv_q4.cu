@@ -84,12 +84,19 @@ typedef double gemv_ss_t;
  * 16 rows, so a tile never straddles two); add: out += instead of out = */
 struct gemv_args {
   const __half *x, *x2;
-  int64_t ldx;
+  int64_t ldx, ldx2; /* row strides of x and x2 (PRO_GELU: x2 is a column slice of the wider per-layer inputs) */
   const void *nw;
   int nwdt;
   float eps, off;
   int n, n_mm, K, rows_total, add, n_units;
   int act; /* GEMV_GLU: the gate's activation, HB_ACT_SILU or HB_ACT_GELU_TANH (Gemma 4) */
+  /* PRO_ANORM / PRO_APLAIN (gemv_add_pass): x' = (x + rmsnorm(y) · aw) · sadd, written to xout by block 0 */
+  const __half *y;
+  __half *xout;
+  int64_t ldy;
+  const void *aw;
+  int awdt;
+  float sadd;
   int row0[4];
   const uint8_t *wq[3];
   const __half *ws[3];
@@ -114,7 +121,8 @@ struct gemv_args {
 /* f16 x rows, then (rmsnorm prologue) the norm weights as f32, then the per-group
  * corrections [K/128][GEMV_CPG] as f32, then the warps' weight rings */
 __host__ __device__ inline size_t gemv_smem(int n, int64_t K, int pro) {
-  return (size_t)n * (size_t)K * 2 + (pro == PRO_NORM ? (size_t)K * 4 : 0) + (size_t)(K / 128) * GEMV_CPG * 4;
+  return (size_t)n * (size_t)K * 2 + (pro == PRO_NORM || pro == PRO_ANORM ? (size_t)K * 4 : 0) +
+         (size_t)(K / 128) * GEMV_CPG * 4;
 }
 
 /* the offset fold: the A fragments keep the weights' +8 offset and the 1024.0 of the f16 trick (one lop3
@@ -239,6 +247,81 @@ __device__ __forceinline__ void gemv_emit(const gemv_args &a, int r0, int p, int
   }
 }
 
+/* PRO_ANORM / PRO_APLAIN: the norm_add that would run before this GEMV (gemma4_fused.cu), done by every block for
+ * itself: x' = (x + rmsnorm(y) · aw) · sadd into xs as plain f16 rows [n][K], block 0 also storing it to a.xout (the
+ * other residual buffer: the other blocks still read x). The sums of squares of y have norm_add_kernel's shapes (d >=
+ * 1024: 256 threads, 8 elements each per 2,048, warp_sum, the 8 warps' sums added in order; else one warp, lane-strided)
+ * and the element formula its roundings, so that x' has the plain op's bits. inv: per token 1 / rms(y) (the kernel's
+ * s_inv, free until its own norm); part: 64 floats of scratch. Called by every thread after griddepcontrol.wait. */
+__device__ __forceinline__ float gemv_rnd_h(float v) { return __half2float(__float2half_rn(v)); }
+template <int NW>
+__device__ __forceinline__ void gemv_add_pass(const gemv_args &a, __half *xs, int n, float *inv, float *part) {
+  constexpr int NT = NW * 32;
+  const int K = a.K, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (K >= 1024) {
+    constexpr int NG = NT / 256; /* 256-thread groups, each one token at a time (the 11-warp shape: one group) */
+    if (threadIdx.x < NG * 256) {
+      const int tid = threadIdx.x % 256;
+      for (int t = threadIdx.x / 256; t < n; t += NG) {
+        const __half *yr = a.y + (int64_t)t * a.ldy;
+        float ss = 0.0f;
+        for (int j = tid * 8; j < K; j += 256 * 8) {
+          uint4 u = *(const uint4 *)(yr + j);
+          const __half2 *h = (const __half2 *)&u;
+#pragma unroll
+          for (int e = 0; e < 4; e++) {
+            float2 f = __half22float2(h[e]);
+            ss += f.x * f.x + f.y * f.y;
+          }
+        }
+        ss = warp_sum(ss);
+        if (tid % 32 == 0) part[t * 8 + tid / 32] = ss;
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x < n) {
+      float tot = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 8; i++) tot += part[threadIdx.x * 8 + i];
+      inv[threadIdx.x] = rsqrtf(tot / (float)K + a.eps);
+    }
+  } else {
+    for (int t = warp; t < n; t += NW) {
+      const __half *yr = a.y + (int64_t)t * a.ldy;
+      float ss = 0.0f;
+      for (int j = lane; j < K; j += 32) {
+        float v = __half2float(yr[j]);
+        ss += v * v;
+      }
+      ss = warp_sum(ss);
+      if (lane == 0) inv[t] = rsqrtf(ss / (float)K + a.eps);
+    }
+  }
+  __syncthreads();
+  const int nch = n * (K / 8);
+  for (int c = threadIdx.x; c < nch; c += NT) {
+    const int t = c / (K / 8), j0 = (c % (K / 8)) * 8;
+    const uint4 xv = *(const uint4 *)(a.x + (int64_t)t * a.ldx + j0);
+    const uint4 yv = *(const uint4 *)(a.y + (int64_t)t * a.ldy + j0);
+    const __half2 *hx = (const __half2 *)&xv, *hy = (const __half2 *)&yv;
+    const float iv = inv[t];
+    uint4 o;
+    __half2 *ho = (__half2 *)&o;
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      const float2 fx = __half22float2(hx[e]), fy = __half22float2(hy[e]);
+      const float w0 = ld_any(a.aw, a.awdt, j0 + 2 * e), w1 = ld_any(a.aw, a.awdt, j0 + 2 * e + 1);
+      /* norm_add_kernel's: rnd(y · inv · (w + 0)), rnd(x + that) uncontracted, times s, rounded by the store */
+      const float s0 = gemv_rnd_h(__fadd_rn(fx.x, gemv_rnd_h(fy.x * iv * (w0 + 0.0f))));
+      const float s1 = gemv_rnd_h(__fadd_rn(fx.y, gemv_rnd_h(fy.y * iv * (w1 + 0.0f))));
+      ho[e] = a.sadd == 1.0f ? __floats2half2_rn(s0, s1) : __floats2half2_rn(s0 * a.sadd, s1 * a.sadd);
+    }
+    *(uint4 *)(xs + (int64_t)t * K + j0) = o;
+    if (blockIdx.x == 0) *(uint4 *)(a.xout + (int64_t)t * a.ldx + j0) = o;
+  }
+  __syncthreads();
+}
+
 /* RING: the ring depth (2, or 4 in the co-resident gate/up shape), a template parameter because cp.async.wait_group takes an
  * immediate: as a runtime value (a.ring) every step chose among the waits through three branches */
 template <typename TO, int PRO, int KS, int MODE, int NW, int RING, int N1 = 0>
@@ -247,6 +330,8 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
   /* KS == 1: every warp walks whole tiles on its own (tile = warp's global index, then + all warps)
    * and writes its outputs from registers: no block-wide reduction, no barrier after the prologue */
   constexpr bool WE = KS == 1;
+  constexpr bool NORM = PRO == PRO_NORM || PRO == PRO_ANORM; /* the GEMV's own rmsnorm of its input */
+  constexpr bool PA = PRO == PRO_ANORM || PRO == PRO_APLAIN;  /* its input made by a norm_add first (gemv_add_pass) */
   extern __shared__ uint4 smem[];
   __shared__ float s_inv[8];
   __shared__ gemv_ss_t s_ss[8]; /* rmsnorm: each token's sum of squares (f64: exact in any order) */
@@ -272,8 +357,8 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
   /* the norm weights (raw, + off at use) into shared memory by cp.async, one group before the ring's:
    * a loop of plain loads and shared stores ran as K / threads dependent round trips */
   float *nws = (float *)(xs + (int64_t)n * K);
-  float *corr = nws + (PRO == PRO_NORM ? K : 0); /* the offset fold's corrections: [G][GEMV_CPG] */
-  if (PRO == PRO_NORM) {
+  float *corr = nws + (NORM ? K : 0); /* the offset fold's corrections: [G][GEMV_CPG] */
+  if (NORM) {
     const int nb = K * (a.nwdt == HB_F32 ? 4 : 2);
     for (int i = threadIdx.x * 16; i < nb; i += NT * 16)
       cp_async16((uint8_t *)nws + i, (const uint8_t *)a.nw + i, 16);
@@ -331,7 +416,7 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
   };
 #pragma unroll
   for (int i = 0; i < RING; i++) load(i);
-  if (PRO == PRO_NORM && threadIdx.x < 8) s_ss[threadIdx.x] = 0.0f;
+  if (NORM && threadIdx.x < 8) s_ss[threadIdx.x] = 0.0f;
   /* columns past n: finite values for the mma columns that are never stored */
   for (int i = threadIdx.x; i < G * GEMV_CPG; i += blockDim.x)
     if ((i % 16) / 4 * 2 + (i & 1) >= n) corr[i] = 0.0f;
@@ -344,6 +429,10 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
   pdl_wait();
   pdl_trigger();
   if (threadIdx.x == 0) { CU_TRACE(1); CU_TRACE(3); }
+  /* PA: x' = the norm_add of x and y into xs (plain row-major f16 rows), which the steps below then read in place of x */
+  if (PA) gemv_add_pass<NW>(a, xs, n, s_inv, &red[0][0][0]);
+  const __half *xsrc = PA ? xs : a.x;
+  const int64_t xld = PA ? (int64_t)K : a.ldx;
 
   /* prologue: x rows -> f16 (after the norm / silu) in shared memory, chunk c = 8 elements of
    * token c / (K/8); the 16-byte chunk c of 32-run R goes to its swizzled slot */
@@ -370,8 +459,8 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
       corr[g * 16 + t / 2 * 4 + (t & 1) + 2] = -cs;
     }
   };
-  auto xat = [&](const __half *base, int c) {
-    return *(const uint4 *)(base + (int64_t)ctok(c) * a.ldx + (int64_t)cpos(c) * 8);
+  auto xat = [&](const __half *base, int c, int64_t ld) {
+    return *(const uint4 *)(base + (int64_t)ctok(c) * ld + (int64_t)cpos(c) * 8);
   };
   /* rmsnorm: chunk c's sum of squares into s_ss[token], one shared atomic per warp when its 32 chunks are one
    * token's (a float atomicAdd on shared memory is a compare-and-swap loop: one per chunk took 60 % of the long-row
@@ -394,14 +483,14 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
       atomicAdd(&s_ss[t], (gemv_ss_t)ss);
     }
   };
-  if (PRO == PRO_NORM && nch <= 4 * NT) {
+  if (NORM && nch <= 4 * NT) { /* (PA: every chunk is read into registers before the first put, after a barrier) */
     /* one read of x (up to 4 chunks per thread, kept in registers): sum of squares per token
      * (one atomic per warp when the warp's chunks are one token's), then scale and store */
     uint4 xv[4];
 #pragma unroll
     for (int k = 0; k < 4; k++) {
       const int c = threadIdx.x + k * NT;
-      if (c < nch) xv[k] = xat(a.x, c);
+      if (c < nch) xv[k] = xat(xsrc, c, xld);
     }
     cp_async_wait<RING>(); /* the norm weights: the group before the ring's */
     __syncthreads(); /* s_ss zeroed, norm weights landed */
@@ -434,12 +523,12 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
       corr_add(c, cs, live);
     }
   } else {
-    if (PRO == PRO_NORM) { /* long rows: two reads of x (the second from L1) */
+    if (NORM) { /* long rows: two reads of x (the second from L1) */
       cp_async_wait<RING>(); /* the norm weights */
       __syncthreads();
       for (int c0 = 0; c0 < nch; c0 += blockDim.x) { /* uniform: ss_add shuffles */
         const int c = c0 + threadIdx.x;
-        ss_add(c, c < nch ? xat(a.x, c) : make_uint4(0u, 0u, 0u, 0u));
+        ss_add(c, c < nch ? xat(xsrc, c, xld) : make_uint4(0u, 0u, 0u, 0u));
       }
       __syncthreads();
       if (threadIdx.x < n) s_inv[threadIdx.x] = rsqrtf((float)s_ss[threadIdx.x] / (float)K + a.eps);
@@ -450,20 +539,29 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
       const int c = c0 + threadIdx.x;
       const bool live = c < nch;
       float cs = 0.0f;
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
+      if (PA) { /* x' is read from the run that put() rewrites: a run's 4 chunks are 4 lanes of this warp, this pass */
+        if (live) v = xat(xsrc, c, xld);
+        __syncwarp();
+      }
       if (live) {
-      uint4 v = xat(a.x, c);
-      if (PRO != PRO_PLAIN) {
+      if (!PA) v = xat(xsrc, c, xld);
+      if (PRO != PRO_PLAIN && PRO != PRO_APLAIN) {
         __half2 *h = (__half2 *)&v;
-        const uint4 v2 = PRO == PRO_SILU ? xat(a.x2, c) : v;
+        const uint4 v2 = PRO == PRO_SILU || PRO == PRO_GELU ? xat(a.x2, c, a.ldx2) : v;
         const __half2 *h2 = (const __half2 *)&v2;
-        const float inv = PRO == PRO_NORM ? s_inv[ctok(c)] : 0.0f;
+        const float inv = NORM ? s_inv[ctok(c)] : 0.0f;
         const int w0i = cpos(c) * 8;
 #pragma unroll
         for (int e = 0; e < 4; e++) {
           float2 f = __half22float2(h[e]);
-          if (PRO == PRO_NORM) {
+          if (NORM) {
             f.x *= inv * (ld_any(nws, a.nwdt, w0i + 2 * e) + a.off);
             f.y *= inv * (ld_any(nws, a.nwdt, w0i + 2 * e + 1) + a.off);
+          } else if (PRO == PRO_GELU) { /* gelu_mul_kernel's expression, rounded to f16 as its store is */
+            const float2 up = __half22float2(h2[e]);
+            f.x = gelu_tanh_f(f.x) * up.x;
+            f.y = gelu_tanh_f(f.y) * up.y;
           } else {
             const float2 up = __half22float2(h2[e]);
             f.x = f.x / (1.0f + expf(-f.x)) * up.x;
@@ -660,9 +758,13 @@ int cu_gemv_init(struct hb_ctx *ctx) {
   if (t && (!strcmp(t, "whole") || !strcmp(t, "cores"))) g_gemv_we_min = 0;
   if (t && !strcmp(t, "cores")) g_gemv_cores_any = 1;
   return gemv_attr_n<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 4>(ctx) |
+         gemv_attr_n<__half, PRO_ANORM, 1, GEMV_GLU, GEMV_CORES_NW, 4>(ctx) |
+         gemv_attr1<__half, PRO_ANORM, GEMV_PLAIN>(ctx) | gemv_attr1<__half, PRO_ANORM, GEMV_GLU>(ctx) |
+         gemv_attr1<__half, PRO_APLAIN, GEMV_PLAIN>(ctx) |
          gemv_attr1<__half, PRO_PLAIN, GEMV_PLAIN>(ctx) | gemv_attr1<__half, PRO_NORM, GEMV_PLAIN>(ctx) |
          gemv_attr1<__half, PRO_NORM, GEMV_GLU>(ctx) |
-         gemv_attr1<__half, PRO_SILU, GEMV_PLAIN>(ctx) | gemv_attr1<float, PRO_PLAIN, GEMV_PLAIN>(ctx) |
+         gemv_attr1<__half, PRO_SILU, GEMV_PLAIN>(ctx) | gemv_attr1<__half, PRO_GELU, GEMV_PLAIN>(ctx) |
+         gemv_attr1<float, PRO_PLAIN, GEMV_PLAIN>(ctx) |
          gemv_attr1<float, PRO_NORM, GEMV_PLAIN>(ctx) | gemv_attr1<float, PRO_SILU, GEMV_PLAIN>(ctx) |
          gemv_attr1<__half, PRO_NORM, GEMV_ROPE>(ctx);
 }
@@ -726,22 +828,30 @@ static int gemv_ring(const struct hb_ctx *ctx, size_t base, int nw, int bps) {
 /* the co-resident shape (above): launches the norm+gate/up GEMV in it and returns 1 where that applies */
 template <typename TO, int PRO, int MODE>
 static int gemv_cores_launch(struct hb_ctx *ctx, gemv_args &a) {
-  if (!std::is_same<TO, __half>::value || PRO != PRO_NORM || MODE != GEMV_GLU) return 0;
-  const int tiles = (a.rows_total + 15) / 16;
-  if (tiles < g_gemv_we_min * ctx->n_sm || tiles > GEMV_CORES_NW * ctx->n_sm) return 0; /* whole-tile warps, one tile each */
-  if (!g_gemv_cores_any && (a.n != 1 || tiles < 8 * ctx->n_sm)) return 0;
-  const int ring = 4;
-  const size_t base = gemv_smem(a.n, a.K, PRO), sm = base + (size_t)GEMV_CORES_NW * ring * GEMV_SLOT;
-  if (!gemv_ring_fits(ctx, base, GEMV_CORES_NW, ring, 1)) return 0;
-  a.n_units = tiles;
-  a.ring = ring;
+  /* constexpr: only the two norm + gate/up instances exist in this shape (a plain `if` instantiated it for every
+   * prologue and mode) */
+  if constexpr (!std::is_same<TO, __half>::value || (PRO != PRO_NORM && PRO != PRO_ANORM) || MODE != GEMV_GLU) {
+    (void)ctx;
+    (void)a;
+    return 0;
+  } else {
+    const int tiles = (a.rows_total + 15) / 16;
+    /* whole-tile warps, one tile each */
+    if (tiles < g_gemv_we_min * ctx->n_sm || tiles > GEMV_CORES_NW * ctx->n_sm) return 0;
+    if (!g_gemv_cores_any && (a.n != 1 || tiles < 8 * ctx->n_sm)) return 0;
+    const int ring = 4;
+    const size_t base = gemv_smem(a.n, a.K, PRO), sm = base + (size_t)GEMV_CORES_NW * ring * GEMV_SLOT;
+    if (!gemv_ring_fits(ctx, base, GEMV_CORES_NW, ring, 1)) return 0;
+    a.n_units = tiles;
+    a.ring = ring;
 #if HEARTH_TRACE
-  a.tr = ctx->tr_dev;
-  a.tr_id = cu_trace_id(ctx, "gemv glu n%d %dx%d %d/1 r%d co", a.n, a.rows_total, a.K, GEMV_CORES_NW, ring);
+    a.tr = ctx->tr_dev;
+    a.tr_id = cu_trace_id(ctx, "gemv glu n%d %dx%d %d/1 r%d co", a.n, a.rows_total, a.K, GEMV_CORES_NW, ring);
 #endif
-  const dim3 grid((unsigned)ctx->n_sm), block(GEMV_CORES_NW * 32);
-  gemv_launch_k<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 4>(ctx, grid, block, sm, a);
-  return 1;
+    const dim3 grid((unsigned)ctx->n_sm), block(GEMV_CORES_NW * 32);
+    gemv_launch_k<__half, PRO, 1, GEMV_GLU, GEMV_CORES_NW, 4>(ctx, grid, block, sm, a);
+    return 1;
+  }
 }
 
 template <typename TO, int PRO, int MODE = GEMV_PLAIN>
@@ -763,7 +873,7 @@ static void gemv_launch_t(struct hb_ctx *ctx, gemv_args &a) {
   a.ring = nw == 8 ? ring8 : ring16; /* 2 (gemv_ring) */
 #if HEARTH_TRACE
   a.tr = ctx->tr_dev;
-  a.tr_id = cu_trace_id(ctx, "gemv %s n%d %dx%d %d/%d r%d", MODE == GEMV_ROPE ? "qkv" : MODE == GEMV_GLU ? "glu" : PRO == PRO_NORM ? "norm" : "plain",
+  a.tr_id = cu_trace_id(ctx, "gemv %s n%d %dx%d %d/%d r%d", MODE == GEMV_ROPE ? "qkv" : MODE == GEMV_GLU ? "glu" : PRO == PRO_NORM || PRO == PRO_ANORM ? "norm" : "plain",
                         a.n, a.rows_total, a.K, nw, ks, a.ring);
 #endif
   const size_t sm = base + (size_t)nw * a.ring * GEMV_SLOT;
@@ -789,6 +899,7 @@ static int gemv_fill(struct hb_ctx *ctx, gemv_args &a, int pro, const struct hb_
   a.x = (const __half *)x->data;
   a.x2 = x2 ? (const __half *)x2->data : NULL;
   a.ldx = x->cols;
+  a.ldx2 = x->cols;
   a.nw = nw ? nw->data : NULL;
   a.nwdt = nw ? (int)nw->dtype : 0;
   a.eps = eps;
@@ -888,5 +999,63 @@ int cu_gemv_norm_swiglu(struct hb_ctx *ctx, const struct hb_tensor *x, const str
   if (gemv_fill(ctx, a, PRO_NORM, x, NULL, nw, eps, 0.0f, 2, outs, ws, NULL, n, 0)) return 1;
   a.act = act;
   gemv_launch_t<__half, PRO_NORM, GEMV_GLU>(ctx, a);
+  return 0;
+}
+
+/* (gelu_tanh(gate) * up[:, up_col0 ..]) · wᵀ with the product made in the prologue (PRO_GELU), as gelu_mul + matmul
+ * compute it: the PLE gate's GELU and its projection in one launch. Returns 0 when it launched, 1 when the shapes
+ * need the separate ops. */
+int cu_gemv_gelu_matmul(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *gate,
+                        const struct hb_tensor *up, int up_col0, const struct hb_tensor *w, int n) {
+  if (ctx->row_invariant || out->dtype != HB_F16 || up->dtype != HB_F16 || up_col0 < 0 || up_col0 % 8 ||
+      up->cols % 8 || up_col0 + gate->cols > up->cols || up->rows < n)
+    return 1;
+  struct hb_tensor *outs[1] = {out};
+  const struct hb_tensor *ws[1] = {w};
+  gemv_args a;
+  if (gemv_fill(ctx, a, PRO_GELU, gate, NULL, NULL, 0.0f, 0.0f, 1, outs, ws, NULL, n, 0)) return 1;
+  a.x2 = (const __half *)up->data + up_col0; /* 16-byte aligned: up_col0 and the row stride are multiples of 8 */
+  a.ldx2 = up->cols;
+  gemv_launch_t<__half, PRO_GELU>(ctx, a);
+  return 0;
+}
+
+/* norm_add folded into the GEMV after it (backend.h add_norm_matmul): xo = (x + rmsnorm(y) · aw) · s made by every
+ * block in its prologue (gemv_add_pass; block 0 stores it to xo), then that GEMV's own prologue on xo: rmsnorm with nw
+ * (PRO_ANORM) or none (PRO_APLAIN, nw NULL), and n_mm weights, or (act >= 0) the GLU epilogue of norm_swiglu with
+ * ws = {gate, up} and outs[0] the product. Returns 0 when it launched, 1 when the shapes need the separate ops. */
+int cu_gemv_add_norm_matmul(struct hb_ctx *ctx, struct hb_tensor *xo, const struct hb_tensor *x,
+                            const struct hb_tensor *y, const struct hb_tensor *aw, float s, const struct hb_tensor *nw,
+                            float eps, int n_mm, struct hb_tensor *const *outs, const struct hb_tensor *const *ws,
+                            int act, int n) {
+  if (ctx->row_invariant || n < 1 || n > 8) return 1;
+  const int64_t d = x->cols;
+  if (x->dtype != HB_F16 || y->dtype != HB_F16 || xo->dtype != HB_F16 || y->cols != d || xo->cols != d ||
+      y->rows < n || xo->rows < n || x->rows < n || aw->rows * aw->cols != d || ws[0]->cols != d ||
+      (aw->dtype != HB_F32 && aw->dtype != HB_F16 && aw->dtype != HB_BF16) || xo->data == x->data ||
+      outs[0]->dtype != HB_F16)
+    return 1;
+  const int glu = act >= 0;
+  if (glu && (!nw || n_mm != 2 || ws[0]->rows != ws[1]->rows || ws[0]->rows % 16)) return 1;
+  const int pro = nw ? PRO_ANORM : PRO_APLAIN;
+  gemv_args a;
+  struct hb_tensor u1;
+  struct hb_tensor *go[2];
+  if (glu) { /* as cu_gemv_norm_swiglu: the second output only fixes gemv_fill's checks */
+    u1 = *outs[0];
+    go[0] = outs[0];
+    go[1] = &u1;
+  }
+  if (gemv_fill(ctx, a, pro, x, NULL, nw, eps, 0.0f, n_mm, glu ? go : outs, ws, NULL, n, 0)) return 1;
+  a.y = (const __half *)y->data;
+  a.ldy = y->cols;
+  a.xout = (__half *)xo->data;
+  a.aw = aw->data;
+  a.awdt = (int)aw->dtype;
+  a.sadd = s;
+  a.act = act;
+  if (glu) gemv_launch_t<__half, PRO_ANORM, GEMV_GLU>(ctx, a);
+  else if (nw) gemv_launch_t<__half, PRO_ANORM>(ctx, a);
+  else gemv_launch_t<__half, PRO_APLAIN>(ctx, a);
   return 0;
 }
