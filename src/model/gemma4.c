@@ -148,7 +148,7 @@ static int fused(const struct hb_ops *be) { return be->g4_qkv_post && be->norm_a
 /* The residual stream on the fused path. Each norm_add (x = (x + rmsnorm(y)·w)·s) is held back (pend) and folded into
  * the projection that reads x next (add_norm_matmul: −1 launch each, 3 a layer on E2B/E4B, 2 on the 12B); that op
  * writes the new x into the other buffer, since its other blocks still read the old one, so the stream alternates
- * between scratch.x and scratch.x2 (cur). Where the fold declines (n > 8, the exact path), before the plain ops and
+ * between scratch.x and scratch.x2 (cur). Where the fold declines (n > 4, the exact path), before the plain ops and
  * before the head, res_settle runs the held-back norm_add in place. Every step starts in scratch.x (the embedding). */
 struct g4_res {
   struct hb_tensor *cur, *alt; /* alt NULL: no second buffer, nothing is held back */

@@ -595,7 +595,9 @@ static void check_add_norm_matmul_case(int form, int d, int n, float s, int ff) 
   const int act = form == ANM_GLU ? HB_ACT_GELU_TANH : -1;
   int rc = hb_cuda_add_norm_matmul(gc, &xo.g, &x[1].g, &y.g, &aw.g, s, form == ANM_PLAIN ? NULL : &nw.g, eps, n_mm, o1,
                                    wg, act, n);
-  CHECKF(rc == (g_exact ? 1 : 0), "add_norm_matmul form %d d=%d n=%d returned %d (exact %d)", form, d, n, rc, g_exact);
+  /* it declines on the exact path and above 4 rows (gemv_q4.cu ADD_FOLD_MAX_N: measured slower at 8) */
+  CHECKF(rc == (g_exact || n > 4 ? 1 : 0), "add_norm_matmul form %d d=%d n=%d returned %d (exact %d)", form, d, n, rc,
+         g_exact);
   if (!g_exact && rc == 0) {
     /* the plain sequence: norm_add in place, then the projection reading x */
     hb_cuda_norm_add(gc, &x[0].g, &y.g, &aw.g, eps, s, n);
@@ -623,7 +625,8 @@ static void check_add_norm_matmul_case(int form, int d, int n, float s, int ff) 
 static void check_add_norm_matmul(void) {
   static const struct { int form, d, n; float s; int ff; } cs[] = {
     {ANM_QKV, 2560, 1, 1.0f, 0},     {ANM_QKV, 2560, 3, 0.37f, 0},   {ANM_QKV, 3840, 1, 0.5f, 0},
-    {ANM_QKV, 3840, 3, 1.0f, 0},     {ANM_QKV, 640, 3, 1.0f, 0},     {ANM_QKV, 2560, 8, 1.0f, 0},
+    {ANM_QKV, 3840, 3, 1.0f, 0},     {ANM_QKV, 640, 3, 1.0f, 0},     {ANM_QKV, 2560, 4, 1.0f, 0},
+    {ANM_QKV, 2560, 8, 1.0f, 0}, /* declines */
     {ANM_GLU, 2560, 1, 1.0f, 10240}, {ANM_GLU, 2560, 3, 1.0f, 10240}, {ANM_GLU, 3840, 1, 1.0f, 2048},
     {ANM_GLU, 640, 2, 1.0f, 512},    {ANM_PLAIN, 2560, 1, 1.0f, 0},  {ANM_PLAIN, 2560, 3, 1.0f, 0},
     {ANM_PLAIN, 1536, 1, 1.0f, 0},

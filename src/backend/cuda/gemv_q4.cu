@@ -1024,11 +1024,15 @@ int cu_gemv_gelu_matmul(struct hb_ctx *ctx, struct hb_tensor *out, const struct 
  * block in its prologue (gemv_add_pass; block 0 stores it to xo), then that GEMV's own prologue on xo: rmsnorm with nw
  * (PRO_ANORM) or none (PRO_APLAIN, nw NULL), and n_mm weights, or (act >= 0) the GLU epilogue of norm_swiglu with
  * ws = {gate, up} and outs[0] the product. Returns 0 when it launched, 1 when the shapes need the separate ops. */
+#define ADD_FOLD_MAX_N 4
 int cu_gemv_add_norm_matmul(struct hb_ctx *ctx, struct hb_tensor *xo, const struct hb_tensor *x,
                             const struct hb_tensor *y, const struct hb_tensor *aw, float s, const struct hb_tensor *nw,
                             float eps, int n_mm, struct hb_tensor *const *outs, const struct hb_tensor *const *ws,
                             int act, int n) {
-  if (ctx->row_invariant || n < 1 || n > 8) return 1;
+  /* at most 4 rows: at 8 the folded prologue (every block making x' for 8 tokens) cost more than the launches it
+   * saves — Gemma 4 E4B decode x8 1,272-1,281 tok/s folded against 1,545-1,547 with this limit, E2B 2,101-2,106
+   * against 2,415-2,429; x1 and x4 the same either way (H200, session 28, bench/NOTES.md) */
+  if (ctx->row_invariant || n < 1 || n > ADD_FOLD_MAX_N) return 1;
   const int64_t d = x->cols;
   if (x->dtype != HB_F16 || y->dtype != HB_F16 || xo->dtype != HB_F16 || y->cols != d || xo->cols != d ||
       y->rows < n || xo->rows < n || x->rows < n || aw->rows * aw->cols != d || ws[0]->cols != d ||
