@@ -74,48 +74,53 @@ void cu_kv_write(struct hb_ctx *ctx, struct hb_kv_layer *kv, const struct hb_ten
 
 /* ---- rope + kv_write in one launch ---------------------------------------------------------------- */
 
-/* per token: n_heads*half rotations of q in place, then every element of k (rotated on the fly,
- * read-only) and v into the cache */
+/* One block per token: the token's n_rot/2 rotation angles pos · rinv[i] go through sincosf once, into shared memory
+ * (every q and k head of the token turns by the same angles), then the block rotates q in place and writes k (rotated
+ * on the fly, read-only) and v into the cache. The inverse frequencies come from the host (cu_rope_rinv: rope_pow's
+ * formula, the decode GEMV's table). Until session 28 every element computed its own double pow and sincosf behind a
+ * 64-bit division of a flat index: 27 % of an embedding pass's GPU time (W6 under ncu: 349 µs a launch at 7,870
+ * tokens, more than the attention). */
+#define RKV_MAX_HALF 256
+struct rkv_rinv { float v[RKV_MAX_HALF]; };
+
 template <typename T, typename KT>
-__global__ void rope_kv_kernel(T *q, const T *k, const T *v, KT *kc, KT *vc, const int32_t *pos, const int32_t *seq,
-                               const int32_t *bt, int max_blocks, int bs, int n_tokens, int n_heads, int n_kv, int hd,
-                               int n_rot, float theta) {
+__global__ void __launch_bounds__(256) rope_kv_kernel(T *q, const T *k, const T *v, KT *kc, KT *vc, const int32_t *pos,
+                                                      const int32_t *seq, const int32_t *bt, int max_blocks, int bs,
+                                                      int n_heads, int n_kv, int hd, int n_rot,
+                                                      const __grid_constant__ rkv_rinv rinv) {
+  __shared__ float s_sn[RKV_MAX_HALF], s_cs[RKV_MAX_HALF];
   pdl_trigger();
+  /* positions and block tables are the batch's upload, never written by the kernel before (cuda_backend.cu) */
+  const int t = blockIdx.x, half = n_rot / 2, p = pos[t];
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    float sn, cs;
+    sincosf((float)p * rinv.v[i], &sn, &cs);
+    s_sn[i] = sn;
+    s_cs[i] = cs;
+  }
+  const int64_t w = (int64_t)n_kv * hd, slot = (int64_t)bt[(int64_t)seq[t] * max_blocks + p / bs] * bs + p % bs;
+  __syncthreads();
   pdl_wait();
-  const int half = n_rot / 2;
-  const int64_t per = (int64_t)n_heads * half + 2 * (int64_t)n_kv * hd, total = per * n_tokens, w = (int64_t)n_kv * hd;
-  for (int64_t it = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; it < total; it += (int64_t)gridDim.x * blockDim.x) {
-    int t = (int)(it / per);
-    int64_t j = it % per;
-    int p = pos[t];
-    if (j < (int64_t)n_heads * half) {
-      int i = (int)(j % half);
-      T *x = q + (int64_t)t * n_heads * hd + (j / half) * hd;
-      float sn, cs;
-      sincosf((float)p * (1.0f / rope_pow(theta, (float)(2 * i) / (float)n_rot)), &sn, &cs);
-      float a = ldf(x + i), bb = ldf(x + i + half);
-      stf(x + i, a * cs - bb * sn);
-      stf(x + i + half, bb * cs + a * sn);
-      continue;
-    }
-    j -= (int64_t)n_heads * half;
-    int64_t slot = (int64_t)bt[(int64_t)seq[t] * max_blocks + p / bs] * bs + p % bs;
-    if (j >= w) { /* v */
-      j -= w;
-      stf(vc + slot * w + j, ldf(v + (int64_t)t * w + j));
-      continue;
-    }
-    int d = (int)(j % hd);
-    const T *x = k + (int64_t)t * w + (j - d);
+  T *qt = q + (int64_t)t * n_heads * hd;
+  for (int j = threadIdx.x; j < n_heads * half; j += blockDim.x) {
+    const int h = j / half, i = j - h * half;
+    T *x = qt + (int64_t)h * hd;
+    const float sn = s_sn[i], cs = s_cs[i], a = ldf(x + i), bb = ldf(x + i + half);
+    stf(x + i, a * cs - bb * sn);
+    stf(x + i + half, bb * cs + a * sn);
+  }
+  const T *kt = k + (int64_t)t * w, *vt = v + (int64_t)t * w;
+  for (int j = threadIdx.x; j < w; j += blockDim.x) {
+    const int d = j % hd;
+    const T *x = kt + (j - d);
     float val = ldf(x + d);
     if (d < n_rot) {
-      int i = d < half ? d : d - half;
-      float sn, cs;
-      sincosf((float)p * (1.0f / rope_pow(theta, (float)(2 * i) / (float)n_rot)), &sn, &cs);
-      float a = ldf(x + i), bb = ldf(x + i + half);
+      const int i = d < half ? d : d - half;
+      const float sn = s_sn[i], cs = s_cs[i], a = ldf(x + i), bb = ldf(x + i + half);
       val = d < half ? a * cs - bb * sn : bb * cs + a * sn;
     }
     stf(kc + slot * w + j, val);
+    stf(vc + slot * w + j, ldf(vt + j));
   }
 }
 
@@ -124,18 +129,19 @@ void cu_rope_kv_write(struct hb_ctx *ctx, struct hb_tensor *q, struct hb_tensor 
   const int n_kv = kv->n_kv_heads, hd = kv->head_dim, nt = b->n_tokens;
   if (nt <= 0) return;
   if (!b->d_pos.data || q->cols != (int64_t)n_heads * hd || k->cols != (int64_t)n_kv * hd || v->cols != k->cols ||
-      q->dtype != k->dtype || k->dtype != v->dtype || kv->k.dtype != kv->v.dtype || n_rot > hd || n_rot % 2) {
+      q->dtype != k->dtype || k->dtype != v->dtype || kv->k.dtype != kv->v.dtype || n_rot > hd || n_rot % 2 ||
+      n_rot / 2 > RKV_MAX_HALF) {
     CU_ARG(ctx, "rope_kv_write: shapes/dtypes or batch not uploaded");
     return;
   }
-  int64_t total = (int64_t)nt * ((int64_t)n_heads * (n_rot / 2) + 2 * (int64_t)n_kv * hd), blocks = (total + 255) / 256;
-  unsigned grid = (unsigned)(blocks < ctx->n_sm * 8 ? blocks : ctx->n_sm * 8);
+  rkv_rinv rinv;
+  cu_rope_rinv(rinv.v, n_rot, theta);
   const int32_t *pos = (const int32_t *)b->d_pos.data, *seq = (const int32_t *)b->d_seq.data,
                 *bt = (const int32_t *)b->d_block_table.data;
-#define RKV(T, KT)                                                                                                 \
-  cu_launch_pdl(ctx, "rope_kv_write", rope_kv_kernel<T, KT>, dim3(grid), dim3(256), 0, (T *)q->data, (const T *)k->data, \
-                (const T *)v->data, (KT *)kv->k.data, (KT *)kv->v.data, pos, seq, bt, b->max_blocks, b->block_size, nt,  \
-                n_heads, n_kv, hd, n_rot, theta)
+#define RKV(T, KT)                                                                                                  \
+  cu_launch_pdl(ctx, "rope_kv_write", rope_kv_kernel<T, KT>, dim3((unsigned)nt), dim3(256), 0, (T *)q->data,       \
+                (const T *)k->data, (const T *)v->data, (KT *)kv->k.data, (KT *)kv->v.data, pos, seq, bt,            \
+                b->max_blocks, b->block_size, n_heads, n_kv, hd, n_rot, rinv)
   if (q->dtype == HB_F16 && kv->k.dtype == HB_F16) RKV(__half, __half);
   else if (q->dtype == HB_F32 && kv->k.dtype == HB_F32) RKV(float, float);
   else if (q->dtype == HB_F16 && kv->k.dtype == HB_F32) RKV(__half, float);
