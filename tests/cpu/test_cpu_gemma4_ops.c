@@ -4,8 +4,9 @@
  *   scale_softcap: x *= s (exact in f32) and cap * tanh(x / cap).
  *   rope_prop: proportional partial RoPE (pairs (i, i + hd/2), frequencies over the whole head dim,
  *              the other dims untouched); the whole-head case equals rope_neox bit for bit.
- *   attention_wide: the attention op at Gemma 4's shapes that the tiled kernels do not take (head_dim 512,
- *              GQA, scale 1, a sliding window shorter than the sequence) against a naive softmax. */
+ *   attention_wide: the attention op at Gemma 4's widest shapes (head_dim 512, GQA, scale 1, a sliding window
+ *              shorter than the sequence) against a naive softmax: the tiled kernels since session 28, the scalar
+ *              worker under HEARTH_CPU=scalar. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>

@@ -617,7 +617,8 @@ static void cpu_attention(struct hb_ctx *c, struct hb_tensor *out, const struct 
                           const struct hb_kv_layer *kv, const struct hb_batch *b,
                           const struct hb_attn_params *p) {
   int G = p->n_heads / p->n_kv_heads;
-  if (c->k->attn_tile && p->head_dim % 16 == 0 && p->head_dim <= 256 && G * p->head_dim <= KERN_ATT_OBUF) {
+  /* head_dim 512 (Gemma 4's full layers) included since session 28: the scalar worker took 18 % of E2B's prefill */
+  if (c->k->attn_tile && p->head_dim % 16 == 0 && p->head_dim <= KERN_ATT_MAX_HD && G * p->head_dim <= KERN_ATT_OBUF) {
     /* tiles: runs of consecutive tokens of one sequence, at most tq tokens each */
     int tq = KERN_ATT_OBUF / (G * p->head_dim);
     if (tq > 16) tq = 16;
@@ -689,20 +690,21 @@ struct gelu_job {
   struct hb_tensor *out;
   const struct hb_tensor *gate, *up;
   int up_col0, n;
+  void (*fast)(float *o, const float *g, const float *u, int64_t n);
 };
 
 static void gelu_worker(void *arg, int ith, int nth) {
   struct gelu_job *j = arg;
   long lo, hi;
   threadpool_split(j->n, ith, nth, 1, &lo, &hi);
-  if (lo < hi) cpu_gelu_mul_rows(j->out, j->gate, j->up, j->up_col0, (int)lo, (int)hi);
+  if (lo < hi) cpu_gelu_mul_rows(j->out, j->gate, j->up, j->up_col0, (int)lo, (int)hi, j->fast);
 }
 
 /* Gemma 4's GELU-tanh gating: rows over the threads (a prefill's MLP is T x 12288 tanh) */
 static void cpu_gelu_mul(struct hb_ctx *c, struct hb_tensor *out, const struct hb_tensor *gate,
                          const struct hb_tensor *up, int up_col0, int n) {
-  struct gelu_job j = {out, gate, up, up_col0, n};
-  if ((int64_t)n * gate->cols < 16384) cpu_gelu_mul_rows(out, gate, up, up_col0, 0, n);
+  struct gelu_job j = {out, gate, up, up_col0, n, c->k->gelu_mul};
+  if ((int64_t)n * gate->cols < 16384) cpu_gelu_mul_rows(out, gate, up, up_col0, 0, n, c->k->gelu_mul);
   else threadpool_run(c->pool, gelu_worker, &j);
 }
 

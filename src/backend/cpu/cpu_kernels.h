@@ -89,6 +89,8 @@ struct cpu_kernels {
   void (*attn_tile)(const struct cpu_attn_job *j, int t0, int t1, int kvh);
   /* o[i] = g[i] * sigmoid(g[i]) * u[i] for i in [0, n) (fast exp); NULL = scalar expf */
   void (*silu_mul)(float *o, const float *g, const float *u, int64_t n);
+  /* o[i] = gelu_tanh(g[i]) * u[i] for i in [0, n) (fast exp, kern_impl.h); NULL = libm's tanhf (the exact path) */
+  void (*gelu_mul)(float *o, const float *g, const float *u, int64_t n);
 };
 
 extern const struct cpu_kernels cpu_kernels_ref;

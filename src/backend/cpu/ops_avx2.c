@@ -183,5 +183,6 @@ const struct cpu_kernels cpu_kernels_avx2 = {
   .matmul_q4q8 = avx2_matmul_q4q8,
   .attn_tile = avx2_attn_tile,
   .silu_mul = avx2_silu_mul,
+  .gelu_mul = avx2_gelu_mul,
 };
 #endif /* __x86_64__ */

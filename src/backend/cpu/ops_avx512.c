@@ -137,15 +137,18 @@ static inline __attribute__((always_inline)) void attn_row(const float *q, const
   *m_io = mx;
   float pr[16] __attribute__((aligned(64)));
   _mm512_store_ps(pr, p);
-  __m512 acc[16];
   __m512 vf = _mm512_set1_ps(f);
-  for (int v = 0; v < NV; v++) acc[v] = _mm512_mul_ps(_mm512_loadu_ps(o + 16 * v), vf);
-  for (int jj = 0; jj < nk; jj++) {
-    __m512 pj = _mm512_set1_ps(pr[jj]);
-    const float *vr = vrow[jj];
-    for (int v = 0; v < NV; v++) acc[v] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vr + 16 * v), acc[v]);
+  for (int v0 = 0; v0 < NV; v0 += 16) { /* at most 16 accumulators at a time: head_dim 512 takes two passes */
+    const int nv = NV - v0 < 16 ? NV - v0 : 16;
+    __m512 acc[16];
+    for (int v = 0; v < nv; v++) acc[v] = _mm512_mul_ps(_mm512_loadu_ps(o + 16 * (v0 + v)), vf);
+    for (int jj = 0; jj < nk; jj++) {
+      __m512 pj = _mm512_set1_ps(pr[jj]);
+      const float *vr = vrow[jj] + 16 * v0;
+      for (int v = 0; v < nv; v++) acc[v] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vr + 16 * v), acc[v]);
+    }
+    for (int v = 0; v < nv; v++) _mm512_storeu_ps(o + 16 * (v0 + v), acc[v]);
   }
-  for (int v = 0; v < NV; v++) _mm512_storeu_ps(o + 16 * v, acc[v]);
 }
 
 static void avx512_attn_tile_fast(const struct cpu_attn_job *j, int t0, int t1, int kvh) {
@@ -153,7 +156,7 @@ static void avx512_attn_tile_fast(const struct cpu_attn_job *j, int t0, int t1, 
   const int64_t ldq = (int64_t)j->n_heads * hd, ldkv = (int64_t)j->n_kv_heads * hd;
   const int seq = j->seq[t0];
   float O[KERN_ATT_OBUF] __attribute__((aligned(64)));
-  __m512 kt[256];
+  __m512 kt[KERN_ATT_MAX_HD]; /* the key block transposed: 32 KiB at head_dim 512 */
   const float *vrow[16];
   float mrow[KERN_ATT_OBUF / 16], lrow[KERN_ATT_OBUF / 16];
   int lo[KERN_ATT_OBUF / 16], hi[KERN_ATT_OBUF / 16];
@@ -439,6 +442,7 @@ const struct cpu_kernels cpu_kernels_avx512 = {
   .matmul_q4q8 = avx512_matmul_q4q8,
   .attn_tile = avx512_attn_tile_fast,
   .silu_mul = avx512_silu_mul_fast,
+  .gelu_mul = avx512_gelu_mul,
 };
 
 /* the same set with the prefill matmul on AMX tiles (ops_amx.c; bit-identical results) */
@@ -454,5 +458,6 @@ const struct cpu_kernels cpu_kernels_amx = {
   .matmul_q4q8 = cpu_amx_matmul_q4q8,
   .attn_tile = avx512_attn_tile_fast,
   .silu_mul = avx512_silu_mul_fast,
+  .gelu_mul = avx512_gelu_mul,
 };
 #endif /* __x86_64__ */
