@@ -1504,7 +1504,7 @@ TEST_GROUP(sample_large) {
 /* ---- the sample op's many-block path (sample_split.cuh: launches of <= 8 rows) against its one-block path ----------
  * The same rows (sample_large's kinds, and a row of three values only, where every cut and the draw fall inside a
  * run of ~50k equal keys) sampled four ways: all 32 in one launch (one block a row), in launches of 1 to 8 rows (the
- * split path), and those small launches again under HEARTH_TEST_SAMPLE=block (one block a row, a test-only switch).
+ * split path), and those small launches again with hb_cuda_set_sample_one_block (one block a row, a test-only switch).
  * The three must agree id for id (-1 included: both paths compute the same integers), and each decided id must be
  * the host's draw. Then a lone flat top-p 0.95 row, the decode case of issue 36 item 4, is timed both ways and the
  * times printed (information only: speed is `hearth bench`'s business, not a test's). */
@@ -1565,10 +1565,10 @@ static void check_sample_split(int V, int launches) {
     if (smps_launch(&lg, &ids, h, V, 0, SMPL_ROWS, rows, pen, n_pen, all) < 0) break;
     for (int g = 0, r0 = 0; g < 8; r0 += sizes[g++])
       if (smps_launch(&lg, &ids, h, V, r0, sizes[g], rows, pen, n_pen, split) < 0) goto out;
-    setenv("HEARTH_TEST_SAMPLE", "block", 1);
+    hb_cuda_set_sample_one_block(gc, 1);
     for (int g = 0, r0 = 0; g < 8; r0 += sizes[g++])
-      if (smps_launch(&lg, &ids, h, V, r0, sizes[g], rows, pen, n_pen, block) < 0) { unsetenv("HEARTH_TEST_SAMPLE"); goto out; }
-    unsetenv("HEARTH_TEST_SAMPLE");
+      if (smps_launch(&lg, &ids, h, V, r0, sizes[g], rows, pen, n_pen, block) < 0) { hb_cuda_set_sample_one_block(gc, 0); goto out; }
+    hb_cuda_set_sample_one_block(gc, 0);
     for (int r = 0; r < SMPL_ROWS; r++) {
       const int32_t want = sampler_sample_u(smp[r], h + (int64_t)r * V, hist[r], nh[r], rows[r].u);
       CHECKF(split[r] == all[r] && block[r] == all[r], "V %d launch %d row %d kind %d case %d: split %d, one block %d and "
@@ -1596,9 +1596,9 @@ static void check_sample_split(int V, int launches) {
     if (smp_row(&c, V, 77, prompt, 4, NULL, 0, 0, &smp, &row, pen, &np)) goto out;
     for (int k = 0; k < 9; k++)
       for (int m = 0; m < 2; m++) {
-        if (m) setenv("HEARTH_TEST_SAMPLE", "block", 1);
+        hb_cuda_set_sample_one_block(gc, m);
         ts[m][k] = smps_launch(&lg, &ids, h, V, 0, 1, &row, pen, np, got + m);
-        unsetenv("HEARTH_TEST_SAMPLE");
+        hb_cuda_set_sample_one_block(gc, 0);
         CHECKF(got[m] == got[0], "V %d timed row: split %d, one block %d", V, got[0], got[m]);
       }
     for (int m = 0; m < 2; m++) /* insertion sort: the median is ts[m][4] */

@@ -40,8 +40,6 @@
 /* unpacked weights of one panel (see cpu_amx_matmul_q4q8): a quarter of a 2 MiB L2 (128 KiB panels: -25 % on the
  * 0.5B's gate/up at 512 tokens; 1 MiB: the same as 512 KiB) */
 #define AMX_PANEL_BYTES (512 * 1024)
-/* groups between a group's multiplies and the fold of its sums (see amx_tile); 2 and 3 measured the same as 1 */
-#define AMX_LAG 1
 
 /* tile numbers: literal macros, since gcc's tile intrinsics paste their argument into the instruction text;
  * the wrappers below expand them first */
@@ -107,9 +105,9 @@ static inline __attribute__((always_inline)) void amx_fold(const int32_t (*hs)[1
 }
 
 /* NB (1 or 2) row blocks, whose B tiles are at bt0 / bt1, against tokens [t0, t0 + m) (the tiles configured
- * for m rows). Software-pipelined by AMX_LAG groups: group g's multiplies are issued before group g - 1's sums are
+ * for m rows). Software-pipelined by one group: group g's multiplies are issued before group g - 1's sums are
  * folded (those were stored to the other half of a double buffer), so that the tile unit and the vector units
- * may work at the same time. Measured on a Sapphire-Rapids-class Xeon (one thread, 0.5B gate/up, 512 tokens):
+ * may work at the same time (a lag of 2 or 3 groups measured the same). Measured on a Sapphire-Rapids-class Xeon (one thread, 0.5B gate/up, 512 tokens):
  * 13.4 ms in all, 10.1-10.3 ms with any one of the folds, the tile stores or the multiplies left out, 5.0 ms with
  * no tile instruction at all; so the overlap is partial and the folds (per group, inherent to the per-group
  * scales) are what is left to win. */
@@ -117,12 +115,12 @@ static inline __attribute__((always_inline)) void amx_tile(const uint8_t *bt0, c
                                                            const uint16_t *dp1, const struct cpu_q8 *a, int t0, int m,
                                                            int64_t G, const int NB, __m512 (*res)[16]) {
   const int64_t cols = a->cols;
-  int32_t hs[AMX_LAG + 1][2][16][16] __attribute__((aligned(64))), ls[AMX_LAG + 1][2][16][16] __attribute__((aligned(64)));
+  int32_t hs[2][2][16][16] __attribute__((aligned(64))), ls[2][2][16][16] __attribute__((aligned(64)));
   const int8_t *xh = a->q + (int64_t)t0 * cols, *xl = a->lo + (int64_t)t0 * cols;
   for (int b = 0; b < NB; b++)
     for (int t = 0; t < m; t++) res[b][t] = _mm512_setzero_ps();
-  for (int64_t g = 0; g < G + AMX_LAG; g++) {
-    const int cur = (int)(g % (AMX_LAG + 1));
+  for (int64_t g = 0; g <= G; g++) {
+    const int cur = (int)(g & 1);
     if (g < G) {
       TZERO(T_H0);
       TZERO(T_L0);
@@ -144,11 +142,9 @@ static inline __attribute__((always_inline)) void amx_tile(const uint8_t *bt0, c
         }
       }
     }
-    if (g >= AMX_LAG) {
-      const int old = (int)((g - AMX_LAG) % (AMX_LAG + 1));
-      amx_fold((const int32_t(*)[16][16])hs[old], (const int32_t(*)[16][16])ls[old], dp0, dp1, a, t0, m, G,
-               g - AMX_LAG, NB, res);
-    }
+    if (g > 0)
+      amx_fold((const int32_t(*)[16][16])hs[cur ^ 1], (const int32_t(*)[16][16])ls[cur ^ 1], dp0, dp1, a, t0, m, G,
+               g - 1, NB, res);
     if (g < G) {
       TSTORE(T_H0, hs[cur][0], 64);
       TSTORE(T_L0, ls[cur][0], 64);
@@ -195,18 +191,12 @@ void cpu_amx_matmul_q4q8(const struct cpu_q4 *w, const struct cpu_q8 *a, int n, 
       for (int64_t b = p0; b < p1; b += 2) {
         const uint8_t *bt = scr + (size_t)(b - p0) * per_blk;
         const uint16_t *dp0 = q4x16_scales(w, b);
-        if (p1 - b >= 2 && m == 16) { /* the common case with constant trip counts */
-          amx_tile(bt, bt + per_blk, dp0, q4x16_scales(w, b + 1), a, t0, 16, G, 2, res);
-          amx_store(out, ldo, t0, 16, b, r0, r1, res[0]);
-          amx_store(out, ldo, t0, 16, b + 1, r0, r1, res[1]);
-        } else if (p1 - b >= 2) {
-          amx_tile(bt, bt + per_blk, dp0, q4x16_scales(w, b + 1), a, t0, m, G, 2, res);
-          amx_store(out, ldo, t0, m, b, r0, r1, res[0]);
-          amx_store(out, ldo, t0, m, b + 1, r0, r1, res[1]);
-        } else {
-          amx_tile(bt, bt, dp0, dp0, a, t0, m, G, 1, res);
-          amx_store(out, ldo, t0, m, b, r0, r1, res[0]);
-        }
+        const int nb = p1 - b >= 2 ? 2 : 1;
+        /* full tiles with a constant row count, so the folds' loops unroll */
+        if (nb == 2 && m == 16) amx_tile(bt, bt + per_blk, dp0, q4x16_scales(w, b + 1), a, t0, 16, G, 2, res);
+        else if (nb == 2) amx_tile(bt, bt + per_blk, dp0, q4x16_scales(w, b + 1), a, t0, m, G, 2, res);
+        else amx_tile(bt, bt, dp0, dp0, a, t0, m, G, 1, res);
+        for (int bb = 0; bb < nb; bb++) amx_store(out, ldo, t0, m, b + bb, r0, r1, res[bb]);
       }
     }
   }

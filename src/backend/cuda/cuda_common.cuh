@@ -93,6 +93,7 @@ struct hb_ctx {
   size_t sample_work_cap; /* floats */
   void *sample_split;      /* the sample op's many-block path: row states, histograms, keys, masses (sample_split.cuh) */
   size_t sample_split_cap; /* bytes */
+  int sample_one_block;    /* tests only: every launch one block a row (hb_cuda_set_sample_one_block) */
   cudaEvent_t *marks;     /* [1024] timing marks (hb_cuda_mark), created on first use */
   unsigned gen;           /* bumped whenever a scratch buffer moves: captured graphs go stale */
   int capturing;

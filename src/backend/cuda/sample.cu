@@ -7,7 +7,6 @@
  * host has seen it, and the NaN logprob — never NaN for a finite row, whose log-sum-exp is >= 0 — is
  * what the host turns into the runtime's id -1. The sampler writes HB_SAMPLE_NONFINITE. */
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cuda/cuda_common.cuh"
@@ -558,8 +557,7 @@ void cu_sample(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, const 
   if (CU_OK(ctx, cudaMemcpyAsync(ctx->sample_rows, src_rows, rb, cudaMemcpyHostToDevice, ctx->stream))) return;
   if (pb && CU_OK(ctx, cudaMemcpyAsync(ctx->sample_pen, src_pen, pb, cudaMemcpyHostToDevice, ctx->stream))) return;
   /* few rows, one of which may reach step 5b: its passes over many blocks (sample_split.cuh) */
-  const char *t = getenv("HEARTH_TEST_SAMPLE"); /* test-only: "block" keeps every row on one block (sample_split) */
-  const int split_rows = t && !strcmp(t, "block") ? 0 : SL_SPLIT_ROWS;
+  const int split_rows = ctx->sample_one_block ? 0 : SL_SPLIT_ROWS;
   int split = 0;
   for (int i = 0; n <= split_rows && i < n; i++)
     split |= rows[i].temperature > 0.0f && !(rows[i].top_k > 0 && rows[i].top_k <= SAMPLE_CAP) &&
@@ -581,6 +579,8 @@ void cu_sample(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, const 
   sl_finish_kernel<<<n, SAMPLE_THREADS, 0, ctx->stream>>>(logits->cols, ctx->sample_rows, sp, (int32_t *)ids->data);
   CU_LAUNCHED(ctx, "sample finish");
 }
+
+extern "C" void hb_cuda_set_sample_one_block(struct hb_ctx *ctx, int on) { ctx->sample_one_block = on; }
 
 /* ---- row scores (backend.h, row_score): one block per row, every pass over the row in a fixed order, so a
  * row's result depends on that row alone (batch-invariant scores). Passes: the max and its first index with a
