@@ -1899,6 +1899,54 @@ TEST_GROUP(repeat) {
   teardown();
 }
 
+/* prefill norm_swiglu (SiLU): rmsnorm, then the gate/up wgmma GEMM with silu(g) * u in its epilogue, must give the bits
+ * of the plain sequence it replaces on the same device (norm_matmul into gate and up, then silu_mul): partial token
+ * tiles, a row count that is not a multiple of 64 (the last block's rows masked), the embedding model's and the 3B's
+ * shapes. Outputs poisoned first; a decline (1) fails. */
+static void check_swiglu_gemm(int K, int R, int n) {
+  struct pair x, nw, wgp, wup, gt, up, ref, h;
+  pair_rand(&x, HB_F32, n, K, 2.0f);
+  weight_pair(&nw, HB_F32, 1, K, 0.5f);
+  weight_pair(&wgp, HB_Q4, R, K, 0.5f);
+  weight_pair(&wup, HB_Q4, R, K, 0.5f);
+  pair_alloc(&gt, HB_F32, n, R);
+  pair_alloc(&up, HB_F32, n, R);
+  pair_alloc(&ref, HB_F32, n, R);
+  pair_alloc(&h, HB_F32, n, R);
+  pair_poison(&ref);
+  pair_poison(&h);
+  struct hb_tensor *og[2] = {&gt.g, &up.g};
+  const struct hb_tensor *wg[2] = {&wgp.g, &wup.g};
+  hb_cuda_norm_matmul(gc, &x.g, &nw.g, 1e-6f, 0.0f, 2, og, wg, NULL, n, 0);
+  G->silu_mul(gc, &ref.g, &gt.g, &up.g, n);
+  const int rc = hb_cuda_norm_swiglu(gc, &x.g, &nw.g, 1e-6f, &wgp.g, &wup.g, &h.g, n, HB_ACT_SILU);
+  const size_t cnt = (size_t)n * (size_t)R;
+  float *a = malloc(cnt * sizeof *a), *b = malloc(cnt * sizeof *b);
+  struct hearth_err err = {0};
+  G->read(gc, &ref.g, 0, n, a);
+  G->read(gc, &h.g, 0, n, b);
+  const int sync_bad = G->sync(gc, &err) != 0;
+  size_t differ = 0, nonfinite = 0, first = cnt;
+  for (size_t i = 0; i < cnt; i++) {
+    if (!isfinite(a[i]) || !isfinite(b[i])) nonfinite++;
+    if (memcmp(&a[i], &b[i], sizeof a[i])) {
+      if (first == cnt) first = i;
+      differ++;
+    }
+  }
+  printf("  swiglu GEMM K=%d rows=%d n=%d: rc %d, %zu of %zu values differ from norm_matmul + silu_mul, %zu non-finite\n",
+         K, R, n, rc, differ, cnt, nonfinite);
+  if (first < cnt)
+    printf("    first: token %zu, column %zu: %.8g against %.8g\n", first / (size_t)R, first % (size_t)R, b[first], a[first]);
+  CHECKF(rc == 0 && !sync_bad && differ == 0 && nonfinite == 0,
+         "swiglu GEMM K=%d rows=%d n=%d: rc %d, %zu values differ, %zu non-finite (%s)", K, R, n, rc, differ, nonfinite,
+         err.msg);
+  free(a);
+  free(b);
+  pair_free(&x); pair_free(&nw); pair_free(&wgp); pair_free(&wup);
+  pair_free(&gt); pair_free(&up); pair_free(&ref); pair_free(&h);
+}
+
 /* the wgmma prefill GEMM (sm90a/gemm_wgmma.cu), forced for every GEMM call, on the cases the fused group runs through
  * the mma.sync kernel: token tiles of 64 and 128 with partial last tiles, split-K (the finish adding the residual),
  * three weights in one launch, bias, add into the output, a last weight of 200 rows, f16 and f32 outputs; with
@@ -1929,7 +1977,13 @@ TEST_GROUP(wgmma) {
     check_matmul_f32out(4096, 1024, 1100, mg);            /* f32 output from the GEMM epilogue (no split) */
     check_matmul_f32out(100, 896, 40, mg);                /* f32 output, 100 rows (padded weight blocks) */
   }
-  hb_cuda_set_gemm(gc, HB_CUDA_GEMM_AUTO);
+  if (hb_cuda_set_gemm(gc, HB_CUDA_GEMM_AUTO) == HB_CUDA_GEMM_AUTO) {
+    printf("  -- norm_swiglu's SwiGLU GEMM (auto kernel choice)\n");
+    check_swiglu_gemm(1024, 3072, 700);   /* the embedding model's gate/up, 6 token tiles, the last of 60 rows */
+    check_swiglu_gemm(1024, 3072, 7870);  /* an embedding pass */
+    check_swiglu_gemm(2048, 11008, 130);  /* the 3B's, two token tiles, the second of 2 rows */
+    check_swiglu_gemm(1024, 1000, 2200);  /* 1000 rows: the last block's 24 of 64 masked */
+  }
   teardown();
 }
 

@@ -908,7 +908,17 @@ extern "C" int hb_cuda_norm_swiglu(struct hb_ctx *c, const struct hb_tensor *x, 
                                    struct hb_tensor *out, int n, int act) {
   if (c->status) return 0; /* sticky error: nothing runs either way */
   if (!norm_w || n <= 0) return 1;
-  return cu_gemv_norm_swiglu(c, x, norm_w, eps, w_gate, w_up, out, n, act);
+  if (!cu_gemv_norm_swiglu(c, x, norm_w, eps, w_gate, w_up, out, n, act)) return 0;
+  /* prefill (SiLU): rmsnorm, then the gate/up GEMM with silu(g) * u in its epilogue, where that GEMM covers the
+   * shapes; asked with a dry run first, so that a decline leaves nothing done */
+  if (act != HB_ACT_SILU || x->dtype != HB_F16 || n > x->rows) return 1;
+  struct hb_tensor probe = *x;
+  probe.rows = n;
+  struct hb_tensor xn;
+  if (!cu_gemm_q4_swiglu_covers(c, &probe, w_gate, w_up, out, n) || tmp_tensor(c, 0, x, n, x->cols, &xn)) return 1;
+  cu_rmsnorm(c, &xn, x, norm_w, eps, 0.0f);
+  if (cu_gemm_q4_swiglu(c, &xn, w_gate, w_up, out, n)) CU_ARG(c, "norm_swiglu: the SwiGLU GEMM declined after its check");
+  return 0;
 }
 
 extern "C" int hb_cuda_attn_o(struct hb_ctx *c, struct hb_tensor *x, const struct hb_tensor *q,

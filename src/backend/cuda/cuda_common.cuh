@@ -291,6 +291,13 @@ int cu_matmul_init(struct hb_ctx *ctx);
  * recorded an error, 1 when the shapes need another path (then it did nothing) */
 int cu_gemm_q4(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct hb_tensor *const *outs,
                const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, int n, int add);
+/* out = silu(x · w_gateᵀ) * (x · w_upᵀ) (f16) in one launch where the gate/up GEMM would run on the wgmma kernel without
+ * split-K (the bits of that GEMM + silu_mul); 0 launched, 1 not covered (nothing done). _covers: the same question,
+ * nothing launched (1 = covered) */
+int cu_gemm_q4_swiglu(struct hb_ctx *ctx, const struct hb_tensor *x, const struct hb_tensor *w_gate,
+                      const struct hb_tensor *w_up, struct hb_tensor *out, int n);
+int cu_gemm_q4_swiglu_covers(struct hb_ctx *ctx, const struct hb_tensor *x, const struct hb_tensor *w_gate,
+                             const struct hb_tensor *w_up, const struct hb_tensor *out, int n);
 /* gemv_q4.cu: the decode GEMV (n <= 8 rows) with its fused prologues; returns 0 when it launched,
  * 1 when the shapes need the general path */
 int cu_gemv_init(struct hb_ctx *ctx);

@@ -449,6 +449,68 @@ int cu_gemm_q4(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct h
   return 0;
 }
 
+/* out = silu(x · w_gateᵀ) * (x · w_upᵀ) in one wgmma launch (gemm_wg_kernel's SwiGLU form), where cu_gemm_q4 would run
+ * the gate/up GEMM on the wgmma kernel without split-K: then the result is the bits of that GEMM followed by
+ * silu_mul, and the gate and up outputs (2 x n x N f16) are never written. 1 (nothing done) elsewhere. */
+static int swiglu_plan(struct hb_ctx *ctx, const struct hb_tensor *x, const struct hb_tensor *w_gate,
+                       const struct hb_tensor *w_up, const struct hb_tensor *out, int n, int *nt, size_t *smem) {
+  if (!ctx->gemm_wg_ok || n < 1 || x->dtype != HB_F16 || x->cols % 8 || x->rows < n) return 1;
+  if (!(ctx->gemm_kind == HB_CUDA_GEMM_WG ||
+        (ctx->gemm_kind == HB_CUDA_GEMM_AUTO && (ctx->row_invariant || n >= GEMM_WG_MIN_ROWS))))
+    return 1;
+  const int64_t K = w_gate->cols, N = w_gate->rows;
+  if (w_gate->dtype != HB_Q4 || w_up->dtype != HB_Q4 || w_up->cols != K || w_up->rows != N || K <= 0 || K % 128 ||
+      K > INT32_MAX || x->cols < K || N <= 0 || N > INT32_MAX / 4 || out->dtype != HB_F16 || out->cols != N ||
+      out->rows < n || out->data == x->data)
+    return 1;
+  const int NT = n <= 64 && !ctx->row_invariant ? 64 : 128, gy = (n + NT - 1) / NT;
+  /* cu_gemm_q4 splits K when the gate/up launch (128-row tiles) is under one wave: not covered; nor the 64-token
+   * tile (n <= 64 outside row-invariant mode, where the gate/up launch is always under a wave) */
+  if (NT != 128) return 1;
+  if ((int)((N + 127) / 128) * gy < ctx->n_sm && !ctx->row_invariant) return 1;
+  const size_t sm = cu_gemm_wg_smem(K, NT, 2);
+  if (sm + 256 > ctx->smem_optin) return 1;
+  *nt = NT;
+  *smem = sm;
+  return 0;
+}
+
+int cu_gemm_q4_swiglu_covers(struct hb_ctx *ctx, const struct hb_tensor *x, const struct hb_tensor *w_gate,
+                             const struct hb_tensor *w_up, const struct hb_tensor *out, int n) {
+  int nt;
+  size_t sm;
+  return !swiglu_plan(ctx, x, w_gate, w_up, out, n, &nt, &sm);
+}
+
+int cu_gemm_q4_swiglu(struct hb_ctx *ctx, const struct hb_tensor *x, const struct hb_tensor *w_gate,
+                      const struct hb_tensor *w_up, struct hb_tensor *out, int n) {
+  int NT;
+  size_t sm;
+  if (swiglu_plan(ctx, x, w_gate, w_up, out, n, &NT, &sm)) return 1;
+  const int64_t K = w_gate->cols, N = w_gate->rows;
+  const int gy = (n + NT - 1) / NT;
+  gemm_args a;
+  memset(&a, 0, sizeof a);
+  a.x = (const __half *)x->data;
+  a.ldx = x->cols;
+  a.M = n;
+  a.K = (int)K;
+  a.n_mm = 2;
+  a.col0[0] = 0;
+  a.col0[1] = (int)N;
+  a.col0[2] = a.col0[3] = (int)(2 * N);
+  a.n_total = (int)(2 * N);
+  a.wq[0] = (const uint8_t *)w_gate->data;
+  a.wq[1] = (const uint8_t *)w_up->data;
+  a.ws[0] = (const __half *)w_gate->aux;
+  a.ws[1] = (const __half *)w_up->aux;
+  a.out[0] = out->data;
+  a.ldo[0] = out->cols;
+  a.kt_per = (int)(K / 64);
+  cu_gemm_wg_launch_swiglu(ctx, a, dim3((unsigned)((N + 63) / 64), (unsigned)gy, 1), sm);
+  return 0;
+}
+
 void cu_matmul(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *x,
                const struct hb_tensor *w, const struct hb_tensor *bias, int n) {
   if (n <= 0) return;

@@ -69,9 +69,15 @@ __device__ __forceinline__ void wgmma_m64n128k16(float (&d)[64], const uint32_t 
 }
 #endif /* WG_ON */
 
-template <int NT, int WGS, typename TO>
+/* SWI (WGS 2, f16 out, no split, bias or add): the SwiGLU form. Weight 0 is the gate, weight 1 the up projection, of
+ * equal rows N; a block takes the same 64 rows of both (warpgroup 0 the gate's, 1 the up's), and the epilogue writes
+ * out[m][r] = silu(g) * u for its rows r < N: g and u rounded to f16 as the plain GEMM's stores round them, then
+ * silu_mul_kernel's expression (elementwise.cu), so out is the bits of the GEMM + silu_mul sequence. The up values
+ * cross from warpgroup 1 to 0 through shared memory (the stages' space, free after the k loop). */
+template <int NT, int WGS, typename TO, bool SWI>
 __global__ __launch_bounds__(128 * WGS, WGS == 2 ? 2 : 1) void gemm_wg_kernel(const __grid_constant__ gemm_args a) {
 #if WG_ON
+  static_assert(!SWI || (WGS == 2 && sizeof(TO) == 2), "the SwiGLU form: 2 warpgroups, f16 out");
   constexpr int BM = 64 * WGS, TH = 128 * WGS; /* weight rows, threads */
   extern __shared__ uint8_t wg_smem[];
   /* [ST][NT][128 B] x tiles (swizzled, 1024-aligned), [ST][BM][32 B] weight tiles, [BM][K/128] scales */
@@ -79,8 +85,8 @@ __global__ __launch_bounds__(128 * WGS, WGS == 2 ? 2 : 1) void gemm_wg_kernel(co
   uint8_t *Ws = wg_smem + (xs - s_raw) + WG_ST * NT * 128;
   __half *Ss = (__half *)(Ws + WG_ST * BM * 32);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, gid = lane / 4, tig = lane % 4;
-  const int wi = gemm_weight(a, blockIdx.x * BM);
-  const int N = a.col0[wi + 1] - a.col0[wi], n0 = blockIdx.x * BM - a.col0[wi];
+  const int wi = SWI ? 0 : gemm_weight(a, blockIdx.x * BM);
+  const int N = a.col0[wi + 1] - a.col0[wi], n0 = SWI ? blockIdx.x * 64 : blockIdx.x * BM - a.col0[wi];
   const int M = a.M, K = a.K, m0 = blockIdx.y * NT;
   const __half *__restrict__ x = a.x;
   const int64_t ldx = a.ldx;
@@ -93,7 +99,10 @@ __global__ __launch_bounds__(128 * WGS, WGS == 2 ? 2 : 1) void gemm_wg_kernel(co
 
   for (int i = tid; i < BM * gpr; i += TH) {
     int r = i / gpr, g = i % gpr;
-    Ss[i] = n0 + r < N ? ws[q4_soff(n0 + r, g, gpr)] : __float2half(0.0f);
+    if constexpr (SWI) /* rows 64..127 of the tile are the up projection's */
+      Ss[i] = n0 + (r & 63) < N ? a.ws[r >> 6][q4_soff(n0 + (r & 63), g, gpr)] : __float2half(0.0f);
+    else
+      Ss[i] = n0 + r < N ? ws[q4_soff(n0 + r, g, gpr)] : __float2half(0.0f);
   }
 
   auto load = [&](int stage, int kt) {
@@ -104,9 +113,10 @@ __global__ __launch_bounds__(128 * WGS, WGS == 2 ? 2 : 1) void gemm_wg_kernel(co
       cp_async16_s(xs + (uint32_t)((stage * NT + r) * 128 + ((c ^ (r & 7)) << 4)),
                    x + (int64_t)(gm < M ? gm : 0) * ldx + k0 + c * 8, gm < M ? 16 : 0);
     }
-    int r = tid / 2, kc = tid % 2, gn = n0 + r;
+    int r = tid / 2, kc = tid % 2, gn = n0 + (SWI ? (r & 63) : r);
+    const uint8_t *wr = SWI ? a.wq[r >> 6] : wq;
     cp_async16(Ws + ((size_t)stage * BM + r) * 32 + ((kc ^ ((r >> 2) & 1)) * 16),
-               wq + q4_off(gn < N ? gn : 0, k0 / 128, gpr) + (k0 % 128) / 2 + kc * 16, gn < N ? 16 : 0);
+               wr + q4_off(gn < N ? gn : 0, k0 / 128, gpr) + (k0 % 128) / 2 + kc * 16, gn < N ? 16 : 0);
   };
 
   float acc[NT / 2];
@@ -164,6 +174,41 @@ __global__ __launch_bounds__(128 * WGS, WGS == 2 ? 2 : 1) void gemm_wg_kernel(co
 
   /* acc[4 j + e] is (weight row rl, token 8 j + 2 tig + e), acc[4 j + 2 + e] the same token at row rl + 8 */
   TO *out = (TO *)a.out[wi];
+  if constexpr (SWI) {
+    /* up values as f16 pairs, [NT / 4][128 threads] words (a warp's 32 consecutive words: no bank conflict) */
+    uint32_t *xch = (uint32_t *)(wg_smem + (xs - s_raw));
+    __syncthreads(); /* both warpgroups' wgmmas are done with the stages */
+    const int lt = tid & 127;
+    if (tid >= 128) {
+#pragma unroll
+      for (int i = 0; i < NT / 4; i++) {
+        __half2 h = __halves2half2(__float2half_rn(acc[2 * i] + 0.0f), __float2half_rn(acc[2 * i + 1] + 0.0f));
+        xch[i * 128 + lt] = *(uint32_t *)&h;
+      }
+    }
+    __syncthreads();
+    if (tid >= 128) return;
+    const int na = n0 + rl, nb = na + 8;
+    const int64_t ldo = a.ldo[0];
+#pragma unroll
+    for (int j = 0; j < NT / 8; j++) {
+#pragma unroll
+      for (int h = 0; h < 2; h++) { /* h 0: row na (acc[4 j + e]), 1: row nb (acc[4 j + 2 + e]) */
+        const int r = h ? nb : na;
+        const uint32_t uw = xch[(2 * j + h) * 128 + lt];
+        const __half2 u2 = *(const __half2 *)&uw;
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+          const int m = m0 + 8 * j + 2 * tig + e;
+          if (m >= M || r >= N) continue;
+          const float gv = __half2float(__float2half_rn(acc[4 * j + 2 * h + e] + 0.0f));
+          const float uv = __half2float(e ? __high2half(u2) : __low2half(u2));
+          stf(out + (int64_t)m * ldo + r, gv / (1.0f + expf(-gv)) * uv);
+        }
+      }
+    }
+    return;
+  }
   const float *bias = a.bias[wi];
   const int64_t ldo = a.ldo[wi];
   float *part = a.part ? a.part + (size_t)blockIdx.z * (size_t)M * a.n_total + a.col0[wi] : NULL;
@@ -235,16 +280,17 @@ int cu_gemm_wg_init(struct hb_ctx *ctx) {
   (void)cudaGetLastError(); /* no kernel image for this device: not an error of the context */
   cudaFree(d);
   if (!ok || h != 1) return 0;
-  if (wg_smem_attr(ctx, gemm_wg_kernel<128, 2, __half>) | wg_smem_attr(ctx, gemm_wg_kernel<128, 2, float>) |
-      wg_smem_attr(ctx, gemm_wg_kernel<64, 2, __half>) | wg_smem_attr(ctx, gemm_wg_kernel<64, 2, float>) |
-      wg_smem_attr(ctx, gemm_wg_kernel<128, 4, __half>) | wg_smem_attr(ctx, gemm_wg_kernel<128, 4, float>) |
-      wg_smem_attr(ctx, gemm_wg_kernel<64, 4, __half>) | wg_smem_attr(ctx, gemm_wg_kernel<64, 4, float>))
+  if (wg_smem_attr(ctx, gemm_wg_kernel<128, 2, __half, false>) | wg_smem_attr(ctx, gemm_wg_kernel<128, 2, float, false>) |
+      wg_smem_attr(ctx, gemm_wg_kernel<64, 2, __half, false>) | wg_smem_attr(ctx, gemm_wg_kernel<64, 2, float, false>) |
+      wg_smem_attr(ctx, gemm_wg_kernel<128, 4, __half, false>) | wg_smem_attr(ctx, gemm_wg_kernel<128, 4, float, false>) |
+      wg_smem_attr(ctx, gemm_wg_kernel<64, 4, __half, false>) | wg_smem_attr(ctx, gemm_wg_kernel<64, 4, float, false>) |
+      wg_smem_attr(ctx, gemm_wg_kernel<128, 2, __half, true>))
     return 0;
   return 1;
 }
 
 void cu_gemm_wg_launch(struct hb_ctx *ctx, const gemm_args &a, int nt, int wgs, int out_f32, dim3 grid, size_t smem) {
-#define WGL(NT, W, TO) gemm_wg_kernel<NT, W, TO><<<grid, 128 * W, smem, ctx->stream>>>(a)
+#define WGL(NT, W, TO) gemm_wg_kernel<NT, W, TO, false><<<grid, 128 * W, smem, ctx->stream>>>(a)
   if (wgs == 4) {
     if (nt == 128) { if (out_f32) WGL(128, 4, float); else WGL(128, 4, __half); }
     else { if (out_f32) WGL(64, 4, float); else WGL(64, 4, __half); }
@@ -254,4 +300,9 @@ void cu_gemm_wg_launch(struct hb_ctx *ctx, const gemm_args &a, int nt, int wgs, 
   }
 #undef WGL
   CU_LAUNCHED(ctx, a.part ? "gemm_wg split-K" : "gemm_wg");
+}
+
+void cu_gemm_wg_launch_swiglu(struct hb_ctx *ctx, const gemm_args &a, dim3 grid, size_t smem) {
+  gemm_wg_kernel<128, 2, __half, true><<<grid, 256, smem, ctx->stream>>>(a);
+  CU_LAUNCHED(ctx, "gemm_wg swiglu");
 }
