@@ -203,9 +203,14 @@ struct hb_ops {
   void (*silu_matmul)(struct hb_ctx *ctx, const struct hb_tensor *gate, const struct hb_tensor *up,
                       struct hb_tensor *out, const struct hb_tensor *w, int n, int add);
   /* rope_neox(q, n_heads); rope_neox(k, kv->n_kv_heads); kv_write(kv, k, v) (k's scratch copy may
-   * stay un-rotated) */
-  void (*rope_kv_write)(struct hb_ctx *ctx, struct hb_tensor *q, struct hb_tensor *k, const struct hb_tensor *v,
-                        struct hb_kv_layer *kv, const struct hb_batch *b, int n_heads, int n_rot, float theta);
+   * stay un-rotated). With q_norm and k_norm (Qwen3's per-head norms, head_dim entries each; NULL, NULL: none),
+   * rmsnorm(q, q, q_norm, eps, 0) and rmsnorm(k, k, k_norm, eps, 0) before all that, bit-identical to running them
+   * (k's scratch copy may stay un-normed too). Returns 0 when it ran; 1, having done nothing, when it does not
+   * cover those norms for these shapes (callers then run the two rmsnorms and call it without norms, which it
+   * always takes). */
+  int (*rope_kv_write)(struct hb_ctx *ctx, struct hb_tensor *q, struct hb_tensor *k, const struct hb_tensor *v,
+                       struct hb_kv_layer *kv, const struct hb_batch *b, int n_heads, int n_rot, float theta,
+                       const struct hb_tensor *q_norm, const struct hb_tensor *k_norm, float eps);
   /* ids[i] = argmax of logits row i (lowest index on ties); logprobs[i] (or NULL) = its log-softmax.
    * A row holding a NaN or an infinity: ids[i] = 0 (a valid id, for the copy_rows of a greedy graph) and
    * logprobs[i] = NaN, which reports it (runtime/session.c turns it into id -1) */

@@ -39,16 +39,23 @@ void block_attention(struct hearth_model *m, const struct layer_weights *L, int 
       be->matmul(c, &k, &xn, &L->wk, bias ? &L->bk : NULL, n);
       be->matmul(c, &v, &xn, &L->wv, bias ? &L->bv : NULL, n);
     }
-    if (qk_norm) {
-      be->rmsnorm(c, &q, &q, &L->q_norm, cfg->rms_norm_eps, 0.0f);
-      be->rmsnorm(c, &k, &k, &L->k_norm, cfg->rms_norm_eps, 0.0f);
-    }
-    if (be->rope_kv_write) {
-      be->rope_kv_write(c, &q, &k, &v, kv, b, cfg->num_attention_heads, cfg->head_dim, cfg->rope_theta);
-    } else {
-      be->rope_neox(c, &q, b, cfg->num_attention_heads, cfg->head_dim, cfg->head_dim, cfg->rope_theta);
-      be->rope_neox(c, &k, b, cfg->num_key_value_heads, cfg->head_dim, cfg->head_dim, cfg->rope_theta);
-      be->kv_write(c, kv, &k, &v, b);
+    /* Qwen3's per-head q/k norms inside rope_kv_write where the backend takes them (one pass over q and k less) */
+    int normed = qk_norm && be->rope_kv_write &&
+                 !be->rope_kv_write(c, &q, &k, &v, kv, b, cfg->num_attention_heads, cfg->head_dim, cfg->rope_theta,
+                                    &L->q_norm, &L->k_norm, cfg->rms_norm_eps);
+    if (!normed) {
+      if (qk_norm) {
+        be->rmsnorm(c, &q, &q, &L->q_norm, cfg->rms_norm_eps, 0.0f);
+        be->rmsnorm(c, &k, &k, &L->k_norm, cfg->rms_norm_eps, 0.0f);
+      }
+      if (be->rope_kv_write) {
+        be->rope_kv_write(c, &q, &k, &v, kv, b, cfg->num_attention_heads, cfg->head_dim, cfg->rope_theta, NULL,
+                          NULL, 0.0f);
+      } else {
+        be->rope_neox(c, &q, b, cfg->num_attention_heads, cfg->head_dim, cfg->head_dim, cfg->rope_theta);
+        be->rope_neox(c, &k, b, cfg->num_key_value_heads, cfg->head_dim, cfg->head_dim, cfg->rope_theta);
+        be->kv_write(c, kv, &k, &v, b);
+      }
     }
   }
   struct hb_attn_params ap = {

@@ -166,7 +166,7 @@ static void forward(struct model *m, struct hb_batch *b, int fused) {
       const struct hb_tensor *w3[3] = {&L->wq, &L->wk, &L->wv}, *b3[3] = {&L->bq, &L->bk, &L->bv};
       hb_cuda_norm_matmul(gc, &x, &L->an, 1e-6f, 0.0f, 3, o3, w3, b3, n, 0);
       MARK("norm+qkv gemv");
-      hb_cuda_rope_kv_write(gc, &q, &k, &v, &L->kv, b, c->nh, c->hd, 1000000.0f);
+      hb_cuda_rope_kv_write(gc, &q, &k, &v, &L->kv, b, c->nh, c->hd, 1000000.0f, NULL, NULL, 0.0f);
       MARK("rope+kv_write");
       G->attention(gc, &a, &q, &L->kv, b, &ap);
       MARK("attention");

@@ -633,27 +633,39 @@ TEST_GROUP(gemma4_step_ahead) { ahead_loop("gemma4_e"); }
 /* The decode folds (add_norm_matmul, gelu_matmul) change no bit of the model's output: two instances of the int4
  * model, the second with those two ops taken out of its op table (model/gemma4.c then runs the plain norm_add,
  * gelu_mul and projections, the path before the folds), given the same prompt (5 tokens: the GEMV path, folded) and
- * the same 24 appended tokens, must give the same logits bit for bit at every step */
-static void fold_bits(const char *fx) {
-  struct hearth_model *a = load(fx, HEARTH_DTYPE_INT4, HEARTH_BACKEND_CUDA), *b = load(fx, HEARTH_DTYPE_INT4, HEARTH_BACKEND_CUDA);
+ * the same 24 appended tokens, must give the same logits bit for bit at every step. strip makes the second table
+ * (returns 0 when the table lacks the folds), watch (or NULL) the first; exact and dt pick the path, n_prompt (<= 64)
+ * the prompt's length. */
+static int strip_g4(struct hb_ops *o) {
+  int had = o->add_norm_matmul && o->gelu_matmul;
+  o->add_norm_matmul = NULL;
+  o->gelu_matmul = NULL;
+  return had;
+}
+static void fold_bits_x(const char *fx, enum hearth_dtype dt, int exact, int n_prompt, int (*strip)(struct hb_ops *),
+                        void (*watch)(struct hb_ops *)) {
+  struct hearth_model *a = load_x(fx, dt, HEARTH_BACKEND_CUDA, exact), *b = load_x(fx, dt, HEARTH_BACKEND_CUDA, exact);
   if (!a || !b) {
     hearth_model_free(a);
     hearth_model_free(b);
     REQUIRE(a && b);
   }
-  static struct hb_ops plain;
+  static struct hb_ops plain, watched;
   plain = *b->be;
-  CHECKF(plain.add_norm_matmul && plain.gelu_matmul, "%s: the CUDA op table lacks the folds", fx);
-  plain.add_norm_matmul = NULL;
-  plain.gelu_matmul = NULL;
+  CHECKF(strip(&plain), "%s: the CUDA op table lacks the folds", fx);
   b->be = &plain;
+  if (watch) {
+    watched = *a->be;
+    watch(&watched);
+    a->be = &watched;
+  }
   struct hearth_session *sa = sess(a), *sb = sess(b);
   const int nv = hearth_model_info(a)->n_vocab;
   struct hearth_err err = {0};
-  int32_t pr[5];
-  for (int i = 0; i < 5; i++) pr[i] = (int32_t)((7 + 31 * i) % nv);
+  int32_t pr[64];
+  for (int i = 0; i < n_prompt; i++) pr[i] = (int32_t)((7 + 31 * i) % nv);
   int steps = 0, same = 0;
-  if (sa && sb && !hearth_session_sync(sa, pr, 5, &err) && !hearth_session_sync(sb, pr, 5, &err)) {
+  if (sa && sb && !hearth_session_sync(sa, pr, n_prompt, &err) && !hearth_session_sync(sb, pr, n_prompt, &err)) {
     for (int st = 0; st < 25; st++) {
       const float *la = hearth_session_logits(sa), *lb = hearth_session_logits(sb);
       if (!la || !lb) break;
@@ -683,7 +695,44 @@ static void fold_bits(const char *fx) {
   hearth_model_free(a);
   hearth_model_free(b);
 }
+static void fold_bits(const char *fx) { fold_bits_x(fx, HEARTH_DTYPE_INT4, 0, 5, strip_g4, NULL); }
 TEST_GROUP(gemma4_fold_bits) { fold_bits("gemma4_e"); fold_bits("gemma4_dense"); }
+
+/* Qwen3's q/k norms inside rope_kv_write (attention.cu's rope_kv_norm_kernel) change no bit either: the second
+ * instance's rope_kv_write declines the norms, so model/blocks.c runs the two rmsnorms and the plain rope_kv_write, the
+ * path before the fold. A 20-token prompt (the GEMM path), then 24 decode steps (graphs), f32 exact and int4 f16. */
+static int (*g_rkv)(struct hb_ctx *, struct hb_tensor *, struct hb_tensor *, const struct hb_tensor *,
+                    struct hb_kv_layer *, const struct hb_batch *, int, int, float, const struct hb_tensor *,
+                    const struct hb_tensor *, float);
+static int rkv_no_norm(struct hb_ctx *c, struct hb_tensor *q, struct hb_tensor *k, const struct hb_tensor *v,
+                       struct hb_kv_layer *kv, const struct hb_batch *b, int n_heads, int n_rot, float theta,
+                       const struct hb_tensor *qn, const struct hb_tensor *kn, float eps) {
+  return qn || kn ? 1 : g_rkv(c, q, k, v, kv, b, n_heads, n_rot, theta, NULL, NULL, eps);
+}
+static int strip_qk(struct hb_ops *o) {
+  if (!o->rope_kv_write) return 0;
+  g_rkv = o->rope_kv_write;
+  o->rope_kv_write = rkv_no_norm;
+  return 1;
+}
+/* the first instance's calls that took the norms (so that the check cannot pass with a fold that always declines) */
+static int g_rkv_folded;
+static int rkv_count(struct hb_ctx *c, struct hb_tensor *q, struct hb_tensor *k, const struct hb_tensor *v,
+                     struct hb_kv_layer *kv, const struct hb_batch *b, int n_heads, int n_rot, float theta,
+                     const struct hb_tensor *qn, const struct hb_tensor *kn, float eps) {
+  int rc = g_rkv(c, q, k, v, kv, b, n_heads, n_rot, theta, qn, kn, eps);
+  g_rkv_folded += qn && kn && rc == 0;
+  return rc;
+}
+static void watch_qk(struct hb_ops *o) { o->rope_kv_write = rkv_count; }
+TEST_GROUP(qwen3_fold_bits) {
+  g_rkv_folded = 0;
+  fold_bits_x("qwen3", HEARTH_DTYPE_F32, 1, 20, strip_qk, watch_qk);
+  CHECKF(g_rkv_folded > 0, "qwen3 f32: rope_kv_write never took the q/k norms");
+  g_rkv_folded = 0;
+  fold_bits_x("qwen3", HEARTH_DTYPE_INT4, 0, 20, strip_qk, watch_qk);
+  CHECKF(g_rkv_folded > 0, "qwen3 int4: rope_kv_write never took the q/k norms");
+}
 TEST_GROUP(gemma4_int4) { lm_int4("gemma4_e"); lm_int4("gemma4_dense"); }
 TEST_GROUP(qwen3emb) { embed("qwen3emb", HEARTH_DTYPE_F32, "f32", 0.9999); embed("qwen3emb", HEARTH_DTYPE_INT4, "int4", 0.999); }
 
@@ -691,5 +740,5 @@ TEST_GROUP(qwen3emb) { embed("qwen3emb", HEARTH_DTYPE_F32, "f32", 0.9999); embed
 #pragma GCC diagnostic ignored "-Wmisleading-indentation"
 #endif
 TEST_MAIN(T(step_sampled), T(qwen2_f32), T(qwen3_f32), T(qwen2_int4), T(qwen3_int4), T(step_select), T(step_ahead), T(nan_logits),
-          T(qwen3emb), T(gemma4_f32), T(gemma4_step_ahead), T(gemma4_int4), T(gemma4_fold_bits), T(kv_pool_plan), T(disk_prefix_cache), T(gemma4_ring),
+          T(qwen3emb), T(gemma4_f32), T(gemma4_step_ahead), T(gemma4_int4), T(gemma4_fold_bits), T(qwen3_fold_bits), T(kv_pool_plan), T(disk_prefix_cache), T(gemma4_ring),
           T(gemma4_ring_disk))

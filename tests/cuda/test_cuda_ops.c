@@ -528,6 +528,160 @@ static void check_gemma4_fused(void) {
   }
 }
 
+/* a cache tensor of n_blocks · bs rows in the activation type (other = 0) or the other float type (1: f32 on the fast
+ * path, f16 on the exact one), every element NaN */
+static void kv_nan(struct hb_tensor *t, int other, int64_t rows, int64_t cols) {
+  struct hearth_err err = {0};
+  int rc = !other ? G->alloc(gc, t, HB_F32, rows, cols, &err)
+                  : g_exact ? G->alloc(gc, t, HB_F16, rows, cols, &err) : G->alloc_f32(gc, t, rows, cols, &err);
+  if (rc) fprintf(stderr, "alloc: %s\n", err.msg);
+  float *h = malloc((size_t)(rows * cols) * sizeof *h);
+  for (int64_t i = 0; i < rows * cols; i++) h[i] = NAN;
+  G->write(gc, t, 0, rows, h);
+  free(h);
+}
+
+/* two caches after the same batch: the rows at the batch's slots hold the same bits and are finite, every other row is
+ * still the NaN both started with (nothing written outside the slots) */
+static void cache_same(const struct hb_tensor *a, const struct hb_tensor *b, const struct tb *st, const char *what) {
+  struct hearth_err err = {0};
+  const int64_t rows = a->rows, cols = a->cols;
+  float *ha = malloc((size_t)(rows * cols) * sizeof *ha), *hb = malloc((size_t)(rows * cols) * sizeof *hb);
+  char *slot = calloc((size_t)rows, 1);
+  int rc = G->read(gc, a, 0, rows, ha) | G->read(gc, b, 0, rows, hb);
+  if (rc || G->sync(gc, &err)) {
+    fprintf(stderr, "%s: gpu error: %s\n", what, err.msg);
+    test_failures++;
+  } else {
+    for (int i = 0; i < st->b.n_tokens; i++) {
+      const int p = st->pos[i], bs = st->b.block_size;
+      slot[(int64_t)st->bt[st->seq[i] * st->b.max_blocks + p / bs] * bs + p % bs] = 1;
+    }
+    int64_t diff = 0, bad = 0, stray = 0;
+    for (int64_t r = 0; r < rows; r++)
+      for (int64_t c = 0; c < cols; c++) {
+        const int64_t i = r * cols + c;
+        if (slot[r]) {
+          diff += memcmp(&ha[i], &hb[i], sizeof ha[i]) != 0;
+          bad += !isfinite(hb[i]);
+        } else {
+          stray += !isnan(ha[i]) || !isnan(hb[i]);
+        }
+      }
+    printf("  %-52s %lld of %lld differ\n", what, (long long)diff, (long long)st->b.n_tokens * cols);
+    CHECKF(diff == 0 && bad == 0 && stray == 0,
+           "%s: %lld values differ from the plain ops, %lld non-finite, %lld written outside the batch's slots", what,
+           (long long)diff, (long long)bad, (long long)stray);
+  }
+  free(ha); free(hb); free(slot);
+}
+
+/* rope_kv_write with Qwen3's per-head q/k norms folded in, against rmsnorm(q) + rmsnorm(k) + rope_kv_write on the same
+ * inputs: q and the cache rows the same bits (f16 activations on the fast path, f32 on the exact one; a cache of the
+ * other float type too); q also against the CPU op sequence. Qwen3-Embedding-0.6B's heads (16 q, 8 kv of 128) at one
+ * token (decode), three tokens of two sequences and ~600 of three (an embedding batch), an odd small shape at 64, and
+ * head dim 256; then the shapes it declines, leaving q as it was */
+static void check_rope_kv_norm(void) {
+  struct hearth_err err = {0};
+  const float eps = 1e-6f, theta = 1000000.0f;
+  static const struct { int nq, nkv, hd, ns, ctx[3], nt[3], other; } rc[] = {
+    {16, 8, 128, 1, {40}, {1}, 0},
+    {16, 8, 128, 2, {40, 300}, {1, 2}, 0},
+    {16, 8, 128, 3, {0, 0, 17}, {250, 201, 150}, 0},
+    {16, 8, 128, 2, {0, 5}, {37, 90}, 1},
+    {5, 1, 64, 2, {3, 0}, {4, 3}, 0},
+    {3, 3, 64, 1, {0}, {9}, 1},
+    {4, 2, 256, 2, {20, 0}, {3, 30}, 0},
+  };
+  for (size_t r = 0; r < sizeof rc / sizeof rc[0]; r++) {
+    const int nq = rc[r].nq, nkv = rc[r].nkv, hd = rc[r].hd, ns = rc[r].ns, bs = 16, max_blocks = 32;
+    struct tb st;
+    int ctx[3], nt[3];
+    for (int i = 0; i < 3; i++) { ctx[i] = rc[r].ctx[i]; nt[i] = rc[r].nt[i]; }
+    make_batch(&st, ns, ctx, nt, bs, max_blocks);
+    C->batch_upload(cc, &st.b, &err);
+    if (G->batch_upload(gc, &st.b, &err)) fprintf(stderr, "batch_upload: %s\n", err.msg);
+    const int n = st.b.n_tokens;
+    struct pair q[2], k[2], v[2], qn, kn;
+    struct hb_tensor kc[2], vc[2];
+    float *hq = randv((int64_t)n * nq * hd, 3.0f), *hk = randv((int64_t)n * nkv * hd, 3.0f),
+          *hv = randv((int64_t)n * nkv * hd, 2.0f);
+    for (int i = 0; i < 2; i++) {
+      pair_alloc(&q[i], HB_F32, n, (int64_t)nq * hd);
+      pair_alloc(&k[i], HB_F32, n, (int64_t)nkv * hd);
+      pair_alloc(&v[i], HB_F32, n, (int64_t)nkv * hd);
+      pair_set(&q[i], hq); pair_set(&k[i], hk); pair_set(&v[i], hv);
+      kv_nan(&kc[i], rc[r].other, (int64_t)ns * max_blocks * bs, (int64_t)nkv * hd);
+      kv_nan(&vc[i], rc[r].other, (int64_t)ns * max_blocks * bs, (int64_t)nkv * hd);
+    }
+    struct hb_kv_layer kv[2] = {{.k = kc[0], .v = vc[0], .n_kv_heads = nkv, .head_dim = hd},
+                                {.k = kc[1], .v = vc[1], .n_kv_heads = nkv, .head_dim = hd}};
+    weight_pair(&qn, HB_F32, 1, hd, 1.5f);
+    weight_pair(&kn, HB_F32, 1, hd, 1.5f);
+    /* plain: what model/blocks.c runs without the fold */
+    G->rmsnorm(gc, &q[0].g, &q[0].g, &qn.g, eps, 0.0f);
+    G->rmsnorm(gc, &k[0].g, &k[0].g, &kn.g, eps, 0.0f);
+    CHECK(hb_cuda_rope_kv_write(gc, &q[0].g, &k[0].g, &v[0].g, &kv[0], &st.b, nq, hd, theta, NULL, NULL, 0.0f) == 0);
+    CHECK(hb_cuda_rope_kv_write(gc, &q[1].g, &k[1].g, &v[1].g, &kv[1], &st.b, nq, hd, theta, &qn.g, &kn.g, eps) == 0);
+    char what[112];
+    snprintf(what, sizeof what, "rope_kv_write+qk norm q (%d+%d heads of %d, n %d%s)", nq, nkv, hd, n,
+             rc[r].other ? ", other cache type" : "");
+    gpu_same(&q[0].g, &q[1].g, n, what);
+    snprintf(what, sizeof what, "rope_kv_write+qk norm cache k (n %d)", n);
+    cache_same(&kv[0].k, &kv[1].k, &st, what);
+    snprintf(what, sizeof what, "rope_kv_write+qk norm cache v (n %d)", n);
+    cache_same(&kv[0].v, &kv[1].v, &st, what);
+    /* and q against the CPU's rmsnorm + rope_neox (its own tolerance: a different sin/cos and f16 roundings) */
+    C->rmsnorm(cc, &q[1].c, &q[1].c, &qn.c, eps, 0.0f);
+    C->rope_neox(cc, &q[1].c, &st.b, nq, hd, hd, theta);
+    snprintf(what, sizeof what, "rope_kv_write+qk norm q vs cpu (n %d, hd %d)", n, hd);
+    cmp(&q[1], n, what, g_exact ? 1e-4 : 3e-3);
+    for (int i = 0; i < 2; i++) {
+      pair_free(&q[i]); pair_free(&k[i]); pair_free(&v[i]);
+      G->release(gc, &kc[i]); G->release(gc, &vc[i]);
+    }
+    pair_free(&qn); pair_free(&kn);
+    free(hq); free(hk); free(hv);
+  }
+  /* declined (1, nothing done): head dim 32 (half a rotation is not a lane's pair), a partial rotation, one norm alone;
+   * without norms the same call runs */
+  {
+    struct tb st;
+    int ctx[1] = {5}, nt[1] = {2};
+    make_batch(&st, 1, ctx, nt, 16, 4);
+    G->batch_upload(gc, &st.b, &err);
+    static const struct { int hd, n_rot, one; } dc[] = {{32, 32, 0}, {128, 64, 0}, {128, 128, 1}};
+    for (size_t d = 0; d < sizeof dc / sizeof dc[0]; d++) {
+      const int hd = dc[d].hd, nq = 4, nkv = 2;
+      struct pair q, k, v, qn, kn;
+      struct hb_tensor kc, vc, q0;
+      pair_rand(&q, HB_F32, 2, (int64_t)nq * hd, 3.0f);
+      pair_rand(&k, HB_F32, 2, (int64_t)nkv * hd, 3.0f);
+      pair_rand(&v, HB_F32, 2, (int64_t)nkv * hd, 3.0f);
+      weight_pair(&qn, HB_F32, 1, hd, 1.0f);
+      weight_pair(&kn, HB_F32, 1, hd, 1.0f);
+      kv_nan(&kc, 0, 4 * 16, (int64_t)nkv * hd);
+      kv_nan(&vc, 0, 4 * 16, (int64_t)nkv * hd);
+      struct hb_kv_layer kv = {.k = kc, .v = vc, .n_kv_heads = nkv, .head_dim = hd};
+      if (G->alloc(gc, &q0, HB_F32, 2, (int64_t)nq * hd, &err)) fprintf(stderr, "alloc: %s\n", err.msg);
+      float *h = malloc((size_t)2 * nq * hd * sizeof *h);
+      G->read(gc, &q.g, 0, 2, h);
+      G->write(gc, &q0, 0, 2, h);
+      CHECK(hb_cuda_rope_kv_write(gc, &q.g, &k.g, &v.g, &kv, &st.b, nq, dc[d].n_rot, theta, &qn.g,
+                                  dc[d].one ? NULL : &kn.g, eps) == 1);
+      char what[96];
+      snprintf(what, sizeof what, "rope_kv_write+qk norm declined (hd %d, n_rot %d%s): q", hd, dc[d].n_rot,
+               dc[d].one ? ", q norm alone" : "");
+      gpu_same(&q0, &q.g, 2, what);
+      CHECK(hb_cuda_rope_kv_write(gc, &q.g, &k.g, &v.g, &kv, &st.b, nq, dc[d].n_rot, theta, NULL, NULL, 0.0f) == 0);
+      CHECK(G->sync(gc, &err) == 0);
+      pair_free(&q); pair_free(&k); pair_free(&v); pair_free(&qn); pair_free(&kn);
+      G->release(gc, &kc); G->release(gc, &vc); G->release(gc, &q0);
+      free(h);
+    }
+  }
+}
+
 /* gelu_matmul (the PLE gate's GELU in the projection GEMV's prologue) against gelu_mul + matmul: the same bits on the
  * fast path, at the E2B/E4B widths (PLE slice 256 of L·256 per-layer inputs, hidden 1536 / 2560), 1 and 3 tokens; the
  * exact path declines it (the model then runs the plain ops) */
@@ -745,6 +899,7 @@ static void run_all(int exact) {
   { int c[1] = {20}, nt[1] = {50}; check_attention(1, c, nt, 2, 1, 512, 16, 30.0f, at); }
   check_gemma4_ops(ew * 2);
   check_gemma4_fused();
+  check_rope_kv_norm();
   check_gelu_matmul();
   check_add_norm_matmul();
   check_argmax();
@@ -1181,7 +1336,7 @@ TEST_GROUP(fused) {
     C->rope_neox(cc, &q.c, &pre.b, n_heads, hd, hd, 1000000.0f);
     C->rope_neox(cc, &k.c, &pre.b, n_kv, hd, hd, 1000000.0f);
     C->kv_write(cc, &kv.c, &k.c, &v.c, &pre.b);
-    hb_cuda_rope_kv_write(gc, &q.g, &k.g, &v.g, &kv.g, &pre.b, n_heads, hd, 1000000.0f);
+    CHECK(hb_cuda_rope_kv_write(gc, &q.g, &k.g, &v.g, &kv.g, &pre.b, n_heads, hd, 1000000.0f, NULL, NULL, 0.0f) == 0);
     cmp(&q, n, "rope_kv_write: q", 2e-3);
     struct hb_attn_params ap = {n_heads, n_kv, hd, 1.0f / sqrtf((float)hd), 0, 0.0f};
     C->attention(cc, &o.c, &q.c, &kv.c, &pre.b, &ap);

@@ -1,5 +1,5 @@
-/* backend/cuda/attention.cu — KV write and attention over the paged KV cache (causal, optional
- * sliding window and logit soft-cap), in four kernels:
+/* backend/cuda/attention.cu — KV write (with rope, and Qwen3's q/k norms) and attention over the paged KV cache
+ * (causal, optional sliding window and logit soft-cap), in four kernels:
  *
  *   attn_decode_smem  decode of up to 8 tokens, f16 q and cache, head_dim 64/128/256: one query head
  *                 per block, its keys copied to shared memory (those not written this step before
@@ -124,20 +124,119 @@ __global__ void __launch_bounds__(256) rope_kv_kernel(T *q, const T *k, const T 
   }
 }
 
-void cu_rope_kv_write(struct hb_ctx *ctx, struct hb_tensor *q, struct hb_tensor *k, const struct hb_tensor *v,
-                      struct hb_kv_layer *kv, const struct hb_batch *b, int n_heads, int n_rot, float theta) {
+/* The same with Qwen3's per-head q/k RMSNorm folded in (the two rmsnorm launches between the QKV projection and this
+ * kernel read and wrote all of q and k once more: ~3 % of an embedding pass). Each warp takes whole heads in turn, q
+ * heads then k heads, lane l holding dims l + 32 j (j < NJ = hd / 32), which is rmsnorm_kernel's assignment: the
+ * same lane-strided f32 sum of squares, warp_sum, rsqrtf(ss / hd + eps) and x · inv · (w + 0), rounded to T where
+ * rmsnorm's store rounds it (rnd); so the result is bit-identical to rmsnorm(q) + rmsnorm(k) + rope_kv_kernel
+ * (test_cuda_ops checks the bits). With n_rot = hd the pair (i, i + hd/2) of a rotation sits in one lane (j and
+ * j + NJ/2), so the rotation is rope_kv_kernel's expressions on registers. NJ is a template parameter so that the
+ * pair's index is a constant and x stays in registers. The norm weights are read before griddepcontrol.wait. */
+template <typename T, typename KT, int NJ>
+__global__ void __launch_bounds__(256) rope_kv_norm_kernel(T *q, const T *k, const T *v, KT *kc, KT *vc,
+                                                           const int32_t *pos, const int32_t *seq, const int32_t *bt,
+                                                           int max_blocks, int bs, int n_heads, int n_kv, int hd,
+                                                           const void *qw, int qwdt, const void *kw, int kwdt,
+                                                           float eps, const __grid_constant__ rkv_rinv rinv) {
+  constexpr int HD = 32 * NJ, HALF = HD / 2, NH = NJ / 2;
+  __shared__ float s_sn[HALF], s_cs[HALF];
+  pdl_trigger();
+  const int t = blockIdx.x, p = pos[t], lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
+  for (int i = threadIdx.x; i < HALF; i += blockDim.x) {
+    float sn, cs;
+    sincosf((float)p * rinv.v[i], &sn, &cs);
+    s_sn[i] = sn;
+    s_cs[i] = cs;
+  }
+  const int64_t w = (int64_t)n_kv * HD, slot = (int64_t)bt[(int64_t)seq[t] * max_blocks + p / bs] * bs + p % bs;
+  float wq[NJ], wk[NJ]; /* (w + w_offset) as rmsnorm_kernel forms it, with the offset 0 that blocks.c passes */
+#pragma unroll
+  for (int j = 0; j < NJ; j++) {
+    wq[j] = ld_any(qw, qwdt, lane + 32 * j) + 0.0f;
+    wk[j] = ld_any(kw, kwdt, lane + 32 * j) + 0.0f;
+  }
+  __syncthreads();
+  pdl_wait();
+  /* h is the same for every lane of a warp: the loop and its branches are warp-uniform (warp_sum needs all 32) */
+  for (int h = warp; h < n_heads + n_kv; h += n_warps) {
+    const bool isq = h < n_heads;
+    const T *src = isq ? q + ((int64_t)t * n_heads + h) * HD : k + ((int64_t)t * n_kv + (h - n_heads)) * HD;
+    float x[NJ], ss = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NJ; j++) {
+      x[j] = ldf(src + lane + 32 * j);
+      ss += x[j] * x[j];
+    }
+    ss = warp_sum(ss);
+    const float inv = rsqrtf(ss / (float)hd + eps); /* hd (= HD) from the arguments: the same division as rmsnorm's */
+#pragma unroll
+    for (int j = 0; j < NJ; j++) x[j] = rnd<T>(x[j] * inv * (isq ? wq[j] : wk[j]));
+#pragma unroll
+    for (int j = 0; j < NH; j++) {
+      const int i = lane + 32 * j;
+      const float sn = s_sn[i], cs = s_cs[i], a = x[j], bb = x[j + NH];
+      x[j] = a * cs - bb * sn;
+      x[j + NH] = bb * cs + a * sn;
+    }
+    if (isq) {
+      T *o = q + ((int64_t)t * n_heads + h) * HD;
+#pragma unroll
+      for (int j = 0; j < NJ; j++) stf(o + lane + 32 * j, x[j]);
+    } else {
+      KT *o = kc + slot * w + (int64_t)(h - n_heads) * HD;
+#pragma unroll
+      for (int j = 0; j < NJ; j++) stf(o + lane + 32 * j, x[j]);
+    }
+  }
+  const T *vt = v + (int64_t)t * w;
+  for (int j = threadIdx.x; j < w; j += blockDim.x) stf(vc + slot * w + j, ldf(vt + j));
+}
+
+int cu_rope_kv_write(struct hb_ctx *ctx, struct hb_tensor *q, struct hb_tensor *k, const struct hb_tensor *v,
+                     struct hb_kv_layer *kv, const struct hb_batch *b, int n_heads, int n_rot, float theta,
+                     const struct hb_tensor *q_norm, const struct hb_tensor *k_norm, float eps) {
   const int n_kv = kv->n_kv_heads, hd = kv->head_dim, nt = b->n_tokens;
-  if (nt <= 0) return;
+  const bool norm = q_norm || k_norm;
+  if (norm) { /* covered: both norms of head_dim entries in a float type, a whole-head rotation, hd 64 / 128 / 256 */
+    const bool wok = q_norm && k_norm && q_norm->rows * q_norm->cols == hd && k_norm->rows * k_norm->cols == hd &&
+                     (q_norm->dtype == HB_F32 || q_norm->dtype == HB_F16 || q_norm->dtype == HB_BF16) &&
+                     (k_norm->dtype == HB_F32 || k_norm->dtype == HB_F16 || k_norm->dtype == HB_BF16);
+    if (!wok || n_rot != hd || (hd != 64 && hd != 128 && hd != 256) ||
+        (q->dtype != HB_F16 && q->dtype != HB_F32) || (kv->k.dtype != HB_F16 && kv->k.dtype != HB_F32))
+      return 1;
+  }
+  if (nt <= 0) return 0;
   if (!b->d_pos.data || q->cols != (int64_t)n_heads * hd || k->cols != (int64_t)n_kv * hd || v->cols != k->cols ||
       q->dtype != k->dtype || k->dtype != v->dtype || kv->k.dtype != kv->v.dtype || n_rot > hd || n_rot % 2 ||
       n_rot / 2 > RKV_MAX_HALF) {
     CU_ARG(ctx, "rope_kv_write: shapes/dtypes or batch not uploaded");
-    return;
+    return 0;
   }
   rkv_rinv rinv;
   cu_rope_rinv(rinv.v, n_rot, theta);
   const int32_t *pos = (const int32_t *)b->d_pos.data, *seq = (const int32_t *)b->d_seq.data,
                 *bt = (const int32_t *)b->d_block_table.data;
+  if (norm) {
+#define RKN(T, KT, NJ)                                                                                              \
+  cu_launch_pdl(ctx, "rope_kv_write", rope_kv_norm_kernel<T, KT, NJ>, dim3((unsigned)nt), dim3(256), 0,             \
+                (T *)q->data, (const T *)k->data, (const T *)v->data, (KT *)kv->k.data, (KT *)kv->v.data, pos, seq, \
+                bt, b->max_blocks, b->block_size, n_heads, n_kv, hd, q_norm->data, (int)q_norm->dtype,              \
+                k_norm->data, (int)k_norm->dtype, eps, rinv)
+#define RKN_HD(T, KT)                   \
+  do {                                  \
+    if (hd == 64) RKN(T, KT, 2);        \
+    else if (hd == 128) RKN(T, KT, 4);  \
+    else RKN(T, KT, 8);                 \
+  } while (0)
+    if (q->dtype == HB_F16 && kv->k.dtype == HB_F16) RKN_HD(__half, __half);
+    else if (q->dtype == HB_F32 && kv->k.dtype == HB_F32) RKN_HD(float, float);
+    else if (q->dtype == HB_F16 && kv->k.dtype == HB_F32) RKN_HD(__half, float);
+    else RKN_HD(float, __half);
+#undef RKN_HD
+#undef RKN
+    CU_LAUNCHED(ctx, "rope_kv_write");
+    return 0;
+  }
 #define RKV(T, KT)                                                                                                  \
   cu_launch_pdl(ctx, "rope_kv_write", rope_kv_kernel<T, KT>, dim3((unsigned)nt), dim3(256), 0, (T *)q->data,       \
                 (const T *)k->data, (const T *)v->data, (KT *)kv->k.data, (KT *)kv->v.data, pos, seq, bt,            \
@@ -148,6 +247,7 @@ void cu_rope_kv_write(struct hb_ctx *ctx, struct hb_tensor *q, struct hb_tensor 
   else RKV(float, __half);
 #undef RKV
   CU_LAUNCHED(ctx, "rope_kv_write");
+  return 0;
 }
 
 template <int D>

@@ -937,10 +937,11 @@ extern "C" void hb_cuda_set_attn_o_max(struct hb_ctx *c, int max_len) { c->attn_
 extern "C" int hb_cuda_attn_o_chunk(int head_dim) { return cu_attn_o_chunk(head_dim); }
 extern "C" void hb_cuda_profiler_range(int on) { (void)(on ? cudaProfilerStart() : cudaProfilerStop()); }
 
-extern "C" void hb_cuda_rope_kv_write(struct hb_ctx *c, struct hb_tensor *q, struct hb_tensor *k,
-                                      const struct hb_tensor *v, struct hb_kv_layer *kv, const struct hb_batch *b,
-                                      int n_heads, int n_rot, float theta) {
-  if (!c->status) cu_rope_kv_write(c, q, k, v, kv, b, n_heads, n_rot, theta);
+extern "C" int hb_cuda_rope_kv_write(struct hb_ctx *c, struct hb_tensor *q, struct hb_tensor *k,
+                                     const struct hb_tensor *v, struct hb_kv_layer *kv, const struct hb_batch *b,
+                                     int n_heads, int n_rot, float theta, const struct hb_tensor *q_norm,
+                                     const struct hb_tensor *k_norm, float eps) {
+  return c->status ? 0 : cu_rope_kv_write(c, q, k, v, kv, b, n_heads, n_rot, theta, q_norm, k_norm, eps);
 }
 
 

@@ -55,7 +55,8 @@ void hb_cuda_argmax(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, s
  *   Decode use: norm+QKV in one launch; norm+gate+up in one; o_proj+residual (norm_w NULL, add).
  * silu_matmul: out (+)= (silu(gate) * up) · wᵀ — SwiGLU + down_proj (+ residual).
  * rope_kv_write: rope_neox(q, n_heads), rope_neox(k, kv->n_kv_heads), kv_write(kv, k, v); k itself
- *   is left un-rotated (only its cache copy is). */
+ *   is left un-rotated (only its cache copy is); with q_norm and k_norm, Qwen3's rmsnorm(q, q_norm) and
+ *   rmsnorm(k, k_norm) first (k itself then left un-normed too). */
 void hb_cuda_norm_matmul(struct hb_ctx *ctx, const struct hb_tensor *x, const struct hb_tensor *norm_w, float eps,
                          float w_offset, int n_mm, struct hb_tensor *const *outs, const struct hb_tensor *const *ws,
                          const struct hb_tensor *const *biases, int n, int add);
@@ -86,8 +87,11 @@ int hb_cuda_gelu_matmul(struct hb_ctx *ctx, struct hb_tensor *out, const struct 
 int hb_cuda_norm_swiglu(struct hb_ctx *ctx, const struct hb_tensor *x, const struct hb_tensor *norm_w, float eps,
                         const struct hb_tensor *w_gate, const struct hb_tensor *w_up, struct hb_tensor *out, int n,
                         int act);
-void hb_cuda_rope_kv_write(struct hb_ctx *ctx, struct hb_tensor *q, struct hb_tensor *k, const struct hb_tensor *v,
-                           struct hb_kv_layer *kv, const struct hb_batch *b, int n_heads, int n_rot, float theta);
+/* rope_kv_write (backend.h); with q_norm and k_norm one launch for head dims 64, 128 and 256 with n_rot = head_dim
+ * (attention.cu, rope_kv_norm_kernel); 1 = those norms not covered */
+int hb_cuda_rope_kv_write(struct hb_ctx *ctx, struct hb_tensor *q, struct hb_tensor *k, const struct hb_tensor *v,
+                          struct hb_kv_layer *kv, const struct hb_batch *b, int n_heads, int n_rot, float theta,
+                          const struct hb_tensor *q_norm, const struct hb_tensor *k_norm, float eps);
 /* attn_o (backend.h): one launch for a one-token step (f16, int4 wo, sm_90); 1 = not covered */
 int hb_cuda_attn_o(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *q, const struct hb_kv_layer *kv,
                    const struct hb_batch *b, const struct hb_attn_params *p, const struct hb_tensor *wo);

@@ -137,6 +137,15 @@ __device__ __forceinline__ float ldf(const __nv_bfloat16 *p) { return __bfloat16
 __device__ __forceinline__ void stf(float *p, float v) { *p = v; }
 __device__ __forceinline__ void stf(__half *p, float v) { *p = __float2half_rn(v); }
 
+/* v rounded to the storage type T and back, as a store by one plain kernel and a load by the next would do (the
+ * fused kernels' way of keeping the plain sequence's roundings: gemma4_fused.cu, attention.cu's rope_kv_norm) */
+template <typename T>
+__device__ __forceinline__ float rnd(float v) {
+  T t;
+  stf(&t, v);
+  return ldf(&t);
+}
+
 /* a small tensor (norm weights, biases) whose dtype is known only at run time */
 __device__ __forceinline__ float ld_any(const void *p, int dt, int64_t i) {
   if (dt == HB_F32) return ((const float *)p)[i];
@@ -344,8 +353,11 @@ void cu_rope_neox(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_batch
 /* attention.cu */
 void cu_kv_write(struct hb_ctx *ctx, struct hb_kv_layer *kv, const struct hb_tensor *k,
                  const struct hb_tensor *v, const struct hb_batch *b);
-void cu_rope_kv_write(struct hb_ctx *ctx, struct hb_tensor *q, struct hb_tensor *k, const struct hb_tensor *v,
-                      struct hb_kv_layer *kv, const struct hb_batch *b, int n_heads, int n_rot, float theta);
+/* rope_kv_write (backend.h), with Qwen3's per-head q/k norms folded in when q_norm and k_norm are given; 1 = those
+ * norms not covered (nothing done) */
+int cu_rope_kv_write(struct hb_ctx *ctx, struct hb_tensor *q, struct hb_tensor *k, const struct hb_tensor *v,
+                     struct hb_kv_layer *kv, const struct hb_batch *b, int n_heads, int n_rot, float theta,
+                     const struct hb_tensor *q_norm, const struct hb_tensor *k_norm, float eps);
 void cu_attention(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *q,
                   const struct hb_kv_layer *kv, const struct hb_batch *b, const struct hb_attn_params *p);
 /* attn_wide.cu: attention at the head dims the kernels above are not built for (multiples of 32 up to 1024) */

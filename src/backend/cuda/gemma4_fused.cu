@@ -9,14 +9,6 @@
 
 #include "backend/cuda/cuda_common.cuh"
 
-/* v rounded to the storage type T and back, as a store by one plain kernel and a load by the next would do */
-template <typename T>
-__device__ __forceinline__ float rnd(float v) {
-  T t;
-  stf(&t, v);
-  return ldf(&t);
-}
-
 /* ---- g4_qkv_post ---------------------------------------------------------------------------------------
  * One warp per (token, head); heads [0, nq) are q, then (with a cache) nkv heads of k and nkv of v. Lane l holds
  * dims l + 32 j, so a rotation pair (i, i + hd/2) sits in one lane when hd/2 is a multiple of 32. The norm is
