@@ -250,6 +250,7 @@ static void fill_info(struct hearth_model *m, const struct hearth_model_params *
   i->n_ff = c->intermediate_size;
   i->n_ctx_train = c->max_position_embeddings;
   i->max_seqs = m->max_seqs;
+  i->max_batch_tokens = m->scratch.max_tokens;
   /* a backend without set_row_invariant computes every row alike in any batch (backend.h): a verify forward of
    * k + 1 tokens then gives the bits of k + 1 one-token steps (decisions.md, prompt-lookup speculation). Not with
    * a sliding-window pool (runtime/kv_ring.h): a verify pass maps and may release sliding blocks for draft

@@ -10,6 +10,7 @@
 struct embed_queue {
   struct hearth_model *m;
   int d;
+  long round_tokens;            /* EMBQ_ROUND_TOKENS, or the model's pass when larger */
   pthread_mutex_t mu;
   pthread_cond_t cv;
   int leading;                  /* a round is being gathered or run */
@@ -29,6 +30,8 @@ int embq_new(struct hearth_model *m, struct embed_queue **out, struct hearth_err
   if (!q) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
   q->m = m;
   q->d = hearth_model_info(m)->n_embd;
+  const int pass = hearth_model_info(m)->max_batch_tokens;
+  q->round_tokens = pass > EMBQ_ROUND_TOKENS ? pass : EMBQ_ROUND_TOKENS;
   pthread_mutex_init(&q->mu, NULL);
   pthread_cond_init(&q->cv, NULL);
   *out = q;
@@ -99,7 +102,7 @@ static int round_gone(void *arg) {
   return 1;
 }
 
-/* with mu held: takes inputs of the queued requests, in turn, up to EMBQ_ROUND_TOKENS (and at most 64
+/* with mu held: takes inputs of the queued requests, in turn, up to q->round_tokens (and at most 64
  * requests); drops the inputs of gone requests. Returns the inputs staged (0: nothing to do). */
 static int gather(struct embed_queue *q, struct round *rd) {
   rd->n = 0;
@@ -111,9 +114,9 @@ static int gather(struct embed_queue *q, struct round *rd) {
       finish(q, r, HEARTH_ERR_CANCELLED);
       continue;
     }
-    if (r->next >= r->n || rd->n == 64 || tokens >= EMBQ_ROUND_TOKENS) continue;
+    if (r->next >= r->n || rd->n == 64 || tokens >= q->round_tokens) continue;
     const int had = n;
-    while (r->next < r->n && (n == 0 || tokens + r->lens[r->order[r->next]] <= EMBQ_ROUND_TOKENS)) {
+    while (r->next < r->n && (n == 0 || tokens + r->lens[r->order[r->next]] <= q->round_tokens)) {
       if (grow(q, n + 1)) break;
       int i = r->order[r->next++];
       q->tok[n] = r->tokens[i];

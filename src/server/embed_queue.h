@@ -19,7 +19,9 @@
 #include "hearth.h"
 
 /* Tokens one round takes at most (at least one input): large enough to fill several passes with
- * like-length inputs, small enough that a new request waits for at most one round. */
+ * like-length inputs, small enough that a new request waits for at most one round; and never less
+ * than one whole pass of the model (16,384 tokens on CUDA: rounds of 8,192 made W6's passes half
+ * full, ~7,870 tokens, bench/RESULTS.md session 29). */
 enum { EMBQ_ROUND_TOKENS = 8192 };
 
 struct embq_req {
