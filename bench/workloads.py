@@ -110,18 +110,24 @@ def ttft(c, model, messages):
 
 
 def gen_records(data, n, seed=1234):
-    """n deterministic records of roughly 50-300 tokens built from the classify descriptions."""
+    """n deterministic records of 50-300 tokens (benchmarks.md, W6) built from the classify descriptions.
+
+    Sized in characters, ~1.9 a token for these descriptions: with the Qwen3 tokenizer, 500 records measured
+    59-276 tokens, mean 154. (Until session 29 they were sized in words at an assumed 1.3 tokens a word; the
+    descriptions run ~3.8, so records averaged ~490 tokens and 46 % of them passed 512, where sentence-transformers
+    truncates: the two sides did not embed the same text.)"""
     items = [it['description'] for it in data['items']]
     out = []
     x = seed
     for i in range(n):
         x = (x * 1103515245 + 12345) & 0x7fffffff
-        words = 35 + x % 190  # ~1.3 tokens a word: 50-300 tokens
-        parts, k = [], i
-        while sum(len(p.split()) for p in parts) < words:
+        budget = 120 + x % 340  # characters
+        parts, k, size = [], i, 0
+        while size < budget:
             parts.append(items[k % len(items)])
+            size += len(parts[-1]) + 1
             k = k * 7 + 3
-        text = ' '.join(' '.join(parts).split()[:words])
+        text = ' '.join(parts)[:budget].rsplit(' ', 1)[0]
         out.append(f'record {i}: {text}')
     return out
 
