@@ -171,6 +171,159 @@ static void avx2_matmul_q4q8(const struct cpu_q4 *w, const struct cpu_q8 *a, int
   }
 }
 
+
+/* ---- attention: the flash tile of kern_impl.h written with AVX2 intrinsics ----------------------------------------
+ * Why: gcc kept much of kern_impl.h's tile scalar on AVX2 (the softmax and the score arrays went through the stack
+ * one float at a time), and at pp512 on the 0.5B it took 30 % of the time against the matmul's 42 % (perf, session
+ * 29). Same algorithm and order per row as kern_impl.h: keys 16 at a time, transposed; per row a score per key as one
+ * FMA chain over the head dims, the online softmax with the same exp polynomial, then O = O·f + Σ p·v over the keys
+ * in order. Four rows' score chains run side by side to hide the FMA latency; the arithmetic of a row does not
+ * depend on its neighbours, so the result does not depend on the tile (batch invariance). Soft-capped heads
+ * (Gemma 4) keep kern_impl.h's tile. */
+static inline __m256 avx2_exp8(__m256 x) { /* kern_impl.h's expf, eight lanes */
+  x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.3f));
+  const __m256 big = _mm256_set1_ps(12582912.0f);
+  __m256 fn = _mm256_sub_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), big), big);
+  __m256 r = _mm256_fnmadd_ps(fn, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(fn, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  __m256 y = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
+  __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(fn), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+static inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+  return _mm_cvtss_f32(s);
+}
+
+#define A2_KB 16
+static void avx2_attn_tile_fast(const struct cpu_attn_job *j, int t0, int t1, int kvh) {
+  const int hd = j->head_dim, G = j->n_heads / j->n_kv_heads, M = (t1 - t0) * G;
+  if (j->softcap > 0.0f || M * hd > KERN_ATT_OBUF || hd > KERN_ATT_MAX_HD || hd % 16) {
+    avx2_attn_tile(j, t0, t1, kvh); /* kern_impl.h's tile */
+    return;
+  }
+  const int64_t ldq = (int64_t)j->n_heads * hd, ldkv = (int64_t)j->n_kv_heads * hd;
+  const int seq = j->seq[t0];
+  float O[KERN_ATT_OBUF] __attribute__((aligned(32)));
+  float KT[KERN_ATT_MAX_HD * A2_KB] __attribute__((aligned(32)));
+  const float *vrow[A2_KB];
+  float mrow[KERN_ATT_OBUF / 16], lrow[KERN_ATT_OBUF / 16];
+  int lo[KERN_ATT_OBUF / 16], hi[KERN_ATT_OBUF / 16];
+  const float *qrow[KERN_ATT_OBUF / 16];
+  int kmin = 1 << 30, kmax = -1;
+  for (int i = 0; i < M; i++) {
+    int t = t0 + i / G, h = kvh * G + i % G, p = j->pos[t];
+    lo[i] = j->window > 0 && p - j->window + 1 > 0 ? p - j->window + 1 : 0;
+    hi[i] = p;
+    if (lo[i] < kmin) kmin = lo[i];
+    if (hi[i] > kmax) kmax = hi[i];
+    mrow[i] = -INFINITY;
+    lrow[i] = 0.0f;
+    qrow[i] = j->q + t * ldq + (int64_t)h * hd;
+  }
+  memset(O, 0, (size_t)M * hd * sizeof *O);
+  const __m256i lane0 = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), lane1 = _mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15);
+  const __m256 ninf = _mm256_set1_ps(-INFINITY), vscale = _mm256_set1_ps(j->scale);
+  for (int kb = kmin; kb <= kmax; kb += A2_KB) {
+    const int nk = kmax - kb + 1 < A2_KB ? kmax - kb + 1 : A2_KB;
+    for (int jj = 0; jj < A2_KB; jj++) {
+      if (jj < nk) {
+        const int p = kb + jj;
+        const int64_t sl = (int64_t)j->block_table[seq * j->max_blocks + p / j->block_size] * j->block_size + p % j->block_size;
+        const float *kr = j->k + sl * ldkv + (int64_t)kvh * hd;
+        vrow[jj] = j->v + sl * ldkv + (int64_t)kvh * hd;
+        for (int d = 0; d < hd; d++) KT[d * A2_KB + jj] = kr[d];
+      } else {
+        vrow[jj] = NULL;
+        for (int d = 0; d < hd; d++) KT[d * A2_KB + jj] = 0.0f;
+      }
+    }
+    const __m256i k0 = _mm256_add_epi32(lane0, _mm256_set1_epi32(kb)), k1 = _mm256_add_epi32(lane1, _mm256_set1_epi32(kb));
+    const __m256i kend = _mm256_set1_epi32(kb + nk - 1);
+    /* the rows this key block touches, four at a time for the score chains */
+    int rows[KERN_ATT_OBUF / 16], nr = 0;
+    for (int i = 0; i < M; i++)
+      if (!(kb > hi[i] || kb + nk - 1 < lo[i])) rows[nr++] = i;
+    for (int r0 = 0; r0 < nr; r0 += 4) {
+      const int R = nr - r0 < 4 ? nr - r0 : 4;
+      __m256 s0[4], s1[4];
+      for (int r = 0; r < 4; r++) s0[r] = s1[r] = _mm256_setzero_ps();
+      const float *qp[4];
+      for (int r = 0; r < 4; r++) qp[r] = qrow[rows[r0 + (r < R ? r : 0)]];
+      for (int d = 0; d < hd; d++) {
+        const __m256 a = _mm256_load_ps(KT + d * A2_KB), b = _mm256_load_ps(KT + d * A2_KB + 8);
+        for (int r = 0; r < 4; r++) {
+          const __m256 qd = _mm256_broadcast_ss(qp[r] + d);
+          s0[r] = _mm256_fmadd_ps(qd, a, s0[r]);
+          s1[r] = _mm256_fmadd_ps(qd, b, s1[r]);
+        }
+      }
+      for (int r = 0; r < R; r++) {
+        const int i = rows[r0 + r];
+        __m256 x0 = _mm256_mul_ps(s0[r], vscale), x1 = _mm256_mul_ps(s1[r], vscale);
+        const __m256i l = _mm256_set1_epi32(lo[i] - 1), h = _mm256_set1_epi32(hi[i] + 1);
+        /* valid: lo <= key <= hi and key <= kb + nk - 1 */
+        const __m256 v0 = _mm256_castsi256_ps(_mm256_and_si256(_mm256_and_si256(_mm256_cmpgt_epi32(k0, l), _mm256_cmpgt_epi32(h, k0)),
+                                                               _mm256_cmpgt_epi32(_mm256_add_epi32(kend, _mm256_set1_epi32(1)), k0)));
+        const __m256 v1 = _mm256_castsi256_ps(_mm256_and_si256(_mm256_and_si256(_mm256_cmpgt_epi32(k1, l), _mm256_cmpgt_epi32(h, k1)),
+                                                               _mm256_cmpgt_epi32(_mm256_add_epi32(kend, _mm256_set1_epi32(1)), k1)));
+        x0 = _mm256_blendv_ps(ninf, x0, v0);
+        x1 = _mm256_blendv_ps(ninf, x1, v1);
+        const float mx = fmaxf(mrow[i], hmax8(_mm256_max_ps(x0, x1)));
+        const float f = mrow[i] == -INFINITY ? 0.0f : avx2_expf(mrow[i] - mx);
+        const __m256 vmx = _mm256_set1_ps(mx);
+        const __m256 p0 = _mm256_and_ps(avx2_exp8(_mm256_sub_ps(x0, vmx)), v0), p1 = _mm256_and_ps(avx2_exp8(_mm256_sub_ps(x1, vmx)), v1);
+        lrow[i] = lrow[i] * f + hsum8(_mm256_add_ps(p0, p1));
+        mrow[i] = mx;
+        float pr[A2_KB] __attribute__((aligned(32)));
+        _mm256_store_ps(pr, p0);
+        _mm256_store_ps(pr + 8, p1);
+        float *o = O + (int64_t)i * hd;
+        const __m256 vf = _mm256_set1_ps(f);
+        for (int d0 = 0; d0 < hd; d0 += 64) { /* eight vectors of the output row at a time */
+          const int nv = hd - d0 < 64 ? (hd - d0) / 8 : 8;
+          __m256 acc[8];
+          for (int v = 0; v < nv; v++) acc[v] = _mm256_mul_ps(_mm256_loadu_ps(o + d0 + 8 * v), vf);
+          for (int jj = 0; jj < nk; jj++) {
+            const __m256 pj = _mm256_set1_ps(pr[jj]);
+            const float *vr = vrow[jj] + d0;
+            for (int v = 0; v < nv; v++) acc[v] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vr + 8 * v), acc[v]);
+          }
+          for (int v = 0; v < nv; v++) _mm256_storeu_ps(o + d0 + 8 * v, acc[v]);
+        }
+      }
+    }
+  }
+  for (int i = 0; i < M; i++) {
+    float *out = j->out + (qrow[i] - j->q);
+    const __m256 inv = _mm256_set1_ps(lrow[i] > 0.0f ? 1.0f / lrow[i] : 0.0f);
+    for (int d = 0; d < hd; d += 8) _mm256_storeu_ps(out + d, _mm256_mul_ps(_mm256_loadu_ps(O + (int64_t)i * hd + d), inv));
+  }
+}
+
+
+/* silu_mul with the eight-lane exp (kern_impl.h's version went through the stack: 5 % of pp512 after the attention
+ * above, perf, session 29); the same expression per element: g / (1 + exp(-g)) * u */
+static void avx2_silu_mul_fast(float *o, const float *g, const float *u, int64_t n) {
+  int64_t i = 0;
+  const __m256 one = _mm256_set1_ps(1.0f);
+  for (; i + 8 <= n; i += 8) {
+    const __m256 gv = _mm256_loadu_ps(g + i), uv = _mm256_loadu_ps(u + i);
+    const __m256 e = avx2_exp8(_mm256_sub_ps(_mm256_setzero_ps(), gv));
+    _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_div_ps(gv, _mm256_add_ps(one, e)), uv));
+  }
+  for (; i < n; i++) o[i] = g[i] / (1.0f + avx2_expf(-g[i])) * u[i];
+}
+
 const struct cpu_kernels cpu_kernels_avx2 = {
   .name = "avx2",
   .matmul_q4 = NULL,
@@ -181,8 +334,8 @@ const struct cpu_kernels cpu_kernels_avx2 = {
   .q4_row = q4x16_row,
   .q8_quantize = avx2_q8_quantize,
   .matmul_q4q8 = avx2_matmul_q4q8,
-  .attn_tile = avx2_attn_tile,
-  .silu_mul = avx2_silu_mul,
+  .attn_tile = avx2_attn_tile_fast,
+  .silu_mul = avx2_silu_mul_fast,
   .gelu_mul = avx2_gelu_mul,
 };
 #endif /* __x86_64__ */
