@@ -912,10 +912,8 @@ extern "C" int hb_cuda_norm_swiglu(struct hb_ctx *c, const struct hb_tensor *x, 
   /* prefill (SiLU): rmsnorm, then the gate/up GEMM with silu(g) * u in its epilogue, where that GEMM covers the
    * shapes; asked with a dry run first, so that a decline leaves nothing done */
   if (act != HB_ACT_SILU || x->dtype != HB_F16 || n > x->rows) return 1;
-  struct hb_tensor probe = *x;
-  probe.rows = n;
-  struct hb_tensor xn;
-  if (!cu_gemm_q4_swiglu_covers(c, &probe, w_gate, w_up, out, n) || tmp_tensor(c, 0, x, n, x->cols, &xn)) return 1;
+  struct hb_tensor xn; /* x stands in for xn in the question: same dtype, cols and (>= n) rows */
+  if (!cu_gemm_q4_swiglu_covers(c, x, w_gate, w_up, out, n) || tmp_tensor(c, 0, x, n, x->cols, &xn)) return 1;
   cu_rmsnorm(c, &xn, x, norm_w, eps, 0.0f);
   if (cu_gemm_q4_swiglu(c, &xn, w_gate, w_up, out, n)) CU_ARG(c, "norm_swiglu: the SwiGLU GEMM declined after its check");
   return 0;

@@ -463,10 +463,10 @@ static int swiglu_plan(struct hb_ctx *ctx, const struct hb_tensor *x, const stru
       K > INT32_MAX || x->cols < K || N <= 0 || N > INT32_MAX / 4 || out->dtype != HB_F16 || out->cols != N ||
       out->rows < n || out->data == x->data)
     return 1;
-  const int NT = n <= 64 && !ctx->row_invariant ? 64 : 128, gy = (n + NT - 1) / NT;
-  /* cu_gemm_q4 splits K when the gate/up launch (128-row tiles) is under one wave: not covered; nor the 64-token
-   * tile (n <= 64 outside row-invariant mode, where the gate/up launch is always under a wave) */
-  if (NT != 128) return 1;
+  /* the 128-token tile only (cu_gemm_q4 takes 64 for n <= 64 outside row-invariant mode, where the gate/up launch
+   * is always under a wave), and no split K: cu_gemm_q4 splits when the launch (128-row tiles) is under one wave */
+  if (n <= 64 && !ctx->row_invariant) return 1;
+  const int NT = 128, gy = (n + NT - 1) / NT;
   if ((int)((N + 127) / 128) * gy < ctx->n_sm && !ctx->row_invariant) return 1;
   const size_t sm = cu_gemm_wg_smem(K, NT, 2);
   if (sm + 256 > ctx->smem_optin) return 1;
