@@ -22,7 +22,7 @@ int main(int argc, char **argv) {
   for(int64_t i=0;i<rows*cols/128;i++) w.d[i]=0x2000+(rand()&0xff);
   q4x16_repack(&w);
   float *x=malloc(4*n*cols),*o=malloc(4*n*rows); for(int64_t i=0;i<n*cols;i++) x[i]=rand()/(float)RAND_MAX-0.5f;
-  int64_t G=cols/128; struct cpu_q8 a={malloc(n*cols),malloc(n*cols),malloc(4*n*G),malloc(4*n*G),cols};
+  int64_t G=cols/128; struct cpu_q8 a={malloc(n*cols),malloc(n*cols),malloc(4*n*G),malloc(4*n*G),cols,malloc(2*n*cols)};
   cpu_kernels_avx512.q8_quantize(x,cols,0,n,&a);
   const int avx2 = argc > 4 && !strcmp(argv[4], "avx2");
   const struct cpu_kernels *ks[2]={avx2 ? &cpu_kernels_avx2 : &cpu_kernels_avx512, avx2 ? &cpu_kernels_avx512 : &cpu_kernels_amx};

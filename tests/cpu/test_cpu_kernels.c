@@ -81,13 +81,13 @@ static void free_q4(struct cpu_q4 *w) {
   free(w->packed);
 }
 
-/* 16-bit activations as two int8 planes (cpu_kernels.h) */
+/* 16-bit activations as two int8 planes and as int16 (cpu_kernels.h) */
 static struct cpu_q8 make_q8(int n, int64_t cols) {
   struct cpu_q8 a = {malloc((size_t)(n * cols)), malloc((size_t)(n * cols)), malloc((size_t)(n * cols / 128) * 4),
-                     malloc((size_t)(n * cols / 128) * 4), cols};
+                     malloc((size_t)(n * cols / 128) * 4), cols, malloc((size_t)(n * cols) * 2)};
   return a;
 }
-static void free_q8(struct cpu_q8 *a) { free(a->q); free(a->lo); free(a->s); free(a->c); }
+static void free_q8(struct cpu_q8 *a) { free(a->q); free(a->lo); free(a->s); free(a->c); free(a->v16); }
 
 TEST_GROUP(repack) {
   const int64_t shapes[][2] = {{1, 128}, {16, 128}, {17, 256}, {37, 384}, {64, 896}, {5, 1024}};
@@ -165,11 +165,12 @@ static void quantize_cases(void) {
     struct cpu_q8 ref = make_q8(n, cols);
     q4x16_q8_quantize_generic(x, ldx, 0, n, &ref);
     /* bound: |x - s*v| <= s/2, v = 256*hi + lo; hi in [-127, 127]; c = -8 * sum(v) */
-    int bad = 0, badsplit = 0, badc = 0;
+    int bad = 0, badsplit = 0, badc = 0, badv16 = 0;
     for (int t = 0; t < n; t++)
       for (int64_t k = 0; k < cols; k++) {
         float s = ref.s[t * (cols / 128) + k / 128];
         int v = 256 * ref.q[t * cols + k] + ref.lo[t * cols + k];
+        if (ref.v16[t * cols + k] != v) badv16++;
         if (fabsf(x[t * ldx + k] - s * (float)v) > s * 0.505f + 1e-30f) bad++; /* 0.5 + rounding of x*id and s*v */
         if (ref.q[t * cols + k] < -127 || v < -Q8_VMAX || v > Q8_VMAX) badsplit++;
       }
@@ -182,12 +183,15 @@ static void quantize_cases(void) {
       }
     CHECKF(bad == 0, "generic quantization error out of bound at %d places", bad);
     CHECKF(badsplit == 0 && badc == 0, "generic split out of range at %d places, c wrong in %d blocks", badsplit, badc);
+    CHECKF(badv16 == 0, "generic v16 differs from 256 * hi + lo at %d places", badv16);
     for (int si = 1; si < n_sets; si++) {
       struct cpu_q8 a = make_q8(n, cols);
       memset(a.q, 0x55, (size_t)(n * cols));
       memset(a.lo, 0x55, (size_t)(n * cols));
+      memset(a.v16, 0x55, (size_t)(n * cols) * 2);
       sets[si]->q8_quantize(x, ldx, 0, 3, &a);
       sets[si]->q8_quantize(x, ldx, 3, n, &a);
+      CHECKF(!memcmp(a.v16, ref.v16, (size_t)(n * cols) * 2), "%s: v16 differs (cols %lld)", sets[si]->name, (long long)cols);
       CHECKF(!memcmp(a.q, ref.q, (size_t)(n * cols)), "%s: q differs (cols %lld)", sets[si]->name, (long long)cols);
       CHECKF(!memcmp(a.lo, ref.lo, (size_t)(n * cols)), "%s: lo differs (cols %lld)", sets[si]->name, (long long)cols);
       CHECKF(!memcmp(a.s, ref.s, (size_t)(n * cols / 128) * 4), "%s: s differs", sets[si]->name);
@@ -332,6 +336,7 @@ TEST_GROUP(matmul_exact) {
   for (int n = 15; n <= 18; n++) check_matmul_exact(80, 256, n, 0, 80);
   check_matmul_exact(16 * 7 + 9, 896, 40, 5, 16 * 7 + 3);
   check_matmul_exact(48, 4864, 33, 0, 48);
+  check_matmul_exact(16 * 20 + 5, 896, 20, 9, 16 * 20 + 5); /* the AVX2 int16 path: 3 panels, tail blocks and rows */
 }
 
 /* ---- attention ---- */

@@ -47,6 +47,10 @@ struct cpu_q8 {
   float *s;
   int32_t *c;
   int64_t cols;
+  /* optional (NULL: absent): v itself as int16 [n][cols], row stride cols. Every q8_quantize fills it when it is
+   * there; the backend allocates it for the sets whose matmul_q4q8 reads it (cpu_kernels.q8_v16). The same
+   * integers as the planes, so a kernel may take either. */
+  int16_t *v16;
 };
 
 /* Flash-style attention over the paged f32 KV cache (see backend.h for the semantics). */
@@ -84,6 +88,8 @@ struct cpu_kernels {
   /* out[t*ldo + r] = W row r . x_t for t in [0, n), r in [r0, r1); w repacked (q4x16) */
   void (*matmul_q4q8)(const struct cpu_q4 *w, const struct cpu_q8 *a, int n, int64_t r0,
                       int64_t r1, float *out, int64_t ldo);
+  /* 1: matmul_q4q8 is faster given cpu_q8.v16 (the AVX2 set's prefill: ops_avx2.c); it still accepts v16 == NULL */
+  int q8_v16;
   /* attention outputs of tokens [t0, t1) (one sequence) for the query heads of kv head kvh;
    * NULL = the backend's scalar attention */
   void (*attn_tile)(const struct cpu_attn_job *j, int t0, int t1, int kvh);

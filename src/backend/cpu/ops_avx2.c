@@ -6,6 +6,7 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend/cpu/cpu_kernels.h"
@@ -54,16 +55,22 @@ static void avx2_q8_quantize(const float *x, int64_t ldx, int t0, int t1, const 
       __m256 vid = _mm256_set1_ps(id);
       __m256i sum = _mm256_setzero_si256();
       for (int i = 0; i < 16; i += 4) {
-        __m256i qh[4], ql[4];
+        __m256i qh[4], ql[4], vv[4];
         for (int k = 0; k < 4; k++) {
           __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xg + 8 * (i + k)), vid));
           v = _mm256_max_epi32(_mm256_min_epi32(v, lim), nlim);
           sum = _mm256_add_epi32(sum, v);
+          vv[k] = v;
           qh[k] = _mm256_srai_epi32(_mm256_add_epi32(v, half), 8);
           ql[k] = _mm256_sub_epi32(v, _mm256_slli_epi32(qh[k], 8));
         }
         store32_i8(q + g * 128 + 8 * i, qh);
         store32_i8(lo + g * 128 + 8 * i, ql);
+        if (a->v16) { /* packs work per 128-bit lane: 0xd8 puts the four 64-bit quarters back in order */
+          int16_t *o = a->v16 + t * cols + g * 128 + 8 * i;
+          _mm256_storeu_si256((__m256i *)o, _mm256_permute4x64_epi64(_mm256_packs_epi32(vv[0], vv[1]), 0xd8));
+          _mm256_storeu_si256((__m256i *)(o + 16), _mm256_permute4x64_epi64(_mm256_packs_epi32(vv[2], vv[3]), 0xd8));
+        }
       }
       a->s[t * G + g] = amax / vmax;
       a->c[t * G + g] = -8 * hsum8i(sum);
@@ -83,11 +90,15 @@ static inline __m256i bc32(const int8_t *p) {
  * plane with a factor 256 and the lo plane with 1 into the same int32 sum, which is the exact
  * integer dot 256*sum(u*hi) + sum(u*lo) + c. One accumulator per token (not one per plane) leaves
  * registers for the 4-token tile; ~10 % faster than two accumulators (bench/RESULTS.md, issue 35). */
-/* A decode (T = 1) streams the weights from memory once: the first half-block pass prefetches every
- * 64-byte line DEC_PREFETCH bytes ahead (on into the next block: a thread's blocks are contiguous).
+/* A decode (T = 1, block_one below) streams the weights from memory once, prefetching every 64-byte line
+ * DEC_PREFETCH bytes ahead (on into the next block: a thread's blocks are contiguous).
  * One thread over the 136 MB LM head (Zen 5, HEARTH_CPU=avx2, machine busy): 18-19 GB/s without,
- * 30-31 GB/s at +8 KiB, 29.6 at +12 KiB. Prefetching never faults past the end of the weights. */
-#define DEC_PREFETCH 8192
+ * 30-31 GB/s at +8 KiB, 29.6 at +12 KiB. Since decode takes a block in one pass (2026-12-04, Xeon model 167, 2
+ * threads, 0.5B tg128): 86-88 tok/s at +1 KiB, 91-92 at +2 KiB, 89-92 at +4 KiB, 87 at +8 and +16 KiB.
+ * Prefetching never faults past the end of the weights. */
+#ifndef DEC_PREFETCH
+#define DEC_PREFETCH 4096
+#endif
 
 static inline __attribute__((always_inline)) void half_tile(const uint8_t *qp, const uint16_t *dp,
                                                             const struct cpu_q8 *a, int t0, const int T,
@@ -106,10 +117,6 @@ static inline __attribute__((always_inline)) void half_tile(const uint8_t *qp, c
     }
     const uint8_t *qg = qp + g * 1024 + h * 32;
     for (int c = 0; c < 16; c += 2) {
-      if (T == 1 && h == 0) { /* decode: see DEC_PREFETCH */
-        _mm_prefetch((const char *)(qg + c * 64 + DEC_PREFETCH), _MM_HINT_T0);
-        _mm_prefetch((const char *)(qg + c * 64 + 64 + DEC_PREFETCH), _MM_HINT_T0);
-      }
       __m256i v0 = _mm256_loadu_si256((const __m256i *)(qg + c * 64));
       __m256i v1 = _mm256_loadu_si256((const __m256i *)(qg + c * 64 + 64));
       __m256i lo0 = _mm256_and_si256(v0, m4), hi0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4);
@@ -132,8 +139,62 @@ static inline __attribute__((always_inline)) void half_tile(const uint8_t *qp, c
   for (int t = 0; t < T; t++) res[t] = facc[t];
 }
 
-static void avx2_matmul_q4q8(const struct cpu_q4 *w, const struct cpu_q8 *a, int n, int64_t r0,
-                             int64_t r1, float *out, int64_t ldo) {
+/* rows [base, base + 8) of T tokens from r[t] into out, only those inside [r0, r1) */
+static inline void store_rows8(float *out, int64_t ldo, int t0, int T, int64_t base, int64_t r0, int64_t r1,
+                               const __m256 *r) {
+  for (int t = 0; t < T; t++) {
+    float *o = out + (int64_t)(t0 + t) * ldo;
+    if (base >= r0 && base + 8 <= r1) {
+      _mm256_storeu_ps(o + base, r[t]);
+    } else {
+      float tmp[8];
+      _mm256_storeu_ps(tmp, r[t]);
+      for (int l = 0; l < 8; l++)
+        if (base + l >= r0 && base + l < r1) o[base + l] = tmp[l];
+    }
+  }
+}
+
+/* One token against a whole 16-row block (decode): half_tile's arithmetic for both halves in one pass over the
+ * block's bytes, so that the weight stream from memory never pauses. Two passes (rows 0-7, then 8-15 from cache)
+ * left memory idle during the second: decode at 62-66 % of the probed floor on 2 threads. Same integer sums and
+ * f32 steps per row as half_tile, so the same bits. */
+static inline __attribute__((always_inline)) void block_one(const uint8_t *qp, const uint16_t *dp, const struct cpu_q8 *a,
+                                                            int t, int64_t G, __m256 *res) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1), k256 = _mm256_set1_epi16(256);
+  const int64_t cols = a->cols;
+  __m256 f0 = _mm256_setzero_ps(), f1 = _mm256_setzero_ps();
+  for (int64_t g = 0; g < G; g++) {
+    __m256i acc[2];
+    acc[0] = acc[1] = _mm256_set1_epi32(a->c[t * G + g]);
+    const int8_t *xh = a->q + t * cols + g * 128, *xl = a->lo + t * cols + g * 128;
+    const uint8_t *qg = qp + g * 1024;
+    for (int c = 0; c < 16; c += 2) {
+      _mm_prefetch((const char *)(qg + c * 64 + DEC_PREFETCH), _MM_HINT_T0);
+      _mm_prefetch((const char *)(qg + c * 64 + 64 + DEC_PREFETCH), _MM_HINT_T0);
+      const int8_t *h8 = xh + c * 8, *l8 = xl + c * 8;
+      for (int h = 0; h < 2; h++) {
+        __m256i v0 = _mm256_loadu_si256((const __m256i *)(qg + c * 64 + h * 32));
+        __m256i v1 = _mm256_loadu_si256((const __m256i *)(qg + c * 64 + 64 + h * 32));
+        __m256i lo0 = _mm256_and_si256(v0, m4), hi0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4);
+        __m256i lo1 = _mm256_and_si256(v1, m4), hi1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4);
+        __m256i ph = _mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo0, bc32(h8)), _mm256_maddubs_epi16(hi0, bc32(h8 + 4))),
+                                      _mm256_add_epi16(_mm256_maddubs_epi16(lo1, bc32(h8 + 8)), _mm256_maddubs_epi16(hi1, bc32(h8 + 12))));
+        __m256i pl = _mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo0, bc32(l8)), _mm256_maddubs_epi16(hi0, bc32(l8 + 4))),
+                                      _mm256_add_epi16(_mm256_maddubs_epi16(lo1, bc32(l8 + 8)), _mm256_maddubs_epi16(hi1, bc32(l8 + 12))));
+        acc[h] = _mm256_add_epi32(acc[h], _mm256_add_epi32(_mm256_madd_epi16(ph, k256), _mm256_madd_epi16(pl, ones)));
+      }
+    }
+    __m256 sc = _mm256_set1_ps(a->s[t * G + g]);
+    f0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[0]), _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dp + g * 16))), sc), f0);
+    f1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[1]), _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dp + g * 16 + 8))), sc), f1);
+  }
+  res[0] = f0;
+  res[1] = f1;
+}
+
+static void avx2_matmul_planes(const struct cpu_q4 *w, const struct cpu_q8 *a, int n, int64_t r0,
+                               int64_t r1, float *out, int64_t ldo) {
   if (r0 >= r1 || n <= 0) return;
   const int64_t G = w->cols / 128, b0 = r0 / 16, b1 = (r1 + 15) / 16;
   int64_t panel = (256 * 1024) / (w->cols * 8);
@@ -144,7 +205,13 @@ static void avx2_matmul_q4q8(const struct cpu_q4 *w, const struct cpu_q8 *a, int
     int64_t p1 = p0 + panel < b1 ? p0 + panel : b1;
     for (int t0 = 0; t0 < n; t0 += 4) {
       int T = n - t0 < 4 ? n - t0 : 4;
-      for (int64_t b = p0; b < p1; b++)
+      for (int64_t b = p0; b < p1; b++) {
+        if (T == 1) { /* both halves in one pass */
+          block_one(q4x16_quants(w, b), q4x16_scales(w, b), a, t0, G, res);
+          store_rows8(out, ldo, t0, 1, b * 16, r0, r1, res);
+          store_rows8(out, ldo, t0, 1, b * 16 + 8, r0, r1, res + 1);
+          continue;
+        }
         for (int h = 0; h < 2; h++) {
           int64_t base = b * 16 + h * 8;
           if (base + 8 <= r0 || base >= r1) continue;
@@ -167,10 +234,136 @@ static void avx2_matmul_q4q8(const struct cpu_q4 *w, const struct cpu_q8 *a, int
             }
           }
         }
+      }
     }
   }
 }
 
+
+/* ---- prefill: the weights as int16, one PMADDWD per 16 products ------------------------------------------------------
+ * Why: with two int8 planes a 16-bit product costs a PMADDUBSW per plane and the planes' sums a PMADDWD each to
+ * widen (10 multiply-port instructions and 8 adds per token and 128 products, half_tile above). With the nibbles
+ * widened to int16 and v itself in int16 (cpu_q8.v16), PMADDWD forms the 32-bit pair sums directly: 8 multiplies
+ * and 8 adds. Widening the nibbles costs about two tokens' worth of work per block, so it pays from a few tokens
+ * on and is done once per block for all the tokens of the call: from 12 tokens on it is even or ahead (one thread,
+ * 0.5B shapes: 0.4x of the planes at 2 tokens, 0.85x at 6-8, 1.03-1.08x at 12, 1.07-1.14x at 16, 1.25-1.35x at 64-512).
+ * Same integers per (row, token, group) as half_tile — S = c + sum(u * v), exact in int32 — and the same f32 steps
+ * in the same order, so a token's outputs are the same bits by either path, alone or in any batch. */
+#ifndef W16_MIN_TOKENS
+#define W16_MIN_TOKENS 12
+#endif
+#define W16_T 6 /* tokens a tile: 12 int32 accumulators, 2 weight vectors, a broadcast, a product */
+#define W16_PANEL_BYTES (256 * 1024)   /* widened blocks per panel: half of a Zen 3 core's L2 */
+
+/* Block b's nibbles for all K, widened: for chunk c (the block's k = 8c .. 8c + 7) four pair steps p (k = 8c + 2p,
+ * +1), each two ymm (rows 0-7, rows 8-15) whose 32-bit lane r holds (u[r][k], u[r][k + 1]) as int16, k low.
+ * The q4x16 chunk holds, per row, 4 bytes: the low nibbles are k 0-3 of the chunk, the high ones k 4-7. */
+static void w16_unpack(const uint8_t *qp, int64_t G, int16_t *dst) {
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
+  const __m256i pairs = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
+                                         0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+  for (int64_t c = 0; c < G * 16; c++)
+    for (int h = 0; h < 2; h++) {
+      __m256i v = _mm256_loadu_si256((const __m256i *)(qp + c * 64 + h * 32));
+      /* per 128-bit lane (4 rows): the rows' (k0, k1) bytes, then their (k2, k3); 0xd8 joins the lanes' halves so
+       * the low 128 bits are rows 0-7's first pair and the high 128 their second */
+      __m256i lo = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(_mm256_and_si256(v, m4), pairs), 0xd8);
+      __m256i hi = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), pairs), 0xd8);
+      int16_t *o = dst + c * 128 + h * 16; /* pair step p of chunk c at (4c + p) * 32 int16 */
+      _mm256_store_si256((__m256i *)(o + 0), _mm256_cvtepu8_epi16(_mm256_castsi256_si128(lo)));
+      _mm256_store_si256((__m256i *)(o + 32), _mm256_cvtepu8_epi16(_mm256_extracti128_si256(lo, 1)));
+      _mm256_store_si256((__m256i *)(o + 64), _mm256_cvtepu8_epi16(_mm256_castsi256_si128(hi)));
+      _mm256_store_si256((__m256i *)(o + 96), _mm256_cvtepu8_epi16(_mm256_extracti128_si256(hi, 1)));
+    }
+}
+
+/* acc += prod (VPADDD) written so that the sum stays in acc's register: gcc 12 adds into the product's register
+ * and copies it back, 8 extra moves a step of w16_tile and ~25 % of its time */
+#define ACC_ADD(acc, prod) __asm__("vpaddd %1, %0, %0" : "+x"(acc) : "x"(prod))
+
+static inline __m256i bc16x2(const int16_t *p) {
+  int32_t v;
+  memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+/* One widened 16-row block against T <= W16_T tokens; res[h * W16_T + t] = rows 8h .. 8h + 7 of token t0 + t
+ * (memory: the registers hold the integer accumulators). */
+static inline __attribute__((always_inline)) void w16_tile(const int16_t *wb, const uint16_t *dp, const struct cpu_q8 *a,
+                                                           int t0, const int T, int64_t G, __m256 *res) {
+  const int64_t cols = a->cols;
+  for (int t = 0; t < T; t++) res[t] = res[W16_T + t] = _mm256_setzero_ps();
+  for (int64_t g = 0; g < G; g++) {
+    __m256i acc0[W16_T], acc1[W16_T];
+    const int16_t *xv[W16_T];
+#pragma GCC unroll 6
+    for (int t = 0; t < T; t++) {
+      acc0[t] = acc1[t] = _mm256_set1_epi32(a->c[(t0 + t) * G + g]);
+      xv[t] = a->v16 + (t0 + t) * cols + g * 128;
+    }
+    const int16_t *wg = wb + g * 2048;
+    for (int p = 0; p < 64; p++) {
+      __m256i w0 = _mm256_load_si256((const __m256i *)(wg + p * 32)),
+              w1 = _mm256_load_si256((const __m256i *)(wg + p * 32 + 16));
+#pragma GCC unroll 6
+    for (int t = 0; t < T; t++) {
+        __m256i b = bc16x2(xv[t] + 2 * p);
+        ACC_ADD(acc0[t], _mm256_madd_epi16(w0, b));
+        ACC_ADD(acc1[t], _mm256_madd_epi16(w1, b));
+      }
+    }
+    __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dp + g * 16))),
+           d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dp + g * 16 + 8)));
+#pragma GCC unroll 6
+    for (int t = 0; t < T; t++) {
+      __m256 s = _mm256_set1_ps(a->s[(t0 + t) * G + g]);
+      res[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc0[t]), _mm256_mul_ps(d0, s), res[t]);
+      res[W16_T + t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc1[t]), _mm256_mul_ps(d1, s), res[W16_T + t]);
+    }
+  }
+}
+
+static int avx2_matmul_w16(const struct cpu_q4 *w, const struct cpu_q8 *a, int n, int64_t r0, int64_t r1, float *out,
+                           int64_t ldo) {
+  const int64_t cols = w->cols, G = cols / 128, b0 = r0 / 16, b1 = (r1 + 15) / 16;
+  const size_t per_blk = (size_t)cols * 32;
+  int64_t panel = (int64_t)(W16_PANEL_BYTES / per_blk);
+  if (panel < 1) panel = 1;
+  if (panel > b1 - b0) panel = b1 - b0;
+  int16_t *scr = aligned_alloc(64, (size_t)panel * per_blk);
+  if (!scr) return -1;
+  __m256 res[2 * W16_T];
+  for (int64_t p0 = b0; p0 < b1; p0 += panel) {
+    const int64_t p1 = p0 + panel < b1 ? p0 + panel : b1;
+    for (int64_t b = p0; b < p1; b++) w16_unpack(q4x16_quants(w, b), G, scr + (size_t)(b - p0) * per_blk / 2);
+    for (int t0 = 0; t0 < n; t0 += W16_T) {
+      const int T = n - t0 < W16_T ? n - t0 : W16_T;
+      for (int64_t b = p0; b < p1; b++) {
+        const int16_t *wb = scr + (size_t)(b - p0) * per_blk / 2;
+        const uint16_t *dp = q4x16_scales(w, b);
+        switch (T) {
+        case 1: w16_tile(wb, dp, a, t0, 1, G, res); break;
+        case 2: w16_tile(wb, dp, a, t0, 2, G, res); break;
+        case 3: w16_tile(wb, dp, a, t0, 3, G, res); break;
+        case 4: w16_tile(wb, dp, a, t0, 4, G, res); break;
+        case 5: w16_tile(wb, dp, a, t0, 5, G, res); break;
+        default: w16_tile(wb, dp, a, t0, W16_T, G, res); break;
+        }
+        store_rows8(out, ldo, t0, T, b * 16, r0, r1, res);
+        store_rows8(out, ldo, t0, T, b * 16 + 8, r0, r1, res + W16_T);
+      }
+    }
+  }
+  free(scr);
+  return 0;
+}
+
+static void avx2_matmul_q4q8(const struct cpu_q4 *w, const struct cpu_q8 *a, int n, int64_t r0, int64_t r1,
+                             float *out, int64_t ldo) {
+  if (r0 >= r1 || n <= 0) return;
+  if (n >= W16_MIN_TOKENS && a->v16 && avx2_matmul_w16(w, a, n, r0, r1, out, ldo) == 0) return;
+  avx2_matmul_planes(w, a, n, r0, r1, out, ldo); /* few tokens, no v16 or no scratch: the same bits */
+}
 
 /* ---- attention: the flash tile of kern_impl.h written with AVX2 intrinsics ----------------------------------------
  * Why: gcc kept much of kern_impl.h's tile scalar on AVX2 (the softmax and the score arrays went through the stack
@@ -334,6 +527,7 @@ const struct cpu_kernels cpu_kernels_avx2 = {
   .q4_row = q4x16_row,
   .q8_quantize = avx2_q8_quantize,
   .matmul_q4q8 = avx2_matmul_q4q8,
+  .q8_v16 = 1,
   .attn_tile = avx2_attn_tile_fast,
   .silu_mul = avx2_silu_mul_fast,
   .gelu_mul = avx2_gelu_mul,

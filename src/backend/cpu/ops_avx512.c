@@ -260,6 +260,7 @@ static void avx512_q8_quantize(const float *x, int64_t ldx, int t0, int t1, cons
         __m512i l = _mm512_sub_epi32(qi, _mm512_slli_epi32(h, 8));
         _mm_storeu_si128((__m128i *)(q + g * 128 + 16 * i), _mm512_cvtepi32_epi8(h));
         _mm_storeu_si128((__m128i *)(lo + g * 128 + 16 * i), _mm512_cvtepi32_epi8(l));
+        if (a->v16) _mm256_storeu_si256((__m256i *)(a->v16 + t * cols + g * 128 + 16 * i), _mm512_cvtepi32_epi16(qi));
       }
       a->s[t * G + g] = amax / vmax;
       a->c[t * G + g] = -8 * _mm512_reduce_add_epi32(sum);

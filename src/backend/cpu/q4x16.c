@@ -142,6 +142,7 @@ void q4x16_q8_quantize_generic(const float *x, int64_t ldx, int t0, int t1, cons
         int h = split_hi(v);
         q[g * 128 + i] = (int8_t)h;
         lo[g * 128 + i] = (int8_t)(v - 256 * h);
+        if (a->v16) a->v16[t * cols + g * 128 + i] = (int16_t)v;
       }
       a->s[t * G + g] = amax / (float)Q8_VMAX;
       a->c[t * G + g] = -8 * sum;
