@@ -4,7 +4,8 @@
  * second row to differ). Build against a Release build of the library:
  *   gcc -O2 -Isrc -Iinclude bench/cpu_matmul_bench.c build/libhearth.a -lm -lpthread -o /tmp/mmb
  *   /tmp/mmb 9728 896 512      # rows cols tokens: the 0.5B's gate/up at 512 tokens
- *   /tmp/mmb 4864 896 512 avx2 # the AVX2 set against AVX-512 VNNI instead (session 29's row) */
+ *   /tmp/mmb 4864 896 512 avx2 # the AVX2 set against AVX-512 VNNI instead (session 29's row)
+ *   /tmp/mmb 4864 896 512 avx2-vnni # the AVX2 code on AVX-VNNI against plain AVX2 */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,7 +15,7 @@
 #include "base/cpu_features.h"
 static double now(void){struct timespec t;clock_gettime(CLOCK_MONOTONIC,&t);return t.tv_sec+t.tv_nsec*1e-9;}
 int main(int argc, char **argv) {
-  if (argc < 4) { fprintf(stderr, "usage: %s ROWS COLS TOKENS [avx2]\n", argv[0]); return 2; }
+  if (argc < 4) { fprintf(stderr, "usage: %s ROWS COLS TOKENS [avx2|avx2-vnni]\n", argv[0]); return 2; }
   int64_t rows=atoi(argv[1]), cols=atoi(argv[2]); int n=atoi(argv[3]);
   cpu_features_get();
   struct cpu_q4 w={rows,cols,malloc(rows*cols/2),malloc(rows*cols/128*2),NULL};
@@ -24,8 +25,9 @@ int main(int argc, char **argv) {
   float *x=malloc(4*n*cols),*o=malloc(4*n*rows); for(int64_t i=0;i<n*cols;i++) x[i]=rand()/(float)RAND_MAX-0.5f;
   int64_t G=cols/128; struct cpu_q8 a={malloc(n*cols),malloc(n*cols),malloc(4*n*G),malloc(4*n*G),cols,malloc(2*n*cols)};
   cpu_kernels_avx512.q8_quantize(x,cols,0,n,&a);
-  const int avx2 = argc > 4 && !strcmp(argv[4], "avx2");
-  const struct cpu_kernels *ks[2]={avx2 ? &cpu_kernels_avx2 : &cpu_kernels_avx512, avx2 ? &cpu_kernels_avx512 : &cpu_kernels_amx};
+  const int avx2 = argc > 4 && !strcmp(argv[4], "avx2"), vnni = argc > 4 && !strcmp(argv[4], "avx2-vnni");
+  const struct cpu_kernels *ks[2]={avx2 ? &cpu_kernels_avx2 : vnni ? &cpu_kernels_avxvnni : &cpu_kernels_avx512,
+                                   avx2 ? &cpu_kernels_avx512 : vnni ? &cpu_kernels_avx2 : &cpu_kernels_amx};
   for(int rep=0;rep<2;rep++) for(int k=0;k<2;k++){
     double t0=now(); int it=0; do { ks[k]->matmul_q4q8(&w,&a,n,0,rows,o,rows); it++; } while(now()-t0<1.0);
     double dt=(now()-t0)/it; printf("%-12s %lldx%lld n %d: %.3f ms, %.1f GMAC/s (useful)\n",ks[k]->name,(long long)rows,(long long)cols,n,dt*1e3,rows*cols*(double)n/dt*1e-9);

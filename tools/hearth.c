@@ -27,7 +27,7 @@ static void usage(FILE *f) {
              "  HF_HUB_CACHE, HF_HOME  where model names are looked up (default ~/.cache/huggingface/hub)\n"
              "  HF_ENDPOINT, HF_TOKEN  pull: the Hub to download from, the token for gated models\n"
              "  HEARTH_API_KEY         serve: the bearer key clients must send (as --api-key)\n"
-             "  HEARTH_CPU             avx512, avx2 or scalar: cap the CPU kernels' instruction set (default: the best\n"
+             "  HEARTH_CPU             avx512, avx2-vnni, avx2 or scalar: cap the CPU kernels' instruction set (default: the best\n"
              "                         the CPU has, AMX included), e.g. to compare paths or to avoid AVX-512 clock drops\n");
 }
 

@@ -60,9 +60,10 @@ static void probe(struct cpu_features *f) {
 
 void cpu_features_cap(struct cpu_features *f, const char *cap) {
   if (cap && !strcmp(cap, "scalar")) memset(f, 0, sizeof *f);
-  if (cap && !strcmp(cap, "avx2")) {
+  if (cap && (!strcmp(cap, "avx2") || !strcmp(cap, "avx2-vnni"))) {
     f->avx512f = f->avx512bw = f->avx512vl = f->avx512dq = f->avx512vnni = f->avx512bf16 = 0;
     f->amx = 0;
+    if (!strcmp(cap, "avx2")) f->avxvnni = 0; /* what an AVX2-only CPU (Zen 3, Haswell) has */
   }
   if (cap && !strcmp(cap, "avx512")) f->amx = 0;
 }

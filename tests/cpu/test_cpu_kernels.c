@@ -36,7 +36,7 @@ static float frand(void) { /* uniform [-1, 1) */
   return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
 }
 
-static const struct cpu_kernels *sets[4];
+static const struct cpu_kernels *sets[5];
 static int n_sets;
 static void init_sets(void) {
   if (n_sets) return;
@@ -45,6 +45,8 @@ static void init_sets(void) {
 #if defined(__x86_64__)
   if (f->avx2 && f->fma && f->f16c) sets[n_sets++] = &cpu_kernels_avx2;
   else printf("  (skipping avx2: not supported here)\n");
+  if (f->avx2 && f->fma && f->f16c && f->avxvnni) sets[n_sets++] = &cpu_kernels_avxvnni;
+  else printf("  (skipping avx2-vnni: not supported here)\n");
   if (f->avx512f && f->avx512bw && f->avx512vl && f->avx512vnni) sets[n_sets++] = &cpu_kernels_avx512;
   else printf("  (skipping avx512: not supported here)\n");
   if (f->amx && f->avx512f && f->avx512bw && f->avx512vl && f->avx512vnni) sets[n_sets++] = &cpu_kernels_amx;
@@ -699,12 +701,16 @@ TEST_GROUP(kernel_select) {
   CHECK(!f.amx && f.avx512vnni && cpu_kernels_for(&f) == &cpu_kernels_avx512);
   f = none; f.amx = 1; f.avx2 = f.fma = f.f16c = 1; /* AMX without AVX-512 (not a real CPU): AVX2 */
   CHECK(cpu_kernels_for(&f) == &cpu_kernels_avx2);
-  f = all; f.avx512vnni = 0; /* AVX-512 without VNNI (Skylake-X): the AVX2 set */
+  f = all; f.avx512vnni = f.avxvnni = 0; /* AVX-512 without VNNI (Skylake-X): the AVX2 set */
   CHECK(cpu_kernels_for(&f) == &cpu_kernels_avx2);
-  f = all; f.avx512bw = 0;
+  f = all; f.avx512bw = 0; /* AVX-512 incomplete, AVX-VNNI there: the AVX2 code on AVX-VNNI */
+  CHECK(cpu_kernels_for(&f) == &cpu_kernels_avxvnni);
+  f = all; cpu_features_cap(&f, "avx2"); /* plain AVX2 (Zen 3, Haswell): AVX-VNNI cleared too */
+  CHECK(f.avx2 && !f.avx512f && !f.avx512vnni && !f.amx && !f.avxvnni && cpu_kernels_for(&f) == &cpu_kernels_avx2);
+  f = all; cpu_features_cap(&f, "avx2-vnni"); /* AVX2 with AVX-VNNI, no AVX-512 (Alder Lake and later clients) */
+  CHECK(f.avx2 && f.avxvnni && !f.avx512f && !f.amx && cpu_kernels_for(&f) == &cpu_kernels_avxvnni);
+  f = none; f.avx2 = f.fma = f.f16c = 1;
   CHECK(cpu_kernels_for(&f) == &cpu_kernels_avx2);
-  f = all; cpu_features_cap(&f, "avx2");
-  CHECK(f.avx2 && !f.avx512f && !f.avx512vnni && !f.amx && cpu_kernels_for(&f) == &cpu_kernels_avx2);
   f = all; cpu_features_cap(&f, "scalar");
   CHECK(cpu_kernels_for(&f) == &cpu_kernels_ref);
   f = all; cpu_features_cap(&f, "bogus"); /* unknown values change nothing */
@@ -716,15 +722,15 @@ TEST_GROUP(kernel_select) {
 #endif
   /* this CPU, masked down level by level: each pick is the expected one and it runs (matmul of
    * the picked set against the generic C arithmetic) */
-  const char *caps[] = {NULL, "avx512", "avx2", "scalar"};
-  for (int i = 0; i < 4; i++) {
+  const char *caps[] = {NULL, "avx512", "avx2-vnni", "avx2", "scalar"};
+  for (int i = 0; i < 5; i++) {
     f = *real;
     cpu_features_cap(&f, caps[i]);
     const struct cpu_kernels *k = cpu_kernels_for(&f), *want = &cpu_kernels_ref;
 #if defined(__x86_64__)
     if (f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni && f.fma && f.f16c)
       want = f.amx ? &cpu_kernels_amx : &cpu_kernels_avx512;
-    else if (f.avx2 && f.fma && f.f16c) want = &cpu_kernels_avx2;
+    else if (f.avx2 && f.fma && f.f16c) want = f.avxvnni ? &cpu_kernels_avxvnni : &cpu_kernels_avx2;
 #endif
     CHECKF(k == want, "cap %s: picked %s, expected %s", caps[i] ? caps[i] : "(none)", k->name, want->name);
     printf("  this CPU, HEARTH_CPU=%s: %s\n", caps[i] ? caps[i] : "(unset)", k->name);

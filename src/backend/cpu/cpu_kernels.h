@@ -102,12 +102,13 @@ struct cpu_kernels {
 extern const struct cpu_kernels cpu_kernels_ref;
 extern const struct cpu_kernels cpu_kernels_generic; /* q4x16 path in plain C (tests, fallback) */
 extern const struct cpu_kernels cpu_kernels_avx2;
+extern const struct cpu_kernels cpu_kernels_avxvnni; /* ops_avx2.c's code on AVX-VNNI (ops_avxvnni.c) */
 extern const struct cpu_kernels cpu_kernels_avx512;
 extern const struct cpu_kernels cpu_kernels_amx; /* avx512's, with the prefill matmul on AMX tiles */
 /* ops_amx.c: matmul_q4q8 on AMX tiles for >= 8 tokens (the AVX-512 kernel below that); bit-identical to it */
 void cpu_amx_matmul_q4q8(const struct cpu_q4 *w, const struct cpu_q8 *a, int n, int64_t r0, int64_t r1, float *out,
                          int64_t ldo);
-/* The fastest set this CPU supports (HEARTH_CPU=scalar|avx2|avx512 caps it). */
+/* The fastest set this CPU supports (HEARTH_CPU=scalar|avx2|avx2-vnni|avx512 caps it). */
 const struct cpu_kernels *cpu_kernels_select(void);
 /* The set chosen for the features f (the selection logic alone, testable with masked features). */
 struct cpu_features;

@@ -2,7 +2,14 @@
  * ops_avx512.c with 8-row half blocks (one ymm = rows 0-7 or rows 8-15 of a 64-byte chunk) and
  * PMADDUBSW + PMADDWD in place of VPDPBUSD (u8 nibbles <= 15 times s8 activation planes: the 16-bit
  * pair sums cannot saturate). No AVX-VNNI instruction is used, so the set runs on every AVX2 CPU.
- * Also the flash attention and SiLU of kern_impl.h vectorized with AVX2. */
+ * Also the flash attention and SiLU of kern_impl.h vectorized with AVX2.
+ *
+ * ops_avxvnni.c compiles this file again with AVX2_VNNI = 1: the "avx2-vnni" set, for CPUs with AVX-VNNI but no
+ * AVX-512 (Intel Alder Lake and later client cores). There the integer dots are the fused VEX forms: VPDPBUSD per
+ * plane (planes_dot) and VPDPWSSD in the int16 prefill (w16_tile). Same integers, same f32 steps: same bits. */
+#ifndef AVX2_VNNI
+#define AVX2_VNNI 0
+#endif
 #if defined(__x86_64__)
 #include <immintrin.h>
 #include <stdint.h>
@@ -84,12 +91,34 @@ static inline __m256i bc32(const int8_t *p) {
   return _mm256_set1_epi32(v);
 }
 
-/* One 8-row half block (h = 0 or 1) of a 16-row block against T <= 4 tokens. Per token one int32
- * accumulator: PMADDUBSW pair sums of two chunks are added in 16 bits (|u * hi| pairs <= 2*15*127,
- * |u * lo| pairs <= 2*15*128: four per chunk pair stay below 15,400), then PMADDWD widens the hi
- * plane with a factor 256 and the lo plane with 1 into the same int32 sum, which is the exact
- * integer dot 256*sum(u*hi) + sum(u*lo) + c. One accumulator per token (not one per plane) leaves
- * registers for the 4-token tile; ~10 % faster than two accumulators (bench/RESULTS.md, issue 35). */
+/* acc + the exact integer dot of 8 rows' 16 k (two chunks: nibble vectors lo0/hi0, lo1/hi1) with one token's
+ * planes at h8 (hi) and l8 (lo): 256 * sum(u * hi) + sum(u * lo). Without VNNI: PMADDUBSW pair sums of the two
+ * chunks added in 16 bits (|u * hi| pairs <= 2*15*127, |u * lo| pairs <= 2*15*128: four stay below 15,400),
+ * then PMADDWD widens the hi plane with a factor 256 and the lo plane with 1. With AVX-VNNI: four VPDPBUSD per
+ * plane from zero (|sum| <= 16 * 15 * 128), the hi sum shifted by 8. */
+static inline __attribute__((always_inline)) __m256i planes_dot(__m256i acc, __m256i lo0, __m256i hi0, __m256i lo1,
+                                                                __m256i hi1, const int8_t *h8, const int8_t *l8) {
+#if AVX2_VNNI
+  const __m256i z = _mm256_setzero_si256();
+  __m256i sh = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(z, lo0, bc32(h8)), hi0, bc32(h8 + 4));
+  __m256i sl = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(z, lo0, bc32(l8)), hi0, bc32(l8 + 4));
+  sh = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(sh, lo1, bc32(h8 + 8)), hi1, bc32(h8 + 12));
+  sl = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(sl, lo1, bc32(l8 + 8)), hi1, bc32(l8 + 12));
+  return _mm256_add_epi32(acc, _mm256_add_epi32(_mm256_slli_epi32(sh, 8), sl));
+#else
+  const __m256i ones = _mm256_set1_epi16(1), k256 = _mm256_set1_epi16(256);
+  __m256i ph = _mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo0, bc32(h8)), _mm256_maddubs_epi16(hi0, bc32(h8 + 4))),
+                                _mm256_add_epi16(_mm256_maddubs_epi16(lo1, bc32(h8 + 8)), _mm256_maddubs_epi16(hi1, bc32(h8 + 12))));
+  __m256i pl = _mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo0, bc32(l8)), _mm256_maddubs_epi16(hi0, bc32(l8 + 4))),
+                                _mm256_add_epi16(_mm256_maddubs_epi16(lo1, bc32(l8 + 8)), _mm256_maddubs_epi16(hi1, bc32(l8 + 12))));
+  return _mm256_add_epi32(acc, _mm256_add_epi32(_mm256_madd_epi16(ph, k256), _mm256_madd_epi16(pl, ones)));
+#endif
+}
+
+/* One 8-row half block (h = 0 or 1) of a 16-row block against T <= 4 tokens (2..11 tokens, and tails; prefill
+ * batches take w16_tile below). Per token one int32 accumulator of the exact integer dot 256*sum(u*hi) +
+ * sum(u*lo) + c (planes_dot): one accumulator per token (not one per plane) leaves registers for the 4-token
+ * tile; ~10 % faster than two accumulators (bench/RESULTS.md, issue 35). */
 /* A decode (T = 1, block_one below) streams the weights from memory once, prefetching every 64-byte line
  * DEC_PREFETCH bytes ahead (on into the next block: a thread's blocks are contiguous).
  * One thread over the 136 MB LM head (Zen 5, HEARTH_CPU=avx2, machine busy): 18-19 GB/s without,
@@ -103,7 +132,7 @@ static inline __m256i bc32(const int8_t *p) {
 static inline __attribute__((always_inline)) void half_tile(const uint8_t *qp, const uint16_t *dp,
                                                             const struct cpu_q8 *a, int t0, const int T,
                                                             int64_t G, int h, __m256 *res) {
-  const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1), k256 = _mm256_set1_epi16(256);
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
   const int64_t cols = a->cols;
   __m256 facc[4];
   for (int t = 0; t < T; t++) facc[t] = _mm256_setzero_ps();
@@ -121,14 +150,7 @@ static inline __attribute__((always_inline)) void half_tile(const uint8_t *qp, c
       __m256i v1 = _mm256_loadu_si256((const __m256i *)(qg + c * 64 + 64));
       __m256i lo0 = _mm256_and_si256(v0, m4), hi0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4);
       __m256i lo1 = _mm256_and_si256(v1, m4), hi1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4);
-      for (int t = 0; t < T; t++) {
-        const int8_t *h8 = xh[t] + c * 8, *l8 = xl[t] + c * 8;
-        __m256i ph = _mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo0, bc32(h8)), _mm256_maddubs_epi16(hi0, bc32(h8 + 4))),
-                                      _mm256_add_epi16(_mm256_maddubs_epi16(lo1, bc32(h8 + 8)), _mm256_maddubs_epi16(hi1, bc32(h8 + 12))));
-        __m256i pl = _mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo0, bc32(l8)), _mm256_maddubs_epi16(hi0, bc32(l8 + 4))),
-                                      _mm256_add_epi16(_mm256_maddubs_epi16(lo1, bc32(l8 + 8)), _mm256_maddubs_epi16(hi1, bc32(l8 + 12))));
-        acc[t] = _mm256_add_epi32(acc[t], _mm256_add_epi32(_mm256_madd_epi16(ph, k256), _mm256_madd_epi16(pl, ones)));
-      }
+      for (int t = 0; t < T; t++) acc[t] = planes_dot(acc[t], lo0, hi0, lo1, hi1, xh[t] + c * 8, xl[t] + c * 8);
     }
     __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dp + g * 16 + h * 8)));
     for (int t = 0; t < T; t++) {
@@ -161,7 +183,7 @@ static inline void store_rows8(float *out, int64_t ldo, int t0, int T, int64_t b
  * f32 steps per row as half_tile, so the same bits. */
 static inline __attribute__((always_inline)) void block_one(const uint8_t *qp, const uint16_t *dp, const struct cpu_q8 *a,
                                                             int t, int64_t G, __m256 *res) {
-  const __m256i m4 = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1), k256 = _mm256_set1_epi16(256);
+  const __m256i m4 = _mm256_set1_epi8(0x0f);
   const int64_t cols = a->cols;
   __m256 f0 = _mm256_setzero_ps(), f1 = _mm256_setzero_ps();
   for (int64_t g = 0; g < G; g++) {
@@ -178,11 +200,7 @@ static inline __attribute__((always_inline)) void block_one(const uint8_t *qp, c
         __m256i v1 = _mm256_loadu_si256((const __m256i *)(qg + c * 64 + 64 + h * 32));
         __m256i lo0 = _mm256_and_si256(v0, m4), hi0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4);
         __m256i lo1 = _mm256_and_si256(v1, m4), hi1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4);
-        __m256i ph = _mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo0, bc32(h8)), _mm256_maddubs_epi16(hi0, bc32(h8 + 4))),
-                                      _mm256_add_epi16(_mm256_maddubs_epi16(lo1, bc32(h8 + 8)), _mm256_maddubs_epi16(hi1, bc32(h8 + 12))));
-        __m256i pl = _mm256_add_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo0, bc32(l8)), _mm256_maddubs_epi16(hi0, bc32(l8 + 4))),
-                                      _mm256_add_epi16(_mm256_maddubs_epi16(lo1, bc32(l8 + 8)), _mm256_maddubs_epi16(hi1, bc32(l8 + 12))));
-        acc[h] = _mm256_add_epi32(acc[h], _mm256_add_epi32(_mm256_madd_epi16(ph, k256), _mm256_madd_epi16(pl, ones)));
+        acc[h] = planes_dot(acc[h], lo0, hi0, lo1, hi1, h8, l8);
       }
     }
     __m256 sc = _mm256_set1_ps(a->s[t * G + g]);
@@ -240,6 +258,7 @@ static void avx2_matmul_planes(const struct cpu_q4 *w, const struct cpu_q8 *a, i
 }
 
 
+#if !AVX2_VNNI
 /* ---- prefill: the weights as int16, one PMADDWD per 16 products ------------------------------------------------------
  * Why: with two int8 planes a 16-bit product costs a PMADDUBSW per plane and the planes' sums a PMADDWD each to
  * widen (10 multiply-port instructions and 8 adds per token and 128 products, half_tile above). With the nibbles
@@ -364,6 +383,11 @@ static void avx2_matmul_q4q8(const struct cpu_q4 *w, const struct cpu_q8 *a, int
   if (n >= W16_MIN_TOKENS && a->v16 && avx2_matmul_w16(w, a, n, r0, r1, out, ldo) == 0) return;
   avx2_matmul_planes(w, a, n, r0, r1, out, ldo); /* few tokens, no v16 or no scratch: the same bits */
 }
+#else
+/* On AVX-VNNI the planes' VPDPBUSD chains beat the int16 path at every batch size (one thread, 0.5B shapes: 75-81
+ * GMAC/s at 16-512 tokens against 64 for VPDPWSSD on widened weights, 70 for the AVX2 set's PMADDWD): no v16. */
+#define avx2_matmul_q4q8 avx2_matmul_planes
+#endif
 
 /* ---- attention: the flash tile of kern_impl.h written with AVX2 intrinsics ----------------------------------------
  * Why: gcc kept much of kern_impl.h's tile scalar on AVX2 (the softmax and the score arrays went through the stack
@@ -517,8 +541,13 @@ static void avx2_silu_mul_fast(float *o, const float *g, const float *u, int64_t
   for (; i < n; i++) o[i] = g[i] / (1.0f + avx2_expf(-g[i])) * u[i];
 }
 
+#if AVX2_VNNI
+const struct cpu_kernels cpu_kernels_avxvnni = {
+  .name = "avx2-vnni",
+#else
 const struct cpu_kernels cpu_kernels_avx2 = {
   .name = "avx2",
+#endif
   .matmul_q4 = NULL,
   .matmul_bf16 = NULL,
   .matmul_f32 = NULL,
@@ -527,7 +556,7 @@ const struct cpu_kernels cpu_kernels_avx2 = {
   .q4_row = q4x16_row,
   .q8_quantize = avx2_q8_quantize,
   .matmul_q4q8 = avx2_matmul_q4q8,
-  .q8_v16 = 1,
+  .q8_v16 = !AVX2_VNNI,
   .attn_tile = avx2_attn_tile_fast,
   .silu_mul = avx2_silu_mul_fast,
   .gelu_mul = avx2_gelu_mul,
