@@ -21,7 +21,7 @@ int main(int argc, char **argv) {
   for (int64_t r = 0; r < rows; r++) { for (int64_t c = 0; c < cols; c++) row[c] = frand(); q4_quantize_row(row, cols, w.qs + r * cols / 2, w.d + r * cols / 128); }
   q4x16_repack(&w);
   float *x = malloc((size_t)n * cols * 4); for (int64_t i = 0; i < n * cols; i++) x[i] = frand();
-  struct cpu_q8 a = {malloc(n * cols), malloc(n * cols), malloc(n * cols / 128 * 4), malloc(n * cols / 128 * 4), cols};
+  struct cpu_q8 a = {malloc(n * cols), malloc(n * cols), malloc(n * cols / 128 * 4), malloc(n * cols / 128 * 4), cols, malloc(n * cols * 2)};
   k->q8_quantize(x, cols, 0, n, &a);
   float *out = malloc((size_t)n * rows * 4);
   double best = 1e9;

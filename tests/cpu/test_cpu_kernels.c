@@ -303,6 +303,7 @@ static void spec_matmul_exact(const struct cpu_q4 *w, const struct cpu_q8 *a, in
   }
 }
 
+static int exact_no_v16; /* 1: the activations come without cpu_q8.v16 (the planes' path at every batch size) */
 static void check_matmul_exact(int64_t rows, int64_t cols, int n, int64_t r0, int64_t r1) {
   struct cpu_q4 pk = make_q4(rows, cols);
   REQUIRE(q4x16_repack(&pk) == 0);
@@ -310,6 +311,7 @@ static void check_matmul_exact(int64_t rows, int64_t cols, int n, int64_t r0, in
   float *x = malloc((size_t)(n * ldx) * 4), *o_spec = malloc((size_t)(n * ldo) * 4), *o = malloc((size_t)(n * ldo) * 4);
   for (int64_t i = 0; i < n * ldx; i++) x[i] = frand() * (1.0f + (float)(i % 5)); /* uneven block scales */
   struct cpu_q8 a = make_q8(n, cols);
+  if (exact_no_v16) { free(a.v16); a.v16 = NULL; }
   q4x16_q8_quantize_generic(x, ldx, 0, n, &a);
   for (int64_t i = 0; i < n * ldo; i++) o_spec[i] = -7.0f;
   spec_matmul_exact(&pk, &a, n, r0, r1, o_spec, ldo);
@@ -339,6 +341,10 @@ TEST_GROUP(matmul_exact) {
   check_matmul_exact(16 * 7 + 9, 896, 40, 5, 16 * 7 + 3);
   check_matmul_exact(48, 4864, 33, 0, 48);
   check_matmul_exact(16 * 20 + 5, 896, 20, 9, 16 * 20 + 5); /* the AVX2 int16 path: 3 panels, tail blocks and rows */
+  exact_no_v16 = 1; /* without v16 a prefill-sized batch takes the planes (cpu_kernels.h: v16 is optional) */
+  check_matmul_exact(80, 256, 13, 0, 80);
+  check_matmul_exact(16 * 7 + 9, 896, 40, 5, 16 * 7 + 3);
+  exact_no_v16 = 0;
 }
 
 /* ---- attention ---- */

@@ -382,7 +382,7 @@ static int mm_run(struct hb_ctx *c, struct mm_job *j) {
     /* a few tokens (decode): each thread normalizes and quantizes them all itself (a microsecond
      * at most) instead of splitting the work and meeting at a barrier (the bytes are the same) */
     int own = n <= 4 && nth > 1;
-    size_t vb = c->k->q8_v16 ? 2 * qb : 0; /* v as int16, for the sets that read it */
+    size_t vb = c->k->q8_v16 > 0 && n >= c->k->q8_v16 ? 2 * qb : 0; /* v as int16, where the set reads it */
     size_t per = 2 * qb + 2 * sb + vb, nbuf = own ? (size_t)nth : 1;
     size_t xnb = j->norm_w || j->silu_up ? (((size_t)n * (size_t)cols * sizeof(float) + 63) & ~(size_t)63) : 0;
     if (grow(&c->q8buf, &c->q8cap, per * nbuf + xnb * nbuf)) return -1;

@@ -7,8 +7,9 @@
  * Two int4 paths exist:
  *   - matmul_q4: f32 activations against the reference layout (the exact path; scalar set only).
  *   - q8_quantize + matmul_q4q8: activations quantized once per matmul to 16-bit integers per
- *     128-block (struct cpu_q8, held as two int8 planes), weights repacked at upload into the x16
- *     layout of q4x16.h, exact integer dot products (VPDPBUSD / PMADDUBSW, one pass per plane).
+ *     128-block (struct cpu_q8, held as two int8 planes, and as int16 where a set asks), weights
+ *     repacked at upload into the x16 layout of q4x16.h, exact integer dot products (VPDPBUSD /
+ *     PMADDUBSW, one pass per plane; the AVX2 set's prefill PMADDWD on int16, ops_avx2.c).
  *     Used by the SIMD sets; q4x16.c has the generic C version
  *     of the same arithmetic that the SIMD kernels are tested against. A token's output does not
  *     depend on the other tokens of the batch (bit-identical alone or in any batch). */
@@ -39,7 +40,7 @@ struct cpu_q4 {
  * near-tie. On the oracle fixtures 8-bit activations reach 69-96 % (finer 32- or 16-wide blocks do
  * not help, 10-12 bits are not enough on every fixture), 16 bits 100 %, as f32 and f16 do
  * (bench/RESULTS.md, "Activation format"). One format for every batch size keeps a token's result
- * independent of what else is in its batch. The price is prefill: two dot-product passes. */
+ * independent of what else is in its batch. The price is prefill: two dot-product passes on int8 hardware. */
 #define Q8_VMAX 32512 /* 127 * 256: hi stays within [-127, 127] */
 struct cpu_q8 {
   int8_t *q;  /* hi plane */
@@ -88,7 +89,8 @@ struct cpu_kernels {
   /* out[t*ldo + r] = W row r . x_t for t in [0, n), r in [r0, r1); w repacked (q4x16) */
   void (*matmul_q4q8)(const struct cpu_q4 *w, const struct cpu_q8 *a, int n, int64_t r0,
                       int64_t r1, float *out, int64_t ldo);
-  /* 1: matmul_q4q8 is faster given cpu_q8.v16 (the AVX2 set's prefill: ops_avx2.c); it still accepts v16 == NULL */
+  /* > 0: matmul_q4q8 reads cpu_q8.v16 for batches of at least this many tokens (the AVX2 set's prefill:
+   * ops_avx2.c), so the backend allocates and fills it for those; it still accepts v16 == NULL. 0: never */
   int q8_v16;
   /* attention outputs of tokens [t0, t1) (one sequence) for the query heads of kv head kvh;
    * NULL = the backend's scalar attention */

@@ -1,12 +1,12 @@
 /* backend/cpu/ops_avx2.c — AVX2 (+FMA, F16C) kernels over the q4x16 layout: the same arithmetic as
  * ops_avx512.c with 8-row half blocks (one ymm = rows 0-7 or rows 8-15 of a 64-byte chunk) and
  * PMADDUBSW + PMADDWD in place of VPDPBUSD (u8 nibbles <= 15 times s8 activation planes: the 16-bit
- * pair sums cannot saturate). No AVX-VNNI instruction is used, so the set runs on every AVX2 CPU.
+ * pair sums cannot saturate). Built without -mavxvnni (CMakeLists.txt), so the set runs on every AVX2 CPU.
  * Also the flash attention and SiLU of kern_impl.h vectorized with AVX2.
  *
  * ops_avxvnni.c compiles this file again with AVX2_VNNI = 1: the "avx2-vnni" set, for CPUs with AVX-VNNI but no
- * AVX-512 (Intel Alder Lake and later client cores). There the integer dots are the fused VEX forms: VPDPBUSD per
- * plane (planes_dot) and VPDPWSSD in the int16 prefill (w16_tile). Same integers, same f32 steps: same bits. */
+ * AVX-512 (Intel Alder Lake and later client cores). There the planes' integer dots are VEX VPDPBUSD (planes_dot)
+ * for every batch size, and the int16 prefill below is left out. Same integers, same f32 steps: same bits. */
 #ifndef AVX2_VNNI
 #define AVX2_VNNI 0
 #endif
@@ -115,8 +115,8 @@ static inline __attribute__((always_inline)) __m256i planes_dot(__m256i acc, __m
 #endif
 }
 
-/* One 8-row half block (h = 0 or 1) of a 16-row block against T <= 4 tokens (2..11 tokens, and tails; prefill
- * batches take w16_tile below). Per token one int32 accumulator of the exact integer dot 256*sum(u*hi) +
+/* One 8-row half block (h = 0 or 1) of a 16-row block against 2 <= T <= 4 tokens (the AVX2 set: batches of 2..11
+ * tokens, larger ones take w16_tile below; the avx2-vnni set: every batch of 2 or more; one token: block_one). Per token one int32 accumulator of the exact integer dot 256*sum(u*hi) +
  * sum(u*lo) + c (planes_dot): one accumulator per token (not one per plane) leaves registers for the 4-token
  * tile; ~10 % faster than two accumulators (bench/RESULTS.md, issue 35). */
 /* A decode (T = 1, block_one below) streams the weights from memory once, prefetching every 64-byte line
@@ -218,14 +218,15 @@ static void avx2_matmul_planes(const struct cpu_q4 *w, const struct cpu_q8 *a, i
   int64_t panel = (256 * 1024) / (w->cols * 8);
   if (panel < 1) panel = 1;
   __m256 res[4];
-  float tmp[8];
   for (int64_t p0 = b0; p0 < b1; p0 += panel) {
     int64_t p1 = p0 + panel < b1 ? p0 + panel : b1;
     for (int t0 = 0; t0 < n; t0 += 4) {
       int T = n - t0 < 4 ? n - t0 : 4;
       for (int64_t b = p0; b < p1; b++) {
+        const uint8_t *qp = q4x16_quants(w, b);
+        const uint16_t *dp = q4x16_scales(w, b);
         if (T == 1) { /* both halves in one pass */
-          block_one(q4x16_quants(w, b), q4x16_scales(w, b), a, t0, G, res);
+          block_one(qp, dp, a, t0, G, res);
           store_rows8(out, ldo, t0, 1, b * 16, r0, r1, res);
           store_rows8(out, ldo, t0, 1, b * 16 + 8, r0, r1, res + 1);
           continue;
@@ -233,24 +234,12 @@ static void avx2_matmul_planes(const struct cpu_q4 *w, const struct cpu_q8 *a, i
         for (int h = 0; h < 2; h++) {
           int64_t base = b * 16 + h * 8;
           if (base + 8 <= r0 || base >= r1) continue;
-          const uint8_t *qp = q4x16_quants(w, b);
-          const uint16_t *dp = q4x16_scales(w, b);
           switch (T) {
-          case 1: half_tile(qp, dp, a, t0, 1, G, h, res); break;
           case 2: half_tile(qp, dp, a, t0, 2, G, h, res); break;
           case 3: half_tile(qp, dp, a, t0, 3, G, h, res); break;
           default: half_tile(qp, dp, a, t0, 4, G, h, res); break;
           }
-          for (int t = 0; t < T; t++) {
-            float *o = out + (int64_t)(t0 + t) * ldo;
-            if (base >= r0 && base + 8 <= r1) {
-              _mm256_storeu_ps(o + base, res[t]);
-            } else {
-              _mm256_storeu_ps(tmp, res[t]);
-              for (int l = 0; l < 8; l++)
-                if (base + l >= r0 && base + l < r1) o[base + l] = tmp[l];
-            }
-          }
+          store_rows8(out, ldo, t0, T, base, r0, r1, res);
         }
       }
     }
@@ -556,7 +545,11 @@ const struct cpu_kernels cpu_kernels_avx2 = {
   .q4_row = q4x16_row,
   .q8_quantize = avx2_q8_quantize,
   .matmul_q4q8 = avx2_matmul_q4q8,
-  .q8_v16 = !AVX2_VNNI,
+#if AVX2_VNNI
+  .q8_v16 = 0,
+#else
+  .q8_v16 = W16_MIN_TOKENS,
+#endif
   .attn_tile = avx2_attn_tile_fast,
   .silu_mul = avx2_silu_mul_fast,
   .gelu_mul = avx2_gelu_mul,
