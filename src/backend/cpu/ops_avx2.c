@@ -123,10 +123,11 @@ static inline __attribute__((always_inline)) __m256i planes_dot(__m256i acc, __m
  * DEC_PREFETCH bytes ahead (on into the next block: a thread's blocks are contiguous).
  * One thread over the 136 MB LM head (Zen 5, HEARTH_CPU=avx2, machine busy): 18-19 GB/s without,
  * 30-31 GB/s at +8 KiB, 29.6 at +12 KiB. Since decode takes a block in one pass (2026-12-04, Xeon model 167, 2
- * threads, 0.5B tg128): 86-88 tok/s at +1 KiB, 91-92 at +2 KiB, 89-92 at +4 KiB, 87 at +8 and +16 KiB.
+ * threads, 0.5B tg128): 86-88 tok/s at +1 KiB, 91-92 at +2 KiB, 89-92 at +4 KiB, 87 at +8 and +16 KiB; 3B tg48:
+ * 14.8-15.0 at +2 KiB, 14.0-14.6 at +4, 11.1-11.4 at +8, 11.7-11.8 at +12.
  * Prefetching never faults past the end of the weights. */
 #ifndef DEC_PREFETCH
-#define DEC_PREFETCH 4096
+#define DEC_PREFETCH 2048
 #endif
 
 static inline __attribute__((always_inline)) void half_tile(const uint8_t *qp, const uint16_t *dp,
