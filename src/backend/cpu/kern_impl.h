@@ -72,6 +72,28 @@ static inline int64_t KERN_NAME(slot)(const struct cpu_attn_job *j, int seq, int
          p % j->block_size;
 }
 
+/* The M query rows of a tile (row i: token t0 + i / G, query head kvh * G + i % G, G query heads a KV head): the
+ * key range [lo, hi] each row sees (its position, cut by the sliding window), the online softmax's running max
+ * and sum set to their start, its query vector (qrow may be NULL), and the union of the ranges [*kmin, *kmax].
+ * Shared by this tile and the ISA files' own tiles. */
+static inline void KERN_NAME(attn_rows)(const struct cpu_attn_job *j, int t0, int M, int kvh, int *lo, int *hi,
+                                        float *mrow, float *lrow, const float **qrow, int *kmin, int *kmax) {
+  const int G = j->n_heads / j->n_kv_heads, hd = j->head_dim;
+  const int64_t ldq = (int64_t)j->n_heads * hd;
+  *kmin = 1 << 30;
+  *kmax = -1;
+  for (int i = 0; i < M; i++) {
+    int t = t0 + i / G, p = j->pos[t];
+    lo[i] = j->window > 0 && p - j->window + 1 > 0 ? p - j->window + 1 : 0;
+    hi[i] = p;
+    if (lo[i] < *kmin) *kmin = lo[i];
+    if (hi[i] > *kmax) *kmax = hi[i];
+    mrow[i] = -INFINITY;
+    lrow[i] = 0.0f;
+    if (qrow) qrow[i] = j->q + t * ldq + (int64_t)(kvh * G + i % G) * hd;
+  }
+}
+
 static inline void KERN_NAME(attn_tile)(const struct cpu_attn_job *j, int t0, int t1, int kvh) {
   const int hd = j->head_dim, G = j->n_heads / j->n_kv_heads, M = (t1 - t0) * G;
   const int64_t ldq = (int64_t)j->n_heads * hd, ldkv = (int64_t)j->n_kv_heads * hd;
@@ -82,16 +104,8 @@ static inline void KERN_NAME(attn_tile)(const struct cpu_attn_job *j, int t0, in
   float mrow[KERN_ATT_OBUF / 16], lrow[KERN_ATT_OBUF / 16];
   int lo[KERN_ATT_OBUF / 16], hi[KERN_ATT_OBUF / 16];
   if (M * hd > KERN_ATT_OBUF || hd > KERN_ATT_MAX_HD || hd % 16) return; /* the backend sizes tiles */
-  int kmin = 1 << 30, kmax = -1;
-  for (int i = 0; i < M; i++) {
-    int p = j->pos[t0 + i / G];
-    lo[i] = j->window > 0 && p - j->window + 1 > 0 ? p - j->window + 1 : 0;
-    hi[i] = p;
-    if (lo[i] < kmin) kmin = lo[i];
-    if (hi[i] > kmax) kmax = hi[i];
-    mrow[i] = -INFINITY;
-    lrow[i] = 0.0f;
-  }
+  int kmin, kmax;
+  KERN_NAME(attn_rows)(j, t0, M, kvh, lo, hi, mrow, lrow, NULL, &kmin, &kmax);
   memset(O, 0, (size_t)M * hd * sizeof *O);
   for (int kb = kmin; kb <= kmax; kb += KERN_ATT_KB) {
     int nk = kmax - kb + 1 < KERN_ATT_KB ? kmax - kb + 1 : KERN_ATT_KB;

@@ -418,7 +418,7 @@ static void avx2_attn_tile_fast(const struct cpu_attn_job *j, int t0, int t1, in
     avx2_attn_tile(j, t0, t1, kvh); /* kern_impl.h's tile */
     return;
   }
-  const int64_t ldq = (int64_t)j->n_heads * hd, ldkv = (int64_t)j->n_kv_heads * hd;
+  const int64_t ldkv = (int64_t)j->n_kv_heads * hd;
   const int seq = j->seq[t0];
   float O[KERN_ATT_OBUF] __attribute__((aligned(32)));
   float KT[KERN_ATT_MAX_HD * A2_KB] __attribute__((aligned(32)));
@@ -426,17 +426,8 @@ static void avx2_attn_tile_fast(const struct cpu_attn_job *j, int t0, int t1, in
   float mrow[KERN_ATT_OBUF / 16], lrow[KERN_ATT_OBUF / 16];
   int lo[KERN_ATT_OBUF / 16], hi[KERN_ATT_OBUF / 16];
   const float *qrow[KERN_ATT_OBUF / 16];
-  int kmin = 1 << 30, kmax = -1;
-  for (int i = 0; i < M; i++) {
-    int t = t0 + i / G, h = kvh * G + i % G, p = j->pos[t];
-    lo[i] = j->window > 0 && p - j->window + 1 > 0 ? p - j->window + 1 : 0;
-    hi[i] = p;
-    if (lo[i] < kmin) kmin = lo[i];
-    if (hi[i] > kmax) kmax = hi[i];
-    mrow[i] = -INFINITY;
-    lrow[i] = 0.0f;
-    qrow[i] = j->q + t * ldq + (int64_t)h * hd;
-  }
+  int kmin, kmax;
+  avx2_attn_rows(j, t0, M, kvh, lo, hi, mrow, lrow, qrow, &kmin, &kmax);
   memset(O, 0, (size_t)M * hd * sizeof *O);
   const __m256i lane0 = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), lane1 = _mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15);
   const __m256 ninf = _mm256_set1_ps(-INFINITY), vscale = _mm256_set1_ps(j->scale);

@@ -153,7 +153,7 @@ static inline __attribute__((always_inline)) void attn_row(const float *q, const
 
 static void avx512_attn_tile_fast(const struct cpu_attn_job *j, int t0, int t1, int kvh) {
   const int hd = j->head_dim, G = j->n_heads / j->n_kv_heads, M = (t1 - t0) * G, NV = hd / 16;
-  const int64_t ldq = (int64_t)j->n_heads * hd, ldkv = (int64_t)j->n_kv_heads * hd;
+  const int64_t ldkv = (int64_t)j->n_kv_heads * hd;
   const int seq = j->seq[t0];
   float O[KERN_ATT_OBUF] __attribute__((aligned(64)));
   __m512 kt[KERN_ATT_MAX_HD]; /* the key block transposed: 32 KiB at head_dim 512 */
@@ -161,17 +161,8 @@ static void avx512_attn_tile_fast(const struct cpu_attn_job *j, int t0, int t1, 
   float mrow[KERN_ATT_OBUF / 16], lrow[KERN_ATT_OBUF / 16];
   int lo[KERN_ATT_OBUF / 16], hi[KERN_ATT_OBUF / 16];
   const float *qrow[KERN_ATT_OBUF / 16];
-  int kmin = 1 << 30, kmax = -1;
-  for (int i = 0; i < M; i++) {
-    int t = t0 + i / G, h = kvh * G + i % G, p = j->pos[t];
-    lo[i] = j->window > 0 && p - j->window + 1 > 0 ? p - j->window + 1 : 0;
-    hi[i] = p;
-    if (lo[i] < kmin) kmin = lo[i];
-    if (hi[i] > kmax) kmax = hi[i];
-    mrow[i] = -INFINITY;
-    lrow[i] = 0.0f;
-    qrow[i] = j->q + t * ldq + (int64_t)h * hd;
-  }
+  int kmin, kmax;
+  avx512_attn_rows(j, t0, M, kvh, lo, hi, mrow, lrow, qrow, &kmin, &kmax);
   memset(O, 0, (size_t)M * hd * sizeof *O);
   const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   for (int kb = kmin; kb <= kmax; kb += 16) {
