@@ -61,6 +61,9 @@ jinja = {
     "deep-blocks": "{% macro f(n) %}" + "{% if true %}" * 40 + "{{ f(n + 1) }}" + "{% endif %}" * 40
                    + "{% endmacro %}{{ f(0) }}",
     "vars-deep": "{{ x | tojson }}{{ x == x }}\n\0" + json.dumps({"x": json.loads("[" * 300 + "]" * 300)}),
+    # CI's fuzz run, 2026-12-05: an empty string times 30**7 looped 21 million times below every limit
+    "empty-repeat": "{{ (messages | map(attribute='x') | join('')) * 30 ** 7 }}{{ ([] * 10 ** 15) | length }}"
+                    "{{ ('' * 10 ** 15) | length }}",
     "vars-big": "{% for i in range(100000) %}{{ s | length }}{% endfor %}\n\0"
                 + json.dumps({"s": "a" * 4096, "messages": []}),
 }

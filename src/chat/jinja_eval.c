@@ -173,7 +173,9 @@ static struct jv concat2(struct jctx *c, struct jv a, struct jv b) {
 }
 
 static struct jv repeat(struct jctx *c, struct jv seq, int64_t k) {
-  if (k < 0) k = 0;
+  /* An empty operand repeats to itself: skip the loop, which a huge count would
+     otherwise spin through without ever reaching the output limit. */
+  if (k < 0 || (seq.kind == JV_STR ? seq.u.s.n : seq.u.l->n) == 0) k = 0;
   if (seq.kind == JV_STR) {
     struct jbuf buf = newbuf(c);
     for (int64_t i = 0; i < k; i++) jbuf_put(&buf, seq.u.s.p, seq.u.s.n);

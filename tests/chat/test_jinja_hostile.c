@@ -206,6 +206,9 @@ TEST_GROUP(work_budget) {
    * one's range to the end of the string (quadratic under ASan only) */
   CHECK(renders("a few scans", "{{ 'b' in s }} {{ s == t }} {{ s | length }} {{ s.count('ab') }} {{ d.k199999 }}", vars,
                 "False True 4194304 0 199999"));
+  /* an empty string or list times a huge count is empty at once (a fuzzer's hang: the loop ran 10^15 times) */
+  CHECK(renders("empty repeats", "{{ ('' * 10**15) | length }} {{ ([] * 10**15) | length }} {{ (10**15 * '') | length }}",
+                vars, "0 0 0"));
   json_decref(vars);
 }
 
