@@ -185,11 +185,25 @@ __global__ __launch_bounds__(256) void gemm_q4_kernel(const __grid_constant__ ge
   const int64_t ldo = a.ldo[wi];
   /* this split's slice, at this weight's columns of the partial rows */
   float *part = a.part ? a.part + (size_t)blockIdx.z * (size_t)M * a.n_total + a.col0[wi] : NULL;
+  /* with the residual added, a 16-row group's residuals are loaded before any of its stores (a load after a store to
+   * the same array cannot move above it: one load-add-store per element was a chain of dependent round trips;
+   * sm90a/gemm_wgmma.cu's epilogue says more). The sum is still v + bias + residual, in that order. */
 #pragma unroll
   for (int mi = 0; mi < MI; mi++) {
+    const int row = m0 + wm * 16 * MI + mi * 16 + gid;
+    float res[4][4];
+#pragma unroll
+    for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        const int cc = n0 + wn * 32 + ni * 8 + tig * 2 + e;
+        const bool ld = a.add && !part && cc < N;
+        res[ni][e] = ld && row < M ? ldf(out + (int64_t)row * ldo + cc) : 0.0f;
+        res[ni][2 + e] = ld && row + 8 < M ? ldf(out + (int64_t)(row + 8) * ldo + cc) : 0.0f;
+      }
 #pragma unroll
     for (int ni = 0; ni < 4; ni++) {
-      int row = m0 + wm * 16 * MI + mi * 16 + gid, col = n0 + wn * 32 + ni * 8 + tig * 2;
+      int col = n0 + wn * 32 + ni * 8 + tig * 2;
 #pragma unroll
       for (int e = 0; e < 2; e++) {
         int cc = col + e;
@@ -200,14 +214,8 @@ __global__ __launch_bounds__(256) void gemm_q4_kernel(const __grid_constant__ ge
           continue;
         }
         float bv = bias ? bias[cc] : 0.0f;
-        if (row < M) {
-          TO *o = out + (int64_t)row * ldo + cc;
-          stf(o, acc[mi][ni][e] + bv + (a.add ? ldf(o) : 0.0f));
-        }
-        if (row + 8 < M) {
-          TO *o = out + (int64_t)(row + 8) * ldo + cc;
-          stf(o, acc[mi][ni][2 + e] + bv + (a.add ? ldf(o) : 0.0f));
-        }
+        if (row < M) stf(out + (int64_t)row * ldo + cc, acc[mi][ni][e] + bv + res[ni][e]);
+        if (row + 8 < M) stf(out + (int64_t)(row + 8) * ldo + cc, acc[mi][ni][2 + e] + bv + res[ni][2 + e]);
       }
     }
   }

@@ -214,27 +214,43 @@ __global__ __launch_bounds__(128 * WGS, WGS == 2 ? 2 : 1) void gemm_wg_kernel(co
   float *part = a.part ? a.part + (size_t)blockIdx.z * (size_t)M * a.n_total + a.col0[wi] : NULL;
   const int na = n0 + rl, nb = na + 8;
   const float ba = bias && na < N ? bias[na] : 0.0f, bb = bias && nb < N ? bias[nb] : 0.0f;
+  if (part) {
 #pragma unroll
-  for (int j = 0; j < NT / 8; j++) {
+    for (int j = 0; j < NT / 8; j++)
 #pragma unroll
-    for (int e = 0; e < 2; e++) {
-      const int m = m0 + 8 * j + 2 * tig + e;
-      if (m >= M) continue;
-      const float va = acc[4 * j + e], vb = acc[4 * j + 2 + e];
-      if (part) {
-        if (na < N) part[(int64_t)m * a.n_total + na] = va;
-        if (nb < N) part[(int64_t)m * a.n_total + nb] = vb;
-        continue;
+      for (int e = 0; e < 2; e++) {
+        const int m = m0 + 8 * j + 2 * tig + e;
+        if (m >= M) continue;
+        if (na < N) part[(int64_t)m * a.n_total + na] = acc[4 * j + e];
+        if (nb < N) part[(int64_t)m * a.n_total + nb] = acc[4 * j + 2 + e];
       }
-      if (na < N) {
-        TO *o = out + (int64_t)m * ldo + na;
-        stf(o, va + ba + (a.add ? ldf(o) : 0.0f));
+    return;
+  }
+  /* With the residual added (o_proj, down: out += ...), the residuals of EJ row groups are loaded before any of their
+   * stores: a load after a store to the same array cannot be moved above it, so one load-add-store per element made
+   * 64 dependent round trips to memory a thread (ncu: the add GEMMs stalled on L1TEX, session 29). The sum is still
+   * v + bias + residual, in that order. */
+  constexpr int EJ = 4;
+#pragma unroll
+  for (int j0 = 0; j0 < NT / 8; j0 += EJ) {
+    float res[EJ][4];
+#pragma unroll
+    for (int j = 0; j < EJ; j++)
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        const int m = m0 + 8 * (j0 + j) + 2 * tig + e;
+        res[j][e] = a.add && m < M && na < N ? ldf(out + (int64_t)m * ldo + na) : 0.0f;
+        res[j][2 + e] = a.add && m < M && nb < N ? ldf(out + (int64_t)m * ldo + nb) : 0.0f;
       }
-      if (nb < N) {
-        TO *o = out + (int64_t)m * ldo + nb;
-        stf(o, vb + bb + (a.add ? ldf(o) : 0.0f));
+#pragma unroll
+    for (int j = 0; j < EJ; j++)
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        const int m = m0 + 8 * (j0 + j) + 2 * tig + e;
+        if (m >= M) continue;
+        if (na < N) stf(out + (int64_t)m * ldo + na, acc[4 * (j0 + j) + e] + ba + res[j][e]);
+        if (nb < N) stf(out + (int64_t)m * ldo + nb, acc[4 * (j0 + j) + 2 + e] + bb + res[j][2 + e]);
       }
-    }
   }
 #endif
 }
