@@ -12,8 +12,22 @@ void block_embed(struct hearth_model *m, int n, float scale) {
   m->be->embed(m->bctx, &x, &m->w.tok_embd, &s->ids, n, scale);
 }
 
+/* The last layer of a pass whose outputs are a few of its rows (out_rows: the end of each prompt, a record's last
+ * token): its keys and values are written for every row, but past the attention only the output rows are carried on.
+ * Their attention outputs and residuals are gathered into scratch.q and scratch.sel here, and o_proj, the MLP and the
+ * head run on those rows alone (block_mlp_swiglu_of, block_head_trimmed). The ops and their order per row are the
+ * untrimmed pass's, so a batch-invariant backend gives the same bits. Returns the rows carried on; with trim 0, n. */
+static int trim_rows(const struct hb_batch *b) {
+  return b->out_rows && b->n_out < b->n_tokens ? b->n_out : b->n_tokens;
+}
+
 void block_attention(struct hearth_model *m, const struct layer_weights *L, int layer,
                      struct hb_batch *b, int qk_norm, int bias) {
+  block_attention_trim(m, L, layer, b, qk_norm, bias, 0);
+}
+
+int block_attention_trim(struct hearth_model *m, const struct layer_weights *L, int layer,
+                         struct hb_batch *b, int qk_norm, int bias, int trim) {
   const struct hb_ops *be = m->be;
   struct hb_ctx *c = m->bctx;
   struct model_scratch *s = &m->scratch;
@@ -62,9 +76,20 @@ void block_attention(struct hearth_model *m, const struct layer_weights *L, int 
     .n_heads = cfg->num_attention_heads, .n_kv_heads = cfg->num_key_value_heads,
     .head_dim = cfg->head_dim, .scale = 1.0f / sqrtf((float)cfg->head_dim), .window = 0, .softcap = 0.0f,
   };
+  const int nk = trim ? trim_rows(b) : n;
+  if (nk == 0) return 0; /* a prefill chunk that ends no sequence: its last layer only writes the cache */
   /* one token: attention and x += a · Woᵀ in one launch where the backend has it (short sequences) */
-  if (n == 1 && be->attn_o && !be->attn_o(c, &x, &q, kv, b, &ap, &L->wo)) return;
+  if (n == 1 && be->attn_o && !be->attn_o(c, &x, &q, kv, b, &ap, &L->wo)) return n;
   be->attention(c, &a, &q, kv, b, &ap);
+  if (nk < n) { /* carry on with the output rows: a into scratch.q, x into scratch.sel */
+    struct hb_tensor aq = rows_view(&s->q, nk), xs = rows_view(&s->sel, nk);
+    be->gather_rows(c, &aq, &a, b);
+    be->gather_rows(c, &xs, &x, b);
+    a = aq;
+    x = xs;
+    o = rows_view(&s->o, nk);
+    n = nk;
+  }
   if (be->norm_matmul) { /* x += a · Woᵀ in one launch */
     struct hb_tensor *outs[1] = {&x};
     const struct hb_tensor *ws[1] = {&L->wo};
@@ -74,13 +99,18 @@ void block_attention(struct hearth_model *m, const struct layer_weights *L, int 
     be->matmul(c, &o, &a, &L->wo, NULL, n);
     be->add(c, &x, &o, n);
   }
+  return n;
 }
 
 void block_mlp_swiglu(struct hearth_model *m, const struct layer_weights *L, int n) {
+  block_mlp_swiglu_of(m, L, n, &m->scratch.x);
+}
+
+void block_mlp_swiglu_of(struct hearth_model *m, const struct layer_weights *L, int n, const struct hb_tensor *x_all) {
   const struct hb_ops *be = m->be;
   struct hb_ctx *c = m->bctx;
   struct model_scratch *s = &m->scratch;
-  struct hb_tensor x = rows_view(&s->x, n), xn = rows_view(&s->xn, n), g = rows_view(&s->gate, n),
+  struct hb_tensor x = rows_view(x_all, n), xn = rows_view(&s->xn, n), g = rows_view(&s->gate, n),
                    u = rows_view(&s->up, n), o = rows_view(&s->o, n);
   /* decode: silu(gate) * up in the gate/up GEMV's epilogue, then x += h·Wdᵀ in one launch */
   if (be->norm_swiglu && be->norm_matmul &&
@@ -133,4 +163,34 @@ void block_head_of(struct hearth_model *m, struct hb_batch *b, int want_hidden, 
   if (want_hidden) return;
   struct hb_tensor lg = rows_view(&s->logits, b->n_out);
   be->matmul(c, &lg, &sel, &m->w.lm_head, NULL, b->n_out);
+}
+
+void block_head_trimmed(struct hearth_model *m, struct hb_batch *b, int want_hidden) {
+  const struct hb_ops *be = m->be;
+  struct hb_ctx *c = m->bctx;
+  struct model_scratch *s = &m->scratch;
+  if (b->n_out == 0) return;
+  /* the rows are in scratch.sel already (block_attention_trim): the gather path's norm and head */
+  struct hb_tensor sel = rows_view(&s->sel, b->n_out);
+  be->rmsnorm(c, &sel, &sel, &m->w.out_norm, m->cfg.rms_norm_eps, 0.0f);
+  if (want_hidden) return;
+  struct hb_tensor lg = rows_view(&s->logits, b->n_out);
+  be->matmul(c, &lg, &sel, &m->w.lm_head, NULL, b->n_out);
+}
+
+void block_layers_qwen(struct hearth_model *m, struct hb_batch *b, int want_hidden, int qk_norm, int bias) {
+  const int L = m->cfg.num_hidden_layers;
+  for (int i = 0; i < L - 1; i++) {
+    block_attention(m, &m->w.layers[i], i, b, qk_norm, bias);
+    block_mlp_swiglu(m, &m->w.layers[i], b->n_tokens);
+  }
+  const int n = block_attention_trim(m, &m->w.layers[L - 1], L - 1, b, qk_norm, bias, 1);
+  if (n < b->n_tokens) { /* trimmed: the output rows went on in scratch.sel (none: nothing more to do) */
+    if (n == 0) return;
+    block_mlp_swiglu_of(m, &m->w.layers[L - 1], n, &m->scratch.sel);
+    block_head_trimmed(m, b, want_hidden);
+    return;
+  }
+  block_mlp_swiglu(m, &m->w.layers[L - 1], n);
+  block_head(m, b, want_hidden);
 }

@@ -74,12 +74,7 @@ static int qwen2_bind(struct hearth_model *m, const struct st_set *st, enum hear
 
 static void qwen2_forward(struct hearth_model *m, struct hb_batch *b, int want_hidden) {
   block_embed(m, b->n_tokens, 1.0f);
-  for (int i = 0; i < m->cfg.num_hidden_layers; i++) {
-    const struct layer_weights *L = &m->w.layers[i];
-    block_attention(m, L, i, b, /*qk_norm=*/0, /*bias=*/1);
-    block_mlp_swiglu(m, L, b->n_tokens);
-  }
-  block_head(m, b, want_hidden);
+  block_layers_qwen(m, b, want_hidden, /*qk_norm=*/0, /*bias=*/1);
 }
 
 const struct family_ops family_qwen2 = {"qwen2", qwen2_bind, qwen2_forward};

@@ -14,12 +14,7 @@ static int qwen3_bind(struct hearth_model *m, const struct st_set *st, enum hear
 
 static void qwen3_forward(struct hearth_model *m, struct hb_batch *b, int want_hidden) {
   block_embed(m, b->n_tokens, 1.0f);
-  for (int i = 0; i < m->cfg.num_hidden_layers; i++) {
-    const struct layer_weights *L = &m->w.layers[i];
-    block_attention(m, L, i, b, /*qk_norm=*/1, /*bias=*/m->cfg.attention_bias);
-    block_mlp_swiglu(m, L, b->n_tokens);
-  }
-  block_head(m, b, want_hidden);
+  block_layers_qwen(m, b, want_hidden, /*qk_norm=*/1, /*bias=*/m->cfg.attention_bias);
 }
 
 const struct family_ops family_qwen3 = {"qwen3", qwen3_bind, qwen3_forward};

@@ -404,11 +404,41 @@ TEST_GROUP(append_logits) {
   reference_logits(ref, toks, n, one);
   float dl = max_diff(all + (size_t)(n - 11) * V, one, V), ds = max_diff(hearth_session_logits(s), one, V);
   printf("  append_logits: worst |diff| %.3g over sampled positions, last %.3g, session %.3g\n", worst, dl, ds);
-  CHECK(worst < 1e-4 && dl < 1e-4 && ds < 1e-4);
+  /* equal bits: the reference's pass carries only its last row past the last layer's attention (blocks.c,
+   * block_attention_trim), this one every row, and the CPU kernels do not depend on the rows beside a row */
+  CHECK(worst == 0 && dl == 0 && ds == 0);
   CHECK(hearth_session_append_logits(s, toks, 0, all, &err) != 0);
   free(all);
   free(one);
   hearth_session_free(s);
+  hearth_model_free(m);
+  hearth_model_free(ref);
+}
+
+/* A prompt longer than one forward pass: its passes before the last want no output, so their last layer stops
+ * after writing the cache (block_attention_trim), and the last pass carries only its final row on. The logits equal,
+ * bit for bit, those of the same position among every position's (append_logits: all rows through every layer). */
+TEST_GROUP(trimmed_passes) {
+  struct hearth_model *m = load(2048), *ref = load(2048);
+  if (!m || !ref) { test_failures++; hearth_model_free(m); hearth_model_free(ref); return; }
+  const int V = hearth_model_info(m)->n_vocab, n = 1100; /* 512 + 512 + 76 */
+  int32_t *toks = malloc((size_t)n * sizeof *toks);
+  float *all = malloc((size_t)n * V * sizeof *all);
+  REQUIRE(toks && all);
+  prompt(toks, n, 9);
+  struct hearth_session *a = NULL, *b = NULL;
+  struct hearth_err err = {0};
+  CHECK(hearth_session_new(m, NULL, &a, &err) == 0);
+  CHECK(hearth_session_sync(a, toks, n, &err) == 0);
+  CHECK(hearth_session_new(ref, NULL, &b, &err) == 0);
+  CHECK(hearth_session_sync(b, toks, 1, &err) == 0);
+  CHECK(hearth_session_append_logits(b, toks + 1, n - 1, all, &err) == 0);
+  const float *la = hearth_session_logits(a), *lb = all + (size_t)(n - 2) * V;
+  CHECKF(max_diff(la, lb, V) == 0, "|diff| %.3g between the trimmed passes and every row's", max_diff(la, lb, V));
+  hearth_session_free(a);
+  hearth_session_free(b);
+  free(toks);
+  free(all);
   hearth_model_free(m);
   hearth_model_free(ref);
 }
@@ -593,5 +623,5 @@ TEST_GROUP(step_sampled) {
   hearth_model_free(m);
 }
 
-TEST_MAIN(T(step_sampled), T(prefix_reuse), T(eviction), T(multi_session_step), T(disk_prefix_cache), T(batch_invariance),
+TEST_MAIN(T(step_sampled), T(prefix_reuse), T(eviction), T(multi_session_step), T(disk_prefix_cache), T(batch_invariance), T(trimmed_passes),
           T(append_logits), T(abort_hook), T(row_score), T(warm_up_leaves_no_trace))
