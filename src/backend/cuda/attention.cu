@@ -363,9 +363,19 @@ __global__ __launch_bounds__(128) void attn_decode_kernel(T *out, const T *q, co
   if (kb < ke) slots(kb, ns0, ns1);
   pdl_wait();
 
-  for (int i = threadIdx.x; i < AD_G * HD; i += blockDim.x) {
-    int g = i / HD, d = i % HD;
-    q_s[g][d] = g < ng ? ldf(q + ((int64_t)t * n_heads + h0 + g) * HD + d) * scale : 0.0f;
+  { /* q: every load issued before the first store (a strided loop waited a round trip per element: 16 at HD 512) */
+    constexpr int QN = AD_G * HD / 128; /* elements a thread (the launch is 128 threads) */
+    float qv[QN];
+#pragma unroll
+    for (int j = 0; j < QN; j++) {
+      const int i = threadIdx.x + 128 * j, g = i / HD, d = i % HD;
+      qv[j] = g < ng ? ldf(q + ((int64_t)t * n_heads + h0 + g) * HD + d) * scale : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < QN; j++) {
+      const int i = threadIdx.x + 128 * j;
+      q_s[i / HD][i % HD] = qv[j];
+    }
   }
   __syncthreads();
 

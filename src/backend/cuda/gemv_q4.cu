@@ -265,7 +265,22 @@ __device__ __forceinline__ void gemv_add_pass(const gemv_args &a, __half *xs, in
       for (int t = threadIdx.x / 256; t < n; t += NG) {
         const __half *yr = a.y + (int64_t)t * a.ldy;
         float ss = 0.0f;
-        for (int j = tid * 8; j < K; j += 256 * 8) {
+        /* the first four chunks' loads issued together (K <= 8,192 is one batch), summed in the loop's order */
+        uint4 u4[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+          if (tid * 8 + i * 2048 < K) u4[i] = *(const uint4 *)(yr + tid * 8 + i * 2048);
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+          if (tid * 8 + i * 2048 < K) {
+            const __half2 *h = (const __half2 *)&u4[i];
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+              float2 f = __half22float2(h[e]);
+              ss += f.x * f.x + f.y * f.y;
+            }
+          }
+        for (int j = tid * 8 + 4 * 2048; j < K; j += 256 * 8) {
           uint4 u = *(const uint4 *)(yr + j);
           const __half2 *h = (const __half2 *)&u;
 #pragma unroll
@@ -299,25 +314,43 @@ __device__ __forceinline__ void gemv_add_pass(const gemv_args &a, __half *xs, in
   }
   __syncthreads();
   const int nch = n * (K / 8);
-  for (int c = threadIdx.x; c < nch; c += NT) {
-    const int t = c / (K / 8), j0 = (c % (K / 8)) * 8;
-    const uint4 xv = *(const uint4 *)(a.x + (int64_t)t * a.ldx + j0);
-    const uint4 yv = *(const uint4 *)(a.y + (int64_t)t * a.ldy + j0);
-    const __half2 *hx = (const __half2 *)&xv, *hy = (const __half2 *)&yv;
-    const float iv = inv[t];
-    uint4 o;
-    __half2 *ho = (__half2 *)&o;
+  /* two chunks a thread at a time, every load (x, y, the norm weights) issued before the first store: one round trip
+   * per two chunks instead of two per chunk (the stores to a.xout could alias the loads, so the compiler kept them in
+   * program order) */
+  for (int c0 = threadIdx.x; c0 < nch; c0 += 2 * NT) {
+    uint4 xv[2], yv[2];
+    float w[2][8];
 #pragma unroll
-    for (int e = 0; e < 4; e++) {
-      const float2 fx = __half22float2(hx[e]), fy = __half22float2(hy[e]);
-      const float w0 = ld_any(a.aw, a.awdt, j0 + 2 * e), w1 = ld_any(a.aw, a.awdt, j0 + 2 * e + 1);
-      /* norm_add_kernel's: rnd(y · inv · (w + 0)), rnd(x + that) uncontracted, times s, rounded by the store */
-      const float s0 = gemv_rnd_h(__fadd_rn(fx.x, gemv_rnd_h(fy.x * iv * (w0 + 0.0f))));
-      const float s1 = gemv_rnd_h(__fadd_rn(fx.y, gemv_rnd_h(fy.y * iv * (w1 + 0.0f))));
-      ho[e] = a.sadd == 1.0f ? __floats2half2_rn(s0, s1) : __floats2half2_rn(s0 * a.sadd, s1 * a.sadd);
+    for (int i = 0; i < 2; i++) {
+      const int c = c0 + i * NT;
+      if (c >= nch) break;
+      const int t = c / (K / 8), j0 = (c % (K / 8)) * 8;
+      xv[i] = *(const uint4 *)(a.x + (int64_t)t * a.ldx + j0);
+      yv[i] = *(const uint4 *)(a.y + (int64_t)t * a.ldy + j0);
+#pragma unroll
+      for (int e = 0; e < 8; e++) w[i][e] = ld_any(a.aw, a.awdt, j0 + e);
     }
-    *(uint4 *)(xs + (int64_t)t * K + j0) = o;
-    if (blockIdx.x == 0) *(uint4 *)(a.xout + (int64_t)t * a.ldx + j0) = o;
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      const int c = c0 + i * NT;
+      if (c >= nch) break;
+      const int t = c / (K / 8), j0 = (c % (K / 8)) * 8;
+      const __half2 *hx = (const __half2 *)&xv[i], *hy = (const __half2 *)&yv[i];
+      const float iv = inv[t];
+      uint4 o;
+      __half2 *ho = (__half2 *)&o;
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const float2 fx = __half22float2(hx[e]), fy = __half22float2(hy[e]);
+        const float w0 = w[i][2 * e], w1 = w[i][2 * e + 1];
+        /* norm_add_kernel's: rnd(y · inv · (w + 0)), rnd(x + that) uncontracted, times s, rounded by the store */
+        const float s0 = gemv_rnd_h(__fadd_rn(fx.x, gemv_rnd_h(fy.x * iv * (w0 + 0.0f))));
+        const float s1 = gemv_rnd_h(__fadd_rn(fx.y, gemv_rnd_h(fy.y * iv * (w1 + 0.0f))));
+        ho[e] = a.sadd == 1.0f ? __floats2half2_rn(s0, s1) : __floats2half2_rn(s0 * a.sadd, s1 * a.sadd);
+      }
+      *(uint4 *)(xs + (int64_t)t * K + j0) = o;
+      if (blockIdx.x == 0) *(uint4 *)(a.xout + (int64_t)t * a.ldx + j0) = o;
+    }
   }
   __syncthreads();
 }
