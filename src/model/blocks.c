@@ -12,22 +12,19 @@ void block_embed(struct hearth_model *m, int n, float scale) {
   m->be->embed(m->bctx, &x, &m->w.tok_embd, &s->ids, n, scale);
 }
 
-/* The last layer of a pass whose outputs are a few of its rows (out_rows: the end of each prompt, a record's last
- * token): its keys and values are written for every row, but past the attention only the output rows are carried on.
- * Their attention outputs and residuals are gathered into scratch.q and scratch.sel here, and o_proj, the MLP and the
- * head run on those rows alone (block_mlp_swiglu_of, block_head_trimmed). The ops and their order per row are the
- * untrimmed pass's, so a batch-invariant backend gives the same bits. Returns the rows carried on; with trim 0, n. */
+/* the rows the last layer carries past its attention: the batch's output rows when they are fewer than its tokens */
 static int trim_rows(const struct hb_batch *b) {
   return b->out_rows && b->n_out < b->n_tokens ? b->n_out : b->n_tokens;
 }
 
-void block_attention(struct hearth_model *m, const struct layer_weights *L, int layer,
-                     struct hb_batch *b, int qk_norm, int bias) {
-  block_attention_trim(m, L, layer, b, qk_norm, bias, 0);
-}
-
-int block_attention_trim(struct hearth_model *m, const struct layer_weights *L, int layer,
-                         struct hb_batch *b, int qk_norm, int bias, int trim) {
+/* block_attention; with trim set, the last layer of a pass whose outputs are a few of its rows (out_rows: the end of
+ * each prompt, a record's last token): its keys and values are written for every row, but past the attention only
+ * the output rows are carried on. Their attention outputs and residuals are gathered into scratch.q and scratch.sel
+ * here, and o_proj, the MLP and the head run on those rows alone (mlp_swiglu_of, head_selected). The ops and their
+ * order per row are the untrimmed pass's, so a batch-invariant backend gives the same bits. Returns the rows carried
+ * on: n_out (0 when the batch wants no output), or n_tokens untrimmed. */
+static int attention_trim(struct hearth_model *m, const struct layer_weights *L, int layer, struct hb_batch *b,
+                          int qk_norm, int bias, int trim) {
   const struct hb_ops *be = m->be;
   struct hb_ctx *c = m->bctx;
   struct model_scratch *s = &m->scratch;
@@ -102,11 +99,13 @@ int block_attention_trim(struct hearth_model *m, const struct layer_weights *L, 
   return n;
 }
 
-void block_mlp_swiglu(struct hearth_model *m, const struct layer_weights *L, int n) {
-  block_mlp_swiglu_of(m, L, n, &m->scratch.x);
+void block_attention(struct hearth_model *m, const struct layer_weights *L, int layer,
+                     struct hb_batch *b, int qk_norm, int bias) {
+  attention_trim(m, L, layer, b, qk_norm, bias, 0);
 }
 
-void block_mlp_swiglu_of(struct hearth_model *m, const struct layer_weights *L, int n, const struct hb_tensor *x_all) {
+/* block_mlp_swiglu on the residual rows of x_all */
+static void mlp_swiglu_of(struct hearth_model *m, const struct layer_weights *L, int n, const struct hb_tensor *x_all) {
   const struct hb_ops *be = m->be;
   struct hb_ctx *c = m->bctx;
   struct model_scratch *s = &m->scratch;
@@ -136,6 +135,20 @@ void block_mlp_swiglu_of(struct hearth_model *m, const struct layer_weights *L, 
   be->add(c, &x, &o, n);
 }
 
+void block_mlp_swiglu(struct hearth_model *m, const struct layer_weights *L, int n) {
+  mlp_swiglu_of(m, L, n, &m->scratch.x);
+}
+
+/* the final norm over the n_out rows in scratch.sel, then the LM head into scratch.logits unless want_hidden */
+static void head_selected(struct hearth_model *m, int n_out, int want_hidden) {
+  struct model_scratch *s = &m->scratch;
+  struct hb_tensor sel = rows_view(&s->sel, n_out);
+  m->be->rmsnorm(m->bctx, &sel, &sel, &m->w.out_norm, m->cfg.rms_norm_eps, 0.0f);
+  if (want_hidden) return;
+  struct hb_tensor lg = rows_view(&s->logits, n_out);
+  m->be->matmul(m->bctx, &lg, &sel, &m->w.lm_head, NULL, n_out);
+}
+
 void block_head(struct hearth_model *m, struct hb_batch *b, int want_hidden) {
   block_head_of(m, b, want_hidden, &m->scratch.x);
 }
@@ -159,23 +172,7 @@ void block_head_of(struct hearth_model *m, struct hb_batch *b, int want_hidden, 
   }
   /* select first, then normalise: the final norm is per row, so only the wanted rows pay */
   be->gather_rows(c, &sel, &x, b);
-  be->rmsnorm(c, &sel, &sel, &m->w.out_norm, m->cfg.rms_norm_eps, 0.0f);
-  if (want_hidden) return;
-  struct hb_tensor lg = rows_view(&s->logits, b->n_out);
-  be->matmul(c, &lg, &sel, &m->w.lm_head, NULL, b->n_out);
-}
-
-void block_head_trimmed(struct hearth_model *m, struct hb_batch *b, int want_hidden) {
-  const struct hb_ops *be = m->be;
-  struct hb_ctx *c = m->bctx;
-  struct model_scratch *s = &m->scratch;
-  if (b->n_out == 0) return;
-  /* the rows are in scratch.sel already (block_attention_trim): the gather path's norm and head */
-  struct hb_tensor sel = rows_view(&s->sel, b->n_out);
-  be->rmsnorm(c, &sel, &sel, &m->w.out_norm, m->cfg.rms_norm_eps, 0.0f);
-  if (want_hidden) return;
-  struct hb_tensor lg = rows_view(&s->logits, b->n_out);
-  be->matmul(c, &lg, &sel, &m->w.lm_head, NULL, b->n_out);
+  head_selected(m, b->n_out, want_hidden);
 }
 
 void block_layers_qwen(struct hearth_model *m, struct hb_batch *b, int want_hidden, int qk_norm, int bias) {
@@ -184,11 +181,11 @@ void block_layers_qwen(struct hearth_model *m, struct hb_batch *b, int want_hidd
     block_attention(m, &m->w.layers[i], i, b, qk_norm, bias);
     block_mlp_swiglu(m, &m->w.layers[i], b->n_tokens);
   }
-  const int n = block_attention_trim(m, &m->w.layers[L - 1], L - 1, b, qk_norm, bias, 1);
+  const int n = attention_trim(m, &m->w.layers[L - 1], L - 1, b, qk_norm, bias, 1);
   if (n < b->n_tokens) { /* trimmed: the output rows went on in scratch.sel (none: nothing more to do) */
     if (n == 0) return;
-    block_mlp_swiglu_of(m, &m->w.layers[L - 1], n, &m->scratch.sel);
-    block_head_trimmed(m, b, want_hidden);
+    mlp_swiglu_of(m, &m->w.layers[L - 1], n, &m->scratch.sel);
+    head_selected(m, n, want_hidden);
     return;
   }
   block_mlp_swiglu(m, &m->w.layers[L - 1], n);

@@ -21,14 +21,6 @@ void block_head(struct hearth_model *m, struct hb_batch *b, int want_hidden);
 void block_head_of(struct hearth_model *m, struct hb_batch *b, int want_hidden, const struct hb_tensor *x_all);
 /* h += down(silu(gate(xn)) * up(xn)) for the first n rows, xn = rmsnorm(h) with ffn_norm. */
 void block_mlp_swiglu(struct hearth_model *m, const struct layer_weights *L, int n);
-/* block_mlp_swiglu on the residual rows of x_all */
-void block_mlp_swiglu_of(struct hearth_model *m, const struct layer_weights *L, int n, const struct hb_tensor *x_all);
-/* block_attention; with trim set (the last layer), only the batch's output rows go on past the attention: returns
- * how many rows did (n_out, then in scratch.sel; 0 when the batch wants no output), or n_tokens when untrimmed. */
-int block_attention_trim(struct hearth_model *m, const struct layer_weights *L, int layer,
-                         struct hb_batch *b, int qk_norm, int bias, int trim);
-/* The head over rows block_attention_trim left in scratch.sel (block_head's gather path without the gather). */
-void block_head_trimmed(struct hearth_model *m, struct hb_batch *b, int want_hidden);
 /* Qwen2 / Qwen3's layer stack and head, the last layer trimmed to the output rows. */
 void block_layers_qwen(struct hearth_model *m, struct hb_batch *b, int want_hidden, int qk_norm, int bias);
 /* Standard GQA self-attention with NeoX RoPE over the paged cache, qk-norm optional.

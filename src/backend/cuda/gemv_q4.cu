@@ -254,6 +254,16 @@ __device__ __forceinline__ void gemv_emit(const gemv_args &a, int r0, int p, int
  * and the element formula its roundings, so that x' has the plain op's bits. inv: per token 1 / rms(y) (the kernel's
  * s_inv, free until its own norm); part: 64 floats of scratch. Called by every thread after griddepcontrol.wait. */
 __device__ __forceinline__ float gemv_rnd_h(float v) { return __half2float(__float2half_rn(v)); }
+/* ss plus the squares of 8 halves, pair by pair in order (norm_add_kernel's sum) */
+__device__ __forceinline__ float gemv_sumsq8(uint4 u, float ss) {
+  const __half2 *h = (const __half2 *)&u;
+#pragma unroll
+  for (int e = 0; e < 4; e++) {
+    float2 f = __half22float2(h[e]);
+    ss += f.x * f.x + f.y * f.y;
+  }
+  return ss;
+}
 template <int NW>
 __device__ __forceinline__ void gemv_add_pass(const gemv_args &a, __half *xs, int n, float *inv, float *part) {
   constexpr int NT = NW * 32;
@@ -272,23 +282,8 @@ __device__ __forceinline__ void gemv_add_pass(const gemv_args &a, __half *xs, in
           if (tid * 8 + i * 2048 < K) u4[i] = *(const uint4 *)(yr + tid * 8 + i * 2048);
 #pragma unroll
         for (int i = 0; i < 4; i++)
-          if (tid * 8 + i * 2048 < K) {
-            const __half2 *h = (const __half2 *)&u4[i];
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-              float2 f = __half22float2(h[e]);
-              ss += f.x * f.x + f.y * f.y;
-            }
-          }
-        for (int j = tid * 8 + 4 * 2048; j < K; j += 256 * 8) {
-          uint4 u = *(const uint4 *)(yr + j);
-          const __half2 *h = (const __half2 *)&u;
-#pragma unroll
-          for (int e = 0; e < 4; e++) {
-            float2 f = __half22float2(h[e]);
-            ss += f.x * f.x + f.y * f.y;
-          }
-        }
+          if (tid * 8 + i * 2048 < K) ss = gemv_sumsq8(u4[i], ss);
+        for (int j = tid * 8 + 4 * 2048; j < K; j += 256 * 8) ss = gemv_sumsq8(*(const uint4 *)(yr + j), ss);
         ss = warp_sum(ss);
         if (tid % 32 == 0) part[t * 8 + tid / 32] = ss;
       }
