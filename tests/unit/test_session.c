@@ -404,8 +404,8 @@ TEST_GROUP(append_logits) {
   reference_logits(ref, toks, n, one);
   float dl = max_diff(all + (size_t)(n - 11) * V, one, V), ds = max_diff(hearth_session_logits(s), one, V);
   printf("  append_logits: worst |diff| %.3g over sampled positions, last %.3g, session %.3g\n", worst, dl, ds);
-  /* equal bits: the reference's pass carries only its last row past the last layer's attention (
-   * blocks.c, attention_trim), this one every row, and the CPU kernels do not depend on the rows beside a row */
+  /* equal bits: the reference's pass carries only its last row past the last layer's attention (blocks.c,
+   * attention_trim), this one every row, and the CPU kernels do not depend on the rows beside a row */
   CHECK(worst == 0 && dl == 0 && ds == 0);
   CHECK(hearth_session_append_logits(s, toks, 0, all, &err) != 0);
   free(all);

@@ -365,6 +365,7 @@ __global__ __launch_bounds__(128) void attn_decode_kernel(T *out, const T *q, co
 
   { /* q: every load issued before the first store (a strided loop waited a round trip per element: 16 at HD 512) */
     constexpr int QN = AD_G * HD / 128; /* elements a thread (the launch is 128 threads) */
+    static_assert(AD_G * HD % 128 == 0 && QN > 0, "attn_decode's q loads: whole rounds of its 128 threads");
     float qv[QN];
 #pragma unroll
     for (int j = 0; j < QN; j++) {
