@@ -444,6 +444,64 @@ TEST_GROUP(attention) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_attn(&cases[i]);
 }
 
+/* A token's attention output must not depend on the tile it is computed in: which tokens share its tile, where in
+ * the tile it sits, how the prompt was chunked (batch invariance, docs/decisions.md). One sequence of n new tokens
+ * after `past` cached ones, attended with tiles of every length 1..16 and with tiles starting at every offset; every
+ * way must give the bits of one-token tiles. Covers the row pairing of the 2-row paths (odd and even G, head_dim 64
+ * and 128) and sliding windows whose first key is not on a 16-key boundary. */
+static void check_attn_invariance(int n_heads, int n_kv, int hd, int window, float softcap) {
+  const int n = 21, past = 45, bs = 16, G = n_heads / n_kv;
+  const int max_blocks = (past + n + bs - 1) / bs;
+  int32_t *bt = malloc(sizeof(int32_t) * (size_t)max_blocks), pos[21], seq[21];
+  for (int i = 0; i < max_blocks; i++) bt[i] = (i * 5 + 2) % max_blocks;
+  const int64_t ldkv = (int64_t)n_kv * hd, ldq = (int64_t)n_heads * hd, nkv = (int64_t)max_blocks * bs * ldkv;
+  float *k = malloc(sizeof(float) * (size_t)nkv), *v = malloc(sizeof(float) * (size_t)nkv);
+  float *q = malloc(sizeof(float) * (size_t)(n * ldq)), *ref = malloc(sizeof(float) * (size_t)(n * ldq)),
+        *o = malloc(sizeof(float) * (size_t)(n * ldq));
+  for (int64_t i = 0; i < nkv; i++) { k[i] = frand(); v[i] = frand(); }
+  for (int64_t i = 0; i < n * ldq; i++) q[i] = frand() * 2.0f;
+  for (int t = 0; t < n; t++) { pos[t] = past + t; seq[t] = 0; }
+  struct cpu_attn_job j = {q, o, k, v, pos, seq, bt, max_blocks, bs, n_heads, n_kv, hd, window, 1.0f / sqrtf((float)hd),
+                           softcap};
+  int tq_max = 8192 / (G * hd);
+  if (tq_max > 16) tq_max = 16;
+  for (int si = 0; si < n_sets; si++) {
+    j.out = ref;
+    for (int kvh = 0; kvh < n_kv; kvh++)
+      for (int t = 0; t < n; t++) sets[si]->attn_tile(&j, t, t + 1, kvh);
+    j.out = o;
+    int bad_cases = 0;
+    for (int tq = 2; tq <= tq_max; tq++)
+      for (int first = 0; first < tq && first < n; first++) { /* tiles [0, first), then tq at a time */
+        for (int64_t i = 0; i < n * ldq; i++) o[i] = NAN;
+        for (int kvh = 0; kvh < n_kv; kvh++)
+          for (int t0 = 0; t0 < n;) {
+            int t1 = t0 == 0 && first ? first : t0 + tq;
+            if (t1 > n) t1 = n;
+            sets[si]->attn_tile(&j, t0, t1, kvh);
+            t0 = t1;
+          }
+        if (memcmp(o, ref, sizeof(float) * (size_t)(n * ldq))) {
+          if (bad_cases++ < 2) fprintf(stderr, "  %s: tiles of %d after a first of %d differ from one-token tiles\n",
+                                       sets[si]->name, tq, first);
+        }
+      }
+    CHECKF(bad_cases == 0, "%s: %d tilings change a token's bits (heads %d/%d hd %d window %d softcap %g)",
+           sets[si]->name, bad_cases, n_heads, n_kv, hd, window, softcap);
+  }
+  free(bt); free(k); free(v); free(q); free(ref); free(o);
+}
+
+TEST_GROUP(attention_invariance) {
+  init_sets();
+  check_attn_invariance(14, 2, 64, 0, 0.0f);   /* Qwen2.5-0.5B: G = 7 */
+  check_attn_invariance(16, 2, 128, 0, 0.0f);  /* Qwen2.5-3B: G = 8, head_dim 128 */
+  check_attn_invariance(4, 2, 64, 0, 0.0f);    /* G = 2 */
+  check_attn_invariance(6, 2, 64, 19, 0.0f);   /* a sliding window not on a key-block boundary */
+  check_attn_invariance(8, 1, 256, 37, 0.0f);  /* Gemma 4's sliding layers: head_dim 256, window over 2 key blocks */
+  check_attn_invariance(4, 2, 64, 11, 30.0f);  /* soft-capped scores */
+}
+
 TEST_GROUP(silu) {
   init_sets();
   int n = 1001;
@@ -767,5 +825,5 @@ TEST_GROUP(kernel_select) {
   hb_cpu_ops.free(ctx);
 }
 
-TEST_MAIN(T(repack), T(pack_bytes), T(quantize), T(matmul), T(matmul_exact), T(attention), T(silu), T(threadpool), T(backend_ops), T(norm_matmul),
+TEST_MAIN(T(repack), T(pack_bytes), T(quantize), T(matmul), T(matmul_exact), T(attention), T(attention_invariance), T(silu), T(threadpool), T(backend_ops), T(norm_matmul),
           T(batch_invariance), T(kernel_select))

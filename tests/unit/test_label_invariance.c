@@ -6,7 +6,9 @@
  *     one step of 64 sessions (ragged prefill of other prompts, decode tokens of running sequences, a
  *     prefix attached from the prefix cache that another session computed).
  * The group names the backend: `cpu` (label unit, CI) and `cuda` (label cuda, on the GPU machine). Uses the
- * tiny qwen2 oracle fixture. */
+ * tiny qwen2 oracle fixture, or the checkpoint HEARTH_INVARIANCE_MODEL names (CMake runs the Gemma 4 fixtures so; a
+ * `hearth mkmodel` of real shapes by hand). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "hearth.h"
@@ -19,7 +21,8 @@ enum { NS = 64, NP = 45, NL = 4, NDEC = 20 };
 static struct hearth_model *load(enum hearth_backend_kind be) {
   struct hearth_model_params p;
   hearth_model_params_default(&p);
-  p.path = FIXTURE;
+  const char *env = getenv("HEARTH_INVARIANCE_MODEL"); /* another checkpoint, e.g. a mkmodel of real shapes */
+  p.path = env && *env ? env : FIXTURE;
   p.backend = be;
   p.n_threads = 2;
   p.kv_tokens = 16384;
@@ -36,7 +39,12 @@ static int make_prompt(int i, int V, int32_t *t) {
   return n;
 }
 
-static const int32_t LABEL[NL] = {11, 257, 42, 900};
+/* label tokens, taken modulo the vocabulary of the checkpoint under test (label_ids) */
+static const int32_t LABEL0[NL] = {11, 257, 42, 900};
+static int32_t LABEL[NL];
+static void label_ids(int V) {
+  for (int i = 0; i < NL; i++) LABEL[i] = LABEL0[i] % V;
+}
 
 /* P0 evaluated alone on a fresh model (chunks[] sizes, summing to NP, or one pass when NULL): its last
  * logits into last[V], the peeked label rows into rows[(NL-1) * V] */
@@ -44,6 +52,7 @@ static int alone(enum hearth_backend_kind be, const int *chunks, float *last, fl
   struct hearth_model *m = load(be);
   if (!m) return -1;
   const int V = hearth_model_info(m)->n_vocab;
+  label_ids(V);
   int32_t p[128];
   make_prompt(0, V, p);
   struct hearth_session *s = NULL;
@@ -64,6 +73,7 @@ static void run(enum hearth_backend_kind be) {
   struct hearth_model *m = load(be);
   REQUIRE(m);
   const int V = hearth_model_info(m)->n_vocab;
+  label_ids(V);
   struct hearth_err err = {0};
   float *last = malloc((size_t)V * sizeof *last), *rows = malloc((size_t)NL * V * sizeof *rows);
   float *got = malloc((size_t)NL * V * sizeof *got), *ref = malloc((size_t)NL * V * sizeof *ref);

@@ -92,6 +92,11 @@ static inline void KERN_NAME(attn_rows)(const struct cpu_attn_job *j, int t0, in
     lrow[i] = 0.0f;
     if (qrow) qrow[i] = j->q + t * ldq + (int64_t)(kvh * G + i % G) * hd;
   }
+  /* Key blocks start on multiples of KERN_ATT_KB (every tile's step), not at the tile's first key: a row's online
+   * softmax then groups its keys the same whichever rows share its tile (batch invariance; with a sliding window the
+   * tile's first key is the earliest of its rows'). Keys below a row's lo are masked; those below kmin lie in blocks
+   * the row's keys share or that kv_ring_stage maps, so they are real cache rows. */
+  *kmin -= *kmin % KERN_ATT_KB;
 }
 
 static inline void KERN_NAME(attn_tile)(const struct cpu_attn_job *j, int t0, int t1, int kvh) {

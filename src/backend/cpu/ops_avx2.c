@@ -412,6 +412,7 @@ static inline float hsum8(__m256 v) {
 }
 
 #define A2_KB 16
+_Static_assert(A2_KB == KERN_ATT_KB, "attn_rows aligns the first key block to KERN_ATT_KB");
 static void avx2_attn_tile_fast(const struct cpu_attn_job *j, int t0, int t1, int kvh) {
   const int hd = j->head_dim, G = j->n_heads / j->n_kv_heads, M = (t1 - t0) * G;
   if (j->softcap > 0.0f || M * hd > KERN_ATT_OBUF || hd > KERN_ATT_MAX_HD || hd % 16) {

@@ -66,15 +66,21 @@ static inline __attribute__((always_inline)) void attn_row2(const float *qa, con
                                                             __mmask16 va, __mmask16 vb, float scale,
                                                             float *m_a, float *l_a, float *oa,
                                                             float *m_b, float *l_b, float *ob, const int NV) {
-  __m512 a0 = _mm512_setzero_ps(), a1 = a0, b0 = a0, b1 = a0;
-  for (int d = 0; d < NV * 16; d += 2) {
+  /* each row's four chains over d mod 4, summed as attn_row sums them: a row's bits do not depend on whether it
+   * was paired (batch invariance) */
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+  for (int d = 0; d < NV * 16; d += 4) {
     a0 = _mm512_fmadd_ps(_mm512_set1_ps(qa[d]), kt[d], a0);
     b0 = _mm512_fmadd_ps(_mm512_set1_ps(qb[d]), kt[d], b0);
     a1 = _mm512_fmadd_ps(_mm512_set1_ps(qa[d + 1]), kt[d + 1], a1);
     b1 = _mm512_fmadd_ps(_mm512_set1_ps(qb[d + 1]), kt[d + 1], b1);
+    a2 = _mm512_fmadd_ps(_mm512_set1_ps(qa[d + 2]), kt[d + 2], a2);
+    b2 = _mm512_fmadd_ps(_mm512_set1_ps(qb[d + 2]), kt[d + 2], b2);
+    a3 = _mm512_fmadd_ps(_mm512_set1_ps(qa[d + 3]), kt[d + 3], a3);
+    b3 = _mm512_fmadd_ps(_mm512_set1_ps(qb[d + 3]), kt[d + 3], b3);
   }
-  __m512 sa = _mm512_mul_ps(_mm512_add_ps(a0, a1), _mm512_set1_ps(scale));
-  __m512 sb = _mm512_mul_ps(_mm512_add_ps(b0, b1), _mm512_set1_ps(scale));
+  __m512 sa = _mm512_mul_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)), _mm512_set1_ps(scale));
+  __m512 sb = _mm512_mul_ps(_mm512_add_ps(_mm512_add_ps(b0, b1), _mm512_add_ps(b2, b3)), _mm512_set1_ps(scale));
   float ma = _mm512_mask_reduce_max_ps(va, sa), mb = _mm512_mask_reduce_max_ps(vb, sb);
   if (*m_a > ma) ma = *m_a;
   if (*m_b > mb) mb = *m_b;
