@@ -37,12 +37,11 @@ void cpu_softcap(struct hb_ctx *c, struct hb_tensor *x, float cap, int n) {
 
 void cpu_rope_prop(struct hb_ctx *c, struct hb_tensor *x, const struct hb_batch *b, int n_heads, int head_dim,
                    int n_pairs, float theta, float factor) {
-  (void)c;
   int half = head_dim / 2;
   if (n_pairs > half) n_pairs = half;
   float inv_freq[512];
   if (n_pairs > 512) n_pairs = 512; /* head_dim <= HF_MAX_HEAD_DIM (1024) */
   /* as transformers builds it in f32: 1 / theta^(2i / head_dim), then / factor */
   for (int i = 0; i < n_pairs; i++) inv_freq[i] = 1.0f / powf(theta, (float)(2 * i) / (float)head_dim) / factor;
-  cpu_rope_rotate(x, b, n_heads, head_dim, half, n_pairs, inv_freq);
+  cpu_rope_rotate(c, x, b, n_heads, head_dim, half, n_pairs, inv_freq);
 }

@@ -10,9 +10,9 @@ void cpu_gelu_mul_rows(struct hb_tensor *out, const struct hb_tensor *gate, cons
 void cpu_scale(struct hb_ctx *c, struct hb_tensor *x, float s, int n);
 void cpu_softcap(struct hb_ctx *c, struct hb_tensor *x, float cap, int n);
 /* The rotation loop shared with rope_neox (defined in cpu_backend.c): pairs (i, i + half), i < n_pairs,
- * of every head of x's first b->n_tokens rows, by pos · inv_freq[i]. */
-void cpu_rope_rotate(struct hb_tensor *x, const struct hb_batch *b, int n_heads, int head_dim, int half, int n_pairs,
-                     const float *inv_freq);
+ * of every head of x's first b->n_tokens rows, by pos · inv_freq[i]; tokens over c's thread pool. */
+void cpu_rope_rotate(struct hb_ctx *c, struct hb_tensor *x, const struct hb_batch *b, int n_heads, int head_dim,
+                     int half, int n_pairs, const float *inv_freq);
 void cpu_rope_prop(struct hb_ctx *c, struct hb_tensor *x, const struct hb_batch *b, int n_heads, int head_dim,
                    int n_pairs, float theta, float factor);
 #endif

@@ -43,189 +43,222 @@ static inline __m512 exp512(__m512 x) {
   return _mm512_scalef_ps(y, fn);
 }
 
+/* 1 / x: VRCP14PS and one Newton step (relative error ~2^-27: within an ulp of the division, whose ~16-cycle
+ * throughput made SiLU 3.7 % of a W5 run) */
+static inline __m512 rcp512(__m512 x) {
+  const __m512 r = _mm512_rcp14_ps(x);
+  return _mm512_mul_ps(r, _mm512_fnmadd_ps(x, r, _mm512_set1_ps(2.0f)));
+}
+
 static void avx512_silu_mul_fast(float *o, const float *g, const float *u, int64_t n) {
   int64_t i = 0;
   const __m512 one = _mm512_set1_ps(1.0f);
   for (; i + 16 <= n; i += 16) {
     __m512 gv = _mm512_loadu_ps(g + i), uv = _mm512_loadu_ps(u + i);
     __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), gv));
-    _mm512_storeu_ps(o + i, _mm512_mul_ps(_mm512_div_ps(gv, _mm512_add_ps(one, e)), uv));
+    _mm512_storeu_ps(o + i, _mm512_mul_ps(_mm512_mul_ps(gv, rcp512(_mm512_add_ps(one, e))), uv));
   }
   if (i < n) {
     __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
     __m512 gv = _mm512_maskz_loadu_ps(m, g + i), uv = _mm512_maskz_loadu_ps(m, u + i);
     __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), gv));
-    _mm512_mask_storeu_ps(o + i, m, _mm512_mul_ps(_mm512_div_ps(gv, _mm512_add_ps(one, e)), uv));
+    _mm512_mask_storeu_ps(o + i, m, _mm512_mul_ps(_mm512_mul_ps(gv, rcp512(_mm512_add_ps(one, e))), uv));
   }
 }
 
-/* two query rows (both with keys in this block) against one block: shared key/value loads and
- * twice the independent FMA chains of attn_row */
-static inline __attribute__((always_inline)) void attn_row2(const float *qa, const float *qb, const __m512 *kt,
-                                                            const float *const *vrow, int nk,
-                                                            __mmask16 va, __mmask16 vb, float scale,
-                                                            float *m_a, float *l_a, float *oa,
-                                                            float *m_b, float *l_b, float *ob, const int NV) {
-  /* each row's four chains over d mod 4, summed as attn_row sums them: a row's bits do not depend on whether it
-   * was paired (batch invariance) */
-  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
-  for (int d = 0; d < NV * 16; d += 4) {
-    a0 = _mm512_fmadd_ps(_mm512_set1_ps(qa[d]), kt[d], a0);
-    b0 = _mm512_fmadd_ps(_mm512_set1_ps(qb[d]), kt[d], b0);
-    a1 = _mm512_fmadd_ps(_mm512_set1_ps(qa[d + 1]), kt[d + 1], a1);
-    b1 = _mm512_fmadd_ps(_mm512_set1_ps(qb[d + 1]), kt[d + 1], b1);
-    a2 = _mm512_fmadd_ps(_mm512_set1_ps(qa[d + 2]), kt[d + 2], a2);
-    b2 = _mm512_fmadd_ps(_mm512_set1_ps(qb[d + 2]), kt[d + 2], b2);
-    a3 = _mm512_fmadd_ps(_mm512_set1_ps(qa[d + 3]), kt[d + 3], a3);
-    b3 = _mm512_fmadd_ps(_mm512_set1_ps(qb[d + 3]), kt[d + 3], b3);
+/* Attention with the query rows in the vector lanes: a tile's M rows (tokens x the G query heads of one KV head) go in
+ * groups of 16, one row per lane, against blocks of 16 keys read straight from the cache rows (no transposition, no
+ * gathers of K or V). Per block and group: 16 score vectors (score of key jj for the 16 rows) as FMA chains over
+ * head_dim, the online softmax on whole vectors (max, exp, sum and the rescale per lane: no horizontal reductions,
+ * no scalar exp), and O^T (head_dim vectors of 16 rows) += p_jj x broadcast v_jj. Session 33 measured the row-major
+ * tile it replaces at ~10 MACs a cycle on W5's shape (attention 21 % of W5 on the AMX set).
+ *
+ * Batch invariance: lanes never mix, so a row's bits depend only on its query, its keys and its key range: keys go
+ * in blocks at multiples of 16 (attn_rows), and a row whose range misses a block leaves its state untouched (masked
+ * updates), exactly as if it had been alone. Decode tiles (M = G rows) use the same path. */
+#define RL_MAXG ((KERN_ATT_OBUF / 16 + 15) / 16 + 1) /* row groups of a tile at head_dim 16 */
+#define RL_BUF (KERN_ATT_OBUF + 15 * KERN_ATT_MAX_HD) /* rows rounded up to whole groups, times head_dim */
+
+/* r[i] = row i of a 16 x 16 block -> r[d] = column d (the 16 rows' element d) */
+static inline __attribute__((always_inline)) void tr16x16(__m512 *r) {
+  __m512 t[16];
+  for (int i = 0; i < 8; i++) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
   }
-  __m512 sa = _mm512_mul_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)), _mm512_set1_ps(scale));
-  __m512 sb = _mm512_mul_ps(_mm512_add_ps(_mm512_add_ps(b0, b1), _mm512_add_ps(b2, b3)), _mm512_set1_ps(scale));
-  float ma = _mm512_mask_reduce_max_ps(va, sa), mb = _mm512_mask_reduce_max_ps(vb, sb);
-  if (*m_a > ma) ma = *m_a;
-  if (*m_b > mb) mb = *m_b;
-  __m512 pa = _mm512_maskz_mov_ps(va, exp512(_mm512_sub_ps(sa, _mm512_set1_ps(ma))));
-  __m512 pb = _mm512_maskz_mov_ps(vb, exp512(_mm512_sub_ps(sb, _mm512_set1_ps(mb))));
-  float fa = *m_a == -INFINITY ? 0.0f : expf(*m_a - ma), fb = *m_b == -INFINITY ? 0.0f : expf(*m_b - mb);
-  *l_a = *l_a * fa + _mm512_reduce_add_ps(pa);
-  *l_b = *l_b * fb + _mm512_reduce_add_ps(pb);
-  *m_a = ma;
-  *m_b = mb;
-  float pra[16] __attribute__((aligned(64))), prb[16] __attribute__((aligned(64)));
-  _mm512_store_ps(pra, pa);
-  _mm512_store_ps(prb, pb);
-  __m512 acca[16], accb[16];
-  for (int v = 0; v < NV; v++) {
-    acca[v] = _mm512_mul_ps(_mm512_loadu_ps(oa + 16 * v), _mm512_set1_ps(fa));
-    accb[v] = _mm512_mul_ps(_mm512_loadu_ps(ob + 16 * v), _mm512_set1_ps(fb));
+  for (int i = 0; i < 4; i++) { /* u[4i + k]: column k + 4c of rows 4i..4i+3 in 128-bit chunk c */
+    const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]),
+                  c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+    r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+    r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+    r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+    r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
   }
+  for (int k = 0; k < 4; k++) {
+    const __m512 v = _mm512_shuffle_f32x4(r[k], r[4 + k], 0x44), w = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0x44);
+    const __m512 v2 = _mm512_shuffle_f32x4(r[k], r[4 + k], 0xee), w2 = _mm512_shuffle_f32x4(r[8 + k], r[12 + k], 0xee);
+    t[k] = _mm512_shuffle_f32x4(v, w, 0x88);
+    t[k + 4] = _mm512_shuffle_f32x4(v, w, 0xdd);
+    t[k + 8] = _mm512_shuffle_f32x4(v2, w2, 0x88);
+    t[k + 12] = _mm512_shuffle_f32x4(v2, w2, 0xdd);
+  }
+  for (int i = 0; i < 16; i++) r[i] = t[i];
+}
+
+/* eight keys' scores for the 16 rows of a group: one FMA chain per key over head_dim, in order; kb: the block's keys
+ * as contiguous rows of HD */
+static inline __attribute__((always_inline)) void rl_scores8(const float *qt, const float *kb, __m512 *S, const int HD) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+  for (int d = 0; d < HD; d++) {
+    const __m512 qv = _mm512_load_ps(qt + 16 * d);
+    const float *k = kb + d;
+    a0 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k[0]), a0);
+    a1 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k[HD]), a1);
+    a2 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k[2 * HD]), a2);
+    a3 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k[3 * HD]), a3);
+    a4 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k[4 * HD]), a4);
+    a5 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k[5 * HD]), a5);
+    a6 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k[6 * HD]), a6);
+    a7 = _mm512_fmadd_ps(qv, _mm512_set1_ps(k[7 * HD]), a7);
+  }
+  S[0] = a0; S[1] = a1; S[2] = a2; S[3] = a3; S[4] = a4; S[5] = a5; S[6] = a6; S[7] = a7;
+}
+
+/* O^T[d0 .. d0 + 16) of a group: acc = O^T * f, then + p_jj * v_jj[d] over the keys in order; stored on the lanes
+ * that had a key in the block */
+static inline __attribute__((always_inline)) void rl_pv16(float *ot, const __m512 *P, const float *const *vr, int nk,
+                                                          int d0, __m512 f, __mmask16 upd) {
+  __m512 acc[16];
+  for (int dd = 0; dd < 16; dd++) acc[dd] = _mm512_mul_ps(_mm512_load_ps(ot + 16 * (d0 + dd)), f);
   for (int jj = 0; jj < nk; jj++) {
-    __m512 pja = _mm512_set1_ps(pra[jj]), pjb = _mm512_set1_ps(prb[jj]);
-    const float *vr = vrow[jj];
-    for (int v = 0; v < NV; v++) {
-      __m512 vv = _mm512_loadu_ps(vr + 16 * v);
-      acca[v] = _mm512_fmadd_ps(pja, vv, acca[v]);
-      accb[v] = _mm512_fmadd_ps(pjb, vv, accb[v]);
-    }
+    const __m512 p = P[jj];
+    const float *v = vr[jj] + d0;
+    __asm__("" : "+r"(v)); /* one pointer, 16 immediate offsets (else gcc keeps the 16 offsets d0 + dd live, and spills) */
+    for (int dd = 0; dd < 16; dd++) acc[dd] = _mm512_fmadd_ps(p, _mm512_set1_ps(v[dd]), acc[dd]);
   }
-  for (int v = 0; v < NV; v++) {
-    _mm512_storeu_ps(oa + 16 * v, acca[v]);
-    _mm512_storeu_ps(ob + 16 * v, accb[v]);
-  }
+  for (int dd = 0; dd < 16; dd++) _mm512_mask_store_ps(ot + 16 * (d0 + dd), upd, acc[dd]);
 }
 
-/* one query row against one block of <= 16 keys (transposed in kt[hd][16]); NV = hd / 16 */
-static inline __attribute__((always_inline)) void attn_row(const float *q, const __m512 *kt,
-                                                           const float *const *vrow, int nk,
-                                                           __mmask16 valid, float scale, float softcap,
-                                                           float *m_io, float *l_io, float *o,
-                                                           const int NV) {
-  __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-  for (int d = 0; d < NV * 16; d += 4) {
-    s0 = _mm512_fmadd_ps(_mm512_set1_ps(q[d]), kt[d], s0);
-    s1 = _mm512_fmadd_ps(_mm512_set1_ps(q[d + 1]), kt[d + 1], s1);
-    s2 = _mm512_fmadd_ps(_mm512_set1_ps(q[d + 2]), kt[d + 2], s2);
-    s3 = _mm512_fmadd_ps(_mm512_set1_ps(q[d + 3]), kt[d + 3], s3);
-  }
-  __m512 s = _mm512_mul_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)), _mm512_set1_ps(scale));
-  if (softcap > 0.0f) {
-    float t[16];
-    _mm512_storeu_ps(t, s);
-    for (int jj = 0; jj < 16; jj++) t[jj] = softcap * tanhf(t[jj] / softcap);
-    s = _mm512_loadu_ps(t);
-  }
-  float mold = *m_io;
-  float mx = _mm512_mask_reduce_max_ps(valid, s);
-  if (mold > mx) mx = mold;
-  __m512 p = _mm512_maskz_mov_ps(valid, exp512(_mm512_sub_ps(s, _mm512_set1_ps(mx))));
-  float f = mold == -INFINITY ? 0.0f : expf(mold - mx);
-  *l_io = *l_io * f + _mm512_reduce_add_ps(p);
-  *m_io = mx;
-  float pr[16] __attribute__((aligned(64)));
-  _mm512_store_ps(pr, p);
-  __m512 vf = _mm512_set1_ps(f);
-  for (int v0 = 0; v0 < NV; v0 += 16) { /* at most 16 accumulators at a time: head_dim 512 takes two passes */
-    const int nv = NV - v0 < 16 ? NV - v0 : 16;
-    __m512 acc[16];
-    for (int v = 0; v < nv; v++) acc[v] = _mm512_mul_ps(_mm512_loadu_ps(o + 16 * (v0 + v)), vf);
-    for (int jj = 0; jj < nk; jj++) {
-      __m512 pj = _mm512_set1_ps(pr[jj]);
-      const float *vr = vrow[jj] + 16 * v0;
-      for (int v = 0; v < nv; v++) acc[v] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(vr + 16 * v), acc[v]);
+/* the tile for head_dim HD (a constant where the caller instantiates it: the key rows' offsets become immediates) */
+static inline __attribute__((always_inline)) void rl_tile(const struct cpu_attn_job *j, int t0, int t1, int kvh,
+                                                          const int HD) {
+  const int G = j->n_heads / j->n_kv_heads, M = (t1 - t0) * G, NG = (M + 15) / 16;
+  const int64_t ldkv = (int64_t)j->n_kv_heads * HD, ldq = (int64_t)j->n_heads * HD;
+  const int seq = j->seq[t0];
+  static _Thread_local float QT[RL_BUF] __attribute__((aligned(64))), OT[RL_BUF] __attribute__((aligned(64))),
+      KB[16 * KERN_ATT_MAX_HD] __attribute__((aligned(64)));
+  __m512i lov[RL_MAXG], hiv[RL_MAXG];
+  __m512 mv[RL_MAXG], lv[RL_MAXG];
+  int glo[RL_MAXG], ghi[RL_MAXG], kmin = 1 << 30, kmax = -1;
+  int64_t qoff[RL_MAXG][16];
+  for (int g = 0; g < NG; g++) {
+    int32_t lo[16], hi[16];
+    glo[g] = 1 << 30;
+    ghi[g] = -1;
+    for (int l = 0; l < 16; l++) {
+      const int i = 16 * g + l;
+      if (i >= M) { /* a lane past the tile: no key is ever in its range */
+        lo[l] = 1 << 30;
+        hi[l] = -1;
+        qoff[g][l] = -1;
+        continue;
+      }
+      const int t = t0 + i / G, p = j->pos[t];
+      lo[l] = j->window > 0 && p - j->window + 1 > 0 ? p - j->window + 1 : 0;
+      hi[l] = p;
+      qoff[g][l] = t * ldq + (int64_t)(kvh * G + i % G) * HD;
+      if (lo[l] < glo[g]) glo[g] = lo[l];
+      if (hi[l] > ghi[g]) ghi[g] = hi[l];
     }
-    for (int v = 0; v < nv; v++) _mm512_storeu_ps(o + 16 * (v0 + v), acc[v]);
+    if (glo[g] < kmin) kmin = glo[g];
+    if (ghi[g] > kmax) kmax = ghi[g];
+    lov[g] = _mm512_loadu_si512((const void *)lo);
+    hiv[g] = _mm512_loadu_si512((const void *)hi);
+    mv[g] = _mm512_set1_ps(-INFINITY);
+    lv[g] = _mm512_setzero_ps();
+    float *qt = QT + (int64_t)g * HD * 16, *ot = OT + (int64_t)g * HD * 16;
+    for (int c0 = 0; c0 < HD; c0 += 16) { /* the group's queries, transposed: qt[d][lane] */
+      __m512 r[16];
+      for (int l = 0; l < 16; l++) r[l] = qoff[g][l] >= 0 ? _mm512_loadu_ps(j->q + qoff[g][l] + c0) : _mm512_setzero_ps();
+      tr16x16(r);
+      for (int dd = 0; dd < 16; dd++) {
+        _mm512_store_ps(qt + 16 * (c0 + dd), r[dd]);
+        _mm512_store_ps(ot + 16 * (c0 + dd), _mm512_setzero_ps());
+      }
+    }
+  }
+  kmin -= kmin % KERN_ATT_KB; /* key blocks on multiples of 16, as attn_rows places them */
+  const __m512 vscale = _mm512_set1_ps(j->scale), ninf = _mm512_set1_ps(-INFINITY);
+  const float *vr[16];
+  for (int kb = kmin; kb <= kmax; kb += 16) {
+    const int nk = kmax - kb + 1 < 16 ? kmax - kb + 1 : 16;
+    for (int jj = 0; jj < nk; jj++) { /* the block's keys as contiguous rows (any finite values past nk: masked) */
+      const int p = kb + jj;
+      const int64_t sl = (int64_t)j->block_table[seq * j->max_blocks + p / j->block_size] * j->block_size + p % j->block_size;
+      const float *kr = j->k + sl * ldkv + (int64_t)kvh * HD;
+      vr[jj] = j->v + sl * ldkv + (int64_t)kvh * HD;
+      for (int d = 0; d < HD; d += 16) _mm512_store_ps(KB + jj * HD + d, _mm512_loadu_ps(kr + d));
+    }
+    for (int g = 0; g < NG; g++) {
+      if (kb > ghi[g] || kb + nk - 1 < glo[g]) continue;
+      const float *qt = QT + (int64_t)g * HD * 16;
+      __m512 S[16], P[16];
+      rl_scores8(qt, KB, S, HD);
+      if (nk > 8) rl_scores8(qt, KB + 8 * HD, S + 8, HD);
+      else
+        for (int jj = 8; jj < 16; jj++) S[jj] = ninf;
+      __m512 mx = mv[g];
+      __mmask16 valid[16], upd = 0;
+      for (int jj = 0; jj < 16; jj++) {
+        const __m512i kp = _mm512_set1_epi32(kb + jj);
+        valid[jj] = jj < nk ? _mm512_cmple_epi32_mask(lov[g], kp) & _mm512_cmpge_epi32_mask(hiv[g], kp) : 0;
+        upd |= valid[jj];
+        S[jj] = _mm512_mul_ps(S[jj], vscale);
+        if (j->softcap > 0.0f && valid[jj]) {
+          float t[16] __attribute__((aligned(64)));
+          _mm512_store_ps(t, S[jj]);
+          for (int l = 0; l < 16; l++) t[l] = j->softcap * tanhf(t[l] / j->softcap);
+          S[jj] = _mm512_load_ps(t);
+        }
+        mx = _mm512_mask_max_ps(mx, valid[jj], mx, S[jj]);
+      }
+      /* lanes with a key here: f = exp(m_old - m_new) (0 on a row's first block), p = exp(s - m_new) on its keys */
+      const __mmask16 seen = _mm512_cmp_ps_mask(mv[g], ninf, _CMP_NEQ_OQ);
+      const __m512 f = _mm512_maskz_mov_ps(seen, exp512(_mm512_sub_ps(mv[g], mx)));
+      for (int jj = 0; jj < 16; jj++) P[jj] = _mm512_maskz_mov_ps(valid[jj], exp512(_mm512_sub_ps(S[jj], mx)));
+      __m512 s8[8], s4[4];
+      for (int a = 0; a < 8; a++) s8[a] = _mm512_add_ps(P[a], P[a + 8]);
+      for (int a = 0; a < 4; a++) s4[a] = _mm512_add_ps(s8[a], s8[a + 4]);
+      const __m512 sum = _mm512_add_ps(_mm512_add_ps(s4[0], s4[2]), _mm512_add_ps(s4[1], s4[3]));
+      lv[g] = _mm512_mask_mov_ps(lv[g], upd, _mm512_add_ps(_mm512_mul_ps(lv[g], f), sum));
+      mv[g] = _mm512_mask_mov_ps(mv[g], upd, mx);
+      float *ot = OT + (int64_t)g * HD * 16;
+      for (int d0 = 0; d0 < HD; d0 += 16) rl_pv16(ot, P, vr, nk, d0, f, upd);
+    }
+  }
+  for (int g = 0; g < NG; g++) { /* O / l, transposed back into the rows */
+    const __m512 inv = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(lv[g], _mm512_setzero_ps(), _CMP_GT_OQ),
+                                           _mm512_set1_ps(1.0f), lv[g]);
+    const float *ot = OT + (int64_t)g * HD * 16;
+    for (int c0 = 0; c0 < HD; c0 += 16) {
+      __m512 r[16];
+      for (int dd = 0; dd < 16; dd++) r[dd] = _mm512_mul_ps(_mm512_load_ps(ot + 16 * (c0 + dd)), inv);
+      tr16x16(r);
+      for (int l = 0; l < 16; l++)
+        if (qoff[g][l] >= 0) _mm512_storeu_ps(j->out + qoff[g][l] + c0, r[l]);
+    }
   }
 }
 
 static void avx512_attn_tile_fast(const struct cpu_attn_job *j, int t0, int t1, int kvh) {
-  const int hd = j->head_dim, G = j->n_heads / j->n_kv_heads, M = (t1 - t0) * G, NV = hd / 16;
-  const int64_t ldkv = (int64_t)j->n_kv_heads * hd;
-  const int seq = j->seq[t0];
-  float O[KERN_ATT_OBUF] __attribute__((aligned(64)));
-  __m512 kt[KERN_ATT_MAX_HD]; /* the key block transposed: 32 KiB at head_dim 512 */
-  const float *vrow[16];
-  float mrow[KERN_ATT_OBUF / 16], lrow[KERN_ATT_OBUF / 16];
-  int lo[KERN_ATT_OBUF / 16], hi[KERN_ATT_OBUF / 16];
-  const float *qrow[KERN_ATT_OBUF / 16];
-  int kmin, kmax;
-  avx512_attn_rows(j, t0, M, kvh, lo, hi, mrow, lrow, qrow, &kmin, &kmax);
-  memset(O, 0, (size_t)M * hd * sizeof *O);
-  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  for (int kb = kmin; kb <= kmax; kb += 16) {
-    int nk = kmax - kb + 1 < 16 ? kmax - kb + 1 : 16;
-    int32_t off[16];
-    for (int jj = 0; jj < 16; jj++) {
-      if (jj < nk) {
-        int p = kb + jj;
-        int64_t s = (int64_t)j->block_table[seq * j->max_blocks + p / j->block_size] * j->block_size + p % j->block_size;
-        off[jj] = (int32_t)(s * ldkv + (int64_t)kvh * hd);
-        vrow[jj] = j->v + off[jj];
-      } else {
-        off[jj] = 0;
-        vrow[jj] = NULL;
-      }
-    }
-    __m512i voff = _mm512_loadu_si512((const void *)off);
-    __mmask16 km = (__mmask16)((1u << nk) - 1);
-    for (int d = 0; d < hd; d++)
-      kt[d] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), km, _mm512_add_epi32(voff, _mm512_set1_epi32(d)), j->k, 4);
-    __m512i kidx = _mm512_add_epi32(lane, _mm512_set1_epi32(kb));
-    int pend = -1; /* a row waiting for a partner */
-    for (int i = 0; i < M; i++) {
-      if (kb > hi[i] || kb + nk - 1 < lo[i]) continue;
-      __mmask16 valid = km & _mm512_cmpge_epi32_mask(kidx, _mm512_set1_epi32(lo[i])) &
-                        _mm512_cmple_epi32_mask(kidx, _mm512_set1_epi32(hi[i]));
-      if (j->softcap == 0.0f && (NV == 4 || NV == 8)) {
-        if (pend < 0) { pend = i; continue; }
-        int a = pend;
-        pend = -1;
-        __mmask16 va = km & _mm512_cmpge_epi32_mask(kidx, _mm512_set1_epi32(lo[a])) &
-                       _mm512_cmple_epi32_mask(kidx, _mm512_set1_epi32(hi[a]));
-        float *oa = O + (int64_t)a * hd, *ob = O + (int64_t)i * hd;
-        if (NV == 4) attn_row2(qrow[a], qrow[i], kt, vrow, nk, va, valid, j->scale, &mrow[a], &lrow[a], oa, &mrow[i], &lrow[i], ob, 4);
-        else attn_row2(qrow[a], qrow[i], kt, vrow, nk, va, valid, j->scale, &mrow[a], &lrow[a], oa, &mrow[i], &lrow[i], ob, 8);
-        continue;
-      }
-      float *o = O + (int64_t)i * hd;
-      switch (NV) {
-      case 4: attn_row(qrow[i], kt, vrow, nk, valid, j->scale, j->softcap, &mrow[i], &lrow[i], o, 4); break;
-      case 8: attn_row(qrow[i], kt, vrow, nk, valid, j->scale, j->softcap, &mrow[i], &lrow[i], o, 8); break;
-      default: attn_row(qrow[i], kt, vrow, nk, valid, j->scale, j->softcap, &mrow[i], &lrow[i], o, NV); break;
-      }
-    }
-    if (pend >= 0) {
-      int i = pend;
-      __mmask16 valid = km & _mm512_cmpge_epi32_mask(kidx, _mm512_set1_epi32(lo[i])) &
-                        _mm512_cmple_epi32_mask(kidx, _mm512_set1_epi32(hi[i]));
-      float *o = O + (int64_t)i * hd;
-      if (NV == 4) attn_row(qrow[i], kt, vrow, nk, valid, j->scale, 0.0f, &mrow[i], &lrow[i], o, 4);
-      else attn_row(qrow[i], kt, vrow, nk, valid, j->scale, 0.0f, &mrow[i], &lrow[i], o, 8);
-    }
-  }
-  for (int i = 0; i < M; i++) {
-    float *out = j->out + (qrow[i] - j->q);
-    __m512 inv = _mm512_set1_ps(lrow[i] > 0.0f ? 1.0f / lrow[i] : 0.0f);
-    for (int v = 0; v < NV; v++) _mm512_storeu_ps(out + 16 * v, _mm512_mul_ps(_mm512_loadu_ps(O + (int64_t)i * hd + 16 * v), inv));
+  const int hd = j->head_dim;
+  if ((t1 - t0) * (j->n_heads / j->n_kv_heads) * hd > KERN_ATT_OBUF || hd > KERN_ATT_MAX_HD || hd % 16) return;
+  switch (hd) { /* the same arithmetic in every instance: only the addressing differs */
+  case 64: rl_tile(j, t0, t1, kvh, 64); break;
+  case 128: rl_tile(j, t0, t1, kvh, 128); break;
+  case 256: rl_tile(j, t0, t1, kvh, 256); break;
+  case 512: rl_tile(j, t0, t1, kvh, 512); break;
+  default: rl_tile(j, t0, t1, kvh, hd); break;
   }
 }
 
