@@ -514,6 +514,7 @@ static int run_batch_outputs(struct hearth_model *m, struct hb_batch *b, enum ou
       continue;
     }
     if (row_greedy && !row_greedy[k]) continue; /* this row's caller samples from its logits */
+    if (rowsc && rowsc[k]) continue; /* scored: fill_scores below sets its id and logprob from the row's scores */
     /* a NaN or an infinity in the row (the model's numbers broke down) is reported as id -1: a NaN
      * compares false, so a plain argmax would answer with token 0 for a row of NaNs */
     int32_t best = 0;

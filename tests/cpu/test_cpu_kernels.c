@@ -86,10 +86,11 @@ static void free_q4(struct cpu_q4 *w) {
 /* 16-bit activations as two int8 planes and as int16 (cpu_kernels.h) */
 static struct cpu_q8 make_q8(int n, int64_t cols) {
   struct cpu_q8 a = {malloc((size_t)(n * cols)), malloc((size_t)(n * cols)), malloc((size_t)(n * cols / 128) * 4),
-                     malloc((size_t)(n * cols / 128) * 4), cols, malloc((size_t)(n * cols) * 2)};
+                     malloc((size_t)(n * cols / 128) * 4), cols, malloc((size_t)(n * cols) * 2),
+                     malloc(q8_tiles_bytes(n, cols / 128))};
   return a;
 }
-static void free_q8(struct cpu_q8 *a) { free(a->q); free(a->lo); free(a->s); free(a->c); free(a->v16); }
+static void free_q8(struct cpu_q8 *a) { free(a->q); free(a->lo); free(a->s); free(a->c); free(a->v16); free(a->tiles); }
 
 TEST_GROUP(repack) {
   const int64_t shapes[][2] = {{1, 128}, {16, 128}, {17, 256}, {37, 384}, {64, 896}, {5, 1024}};
@@ -167,12 +168,14 @@ static void quantize_cases(void) {
     struct cpu_q8 ref = make_q8(n, cols);
     q4x16_q8_quantize_generic(x, ldx, 0, n, &ref);
     /* bound: |x - s*v| <= s/2, v = 256*hi + lo; hi in [-127, 127]; c = -8 * sum(v) */
-    int bad = 0, badsplit = 0, badc = 0, badv16 = 0;
+    int bad = 0, badsplit = 0, badc = 0, badv16 = 0, badtiles = 0;
     for (int t = 0; t < n; t++)
       for (int64_t k = 0; k < cols; k++) {
         float s = ref.s[t * (cols / 128) + k / 128];
         int v = 256 * ref.q[t * cols + k] + ref.lo[t * cols + k];
         if (ref.v16[t * cols + k] != v) badv16++;
+        const int64_t to = q8_tile_off(t, k / 128, (int)(k % 128) / 64, cols / 128) + k % 64;
+        if (ref.tiles[to] != ref.q[t * cols + k] || ref.tiles[to + 1024] != ref.lo[t * cols + k]) badtiles++;
         if (fabsf(x[t * ldx + k] - s * (float)v) > s * 0.505f + 1e-30f) bad++; /* 0.5 + rounding of x*id and s*v */
         if (ref.q[t * cols + k] < -127 || v < -Q8_VMAX || v > Q8_VMAX) badsplit++;
       }
@@ -186,14 +189,25 @@ static void quantize_cases(void) {
     CHECKF(bad == 0, "generic quantization error out of bound at %d places", bad);
     CHECKF(badsplit == 0 && badc == 0, "generic split out of range at %d places, c wrong in %d blocks", badsplit, badc);
     CHECKF(badv16 == 0, "generic v16 differs from 256 * hi + lo at %d places", badv16);
+    CHECKF(badtiles == 0, "generic tile-order copy differs from the planes at %d places", badtiles);
     for (int si = 1; si < n_sets; si++) {
       struct cpu_q8 a = make_q8(n, cols);
       memset(a.q, 0x55, (size_t)(n * cols));
       memset(a.lo, 0x55, (size_t)(n * cols));
       memset(a.v16, 0x55, (size_t)(n * cols) * 2);
+      memset(a.tiles, 0x55, q8_tiles_bytes(n, cols / 128));
       sets[si]->q8_quantize(x, ldx, 0, 3, &a);
       sets[si]->q8_quantize(x, ldx, 3, n, &a);
       CHECKF(!memcmp(a.v16, ref.v16, (size_t)(n * cols) * 2), "%s: v16 differs (cols %lld)", sets[si]->name, (long long)cols);
+      int badt = 0; /* the rows of the batch in the tile-order copy (rows past n are never read), where the set fills it */
+      for (int t = 0; t < n && sets[si]->q8_tiles > 0; t++)
+        for (int64_t g = 0; g < cols / 128; g++)
+          for (int st = 0; st < 2; st++) {
+            const int64_t o = q8_tile_off(t, g, st, cols / 128);
+            badt += memcmp(a.tiles + o, ref.tiles + o, 64) != 0;
+            badt += memcmp(a.tiles + o + 1024, ref.tiles + o + 1024, 64) != 0;
+          }
+      CHECKF(badt == 0, "%s: the tile-order copy differs in %d runs of 64 (cols %lld)", sets[si]->name, badt, (long long)cols);
       CHECKF(!memcmp(a.q, ref.q, (size_t)(n * cols)), "%s: q differs (cols %lld)", sets[si]->name, (long long)cols);
       CHECKF(!memcmp(a.lo, ref.lo, (size_t)(n * cols)), "%s: lo differs (cols %lld)", sets[si]->name, (long long)cols);
       CHECKF(!memcmp(a.s, ref.s, (size_t)(n * cols / 128) * 4), "%s: s differs", sets[si]->name);
@@ -304,6 +318,7 @@ static void spec_matmul_exact(const struct cpu_q4 *w, const struct cpu_q8 *a, in
 }
 
 static int exact_no_v16; /* 1: the activations come without cpu_q8.v16 (the planes' path at every batch size) */
+static int exact_no_tiles; /* 1: without cpu_q8.tiles (the AMX set makes its own tile-order copy) */
 static void check_matmul_exact(int64_t rows, int64_t cols, int n, int64_t r0, int64_t r1) {
   struct cpu_q4 pk = make_q4(rows, cols);
   REQUIRE(q4x16_repack(&pk) == 0);
@@ -312,6 +327,7 @@ static void check_matmul_exact(int64_t rows, int64_t cols, int n, int64_t r0, in
   for (int64_t i = 0; i < n * ldx; i++) x[i] = frand() * (1.0f + (float)(i % 5)); /* uneven block scales */
   struct cpu_q8 a = make_q8(n, cols);
   if (exact_no_v16) { free(a.v16); a.v16 = NULL; }
+  if (exact_no_tiles) { free(a.tiles); a.tiles = NULL; }
   q4x16_q8_quantize_generic(x, ldx, 0, n, &a);
   for (int64_t i = 0; i < n * ldo; i++) o_spec[i] = -7.0f;
   spec_matmul_exact(&pk, &a, n, r0, r1, o_spec, ldo);
@@ -345,6 +361,10 @@ TEST_GROUP(matmul_exact) {
   check_matmul_exact(80, 256, 13, 0, 80);
   check_matmul_exact(16 * 7 + 9, 896, 40, 5, 16 * 7 + 3);
   exact_no_v16 = 0;
+  exact_no_tiles = 1; /* the AMX set packs the tile-order copy itself (a direct caller's activations) */
+  for (int n = 15; n <= 17; n++) check_matmul_exact(80, 256, n, 0, 80);
+  check_matmul_exact(16 * 7 + 9, 896, 40, 5, 16 * 7 + 3);
+  exact_no_tiles = 0;
 }
 
 /* ---- attention ---- */

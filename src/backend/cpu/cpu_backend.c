@@ -342,6 +342,7 @@ static void mm_worker(void *arg, int ith, int nth) {
     a.s = (float *)((char *)a.s + off);
     a.c = (int32_t *)((char *)a.c + off);
     if (a.v16) a.v16 = (int16_t *)((char *)a.v16 + off);
+    if (a.tiles) a.tiles += off;
     if (j->xn) {
       float *xn = j->xn + (size_t)ith * j->xn_own;
       mm_prologue(j, 0, j->n, xn);
@@ -389,7 +390,8 @@ static int mm_run(struct hb_ctx *c, struct mm_job *j) {
      * at most) instead of splitting the work and meeting at a barrier (the bytes are the same) */
     int own = n <= 4 && nth > 1;
     size_t vb = c->k->q8_v16 > 0 && n >= c->k->q8_v16 ? 2 * qb : 0; /* v as int16, where the set reads it */
-    size_t per = 2 * qb + 2 * sb + vb, nbuf = own ? (size_t)nth : 1;
+    size_t tb = c->k->q8_tiles > 0 && n >= c->k->q8_tiles ? q8_tiles_bytes(n, G) : 0; /* the AMX set's copy */
+    size_t per = 2 * qb + 2 * sb + vb + tb, nbuf = own ? (size_t)nth : 1;
     size_t xnb = j->norm_w || j->silu_up ? (((size_t)n * (size_t)cols * sizeof(float) + 63) & ~(size_t)63) : 0;
     if (grow(&c->q8buf, &c->q8cap, per * nbuf + xnb * nbuf)) return -1;
     j->a.q = c->q8buf;
@@ -397,6 +399,7 @@ static int mm_run(struct hb_ctx *c, struct mm_job *j) {
     j->a.s = (float *)((char *)c->q8buf + 2 * qb);
     j->a.c = (int32_t *)((char *)c->q8buf + 2 * qb + sb);
     j->a.v16 = vb ? (int16_t *)((char *)c->q8buf + 2 * qb + 2 * sb) : NULL;
+    j->a.tiles = tb ? (int8_t *)c->q8buf + 2 * qb + 2 * sb + vb : NULL;
     j->q_own = own ? per : 0; /* thread ith's copy: the same buffers, ith * per bytes on */
     j->a.cols = cols;
     j->xn = xnb ? (float *)((char *)c->q8buf + per * nbuf) : NULL;

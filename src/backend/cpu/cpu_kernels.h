@@ -15,6 +15,7 @@
  *     depend on the other tokens of the batch (bit-identical alone or in any batch). */
 #ifndef HEARTH_BACKEND_CPU_KERNELS_H
 #define HEARTH_BACKEND_CPU_KERNELS_H
+#include <stddef.h>
 #include <stdint.h>
 
 /* An int4 weight as the CPU backend holds it: the reference layout of quant/q4.h
@@ -52,7 +53,18 @@ struct cpu_q8 {
    * there; the backend allocates it for the sets whose matmul_q4q8 reads it (cpu_kernels.q8_v16). The same
    * integers as the planes, so a kernel may take either. */
   int16_t *v16;
+  /* optional (NULL: absent): both planes in AMX tile order (q8_tile_off): per 16-token tile, 128-group and 64-column
+   * step, the hi plane's 16 rows of 64 bytes, then the lo plane's, so that each A tile is one contiguous KiB. The
+   * q8_quantize of a set with q8_tiles > 0 (and the generic one) fills it when it is there (rows past the batch are
+   * never read); the backend allocates it for those sets (cpu_kernels.q8_tiles). */
+  int8_t *tiles;
 };
+/* where 64 column bytes of token t's hi plane (group g, step s = 0/1) go in cpu_q8.tiles; the lo plane's 1024 on */
+static inline int64_t q8_tile_off(int t, int64_t g, int s, int64_t G) {
+  return (((int64_t)(t / 16) * G + g) * 2 + s) * 2048 + (int64_t)(t % 16) * 64;
+}
+/* bytes of cpu_q8.tiles for n tokens of G groups */
+static inline size_t q8_tiles_bytes(int n, int64_t G) { return (size_t)((n + 15) / 16) * (size_t)G * 4096; }
 
 /* Flash-style attention over the paged f32 KV cache (see backend.h for the semantics). */
 struct cpu_attn_job {
@@ -92,6 +104,9 @@ struct cpu_kernels {
   /* > 0: matmul_q4q8 reads cpu_q8.v16 for batches of at least this many tokens (the AVX2 set's prefill:
    * ops_avx2.c), so the backend allocates and fills it for those; it still accepts v16 == NULL. 0: never */
   int q8_v16;
+  /* > 0: matmul_q4q8 reads cpu_q8.tiles for batches of at least this many tokens (the AMX set), so the backend
+   * allocates and fills it for those; it still accepts tiles == NULL. 0: never */
+  int q8_tiles;
   /* attention outputs of tokens [t0, t1) (one sequence) for the query heads of kv head kvh;
    * NULL = the backend's scalar attention */
   void (*attn_tile)(const struct cpu_attn_job *j, int t0, int t1, int kvh);
@@ -106,8 +121,10 @@ extern const struct cpu_kernels cpu_kernels_generic; /* q4x16 path in plain C (t
 extern const struct cpu_kernels cpu_kernels_avx2;
 extern const struct cpu_kernels cpu_kernels_avxvnni; /* ops_avx2.c's code on AVX-VNNI (ops_avxvnni.c) */
 extern const struct cpu_kernels cpu_kernels_avx512;
-extern const struct cpu_kernels cpu_kernels_amx; /* avx512's, with the prefill matmul on AMX tiles */
-/* ops_amx.c: matmul_q4q8 on AMX tiles for >= 8 tokens (the AVX-512 kernel below that); bit-identical to it */
+extern const struct cpu_kernels cpu_kernels_amx;
+/* fewer tokens than this go from the AMX set's matmul to the VNNI kernel (ops_amx.c says why) */
+#define CPU_AMX_MIN_TOKENS 8 /* avx512's, with the prefill matmul on AMX tiles */
+/* ops_amx.c: matmul_q4q8 on AMX tiles for >= CPU_AMX_MIN_TOKENS tokens (the AVX-512 kernel below that); bit-identical to it */
 void cpu_amx_matmul_q4q8(const struct cpu_q4 *w, const struct cpu_q8 *a, int n, int64_t r0, int64_t r1, float *out,
                          int64_t ldo);
 /* The fastest set this CPU supports (HEARTH_CPU=scalar|avx2|avx2-vnni|avx512 caps it). */

@@ -36,7 +36,7 @@
 /* Fewer tokens than this go to the VNNI kernel (same bits): unpacking a block pair's B tiles costs about what
  * the VNNI kernel needs for a few tokens, and the tiles' fixed cost is per 16 tokens. Measured (one thread, 0.5B
  * gate/up and down): AMX 0.43-0.7x of VNNI at 2-4 tokens, even at 6, 1.2-1.26x at 8, 1.6x at 12, 1.8x at 16. */
-#define AMX_MIN_TOKENS 8
+#define AMX_MIN_TOKENS CPU_AMX_MIN_TOKENS
 /* unpacked weights of one panel (see cpu_amx_matmul_q4q8): a quarter of a 2 MiB L2 (128 KiB panels: -25 % on the
  * 0.5B's gate/up at 512 tokens; 1 MiB: the same as 512 KiB) */
 #define AMX_PANEL_BYTES (512 * 1024)
@@ -87,6 +87,17 @@ static void amx_unpack(const uint8_t *qp, int64_t G, uint8_t *dst) {
   }
 }
 
+/* cpu_q8.tiles from the planes, for a caller whose quantizer did not fill it */
+static void amx_pack_a(const struct cpu_q8 *a, int n, int64_t G, int8_t *dst) {
+  for (int t = 0; t < n; t++)
+    for (int64_t g = 0; g < G; g++)
+      for (int s = 0; s < 2; s++) {
+        const int64_t o = (int64_t)t * a->cols + g * 128 + s * 64, d = q8_tile_off(t, g, s, G);
+        _mm512_store_si512((void *)(dst + d), _mm512_loadu_si512((const void *)(a->q + o)));
+        _mm512_store_si512((void *)(dst + d + 1024), _mm512_loadu_si512((const void *)(a->lo + o)));
+      }
+}
+
 /* folds one group's integer sums of NB blocks x m tokens into res[b][t] (16 rows each) */
 static inline __attribute__((always_inline)) void amx_fold(const int32_t (*hs)[16][16], const int32_t (*ls)[16][16],
                                                            const uint16_t *dp0, const uint16_t *dp1, const struct cpu_q8 *a,
@@ -112,11 +123,9 @@ static inline __attribute__((always_inline)) void amx_fold(const int32_t (*hs)[1
  * no tile instruction at all; so the overlap is partial and the folds (per group, inherent to the per-group
  * scales) are what is left to win. */
 static inline __attribute__((always_inline)) void amx_tile(const uint8_t *bt0, const uint8_t *bt1, const uint16_t *dp0,
-                                                           const uint16_t *dp1, const struct cpu_q8 *a, int t0, int m,
-                                                           int64_t G, const int NB, __m512 (*res)[16]) {
-  const int64_t cols = a->cols;
+                                                           const uint16_t *dp1, const struct cpu_q8 *a, const int8_t *ap,
+                                                           int t0, int m, int64_t G, const int NB, __m512 (*res)[16]) {
   int32_t hs[2][2][16][16] __attribute__((aligned(64))), ls[2][2][16][16] __attribute__((aligned(64)));
-  const int8_t *xh = a->q + (int64_t)t0 * cols, *xl = a->lo + (int64_t)t0 * cols;
   for (int b = 0; b < NB; b++)
     for (int t = 0; t < m; t++) res[b][t] = _mm512_setzero_ps();
   for (int64_t g = 0; g <= G; g++) {
@@ -129,9 +138,9 @@ static inline __attribute__((always_inline)) void amx_tile(const uint8_t *bt0, c
         TZERO(T_L1);
       }
       for (int s = 0; s < 2; s++) {
-        const int64_t k0 = g * 128 + s * 64, bo = (g * 2 + s) * 1024;
-        TLOAD(T_AH, xh + k0, cols);
-        TLOAD(T_AL, xl + k0, cols);
+        const int64_t bo = (g * 2 + s) * 1024;
+        TLOAD(T_AH, ap + bo * 2, 64);
+        TLOAD(T_AL, ap + bo * 2 + 1024, 64);
         TLOAD(T_B0, bt0 + bo, 64);
         TDP(T_H0, T_AH, T_B0);
         TDP(T_L0, T_AL, T_B0);
@@ -173,10 +182,15 @@ void cpu_amx_matmul_q4q8(const struct cpu_q4 *w, const struct cpu_q8 *a, int n, 
   if (panel < 2) panel = 2;
   if (panel > b1 - b0) panel = b1 - b0;
   uint8_t *scr = n >= AMX_MIN_TOKENS ? aligned_alloc(64, (size_t)panel * per_blk) : NULL;
-  if (!scr) { /* few tokens, or no scratch: the VNNI kernel, same bits */
+  /* the activations in tile order: the quantizer's copy (the backend's batches), else made here (direct callers) */
+  int8_t *own = scr && !a->tiles ? aligned_alloc(64, q8_tiles_bytes(n, G)) : NULL;
+  const int8_t *apk = a->tiles ? a->tiles : own;
+  if (!scr || !apk) { /* few tokens, or no scratch: the VNNI kernel, same bits */
+    free(scr);
     cpu_kernels_avx512.matmul_q4q8(w, a, n, r0, r1, out, ldo);
     return;
   }
+  if (own) amx_pack_a(a, n, G, own);
   __m512 res[2][16];
   int cfg_m = 0;
   for (int64_t p0 = b0; p0 < b1; p0 += panel) {
@@ -193,15 +207,17 @@ void cpu_amx_matmul_q4q8(const struct cpu_q4 *w, const struct cpu_q8 *a, int n, 
         const uint16_t *dp0 = q4x16_scales(w, b);
         const int nb = p1 - b >= 2 ? 2 : 1;
         /* full tiles with a constant row count, so the folds' loops unroll */
-        if (nb == 2 && m == 16) amx_tile(bt, bt + per_blk, dp0, q4x16_scales(w, b + 1), a, t0, 16, G, 2, res);
-        else if (nb == 2) amx_tile(bt, bt + per_blk, dp0, q4x16_scales(w, b + 1), a, t0, m, G, 2, res);
-        else amx_tile(bt, bt, dp0, dp0, a, t0, m, G, 1, res);
+        const int8_t *ap = apk + (size_t)(t0 / 16) * (size_t)G * 4096;
+        if (nb == 2 && m == 16) amx_tile(bt, bt + per_blk, dp0, q4x16_scales(w, b + 1), a, ap, t0, 16, G, 2, res);
+        else if (nb == 2) amx_tile(bt, bt + per_blk, dp0, q4x16_scales(w, b + 1), a, ap, t0, m, G, 2, res);
+        else amx_tile(bt, bt, dp0, dp0, a, ap, t0, m, G, 1, res);
         for (int bb = 0; bb < nb; bb++) amx_store(out, ldo, t0, m, b + bb, r0, r1, res[bb]);
       }
     }
   }
   _tile_release();
   free(scr);
+  free(own);
 }
 
 #endif /* __x86_64__ */

@@ -288,8 +288,14 @@ static void avx512_q8_quantize(const float *x, int64_t ldx, int t0, int t1, cons
         sum = _mm512_add_epi32(sum, qi);
         __m512i h = _mm512_srai_epi32(_mm512_add_epi32(qi, half), 8);
         __m512i l = _mm512_sub_epi32(qi, _mm512_slli_epi32(h, 8));
-        _mm_storeu_si128((__m128i *)(q + g * 128 + 16 * i), _mm512_cvtepi32_epi8(h));
-        _mm_storeu_si128((__m128i *)(lo + g * 128 + 16 * i), _mm512_cvtepi32_epi8(l));
+        const __m128i hb = _mm512_cvtepi32_epi8(h), lb = _mm512_cvtepi32_epi8(l);
+        _mm_storeu_si128((__m128i *)(q + g * 128 + 16 * i), hb);
+        _mm_storeu_si128((__m128i *)(lo + g * 128 + 16 * i), lb);
+        if (a->tiles) {
+          int8_t *tp = a->tiles + q8_tile_off(t, g, i / 4, G) + 16 * (i % 4);
+          _mm_storeu_si128((__m128i *)tp, hb);
+          _mm_storeu_si128((__m128i *)(tp + 1024), lb);
+        }
         if (a->v16) _mm256_storeu_si256((__m256i *)(a->v16 + t * cols + g * 128 + 16 * i), _mm512_cvtepi32_epi16(qi));
       }
       a->s[t * G + g] = amax / vmax;
@@ -487,6 +493,7 @@ const struct cpu_kernels cpu_kernels_amx = {
   .q4_row = q4x16_row,
   .q8_quantize = avx512_q8_quantize,
   .matmul_q4q8 = cpu_amx_matmul_q4q8,
+  .q8_tiles = CPU_AMX_MIN_TOKENS,
   .attn_tile = avx512_attn_tile_fast,
   .silu_mul = avx512_silu_mul_fast,
   .gelu_mul = avx512_gelu_mul,

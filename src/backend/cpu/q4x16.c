@@ -143,6 +143,11 @@ void q4x16_q8_quantize_generic(const float *x, int64_t ldx, int t0, int t1, cons
         q[g * 128 + i] = (int8_t)h;
         lo[g * 128 + i] = (int8_t)(v - 256 * h);
         if (a->v16) a->v16[t * cols + g * 128 + i] = (int16_t)v;
+        if (a->tiles) {
+          int8_t *tp = a->tiles + q8_tile_off(t, g, i / 64, G) + i % 64;
+          tp[0] = (int8_t)h;
+          tp[1024] = (int8_t)(v - 256 * h);
+        }
       }
       a->s[t * G + g] = amax / (float)Q8_VMAX;
       a->c[t * G + g] = -8 * sum;
