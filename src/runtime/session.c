@@ -502,6 +502,12 @@ static int run_batch_outputs(struct hearth_model *m, struct hb_batch *b, enum ou
   }
   const struct hb_tensor *src = want_hidden ? &sc->sel : &sc->logits;
   if (be->read(c, src, 0, b->n_out, m->b_outbuf)) return err_set(err, HEARTH_ERR_BACKEND, "%s: read failed", be->name);
+  if (scored && be->row_score && mode == OUT_GREEDY) { /* a backend without argmax that scores rows (the CPU's threads) */
+    for (int k = 0; k < b->n_out; k++) row_score_req(rowsc[k], m->b_score_req + (size_t)k * HB_SCORE_REQ);
+    if (be->write(c, &sc->score_req, 0, b->n_out, m->b_score_req)) return err_set(err, HEARTH_ERR_BACKEND, "%s: write failed", be->name);
+    be->row_score(c, &sc->logits, b->n_out, &sc->score_req, &sc->score_out);
+    if (be->read(c, &sc->score_out, 0, b->n_out, m->b_score_out)) return err_set(err, HEARTH_ERR_BACKEND, "%s: read failed", be->name);
+  }
   rc = be->sync(c, err);
   if (rc || mode != OUT_GREEDY) return rc;
   for (int k = 0; k < b->n_out; k++) { /* host selection when the backend has no argmax op */
