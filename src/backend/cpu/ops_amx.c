@@ -10,8 +10,9 @@
  *
  * (the nibbles enter the tiles as signed weights u - 8, which folds c into the sums: the same integers).
  * Mapping onto TDPBSSD (C[m][n] += sum_k A[m][k] * B[k][n], signed bytes, int32 sums):
- *   - A = the activations, one token per tile row: 64 consecutive bytes of a plane (hi or lo) at row stride
- *     cols, loaded straight from struct cpu_q8 (no copy);
+ *   - A = the activations, one token per tile row: 64 consecutive bytes of a plane (hi or lo), from the planes'
+ *     copy in tile order (cpu_q8.tiles, which the quantizer writes: each A tile one contiguous KiB; loaded at
+ *     row stride cols straight from the planes, the tiles of K = 4,864 fell out of L2 at 512 tokens);
  *   - B = 64 columns of one 16-row weight block, as 16 rows of "4 bytes for each of the 16 weight rows" (a
  *     K-quad per tile row). The q4x16 layout (q4x16.h) already holds exactly that: the low nibbles of a 64-byte
  *     chunk are the quad k = 8c..8c+3 of the 16 rows, the high nibbles the quad 8c+4..8c+7. So B is the chunks'
