@@ -461,6 +461,19 @@ static int sample_finish(struct hearth_model *m, int n, const struct hearth_samp
 }
 
 /* run_batch's second half: the outputs of the enqueued forward */
+/* The backend's row_score op over the first n output rows: what each scored row asks goes down, its result words
+ * come back into m->b_score_out (fill_scores reads them) */
+static int score_rows(struct hearth_model *m, int n, struct hearth_row_score *const *rowsc, struct hearth_err *err) {
+  const struct hb_ops *be = m->be;
+  struct hb_ctx *c = m->bctx;
+  struct model_scratch *sc = &m->scratch;
+  for (int k = 0; k < n; k++) row_score_req(rowsc[k], m->b_score_req + (size_t)k * HB_SCORE_REQ);
+  if (be->write(c, &sc->score_req, 0, n, m->b_score_req)) return err_set(err, HEARTH_ERR_BACKEND, "%s: write failed", be->name);
+  be->row_score(c, &sc->logits, n, &sc->score_req, &sc->score_out);
+  if (be->read(c, &sc->score_out, 0, n, m->b_score_out)) return err_set(err, HEARTH_ERR_BACKEND, "%s: read failed", be->name);
+  return 0;
+}
+
 static int run_batch_outputs(struct hearth_model *m, struct hb_batch *b, enum out_mode mode, int need_logits,
                              const uint8_t *row_greedy, struct hearth_row_score *const *rowsc,
                              const struct hearth_sample_req *const *rowsm, int want_lp, int tail,
@@ -486,12 +499,7 @@ static int run_batch_outputs(struct hearth_model *m, struct hb_batch *b, enum ou
       if (rc) return rc;
       for (int k = 0; k < n; k++) need_logits |= rowsm[k] && host_row[k];
     }
-    if (scored && be->row_score) { /* what each scored row asks, then its result words, in the same round trip */
-      for (int k = 0; k < n; k++) row_score_req(rowsc[k], m->b_score_req + (size_t)k * HB_SCORE_REQ);
-      if (be->write(c, &sc->score_req, 0, n, m->b_score_req)) return err_set(err, HEARTH_ERR_BACKEND, "%s: write failed", be->name);
-      be->row_score(c, &sc->logits, n, &sc->score_req, &sc->score_out);
-      if (be->read(c, &sc->score_out, 0, n, m->b_score_out)) return err_set(err, HEARTH_ERR_BACKEND, "%s: read failed", be->name);
-    }
+    if (scored && be->row_score && (rc = score_rows(m, n, rowsc, err))) return rc; /* in the same round trip */
     if ((need_logits && be->read(c, &sc->logits, 0, n, m->b_outbuf)) || be->read(c, &sc->gsel, 0, 2 * n, m->b_gsel))
       return err_set(err, HEARTH_ERR_BACKEND, "%s: read failed", be->name);
     rc = be->sync(c, err);
@@ -502,12 +510,8 @@ static int run_batch_outputs(struct hearth_model *m, struct hb_batch *b, enum ou
   }
   const struct hb_tensor *src = want_hidden ? &sc->sel : &sc->logits;
   if (be->read(c, src, 0, b->n_out, m->b_outbuf)) return err_set(err, HEARTH_ERR_BACKEND, "%s: read failed", be->name);
-  if (scored && be->row_score && mode == OUT_GREEDY) { /* a backend without argmax that scores rows (the CPU's threads) */
-    for (int k = 0; k < b->n_out; k++) row_score_req(rowsc[k], m->b_score_req + (size_t)k * HB_SCORE_REQ);
-    if (be->write(c, &sc->score_req, 0, b->n_out, m->b_score_req)) return err_set(err, HEARTH_ERR_BACKEND, "%s: write failed", be->name);
-    be->row_score(c, &sc->logits, b->n_out, &sc->score_req, &sc->score_out);
-    if (be->read(c, &sc->score_out, 0, b->n_out, m->b_score_out)) return err_set(err, HEARTH_ERR_BACKEND, "%s: read failed", be->name);
-  }
+  /* a backend without argmax that scores rows (the CPU, over its threads) */
+  if (scored && be->row_score && mode == OUT_GREEDY && (rc = score_rows(m, b->n_out, rowsc, err))) return rc;
   rc = be->sync(c, err);
   if (rc || mode != OUT_GREEDY) return rc;
   for (int k = 0; k < b->n_out; k++) { /* host selection when the backend has no argmax op */

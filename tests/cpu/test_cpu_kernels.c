@@ -467,8 +467,8 @@ TEST_GROUP(attention) {
 /* A token's attention output must not depend on the tile it is computed in: which tokens share its tile, where in
  * the tile it sits, how the prompt was chunked (batch invariance, docs/decisions.md). One sequence of n new tokens
  * after `past` cached ones, attended with tiles of every length 1..16 and with tiles starting at every offset; every
- * way must give the bits of one-token tiles. Covers the row pairing of the 2-row paths (odd and even G, head_dim 64
- * and 128) and sliding windows whose first key is not on a 16-key boundary. */
+ * way must give the bits of one-token tiles. Covers rows of different tokens sharing vectors or register tiles (odd
+ * and even G, head_dim 64 and 128) and sliding windows whose first key is not on a 16-key boundary. */
 static void check_attn_invariance(int n_heads, int n_kv, int hd, int window, float softcap) {
   const int n = 21, past = 45, bs = 16, G = n_heads / n_kv;
   const int max_blocks = (past + n + bs - 1) / bs;

@@ -121,9 +121,9 @@ extern const struct cpu_kernels cpu_kernels_generic; /* q4x16 path in plain C (t
 extern const struct cpu_kernels cpu_kernels_avx2;
 extern const struct cpu_kernels cpu_kernels_avxvnni; /* ops_avx2.c's code on AVX-VNNI (ops_avxvnni.c) */
 extern const struct cpu_kernels cpu_kernels_avx512;
-extern const struct cpu_kernels cpu_kernels_amx;
+extern const struct cpu_kernels cpu_kernels_amx; /* avx512's, with the prefill matmul on AMX tiles */
 /* fewer tokens than this go from the AMX set's matmul to the VNNI kernel (ops_amx.c says why) */
-#define CPU_AMX_MIN_TOKENS 8 /* avx512's, with the prefill matmul on AMX tiles */
+#define CPU_AMX_MIN_TOKENS 8
 /* ops_amx.c: matmul_q4q8 on AMX tiles for >= CPU_AMX_MIN_TOKENS tokens (the AVX-512 kernel below that); bit-identical to it */
 void cpu_amx_matmul_q4q8(const struct cpu_q4 *w, const struct cpu_q8 *a, int n, int64_t r0, int64_t r1, float *out,
                          int64_t ldo);

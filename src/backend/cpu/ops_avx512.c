@@ -143,43 +143,38 @@ static inline __attribute__((always_inline)) void rl_pv16(float *ot, const __m51
 static inline __attribute__((always_inline)) void rl_tile(const struct cpu_attn_job *j, int t0, int t1, int kvh,
                                                           const int HD) {
   const int G = j->n_heads / j->n_kv_heads, M = (t1 - t0) * G, NG = (M + 15) / 16;
-  const int64_t ldkv = (int64_t)j->n_kv_heads * HD, ldq = (int64_t)j->n_heads * HD;
+  const int64_t ldkv = (int64_t)j->n_kv_heads * HD;
   const int seq = j->seq[t0];
   static _Thread_local float QT[RL_BUF] __attribute__((aligned(64))), OT[RL_BUF] __attribute__((aligned(64))),
       KB[16 * KERN_ATT_MAX_HD] __attribute__((aligned(64)));
+  /* each row's key range and query (kern_impl.h's attn_rows; its online-softmax start values go unused here), and
+   * the key range of the tile, whose first block it puts on a multiple of 16 */
+  int lo[KERN_ATT_OBUF / 16], hi[KERN_ATT_OBUF / 16], kmin, kmax;
+  float mrow[KERN_ATT_OBUF / 16], lrow[KERN_ATT_OBUF / 16];
+  const float *qrow[KERN_ATT_OBUF / 16];
+  avx512_attn_rows(j, t0, M, kvh, lo, hi, mrow, lrow, qrow, &kmin, &kmax);
   __m512i lov[RL_MAXG], hiv[RL_MAXG];
   __m512 mv[RL_MAXG], lv[RL_MAXG];
-  int glo[RL_MAXG], ghi[RL_MAXG], kmin = 1 << 30, kmax = -1;
-  int64_t qoff[RL_MAXG][16];
+  int glo[RL_MAXG], ghi[RL_MAXG];
   for (int g = 0; g < NG; g++) {
-    int32_t lo[16], hi[16];
+    int32_t gl[16], gh[16];
     glo[g] = 1 << 30;
     ghi[g] = -1;
     for (int l = 0; l < 16; l++) {
       const int i = 16 * g + l;
-      if (i >= M) { /* a lane past the tile: no key is ever in its range */
-        lo[l] = 1 << 30;
-        hi[l] = -1;
-        qoff[g][l] = -1;
-        continue;
-      }
-      const int t = t0 + i / G, p = j->pos[t];
-      lo[l] = j->window > 0 && p - j->window + 1 > 0 ? p - j->window + 1 : 0;
-      hi[l] = p;
-      qoff[g][l] = t * ldq + (int64_t)(kvh * G + i % G) * HD;
-      if (lo[l] < glo[g]) glo[g] = lo[l];
-      if (hi[l] > ghi[g]) ghi[g] = hi[l];
+      gl[l] = i < M ? lo[i] : 1 << 30; /* a lane past the tile: no key is ever in its range */
+      gh[l] = i < M ? hi[i] : -1;
+      if (gl[l] < glo[g]) glo[g] = gl[l];
+      if (gh[l] > ghi[g]) ghi[g] = gh[l];
     }
-    if (glo[g] < kmin) kmin = glo[g];
-    if (ghi[g] > kmax) kmax = ghi[g];
-    lov[g] = _mm512_loadu_si512((const void *)lo);
-    hiv[g] = _mm512_loadu_si512((const void *)hi);
+    lov[g] = _mm512_loadu_si512((const void *)gl);
+    hiv[g] = _mm512_loadu_si512((const void *)gh);
     mv[g] = _mm512_set1_ps(-INFINITY);
     lv[g] = _mm512_setzero_ps();
     float *qt = QT + (int64_t)g * HD * 16, *ot = OT + (int64_t)g * HD * 16;
     for (int c0 = 0; c0 < HD; c0 += 16) { /* the group's queries, transposed: qt[d][lane] */
       __m512 r[16];
-      for (int l = 0; l < 16; l++) r[l] = qoff[g][l] >= 0 ? _mm512_loadu_ps(j->q + qoff[g][l] + c0) : _mm512_setzero_ps();
+      for (int l = 0; l < 16; l++) r[l] = 16 * g + l < M ? _mm512_loadu_ps(qrow[16 * g + l] + c0) : _mm512_setzero_ps();
       tr16x16(r);
       for (int dd = 0; dd < 16; dd++) {
         _mm512_store_ps(qt + 16 * (c0 + dd), r[dd]);
@@ -187,14 +182,13 @@ static inline __attribute__((always_inline)) void rl_tile(const struct cpu_attn_
       }
     }
   }
-  kmin -= kmin % KERN_ATT_KB; /* key blocks on multiples of 16, as attn_rows places them */
   const __m512 vscale = _mm512_set1_ps(j->scale), ninf = _mm512_set1_ps(-INFINITY);
   const float *vr[16];
   for (int kb = kmin; kb <= kmax; kb += 16) {
     const int nk = kmax - kb + 1 < 16 ? kmax - kb + 1 : 16;
     for (int jj = 0; jj < nk; jj++) { /* the block's keys as contiguous rows (any finite values past nk: masked) */
       const int p = kb + jj;
-      const int64_t sl = (int64_t)j->block_table[seq * j->max_blocks + p / j->block_size] * j->block_size + p % j->block_size;
+      const int64_t sl = avx512_slot(j, seq, p);
       const float *kr = j->k + sl * ldkv + (int64_t)kvh * HD;
       vr[jj] = j->v + sl * ldkv + (int64_t)kvh * HD;
       for (int d = 0; d < HD; d += 16) _mm512_store_ps(KB + jj * HD + d, _mm512_loadu_ps(kr + d));
@@ -245,7 +239,7 @@ static inline __attribute__((always_inline)) void rl_tile(const struct cpu_attn_
       for (int dd = 0; dd < 16; dd++) r[dd] = _mm512_mul_ps(_mm512_load_ps(ot + 16 * (c0 + dd)), inv);
       tr16x16(r);
       for (int l = 0; l < 16; l++)
-        if (qoff[g][l] >= 0) _mm512_storeu_ps(j->out + qoff[g][l] + c0, r[l]);
+        if (16 * g + l < M) _mm512_storeu_ps(j->out + (qrow[16 * g + l] - j->q) + c0, r[l]);
     }
   }
 }
