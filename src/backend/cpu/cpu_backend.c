@@ -761,7 +761,7 @@ static void cpu_gather_rows(struct hb_ctx *c, struct hb_tensor *out, const struc
 }
 
 /* row_score (backend.h): runtime/row_score.c's host definition, the rows over the pool (one row = one call, so the
- * bits are the host's). A scored row costs ~0.8 ms over 151,936 logits; on the engine thread alone that was 5 % of a
+ * bits are the host's). A scored row is passes over all 151,936 logits; on the engine thread alone they were 5 % of a
  * W5 run on 2 cores (HEARTH_PROFILE's "forward wait") */
 struct rs_job {
   const float *lg;
