@@ -143,8 +143,8 @@ __global__ __launch_bounds__(256) void gemm_q4_kernel(const __grid_constant__ ge
 #pragma unroll
       for (int c = 0; c < 4; c++) acc[i][j][c] = 0.0f;
 
-  /* launched with programmatic stream serialization: the first stages' weights (which the kernel before does not
-   * write) are requested before griddepcontrol.wait, x's after it. They join stage 0's commit group, so every
+  /* when launched with programmatic stream serialization (cu_launch_plain): the first stages' weights (which the
+   * kernel before does not write) are requested before griddepcontrol.wait, x's after it. They join stage 0's commit group, so every
    * stage's group still holds its weights by the time the loop waits for it. */
 #pragma unroll
   for (int s = 0; s < GM_ST - 1; s++)
@@ -241,7 +241,7 @@ __global__ __launch_bounds__(256) void gemm_q4_kernel(const __grid_constant__ ge
 template <typename TO>
 __global__ void gemm_finish_kernel(const __grid_constant__ gemm_args a) {
   pdl_trigger();
-  pdl_wait(); /* launched with programmatic stream serialization (pdlplain) */
+  pdl_wait(); /* cu_launch_plain: may be launched with programmatic stream serialization */
   const int64_t total = (int64_t)a.M * a.n_total;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
     const int m = (int)(i / a.n_total), c = (int)(i % a.n_total);
@@ -326,6 +326,8 @@ __global__ __launch_bounds__(256) void gemm_simt_kernel(TO *out, int64_t ldo, co
 
 int cu_matmul_init(struct hb_ctx *ctx) {
   const char *e = getenv("HEARTH_GEMM"); /* mma | wg | wg256: one kernel for every prefill GEMM (A/B runs) */
+  const char *pp = getenv("HEARTH_PDL_PLAIN"); /* bench-only (cu_launch_plain) */
+  ctx->pdl_plain = pp && !strcmp(pp, "1");
   ctx->gemm_kind = !e                   ? HB_CUDA_GEMM_AUTO
                    : !strcmp(e, "wg")    ? HB_CUDA_GEMM_WG
                    : !strcmp(e, "wg256") ? HB_CUDA_GEMM_WG256
@@ -451,7 +453,7 @@ int cu_gemm_q4(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct h
   dim3 grid((unsigned)gx, (unsigned)gy, (unsigned)S);
   if (wgs) cu_gemm_wg_launch(ctx, a, NT, wgs, odt == HB_F32, grid, sm);
   else {
-#define GQ(MM, TO) cu_launch_pdl(ctx, "gemm_q4", gemm_q4_kernel<MM, TO>, grid, dim3(256), sm, a)
+#define GQ(MM, TO) cu_launch_plain(ctx, "gemm_q4", gemm_q4_kernel<MM, TO>, grid, dim3(256), sm, a)
   if (odt == HB_F16) {
     if (MI == 1) GQ(1, __half);
     else if (MI == 2) GQ(2, __half);
@@ -467,8 +469,8 @@ int cu_gemm_q4(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct h
   if (ctx->status || !a.part) return 0;
   const int64_t tot = (int64_t)n * a.n_total, blocks = (tot + 255) / 256;
   const unsigned fg = (unsigned)(blocks < ctx->n_sm * 8 ? blocks : ctx->n_sm * 8);
-  if (odt == HB_F16) cu_launch_pdl(ctx, "gemm_finish", gemm_finish_kernel<__half>, dim3(fg), dim3(256), 0, a);
-  else cu_launch_pdl(ctx, "gemm_finish", gemm_finish_kernel<float>, dim3(fg), dim3(256), 0, a);
+  if (odt == HB_F16) cu_launch_plain(ctx, "gemm_finish", gemm_finish_kernel<__half>, dim3(fg), dim3(256), 0, a);
+  else cu_launch_plain(ctx, "gemm_finish", gemm_finish_kernel<float>, dim3(fg), dim3(256), 0, a);
   CU_LAUNCHED(ctx, "gemm_finish");
   return 0;
 }
