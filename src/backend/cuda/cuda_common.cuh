@@ -41,7 +41,6 @@ struct hb_ctx {
   int row_invariant;      /* set_row_invariant: every row's numerics independent of the batch (one GEMM path,
                              no split-K, the prefill attention, no fused decode kernels) */
   int gemm_kind;          /* the prefill GEMM: HB_CUDA_GEMM_AUTO / _MMA / _WG / _WG256 (HEARTH_GEMM, hb_cuda_set_gemm) */
-  int pdl_plain;          /* HEARTH_PDL_PLAIN=1 (bench-only, session 34): the plain path's kernels launched with PDL */
   int gemm_wg_ok;         /* the wgmma GEMM (sm_90a) runs on this device */
   int attn_o_max;         /* attn_o.cu: the longest sequence the fused attention + o_proj takes: -1 the default (one
                            * chunk where it measured faster: head dim 64), -2 one chunk at every head dim, 0 off */
@@ -193,20 +192,6 @@ static inline void cu_launch_pdl(struct hb_ctx *ctx, const char *name, void (*ke
   cfg.attrs = at;
   cfg.numAttrs = 1;
   cu_ok_(ctx, cudaLaunchKernelEx(&cfg, kern, ((P)args)...), name, __FILE__, __LINE__);
-}
-
-/* the plain path's kernels (GEMM, split-K finish, rmsnorm, silu_mul, add, gather): each waits with
- * griddepcontrol.wait before it reads or writes anything the kernels before it touch, so it may be launched either
- * way; with programmatic stream serialization only under HEARTH_PDL_PLAIN=1 until the H200 has measured it
- * (bench/NOTES.md, session 34) */
-template <typename... P, typename... A>
-static inline void cu_launch_plain(struct hb_ctx *ctx, const char *name, void (*kern)(P...), dim3 grid, dim3 block,
-                                   size_t smem, A... args) {
-  if (ctx->pdl_plain) {
-    cu_launch_pdl(ctx, name, kern, grid, block, smem, args...);
-    return;
-  }
-  kern<<<grid, block, smem, ctx->stream>>>(((P)args)...);
 }
 
 #if HEARTH_TRACE

@@ -74,7 +74,6 @@ void cu_embed(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor 
 template <typename T>
 __global__ void silu_mul_kernel(T *out, const T *g, const T *u, int64_t m) {
   pdl_trigger();
-  pdl_wait(); /* cu_launch_plain: may be launched with programmatic stream serialization */
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < m; i += (int64_t)gridDim.x * blockDim.x) {
     float gv = ldf(g + i);
     stf(out + i, gv / (1.0f + expf(-gv)) * ldf(u + i));
@@ -86,7 +85,6 @@ __global__ void silu_mul_kernel(T *out, const T *g, const T *u, int64_t m) {
  * computed by the scalar kernel's expression, so the results are the same bits. m8 = m / 8 */
 __global__ void silu_mul_h8_kernel(__half *out, const __half *g, const __half *u, int64_t m8) {
   pdl_trigger();
-  pdl_wait(); /* cu_launch_plain: may be launched with programmatic stream serialization */
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < m8; i += (int64_t)gridDim.x * blockDim.x) {
     const uint4 gv = ((const uint4 *)g)[i], uv = ((const uint4 *)u)[i];
     const __half *gh = (const __half *)&gv, *uh = (const __half *)&uv;
@@ -104,7 +102,6 @@ __global__ void silu_mul_h8_kernel(__half *out, const __half *g, const __half *u
 template <typename T>
 __global__ void add_kernel(T *x, const T *y, int64_t m) {
   pdl_trigger();
-  pdl_wait(); /* cu_launch_plain: may be launched with programmatic stream serialization */
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < m; i += (int64_t)gridDim.x * blockDim.x)
     stf(x + i, ldf(x + i) + ldf(y + i));
 }
@@ -124,14 +121,14 @@ void cu_silu_mul(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tens
   }
   const int aligned = ((uintptr_t)out->data | (uintptr_t)gate->data | (uintptr_t)up->data) % 16 == 0;
   if (out->dtype == HB_F16 && m % 8 == 0 && aligned)
-    cu_launch_plain(ctx, "silu_mul_h8", silu_mul_h8_kernel, dim3(ew_grid(ctx, m / 8)), dim3(256), 0,
-                    (__half *)out->data, (const __half *)gate->data, (const __half *)up->data, m / 8);
+    silu_mul_h8_kernel<<<ew_grid(ctx, m / 8), 256, 0, ctx->stream>>>((__half *)out->data, (const __half *)gate->data,
+                                                                    (const __half *)up->data, m / 8);
   else if (out->dtype == HB_F16)
-    cu_launch_plain(ctx, "silu_mul", silu_mul_kernel<__half>, dim3(ew_grid(ctx, m)), dim3(256), 0,
-                    (__half *)out->data, (const __half *)gate->data, (const __half *)up->data, m);
+    silu_mul_kernel<__half><<<ew_grid(ctx, m), 256, 0, ctx->stream>>>((__half *)out->data, (const __half *)gate->data,
+                                                                      (const __half *)up->data, m);
   else
-    cu_launch_plain(ctx, "silu_mul", silu_mul_kernel<float>, dim3(ew_grid(ctx, m)), dim3(256), 0,
-                    (float *)out->data, (const float *)gate->data, (const float *)up->data, m);
+    silu_mul_kernel<float><<<ew_grid(ctx, m), 256, 0, ctx->stream>>>((float *)out->data, (const float *)gate->data,
+                                                                     (const float *)up->data, m);
   CU_LAUNCHED(ctx, "silu_mul");
 }
 
@@ -143,11 +140,9 @@ void cu_add(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *y, 
     return;
   }
   if (x->dtype == HB_F16)
-    cu_launch_plain(ctx, "add", add_kernel<__half>, dim3(ew_grid(ctx, m)), dim3(256), 0,
-                    (__half *)x->data, (const __half *)y->data, m);
+    add_kernel<__half><<<ew_grid(ctx, m), 256, 0, ctx->stream>>>((__half *)x->data, (const __half *)y->data, m);
   else
-    cu_launch_plain(ctx, "add", add_kernel<float>, dim3(ew_grid(ctx, m)), dim3(256), 0,
-                    (float *)x->data, (const float *)y->data, m);
+    add_kernel<float><<<ew_grid(ctx, m), 256, 0, ctx->stream>>>((float *)x->data, (const float *)y->data, m);
   CU_LAUNCHED(ctx, "add");
 }
 
@@ -156,7 +151,6 @@ void cu_add(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *y, 
 template <typename T>
 __global__ void gather_kernel(T *out, const T *x, const int32_t *rows, int64_t cols) {
   pdl_trigger();
-  pdl_wait(); /* cu_launch_plain: may be launched with programmatic stream serialization */
   int i = blockIdx.y;
   int64_t r = rows[i];
   for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < cols; j += (int64_t)gridDim.x * blockDim.x)
@@ -172,10 +166,10 @@ void cu_gather_rows(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_t
   }
   dim3 grid((unsigned)((x->cols + 255) / 256 < 8 ? (x->cols + 255) / 256 : 8), (unsigned)b->n_out);
   if (x->dtype == HB_F16)
-    cu_launch_plain(ctx, "gather", gather_kernel<__half>, dim3(grid), dim3(256), 0,
-                    (__half *)out->data, (const __half *)x->data, (const int32_t *)b->d_out_rows.data, x->cols);
+    gather_kernel<__half><<<grid, 256, 0, ctx->stream>>>((__half *)out->data, (const __half *)x->data,
+                                                        (const int32_t *)b->d_out_rows.data, x->cols);
   else
-    cu_launch_plain(ctx, "gather", gather_kernel<float>, dim3(grid), dim3(256), 0,
-                    (float *)out->data, (const float *)x->data, (const int32_t *)b->d_out_rows.data, x->cols);
+    gather_kernel<float><<<grid, 256, 0, ctx->stream>>>((float *)out->data, (const float *)x->data,
+                                                       (const int32_t *)b->d_out_rows.data, x->cols);
   CU_LAUNCHED(ctx, "gather_rows");
 }

@@ -748,9 +748,6 @@ static int g_gemv_we_min = 4;
  * co-resident shape on every gate/up it fits, so that the test suite's small models run the instances that only
  * large models take in a product run. */
 static int g_gemv_cores_any = 0; /* HEARTH_TEST_GEMV=cores: the co-resident shape wherever it fits */
-/* HEARTH_GEMV_RING4=1 (bench-only experiment, session 34): whole-tile 8-warp shapes take a 4-step ring where their
- * blocks per SM still fit (the 12B's gate/up: 1,920 tiles of 15 steps, 64 KB in flight per SM at depth 2) */
-static int g_gemv_ring4 = 0;
 
 /* the launch shapes: (warps per block, warps per tile) */
 #define GEMV_CONFIGS(X) X(8, 1) X(8, 2) X(8, 4) X(8, 8) X(16, 16)
@@ -782,15 +779,12 @@ static int gemv_attr1(struct hb_ctx *ctx) {
 #define GEMV_ATTR(NW, KS) bad |= gemv_attr_n<TO, PRO, KS, MODE, NW, 2>(ctx);
   GEMV_CONFIGS(GEMV_ATTR)
 #undef GEMV_ATTR
-  bad |= gemv_attr_n<TO, PRO, 1, MODE, 8, 4>(ctx); /* HEARTH_GEMV_RING4 (bench-only experiment) */
   return bad;
 }
 int cu_gemv_init(struct hb_ctx *ctx) {
   const char *t = getenv("HEARTH_TEST_GEMV"); /* test-only (above) */
   if (t && (!strcmp(t, "whole") || !strcmp(t, "cores"))) g_gemv_we_min = 0;
   if (t && !strcmp(t, "cores")) g_gemv_cores_any = 1;
-  const char *r4 = getenv("HEARTH_GEMV_RING4");
-  g_gemv_ring4 = r4 && !strcmp(r4, "1");
   return gemv_attr_n<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 4>(ctx) |
          gemv_attr_n<__half, PRO_ANORM, 1, GEMV_GLU, GEMV_CORES_NW, 4>(ctx) |
          gemv_attr1<__half, PRO_ANORM, GEMV_PLAIN>(ctx) | gemv_attr1<__half, PRO_ANORM, GEMV_GLU>(ctx) |
@@ -910,12 +904,6 @@ static void gemv_launch_t(struct hb_ctx *ctx, gemv_args &a) {
   a.tr_id = cu_trace_id(ctx, "gemv %s n%d %dx%d %d/%d r%d", MODE == GEMV_ROPE ? "qkv" : MODE == GEMV_GLU ? "glu" : PRO == PRO_NORM || PRO == PRO_ANORM ? "norm" : "plain",
                         a.n, a.rows_total, a.K, nw, ks, a.ring);
 #endif
-  if (g_gemv_ring4 && ks == 1 && nw == 8 && gemv_ring_fits(ctx, base, 8, 4, per_sm)) {
-    a.ring = 4;
-    const size_t sm4 = base + (size_t)8 * 4 * GEMV_SLOT;
-    gemv_launch_k<TO, PRO, 1, MODE, 8, 4>(ctx, dim3((unsigned)nb), dim3(256), sm4, a);
-    return;
-  }
   const size_t sm = base + (size_t)nw * a.ring * GEMV_SLOT;
   const dim3 grid((unsigned)nb), block((unsigned)(nw * 32));
   int k = 0;

@@ -88,7 +88,6 @@ static size_t gemm_smem(int64_t K, int BM) {
 
 template <int MI, typename TO>
 __global__ __launch_bounds__(256) void gemm_q4_kernel(const __grid_constant__ gemm_args a) {
-  pdl_trigger();
   constexpr int BM = 32 * MI;
   extern __shared__ uint4 smem[];
   __half *As = (__half *)smem;                                   /* [ST][BM][LDA] */
@@ -115,7 +114,7 @@ __global__ __launch_bounds__(256) void gemm_q4_kernel(const __grid_constant__ ge
     Ss[i] = n0 + r < N ? ws[q4_soff(n0 + r, g, gpr)] : __float2half(0.0f);
   }
 
-  auto loadA = [&](int stage, int kt) {
+  auto load = [&](int stage, int kt) {
     const int k0 = (kt0 + kt) * GM_BK;
 #pragma unroll
     for (int i = 0; i < MI; i++) {
@@ -123,16 +122,9 @@ __global__ __launch_bounds__(256) void gemm_q4_kernel(const __grid_constant__ ge
       cp_async16(As + ((size_t)stage * BM + r) * GM_LDA + cc * 8,
                  x + (int64_t)(gm < M ? gm : 0) * ldx + k0 + cc * 8, gm < M ? 16 : 0);
     }
-  };
-  auto loadB = [&](int stage, int kt) {
-    const int k0 = (kt0 + kt) * GM_BK;
     int r = tid / 2, kc = tid % 2, gn = n0 + r;
     cp_async16(Bs + ((size_t)stage * GM_BN + r) * 32 + ((kc ^ ((r >> 2) & 1)) * 16),
                wq + q4_off(gn < N ? gn : 0, k0 / 128, gpr) + (k0 % 128) / 2 + kc * 16, gn < N ? 16 : 0);
-  };
-  auto load = [&](int stage, int kt) {
-    loadA(stage, kt);
-    loadB(stage, kt);
   };
 
   float acc[MI][4][4];
@@ -143,16 +135,9 @@ __global__ __launch_bounds__(256) void gemm_q4_kernel(const __grid_constant__ ge
 #pragma unroll
       for (int c = 0; c < 4; c++) acc[i][j][c] = 0.0f;
 
-  /* when launched with programmatic stream serialization (cu_launch_plain): the first stages' weights (which the
-   * kernel before does not write) are requested before griddepcontrol.wait, x's after it. They join stage 0's commit group, so every
-   * stage's group still holds its weights by the time the loop waits for it. */
-#pragma unroll
-  for (int s = 0; s < GM_ST - 1; s++)
-    if (s < KT) loadB(s, s);
-  pdl_wait();
 #pragma unroll
   for (int s = 0; s < GM_ST - 1; s++) {
-    if (s < KT) loadA(s, s);
+    if (s < KT) load(s, s);
     cp_async_commit();
   }
 
@@ -241,7 +226,6 @@ __global__ __launch_bounds__(256) void gemm_q4_kernel(const __grid_constant__ ge
 template <typename TO>
 __global__ void gemm_finish_kernel(const __grid_constant__ gemm_args a) {
   pdl_trigger();
-  pdl_wait(); /* cu_launch_plain: may be launched with programmatic stream serialization */
   const int64_t total = (int64_t)a.M * a.n_total;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
     const int m = (int)(i / a.n_total), c = (int)(i % a.n_total);
@@ -326,8 +310,6 @@ __global__ __launch_bounds__(256) void gemm_simt_kernel(TO *out, int64_t ldo, co
 
 int cu_matmul_init(struct hb_ctx *ctx) {
   const char *e = getenv("HEARTH_GEMM"); /* mma | wg | wg256: one kernel for every prefill GEMM (A/B runs) */
-  const char *pp = getenv("HEARTH_PDL_PLAIN"); /* bench-only (cu_launch_plain) */
-  ctx->pdl_plain = pp && !strcmp(pp, "1");
   ctx->gemm_kind = !e                   ? HB_CUDA_GEMM_AUTO
                    : !strcmp(e, "wg")    ? HB_CUDA_GEMM_WG
                    : !strcmp(e, "wg256") ? HB_CUDA_GEMM_WG256
@@ -453,7 +435,7 @@ int cu_gemm_q4(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct h
   dim3 grid((unsigned)gx, (unsigned)gy, (unsigned)S);
   if (wgs) cu_gemm_wg_launch(ctx, a, NT, wgs, odt == HB_F32, grid, sm);
   else {
-#define GQ(MM, TO) cu_launch_plain(ctx, "gemm_q4", gemm_q4_kernel<MM, TO>, grid, dim3(256), sm, a)
+#define GQ(MM, TO) gemm_q4_kernel<MM, TO><<<grid, 256, sm, ctx->stream>>>(a)
   if (odt == HB_F16) {
     if (MI == 1) GQ(1, __half);
     else if (MI == 2) GQ(2, __half);
@@ -469,8 +451,8 @@ int cu_gemm_q4(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct h
   if (ctx->status || !a.part) return 0;
   const int64_t tot = (int64_t)n * a.n_total, blocks = (tot + 255) / 256;
   const unsigned fg = (unsigned)(blocks < ctx->n_sm * 8 ? blocks : ctx->n_sm * 8);
-  if (odt == HB_F16) cu_launch_plain(ctx, "gemm_finish", gemm_finish_kernel<__half>, dim3(fg), dim3(256), 0, a);
-  else cu_launch_plain(ctx, "gemm_finish", gemm_finish_kernel<float>, dim3(fg), dim3(256), 0, a);
+  if (odt == HB_F16) gemm_finish_kernel<__half><<<fg, 256, 0, ctx->stream>>>(a);
+  else gemm_finish_kernel<float><<<fg, 256, 0, ctx->stream>>>(a);
   CU_LAUNCHED(ctx, "gemm_finish");
   return 0;
 }

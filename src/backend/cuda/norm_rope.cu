@@ -8,7 +8,6 @@ template <typename T>
 __global__ void rmsnorm_kernel(T *out, const T *x, const void *w, int wdt, int64_t rows, int d, float eps,
                                float w_offset) {
   pdl_trigger();
-  pdl_wait(); /* cu_launch_plain: may be launched with programmatic stream serialization */
   int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   int lane = threadIdx.x % 32;
   if (r >= rows) return;
@@ -30,7 +29,6 @@ template <typename T>
 __global__ __launch_bounds__(256) void rmsnorm_row_kernel(T *out, const T *x, const void *w, int wdt, int d, float eps,
                                                           float w_offset) {
   pdl_trigger();
-  pdl_wait(); /* cu_launch_plain: may be launched with programmatic stream serialization */
   __shared__ float s_ss[8];
   const T *xr = x + (int64_t)blockIdx.x * d;
   T *o = out + (int64_t)blockIdx.x * d;
@@ -75,21 +73,21 @@ void cu_rmsnorm(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tenso
   if (!rows) return;
   if (d >= 1024 && rows <= 0x7fffffff) {
     if (x->dtype == HB_F16)
-      cu_launch_plain(ctx, "rmsnorm_row", rmsnorm_row_kernel<__half>, dim3((unsigned)rows), dim3(256), 0,
-                      (__half *)out->data, (const __half *)x->data, w->data, (int)w->dtype, (int)d, eps, w_offset);
+      rmsnorm_row_kernel<__half><<<(unsigned)rows, 256, 0, ctx->stream>>>((__half *)out->data, (const __half *)x->data,
+                                                                        w->data, (int)w->dtype, (int)d, eps, w_offset);
     else
-      cu_launch_plain(ctx, "rmsnorm_row", rmsnorm_row_kernel<float>, dim3((unsigned)rows), dim3(256), 0,
-                      (float *)out->data, (const float *)x->data, w->data, (int)w->dtype, (int)d, eps, w_offset);
+      rmsnorm_row_kernel<float><<<(unsigned)rows, 256, 0, ctx->stream>>>((float *)out->data, (const float *)x->data,
+                                                                       w->data, (int)w->dtype, (int)d, eps, w_offset);
     CU_LAUNCHED(ctx, "rmsnorm");
     return;
   }
   unsigned grid = (unsigned)((rows + 7) / 8);
   if (x->dtype == HB_F16)
-    cu_launch_plain(ctx, "rmsnorm", rmsnorm_kernel<__half>, dim3(grid), dim3(256), 0,
-                    (__half *)out->data, (const __half *)x->data, w->data, (int)w->dtype, rows, (int)d, eps, w_offset);
+    rmsnorm_kernel<__half><<<grid, 256, 0, ctx->stream>>>((__half *)out->data, (const __half *)x->data, w->data,
+                                                          (int)w->dtype, rows, (int)d, eps, w_offset);
   else
-    cu_launch_plain(ctx, "rmsnorm", rmsnorm_kernel<float>, dim3(grid), dim3(256), 0,
-                    (float *)out->data, (const float *)x->data, w->data, (int)w->dtype, rows, (int)d, eps, w_offset);
+    rmsnorm_kernel<float><<<grid, 256, 0, ctx->stream>>>((float *)out->data, (const float *)x->data, w->data,
+                                                         (int)w->dtype, rows, (int)d, eps, w_offset);
   CU_LAUNCHED(ctx, "rmsnorm");
 }
 
