@@ -6,7 +6,8 @@
 #   OLD=/tmp/hearth-old NEW=build-cpu/hearth bash bench/cpu_ab.sh [ROUNDS]
 #
 # Environment: Q05 / Q3B (hearth checkpoints, default /tmp/q05 /tmp/q3b), GG05 / GG3B (llama.cpp GGUFs,
-# default /tmp/gg/qwen2.5-{0.5b,3b}-q4_0.gguf), LLAMA (llama-bench, default /tmp/llcpu/bin/llama-bench),
+# default /tmp/gg/qwen2.5-{0.5b,3b}-q4_0.gguf: bench/peer-gguf.sh MODEL /tmp/gg), LLAMA (llama-bench, default
+# /tmp/llcpu/bin/llama-bench: `bench/peer-bin.sh /tmp/llcpu`; `bench/peer-bin.sh /tmp/llhas haswell` for SETS=avx2),
 # SETS ("default avx2": HEARTH_CPU for the hearth runs; "default" = the cpuid choice), MODELS ("0.5b 3b").
 # Prints one line per run with the load average; the medians over rounds are left to the reader.
 set -uo pipefail

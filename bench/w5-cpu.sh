@@ -7,7 +7,9 @@
 #
 # Models: a `hearth mkmodel` of configs/qwen2.5-0.5b-instruct.json (made under $W when absent, with the Qwen
 # tokenizer from scripts/fetch-tokenizers.sh and the chat template from ../shared) and the Q4_0 GGUF of the same
-# shapes from ../shared/peers/llama.cpp/make-gguf.sh ($GGUF, default $W/qwen2.5-0.5b-q4_0.gguf).
+# shapes from ../shared/peers/llama.cpp/make-gguf.sh through bench/peer-gguf.sh ($GGUF, default
+# $W/qwen2.5-0.5b-q4_0.gguf). LLAMA_BIN_DIR: the peer's bin/ as bench/peer-bin.sh copies it (its symlinks restored; a
+# second argument keeps one CPU variant, e.g. haswell beside HEARTH_CPU=avx2).
 # Environment: W (/tmp/w5cpu), THREADS (2), PARALLEL (32: hearth's --parallel), LLAMA_NP ("1 4 32": llama-server's
 # -np, each run in every round; issue 31 quotes -np 4, and on 2 cores llama-server is fastest with few slots, so the
 # ratio is taken against its best run of the round), GGUF.
@@ -25,7 +27,7 @@ if [ ! -f "$M/model.safetensors" ]; then
   cp "$TOK/tokenizer.json" "$TOK/tokenizer_config.json" "$M/"
   cp "$ROOT/../shared/data/chat-templates/qwen2.5-instruct.jinja" "$M/chat_template.jinja"
 fi
-[ -f "$GGUF" ] || bash "$ROOT/../shared/peers/llama.cpp/make-gguf.sh" qwen2.5-0.5b "$W" >/dev/null
+[ -f "$GGUF" ] || bash "$ROOT/bench/peer-gguf.sh" qwen2.5-0.5b "$W" >/dev/null
 up() { for _ in $(seq 1 600); do curl -sf "localhost:$1/health" >/dev/null 2>&1 && return 0; sleep 0.1; done; return 1; }
 echo "# $(date -u +%FT%TZ) $(git -C "$ROOT" rev-parse --short HEAD) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)," \
   "$(nproc) cpus, threads $T, parallel $P; load average $(cut -d' ' -f1-3 /proc/loadavg)"
