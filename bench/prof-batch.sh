@@ -9,7 +9,7 @@ O=${OUT:-/tmp/o}; mkdir -p "$O"
 t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 )) s] $*" | tee -a "$O/progress.txt"; }
 B=/tmp/b; H=$B/hearth
 ( cmake -S . -B $B -DCMAKE_BUILD_TYPE=Release -DHEARTH_SERVER=OFF -DHEARTH_WERROR=OFF -DCMAKE_CUDA_ARCHITECTURES=90 \
-    -DCMAKE_PREFIX_PATH="$PREFIX" && cmake --build $B -j"$(nproc)" --target hearth ) >"$O/build.log" 2>&1 || { el "build failed"; grep -B2 -A8 " error" "$O/build.log" | head -40; exit 1; }
+    -DCMAKE_PREFIX_PATH="$PREFIX" && cmake --build $B -j"$(nproc)" --target hearth_cli ) >"$O/build.log" 2>&1 || { el "build failed"; grep -B2 -A8 " error" "$O/build.log" | head -40; exit 1; }
 el built
 [ -f /tmp/m-3b/model.safetensors ] || $H mkmodel --config configs/qwen2.5-3b-instruct.json --out /tmp/m-3b >/dev/null 2>&1
 el mkmodel
