@@ -2102,8 +2102,8 @@ static void check_swiglu_gemm(int K, int R, int n) {
   pair_free(&gt); pair_free(&up); pair_free(&ref); pair_free(&h);
 }
 
-/* the wgmma prefill GEMM (sm90a/gemm_wgmma.cu), forced for every GEMM call, on the cases the fused group runs through
- * the mma.sync kernel: token tiles of 64 and 128 with partial last tiles, split-K (the finish adding the residual),
+/* the mma.sync GEMM and the wgmma GEMM (sm90a/gemm_wgmma.cu), each forced for every GEMM call: token tiles of 32, 64
+ * and 128 with partial last tiles, split-K (the finish adding the residual),
  * three weights in one launch, bias, add into the output, a last weight of 200 rows, f16 and f32 outputs; with
  * 128 weight rows per block (WG) and 256 (WG256; the QKV of 2048 + 256 + 256 rows, a weight of 512 rows then one of
  * 256 then 200). It is built for Hopper (sm_90a): on another GPU the group fails, saying so. */
@@ -2111,13 +2111,19 @@ TEST_GROUP(wgmma) {
   if (setup(0)) return;
   double mg = 4e-3; /* the fast group's q4 GEMM tolerance */
   int qkv3[3] = {2048, 256, 256}, part[3] = {512, 256, 200}, gu[2] = {1024, 1024}, o1[1] = {2048};
-  for (int kind = HB_CUDA_GEMM_WG; kind <= HB_CUDA_GEMM_WG256; kind++) {
-    printf("  -- %s\n", kind == HB_CUDA_GEMM_WG ? "wgmma, 128 weight rows per block" : "wgmma, 256 weight rows per block");
+  const int kinds[3] = {HB_CUDA_GEMM_MMA, HB_CUDA_GEMM_WG, HB_CUDA_GEMM_WG256};
+  for (int ki = 0; ki < 3; ki++) {
+    const int kind = kinds[ki];
+    printf("  -- %s\n", kind == HB_CUDA_GEMM_MMA ? "mma.sync (the kernel of other GPUs; auto mode takes wgmma from 9 rows)"
+                       : kind == HB_CUDA_GEMM_WG ? "wgmma, 128 weight rows per block"
+                                                 : "wgmma, 256 weight rows per block");
     if (hb_cuda_set_gemm(gc, kind) != kind) {
       CHECKF(0, "the wgmma GEMM does not run on this device (it needs sm_90: H100 / H200)");
       break;
     }
-    check_norm_matmul(2048, 3, qkv3, 9, 1, 1, 0, mg);     /* 64-token tile, 9 of 64 rows used, split-K */
+    check_norm_matmul(2048, 3, qkv3, 9, 1, 1, 0, mg);     /* 32-token tile (wgmma, n <= 32), 9 of 32 rows, split-K */
+    check_norm_matmul(2048, 2, gu, 32, 1, 0, 0, mg);      /* a whole 32-token tile (a decode step of 32 sequences) */
+    check_norm_matmul(2048, 3, qkv3, 33, 1, 1, 0, mg);    /* 64-token tile, 33 of 64 rows used, split-K */
     check_norm_matmul(2048, 3, qkv3, 71, 1, 1, 0, mg);    /* 128-token tile, partial, split-K */
     check_norm_matmul(2048, 3, qkv3, 600, 1, 1, 0, mg);   /* 5 token tiles, split-K */
     check_norm_matmul(512, 3, qkv3, 1100, 1, 1, 0, mg);   /* 9 token tiles: no split at 128 rows, bias in the epilogue */
@@ -2131,6 +2137,7 @@ TEST_GROUP(wgmma) {
     check_matmul_f32out(1024, 1024, 200, mg);             /* f32 output, through the split-K finish */
     check_matmul_f32out(4096, 1024, 1100, mg);            /* f32 output from the GEMM epilogue (no split) */
     check_matmul_f32out(100, 896, 40, mg);                /* f32 output, 100 rows (padded weight blocks) */
+    check_matmul_f32out(1024, 1024, 24, mg);              /* f32 output at the 32-token tile, split-K */
   }
   if (hb_cuda_set_gemm(gc, HB_CUDA_GEMM_AUTO) == HB_CUDA_GEMM_AUTO) {
     printf("  -- norm_swiglu's SwiGLU GEMM (auto kernel choice)\n");

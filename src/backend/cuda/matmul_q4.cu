@@ -109,11 +109,6 @@ __global__ __launch_bounds__(256) void gemm_q4_kernel(const __grid_constant__ ge
    * the slices in order, adds the bias and converts) */
   const int kt0 = blockIdx.z * a.kt_per, KT = min(K / GM_BK - kt0, a.kt_per);
 
-  for (int i = tid; i < GM_BN * gpr; i += 256) {
-    int r = i / gpr, g = i % gpr;
-    Ss[i] = n0 + r < N ? ws[q4_soff(n0 + r, g, gpr)] : __float2half(0.0f);
-  }
-
   auto load = [&](int stage, int kt) {
     const int k0 = (kt0 + kt) * GM_BK;
 #pragma unroll
@@ -140,6 +135,12 @@ __global__ __launch_bounds__(256) void gemm_q4_kernel(const __grid_constant__ ge
     if (s < KT) load(s, s);
     cp_async_commit();
   }
+  /* the scales of this split's groups [gs, gs + ng) only, [BN][ng], read while the first stages are in flight */
+  const int gs = kt0 * GM_BK / 128, ng = ((kt0 + KT) * GM_BK + 127) / 128 - gs;
+  for (int i = tid; i < GM_BN * ng; i += 256) {
+    int r = i / ng, g = gs + i % ng;
+    Ss[i] = n0 + r < N ? ws[q4_soff(n0 + r, g, gpr)] : __float2half(0.0f);
+  }
 
   for (int kt = 0; kt < KT; kt++) {
     cp_async_wait<GM_ST - 2>();
@@ -147,10 +148,10 @@ __global__ __launch_bounds__(256) void gemm_q4_kernel(const __grid_constant__ ge
     if (kt + GM_ST - 1 < KT) load((kt + GM_ST - 1) % GM_ST, kt + GM_ST - 1);
     cp_async_commit();
     const int st = kt % GM_ST;
-    const int g = (kt0 + kt) * GM_BK / 128;
+    const int g = (kt0 + kt) * GM_BK / 128 - gs;
     __half2 s2[4];
 #pragma unroll
-    for (int ni = 0; ni < 4; ni++) s2[ni] = __half2half2(Ss[(wn * 32 + ni * 8 + gid) * gpr + g]);
+    for (int ni = 0; ni < 4; ni++) s2[ni] = __half2half2(Ss[(wn * 32 + ni * 8 + gid) * ng + g]);
 #pragma unroll
     for (int kc = 0; kc < 2; kc++) {
       uint32_t wb[4];
@@ -304,8 +305,10 @@ __global__ __launch_bounds__(256) void gemm_simt_kernel(TO *out, int64_t ldo, co
 
 /* The wgmma kernel serves calls of at least this many rows in the default (auto) mode, and every call in row-invariant
  * mode (its rows are bit-identical whatever n is: bench_gemm's row-invariance check). Measured on the H200 (bench_gemm,
- * bench/RESULTS.md session 25): 1.3-1.4x the mma.sync kernel at 64 rows, 1.9-2.2x from 1,570 on; even below 64. */
-#define GEMM_WG_MIN_ROWS 64
+ * bench/RESULTS.md session 25): 1.3-1.4x the mma.sync kernel at 64 rows, 1.9-2.2x from 1,570 on. Session 35: from 9
+ * rows (every GEMM the decode GEMV does not take), with a 32-token tile and 8 stages for n <= 32 — a 3B decode step
+ * of 32 sequences spent 45 us in the mma.sync kernel's gate/up at 0.5 TB/s (bench/RESULTS.md "Session 35"). */
+#define GEMM_WG_MIN_ROWS 9
 #define GEMM_WG_WGS 2 /* and its warpgroups per block there (2 or 4) */
 
 int cu_matmul_init(struct hb_ctx *ctx) {
@@ -316,6 +319,9 @@ int cu_matmul_init(struct hb_ctx *ctx) {
                    : !strcmp(e, "mma")   ? HB_CUDA_GEMM_MMA
                                          : HB_CUDA_GEMM_AUTO;
   ctx->gemm_wg_ok = cu_gemm_wg_init(ctx);
+  const char *m = getenv("HEARTH_GEMM_WG_MIN"), *t = getenv("HEARTH_GEMM_NT32"); /* bench-only A/B switches */
+  ctx->gemm_wg_min = m && atoi(m) > 0 ? atoi(m) : GEMM_WG_MIN_ROWS;
+  ctx->gemm_nt32 = !(t && !strcmp(t, "0"));
   int bad = cu_gemv_init(ctx);
   bad |= smem_attr(ctx, gemm_q4_kernel<4, __half>) | smem_attr(ctx, gemm_q4_kernel<4, float>) |
          smem_attr(ctx, gemm_q4_kernel<2, __half>) | smem_attr(ctx, gemm_q4_kernel<2, float>) |
@@ -367,11 +373,12 @@ int cu_gemm_q4(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct h
   if (ctx->gemm_wg_ok) {
     if (ctx->gemm_kind == HB_CUDA_GEMM_WG) wgs = 2;
     else if (ctx->gemm_kind == HB_CUDA_GEMM_WG256) wgs = 4;
-    else if (ctx->gemm_kind == HB_CUDA_GEMM_AUTO && (ctx->row_invariant || n >= GEMM_WG_MIN_ROWS)) wgs = GEMM_WG_WGS;
+    else if (ctx->gemm_kind == HB_CUDA_GEMM_AUTO && (ctx->row_invariant || n >= ctx->gemm_wg_min)) wgs = GEMM_WG_WGS;
     for (int i = 0; i < n_mm - 1 && wgs == 4; i++)
       if (ws[i]->rows % 256) wgs = 2;
   }
-  const int NT = n <= 64 && !ctx->row_invariant ? 64 : 128;
+  /* the 32-token tile has one 16-byte x chunk per thread of 2 warpgroups: not with 4 */
+  const int NT = ctx->row_invariant ? 128 : n <= 32 && ctx->gemm_nt32 && wgs == 2 ? 32 : n <= 64 ? 64 : 128;
   const int BM = wgs ? NT : 32 * MI;   /* rows of x per block */
   const int BN = wgs ? 64 * wgs : GM_BN; /* weight rows (output columns) per block */
   const size_t sm = wgs ? cu_gemm_wg_smem(K, NT, wgs) : gemm_smem(K, BM);
@@ -464,7 +471,7 @@ static int swiglu_plan(struct hb_ctx *ctx, const struct hb_tensor *x, const stru
                        const struct hb_tensor *w_up, const struct hb_tensor *out, int n, int *nt, size_t *smem) {
   if (!ctx->gemm_wg_ok || n < 1 || x->dtype != HB_F16 || x->cols % 8 || x->rows < n) return 1;
   if (!(ctx->gemm_kind == HB_CUDA_GEMM_WG ||
-        (ctx->gemm_kind == HB_CUDA_GEMM_AUTO && (ctx->row_invariant || n >= GEMM_WG_MIN_ROWS))))
+        (ctx->gemm_kind == HB_CUDA_GEMM_AUTO && (ctx->row_invariant || n >= ctx->gemm_wg_min))))
     return 1;
   const int64_t K = w_gate->cols, N = w_gate->rows;
   if (w_gate->dtype != HB_Q4 || w_up->dtype != HB_Q4 || w_up->cols != K || w_up->rows != N || K <= 0 || K % 128 ||

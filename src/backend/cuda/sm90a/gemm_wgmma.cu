@@ -30,7 +30,10 @@
 #endif
 
 #define WG_BK 64  /* k per stage: one 128-byte swizzle row of f16 per token */
-#define WG_ST 4
+#define WG_ST 4   /* pipeline stages at token tiles of 64 and 128 */
+#define WG_ST32 8 /* and at 32 (decode batches of 9..32): a stage is 8 KB, so twice the bytes in flight */
+/* the stages of a token tile */
+#define WG_STAGES(nt) ((nt) == 32 ? WG_ST32 : WG_ST)
 
 #if WG_ON
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
@@ -51,6 +54,14 @@ __device__ __forceinline__ uint64_t wg_desc(uint32_t saddr) {
 
 /* d (+)= a · b: m64nNk16 f16 -> f32; a from registers (this warp's 16 rows, the m16n8k16 A fragment), b the
  * K-major shared tile desc describes; scale-d = 1 (accumulate: the accumulators start at zero) */
+__device__ __forceinline__ void wgmma_m64n32k16(float (&d)[16], const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, "
+      "{%16,%17,%18,%19}, %20, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+}
 __device__ __forceinline__ void wgmma_m64n64k16(float (&d)[32], const uint32_t (&a)[4], uint64_t desc) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
@@ -78,12 +89,13 @@ template <int NT, int WGS, typename TO, bool SWI>
 __global__ __launch_bounds__(128 * WGS, WGS == 2 ? 2 : 1) void gemm_wg_kernel(const __grid_constant__ gemm_args a) {
 #if WG_ON
   static_assert(!SWI || (WGS == 2 && sizeof(TO) == 2), "the SwiGLU form: 2 warpgroups, f16 out");
-  constexpr int BM = 64 * WGS, TH = 128 * WGS; /* weight rows, threads */
+  static_assert(NT * 8 % (128 * WGS) == 0, "every thread copies whole 16-byte chunks of the x tile");
+  constexpr int BM = 64 * WGS, TH = 128 * WGS, ST = WG_STAGES(NT); /* weight rows, threads, stages */
   extern __shared__ uint8_t wg_smem[];
   /* [ST][NT][128 B] x tiles (swizzled, 1024-aligned), [ST][BM][32 B] weight tiles, [BM][K/128] scales */
   const uint32_t s_raw = smem_u32(wg_smem), xs = (s_raw + 1023u) & ~1023u;
-  uint8_t *Ws = wg_smem + (xs - s_raw) + WG_ST * NT * 128;
-  __half *Ss = (__half *)(Ws + WG_ST * BM * 32);
+  uint8_t *Ws = wg_smem + (xs - s_raw) + ST * NT * 128;
+  __half *Ss = (__half *)(Ws + ST * BM * 32);
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, gid = lane / 4, tig = lane % 4;
   const int wi = SWI ? 0 : gemm_weight(a, blockIdx.x * BM);
   const int N = a.col0[wi + 1] - a.col0[wi], n0 = SWI ? blockIdx.x * 64 : blockIdx.x * BM - a.col0[wi];
@@ -96,14 +108,6 @@ __global__ __launch_bounds__(128 * WGS, WGS == 2 ? 2 : 1) void gemm_wg_kernel(co
   const int kt0 = blockIdx.z * a.kt_per, KT = min(K / WG_BK - kt0, a.kt_per);
   /* this thread's weight rows in the tile: rl and rl + 8 (warpgroup warp / 4 owns 64 rows, each warp 16) */
   const int rl = (warp / 4) * 64 + (warp % 4) * 16 + gid;
-
-  for (int i = tid; i < BM * gpr; i += TH) {
-    int r = i / gpr, g = i % gpr;
-    if constexpr (SWI) /* rows 64..127 of the tile are the up projection's */
-      Ss[i] = n0 + (r & 63) < N ? a.ws[r >> 6][q4_soff(n0 + (r & 63), g, gpr)] : __float2half(0.0f);
-    else
-      Ss[i] = n0 + r < N ? ws[q4_soff(n0 + r, g, gpr)] : __float2half(0.0f);
-  }
 
   auto load = [&](int stage, int kt) {
     const int k0 = (kt0 + kt) * WG_BK;
@@ -124,20 +128,30 @@ __global__ __launch_bounds__(128 * WGS, WGS == 2 ? 2 : 1) void gemm_wg_kernel(co
   for (int i = 0; i < NT / 2; i++) acc[i] = 0.0f;
 
 #pragma unroll
-  for (int s = 0; s < WG_ST - 1; s++) {
+  for (int s = 0; s < ST - 1; s++) {
     if (s < KT) load(s, s);
     cp_async_commit();
   }
+  /* the scales of this split's groups [gs, gs + ng) only, [BM][ng], read while the first stages are in flight (a
+   * split of the down projection at K = 11,008 used to read all 86 groups of its rows before its first copy) */
+  const int gs = kt0 * WG_BK / 128, ng = ((kt0 + KT) * WG_BK + 127) / 128 - gs;
+  for (int i = tid; i < BM * ng; i += TH) {
+    int r = i / ng, g = gs + i % ng;
+    if constexpr (SWI) /* rows 64..127 of the tile are the up projection's */
+      Ss[i] = n0 + (r & 63) < N ? a.ws[r >> 6][q4_soff(n0 + (r & 63), g, gpr)] : __float2half(0.0f);
+    else
+      Ss[i] = n0 + r < N ? ws[q4_soff(n0 + r, g, gpr)] : __float2half(0.0f);
+  }
 
   for (int kt = 0; kt < KT; kt++) {
-    cp_async_wait<WG_ST - 2>();
+    cp_async_wait<ST - 2>();
     fence_proxy_async();
     __syncthreads();
-    if (kt + WG_ST - 1 < KT) load((kt + WG_ST - 1) % WG_ST, kt + WG_ST - 1);
+    if (kt + ST - 1 < KT) load((kt + ST - 1) % ST, kt + ST - 1);
     cp_async_commit();
-    const int st = kt % WG_ST;
-    const int g = (kt0 + kt) * WG_BK / 128;
-    const __half2 s0 = __half2half2(Ss[rl * gpr + g]), s1 = __half2half2(Ss[(rl + 8) * gpr + g]);
+    const int st = kt % ST;
+    const int g = (kt0 + kt) * WG_BK / 128 - gs;
+    const __half2 s0 = __half2half2(Ss[rl * ng + g]), s1 = __half2half2(Ss[(rl + 8) * ng + g]);
     uint32_t w0[2], w1[2];
 #pragma unroll
     for (int kc = 0; kc < 2; kc++) {
@@ -163,7 +177,8 @@ __global__ __launch_bounds__(128 * WGS, WGS == 2 ? 2 : 1) void gemm_wg_kernel(co
 #pragma unroll
     for (int s = 0; s < 4; s++) {
       if constexpr (NT == 128) wgmma_m64n128k16(acc, af[s], wg_desc(xb + 32 * s));
-      else wgmma_m64n64k16(acc, af[s], wg_desc(xb + 32 * s));
+      else if constexpr (NT == 64) wgmma_m64n64k16(acc, af[s], wg_desc(xb + 32 * s));
+      else wgmma_m64n32k16(acc, af[s], wg_desc(xb + 32 * s));
     }
     wgmma_commit();
     wgmma_wait0();
@@ -266,7 +281,8 @@ __global__ void gemm_wg_alive(int *flag) {
 
 size_t cu_gemm_wg_smem(int64_t K, int nt, int wgs) {
   const size_t bm = 64 * (size_t)wgs;
-  return 1024 + (size_t)WG_ST * nt * 128 + (size_t)WG_ST * bm * 32 + bm * (size_t)(K / 128) * 2;
+  const size_t st = WG_STAGES(nt);
+  return 1024 + st * nt * 128 + st * bm * 32 + bm * (size_t)(K / 128) * 2;
 }
 
 /* raises a kernel's dynamic shared memory limit; 1 on failure (the error cleared: the context is not marked) */
@@ -300,6 +316,7 @@ int cu_gemm_wg_init(struct hb_ctx *ctx) {
       wg_smem_attr(ctx, gemm_wg_kernel<64, 2, __half, false>) | wg_smem_attr(ctx, gemm_wg_kernel<64, 2, float, false>) |
       wg_smem_attr(ctx, gemm_wg_kernel<128, 4, __half, false>) | wg_smem_attr(ctx, gemm_wg_kernel<128, 4, float, false>) |
       wg_smem_attr(ctx, gemm_wg_kernel<64, 4, __half, false>) | wg_smem_attr(ctx, gemm_wg_kernel<64, 4, float, false>) |
+      wg_smem_attr(ctx, gemm_wg_kernel<32, 2, __half, false>) | wg_smem_attr(ctx, gemm_wg_kernel<32, 2, float, false>) |
       wg_smem_attr(ctx, gemm_wg_kernel<128, 2, __half, true>))
     return 0;
   return 1;
@@ -312,7 +329,8 @@ void cu_gemm_wg_launch(struct hb_ctx *ctx, const gemm_args &a, int nt, int wgs, 
     else { if (out_f32) WGL(64, 4, float); else WGL(64, 4, __half); }
   } else {
     if (nt == 128) { if (out_f32) WGL(128, 2, float); else WGL(128, 2, __half); }
-    else { if (out_f32) WGL(64, 2, float); else WGL(64, 2, __half); }
+    else if (nt == 64) { if (out_f32) WGL(64, 2, float); else WGL(64, 2, __half); }
+    else { if (out_f32) WGL(32, 2, float); else WGL(32, 2, __half); }
   }
 #undef WGL
   CU_LAUNCHED(ctx, a.part ? "gemm_wg split-K" : "gemm_wg");
