@@ -85,6 +85,10 @@ struct hb_ctx {
   unsigned *am_cnt;       /* argmax: finished chunks per row (the last one merges and resets it) */
   size_t am_cnt_cap;
   size_t gemm_part_cap;   /* floats */
+  unsigned *gemm_cnt;     /* the wgmma GEMM's split-K: one counter per output tile (zero between launches) */
+  size_t gemm_cnt_cap;
+  int gemm_finish_launch; /* 1: split-K sums in gemm_finish (bench: HEARTH_GEMM_FINISH=1); 0: the tile's last split */
+  int ads_max;            /* attn_decode_smem up to this many tokens (8; bench: HEARTH_ADS_MAX) */
   void *tmp[2];           /* activation temporaries of the fused ops' fallback paths */
   size_t tmp_cap[2];      /* bytes */
   struct hb_sample_row *sample_rows; /* the sample op's device copies of its rows and penalty list */

@@ -27,6 +27,7 @@ struct gemm_args {
   int64_t ldo[3];
   float *part; /* split-K: f32 partial sums, one slice [M][n_total] per split; NULL: no split */
   int n_split;  /* split-K: the slices gemm_finish adds, in order (a fixed order: the sum is the same on every run) */
+  unsigned *cnt; /* wgmma split-K without gemm_finish: per-tile counters [gy][gx], zero before the launch and after */
 };
 
 /* which weight owns concatenated column c */

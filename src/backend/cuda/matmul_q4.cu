@@ -322,6 +322,9 @@ int cu_matmul_init(struct hb_ctx *ctx) {
   const char *m = getenv("HEARTH_GEMM_WG_MIN"), *t = getenv("HEARTH_GEMM_NT32"); /* bench-only A/B switches */
   ctx->gemm_wg_min = m && atoi(m) > 0 ? atoi(m) : GEMM_WG_MIN_ROWS;
   ctx->gemm_nt32 = !(t && !strcmp(t, "0"));
+  const char *f = getenv("HEARTH_GEMM_FINISH"), *d = getenv("HEARTH_ADS_MAX");
+  ctx->gemm_finish_launch = f && !strcmp(f, "1");
+  ctx->ads_max = d && atoi(d) > 0 && atoi(d) <= 64 ? atoi(d) : 8;
   int bad = cu_gemv_init(ctx);
   bad |= smem_attr(ctx, gemm_q4_kernel<4, __half>) | smem_attr(ctx, gemm_q4_kernel<4, float>) |
          smem_attr(ctx, gemm_q4_kernel<2, __half>) | smem_attr(ctx, gemm_q4_kernel<2, float>) |
@@ -438,6 +441,12 @@ int cu_gemm_q4(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct h
     ctx->gemm_part = (float *)pp;
     a.part = ctx->gemm_part;
     a.n_split = S;
+    if (wgs && !ctx->gemm_finish_launch) { /* the wgmma kernel's last split of each tile sums the slices */
+      void *cp = ctx->gemm_cnt;
+      if (cu_scratch(ctx, &cp, &ctx->gemm_cnt_cap, (size_t)gx * gy, sizeof(unsigned), 1)) return 0;
+      ctx->gemm_cnt = (unsigned *)cp;
+      a.cnt = ctx->gemm_cnt;
+    }
   }
   dim3 grid((unsigned)gx, (unsigned)gy, (unsigned)S);
   if (wgs) cu_gemm_wg_launch(ctx, a, NT, wgs, odt == HB_F32, grid, sm);
@@ -455,7 +464,7 @@ int cu_gemm_q4(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct h
 #undef GQ
     if (CU_LAUNCHED(ctx, a.part ? "gemm_q4 split-K" : "gemm_q4")) return 0;
   }
-  if (ctx->status || !a.part) return 0;
+  if (ctx->status || !a.part || a.cnt) return 0;
   const int64_t tot = (int64_t)n * a.n_total, blocks = (tot + 255) / 256;
   const unsigned fg = (unsigned)(blocks < ctx->n_sm * 8 ? blocks : ctx->n_sm * 8);
   if (odt == HB_F16) gemm_finish_kernel<__half><<<fg, 256, 0, ctx->stream>>>(a);

@@ -239,6 +239,41 @@ __global__ __launch_bounds__(128 * WGS, WGS == 2 ? 2 : 1) void gemm_wg_kernel(co
         if (na < N) part[(int64_t)m * a.n_total + na] = acc[4 * j + e];
         if (nb < N) part[(int64_t)m * a.n_total + nb] = acc[4 * j + 2 + e];
       }
+    if (!a.cnt) return; /* gemm_finish sums the slices */
+    /* The tile's last split to finish sums its slices, in order z = 0, 1, ..., then + bias + residual: gemm_finish's
+     * arithmetic in gemm_finish's order, so the same bits, without a launch (a decode step of 32 sequences ran four
+     * finishes a layer). The fences order the slices before the count and the count before their reads; the
+     * counter goes back to zero for the next launch. */
+    __shared__ int last;
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) {
+      unsigned *c = a.cnt + blockIdx.y * gridDim.x + blockIdx.x;
+      last = atomicAdd(c, 1u) == gridDim.z - 1;
+      if (last) *c = 0u;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const int64_t slice = (int64_t)M * a.n_total;
+    const float *p0 = a.part + a.col0[wi];
+#pragma unroll
+    for (int j = 0; j < NT / 8; j++)
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        const int m = m0 + 8 * j + 2 * tig + e;
+        if (m >= M) continue;
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+          const int r = h ? nb : na;
+          if (r >= N) continue;
+          const float *pe = p0 + (int64_t)m * a.n_total + r;
+          float v = 0.0f;
+          for (int z = 0; z < (int)gridDim.z; z++) v += __ldcg(pe + z * slice);
+          TO *o = out + (int64_t)m * ldo + r;
+          stf(o, v + (bias ? bias[r] : 0.0f) + (a.add ? ldf(o) : 0.0f));
+        }
+      }
     return;
   }
   /* With the residual added (o_proj, down: out += ...), the residuals of EJ row groups are loaded before any of their
