@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/wg-finish.sh — one device call (session 35): the wgmma GEMM's split-K summed by each tile's last split (no
-# gemm_finish launch) and attn_decode_smem for up to 32 tokens, tested, then A/B'd by environment against
-# HEARTH_GEMM_FINISH=1 (the finish launch) and HEARTH_ADS_MAX=32, interleaved, on the 3B's decode batches and prefill.
+# gemm_finish launch), tested, then A/B'd by environment against
+# HEARTH_GEMM_FINISH=1 (the finish launch), interleaved, on the 3B's decode batches and prefill.
 # Run on the GPU machine from the repository root with .deps carried:   timeout 400 bash bench/wg-finish.sh
 set -uo pipefail
 O=${OUT:-/tmp/o}; mkdir -p "$O"
@@ -18,13 +18,10 @@ grep -iE "FAIL|mismatch" "$O/tops.log" | head -5 | tee -a "$O/progress.txt"
 wait $mk
 (cd $B && timeout 90 ctest -L cuda -j4 -E test_cuda_ops --output-on-failure) >"$O/ctest.log" 2>&1
 el "ctest -L cuda rc $?: $(grep -E 'tests passed|tests failed' "$O/ctest.log")"; grep -E "\(Failed|SEGFAULT|Timeout" "$O/ctest.log" | head | tee -a "$O/progress.txt"
-(cd $B && HEARTH_ADS_MAX=32 timeout 90 ctest -L cuda -j4 -E test_cuda_ops --output-on-failure) >"$O/ctest32.log" 2>&1
-el "ctest -L cuda ADS_MAX=32 rc $?: $(grep -E 'tests passed|tests failed' "$O/ctest32.log")"; grep -E "\(Failed|SEGFAULT|Timeout" "$O/ctest32.log" | head | tee -a "$O/progress.txt"
 b() { local tag=$1; shift; timeout 60 env "$@" 2>&1 | grep -E "^\| (tg|pp)" | tr -s ' ' | sed "s/^/$tag /" | tee -a "$O/ab.txt"; }
 for r in 1 2; do
   b "new r$r" $H bench --model /tmp/m-3b --backend cuda -p 128 -n 64 -r 2 --batch 8,16,32
   b "finish r$r" HEARTH_GEMM_FINISH=1 $H bench --model /tmp/m-3b --backend cuda -p 128 -n 64 -r 2 --batch 8,16,32
-  b "ads32 r$r" HEARTH_ADS_MAX=32 $H bench --model /tmp/m-3b --backend cuda -p 128 -n 64 -r 2 --batch 16,32
 done
 el ab
 b "new pp" $H bench --model /tmp/m-3b --backend cuda -p 1570,40 -n 0 -r 3

@@ -240,10 +240,11 @@ __global__ __launch_bounds__(128 * WGS, WGS == 2 ? 2 : 1) void gemm_wg_kernel(co
         if (nb < N) part[(int64_t)m * a.n_total + nb] = acc[4 * j + 2 + e];
       }
     if (!a.cnt) return; /* gemm_finish sums the slices */
-    /* The tile's last split to finish sums its slices, in order z = 0, 1, ..., then + bias + residual: gemm_finish's
-     * arithmetic in gemm_finish's order, so the same bits, without a launch (a decode step of 32 sequences ran four
-     * finishes a layer). The fences order the slices before the count and the count before their reads; the
-     * counter goes back to zero for the next launch. */
+    /* The tile's last split to finish sums its slices, in order z = 0, 1, ..., into acc and goes on to the plain
+     * epilogue below (+ bias + residual): gemm_finish's arithmetic in gemm_finish's order, so the same bits, without
+     * its launch (a decode step of 32 sequences ran four a layer). Every load of a slice is issued before its adds
+     * (one load-add at a time was a round trip each: pp128 at a third of its speed). The fences order the slices
+     * before the count and the count before their reads; the counter goes back to zero for the next launch. */
     __shared__ int last;
     __threadfence();
     __syncthreads();
@@ -256,25 +257,19 @@ __global__ __launch_bounds__(128 * WGS, WGS == 2 ? 2 : 1) void gemm_wg_kernel(co
     if (!last) return;
     __threadfence();
     const int64_t slice = (int64_t)M * a.n_total;
-    const float *p0 = a.part + a.col0[wi];
 #pragma unroll
-    for (int j = 0; j < NT / 8; j++)
+    for (int i = 0; i < NT / 2; i++) acc[i] = 0.0f;
+    for (int z = 0; z < (int)gridDim.z; z++) {
+      const float *pz = a.part + z * slice + a.col0[wi];
 #pragma unroll
-      for (int e = 0; e < 2; e++) {
-        const int m = m0 + 8 * j + 2 * tig + e;
-        if (m >= M) continue;
+      for (int j = 0; j < NT / 8; j++)
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-          const int r = h ? nb : na;
-          if (r >= N) continue;
-          const float *pe = p0 + (int64_t)m * a.n_total + r;
-          float v = 0.0f;
-          for (int z = 0; z < (int)gridDim.z; z++) v += __ldcg(pe + z * slice);
-          TO *o = out + (int64_t)m * ldo + r;
-          stf(o, v + (bias ? bias[r] : 0.0f) + (a.add ? ldf(o) : 0.0f));
+        for (int e = 0; e < 2; e++) { /* the loads do not depend on acc: the compiler issues them ahead of the adds */
+          const int m = m0 + 8 * j + 2 * tig + e;
+          acc[4 * j + e] += m < M && na < N ? __ldcg(pz + (int64_t)m * a.n_total + na) : 0.0f;
+          acc[4 * j + 2 + e] += m < M && nb < N ? __ldcg(pz + (int64_t)m * a.n_total + nb) : 0.0f;
         }
-      }
-    return;
+    }
   }
   /* With the residual added (o_proj, down: out += ...), the residuals of EJ row groups are loaded before any of their
    * stores: a load after a store to the same array cannot be moved above it, so one load-add-store per element made
