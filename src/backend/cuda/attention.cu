@@ -1193,7 +1193,7 @@ template <int HD>
 static int ads_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *q,
                       const struct hb_kv_layer *kv, const struct hb_batch *b, const struct hb_attn_params *p) {
   const int nt = b->n_tokens;
-  if (nt > ctx->ads_max || HD > ADS_THREADS) return 1;
+  if (nt > 8 || HD > ADS_THREADS) return 1;
   int C = (int)((128 * 1024) / ads_smem(HD, 1)) / 32 * 32;
   if (C > 256) C = 256;
   while (C > 32 && ads_smem(HD, C) + 8 * 1024 > ctx->smem_optin) C -= 32;

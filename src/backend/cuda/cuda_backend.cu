@@ -133,7 +133,7 @@ static void cuda_free(struct hb_ctx *c) {
     for (int i = 0; i < 1024; i++) if (c->marks[i]) cudaEventDestroy(c->marks[i]);
     free(c->marks);
   }
-  cudaFree(c->attn_part); cudaFree(c->attn_cnt); cudaFree(c->tmp[0]); cudaFree(c->tmp[1]); cudaFree(c->gemm_part); cudaFree(c->gemm_cnt); cudaFree(c->am_part); cudaFree(c->am_cnt);
+  cudaFree(c->attn_part); cudaFree(c->attn_cnt); cudaFree(c->tmp[0]); cudaFree(c->tmp[1]); cudaFree(c->gemm_part); cudaFree(c->am_part); cudaFree(c->am_cnt);
   cudaFree(c->sample_rows); cudaFree(c->sample_pen); cudaFree(c->sample_work); cudaFree(c->sample_split);
   cu_trace_print(c);
 #if HEARTH_TRACE

@@ -42,8 +42,6 @@ struct hb_ctx {
                              no split-K, the prefill attention, no fused decode kernels) */
   int gemm_kind;          /* the prefill GEMM: HB_CUDA_GEMM_AUTO / _MMA / _WG / _WG256 (HEARTH_GEMM, hb_cuda_set_gemm) */
   int gemm_wg_ok;         /* the wgmma GEMM (sm_90a) runs on this device */
-  int gemm_wg_min;        /* auto mode: the wgmma GEMM from this many rows (GEMM_WG_MIN_ROWS; bench: HEARTH_GEMM_WG_MIN) */
-  int gemm_nt32;          /* its 32-token tile for n <= 32 (1; bench: HEARTH_GEMM_NT32=0 takes the 64 tile) */
   int attn_o_max;         /* attn_o.cu: the longest sequence the fused attention + o_proj takes: -1 the default (one
                            * chunk where it measured faster: head dim 64), -2 one chunk at every head dim, 0 off */
   int attn_o_off;         /* attn_o.cu: not available in this binary on this device (init), whatever attn_o_max says */
@@ -85,10 +83,6 @@ struct hb_ctx {
   unsigned *am_cnt;       /* argmax: finished chunks per row (the last one merges and resets it) */
   size_t am_cnt_cap;
   size_t gemm_part_cap;   /* floats */
-  unsigned *gemm_cnt;     /* the wgmma GEMM's split-K: one counter per output tile (zero between launches) */
-  size_t gemm_cnt_cap;
-  int gemm_finish_launch; /* 1: split-K sums in gemm_finish (bench: HEARTH_GEMM_FINISH=1); 0: the tile's last split */
-  int ads_max;            /* attn_decode_smem up to this many tokens (8; bench: HEARTH_ADS_MAX) */
   void *tmp[2];           /* activation temporaries of the fused ops' fallback paths */
   size_t tmp_cap[2];      /* bytes */
   struct hb_sample_row *sample_rows; /* the sample op's device copies of its rows and penalty list */

@@ -27,7 +27,6 @@ struct gemm_args {
   int64_t ldo[3];
   float *part; /* split-K: f32 partial sums, one slice [M][n_total] per split; NULL: no split */
   int n_split;  /* split-K: the slices gemm_finish adds, in order (a fixed order: the sum is the same on every run) */
-  unsigned *cnt; /* wgmma split-K without gemm_finish: per-tile counters [gy][gx], zero before the launch and after */
 };
 
 /* which weight owns concatenated column c */
@@ -43,7 +42,7 @@ __device__ __forceinline__ uint32_t deq2(uint32_t v, __half2 s2) {
 }
 
 /* ---- sm90a/gemm_wgmma.cu: the wgmma kernel (Hopper, sm_90a) ----
- * 64 wgs weight rows (wgs = 2 or 4 warpgroups) x nt tokens (64 or 128) x 64 k per block, 128 wgs threads,
+ * 64 wgs weight rows (wgs = 2 or 4 warpgroups) x nt tokens (32 with wgs 2, 64 or 128) x 64 k per block, 128 wgs threads,
  * grid (ceil(n_total / (64 wgs)), ceil(M / nt), splits); every weight but the last has rows % (64 wgs) == 0.
  * cu_gemm_wg_init: sets the shared-memory limits; returns 1 when the sm_90a code runs on this device, 0 when not
  * (another GPU, or a build without it), and then the dispatch never calls the launcher. */

@@ -305,9 +305,10 @@ __global__ __launch_bounds__(256) void gemm_simt_kernel(TO *out, int64_t ldo, co
 
 /* The wgmma kernel serves calls of at least this many rows in the default (auto) mode, and every call in row-invariant
  * mode (its rows are bit-identical whatever n is: bench_gemm's row-invariance check). Measured on the H200 (bench_gemm,
- * bench/RESULTS.md session 25): 1.3-1.4x the mma.sync kernel at 64 rows, 1.9-2.2x from 1,570 on. Session 35: from 9
- * rows (every GEMM the decode GEMV does not take), with a 32-token tile and 8 stages for n <= 32 — a 3B decode step
- * of 32 sequences spent 45 us in the mma.sync kernel's gate/up at 0.5 TB/s (bench/RESULTS.md "Session 35"). */
+ * bench/RESULTS.md session 25): 1.3-1.4x the mma.sync kernel at 64 rows, 1.9-2.2x from 1,570 on. Session 35 (H100):
+ * from 9 rows, every GEMM the decode GEMV does not take, with a 32-token tile of 8 stages for n <= 32: a 3B decode
+ * step of 32 sequences had spent 45 us in the mma.sync kernel's gate/up at 0.5 TB/s; x32 7,470 -> 9,320 tok/s,
+ * x16 4,400 -> 5,100, and the 32-token tile beat the 64 one by 6-7 % (bench/RESULTS.md "Session 35"). */
 #define GEMM_WG_MIN_ROWS 9
 #define GEMM_WG_WGS 2 /* and its warpgroups per block there (2 or 4) */
 
@@ -319,12 +320,6 @@ int cu_matmul_init(struct hb_ctx *ctx) {
                    : !strcmp(e, "mma")   ? HB_CUDA_GEMM_MMA
                                          : HB_CUDA_GEMM_AUTO;
   ctx->gemm_wg_ok = cu_gemm_wg_init(ctx);
-  const char *m = getenv("HEARTH_GEMM_WG_MIN"), *t = getenv("HEARTH_GEMM_NT32"); /* bench-only A/B switches */
-  ctx->gemm_wg_min = m && atoi(m) > 0 ? atoi(m) : GEMM_WG_MIN_ROWS;
-  ctx->gemm_nt32 = !(t && !strcmp(t, "0"));
-  const char *f = getenv("HEARTH_GEMM_FINISH"), *d = getenv("HEARTH_ADS_MAX");
-  ctx->gemm_finish_launch = f && !strcmp(f, "1");
-  ctx->ads_max = d && atoi(d) > 0 && atoi(d) <= 64 ? atoi(d) : 8;
   int bad = cu_gemv_init(ctx);
   bad |= smem_attr(ctx, gemm_q4_kernel<4, __half>) | smem_attr(ctx, gemm_q4_kernel<4, float>) |
          smem_attr(ctx, gemm_q4_kernel<2, __half>) | smem_attr(ctx, gemm_q4_kernel<2, float>) |
@@ -376,12 +371,12 @@ int cu_gemm_q4(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct h
   if (ctx->gemm_wg_ok) {
     if (ctx->gemm_kind == HB_CUDA_GEMM_WG) wgs = 2;
     else if (ctx->gemm_kind == HB_CUDA_GEMM_WG256) wgs = 4;
-    else if (ctx->gemm_kind == HB_CUDA_GEMM_AUTO && (ctx->row_invariant || n >= ctx->gemm_wg_min)) wgs = GEMM_WG_WGS;
+    else if (ctx->gemm_kind == HB_CUDA_GEMM_AUTO && (ctx->row_invariant || n >= GEMM_WG_MIN_ROWS)) wgs = GEMM_WG_WGS;
     for (int i = 0; i < n_mm - 1 && wgs == 4; i++)
       if (ws[i]->rows % 256) wgs = 2;
   }
   /* the 32-token tile has one 16-byte x chunk per thread of 2 warpgroups: not with 4 */
-  const int NT = ctx->row_invariant ? 128 : n <= 32 && ctx->gemm_nt32 && wgs == 2 ? 32 : n <= 64 ? 64 : 128;
+  const int NT = ctx->row_invariant ? 128 : n <= 32 && wgs == 2 ? 32 : n <= 64 ? 64 : 128;
   const int BM = wgs ? NT : 32 * MI;   /* rows of x per block */
   const int BN = wgs ? 64 * wgs : GM_BN; /* weight rows (output columns) per block */
   const size_t sm = wgs ? cu_gemm_wg_smem(K, NT, wgs) : gemm_smem(K, BM);
@@ -441,12 +436,6 @@ int cu_gemm_q4(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct h
     ctx->gemm_part = (float *)pp;
     a.part = ctx->gemm_part;
     a.n_split = S;
-    if (wgs && !ctx->gemm_finish_launch) { /* the wgmma kernel's last split of each tile sums the slices */
-      void *cp = ctx->gemm_cnt;
-      if (cu_scratch(ctx, &cp, &ctx->gemm_cnt_cap, (size_t)gx * gy, sizeof(unsigned), 1)) return 0;
-      ctx->gemm_cnt = (unsigned *)cp;
-      a.cnt = ctx->gemm_cnt;
-    }
   }
   dim3 grid((unsigned)gx, (unsigned)gy, (unsigned)S);
   if (wgs) cu_gemm_wg_launch(ctx, a, NT, wgs, odt == HB_F32, grid, sm);
@@ -464,7 +453,7 @@ int cu_gemm_q4(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct h
 #undef GQ
     if (CU_LAUNCHED(ctx, a.part ? "gemm_q4 split-K" : "gemm_q4")) return 0;
   }
-  if (ctx->status || !a.part || a.cnt) return 0;
+  if (ctx->status || !a.part) return 0;
   const int64_t tot = (int64_t)n * a.n_total, blocks = (tot + 255) / 256;
   const unsigned fg = (unsigned)(blocks < ctx->n_sm * 8 ? blocks : ctx->n_sm * 8);
   if (odt == HB_F16) gemm_finish_kernel<__half><<<fg, 256, 0, ctx->stream>>>(a);
@@ -480,7 +469,7 @@ static int swiglu_plan(struct hb_ctx *ctx, const struct hb_tensor *x, const stru
                        const struct hb_tensor *w_up, const struct hb_tensor *out, int n, int *nt, size_t *smem) {
   if (!ctx->gemm_wg_ok || n < 1 || x->dtype != HB_F16 || x->cols % 8 || x->rows < n) return 1;
   if (!(ctx->gemm_kind == HB_CUDA_GEMM_WG ||
-        (ctx->gemm_kind == HB_CUDA_GEMM_AUTO && (ctx->row_invariant || n >= ctx->gemm_wg_min))))
+        (ctx->gemm_kind == HB_CUDA_GEMM_AUTO && (ctx->row_invariant || n >= GEMM_WG_MIN_ROWS))))
     return 1;
   const int64_t K = w_gate->cols, N = w_gate->rows;
   if (w_gate->dtype != HB_Q4 || w_up->dtype != HB_Q4 || w_up->cols != K || w_up->rows != N || K <= 0 || K % 128 ||

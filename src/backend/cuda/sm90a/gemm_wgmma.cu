@@ -11,9 +11,10 @@
  * nibble order was built for. The activations are B: NT tokens × 64 k of f16 per stage, K-major, in the 128-byte
  * swizzle (16-byte chunk c of token row r at chunk c ^ (r % 8)), described to wgmma by a matrix descriptor.
  *
- * Block: WGS = 2 or 4 warpgroups (256 or 512 threads), each 64 weight rows × NT tokens (f32 accumulators, NT/2 per
- * thread), so BM = 64 WGS weight rows per block: 4 halves the x tile's L2 traffic per flop, at one block per SM;
- * 4-stage cp.async pipeline (x tile and weight tile per stage), one __syncthreads per 64-k step. Each step:
+ * Block: WGS = 2 or 4 warpgroups (256 or 512 threads), each 64 weight rows × NT tokens (NT = 128, 64, or 32 with
+ * WGS 2; f32 accumulators, NT/2 per thread), so BM = 64 WGS weight rows per block: 4 halves the x tile's L2 traffic per flop, at one block per SM;
+ * 4-stage cp.async pipeline (8 stages at NT = 32: decode batches of 9..32 sequences, whose stages are small; x tile
+ * and weight tile per stage), one __syncthreads per 64-k step. Each step:
  * wait for the stage, fence.proxy.async (cp.async wrote it through the generic proxy; wgmma reads through the
  * async proxy), dequantize 4 A fragments, 4 wgmmas, commit, wait. Same arguments and epilogue semantics as
  * gemm_q4: up to 3 weights sharing x, bias, add into the output, f16 or f32 output, split-K slices.
@@ -239,37 +240,7 @@ __global__ __launch_bounds__(128 * WGS, WGS == 2 ? 2 : 1) void gemm_wg_kernel(co
         if (na < N) part[(int64_t)m * a.n_total + na] = acc[4 * j + e];
         if (nb < N) part[(int64_t)m * a.n_total + nb] = acc[4 * j + 2 + e];
       }
-    if (!a.cnt) return; /* gemm_finish sums the slices */
-    /* The tile's last split to finish sums its slices, in order z = 0, 1, ..., into acc and goes on to the plain
-     * epilogue below (+ bias + residual): gemm_finish's arithmetic in gemm_finish's order, so the same bits, without
-     * its launch (a decode step of 32 sequences ran four a layer). Every load of a slice is issued before its adds
-     * (one load-add at a time was a round trip each: pp128 at a third of its speed). The fences order the slices
-     * before the count and the count before their reads; the counter goes back to zero for the next launch. */
-    __shared__ int last;
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) {
-      unsigned *c = a.cnt + blockIdx.y * gridDim.x + blockIdx.x;
-      last = atomicAdd(c, 1u) == gridDim.z - 1;
-      if (last) *c = 0u;
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    const int64_t slice = (int64_t)M * a.n_total;
-#pragma unroll
-    for (int i = 0; i < NT / 2; i++) acc[i] = 0.0f;
-    for (int z = 0; z < (int)gridDim.z; z++) {
-      const float *pz = a.part + z * slice + a.col0[wi];
-#pragma unroll
-      for (int j = 0; j < NT / 8; j++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) { /* the loads do not depend on acc: the compiler issues them ahead of the adds */
-          const int m = m0 + 8 * j + 2 * tig + e;
-          acc[4 * j + e] += m < M && na < N ? __ldcg(pz + (int64_t)m * a.n_total + na) : 0.0f;
-          acc[4 * j + 2 + e] += m < M && nb < N ? __ldcg(pz + (int64_t)m * a.n_total + nb) : 0.0f;
-        }
-    }
+    return;
   }
   /* With the residual added (o_proj, down: out += ...), the residuals of EJ row groups are loaded before any of their
    * stores: a load after a store to the same array cannot be moved above it, so one load-add-store per element made
