@@ -12,8 +12,8 @@
  * swizzle (16-byte chunk c of token row r at chunk c ^ (r % 8)), described to wgmma by a matrix descriptor.
  *
  * Block: WGS = 2 or 4 warpgroups (256 or 512 threads), each 64 weight rows × NT tokens (NT = 128, 64, or 32 with
- * WGS 2; f32 accumulators, NT/2 per thread), so BM = 64 WGS weight rows per block: 4 halves the x tile's L2 traffic per flop, at one block per SM;
- * 4-stage cp.async pipeline (8 stages at NT = 32: decode batches of 9..32 sequences, whose stages are small; x tile
+ * WGS 2; f32 accumulators, NT/2 per thread), so BM = 64 WGS weight rows per block: 4 halves the x tile's L2 traffic
+ * per flop, at one block per SM; 4-stage cp.async pipeline (8 stages at NT = 32: decode batches of 9..32 sequences, whose stages are small; x tile
  * and weight tile per stage), one __syncthreads per 64-k step. Each step:
  * wait for the stage, fence.proxy.async (cp.async wrote it through the generic proxy; wgmma reads through the
  * async proxy), dequantize 4 A fragments, 4 wgmmas, commit, wait. Same arguments and epilogue semantics as
