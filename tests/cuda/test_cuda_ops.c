@@ -2054,10 +2054,10 @@ TEST_GROUP(repeat) {
   teardown();
 }
 
-/* prefill norm_swiglu (SiLU): rmsnorm, then the gate/up wgmma GEMM with silu(g) * u in its epilogue, must give the bits
- * of the plain sequence it replaces on the same device (norm_matmul into gate and up, then silu_mul): partial token
- * tiles, a row count that is not a multiple of 64 (the last block's rows masked), the embedding model's and the 3B's
- * shapes. Outputs poisoned first; a decline (1) fails. */
+/* norm_swiglu (SiLU) past the GEMV: rmsnorm, then the gate/up GEMM with silu(g) * u in its epilogue (no split-K) or in
+ * its split-K finish, must give the bits of the plain sequence it replaces on the same device (norm_matmul into gate
+ * and up, then silu_mul): partial token tiles, a row count that is not a multiple of 64 (the last block's rows
+ * masked), decode batches, the embedding model's and the 3B's shapes. Outputs poisoned first; a decline (1) fails. */
 static void check_swiglu_gemm(int K, int R, int n) {
   struct pair x, nw, wgp, wup, gt, up, ref, h;
   pair_rand(&x, HB_F32, n, K, 2.0f);
@@ -2138,6 +2138,7 @@ TEST_GROUP(wgmma) {
     check_matmul_f32out(4096, 1024, 1100, mg);            /* f32 output from the GEMM epilogue (no split) */
     check_matmul_f32out(100, 896, 40, mg);                /* f32 output, 100 rows (padded weight blocks) */
     check_matmul_f32out(1024, 1024, 24, mg);              /* f32 output at the 32-token tile, split-K */
+    check_swiglu_gemm(2048, 11008, 24);                   /* norm_swiglu: silu_mul in the split-K finish */
   }
   if (hb_cuda_set_gemm(gc, HB_CUDA_GEMM_AUTO) == HB_CUDA_GEMM_AUTO) {
     printf("  -- norm_swiglu's SwiGLU GEMM (auto kernel choice)\n");
@@ -2145,6 +2146,10 @@ TEST_GROUP(wgmma) {
     check_swiglu_gemm(1024, 3072, 7870);  /* an embedding pass */
     check_swiglu_gemm(2048, 11008, 130);  /* the 3B's, two token tiles, the second of 2 rows */
     check_swiglu_gemm(1024, 1000, 2200);  /* 1000 rows: the last block's 24 of 64 masked */
+    check_swiglu_gemm(2048, 11008, 32);   /* a 3B decode step of 32 sequences: silu_mul in the split-K finish */
+    check_swiglu_gemm(2048, 11008, 9);    /* 9 sequences, the fewest the GEMM takes */
+    check_swiglu_gemm(896, 4864, 50);     /* the 0.5B's, 64-token tile */
+    check_swiglu_gemm(1024, 3072, 200);   /* two token tiles under a wave: split */
   }
   teardown();
 }

@@ -24,6 +24,7 @@
  */
 #include <limits.h>
 #include <stdlib.h>
+#include <string.h>
 #include <math.h>
 
 #include "backend/cuda/cuda_common.cuh"
@@ -1231,7 +1232,16 @@ static void attn_decode_launch(struct hb_ctx *ctx, struct hb_tensor *out, const 
                 *bt = (const int32_t *)b->d_block_table.data;
   const int HG = (G + AD_G - 1) / AD_G;
   const int base = nt * p->n_kv_heads * HG;
-  int NS = (2 * ctx->n_sm + base - 1) / base;
+  /* splits: as many as fill the blocks the GPU holds at once, rounded down, so that the launch is one wave (a second,
+   * partial wave runs the kernel's whole chain of round trips again: at 32 tokens of the 3B, ceil gave 3 splits,
+   * 384 blocks for 264 slots) */
+  int occ = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, attn_decode_kernel<T, KT, HD>, 128, 0) != cudaSuccess || occ < 1) {
+    (void)cudaGetLastError();
+    occ = 2;
+  }
+  const char *ab = getenv("HEARTH_ATTN_NS"); /* A/B only (session 36): "ceil" = the old rule */
+  int NS = ab && !strcmp(ab, "ceil") ? (2 * ctx->n_sm + base - 1) / base : occ * ctx->n_sm / base;
   NS = NS < 1 ? 1 : (NS > 32 ? 32 : NS);
   size_t need_part = (size_t)nt * p->n_heads * NS * (HD + 2), need_cnt = (size_t)base;
   void *pp = ctx->attn_part, *cp = ctx->attn_cnt;

@@ -909,8 +909,9 @@ extern "C" int hb_cuda_norm_swiglu(struct hb_ctx *c, const struct hb_tensor *x, 
   if (c->status) return 0; /* sticky error: nothing runs either way */
   if (!norm_w || n <= 0) return 1;
   if (!cu_gemv_norm_swiglu(c, x, norm_w, eps, w_gate, w_up, out, n, act)) return 0;
-  /* prefill (SiLU): rmsnorm, then the gate/up GEMM with silu(g) * u in its epilogue, where that GEMM covers the
-   * shapes; asked with a dry run first, so that a decline leaves nothing done */
+  /* prefill and batched decode (SiLU): rmsnorm, then the gate/up GEMM with silu(g) * u in its epilogue or in its
+   * split-K finish, where that GEMM covers the shapes; asked with a dry run first, so that a decline leaves nothing
+   * done */
   if (act != HB_ACT_SILU || x->dtype != HB_F16 || n > x->rows) return 1;
   struct hb_tensor xn; /* x stands in for xn in the question: same dtype, cols and (>= n) rows */
   if (!cu_gemm_q4_swiglu_covers(c, x, w_gate, w_up, out, n) || tmp_tensor(c, 0, x, n, x->cols, &xn)) return 1;

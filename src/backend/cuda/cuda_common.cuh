@@ -300,8 +300,9 @@ int cu_matmul_init(struct hb_ctx *ctx);
  * recorded an error, 1 when the shapes need another path (then it did nothing) */
 int cu_gemm_q4(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct hb_tensor *const *outs,
                const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, int n, int add);
-/* out = silu(x · w_gateᵀ) * (x · w_upᵀ) (f16) in one launch where the gate/up GEMM would run on the wgmma kernel without
- * split-K (the bits of that GEMM + silu_mul); 0 launched, 1 not covered (nothing done). _covers: the same question,
+/* out = silu(x · w_gateᵀ) * (x · w_upᵀ) (f16), the bits of the gate/up GEMM + silu_mul: in one launch where that GEMM
+ * would run on the wgmma kernel without split-K, or as the split GEMM and one finish that sums the slices and
+ * applies silu_mul where it would split K; 0 launched, 1 not covered (nothing done). _covers: the same question,
  * nothing launched (1 = covered) */
 int cu_gemm_q4_swiglu(struct hb_ctx *ctx, const struct hb_tensor *x, const struct hb_tensor *w_gate,
                       const struct hb_tensor *w_up, struct hb_tensor *out, int n);

@@ -49,6 +49,8 @@ __device__ __forceinline__ uint32_t deq2(uint32_t v, __half2 s2) {
 int cu_gemm_wg_init(struct hb_ctx *ctx);
 size_t cu_gemm_wg_smem(int64_t K, int nt, int wgs);
 void cu_gemm_wg_launch(struct hb_ctx *ctx, const gemm_args &a, int nt, int wgs, int out_f32, dim3 grid, size_t smem);
+/* blocks of that launch an SM holds at once (1 when the runtime cannot say) */
+int cu_gemm_wg_resident(int nt, int wgs, int out_f32, size_t smem);
 /* the SwiGLU form (gemm_wg_kernel's SWI): weights 0 (gate) and 1 (up) of equal rows N, out[m][r] = silu(g) * u, f16;
  * token tile 128, grid (ceil(N / 64), ceil(M / 128)), no split-K, no bias, no add; smem cu_gemm_wg_smem(K, 128, 2) */
 void cu_gemm_wg_launch_swiglu(struct hb_ctx *ctx, const gemm_args &a, dim3 grid, size_t smem);

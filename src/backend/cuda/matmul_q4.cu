@@ -354,19 +354,30 @@ static void simt_launch(struct hb_ctx *ctx, TO *out, int64_t ldo, const TX *x, i
   CU_LAUNCHED(ctx, "gemm_simt");
 }
 
-/* the tensor-core GEMM over n_mm (1..3) int4 weights of equal cols sharing x (gemm_args); returns 1
- * without doing anything when the shapes need another path (f32 x, dense weights, unequal K, a weight
- * but the last whose rows are not a multiple of GM_BN, an output aliasing x under add, ...) */
-int cu_gemm_q4(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct hb_tensor *const *outs,
-               const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, int n, int add) {
+/* a planned tensor-core GEMM launch: its arguments (a.part not yet set), kernel, tile and grid */
+struct gemm_plan {
+  gemm_args a;
+  int wgs, NT, MI, S;
+  enum hb_dtype odt;
+  size_t sm;
+  dim3 grid;
+};
+
+/* plans the tensor-core GEMM over n_mm (1..3) int4 weights of equal cols sharing x (gemm_args); returns 1 when the
+ * shapes need another path (f32 x, dense weights, unequal K, a weight but the last whose rows are not a multiple of
+ * GM_BN, an output aliasing x under add, ...). Launches and allocates nothing. */
+static int gemm_q4_plan(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct hb_tensor *const *outs,
+                        const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, int n, int add,
+                        struct gemm_plan *pl) {
   if (n < 1 || n_mm < 1 || n_mm > 3 || x->dtype != HB_F16 || x->cols % 8 || x->rows < n) return 1;
   const int64_t K = ws[0]->cols;
   if (K <= 0 || K % 128 || x->cols < K || K > INT32_MAX) return 1;
   const int MI = n <= 32 ? 1 : (n <= 64 ? 2 : 4);
   /* the wgmma kernel (wgs: its warpgroups per block, 64 weight rows each; 0 = the mma.sync kernel): forced, or from
-   * GEMM_WG_MIN_ROWS rows on in auto mode, and for every n in row-invariant mode (one kernel for every n). 4 warpgroups (256 weight rows) only where every weight but the last fills whole 256-row
-   * tiles, else 2. Its token tile is 128, or 64 for n <= 64 (not in row-invariant mode: one tile shape, so one
-   * wgmma shape, for every n) */
+   * GEMM_WG_MIN_ROWS rows on in auto mode, and for every n in row-invariant mode (one kernel for every n). 4
+   * warpgroups (256 weight rows) only where every weight but the last fills whole 256-row tiles, else 2. Its token
+   * tile is 128, 64 for n <= 64, or 32 for n <= 32 (not in row-invariant mode: one tile shape, so one wgmma shape,
+   * for every n) */
   int wgs = 0;
   if (ctx->gemm_wg_ok) {
     if (ctx->gemm_kind == HB_CUDA_GEMM_WG) wgs = 2;
@@ -381,7 +392,7 @@ int cu_gemm_q4(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct h
   const int BN = wgs ? 64 * wgs : GM_BN; /* weight rows (output columns) per block */
   const size_t sm = wgs ? cu_gemm_wg_smem(K, NT, wgs) : gemm_smem(K, BM);
   if (sm + 256 > ctx->smem_optin) return 1;
-  gemm_args a;
+  gemm_args &a = pl->a;
   memset(&a, 0, sizeof a);
   a.x = (const __half *)x->data;
   a.ldx = x->cols;
@@ -426,22 +437,47 @@ int cu_gemm_q4(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct h
   if (tmax < ctx->n_sm && !ctx->row_invariant) { /* row-invariant: one K order for every n */
     S = (2 * ctx->n_sm + tmax - 1) / tmax;
     if (S > KT / 4) S = KT / 4 > 0 ? KT / 4 : 1;
+    /* on the wgmma kernel, no more splits than keep the joined launch (all its weights' tiles) to the blocks the
+     * GPU holds at once: a second, partial wave of short split blocks costs a whole block's latency again, and
+     * every slice is written and summed once more (the 3B's gate/up at 32 rows: 4 splits were 688 blocks for
+     * 396 slots; 2 are 344) */
+    const char *ab = getenv("HEARTH_SPLIT"); /* A/B only (session 36): "old" = no residency cap */
+    if (wgs && !(ab && !strcmp(ab, "old"))) {
+      const int cap = cu_gemm_wg_resident(NT, wgs, odt == HB_F32, sm) * ctx->n_sm / (gx * gy);
+      if (S > cap) S = cap > 1 ? cap : 1;
+    }
   }
   a.kt_per = (KT + S - 1) / S;
   S = (KT + a.kt_per - 1) / a.kt_per;
+  pl->wgs = wgs;
+  pl->NT = NT;
+  pl->MI = MI;
+  pl->S = S;
+  pl->odt = odt;
+  pl->sm = sm;
+  pl->grid = dim3((unsigned)gx, (unsigned)gy, (unsigned)S);
+  return 0;
+}
+
+/* runs a plan's GEMM: its split-K slices (when S > 1) into the context's scratch, then nothing more (finish 0: the
+ * caller's finish kernel reads pl->a.part) or gemm_finish (finish 1) */
+static int gemm_q4_run(struct hb_ctx *ctx, struct gemm_plan *pl, int finish) {
+  gemm_args &a = pl->a;
+  const int S = pl->S, MI = pl->MI;
+  const dim3 grid = pl->grid;
+  const size_t sm = pl->sm;
   if (S > 1) { /* one slice per split, each written whole by the split's blocks: nothing to zero */
-    const size_t np = (size_t)S * (size_t)n * (size_t)a.n_total;
+    const size_t np = (size_t)S * (size_t)a.M * (size_t)a.n_total;
     void *pp = ctx->gemm_part;
-    if (cu_scratch(ctx, &pp, &ctx->gemm_part_cap, np, sizeof(float), 0)) return 0;
+    if (cu_scratch(ctx, &pp, &ctx->gemm_part_cap, np, sizeof(float), 0)) return 1;
     ctx->gemm_part = (float *)pp;
     a.part = ctx->gemm_part;
     a.n_split = S;
   }
-  dim3 grid((unsigned)gx, (unsigned)gy, (unsigned)S);
-  if (wgs) cu_gemm_wg_launch(ctx, a, NT, wgs, odt == HB_F32, grid, sm);
+  if (pl->wgs) cu_gemm_wg_launch(ctx, a, pl->NT, pl->wgs, pl->odt == HB_F32, grid, sm);
   else {
 #define GQ(MM, TO) gemm_q4_kernel<MM, TO><<<grid, 256, sm, ctx->stream>>>(a)
-  if (odt == HB_F16) {
+  if (pl->odt == HB_F16) {
     if (MI == 1) GQ(1, __half);
     else if (MI == 2) GQ(2, __half);
     else GQ(4, __half);
@@ -451,14 +487,62 @@ int cu_gemm_q4(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct h
     else GQ(4, float);
   }
 #undef GQ
-    if (CU_LAUNCHED(ctx, a.part ? "gemm_q4 split-K" : "gemm_q4")) return 0;
+    if (CU_LAUNCHED(ctx, a.part ? "gemm_q4 split-K" : "gemm_q4")) return 1;
   }
-  if (ctx->status || !a.part) return 0;
-  const int64_t tot = (int64_t)n * a.n_total, blocks = (tot + 255) / 256;
+  if (ctx->status || !a.part || !finish) return ctx->status != 0;
+  const int64_t tot = (int64_t)a.M * a.n_total, blocks = (tot + 255) / 256;
   const unsigned fg = (unsigned)(blocks < ctx->n_sm * 8 ? blocks : ctx->n_sm * 8);
-  if (odt == HB_F16) gemm_finish_kernel<__half><<<fg, 256, 0, ctx->stream>>>(a);
+  if (pl->odt == HB_F16) gemm_finish_kernel<__half><<<fg, 256, 0, ctx->stream>>>(a);
   else gemm_finish_kernel<float><<<fg, 256, 0, ctx->stream>>>(a);
   CU_LAUNCHED(ctx, "gemm_finish");
+  return ctx->status != 0;
+}
+
+/* the tensor-core GEMM (gemm_q4_plan, gemm_q4_run); returns 1 without doing anything when the shapes need another
+ * path, 0 when it ran or failed (the error in the context) */
+int cu_gemm_q4(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct hb_tensor *const *outs,
+               const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, int n, int add) {
+  struct gemm_plan pl;
+  if (gemm_q4_plan(ctx, x, n_mm, outs, ws, biases, n, add, &pl)) return 1;
+  gemm_q4_run(ctx, &pl, 1);
+  return 0;
+}
+
+/* split-K finish of a joined gate/up GEMM (weights of N rows each, no bias, no add) with silu_mul after it:
+ * out[m][j] = silu(g) * u, where g and u are what gemm_finish stores (each column's slices summed in order, + 0, to
+ * f16), and the product is silu_mul's expression on those f16 values: the same bits as gemm_finish then silu_mul,
+ * one launch fewer and the gate and up rows never written */
+__global__ void gemm_finish_swiglu_kernel(const __grid_constant__ gemm_args a, int N) {
+  pdl_trigger();
+  const int64_t total = (int64_t)a.M * a.n_total, mn = (int64_t)a.M * N;
+  __half *out = (__half *)a.out[0];
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < mn; i += (int64_t)gridDim.x * blockDim.x) {
+    const int m = (int)(i / N), j = (int)(i % N);
+    const int64_t ig = (int64_t)m * a.n_total + j, iu = ig + N;
+    float g = 0.0f, u = 0.0f;
+    for (int z = 0; z < a.n_split; z++) {
+      g += a.part[(int64_t)z * total + ig];
+      u += a.part[(int64_t)z * total + iu];
+    }
+    const float gh = __half2float(__float2half_rn(g + 0.0f)), uh = __half2float(__float2half_rn(u + 0.0f));
+    out[(int64_t)m * a.ldo[0] + j] = __float2half_rn(gh / (1.0f + expf(-gh)) * uh);
+  }
+}
+
+/* the gate/up GEMM split over K with gemm_finish_swiglu_kernel as its finish: planned as cu_gemm_q4 would run the
+ * joined gate/up GEMM into f16 outputs, and taken only where that plan splits K (else 1: nothing done) */
+static int swiglu_split_plan(struct hb_ctx *ctx, const struct hb_tensor *x, const struct hb_tensor *w_gate,
+                             const struct hb_tensor *w_up, const struct hb_tensor *out, int n, struct gemm_plan *pl) {
+  if (getenv("HEARTH_SWIGLU_SPLIT")) return 1; /* A/B only (session 36): the separate finish and silu_mul */
+  if (n < 1 || x->dtype != HB_F16 || out->dtype != HB_F16 || out->cols != w_gate->rows || out->rows < n ||
+      w_up->rows != w_gate->rows || out->data == x->data)
+    return 1;
+  struct hb_tensor g = *out, u = *out; /* stand-ins with the outputs' shape: a split GEMM writes only its slices */
+  struct hb_tensor *outs[2] = {&g, &u};
+  const struct hb_tensor *ws[2] = {w_gate, w_up};
+  if (gemm_q4_plan(ctx, x, 2, outs, ws, NULL, n, 0, pl) || pl->S < 2) return 1;
+  pl->a.out[0] = out->data;
+  pl->a.ldo[0] = out->cols;
   return 0;
 }
 
@@ -492,14 +576,24 @@ int cu_gemm_q4_swiglu_covers(struct hb_ctx *ctx, const struct hb_tensor *x, cons
                              const struct hb_tensor *w_up, const struct hb_tensor *out, int n) {
   int nt;
   size_t sm;
-  return !swiglu_plan(ctx, x, w_gate, w_up, out, n, &nt, &sm);
+  struct gemm_plan pl;
+  return !swiglu_plan(ctx, x, w_gate, w_up, out, n, &nt, &sm) || !swiglu_split_plan(ctx, x, w_gate, w_up, out, n, &pl);
 }
 
 int cu_gemm_q4_swiglu(struct hb_ctx *ctx, const struct hb_tensor *x, const struct hb_tensor *w_gate,
                       const struct hb_tensor *w_up, struct hb_tensor *out, int n) {
   int NT;
   size_t sm;
-  if (swiglu_plan(ctx, x, w_gate, w_up, out, n, &NT, &sm)) return 1;
+  if (swiglu_plan(ctx, x, w_gate, w_up, out, n, &NT, &sm)) {
+    struct gemm_plan pl;
+    if (swiglu_split_plan(ctx, x, w_gate, w_up, out, n, &pl)) return 1;
+    if (gemm_q4_run(ctx, &pl, 0)) return 0;
+    const int64_t mn = (int64_t)n * w_gate->rows, blocks = (mn + 255) / 256;
+    const unsigned fg = (unsigned)(blocks < ctx->n_sm * 8 ? blocks : ctx->n_sm * 8);
+    gemm_finish_swiglu_kernel<<<fg, 256, 0, ctx->stream>>>(pl.a, (int)w_gate->rows);
+    CU_LAUNCHED(ctx, "gemm_finish_swiglu");
+    return 0;
+  }
   const int64_t K = w_gate->cols, N = w_gate->rows;
   const int gy = (n + NT - 1) / NT;
   gemm_args a;

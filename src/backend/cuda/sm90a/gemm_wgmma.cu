@@ -22,6 +22,9 @@
  * The file is compiled for sm_90a alone (CMakeLists.txt: hearth_cuda_sm90a); the kernel bodies are guarded by
  * __CUDA_ARCH_FEAT_SM90_ALL, and gemm_wg_alive reports at init whether that code is what runs.
  */
+#include <stdlib.h>
+#include <string.h>
+
 #include "backend/cuda/gemm_q4.cuh"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -110,7 +113,7 @@ __global__ __launch_bounds__(128 * WGS, WGS == 2 ? 2 : 1) void gemm_wg_kernel(co
   /* this thread's weight rows in the tile: rl and rl + 8 (warpgroup warp / 4 owns 64 rows, each warp 16) */
   const int rl = (warp / 4) * 64 + (warp % 4) * 16 + gid;
 
-  auto load = [&](int stage, int kt) {
+  auto load_x = [&](int stage, int kt) {
     const int k0 = (kt0 + kt) * WG_BK;
 #pragma unroll
     for (int i = 0; i < NT * 8 / TH; i++) {
@@ -118,6 +121,9 @@ __global__ __launch_bounds__(128 * WGS, WGS == 2 ? 2 : 1) void gemm_wg_kernel(co
       cp_async16_s(xs + (uint32_t)((stage * NT + r) * 128 + ((c ^ (r & 7)) << 4)),
                    x + (int64_t)(gm < M ? gm : 0) * ldx + k0 + c * 8, gm < M ? 16 : 0);
     }
+  };
+  auto load_w = [&](int stage, int kt) {
+    const int k0 = (kt0 + kt) * WG_BK;
     int r = tid / 2, kc = tid % 2, gn = n0 + (SWI ? (r & 63) : r);
     const uint8_t *wr = SWI ? a.wq[r >> 6] : wq;
     cp_async16(Ws + ((size_t)stage * BM + r) * 32 + ((kc ^ ((r >> 2) & 1)) * 16),
@@ -128,11 +134,15 @@ __global__ __launch_bounds__(128 * WGS, WGS == 2 ? 2 : 1) void gemm_wg_kernel(co
 #pragma unroll
   for (int i = 0; i < NT / 2; i++) acc[i] = 0.0f;
 
+  /* Everything before pdl_wait reads only the weights, which no kernel writes: launched with programmatic stream
+   * serialization (cu_gemm_wg_launch), the block starts while the kernel before it (a norm, the attention, a split-K
+   * finish) is still running, and its first weight copies and scales are under way when x is ready. The weights of
+   * the first ST - 1 stages are one cp.async group, older than every x group, so the k loop's wait for stage kt's x
+   * group covers them too. */
 #pragma unroll
-  for (int s = 0; s < ST - 1; s++) {
-    if (s < KT) load(s, s);
-    cp_async_commit();
-  }
+  for (int s = 0; s < ST - 1; s++)
+    if (s < KT) load_w(s, s);
+  cp_async_commit();
   /* the scales of this split's groups [gs, gs + ng) only, [BM][ng], read while the first stages are in flight (a
    * split of the down projection at K = 11,008 used to read all 86 groups of its rows before its first copy) */
   const int gs = kt0 * WG_BK / 128, ng = ((kt0 + KT) * WG_BK + 127) / 128 - gs;
@@ -143,12 +153,21 @@ __global__ __launch_bounds__(128 * WGS, WGS == 2 ? 2 : 1) void gemm_wg_kernel(co
     else
       Ss[i] = n0 + r < N ? ws[q4_soff(n0 + r, g, gpr)] : __float2half(0.0f);
   }
+  pdl_wait();
+#pragma unroll
+  for (int s = 0; s < ST - 1; s++) {
+    if (s < KT) load_x(s, s);
+    cp_async_commit();
+  }
 
   for (int kt = 0; kt < KT; kt++) {
     cp_async_wait<ST - 2>();
     fence_proxy_async();
     __syncthreads();
-    if (kt + ST - 1 < KT) load((kt + ST - 1) % ST, kt + ST - 1);
+    if (kt + ST - 1 < KT) {
+      load_x((kt + ST - 1) % ST, kt + ST - 1);
+      load_w((kt + ST - 1) % ST, kt + ST - 1);
+    }
     cp_async_commit();
     const int st = kt % ST;
     const int g = (kt0 + kt) * WG_BK / 128 - gs;
@@ -323,8 +342,25 @@ int cu_gemm_wg_init(struct hb_ctx *ctx) {
   return 1;
 }
 
+/* the launches use programmatic stream serialization (the kernel's weight prologue overlaps the kernel before it);
+ * HEARTH_GEMM_PDL=0 launches them plainly (an A/B switch, session 36) */
+static int wg_pdl(void) {
+  static int on = -1;
+  if (on < 0) {
+    const char *e = getenv("HEARTH_GEMM_PDL");
+    on = !(e && !strcmp(e, "0"));
+  }
+  return on;
+}
+
+template <int NT, int W, typename TO, bool SWI>
+static void wg_go(struct hb_ctx *ctx, const gemm_args &a, dim3 grid, size_t smem) {
+  if (wg_pdl()) cu_launch_pdl(ctx, "gemm_wg", gemm_wg_kernel<NT, W, TO, SWI>, grid, dim3(128 * W), smem, a);
+  else gemm_wg_kernel<NT, W, TO, SWI><<<grid, 128 * W, smem, ctx->stream>>>(a);
+}
+
 void cu_gemm_wg_launch(struct hb_ctx *ctx, const gemm_args &a, int nt, int wgs, int out_f32, dim3 grid, size_t smem) {
-#define WGL(NT, W, TO) gemm_wg_kernel<NT, W, TO, false><<<grid, 128 * W, smem, ctx->stream>>>(a)
+#define WGL(NT, W, TO) wg_go<NT, W, TO, false>(ctx, a, grid, smem)
   if (wgs == 4) {
     if (nt == 128) { if (out_f32) WGL(128, 4, float); else WGL(128, 4, __half); }
     else { if (out_f32) WGL(64, 4, float); else WGL(64, 4, __half); }
@@ -337,7 +373,27 @@ void cu_gemm_wg_launch(struct hb_ctx *ctx, const gemm_args &a, int nt, int wgs, 
   CU_LAUNCHED(ctx, a.part ? "gemm_wg split-K" : "gemm_wg");
 }
 
+int cu_gemm_wg_resident(int nt, int wgs, int out_f32, size_t smem) {
+  int r = 0;
+  cudaError_t e = cudaErrorInvalidValue;
+#define WGR(NT, W, TO) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r, gemm_wg_kernel<NT, W, TO, false>, 128 * W, smem)
+  if (wgs == 4) {
+    if (nt == 128) { if (out_f32) WGR(128, 4, float); else WGR(128, 4, __half); }
+    else { if (out_f32) WGR(64, 4, float); else WGR(64, 4, __half); }
+  } else {
+    if (nt == 128) { if (out_f32) WGR(128, 2, float); else WGR(128, 2, __half); }
+    else if (nt == 64) { if (out_f32) WGR(64, 2, float); else WGR(64, 2, __half); }
+    else { if (out_f32) WGR(32, 2, float); else WGR(32, 2, __half); }
+  }
+#undef WGR
+  if (e != cudaSuccess || r < 1) {
+    (void)cudaGetLastError();
+    return 1;
+  }
+  return r;
+}
+
 void cu_gemm_wg_launch_swiglu(struct hb_ctx *ctx, const gemm_args &a, dim3 grid, size_t smem) {
-  gemm_wg_kernel<128, 2, __half, true><<<grid, 256, smem, ctx->stream>>>(a);
+  wg_go<128, 2, __half, true>(ctx, a, grid, smem);
   CU_LAUNCHED(ctx, "gemm_wg swiglu");
 }
