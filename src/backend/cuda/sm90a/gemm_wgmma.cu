@@ -22,9 +22,6 @@
  * The file is compiled for sm_90a alone (CMakeLists.txt: hearth_cuda_sm90a); the kernel bodies are guarded by
  * __CUDA_ARCH_FEAT_SM90_ALL, and gemm_wg_alive reports at init whether that code is what runs.
  */
-#include <stdlib.h>
-#include <string.h>
-
 #include "backend/cuda/gemm_q4.cuh"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -342,21 +339,11 @@ int cu_gemm_wg_init(struct hb_ctx *ctx) {
   return 1;
 }
 
-/* the launches use programmatic stream serialization (the kernel's weight prologue overlaps the kernel before it);
- * HEARTH_GEMM_PDL=0 launches them plainly (an A/B switch, session 36) */
-static int wg_pdl(void) {
-  static int on = -1;
-  if (on < 0) {
-    const char *e = getenv("HEARTH_GEMM_PDL");
-    on = !(e && !strcmp(e, "0"));
-  }
-  return on;
-}
-
+/* launched with programmatic stream serialization: the kernel's weight prologue overlaps the kernel before it (x32
+ * +2 % on the H200, bench/RESULTS.md "Session 36") */
 template <int NT, int W, typename TO, bool SWI>
 static void wg_go(struct hb_ctx *ctx, const gemm_args &a, dim3 grid, size_t smem) {
-  if (wg_pdl()) cu_launch_pdl(ctx, "gemm_wg", gemm_wg_kernel<NT, W, TO, SWI>, grid, dim3(128 * W), smem, a);
-  else gemm_wg_kernel<NT, W, TO, SWI><<<grid, 128 * W, smem, ctx->stream>>>(a);
+  cu_launch_pdl(ctx, "gemm_wg", gemm_wg_kernel<NT, W, TO, SWI>, grid, dim3(128 * W), smem, a);
 }
 
 void cu_gemm_wg_launch(struct hb_ctx *ctx, const gemm_args &a, int nt, int wgs, int out_f32, dim3 grid, size_t smem) {
