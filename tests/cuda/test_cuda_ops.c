@@ -1157,6 +1157,79 @@ static void check_norm_rows(int n, int K, int big) {
   pair_free(&x); pair_free(&nw); pair_free(&w); pair_free(&o); pair_free(&xn);
 }
 
+/* norm_qkv_rope_kv past the GEMV (batched decode): rmsnorm, the QKV GEMM split over K, and rope + the cache write in
+ * its finish must give the bits of the sequence it replaces on the same device (norm_matmul into q/k/v, then
+ * rope_kv_write): q, and the cache rows of every new token, each path writing its own cache. ns sequences of nt new
+ * tokens each at the contexts ctx. */
+static void check_qkv_rope_split(int n_heads, int n_kv, int hd, int d, int ns, const int *ctx, int nt) {
+  struct hearth_err err = {0};
+  const int bs = 16, max_blocks = 16;
+  int newt[8], n = ns * nt;
+  for (int i = 0; i < ns; i++) newt[i] = nt;
+  struct kvpair ka, kb;
+  kv_alloc(&ka, ns * max_blocks, bs, n_kv, hd);
+  kv_alloc(&kb, ns * max_blocks, bs, n_kv, hd);
+  struct tb st;
+  make_batch(&st, ns, ctx, newt, bs, max_blocks);
+  struct pair x, nw, w[3], bi[3], qa, qb, k, v;
+  const int rows[3] = {n_heads * hd, n_kv * hd, n_kv * hd};
+  pair_rand(&x, HB_F32, n, d, 3.0f);
+  weight_pair(&nw, HB_F32, 1, d, 1.0f);
+  for (int i = 0; i < 3; i++) {
+    weight_pair(&w[i], HB_Q4, rows[i], d, 0.5f);
+    weight_pair(&bi[i], HB_F32, 1, rows[i], 0.5f);
+  }
+  pair_alloc(&qa, HB_F32, n, rows[0]);
+  pair_alloc(&qb, HB_F32, n, rows[0]);
+  pair_alloc(&k, HB_F32, n, rows[1]);
+  pair_alloc(&v, HB_F32, n, rows[2]);
+  pair_poison(&qa); pair_poison(&qb);
+  CHECK(G->batch_upload(gc, &st.b, &err) == 0);
+  struct hb_tensor *outs[3] = {&qa.g, &k.g, &v.g};
+  const struct hb_tensor *wg[3] = {&w[0].g, &w[1].g, &w[2].g}, *bg[3] = {&bi[0].g, &bi[1].g, &bi[2].g};
+  hb_cuda_norm_matmul(gc, &x.g, &nw.g, 1e-6f, 0.0f, 3, outs, wg, bg, n, 0);
+  CHECK(hb_cuda_rope_kv_write(gc, &qa.g, &k.g, &v.g, &ka.g, &st.b, n_heads, hd, 1000000.0f, NULL, NULL, 0.0f) == 0);
+  const int rc = hb_cuda_norm_qkv_rope_kv(gc, &x.g, &nw.g, 1e-6f, wg, bg, &qb.g, &kb.g, &st.b, n_heads, 1000000.0f, n);
+  const int64_t cache_rows = (int64_t)ns * max_blocks * bs, w_kv = (int64_t)n_kv * hd;
+  float *a = malloc((size_t)n * rows[0] * sizeof *a), *b = malloc((size_t)n * rows[0] * sizeof *b);
+  float *ca[2], *cb[2];
+  for (int i = 0; i < 2; i++) {
+    ca[i] = malloc((size_t)(cache_rows * w_kv) * sizeof(float));
+    cb[i] = malloc((size_t)(cache_rows * w_kv) * sizeof(float));
+  }
+  G->read(gc, &qa.g, 0, n, a);
+  G->read(gc, &qb.g, 0, n, b);
+  G->read(gc, &ka.g.k, 0, cache_rows, ca[0]);
+  G->read(gc, &ka.g.v, 0, cache_rows, ca[1]);
+  G->read(gc, &kb.g.k, 0, cache_rows, cb[0]);
+  G->read(gc, &kb.g.v, 0, cache_rows, cb[1]);
+  const int sync_bad = G->sync(gc, &err) != 0;
+  size_t dq = 0, dc = 0, nonfinite = 0;
+  for (size_t i = 0; i < (size_t)n * rows[0]; i++) {
+    if (!isfinite(b[i])) nonfinite++;
+    if (memcmp(&a[i], &b[i], sizeof a[i])) dq++;
+  }
+  for (int t = 0; t < n; t++) {
+    const int p = st.pos[t], slot = st.bt[st.seq[t] * max_blocks + p / bs] * bs + p % bs;
+    for (int i = 0; i < 2; i++)
+      for (int64_t j = 0; j < w_kv; j++) {
+        const float *pa = &ca[i][slot * w_kv + j], *pb = &cb[i][slot * w_kv + j];
+        if (!isfinite(*pb)) nonfinite++;
+        if (memcmp(pa, pb, sizeof *pa)) dc++;
+      }
+  }
+  printf("  qkv rope split-K finish: heads %d/%d hd %d d %d n %d: rc %d, q %zu and cache %zu values differ from "
+         "norm_matmul + rope_kv_write, %zu non-finite\n", n_heads, n_kv, hd, d, n, rc, dq, dc, nonfinite);
+  CHECKF(rc == 0 && !sync_bad && dq == 0 && dc == 0 && nonfinite == 0,
+         "qkv rope split-K finish hd %d d %d n %d: rc %d, %zu + %zu values differ, %zu non-finite (%s)", hd, d, n, rc,
+         dq, dc, nonfinite, err.msg);
+  free(a); free(b);
+  for (int i = 0; i < 2; i++) { free(ca[i]); free(cb[i]); }
+  pair_free(&x); pair_free(&nw); pair_free(&qa); pair_free(&qb); pair_free(&k); pair_free(&v);
+  for (int i = 0; i < 3; i++) { pair_free(&w[i]); pair_free(&bi[i]); }
+  kv_free(&ka); kv_free(&kb);
+}
+
 TEST_GROUP(fused) {
   if (setup(0)) return;
   struct hearth_err err = {0};
@@ -1404,6 +1477,12 @@ TEST_GROUP(fused) {
     pair_free(&x); pair_free(&nw); pair_free(&xn); pair_free(&q); pair_free(&k); pair_free(&v); pair_free(&o);
     for (int i = 0; i < 3; i++) { pair_free(&w[i]); pair_free(&bi[i]); }
     kv_free(&kv);
+  }
+  {
+    const int c8[8] = {30, 0, 70, 5, 100, 1, 16, 200}, c3[3] = {10, 50, 0}, c2[2] = {33, 7};
+    check_qkv_rope_split(16, 2, 128, 2048, 8, c8, 4); /* the 3B's, 32 rows */
+    check_qkv_rope_split(14, 2, 64, 896, 3, c3, 3);   /* the 0.5B's, 9 rows */
+    check_qkv_rope_split(8, 2, 64, 512, 2, c2, 12);   /* 24 rows, two splits */
   }
   /* attention + o_proj in one launch (one-token steps): the 3B's and the 0.5B's shapes at the lengths of a tg128
    * run, the chunked walk of longer rows, wider groups and one head per group (clusters of 4 and 8) */

@@ -27,6 +27,7 @@
 #include <math.h>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/gemm_q4.cuh"
 #include "backend/cuda/ptx.cuh"
 
 /* ---- kv_write ------------------------------------------------------------------------------------ */
@@ -247,6 +248,110 @@ int cu_rope_kv_write(struct hb_ctx *ctx, struct hb_tensor *q, struct hb_tensor *
   else RKV(float, __half);
 #undef RKV
   CU_LAUNCHED(ctx, "rope_kv_write");
+  return 0;
+}
+
+/* rope_kv_kernel reading the QKV GEMM's split-K slices instead of its outputs (a decode step of 9+ sequences, where
+ * that GEMM splits K): each value is what gemm_finish would store (the column's slices summed in order, + bias, + 0,
+ * rounded to f16), then rope_kv_kernel's expressions on it (n_rot = hd), so the q and the cache rows are the bits of
+ * norm_matmul + rope_kv_write (test_cuda_ops checks them) with one launch and the q/k/v rows' write and re-read
+ * fewer. Grid (tokens, jobs / 256): one block per token lost 5 % at x32 (bench/NOTES.md, session 36); q rotated into
+ * the GEMM's q output (a.out[0]). */
+template <typename KT>
+__global__ void __launch_bounds__(256) rope_kv_split_kernel(const __grid_constant__ gemm_args a, KT *kc, KT *vc,
+                                                            const int32_t *pos, const int32_t *seq, const int32_t *bt,
+                                                            int max_blocks, int bs, int n_heads, int n_kv, int hd,
+                                                            const __grid_constant__ rkv_rinv rinv) {
+  __shared__ float s_sn[RKV_MAX_HALF], s_cs[RKV_MAX_HALF];
+  pdl_trigger();
+  const int t = blockIdx.x, half = hd / 2, p = pos[t];
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    float sn, cs;
+    sincosf((float)p * rinv.v[i], &sn, &cs);
+    s_sn[i] = sn;
+    s_cs[i] = cs;
+  }
+  const int64_t w = (int64_t)n_kv * hd, slot = (int64_t)bt[(int64_t)seq[t] * max_blocks + p / bs] * bs + p % bs;
+  __syncthreads();
+  pdl_wait();
+  /* one job a thread: a q pair (i, i + half) of a head, or a k pair's element with its v element; the slices of the
+   * job's 2 or 3 columns summed together (independent loads in flight, not one chain per value) */
+  const int j = blockIdx.y * blockDim.x + threadIdx.x, nq = n_heads * half;
+  if (j >= nq + w) return;
+  const int64_t total = (int64_t)a.M * a.n_total;
+  const float *pr = a.part + (int64_t)t * a.n_total;
+  const bool isq = j < nq;
+  int ca, cb, cv = 0, i, d = 0;
+  if (isq) {
+    const int h = j / half;
+    i = j - h * half;
+    ca = a.col0[0] + h * hd + i;
+    cb = ca + half;
+  } else {
+    const int jk = j - nq;
+    d = jk % hd;
+    i = d < half ? d : d - half;
+    ca = a.col0[1] + (jk - d) + i;
+    cb = ca + half;
+    cv = a.col0[2] + jk;
+  }
+  float va = 0.0f, vb = 0.0f, vv = 0.0f;
+#pragma unroll 4
+  for (int z = 0; z < a.n_split; z++) {
+    const float *pz = pr + (int64_t)z * total;
+    va += pz[ca];
+    vb += pz[cb];
+    if (!isq) vv += pz[cv];
+  }
+  /* what gemm_finish stores: + bias, + 0 (no add), rounded to f16 */
+  auto fin = [&](float v, int c) -> float {
+    const int wi = gemm_weight(a, c);
+    const float *bias = a.bias[wi];
+    return __half2float(__float2half_rn(v + (bias ? bias[c - a.col0[wi]] : 0.0f) + 0.0f));
+  };
+  const float sn = s_sn[i], cs = s_cs[i], av = fin(va, ca), bb = fin(vb, cb);
+  if (isq) {
+    __half *qt = (__half *)a.out[0] + (int64_t)t * a.ldo[0] + (ca - a.col0[0]);
+    qt[0] = __float2half_rn(av * cs - bb * sn);
+    qt[half] = __float2half_rn(bb * cs + av * sn);
+  } else {
+    const int jk = j - nq;
+    stf(kc + slot * w + jk, d < half ? av * cs - bb * sn : bb * cs + av * sn);
+    stf(vc + slot * w + jk, fin(vv, cv));
+  }
+}
+
+int cu_qkv_rope_split(struct hb_ctx *ctx, const struct hb_tensor *xn, const struct hb_tensor *const *ws,
+                      const struct hb_tensor *const *biases, struct hb_tensor *q, struct hb_kv_layer *kv,
+                      const struct hb_batch *b, int n_heads, float theta, int n, int dry) {
+  const int hd = kv->head_dim, n_kv = kv->n_kv_heads;
+  if (ctx->row_invariant || n < 1 || !b->d_pos.data || n != b->n_tokens || hd % 2 || hd / 2 > RKV_MAX_HALF ||
+      q->dtype != HB_F16 || (kv->k.dtype != HB_F16 && kv->k.dtype != HB_F32) || kv->v.dtype != kv->k.dtype ||
+      ws[0]->rows != (int64_t)n_heads * hd || ws[1]->rows != (int64_t)n_kv * hd || ws[2]->rows != ws[1]->rows ||
+      kv->k.cols != ws[1]->rows || q->cols != ws[0]->rows)
+    return 1;
+  /* k1, v1 only fix the plan's dtype/shape checks: a split GEMM writes its slices, the kernel the cache */
+  struct hb_tensor k1 = *q, v1 = *q;
+  k1.cols = v1.cols = ws[1]->rows;
+  struct hb_tensor *outs[3] = {q, &k1, &v1};
+  struct gemm_plan pl;
+  if (cu_gemm_q4_plan(ctx, xn, 3, outs, ws, biases, n, 0, &pl) || pl.S < 2 || pl.odt != HB_F16) return 1;
+  if (dry) return 0;
+  if (cu_gemm_q4_run(ctx, &pl, 0)) return 0;
+  rkv_rinv rinv;
+  cu_rope_rinv(rinv.v, hd, theta);
+  const int32_t *pos = (const int32_t *)b->d_pos.data, *seq = (const int32_t *)b->d_seq.data,
+                *bt = (const int32_t *)b->d_block_table.data;
+  const dim3 grid((unsigned)n, (unsigned)((n_heads * hd / 2 + n_kv * hd + 255) / 256));
+  if (kv->k.dtype == HB_F16)
+    cu_launch_pdl(ctx, "rope_kv_split", rope_kv_split_kernel<__half>, grid, dim3(256), 0, pl.a,
+                  (__half *)kv->k.data, (__half *)kv->v.data, pos, seq, bt, b->max_blocks, b->block_size, n_heads, n_kv,
+                  hd, rinv);
+  else
+    cu_launch_pdl(ctx, "rope_kv_split", rope_kv_split_kernel<float>, grid, dim3(256), 0, pl.a,
+                  (float *)kv->k.data, (float *)kv->v.data, pos, seq, bt, b->max_blocks, b->block_size, n_heads, n_kv,
+                  hd, rinv);
+  CU_LAUNCHED(ctx, "rope_kv_split");
   return 0;
 }
 

@@ -900,7 +900,19 @@ extern "C" int hb_cuda_norm_qkv_rope_kv(struct hb_ctx *c, const struct hb_tensor
                                         int n) {
   if (c->status) return 0; /* sticky error: nothing runs either way */
   if (!norm_w || n <= 0) return 1;
-  return cu_gemv_qkv_rope_kv(c, x, norm_w, eps, ws, biases, q, kv, b, n_heads, theta, n);
+  if (!cu_gemv_qkv_rope_kv(c, x, norm_w, eps, ws, biases, q, kv, b, n_heads, theta, n)) return 0;
+  /* batched decode: rmsnorm, then the QKV GEMM with rope and the cache write in its split-K finish, where that GEMM
+   * splits K; asked with a dry run first (x stands in for xn: same dtype, cols and >= n rows), so that a decline
+   * leaves nothing done */
+  if (getenv("HEARTH_QKV_SPLIT")) return 1; /* A/B only (session 36): norm_matmul + rope_kv_write */
+  struct hb_tensor xn;
+  if (x->dtype != HB_F16 || n > x->rows || cu_qkv_rope_split(c, x, ws, biases, q, kv, b, n_heads, theta, n, 1) ||
+      tmp_tensor(c, 0, x, n, x->cols, &xn))
+    return 1;
+  cu_rmsnorm(c, &xn, x, norm_w, eps, 0.0f);
+  if (cu_qkv_rope_split(c, &xn, ws, biases, q, kv, b, n_heads, theta, n, 0))
+    CU_ARG(c, "norm_qkv_rope_kv: the split QKV GEMM declined after its check");
+  return 0;
 }
 
 extern "C" int hb_cuda_norm_swiglu(struct hb_ctx *c, const struct hb_tensor *x, const struct hb_tensor *norm_w,

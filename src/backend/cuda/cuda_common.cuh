@@ -308,6 +308,13 @@ int cu_gemm_q4_swiglu(struct hb_ctx *ctx, const struct hb_tensor *x, const struc
                       const struct hb_tensor *w_up, struct hb_tensor *out, int n);
 int cu_gemm_q4_swiglu_covers(struct hb_ctx *ctx, const struct hb_tensor *x, const struct hb_tensor *w_gate,
                              const struct hb_tensor *w_up, const struct hb_tensor *out, int n);
+/* attention.cu: the QKV GEMM (rows 0..2: q, k, v of n_heads / n_kv heads of the cache's head dim, optional biases)
+ * over xn, where it splits K, with rope (all dims) and the cache write in its split-K finish: q rotated into q, k and
+ * v into the cache; the bits of norm_matmul + rope_kv_write. 0 launched (dry: would launch), 1 not covered (nothing
+ * done) */
+int cu_qkv_rope_split(struct hb_ctx *ctx, const struct hb_tensor *xn, const struct hb_tensor *const *ws,
+                      const struct hb_tensor *const *biases, struct hb_tensor *q, struct hb_kv_layer *kv,
+                      const struct hb_batch *b, int n_heads, float theta, int n, int dry);
 /* gemv_q4.cu: the decode GEMV (n <= 8 rows) with its fused prologues; returns 0 when it launched,
  * 1 when the shapes need the general path */
 int cu_gemv_init(struct hb_ctx *ctx);

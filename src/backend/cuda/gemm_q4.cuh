@@ -41,6 +41,23 @@ __device__ __forceinline__ uint32_t deq2(uint32_t v, __half2 s2) {
   return *(uint32_t *)&x;
 }
 
+/* a planned tensor-core GEMM launch (matmul_q4.cu): its arguments (a.part set by the run), kernel (wgs warpgroups of
+ * the wgmma kernel, or 0: the mma.sync kernel of MI 32-row groups), token tile, splits of K, grid */
+struct gemm_plan {
+  gemm_args a;
+  int wgs, NT, MI, S;
+  enum hb_dtype odt;
+  size_t sm;
+  dim3 grid;
+};
+/* cu_gemm_q4_plan: plans cu_gemm_q4's GEMM, launching and allocating nothing; 1 when the shapes need another path.
+ * cu_gemm_q4_run: runs a plan: the GEMM, writing its split-K slices (S > 1) to the context's scratch (pl->a.part),
+ * then gemm_finish (finish 1) or nothing (finish 0: the caller's kernel reads the slices); 1 on an error (recorded) */
+int cu_gemm_q4_plan(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct hb_tensor *const *outs,
+                    const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, int n, int add,
+                    struct gemm_plan *pl);
+int cu_gemm_q4_run(struct hb_ctx *ctx, struct gemm_plan *pl, int finish);
+
 /* ---- sm90a/gemm_wgmma.cu: the wgmma kernel (Hopper, sm_90a) ----
  * 64 wgs weight rows (wgs = 2 or 4 warpgroups) x nt tokens (32 with wgs 2, 64 or 128) x 64 k per block, 128 wgs threads,
  * grid (ceil(n_total / (64 wgs)), ceil(M / nt), splits); every weight but the last has rows % (64 wgs) == 0.

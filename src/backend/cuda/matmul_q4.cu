@@ -354,22 +354,12 @@ static void simt_launch(struct hb_ctx *ctx, TO *out, int64_t ldo, const TX *x, i
   CU_LAUNCHED(ctx, "gemm_simt");
 }
 
-/* a planned tensor-core GEMM launch: its arguments (a.part set by the run), kernel (wgs warpgroups of the wgmma
- * kernel, or 0: the mma.sync kernel of MI 32-row groups), token tile, splits of K, grid */
-struct gemm_plan {
-  gemm_args a;
-  int wgs, NT, MI, S;
-  enum hb_dtype odt;
-  size_t sm;
-  dim3 grid;
-};
-
 /* plans the tensor-core GEMM over n_mm (1..3) int4 weights of equal cols sharing x (gemm_args); returns 1 when the
  * shapes need another path (f32 x, dense weights, unequal K, a weight but the last whose rows are not a multiple of
  * GM_BN, an output aliasing x under add, ...). Launches and allocates nothing. */
-static int gemm_q4_plan(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct hb_tensor *const *outs,
-                        const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, int n, int add,
-                        struct gemm_plan *pl) {
+int cu_gemm_q4_plan(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct hb_tensor *const *outs,
+                    const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, int n, int add,
+                    struct gemm_plan *pl) {
   if (n < 1 || n_mm < 1 || n_mm > 3 || x->dtype != HB_F16 || x->cols % 8 || x->rows < n) return 1;
   const int64_t K = ws[0]->cols;
   if (K <= 0 || K % 128 || x->cols < K || K > INT32_MAX) return 1;
@@ -461,7 +451,7 @@ static int gemm_q4_plan(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm,
 
 /* runs a plan's GEMM: its split-K slices (when S > 1) into the context's scratch, then nothing more (finish 0: the
  * caller's finish kernel reads pl->a.part) or gemm_finish (finish 1) */
-static int gemm_q4_run(struct hb_ctx *ctx, struct gemm_plan *pl, int finish) {
+int cu_gemm_q4_run(struct hb_ctx *ctx, struct gemm_plan *pl, int finish) {
   gemm_args &a = pl->a;
   const int S = pl->S, MI = pl->MI;
   const dim3 grid = pl->grid;
@@ -503,8 +493,8 @@ static int gemm_q4_run(struct hb_ctx *ctx, struct gemm_plan *pl, int finish) {
 int cu_gemm_q4(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct hb_tensor *const *outs,
                const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, int n, int add) {
   struct gemm_plan pl;
-  if (gemm_q4_plan(ctx, x, n_mm, outs, ws, biases, n, add, &pl)) return 1;
-  gemm_q4_run(ctx, &pl, 1);
+  if (cu_gemm_q4_plan(ctx, x, n_mm, outs, ws, biases, n, add, &pl)) return 1;
+  cu_gemm_q4_run(ctx, &pl, 1);
   return 0;
 }
 
@@ -539,7 +529,7 @@ static int swiglu_split_plan(struct hb_ctx *ctx, const struct hb_tensor *x, cons
   struct hb_tensor g = *out, u = *out; /* stand-ins with the outputs' shape: a split GEMM writes only its slices */
   struct hb_tensor *outs[2] = {&g, &u};
   const struct hb_tensor *ws[2] = {w_gate, w_up};
-  if (gemm_q4_plan(ctx, x, 2, outs, ws, NULL, n, 0, pl) || pl->S < 2) return 1;
+  if (cu_gemm_q4_plan(ctx, x, 2, outs, ws, NULL, n, 0, pl) || pl->S < 2) return 1;
   pl->a.out[0] = out->data;
   pl->a.ldo[0] = out->cols;
   return 0;
@@ -586,7 +576,7 @@ int cu_gemm_q4_swiglu(struct hb_ctx *ctx, const struct hb_tensor *x, const struc
   if (swiglu_plan(ctx, x, w_gate, w_up, out, n, &NT, &sm)) {
     struct gemm_plan pl;
     if (swiglu_split_plan(ctx, x, w_gate, w_up, out, n, &pl)) return 1;
-    if (gemm_q4_run(ctx, &pl, 0)) return 0;
+    if (cu_gemm_q4_run(ctx, &pl, 0)) return 0;
     const int64_t mn = (int64_t)n * w_gate->rows, blocks = (mn + 255) / 256;
     const unsigned fg = (unsigned)(blocks < ctx->n_sm * 8 ? blocks : ctx->n_sm * 8);
     gemm_finish_swiglu_kernel<<<fg, 256, 0, ctx->stream>>>(pl.a, (int)w_gate->rows);
