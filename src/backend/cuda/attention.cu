@@ -255,8 +255,8 @@ int cu_rope_kv_write(struct hb_ctx *ctx, struct hb_tensor *q, struct hb_tensor *
  * that GEMM splits K): each value is what gemm_finish would store (the column's slices summed in order, + bias, + 0,
  * rounded to f16), then rope_kv_kernel's expressions on it (n_rot = hd), so the q and the cache rows are the bits of
  * norm_matmul + rope_kv_write (test_cuda_ops checks them) with one launch and the q/k/v rows' write and re-read
- * fewer. Grid (tokens, jobs / 256): one block per token lost 5 % at x32 (bench/NOTES.md, session 36); q rotated into
- * the GEMM's q output (a.out[0]). */
+ * fewer: x32 +1 % on the H100 (bench/RESULTS.md "Session 36"). Grid (tokens, jobs / 256): one block per token lost
+ * 5 % at x32, a chain of slice loads on 32 blocks; q rotated into the GEMM's q output (a.out[0]). */
 template <typename KT>
 __global__ void __launch_bounds__(256) rope_kv_split_kernel(const __grid_constant__ gemm_args a, KT *kc, KT *vc,
                                                             const int32_t *pos, const int32_t *seq, const int32_t *bt,

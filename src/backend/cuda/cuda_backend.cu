@@ -904,7 +904,6 @@ extern "C" int hb_cuda_norm_qkv_rope_kv(struct hb_ctx *c, const struct hb_tensor
   /* batched decode: rmsnorm, then the QKV GEMM with rope and the cache write in its split-K finish, where that GEMM
    * splits K; asked with a dry run first (x stands in for xn: same dtype, cols and >= n rows), so that a decline
    * leaves nothing done */
-  if (getenv("HEARTH_QKV_SPLIT")) return 1; /* A/B only (session 36): norm_matmul + rope_kv_write */
   struct hb_tensor xn;
   if (x->dtype != HB_F16 || n > x->rows || cu_qkv_rope_split(c, x, ws, biases, q, kv, b, n_heads, theta, n, 1) ||
       tmp_tensor(c, 0, x, n, x->cols, &xn))
