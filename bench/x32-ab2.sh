@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/x32-ab2.sh — one device call (session 36, issue 36): rope and the cache write in the QKV GEMM's split-K
 # finish, A/B by its bench-only switch (HEARTH_QKV_SPLIT=1: norm_matmul + rope_kv_write), on the 3B and the 0.5B,
-# and the whole table (x1..x32, pp128, pp1570) of the tree for bench/RESULTS.md.
+# and the whole table (x1..x32, pp128, pp1570) of the tree for bench/RESULTS.md. AB_OFF names another switch (call
+# 5: AB_OFF=HEARTH_FINISH1=1, the scalar split-K finishes).
 # Builds this tree, makes the 3B and 0.5B checkpoints, runs test_cuda_ops (all groups), then `hearth bench -p 128
 # -n 64 -r 2 --batch 16,32` per configuration and model in interleaved rounds, the table, then ctest -L cuda (bar
 # test_cuda_ops) in the time left. Run on the GPU machine from the repository root with .deps carried:
@@ -26,7 +27,7 @@ b() { local tag=$1; shift; timeout 90 env "$@" 2>&1 | grep -E "^\| (tg|pp)" | tr
 for r in 1 2; do
   for m in 3b 05; do
     b "$m new r$r" HEARTH_NONE=1 $H bench --model /tmp/m-$m --backend cuda -p 128 -n 64 -r 2 --batch 16,32
-    b "$m old r$r" HEARTH_QKV_SPLIT=1 $H bench --model /tmp/m-$m --backend cuda -p 128 -n 64 -r 2 --batch 16,32
+    b "$m old r$r" ${AB_OFF:-HEARTH_QKV_SPLIT=1} $H bench --model /tmp/m-$m --backend cuda -p 128 -n 64 -r 2 --batch 16,32
   done
 done
 el ab
