@@ -239,36 +239,6 @@ __global__ void gemm_finish_kernel(const __grid_constant__ gemm_args a) {
   }
 }
 
-/* gemm_finish four columns a thread: a float4 of every slice, the loads of 8 slices issued before their adds (the
- * scalar kernel walks each element's slices as a chain of load-then-add rounds: 5-8 us a launch at a 3B x32 step
- * under ncu). Each element is summed in the same order, then the same bias and add: the same bits. Needs n_total and
- * every weight's first column a multiple of 4 (a group of 4 columns inside one weight). */
-template <typename TO>
-__global__ void gemm_finish4_kernel(const __grid_constant__ gemm_args a) {
-  pdl_trigger();
-  const int n4 = a.n_total / 4;
-  const int64_t st = (int64_t)a.M * n4, q = st; /* slice stride and work items, in float4 */
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < q; i += (int64_t)gridDim.x * blockDim.x) {
-    const int m = (int)(i / n4), c = (int)(i % n4) * 4;
-    const int wi = gemm_weight(a, c), n = c - a.col0[wi];
-    const float4 *p = (const float4 *)a.part + i;
-    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 8
-    for (int z = 0; z < a.n_split; z++) {
-      const float4 u = p[z * st];
-      v.x += u.x;
-      v.y += u.y;
-      v.z += u.z;
-      v.w += u.w;
-    }
-    TO *o = (TO *)a.out[wi] + (int64_t)m * a.ldo[wi] + n;
-    const float *bias = a.bias[wi];
-    const float vv[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int e = 0; e < 4; e++) stf(o + e, vv[e] + (bias ? bias[n + e] : 0.0f) + (a.add ? ldf(o + e) : 0.0f));
-  }
-}
-
 /* ---- SIMT GEMM: the exact path and dense weights ------------------------------------------------ */
 
 template <typename TW>
@@ -512,14 +482,7 @@ int cu_gemm_q4_run(struct hb_ctx *ctx, struct gemm_plan *pl, int finish) {
   if (ctx->status || !a.part || !finish) return ctx->status != 0;
   const int64_t tot = (int64_t)a.M * a.n_total, blocks = (tot + 255) / 256;
   const unsigned fg = (unsigned)(blocks < ctx->n_sm * 8 ? blocks : ctx->n_sm * 8);
-  bool v4 = a.n_total % 4 == 0 && !getenv("HEARTH_FINISH1"); /* A/B only (session 36): the scalar finish */
-  for (int i = 0; i < a.n_mm; i++) v4 = v4 && a.col0[i] % 4 == 0;
-  if (v4) {
-    const int64_t b4 = ((int64_t)a.M * (a.n_total / 4) + 255) / 256;
-    const unsigned g4 = (unsigned)(b4 < ctx->n_sm * 8 ? b4 : ctx->n_sm * 8);
-    if (pl->odt == HB_F16) gemm_finish4_kernel<__half><<<g4, 256, 0, ctx->stream>>>(a);
-    else gemm_finish4_kernel<float><<<g4, 256, 0, ctx->stream>>>(a);
-  } else if (pl->odt == HB_F16) gemm_finish_kernel<__half><<<fg, 256, 0, ctx->stream>>>(a);
+  if (pl->odt == HB_F16) gemm_finish_kernel<__half><<<fg, 256, 0, ctx->stream>>>(a);
   else gemm_finish_kernel<float><<<fg, 256, 0, ctx->stream>>>(a);
   CU_LAUNCHED(ctx, "gemm_finish");
   return ctx->status != 0;
@@ -553,31 +516,6 @@ __global__ void gemm_finish_swiglu_kernel(const __grid_constant__ gemm_args a, i
     }
     const float gh = __half2float(__float2half_rn(g + 0.0f)), uh = __half2float(__float2half_rn(u + 0.0f));
     out[(int64_t)m * a.ldo[0] + j] = __float2half_rn(gh / (1.0f + expf(-gh)) * uh);
-  }
-}
-
-/* the same, four columns a thread, the loads of 8 slices issued before their adds (gemm_finish4_kernel); N % 4 == 0 */
-__global__ void gemm_finish_swiglu4_kernel(const __grid_constant__ gemm_args a, int N) {
-  pdl_trigger();
-  const int n4 = N / 4, t4 = a.n_total / 4;
-  const int64_t st = (int64_t)a.M * t4, q = (int64_t)a.M * n4;
-  __half *out = (__half *)a.out[0];
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < q; i += (int64_t)gridDim.x * blockDim.x) {
-    const int m = (int)(i / n4), j = (int)(i % n4) * 4;
-    const float4 *pg = (const float4 *)a.part + (int64_t)m * t4 + j / 4, *pu = pg + n4;
-    float4 g = make_float4(0.0f, 0.0f, 0.0f, 0.0f), u = g;
-#pragma unroll 8
-    for (int z = 0; z < a.n_split; z++) {
-      const float4 x = pg[z * st], y = pu[z * st];
-      g.x += x.x; g.y += x.y; g.z += x.z; g.w += x.w;
-      u.x += y.x; u.y += y.y; u.z += y.z; u.w += y.w;
-    }
-    const float gv[4] = {g.x, g.y, g.z, g.w}, uv[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int e = 0; e < 4; e++) {
-      const float gh = __half2float(__float2half_rn(gv[e] + 0.0f)), uh = __half2float(__float2half_rn(uv[e] + 0.0f));
-      out[(int64_t)m * a.ldo[0] + j + e] = __float2half_rn(gh / (1.0f + expf(-gh)) * uh);
-    }
   }
 }
 
@@ -639,11 +577,9 @@ int cu_gemm_q4_swiglu(struct hb_ctx *ctx, const struct hb_tensor *x, const struc
     struct gemm_plan pl;
     if (swiglu_split_plan(ctx, x, w_gate, w_up, out, n, &pl)) return 1;
     if (cu_gemm_q4_run(ctx, &pl, 0)) return 0;
-    const bool v4 = w_gate->rows % 4 == 0 && !getenv("HEARTH_FINISH1");
-    const int64_t mn = (int64_t)n * w_gate->rows / (v4 ? 4 : 1), blocks = (mn + 255) / 256;
+    const int64_t mn = (int64_t)n * w_gate->rows, blocks = (mn + 255) / 256;
     const unsigned fg = (unsigned)(blocks < ctx->n_sm * 8 ? blocks : ctx->n_sm * 8);
-    if (v4) gemm_finish_swiglu4_kernel<<<fg, 256, 0, ctx->stream>>>(pl.a, (int)w_gate->rows);
-    else gemm_finish_swiglu_kernel<<<fg, 256, 0, ctx->stream>>>(pl.a, (int)w_gate->rows);
+    gemm_finish_swiglu_kernel<<<fg, 256, 0, ctx->stream>>>(pl.a, (int)w_gate->rows);
     CU_LAUNCHED(ctx, "gemm_finish_swiglu");
     return 0;
   }
