@@ -13,11 +13,13 @@
  *
  * Block: WGS = 2 or 4 warpgroups (256 or 512 threads), each 64 weight rows × NT tokens (NT = 128, 64, or 32 with
  * WGS 2; f32 accumulators, NT/2 per thread), so BM = 64 WGS weight rows per block: 4 halves the x tile's L2 traffic
- * per flop, at one block per SM; 4-stage cp.async pipeline (8 stages at NT = 32: decode batches of 9..32 sequences, whose stages are small; x tile
- * and weight tile per stage), one __syncthreads per 64-k step. Each step:
+ * per flop, at one block per SM; 4-stage cp.async pipeline (8 stages at NT = 32: decode batches of 9..32
+ * sequences, whose stages are small; x tile and weight tile per stage), one __syncthreads per 64-k step. Each step:
  * wait for the stage, fence.proxy.async (cp.async wrote it through the generic proxy; wgmma reads through the
  * async proxy), dequantize 4 A fragments, 4 wgmmas, commit, wait. Same arguments and epilogue semantics as
- * gemm_q4: up to 3 weights sharing x, bias, add into the output, f16 or f32 output, split-K slices.
+ * gemm_q4: up to 3 weights sharing x, bias, add into the output, f16 or f32 output, split-K slices. Launched with
+ * programmatic dependent launch: the first stages' weight copies and the scales go out before griddepcontrol.wait,
+ * the x copies after it.
  *
  * The file is compiled for sm_90a alone (CMakeLists.txt: hearth_cuda_sm90a); the kernel bodies are guarded by
  * __CUDA_ARCH_FEAT_SM90_ALL, and gemm_wg_alive reports at init whether that code is what runs.
