@@ -169,7 +169,7 @@ static int check_tool_choice(json_t *tc, json_t *tools, struct gen_opts *o, cons
 
 /* The model's part of check_tool_choice: forces the call when m's template speaks Qwen's syntax.
  * want/n: what check_tool_choice noted (n 0: no call asked for). */
-static int force_tool_call(struct srv_model *m, const char *want, int n, struct gen_opts *o,
+static int force_tool_call(struct srv_model *m, json_t *tools, const char *want, int n, struct gen_opts *o,
                            struct verr *e) {
   if (!n || !textio_qwen_tool_calls(m->tio)) return 0; /* not forced: see above */
   /* the forcing program holds at most JPROG_MAX_NAMES names: refuse rather than not enforce */
@@ -184,6 +184,26 @@ static int force_tool_call(struct srv_model *m, const char *want, int n, struct 
   o->n_tool_names = n;
   o->constrain = GEN_TOOL_CALL;
   o->jv = m->jv;
+  /* One function: its arguments follow its "parameters" where json_schema.h can compile them (as vLLM does
+   * for a forced call); a schema it refuses ($ref, anyOf, ...), and a choice among several functions (one
+   * linear program cannot switch schemas on the name), leave the arguments any JSON object. */
+  o->schema = NULL;
+  if (n == 1) {
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+      json_t *fn = json_object_get(t, "function");
+      const char *name = json_string_value(json_object_get(fn, "name"));
+      json_t *params = json_object_get(fn, "parameters");
+      if (!name || strcmp(name, o->tool_names[0]) || !json_is_object(params)) continue;
+      struct jprog *args = jschema_compile(params, NULL, 0);
+      struct jprog *call = args ? jprog_tool_call_args(name, args) : NULL;
+      if (call) o->schema = params;
+      jprog_free(call);
+      jprog_free(args);
+      break;
+    }
+  }
   return 0;
 }
 
@@ -479,7 +499,7 @@ static int chat_start(void *ctx, struct srv_model *m, const struct http_watch *w
                       struct gen_fail *f) {
   struct chat *c = ctx;
   struct verr e = {{0}, {0}};
-  if (force_tool_call(m, c->tool_want, c->n_tools_named, &c->o, &e)) return gen_fail_verr(f, &e);
+  if (force_tool_call(m, c->tools, c->tool_want, c->n_tools_named, &c->o, &e)) return gen_fail_verr(f, &e);
   if (c->json_mode && !c->o.constrain) { /* a forced tool call takes precedence over content format */
     c->o.constrain = c->json_mode;
     c->o.schema = c->schema;

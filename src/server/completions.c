@@ -136,7 +136,6 @@ static void lp_add(const struct textio *tio, json_t *into, int32_t id, const str
                         ev ? json_real(ev->logprob) : json_null());
   json_array_append_new(json_object_get(into, "text_offset"), json_integer((json_int_t)*offset));
   *offset += u8len(s ? s : "", n);
-  free(s);
   json_t *top = ev ? json_object() : json_null();
   for (int k = 0; ev && k < ev->n_top; k++) {
     char *t = NULL;
@@ -145,6 +144,10 @@ static void lp_add(const struct textio *tio, json_t *into, int32_t id, const str
     if (!json_object_get(top, t)) json_object_set_new(top, t, json_real(ev->top_lp[k]));
     free(t);
   }
+  /* the legacy API always lists the token taken, so the dict holds up to logprobs + 1 entries (a sampled
+   * token need not be among the most likely ones) */
+  if (ev && ev->n_top > 0 && s && !json_object_get(top, s)) json_object_set_new(top, s, json_real(ev->logprob));
+  free(s);
   json_array_append_new(json_object_get(into, "top_logprobs"), top);
 }
 

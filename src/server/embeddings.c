@@ -46,34 +46,47 @@ static json_t *base64_floats(const float *v, int n) {
   return s;
 }
 
-/* Tokenizes input k into *ids (malloc'd). */
+/* Tokenizes input k into *ids (malloc'd) and *n. On failure *ids stays NULL (the caller frees every ids[k]
+ * whatever happened) and e says why; the return value is 1, or 2 when the input is longer than the context
+ * (answered with OpenAI's context_length_exceeded code). */
 static int input_tokens(struct srv_model *m, json_t *in, size_t k, int32_t **ids, int *n,
                         struct verr *e) {
+  int32_t *t = NULL;
+  int len = 0;
+  *ids = NULL;
   if (json_is_string(in)) {
     struct hearth_err err = {0};
-    if (textio_encode(m->tio, json_string_value(in), json_string_length(in), 1, ids, n, &err))
+    if (textio_encode(m->tio, json_string_value(in), json_string_length(in), 1, &t, &len, &err)) {
+      free(t);
       return v_fail(e, "input", "input[%zu]: %s", k, errors_scrub(err.msg));
+    }
   } else if (json_is_array(in) && json_array_size(in)) {
     size_t i;
     json_t *v;
-    *n = (int)json_array_size(in);
-    *ids = malloc((size_t)*n * sizeof **ids);
-    if (!*ids) return v_fail(e, "input", "out of memory");
+    len = (int)json_array_size(in);
+    t = malloc((size_t)len * sizeof *t);
+    if (!t) return v_fail(e, "input", "out of memory");
     json_array_foreach(in, i, v) {
       if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= m->info->n_vocab) {
-        free(*ids);
+        free(t);
         return v_fail(e, "input", "'input[%zu]' must hold token ids in [0, %d)", k, m->info->n_vocab);
       }
-      (*ids)[i] = (int32_t)json_integer_value(v);
+      t[i] = (int32_t)json_integer_value(v);
     }
   } else {
     return v_fail(e, "input", "'input' must be a string, an array of strings, or token id arrays");
   }
-  if (*n < 1) { free(*ids); return v_fail(e, "input", "'input[%zu]' is empty", k); }
-  if (*n > m->n_ctx) {
-    free(*ids);
-    return v_fail(e, "input", "'input[%zu]' has %d tokens; the context is %d", k, *n, m->n_ctx);
+  if (len < 1) {
+    free(t);
+    return v_fail(e, "input", "'input[%zu]' is empty", k);
   }
+  if (len > m->n_ctx) {
+    free(t);
+    v_fail(e, "input", "'input[%zu]' has %d tokens; the context is %d", k, len, m->n_ctx);
+    return 2;
+  }
+  *ids = t;
+  *n = len;
   return 0;
 }
 
@@ -165,8 +178,10 @@ static enum MHD_Result embed_all(struct http_req *r, struct srv_model *m, json_t
   size_t k;
   json_t *in;
   json_array_foreach(list, k, in) {
-    if (input_tokens(m, in, k, &ids[k], &lens[k], &e)) {
-      ret = http_reply_verr(r, &e);
+    int bad = input_tokens(m, in, k, &ids[k], &lens[k], &e);
+    if (bad) {
+      ret = bad == 2 ? http_reply_error(r, 400, e.param, "context_length_exceeded", "%s", e.msg)
+                     : http_reply_verr(r, &e);
       goto done;
     }
     total += lens[k];

@@ -24,6 +24,8 @@ int gen_parse(json_t *b, int chat, struct gen_opts *o, struct verr *e) {
   json_t *so, *lb;
   if (v_bool(b, "stream", 0, &o->stream, e)) return -1;
   if (v_obj(b, "stream_options", &so, e)) return -1;
+  if (so && !o->stream) /* as OpenAI and vLLM answer it: the options would silently do nothing */
+    return v_fail(e, "stream_options", "'stream_options' is only allowed when 'stream' is true");
   if (so && v_bool(so, "include_usage", 0, &o->include_usage, e)) {
     snprintf(e->param, sizeof e->param, "stream_options.include_usage");
     return -1;
@@ -146,9 +148,15 @@ static struct gen_req *make_req(const struct gen_prompt *p, int j, const struct 
   q->top_logprobs = o->logprobs ? o->top_logprobs : -1;
   if (o->constrain) {
     q->jv = o->jv;
-    q->prog = o->constrain == GEN_JSON_OBJECT   ? (struct jprog *)jprog_json_object()
-              : o->constrain == GEN_JSON_SCHEMA ? jschema_compile(o->schema, NULL, 0)
-                                  : jprog_tool_call(o->tool_names, o->n_tool_names);
+    if (o->constrain == GEN_TOOL_CALL && o->schema) { /* one function, its parameters followed */
+      struct jprog *args = jschema_compile(o->schema, NULL, 0);
+      q->prog = args ? jprog_tool_call_args(o->tool_names[0], args) : NULL;
+      jprog_free(args);
+    } else {
+      q->prog = o->constrain == GEN_JSON_OBJECT   ? (struct jprog *)jprog_json_object()
+                : o->constrain == GEN_JSON_SCHEMA ? jschema_compile(o->schema, NULL, 0)
+                                                  : jprog_tool_call(o->tool_names, o->n_tool_names);
+    }
     if (!q->prog) {
       gen_req_unref(q);
       return NULL;

@@ -40,8 +40,8 @@ struct gen_opts {
   int32_t bias_id[300];
   float bias[300];
   /* constrained decoding (chat): GEN_JSON_OBJECT, GEN_TOOL_CALL naming one of tool_names (pointing
-   * into the request JSON), GEN_JSON_SCHEMA following schema (pointing into the request JSON,
-   * known to compile: json_schema.h); GEN_FREE = none */
+   * into the request JSON; with schema set, the one function whose arguments follow it), GEN_JSON_SCHEMA
+   * following schema (pointing into the request JSON, known to compile: json_schema.h); GEN_FREE = none */
   enum gen_constrain { GEN_FREE, GEN_JSON_OBJECT, GEN_TOOL_CALL, GEN_JSON_SCHEMA } constrain;
   json_t *schema;
   const struct jvocab *jv;

@@ -304,6 +304,30 @@ struct jprog *jprog_tool_call(const char *const *names, int n) {
   return p;
 }
 
+struct jprog *jprog_tool_call_args(const char *name, const struct jprog *args) {
+  static const char open[] = "<tool_call>\n{\"name\": \"", mid[] = "\", \"arguments\": ", close[] = "}\n</tool_call>";
+  if (!args || args->n_seg < 1 || !jprog_name_ok(name)) return NULL;
+  for (int i = 0; i < args->n_names; i++) /* an enum value holding the closing tag would end the call early */
+    if (strstr(args->names[i], "</tool_call>")) return NULL;
+  const size_t nn = strlen(name), hn = sizeof open - 1 + nn + sizeof mid - 1;
+  char *head = malloc(hn);
+  struct jseg *seg = malloc((size_t)(args->n_seg + 2) * sizeof *seg);
+  struct jprog *p = NULL;
+  if (head && seg) {
+    memcpy(head, open, sizeof open - 1);
+    memcpy(head + sizeof open - 1, name, nn); /* jprog_name_ok: nothing to escape */
+    memcpy(head + sizeof open - 1 + nn, mid, sizeof mid - 1);
+    seg[0] = (struct jseg){.kind = JSEG_LIT, .lit = head, .n = hn};
+    memcpy(seg + 1, args->seg, (size_t)args->n_seg * sizeof *seg); /* NAME/CHOICE ranges index args->names */
+    seg[args->n_seg + 1] = (struct jseg){.kind = JSEG_LIT, .lit = close, .n = sizeof close - 1};
+    p = jprog_build(seg, args->n_seg + 2, args->names, args->n_names);
+    if (p) p->forbid = "</tool_call>";
+  }
+  free(head);
+  free(seg);
+  return p;
+}
+
 void jprog_free(struct jprog *p) {
   if (!p || p == &g_json_object) return;
   free(p->own); /* p itself lives in it */
@@ -375,6 +399,21 @@ void jstate_init(const struct jprog *p, struct jstate *s) {
 
 int jstate_done(const struct jprog *p, const struct jstate *s) { return s->seg >= p->n_seg; }
 
+/* After a byte c that the recognizer took: 0 when c completes the program's forbidden string inside a JSON
+ * string (a tool call's closing tag would end the call early), else 1. In every segment that holds JSON
+ * strings: OBJECT, VALUE and the ARRAY items. */
+static int forbid_ok(const struct jprog *p, struct jstate *s, unsigned char c) {
+  if (!p->forbid) return 1;
+  const int in_str = s->j.mode == M_STR || s->j.mode == M_ESC || s->j.mode == M_HEX || s->j.mode == M_UTF8;
+  if (!in_str) s->fb = 0;
+  else if (c == (unsigned char)p->forbid[s->fb]) {
+    if (!p->forbid[++s->fb]) return 0;
+  } else {
+    s->fb = c == (unsigned char)p->forbid[0]; /* '<' does not recur in the forbidden string */
+  }
+  return 1;
+}
+
 static int pstep(const struct jprog *p, struct jstate *s, unsigned char c) {
   for (;;) {
     if (s->seg >= p->n_seg) return 0;
@@ -385,16 +424,7 @@ static int pstep(const struct jprog *p, struct jstate *s, unsigned char c) {
       return 1;
     }
     if (g->kind == JSEG_OBJECT) {
-      if (!step(&s->j, c)) return 0;
-      if (p->forbid) { /* inside strings, never the whole forbidden string ('<' does not recur in it) */
-        const int in_str = s->j.mode == M_STR || s->j.mode == M_ESC || s->j.mode == M_HEX || s->j.mode == M_UTF8;
-        if (!in_str) s->fb = 0;
-        else if (c == (unsigned char)p->forbid[s->fb]) {
-          if (!p->forbid[++s->fb]) return 0;
-        } else {
-          s->fb = c == (unsigned char)p->forbid[0];
-        }
-      }
+      if (!step(&s->j, c) || !forbid_ok(p, s, c)) return 0;
       if (jfsm_done(&s->j)) enter(p, s, s->seg + 1);
       return 1;
     }
@@ -440,7 +470,7 @@ static int pstep(const struct jprog *p, struct jstate *s, unsigned char c) {
           const int integer = (g->vmask & (JV_NUMBER | JV_INTEGER)) == JV_INTEGER;
           if (number_ends(&s->j, integer, c)) { s->cnt++; s->ph = A_AFTER; continue; }
           if (s->j.mode == M_VALUE && !s->j.depth && !value_kind_ok(g->vmask, c)) return 0;
-          if (!step(&s->j, c)) return 0;
+          if (!step(&s->j, c) || !forbid_ok(p, s, c)) return 0;
           if (jfsm_done(&s->j)) { s->cnt++; s->ph = A_AFTER; }
           return 1;
         }
@@ -453,7 +483,7 @@ static int pstep(const struct jprog *p, struct jstate *s, unsigned char c) {
         continue;
       }
       if (s->j.mode == M_VALUE && !s->j.depth && !value_kind_ok(g->vmask, c)) return 0;
-      if (!step(&s->j, c)) return 0;
+      if (!step(&s->j, c) || !forbid_ok(p, s, c)) return 0;
       if (jfsm_done(&s->j)) enter(p, s, s->seg + 1);
       return 1;
     }

@@ -90,6 +90,10 @@ int jprog_name_ok(const char *name);
 /* A forced Qwen-style tool call naming one of names[0..n) (1..JPROG_MAX_NAMES, each jprog_name_ok);
  * its strings may not contain "</tool_call>". NULL on OOM or a refused name. */
 struct jprog *jprog_tool_call(const char *const *names, int n);
+/* The same call of the one function name whose arguments follow args (a json_schema program of the
+ * function's "parameters", json_schema.h) instead of being any JSON object. NULL on OOM, a refused name or
+ * an enum value of args holding "</tool_call>"; args stays the caller's. */
+struct jprog *jprog_tool_call_args(const char *name, const struct jprog *args);
 /* A program from its parts (copied into one allocation): n_seg segments whose LIT pointers and NAME/
  * CHOICE ranges refer to lits and names[0..n_names). NULL on OOM. */
 struct jprog *jprog_build(const struct jseg *seg, int n_seg, const char *const *names, int n_names);

@@ -150,7 +150,24 @@ int textio_render_chat(const struct textio *t, json_t *messages, json_t *tools, 
   if (!t->tmpl && t->tmpl_error)
     return err_set(err, HEARTH_ERR_UNSUPPORTED, "the model's chat template failed to load at start: %s", t->tmpl_error);
   if (!t->tmpl) return err_set(err, HEARTH_ERR_UNSUPPORTED, "this model has no chat template");
-  return chat_template_render(t->tmpl, messages, tools, 1, kwargs, out, err);
+  /* OpenAI's "developer" role is its newer name for "system". A template that knows it (Gemma 4's)
+   * gets it as sent; to one that does not (Qwen's test only for "system") it is passed as "system",
+   * as llama.cpp and vLLM do, instead of being dropped from the prompt without a word. */
+  const char *src = chat_template_source(t->tmpl);
+  json_t *mapped = NULL;
+  if (src && !strstr(src, "developer")) {
+    size_t i;
+    json_t *m;
+    json_array_foreach(messages, i, m) {
+      const char *role = json_string_value(json_object_get(m, "role"));
+      if (!role || strcmp(role, "developer")) continue;
+      if (!mapped && !(mapped = json_deep_copy(messages))) return err_set(err, HEARTH_ERR_NOMEM, "out of memory");
+      json_object_set_new(json_array_get(mapped, i), "role", json_string("system"));
+    }
+  }
+  int rc = chat_template_render(t->tmpl, mapped ? mapped : messages, tools, 1, kwargs, out, err);
+  json_decref(mapped);
+  return rc;
 #else
   (void)t; (void)tools; (void)kwargs;
   return render_chatml(messages, out, err);

@@ -1,5 +1,5 @@
 /* server/tokenize.c — POST /tokenize and POST /detokenize (the vLLM / llama.cpp shapes).
- *   /tokenize   {model, prompt | messages (+tools), add_special_tokens?} → {tokens, count, max_model_len}
+ *   /tokenize   {model, prompt | messages (+tools, chat_template_kwargs), add_special_tokens?} → {tokens, count, max_model_len}
  *               with messages, the chat template is applied first and the rendered "prompt" is
  *               returned too, so clients can see exactly what the model reads.
  *   /detokenize {model, tokens: [ids]} → {prompt}
@@ -23,10 +23,11 @@ enum MHD_Result ep_tokenize(struct http_req *r) {
   if (!m) return ret;
   struct verr e = {{0}, {0}};
   const char *prompt;
-  json_t *msgs, *tools;
+  json_t *msgs, *tools, *kwargs;
   int add_special;
+  /* chat_template_kwargs as chat completions takes them, so that the count matches its usage */
   if (v_str(r->json, "prompt", 0, NULL, &prompt, &e) || v_arr(r->json, "messages", &msgs, &e) ||
-      v_arr(r->json, "tools", &tools, &e) ||
+      v_arr(r->json, "tools", &tools, &e) || v_obj(r->json, "chat_template_kwargs", &kwargs, &e) ||
       v_bool(r->json, "add_special_tokens", msgs ? 0 : 1, &add_special, &e))
     return http_reply_verr(r, &e);
   if (!prompt == !msgs)
@@ -37,7 +38,7 @@ enum MHD_Result ep_tokenize(struct http_req *r) {
   if (msgs) {
     json_t *norm = chat_messages_normalize(msgs, &e);
     if (!norm) return http_reply_verr(r, &e);
-    int rc = textio_render_chat(m->tio, norm, tools, NULL, &rendered, &err);
+    int rc = textio_render_chat(m->tio, norm, tools, kwargs, &rendered, &err);
     json_decref(norm);
     if (rc) return http_reply_error(r, 400, "messages", "template_error", "%s", errors_scrub(err.msg));
     prompt = rendered;

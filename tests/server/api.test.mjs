@@ -176,6 +176,26 @@ describe('chat completions', () => {
       (e) => e.status === 400 && e.param === 'messages');
     await assert.rejects(client.chat.completions.create({ ...greedy(), model: EMBED }),
       (e) => e.status === 400 && e.param === 'model');
+    // stream_options would do nothing without stream: a 400, as OpenAI and vLLM answer it
+    await assert.rejects(client.chat.completions.create(greedy({ stream_options: { include_usage: true } })),
+      (e) => e.status === 400 && e.param === 'stream_options');
+  });
+  test('a "developer" message is the system message for a template that knows only "system"', async () => {
+    const dev = await chatTokens([{ role: 'developer', content: SYSTEM.content }, USER[1]]);
+    const sys = await chatTokens(USER);
+    assert.equal(dev.prompt, sys.prompt);
+    assert.deepEqual(dev.tokens, sys.tokens);
+    const r = await client.chat.completions.create(greedy({ messages: [{ role: 'developer', content: SYSTEM.content }, USER[1]] }));
+    assert.equal(r.usage.prompt_tokens, sys.count);
+  });
+  test('/tokenize renders chat_template_kwargs as chat completions does', async () => {
+    const kw = { chat_template_kwargs: { enable_thinking: false } };
+    const plain = await chatTokens(USER);
+    const r = await postJSON(srv, '/tokenize', { model: CHAT, messages: USER, ...kw });
+    assert.equal(r.status, 200, r.text);
+    assert.ok(r.body.count > plain.count, 'Qwen3\'s template writes an empty think block for enable_thinking false');
+    const c = await client.chat.completions.create(greedy(kw));
+    assert.equal(c.usage.prompt_tokens, r.body.count);
   });
 });
 
@@ -368,6 +388,34 @@ describe('tool_choice forcing a call (Qwen <tool_call> syntax)', () => {
     assert.equal(name, 'get_time');
     assert.equal(finish, 'tool_calls');
   });
+  test('a forced call of one function follows its parameters schema, plain and streamed', async () => {
+    const weather = [{ type: 'function', function: { name: 'get_weather', parameters: {
+      type: 'object', required: ['city', 'days'],
+      properties: { city: { type: 'string' }, days: { type: 'integer' }, unit: { enum: ['c', 'f'] } } } } }];
+    const tool_choice = { type: 'function', function: { name: 'get_weather' } };
+    // '"' (id 1) favoured: the random model's strings end soon, so the call completes within max_tokens
+    const check = (args) => {
+      const a = JSON.parse(args);
+      assert.deepEqual(Object.keys(a), ['city', 'days', 'unit']);
+      assert.equal(typeof a.city, 'string');
+      assert.ok(Number.isInteger(a.days), args);
+      assert.ok(['c', 'f'].includes(a.unit), args);
+    };
+    for (const extra of [{}, { tool_choice: 'required' }]) { // named, and "required" with one tool
+      const r = await client.chat.completions.create(greedy({ tools: weather, tool_choice, logit_bias: { 1: 100 }, max_tokens: 200, ...extra }));
+      assert.equal(r.choices[0].finish_reason, 'tool_calls');
+      check(r.choices[0].message.tool_calls[0].function.arguments);
+    }
+    let args = '';
+    for await (const ch of await client.chat.completions.create(greedy({ tools: weather, tool_choice, logit_bias: { 1: 100 }, max_tokens: 200, stream: true })))
+      for (const c of ch.choices) for (const tc of c.delta?.tool_calls ?? []) args += tc.function?.arguments ?? '';
+    check(args);
+    // a schema json_schema.h does not compile (anyOf) leaves the arguments any JSON object, still a call
+    const loose = [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: { x: { anyOf: [{ type: 'string' }, { type: 'integer' }] } } } } }];
+    const r = await client.chat.completions.create(greedy({ tools: loose, tool_choice: { type: 'function', function: { name: 'f' } }, logit_bias: bias, max_tokens: 60 }));
+    assert.equal(r.choices[0].finish_reason, 'tool_calls');
+    assert.deepEqual(JSON.parse(r.choices[0].message.tool_calls[0].function.arguments), {});
+  });
   test('bad tool_choice values are 400s naming tool_choice', async () => {
     const bad = [
       { tools, tool_choice: { type: 'function', function: { name: 'nope' } } },
@@ -406,6 +454,17 @@ describe('completions', () => {
     assert.equal(lp.tokens.join(''), b.choices[0].text);
     assert.equal(lp.text_offset[0], 0);
     for (const t of lp.top_logprobs) assert.ok(Object.keys(t).length >= 1 && Object.keys(t).length <= 2);
+  });
+  test('legacy logprobs always list the token taken, also when sampling picked an unlikely one', async () => {
+    const r = await client.completions.create({ ...base, temperature: 1.5, seed: 5, max_tokens: 24, logprobs: 1 });
+    const lp = r.choices[0].logprobs;
+    assert.equal(lp.tokens.length, 24);
+    for (let i = 0; i < 24; i++) {
+      const keys = Object.keys(lp.top_logprobs[i]);
+      assert.ok(keys.length >= 1 && keys.length <= 2, JSON.stringify(lp.top_logprobs[i]));
+      assert.ok(keys.includes(lp.tokens[i]), `position ${i}: ${JSON.stringify(lp.tokens[i])} not in ${JSON.stringify(keys)}`);
+      assert.equal(lp.top_logprobs[i][lp.tokens[i]], lp.token_logprobs[i]);
+    }
   });
   test('an array of prompts: one choice per prompt and n, in order; usage sums the prompts once', async () => {
     const prompts = ['The quick brown fox', 'Once upon a time'];
@@ -459,7 +518,10 @@ describe('completions', () => {
     assert.equal(lp.top_logprobs[0], null);
     for (let i = 1; i < lp.tokens.length; i++) {
       assert.ok(lp.token_logprobs[i] <= 0, `token ${i}`);
-      assert.equal(Object.keys(lp.top_logprobs[i]).length, 2);
+      // the 2 most likely, and the prompt's own token where it is not among them (OpenAI: up to logprobs + 1)
+      const keys = Object.keys(lp.top_logprobs[i]);
+      assert.ok(keys.includes(lp.tokens[i]), `token ${i}`);
+      assert.equal(keys.length, i >= np ? 2 : keys.length === 3 ? 3 : 2, `token ${i}: ${JSON.stringify(keys)}`);
     }
     assert.equal(lp.text_offset[0], 0);
     for (let i = 1; i < lp.tokens.length; i++)
@@ -512,6 +574,25 @@ describe('embeddings', () => {
     // the client's default (base64, decoded by the client) gives the same numbers
     const c = await client.embeddings.create({ model: EMBED, input: 'hello' });
     for (let i = 0; i < 64; i++) assert.ok(Math.abs(c.data[0].embedding[i] - f.data[0].embedding[i]) < 1e-6);
+  });
+  test('bad inputs are 400s and the server goes on (token ids out of range, past the context)', async () => {
+    const bad = [
+      [{ input: [9707, 999999] }, 'invalid_value'],
+      [{ input: [[1, 2], [1, 999999]] }, 'invalid_value'],
+      [{ input: [[1, 2], [1, 'a']] }, 'invalid_value'],
+      [{ input: [[1, 2], []] }, 'invalid_value'],
+      [{ input: 'x'.repeat(6000) }, 'context_length_exceeded'],
+      [{ input: ['ok', 'word '.repeat(2000)] }, 'context_length_exceeded'],
+    ];
+    for (const [b, code] of bad) {
+      const r = await postJSON(srv, '/v1/embeddings', { model: EMBED, ...b });
+      assert.equal(r.status, 400, r.text);
+      assert.equal(r.body.error.param, 'input');
+      assert.equal(r.body.error.code, code, r.text);
+    }
+    // each of these freed its token arrays once (a double free aborted the server): it still answers
+    const ok = await client.embeddings.create({ model: EMBED, input: ['hello', 'world'], encoding_format: 'float' });
+    assert.equal(ok.data.length, 2);
   });
   test('dimensions truncates and renormalises', async () => {
     const f = await client.embeddings.create({ model: EMBED, input: 'hello', encoding_format: 'float' });

@@ -265,6 +265,44 @@ TEST_GROUP(json_mask) {
     CHECK(jstate_feed_all(tc, &ts, "\"}}\n</tool_call>", 16) && jstate_done(tc, &ts));
   }
   jprog_free(tc);
+  /* one function whose arguments follow its parameters schema (jprog_tool_call_args) */
+  json_t *params = json_loads("{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"},"
+                              "\"days\":{\"type\":\"integer\"}},\"required\":[\"city\"]}", 0, NULL);
+  struct jprog *args = params ? jschema_compile(params, NULL, 0) : NULL;
+  struct jprog *ta = args ? jprog_tool_call_args("get_weather", args) : NULL;
+  CHECK(ta != NULL);
+  CHECK(!args || jprog_tool_call_args("no spaces", args) == NULL);
+  jprog_free(args); /* the composed program holds its own copy */
+  if (ta) {
+    static const char good[] = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\", \"days\": 3}}\n</tool_call>";
+    struct jstate ts;
+    jstate_init(ta, &ts);
+    CHECK(jstate_feed_all(ta, &ts, good, sizeof good - 1) && jstate_done(ta, &ts));
+    static const char *const refused[] = {
+        "<tool_call>\n{\"name\": \"get\"",                                  /* another name */
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"town\"", /* a key the schema lacks */
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": 3",  /* a number for a string */
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"x\", \"days\": 1.5",
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"x</tool_call>",
+    };
+    for (size_t k = 0; k < sizeof refused / sizeof *refused; k++) {
+      jstate_init(ta, &ts);
+      CHECKF(!jstate_feed_all(ta, &ts, refused[k], strlen(refused[k])), "accepted refused[%zu]", k);
+    }
+    /* a walk of the real vocabulary under the program closes as a call that parses, with both keys */
+    closed = walk(t, v, ta, 300, 40, closers, 3, out, sizeof out, 4242);
+    printf("  schema tool-call walk %s after %zu bytes: %.160s\n", closed ? "closed" : "open", strlen(out), out);
+    if (closed) {
+      size_t n = strlen(out);
+      json_t *j = json_loadb(out + 12, n - 12 - 13, 0, NULL);
+      json_t *a = json_object_get(j, "arguments");
+      CHECKF(json_is_string(json_object_get(a, "city")) && json_is_integer(json_object_get(a, "days")) &&
+                 json_object_size(a) == 2, "schema tool call body: %s", out);
+      json_decref(j);
+    }
+  }
+  jprog_free(ta);
+  json_decref(params);
   static const char *const bad_names[] = {"ok", "no spaces"};
   CHECK(jprog_tool_call(bad_names, 2) == NULL);
   /* special tokens are never allowed (the end-of-text token among them) */
