@@ -11,6 +11,7 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <utf8proc.h>
@@ -630,11 +631,28 @@ struct jv jinja_apply_filter(struct jctx *c, int line, int id, struct jv v, stru
     double x = v.kind == JV_FLOAT ? v.u.f : (double)(v.kind == JV_INT ? v.u.i : v.u.b);
     double m = pow(10.0, (double)p);
     const char *meth = me && me->kind == JV_STR ? me->u.s.p : "common";
-    double r;
-    if (!strncmp(meth, "ceil", 4)) r = ceil(x * m) / m;
-    else if (!strncmp(meth, "floor", 5)) r = floor(x * m) / m;
-    else r = nearbyint(x * m) / m; /* 'common' is Python's round(): half to even */
-    return jv_float(r);
+    if (!strncmp(meth, "ceil", 4)) return jv_float(ceil(x * m) / m);
+    if (!strncmp(meth, "floor", 5)) return jv_float(floor(x * m) / m);
+    /* 'common' is Python's round(value, precision) */
+    if (v.kind != JV_FLOAT) { /* an int stays an int: to a multiple of 10^-p, ties to even */
+      int64_t i = v.kind == JV_INT ? v.u.i : v.u.b;
+      if (p >= 0) return jv_int(i);
+      if (p < -18) return jv_int(0);
+      int64_t u = 1;
+      for (int64_t k = 0; k < -p; k++) u *= 10;
+      int64_t q = i / u, rem = i % u;
+      if (rem < 0) { q--; rem += u; } /* floor division */
+      if (2 * rem > u || (2 * rem == u && (q & 1))) q++; /* rem < u <= 1e18: 2 * rem fits */
+      if (q > INT64_MAX / u || q < INT64_MIN / u) jctx_fail(c, line, "integer overflow in round()");
+      return jv_int(q * u);
+    }
+    if (!isfinite(x) || p > 340) return jv_float(x);
+    if (p >= 0) { /* the decimal nearest to the exact binary value, ties to even (Python: 2.675 -> 2.67) */
+      char buf[400];
+      snprintf(buf, sizeof buf, "%.*f", (int)p, x);
+      return jv_float(strtod(buf, NULL));
+    }
+    return jv_float(p < -308 ? 0.0 * x : nearbyint(x * m) / m);
   }
   case F_SORT: {
     struct jv *rv = arg(&A, 0, "reverse"), *cs = arg(&A, 1, "case_sensitive"), *at = arg(&A, 2, "attribute");

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <utf8proc.h>
+
 #include "chat/jinja.h"
 
 /* ---- arena ------------------------------------------------------------------------------ */
@@ -360,11 +362,15 @@ static void repr_str(struct jbuf *out, struct jstr s) {
     else {
       size_t len;
       unsigned cp = utf8_decode((const unsigned char *)s.p + i, s.n - i, &len);
-      /* non-printable: C1 controls, line/paragraph separators and a few format characters */
-      if (cp < 0xA0 || cp == 0xAD || cp == 0x2028 || cp == 0x2029 || (cp >= 0x200B && cp <= 0x200F) ||
-          (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2060 && cp <= 0x2064) || cp == 0xFEFF) {
+      /* escaped where Python's str.isprintable() is false: the categories Other (Cc, Cf, Cs, Co,
+       * Cn: unassigned) and Separator (Zs, Zl, Zp; the ASCII space is handled above) */
+      const utf8proc_category_t cat = utf8proc_category((utf8proc_int32_t)cp);
+      if (cat == UTF8PROC_CATEGORY_CC || cat == UTF8PROC_CATEGORY_CF || cat == UTF8PROC_CATEGORY_CS ||
+          cat == UTF8PROC_CATEGORY_CO || cat == UTF8PROC_CATEGORY_CN || cat == UTF8PROC_CATEGORY_ZS ||
+          cat == UTF8PROC_CATEGORY_ZL || cat == UTF8PROC_CATEGORY_ZP) {
         if (cp <= 0xFF) snprintf(tmp, sizeof tmp, "\\x%02x", cp);
-        else snprintf(tmp, sizeof tmp, "\\u%04x", cp);
+        else if (cp <= 0xFFFF) snprintf(tmp, sizeof tmp, "\\u%04x", cp);
+        else snprintf(tmp, sizeof tmp, "\\U%08x", cp);
         jbuf_puts(out, tmp);
       } else {
         jbuf_put(out, s.p + i, len);

@@ -212,6 +212,11 @@ def constructs():
     k("is_not", "{{ 1 is not none }}{{ none is not defined }}{{ x is not string }}", x=3)
     k("in_undefined", "{{ 'a' in missing }}{% for x in missing %}no{% endfor %}{{ missing | length }}{{ missing | list }}")
     k("bool_printing_in_list", "{{ [true, false, none, 1.5, -0.0] }}{{ {'a': none} }}")
+    # Python's repr escapes what str.isprintable() refuses (no-break and other Unicode spaces, format
+    # characters, unassigned code points); templates print lists and dicts (a tool result given as parts)
+    k("repr_nonprintable", "{{ [s] }}|{{ {'k': s} }}|{{ (s,) }}", s="r\u00a01\u3000 \u2003 \ud7ff \U000e0001 \u0378 \u200b \x7f \u0085 é 日 🦙 \u2028")
+    # round: Python's round() (the decimal nearest to the binary value, ties to even; an int stays an int)
+    k("round_forms", "{{ 2.675|round(2) }} {{ 1.15|round(1) }} {{ 3|round }} {{ 0.125|round(2) }} {{ 2.5|round }} {{ 3.5|round }} {{ 15|round(-1) }} {{ 25|round(-1) }} {{ -15|round(-1) }} {{ 1234.5|round(-2) }} {{ 2.7|round(0, 'floor') }} {{ 2.1|round(1, 'ceil') }} {{ 1e300|round(2) }} {{ -0.5|round }} {{ true|round }}")
     k("items_on_messages", "{% for m in msgs %}{% for k, v in m.items() %}{{ k }}:{{ v }},{% endfor %}{% endfor %}", msgs=[{"role": "user", "content": "c", "extra": [1]}])
     return K
 
