@@ -504,6 +504,47 @@ TEST_GROUP(threads) {
   free_corpus();
 }
 
+/* Unicode spaces and U+180E (which PCRE2's \s takes and HF's Oniguruma does not: tok_load.c's ws_rewrite)
+ * against HF tokenizers' ids (tests/oracle/tok_ws_props.mjs). */
+TEST_GROUP(whitespace_props) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/tests/fixtures/tok/ws_props.jsonl", HEARTH_SOURCE_DIR);
+  FILE *f = fopen(path, "r");
+  REQUIRE(f != NULL);
+  static const char *const names[] = {"qwen3", "gemma3"};
+  struct tok *t[2] = {load_named(names[0]), load_named(names[1])};
+  REQUIRE(t[0] && t[1]);
+  char *line = NULL;
+  size_t cap = 0;
+  ssize_t len;
+  int rows = 0, bad = 0;
+  struct hearth_err err = {0};
+  while ((len = getline(&line, &cap, f)) > 0) {
+    json_t *o = json_loadb(line, (size_t)len, 0, NULL);
+    const char *text = json_string_value(json_object_get(o, "text"));
+    CHECK(text != NULL);
+    for (int k = 0; text && k < 2; k++) {
+      int32_t *ids = NULL;
+      int n = 0;
+      CHECK(tok_encode(t[k], text, json_string_length(json_object_get(o, "text")), 0, 1, &ids, &n, &err) == 0);
+      if (!ids_equal(ids, n, json_object_get(o, names[k]))) {
+        bad++;
+        fprintf(stderr, "%s: ids differ on ws_props line %d\n", names[k], rows);
+        print_ids("hearth", ids, n);
+      }
+      free(ids);
+    }
+    json_decref(o);
+    rows++;
+  }
+  free(line);
+  fclose(f);
+  CHECK(rows >= 50);
+  CHECKF(bad == 0, "%d of %d whitespace strings differ from HF", bad, 2 * rows);
+  tok_free(t[0]);
+  tok_free(t[1]);
+}
+
 TEST_MAIN(T(qwen3_reference), T(qwen3_embed_reference), T(gemma3_reference), T(gemma4_reference),
           T(stream_qwen3), T(stream_gemma3), T(invalid_utf8), T(api), T(errors), T(added_token_options),
-          T(threads))
+          T(threads), T(whitespace_props))
