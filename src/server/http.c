@@ -16,7 +16,7 @@
  *   Host        must name loopback and the bound port (DNS-rebinding guard) → 403; HTTP/1.1
  *               without Host → 400
  *   auth        bearer token when --api-key is set → 401
- *   type        POST needs Content-Type application/json → 415
+ *   type        POST needs Content-Type application/json and no Content-Encoding but identity → 415
  *   size        Content-Length or streamed body above max_body → 413, sent after the body has
  *               been read and dropped (so clients that write the whole body first see it), up to
  *               max(HTTP_DISCARD_MIN, 8 x max_body); larger or with "Expect: 100-continue" at once
@@ -316,6 +316,13 @@ static int precheck(struct http_req *r, const char *version, enum MHD_Result *re
     if (!content_type_json(ct)) {
       *ret = http_reply_error(r, 415, NULL, "unsupported_media_type",
                               "Content-Type must be application/json");
+      return 1;
+    }
+    /* a compressed body (gzip, ...) would be read as bad JSON: say what is wrong instead */
+    const char *ce = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_ENCODING);
+    if (ce && strcasecmp(ce, "identity")) {
+      *ret = http_reply_error(r, 415, NULL, "unsupported_media_type",
+                              "Content-Encoding '%.32s' is not supported: send the body uncompressed", ce);
       return 1;
     }
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);

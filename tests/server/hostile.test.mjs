@@ -177,6 +177,11 @@ const TABLE = [
   ['missing Content-Type', () => post(C, chat(), { ct: null }), 415],
   ['text/plain Content-Type', () => post(C, chat(), { ct: 'text/plain' }), 415],
   ['form Content-Type', () => post(C, chat(), { ct: 'application/x-www-form-urlencoded' }), 415],
+  ['gzip Content-Encoding', () => post('/tokenize', TOK, { headers: { 'Content-Encoding': 'gzip' } }), 415],
+  ['identity Content-Encoding accepted', () => post('/tokenize', TOK, { headers: { 'Content-Encoding': 'identity' } }), 200],
+  ['embeddings token id past the vocabulary', () => post('/v1/embeddings', JSON.stringify({ model: EMBED, input: [9707, 999999] })), 400, { param: 'input' }],
+  ['embeddings input past the context', () => post('/v1/embeddings', JSON.stringify({ model: EMBED, input: 'x'.repeat(6000) })), 400, { param: 'input' }],
+  ['chat stream_options without stream', () => post(C, chat({ stream_options: { include_usage: true } })), 400, { param: 'stream_options' }],
   ['charset parameter accepted', () => post('/tokenize', JSON.stringify({ model: CHAT, prompt: 'hi' }), { ct: 'application/json; charset=utf-8' }), 200],
   // 413s: with "Expect: 100-continue" or above the drain bound (64 MiB) at once, else after the
   // body has been read and dropped (clients that write the whole body first then see the 413)
