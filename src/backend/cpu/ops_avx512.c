@@ -384,6 +384,10 @@ static inline __attribute__((always_inline)) void blk_one(const uint8_t *qp, int
       ll[b] = _mm512_set1_epi32(a->c[t0 * G + g]);
     }
     const int8_t *gh = xh + g * 128, *gl = xl + g * 128;
+    /* unrolled: gcc's rolled loop carried the four accumulators through 8 register moves a 64-byte line
+     * (24 instructions where 12 do the work); unrolled, 3B tg64 on Zen 5 went +11 % at 2 threads and +18 %
+     * at 1 (interleaved pairs, bench/RESULTS.md session 37): the stream keeps more lines in flight */
+#pragma GCC unroll 16
     for (int c = 0; c < 16; c++) {
       __m512i bh0 = _mm512_set1_epi32(*(const i32u *)(gh + c * 8)), bh1 = _mm512_set1_epi32(*(const i32u *)(gh + c * 8 + 4));
       __m512i bl0 = _mm512_set1_epi32(*(const i32u *)(gl + c * 8)), bl1 = _mm512_set1_epi32(*(const i32u *)(gl + c * 8 + 4));
