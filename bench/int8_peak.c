@@ -16,76 +16,50 @@ static double now(void) {
   return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-#define N 12 /* independent chains: enough to cover a 5-cycle latency on 2 pipes */
+#define N 12 /* independent chains: enough to cover the ~5-7-cycle latencies on 2 pipes */
+
+/* The body of each timer: 12 chains of VT from distinct starting values (equal chains would be merged by the
+ * compiler), STEP(x) applied to each per iteration, an empty asm keeping all 12 live in registers, then their
+ * lane sum written to a volatile (so nothing is dead). Returns steps a second. */
+#define CHAINS(VT, SET1, ADD, LANE0, STEP)                                                                       \
+  VT a0 = SET1(0), a1 = SET1(1), a2 = SET1(2), a3 = SET1(3), a4 = SET1(4), a5 = SET1(5), a6 = SET1(6),           \
+     a7 = SET1(7), a8 = SET1(8), a9 = SET1(9), a10 = SET1(10), a11 = SET1(11);                                   \
+  double t0 = now();                                                                                            \
+  for (long i = 0; i < iters; i++) {                                                                            \
+    STEP(a0) STEP(a1) STEP(a2) STEP(a3) STEP(a4) STEP(a5) STEP(a6) STEP(a7) STEP(a8) STEP(a9) STEP(a10) STEP(a11) \
+    __asm__ volatile("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5), "+v"(a6), "+v"(a7),       \
+                     "+v"(a8), "+v"(a9), "+v"(a10), "+v"(a11));                                                 \
+  }                                                                                                             \
+  double dt = now() - t0;                                                                                       \
+  VT s = ADD(ADD(ADD(ADD(a0, a1), ADD(a2, a3)), ADD(ADD(a4, a5), ADD(a6, a7))), ADD(ADD(a8, a9), ADD(a10, a11))); \
+  volatile int sink = LANE0(s);                                                                                 \
+  (void)sink;                                                                                                   \
+  return N * (double)iters / dt;
+
+__attribute__((target("avx512f"))) static inline int lane0_512(__m512i v) { return _mm_cvtsi128_si32(_mm512_castsi512_si128(v)); }
+__attribute__((target("avx2"))) static inline int lane0_256(__m256i v) { return _mm_cvtsi128_si32(_mm256_castsi256_si128(v)); }
 
 __attribute__((target("avx512f,avx512vnni"))) static double zmm_dpbusd(long iters) {
-  /* distinct starting values: equal chains would be merged by the compiler */
-  __m512i a0 = _mm512_set1_epi32(0), a1 = _mm512_set1_epi32(1), a2 = _mm512_set1_epi32(2), a3 = _mm512_set1_epi32(3),
-          a4 = _mm512_set1_epi32(4), a5 = _mm512_set1_epi32(5), a6 = _mm512_set1_epi32(6), a7 = _mm512_set1_epi32(7),
-          a8 = _mm512_set1_epi32(8), a9 = _mm512_set1_epi32(9), a10 = _mm512_set1_epi32(10), a11 = _mm512_set1_epi32(11);
   const __m512i b = _mm512_set1_epi8(3), c = _mm512_set1_epi8(5);
-  double t0 = now();
-  for (long i = 0; i < iters; i++) {
-#define D(x) x = _mm512_dpbusd_epi32(x, b, c);
-    D(a0) D(a1) D(a2) D(a3) D(a4) D(a5) D(a6) D(a7) D(a8) D(a9) D(a10) D(a11)
-#undef D
-    __asm__ volatile("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5), "+v"(a6), "+v"(a7), "+v"(a8),
-                     "+v"(a9), "+v"(a10), "+v"(a11));
-  }
-  double dt = now() - t0;
-  __m512i s = _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3)),
-                               _mm512_add_epi32(_mm512_add_epi32(a4, a5), _mm512_add_epi32(a6, a7)));
-  s = _mm512_add_epi32(s, _mm512_add_epi32(_mm512_add_epi32(a8, a9), _mm512_add_epi32(a10, a11)));
-  volatile int sink = _mm512_reduce_add_epi32(s);
-  (void)sink;
-  return N * (double)iters / dt;
+#define STEP(x) x = _mm512_dpbusd_epi32(x, b, c);
+  CHAINS(__m512i, _mm512_set1_epi32, _mm512_add_epi32, lane0_512, STEP)
+#undef STEP
 }
 
 __attribute__((target("avx2,avxvnni"))) static double ymm_dpbusd(long iters) {
-  __m256i a0 = _mm256_set1_epi32(0), a1 = _mm256_set1_epi32(1), a2 = _mm256_set1_epi32(2), a3 = _mm256_set1_epi32(3),
-          a4 = _mm256_set1_epi32(4), a5 = _mm256_set1_epi32(5), a6 = _mm256_set1_epi32(6), a7 = _mm256_set1_epi32(7),
-          a8 = _mm256_set1_epi32(8), a9 = _mm256_set1_epi32(9), a10 = _mm256_set1_epi32(10), a11 = _mm256_set1_epi32(11);
   const __m256i b = _mm256_set1_epi8(3), c = _mm256_set1_epi8(5);
-  double t0 = now();
-  for (long i = 0; i < iters; i++) {
-#define D(x) x = _mm256_dpbusd_avx_epi32(x, b, c);
-    D(a0) D(a1) D(a2) D(a3) D(a4) D(a5) D(a6) D(a7) D(a8) D(a9) D(a10) D(a11)
-#undef D
-    __asm__ volatile("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5), "+v"(a6), "+v"(a7), "+v"(a8),
-                     "+v"(a9), "+v"(a10), "+v"(a11));
-  }
-  double dt = now() - t0;
-  __m256i s = _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(a0, a1), _mm256_add_epi32(a2, a3)),
-                               _mm256_add_epi32(_mm256_add_epi32(a4, a5), _mm256_add_epi32(a6, a7)));
-  s = _mm256_add_epi32(s, _mm256_add_epi32(_mm256_add_epi32(a8, a9), _mm256_add_epi32(a10, a11)));
-  volatile int sink = _mm256_extract_epi32(s, 0);
-  (void)sink;
-  return N * (double)iters / dt;
+#define STEP(x) x = _mm256_dpbusd_avx_epi32(x, b, c);
+  CHAINS(__m256i, _mm256_set1_epi32, _mm256_add_epi32, lane0_256, STEP)
+#undef STEP
 }
 
 /* the AVX2 form of one int8 dot step: PMADDUBSW (u8 x s8 pairs to int16), PMADDWD (to int32), PADDD. The chain
- * feeds its own accumulator back as the signed bytes, so that nothing is loop-invariant; 12 chains cover the
- * ~7-cycle latency of the three. */
+ * feeds its own accumulator back as the signed bytes, so that nothing is loop-invariant. */
 __attribute__((target("avx2"))) static double ymm_maddubs(long iters) {
-  __m256i a0 = _mm256_set1_epi32(0), a1 = _mm256_set1_epi32(1), a2 = _mm256_set1_epi32(2), a3 = _mm256_set1_epi32(3),
-          a4 = _mm256_set1_epi32(4), a5 = _mm256_set1_epi32(5), a6 = _mm256_set1_epi32(6), a7 = _mm256_set1_epi32(7),
-          a8 = _mm256_set1_epi32(8), a9 = _mm256_set1_epi32(9), a10 = _mm256_set1_epi32(10), a11 = _mm256_set1_epi32(11);
   const __m256i b = _mm256_set1_epi8(3), one = _mm256_set1_epi16(1);
-  double t0 = now();
-  for (long i = 0; i < iters; i++) {
-#define D(x) x = _mm256_add_epi32(x, _mm256_madd_epi16(_mm256_maddubs_epi16(b, x), one));
-    D(a0) D(a1) D(a2) D(a3) D(a4) D(a5) D(a6) D(a7) D(a8) D(a9) D(a10) D(a11)
-#undef D
-    __asm__ volatile("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5), "+v"(a6), "+v"(a7), "+v"(a8),
-                     "+v"(a9), "+v"(a10), "+v"(a11));
-  }
-  double dt = now() - t0;
-  __m256i s = _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(a0, a1), _mm256_add_epi32(a2, a3)),
-                               _mm256_add_epi32(_mm256_add_epi32(a4, a5), _mm256_add_epi32(a6, a7)));
-  s = _mm256_add_epi32(s, _mm256_add_epi32(_mm256_add_epi32(a8, a9), _mm256_add_epi32(a10, a11)));
-  volatile int sink = _mm256_extract_epi32(s, 0);
-  (void)sink;
-  return N * (double)iters / dt;
+#define STEP(x) x = _mm256_add_epi32(x, _mm256_madd_epi16(_mm256_maddubs_epi16(b, x), one));
+  CHAINS(__m256i, _mm256_set1_epi32, _mm256_add_epi32, lane0_256, STEP)
+#undef STEP
 }
 
 int main(void) {

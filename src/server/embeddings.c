@@ -56,10 +56,8 @@ static int input_tokens(struct srv_model *m, json_t *in, size_t k, int32_t **ids
   *ids = NULL;
   if (json_is_string(in)) {
     struct hearth_err err = {0};
-    if (textio_encode(m->tio, json_string_value(in), json_string_length(in), 1, &t, &len, &err)) {
-      free(t);
+    if (textio_encode(m->tio, json_string_value(in), json_string_length(in), 1, &t, &len, &err)) /* t stays NULL */
       return v_fail(e, "input", "input[%zu]: %s", k, errors_scrub(err.msg));
-    }
   } else if (json_is_array(in) && json_array_size(in)) {
     size_t i;
     json_t *v;

@@ -30,6 +30,7 @@ struct textio {
 #ifdef TEXTIO_HAVE_TEMPLATE
   struct chat_template *tmpl;
   char *tmpl_error; /* why the model's template did not load (NULL: loaded, or there is none) */
+  int knows_developer; /* the template names the "developer" role (textio_render_chat) */
 #endif
 };
 
@@ -49,6 +50,10 @@ int textio_load(const char *dir, struct textio **out, struct hearth_err *err) {
                   "will answer with this error: %s\n", dir, e2.msg);
       }
     }
+  }
+  if (!rc && t->tmpl) {
+    const char *src = chat_template_source(t->tmpl);
+    t->knows_developer = src && strstr(src, "developer");
   }
 #endif
   if (rc) { textio_free(t); return rc; }
@@ -153,9 +158,8 @@ int textio_render_chat(const struct textio *t, json_t *messages, json_t *tools, 
   /* OpenAI's "developer" role is its newer name for "system". A template that knows it (Gemma 4's)
    * gets it as sent; to one that does not (Qwen's test only for "system") it is passed as "system",
    * as llama.cpp and vLLM do, instead of being dropped from the prompt without a word. */
-  const char *src = chat_template_source(t->tmpl);
   json_t *mapped = NULL;
-  if (src && !strstr(src, "developer")) {
+  if (!t->knows_developer) {
     size_t i;
     json_t *m;
     json_array_foreach(messages, i, m) {

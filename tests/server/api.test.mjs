@@ -521,7 +521,8 @@ describe('completions', () => {
       // the 2 most likely, and the prompt's own token where it is not among them (OpenAI: up to logprobs + 1)
       const keys = Object.keys(lp.top_logprobs[i]);
       assert.ok(keys.includes(lp.tokens[i]), `token ${i}`);
-      assert.equal(keys.length, i >= np ? 2 : keys.length === 3 ? 3 : 2, `token ${i}: ${JSON.stringify(keys)}`);
+      // completion tokens are greedy, so the top 2 already hold them; a prompt token may add a third entry
+      assert.ok(i >= np ? keys.length === 2 : keys.length === 2 || keys.length === 3, `token ${i}: ${JSON.stringify(keys)}`);
     }
     assert.equal(lp.text_offset[0], 0);
     for (let i = 1; i < lp.tokens.length; i++)
