@@ -56,8 +56,7 @@ void cu_kv_write(struct hb_ctx *ctx, struct hb_kv_layer *kv, const struct hb_ten
            (long long)v->cols, (long long)w);
     return;
   }
-  int64_t total = (int64_t)b->n_tokens * w, blocks = (total + 255) / 256;
-  unsigned grid = (unsigned)(blocks < ctx->n_sm * 8 ? blocks : ctx->n_sm * 8);
+  const unsigned grid = cu_ew_grid(ctx, (int64_t)b->n_tokens * w);
   const int32_t *pos = (const int32_t *)b->d_pos.data, *seq = (const int32_t *)b->d_seq.data,
                 *bt = (const int32_t *)b->d_block_table.data;
 #define KVW(T, KT)                                                                                             \

@@ -146,6 +146,13 @@ static inline cudaStream_t cu_stream(struct hb_ctx *ctx) {
   return ctx->stream_raw;
 }
 
+/* the grid of a kernel over m elements, 256 threads a block, one element a thread a step: a block per 256 elements, up
+ * to 8 a multiprocessor (at least one) */
+static inline unsigned cu_ew_grid(const struct hb_ctx *ctx, int64_t m) {
+  const int64_t b = (m + 255) / 256, cap = (int64_t)ctx->n_sm * 8;
+  return (unsigned)(b < cap ? (b > 0 ? b : 1) : cap);
+}
+
 /* grows a scratch buffer (never shrinks); bumps ctx->gen when it moves; returns 0 or 1 (failed) */
 int cu_scratch(struct hb_ctx *ctx, void **buf, size_t *cap, size_t need, size_t elem, int zero);
 /* n bytes of the pinned host stage for an asynchronous upload (valid until the stream is next synchronized by the

@@ -106,11 +106,6 @@ __global__ void add_kernel(T *x, const T *y, int64_t m) {
     stf(x + i, ldf(x + i) + ldf(y + i));
 }
 
-static unsigned ew_grid(struct hb_ctx *ctx, int64_t m) {
-  int64_t b = (m + 255) / 256, cap = (int64_t)ctx->n_sm * 8;
-  return (unsigned)(b < cap ? (b > 0 ? b : 1) : cap);
-}
-
 void cu_silu_mul(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *gate,
                  const struct hb_tensor *up, int n) {
   int64_t m = (int64_t)n * gate->cols;
@@ -121,13 +116,13 @@ void cu_silu_mul(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tens
   }
   const int aligned = ((uintptr_t)out->data | (uintptr_t)gate->data | (uintptr_t)up->data) % 16 == 0;
   if (out->dtype == HB_F16 && m % 8 == 0 && aligned)
-    silu_mul_h8_kernel<<<ew_grid(ctx, m / 8), 256, 0, cu_stream(ctx)>>>((__half *)out->data, (const __half *)gate->data,
+    silu_mul_h8_kernel<<<cu_ew_grid(ctx, m / 8), 256, 0, cu_stream(ctx)>>>((__half *)out->data, (const __half *)gate->data,
                                                                     (const __half *)up->data, m / 8);
   else if (out->dtype == HB_F16)
-    silu_mul_kernel<__half><<<ew_grid(ctx, m), 256, 0, cu_stream(ctx)>>>((__half *)out->data, (const __half *)gate->data,
+    silu_mul_kernel<__half><<<cu_ew_grid(ctx, m), 256, 0, cu_stream(ctx)>>>((__half *)out->data, (const __half *)gate->data,
                                                                       (const __half *)up->data, m);
   else
-    silu_mul_kernel<float><<<ew_grid(ctx, m), 256, 0, cu_stream(ctx)>>>((float *)out->data, (const float *)gate->data,
+    silu_mul_kernel<float><<<cu_ew_grid(ctx, m), 256, 0, cu_stream(ctx)>>>((float *)out->data, (const float *)gate->data,
                                                                      (const float *)up->data, m);
   CU_LAUNCHED(ctx, "silu_mul");
 }
@@ -140,9 +135,9 @@ void cu_add(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *y, 
     return;
   }
   if (x->dtype == HB_F16)
-    add_kernel<__half><<<ew_grid(ctx, m), 256, 0, cu_stream(ctx)>>>((__half *)x->data, (const __half *)y->data, m);
+    add_kernel<__half><<<cu_ew_grid(ctx, m), 256, 0, cu_stream(ctx)>>>((__half *)x->data, (const __half *)y->data, m);
   else
-    add_kernel<float><<<ew_grid(ctx, m), 256, 0, cu_stream(ctx)>>>((float *)x->data, (const float *)y->data, m);
+    add_kernel<float><<<cu_ew_grid(ctx, m), 256, 0, cu_stream(ctx)>>>((float *)x->data, (const float *)y->data, m);
   CU_LAUNCHED(ctx, "add");
 }
 

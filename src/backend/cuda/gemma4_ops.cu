@@ -4,11 +4,6 @@
  * each follows its scalar CPU op (cpu/cpu_ops_gemma4.c) formula for formula, so the exact path agrees. */
 #include "backend/cuda/cuda_common.cuh"
 
-static unsigned g4_grid(struct hb_ctx *ctx, int64_t m) {
-  int64_t b = (m + 255) / 256, cap = (int64_t)ctx->n_sm * 8;
-  return (unsigned)(b < cap ? (b > 0 ? b : 1) : cap);
-}
-
 /* ---- gelu_mul: out[t][j] = gelu_tanh(gate[t][j]) * up[t][up_col0 + j] ------------------------------------- */
 
 template <typename T>
@@ -33,10 +28,10 @@ void cu_gelu_mul(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tens
     return;
   }
   if (out->dtype == HB_F16)
-    gelu_mul_kernel<__half><<<g4_grid(ctx, m), 256, 0, cu_stream(ctx)>>>(
+    gelu_mul_kernel<__half><<<cu_ew_grid(ctx, m), 256, 0, cu_stream(ctx)>>>(
         (__half *)out->data, (const __half *)gate->data, (const __half *)up->data, w, up->cols, up_col0, m);
   else
-    gelu_mul_kernel<float><<<g4_grid(ctx, m), 256, 0, cu_stream(ctx)>>>(
+    gelu_mul_kernel<float><<<cu_ew_grid(ctx, m), 256, 0, cu_stream(ctx)>>>(
         (float *)out->data, (const float *)gate->data, (const float *)up->data, w, up->cols, up_col0, m);
   CU_LAUNCHED(ctx, "gelu_mul");
 }
@@ -64,8 +59,8 @@ void cu_scale(struct hb_ctx *ctx, struct hb_tensor *x, float s, int n) {
     CU_ARG(ctx, "scale: x %lldx%lld dtype %d, n %d", (long long)x->rows, (long long)x->cols, (int)x->dtype, n);
     return;
   }
-  if (x->dtype == HB_F16) scale_kernel<__half><<<g4_grid(ctx, m), 256, 0, cu_stream(ctx)>>>((__half *)x->data, s, m);
-  else scale_kernel<float><<<g4_grid(ctx, m), 256, 0, cu_stream(ctx)>>>((float *)x->data, s, m);
+  if (x->dtype == HB_F16) scale_kernel<__half><<<cu_ew_grid(ctx, m), 256, 0, cu_stream(ctx)>>>((__half *)x->data, s, m);
+  else scale_kernel<float><<<cu_ew_grid(ctx, m), 256, 0, cu_stream(ctx)>>>((float *)x->data, s, m);
   CU_LAUNCHED(ctx, "scale");
 }
 
@@ -77,8 +72,8 @@ void cu_softcap(struct hb_ctx *ctx, struct hb_tensor *x, float cap, int n) {
            (double)cap);
     return;
   }
-  if (x->dtype == HB_F16) softcap_kernel<__half><<<g4_grid(ctx, m), 256, 0, cu_stream(ctx)>>>((__half *)x->data, cap, m);
-  else softcap_kernel<float><<<g4_grid(ctx, m), 256, 0, cu_stream(ctx)>>>((float *)x->data, cap, m);
+  if (x->dtype == HB_F16) softcap_kernel<__half><<<cu_ew_grid(ctx, m), 256, 0, cu_stream(ctx)>>>((__half *)x->data, cap, m);
+  else softcap_kernel<float><<<cu_ew_grid(ctx, m), 256, 0, cu_stream(ctx)>>>((float *)x->data, cap, m);
   CU_LAUNCHED(ctx, "softcap");
 }
 
@@ -119,7 +114,7 @@ void cu_rope_prop(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_batch
     return;
   }
   const int64_t total = (int64_t)b->n_tokens * n_heads * n_pairs;
-  const unsigned grid = g4_grid(ctx, total);
+  const unsigned grid = cu_ew_grid(ctx, total);
   if (x->dtype == HB_F16)
     rope_prop_kernel<__half><<<grid, 256, 0, cu_stream(ctx)>>>((__half *)x->data, (const int32_t *)b->d_pos.data,
                                                             b->n_tokens, n_heads, head_dim, n_pairs, theta, factor);

@@ -572,8 +572,7 @@ int cu_gemm_q4_run(struct hb_ctx *ctx, struct gemm_plan *pl, int finish) {
     if (CU_LAUNCHED(ctx, a.part ? "gemm_q4 split-K" : "gemm_q4")) return 1;
   }
   if (ctx->status || !a.part || !finish) return ctx->status != 0;
-  const int64_t tot = (int64_t)a.M * a.n_total, blocks = (tot + 255) / 256;
-  const unsigned fg = (unsigned)(blocks < ctx->n_sm * 8 ? blocks : ctx->n_sm * 8);
+  const unsigned fg = cu_ew_grid(ctx, (int64_t)a.M * a.n_total);
   if (cu_finish_hold(ctx, pl, fg)) return 0;
   if (pl->odt == HB_F16) gemm_finish_kernel<__half><<<fg, 256, 0, cu_stream(ctx)>>>(a);
   else gemm_finish_kernel<float><<<fg, 256, 0, cu_stream(ctx)>>>(a);
@@ -670,8 +669,7 @@ int cu_gemm_q4_swiglu(struct hb_ctx *ctx, const struct hb_tensor *x, const struc
     struct gemm_plan pl;
     if (swiglu_split_plan(ctx, x, w_gate, w_up, out, n, &pl)) return 1;
     if (cu_gemm_q4_run(ctx, &pl, 0)) return 0;
-    const int64_t mn = (int64_t)n * w_gate->rows, blocks = (mn + 255) / 256;
-    const unsigned fg = (unsigned)(blocks < ctx->n_sm * 8 ? blocks : ctx->n_sm * 8);
+    const unsigned fg = cu_ew_grid(ctx, (int64_t)n * w_gate->rows);
     gemm_finish_swiglu_kernel<<<fg, 256, 0, cu_stream(ctx)>>>(pl.a, (int)w_gate->rows);
     CU_LAUNCHED(ctx, "gemm_finish_swiglu");
     return 0;

@@ -87,9 +87,7 @@ void cu_rope_neox(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_batch
     CU_ARG(ctx, "rope_neox: bad shape or batch not uploaded");
     return;
   }
-  int64_t total = (int64_t)b->n_tokens * n_heads * (n_rot / 2);
-  int64_t blocks = (total + 255) / 256;
-  unsigned grid = (unsigned)(blocks < ctx->n_sm * 8 ? blocks : ctx->n_sm * 8);
+  const unsigned grid = cu_ew_grid(ctx, (int64_t)b->n_tokens * n_heads * (n_rot / 2));
   if (x->cols != (int64_t)n_heads * head_dim) {
     CU_ARG(ctx, "rope_neox: x cols %lld != n_heads*head_dim", (long long)x->cols);
     return;
