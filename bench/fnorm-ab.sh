@@ -24,13 +24,16 @@ timeout 100 $B/tests/cuda/test_cuda_ops >"$O/test_ops.log" 2>&1; el "test_cuda_o
 grep -iE "fail|mismatch" "$O/test_ops.log" | head -8 | tee -a "$O/progress.txt"
 wait $mk
 b() { local tag=$1; shift; timeout 90 env "$@" 2>&1 | grep -E "^\| (tg|pp)" | tr -s ' ' | sed "s/^/$tag /" | tee -a "$O/ab.txt"; }
+# old: the finish and the norm as two launches; new: folded; ads96 / ads192: new, and x16 / x32 attention on
+# attn_decode_smem (a block a query head, keys in shared memory) instead of the split-key kernel, at most 96 / 192
+# keys a pass (bench-only knobs HEARTH_ADS_MAX, HEARTH_ADS_C)
+declare -A CFG=([old]="HEARTH_FINISH_NORM=0" [new]="HEARTH_NONE=1" [ads96]="HEARTH_ADS_MAX=32 HEARTH_ADS_C=96"
+  [ads192]="HEARTH_ADS_MAX=32 HEARTH_ADS_C=192")
 for r in 1 2; do
-  for m in 3b 05; do
-    for c in old new; do
-      [ $(( $(date +%s) - t0 )) -lt ${AB_END:-400} ] || break 3
-      if [ $c = old ]; then e=HEARTH_FINISH_NORM=0; else e=HEARTH_NONE=1; fi
-      b "$m $c r$r" $e $H bench --model /tmp/m-$m --backend cuda -p 128 -n 64 -r 2 --batch 16,32
-    done
+  for mc in "3b old" "3b new" "3b ads96" "3b ads192" "05 old" "05 new"; do
+    set -- $mc; m=$1; c=$2
+    [ $(( $(date +%s) - t0 )) -lt ${AB_END:-420} ] || break 2
+    b "$m $c r$r" ${CFG[$c]} $H bench --model /tmp/m-$m --backend cuda -p 128 -n 64 -r 2 --batch 16,32
   done
 done
 el ab
