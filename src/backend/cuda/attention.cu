@@ -83,6 +83,23 @@ void cu_kv_write(struct hb_ctx *ctx, struct hb_kv_layer *kv, const struct hb_ten
 #define RKV_MAX_HALF 256
 struct rkv_rinv { float v[RKV_MAX_HALF]; };
 
+/* the prologue of the rope kernels of one block per token (rope_kv_kernel, rope_kv_norm_kernel, rope_kv_split_kernel):
+ * token t's half rotation angles pos · rinv[i] through sincosf into s_sn / s_cs, and the cache slot of its position,
+ * returned. Run before griddepcontrol.wait: positions and block tables are the batch's upload, never written by the
+ * kernel before (cuda_backend.cu). The caller syncs the block before reading the angles. */
+__device__ __forceinline__ int64_t rkv_prologue(float *s_sn, float *s_cs, const rkv_rinv &rinv, int half, int t,
+                                                const int32_t *pos, const int32_t *seq, const int32_t *bt,
+                                                int max_blocks, int bs) {
+  const int p = pos[t];
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    float sn, cs;
+    sincosf((float)p * rinv.v[i], &sn, &cs);
+    s_sn[i] = sn;
+    s_cs[i] = cs;
+  }
+  return (int64_t)bt[(int64_t)seq[t] * max_blocks + p / bs] * bs + p % bs;
+}
+
 template <typename T, typename KT>
 __global__ void __launch_bounds__(256) rope_kv_kernel(T *q, const T *k, const T *v, KT *kc, KT *vc, const int32_t *pos,
                                                       const int32_t *seq, const int32_t *bt, int max_blocks, int bs,
@@ -90,15 +107,8 @@ __global__ void __launch_bounds__(256) rope_kv_kernel(T *q, const T *k, const T 
                                                       const __grid_constant__ rkv_rinv rinv) {
   __shared__ float s_sn[RKV_MAX_HALF], s_cs[RKV_MAX_HALF];
   pdl_trigger();
-  /* positions and block tables are the batch's upload, never written by the kernel before (cuda_backend.cu) */
-  const int t = blockIdx.x, half = n_rot / 2, p = pos[t];
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    float sn, cs;
-    sincosf((float)p * rinv.v[i], &sn, &cs);
-    s_sn[i] = sn;
-    s_cs[i] = cs;
-  }
-  const int64_t w = (int64_t)n_kv * hd, slot = (int64_t)bt[(int64_t)seq[t] * max_blocks + p / bs] * bs + p % bs;
+  const int t = blockIdx.x, half = n_rot / 2;
+  const int64_t w = (int64_t)n_kv * hd, slot = rkv_prologue(s_sn, s_cs, rinv, half, t, pos, seq, bt, max_blocks, bs);
   __syncthreads();
   pdl_wait();
   T *qt = q + (int64_t)t * n_heads * hd;
@@ -141,14 +151,8 @@ __global__ void __launch_bounds__(256) rope_kv_norm_kernel(T *q, const T *k, con
   constexpr int HD = 32 * NJ, HALF = HD / 2, NH = NJ / 2;
   __shared__ float s_sn[HALF], s_cs[HALF];
   pdl_trigger();
-  const int t = blockIdx.x, p = pos[t], lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
-  for (int i = threadIdx.x; i < HALF; i += blockDim.x) {
-    float sn, cs;
-    sincosf((float)p * rinv.v[i], &sn, &cs);
-    s_sn[i] = sn;
-    s_cs[i] = cs;
-  }
-  const int64_t w = (int64_t)n_kv * HD, slot = (int64_t)bt[(int64_t)seq[t] * max_blocks + p / bs] * bs + p % bs;
+  const int t = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32, n_warps = blockDim.x / 32;
+  const int64_t w = (int64_t)n_kv * HD, slot = rkv_prologue(s_sn, s_cs, rinv, HALF, t, pos, seq, bt, max_blocks, bs);
   float wq[NJ], wk[NJ]; /* (w + w_offset) as rmsnorm_kernel forms it, with the offset 0 that blocks.c passes */
 #pragma unroll
   for (int j = 0; j < NJ; j++) {
@@ -263,14 +267,8 @@ __global__ void __launch_bounds__(256) rope_kv_split_kernel(const __grid_constan
                                                             const __grid_constant__ rkv_rinv rinv) {
   __shared__ float s_sn[RKV_MAX_HALF], s_cs[RKV_MAX_HALF];
   pdl_trigger();
-  const int t = blockIdx.x, half = hd / 2, p = pos[t];
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    float sn, cs;
-    sincosf((float)p * rinv.v[i], &sn, &cs);
-    s_sn[i] = sn;
-    s_cs[i] = cs;
-  }
-  const int64_t w = (int64_t)n_kv * hd, slot = (int64_t)bt[(int64_t)seq[t] * max_blocks + p / bs] * bs + p % bs;
+  const int t = blockIdx.x, half = hd / 2;
+  const int64_t w = (int64_t)n_kv * hd, slot = rkv_prologue(s_sn, s_cs, rinv, half, t, pos, seq, bt, max_blocks, bs);
   __syncthreads();
   pdl_wait();
   /* one job a thread: a q pair (i, i + half) of a head, or a k pair's element with its v element; the slices of the

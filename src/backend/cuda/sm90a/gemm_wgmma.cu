@@ -341,41 +341,28 @@ int cu_gemm_wg_init(struct hb_ctx *ctx) {
   return 1;
 }
 
-/* launched with programmatic stream serialization: the kernel's weight prologue overlaps the kernel before it (x32
- * +2 % on the H200, bench/RESULTS.md "Session 36") */
-template <int NT, int W, typename TO, bool SWI>
-static void wg_go(struct hb_ctx *ctx, const gemm_args &a, dim3 grid, size_t smem) {
-  cu_launch_pdl(ctx, "gemm_wg", gemm_wg_kernel<NT, W, TO, SWI>, grid, dim3(128 * W), smem, a);
+/* the plain (no SwiGLU) instance for a plan's token tile, warpgroups and output type: the launch and the residency
+ * question (cu_gemm_wg_resident) take the same kernel */
+typedef void (*wg_kernel_t)(const gemm_args);
+static wg_kernel_t wg_kernel(int nt, int wgs, int out_f32) {
+#define WGK(NT, W) (out_f32 ? (wg_kernel_t)gemm_wg_kernel<NT, W, float, false> : (wg_kernel_t)gemm_wg_kernel<NT, W, __half, false>)
+  if (wgs == 4) return nt == 128 ? WGK(128, 4) : WGK(64, 4);
+  return nt == 128 ? WGK(128, 2) : nt == 64 ? WGK(64, 2) : WGK(32, 2);
+#undef WGK
 }
 
+/* launched with programmatic stream serialization: the kernel's weight prologue overlaps the kernel before it (x32
+ * +2 % on the H200, bench/RESULTS.md "Session 36") */
 void cu_gemm_wg_launch(struct hb_ctx *ctx, const gemm_args &a, int nt, int wgs, int out_f32, dim3 grid, size_t smem) {
-#define WGL(NT, W, TO) wg_go<NT, W, TO, false>(ctx, a, grid, smem)
-  if (wgs == 4) {
-    if (nt == 128) { if (out_f32) WGL(128, 4, float); else WGL(128, 4, __half); }
-    else { if (out_f32) WGL(64, 4, float); else WGL(64, 4, __half); }
-  } else {
-    if (nt == 128) { if (out_f32) WGL(128, 2, float); else WGL(128, 2, __half); }
-    else if (nt == 64) { if (out_f32) WGL(64, 2, float); else WGL(64, 2, __half); }
-    else { if (out_f32) WGL(32, 2, float); else WGL(32, 2, __half); }
-  }
-#undef WGL
+  cu_launch_pdl(ctx, "gemm_wg", wg_kernel(nt, wgs, out_f32), grid, dim3(128 * wgs), smem, a);
   CU_LAUNCHED(ctx, a.part ? "gemm_wg split-K" : "gemm_wg");
 }
 
 int cu_gemm_wg_resident(int nt, int wgs, int out_f32, size_t smem) {
   int r = 0;
-  cudaError_t e = cudaErrorInvalidValue;
-#define WGR(NT, W, TO) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r, gemm_wg_kernel<NT, W, TO, false>, 128 * W, smem)
-  if (wgs == 4) {
-    if (nt == 128) { if (out_f32) WGR(128, 4, float); else WGR(128, 4, __half); }
-    else { if (out_f32) WGR(64, 4, float); else WGR(64, 4, __half); }
-  } else {
-    if (nt == 128) { if (out_f32) WGR(128, 2, float); else WGR(128, 2, __half); }
-    else if (nt == 64) { if (out_f32) WGR(64, 2, float); else WGR(64, 2, __half); }
-    else { if (out_f32) WGR(32, 2, float); else WGR(32, 2, __half); }
-  }
-#undef WGR
-  if (e != cudaSuccess || r < 1) {
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r, (const void *)wg_kernel(nt, wgs, out_f32), 128 * wgs, smem) !=
+          cudaSuccess ||
+      r < 1) {
     (void)cudaGetLastError();
     return 1;
   }
@@ -383,6 +370,6 @@ int cu_gemm_wg_resident(int nt, int wgs, int out_f32, size_t smem) {
 }
 
 void cu_gemm_wg_launch_swiglu(struct hb_ctx *ctx, const gemm_args &a, dim3 grid, size_t smem) {
-  wg_go<128, 2, __half, true>(ctx, a, grid, smem);
+  cu_launch_pdl(ctx, "gemm_wg", gemm_wg_kernel<128, 2, __half, true>, grid, dim3(256), smem, a);
   CU_LAUNCHED(ctx, "gemm_wg swiglu");
 }
