@@ -2235,57 +2235,6 @@ TEST_GROUP(wgmma) {
   teardown();
 }
 
-/* a split-K finish with the rmsnorm of the x it wrote folded in (matmul_q4.cu, "The finish and the rmsnorm after it")
- * against the same two ops as two launches (hb_cuda_set_finish_norm 0): x += a · Wᵀ, then xn = rmsnorm(x) · nw, at the
- * shapes of a batched decode step's o_proj (K = d) and down_proj (K = ff), wide rows (d >= 1024, a block a row) and
- * narrow ones (the 0.5B's 896: a warp a row, a partial last chunk). The fold must have run (the shape splits K), give
- * the same bits in x and xn, and give them again on a second run (its per-row counters reset themselves). */
-static void check_finish_norm(int K, int d, int n) {
-  struct pair a, w, nw, x[2], xn[2];
-  char what[96];
-  pair_rand(&a, HB_F32, n, K, 2.0f);
-  weight_pair(&w, HB_Q4, d, K, 0.5f);
-  weight_pair(&nw, HB_F32, 1, d, 1.0f);
-  float *hx = randv((int64_t)n * d, 5.0f);
-  for (int i = 0; i < 2; i++) {
-    pair_alloc(&x[i], HB_F32, n, d);
-    pair_alloc(&xn[i], HB_F32, n, d);
-  }
-  const struct hb_tensor *wg[1] = {&w.g};
-  unsigned before = hb_cuda_set_finish_norm(gc, 0), folds = 0;
-  for (int run = 0; run < 3; run++) { /* run 0: two launches; 1 and 2: folded */
-    struct pair *xo = &x[run > 0], *xno = &xn[run > 0];
-    hb_cuda_set_finish_norm(gc, run > 0);
-    pair_set(xo, hx);
-    pair_poison(xno);
-    struct hb_tensor *og[1] = {&xo->g};
-    hb_cuda_norm_matmul(gc, &a.g, NULL, 0.0f, 0.0f, 1, og, wg, NULL, n, 1);
-    G->rmsnorm(gc, &xno->g, &xo->g, &nw.g, 1e-6f, 0.0f);
-    if (run == 0) continue;
-    folds = hb_cuda_set_finish_norm(gc, 1) - before;
-    snprintf(what, sizeof what, "finish + rmsnorm K %d d %d n %d (run %d): x", K, d, n, run);
-    gpu_same(&x[0].g, &x[1].g, n, what);
-    snprintf(what, sizeof what, "finish + rmsnorm K %d d %d n %d (run %d): xn", K, d, n, run);
-    gpu_same(&xn[0].g, &xn[1].g, n, what);
-  }
-  printf("  finish + rmsnorm K %d d %d n %d: %u folded launches\n", K, d, n, folds);
-  CHECKF(folds == 2, "finish + rmsnorm K %d d %d n %d: %u folded launches of 2 (did the GEMM not split K?)", K, d, n,
-         folds);
-  for (int i = 0; i < 2; i++) { pair_free(&x[i]); pair_free(&xn[i]); }
-  pair_free(&a); pair_free(&w); pair_free(&nw);
-  free(hx);
-}
-
-TEST_GROUP(finish_norm) {
-  if (setup(0)) return;
-  check_finish_norm(2048, 2048, 32);  /* the 3B's o_proj at 32 sequences */
-  check_finish_norm(11008, 2048, 16); /* its down_proj at 16 */
-  check_finish_norm(2048, 2048, 9);   /* the fewest rows the GEMM takes */
-  check_finish_norm(896, 896, 32);    /* the 0.5B's o_proj: narrow rows, a chunk of 128 of 256 columns */
-  check_finish_norm(4864, 896, 24);   /* its down_proj */
-  teardown();
-}
-
 /* no GPU: init must fail with a message, not crash (runs anywhere) */
 TEST_GROUP(init_error) {
   struct hearth_err err = {0};
@@ -2296,4 +2245,4 @@ TEST_GROUP(init_error) {
   CHECK(rc != 0 && x == NULL && err.msg[0]);
 }
 
-TEST_MAIN(T(exact), T(fast), T(fused), T(wgmma), T(finish_norm), T(graph), T(graph_gemma4), T(sample), T(sample_large), T(sample_split), T(nonfinite), T(row_score), T(repeat), T(init_error))
+TEST_MAIN(T(exact), T(fast), T(fused), T(wgmma), T(graph), T(graph_gemma4), T(sample), T(sample_large), T(sample_split), T(nonfinite), T(row_score), T(repeat), T(init_error))

@@ -60,7 +60,7 @@ void cu_kv_write(struct hb_ctx *ctx, struct hb_kv_layer *kv, const struct hb_ten
   const int32_t *pos = (const int32_t *)b->d_pos.data, *seq = (const int32_t *)b->d_seq.data,
                 *bt = (const int32_t *)b->d_block_table.data;
 #define KVW(T, KT)                                                                                             \
-  kv_write_kernel<T, KT><<<grid, 256, 0, cu_stream(ctx)>>>((KT *)kv->k.data, (KT *)kv->v.data, (const T *)k->data, \
+  kv_write_kernel<T, KT><<<grid, 256, 0, ctx->stream>>>((KT *)kv->k.data, (KT *)kv->v.data, (const T *)k->data, \
                                                         (const T *)v->data, pos, seq, bt, b->max_blocks,         \
                                                         b->block_size, b->n_tokens, w)
   if (k->dtype == HB_F16 && kv->k.dtype == HB_F16) KVW(__half, __half);
@@ -1381,7 +1381,7 @@ static void attn_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct 
                                             (int)sm)))
           return;
         dim3 grid((unsigned)p->n_heads, (unsigned)((nt + AM_Q - 1) / AM_Q));
-        attn_prefill_mma_kernel<HD><<<grid, 128, sm, cu_stream(ctx)>>>(
+        attn_prefill_mma_kernel<HD><<<grid, 128, sm, ctx->stream>>>(
             (__half *)out->data, (const __half *)q->data, (const __half *)kv->k.data, (const __half *)kv->v.data, pos,
             seq, bt, b->max_blocks, b->block_size, nt, p->n_heads, p->n_kv_heads, G, p->scale, p->window, p->softcap);
         CU_LAUNCHED(ctx, "attn_prefill_mma");
@@ -1394,7 +1394,7 @@ static void attn_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct 
                                         (int)sm)))
       return;
     dim3 grid((unsigned)((nt + AP_Q - 1) / AP_Q), (unsigned)p->n_heads);
-    attn_prefill_kernel<T, KT, HD><<<grid, 128, sm, cu_stream(ctx)>>>(
+    attn_prefill_kernel<T, KT, HD><<<grid, 128, sm, ctx->stream>>>(
         (T *)out->data, (const T *)q->data, (const KT *)kv->k.data, (const KT *)kv->v.data, pos, seq, bt,
         b->max_blocks, b->block_size, nt, p->n_heads, p->n_kv_heads, G, p->scale, p->window, p->softcap);
     CU_LAUNCHED(ctx, "attn_prefill");
@@ -1417,7 +1417,7 @@ static int am_launch_512(struct hb_ctx *ctx, struct hb_tensor *out, const struct
                                       (int)sm)))
     return 0;
   dim3 grid((unsigned)p->n_heads, (unsigned)((nt + AM_Q - 1) / AM_Q), 2);
-  attn_prefill_mma_kernel<512, 256><<<grid, 128, sm, cu_stream(ctx)>>>(
+  attn_prefill_mma_kernel<512, 256><<<grid, 128, sm, ctx->stream>>>(
       (__half *)out->data, (const __half *)q->data, (const __half *)kv->k.data, (const __half *)kv->v.data,
       (const int32_t *)b->d_pos.data, (const int32_t *)b->d_seq.data, (const int32_t *)b->d_block_table.data,
       b->max_blocks, b->block_size, nt, p->n_heads, p->n_kv_heads, p->n_heads / p->n_kv_heads, p->scale, p->window,

@@ -399,7 +399,7 @@ int cu_attn_o(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *q
   cfg.gridDim = dim3((unsigned)(rows / RB * n_kv));
   cfg.blockDim = dim3(ADO_THREADS);
   cfg.dynamicSmemBytes = sm;
-  cfg.stream = cu_stream(ctx);
+  cfg.stream = ctx->stream;
   cudaLaunchAttribute at[2];
   at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   at[0].val.programmaticStreamSerializationAllowed = 1;

@@ -84,7 +84,7 @@ template <typename T, typename KT>
 static void wide_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *q,
                         const struct hb_kv_layer *kv, const struct hb_batch *b, const struct hb_attn_params *p) {
   dim3 grid((unsigned)b->n_tokens, (unsigned)p->n_heads);
-  attn_wide_kernel<T, KT><<<grid, AW_THREADS, (size_t)p->head_dim * sizeof(float), cu_stream(ctx)>>>(
+  attn_wide_kernel<T, KT><<<grid, AW_THREADS, (size_t)p->head_dim * sizeof(float), ctx->stream>>>(
       (T *)out->data, (const T *)q->data, (const KT *)kv->k.data, (const KT *)kv->v.data,
       (const int32_t *)b->d_pos.data, (const int32_t *)b->d_seq.data, (const int32_t *)b->d_block_table.data,
       b->max_blocks, b->block_size, p->n_heads, p->n_kv_heads, p->head_dim, p->scale, p->window, p->softcap);

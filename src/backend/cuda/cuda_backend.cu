@@ -63,11 +63,11 @@ int cu_scratch(struct hb_ctx *ctx, void **buf, size_t *cap, size_t need, size_t 
   }
   size_t n = need + need / 2;
   void *p = NULL;
-  if (CU_OK(ctx, cudaStreamSynchronize(cu_stream(ctx)))) return 1;
+  if (CU_OK(ctx, cudaStreamSynchronize(ctx->stream))) return 1;
   if (CU_OK(ctx, cudaMalloc(&p, n * elem))) return 1;
   /* on this context's stream: a legacy-stream memset is not ordered with it (it is non-blocking) and could land
    * after the first work that uses the buffer */
-  if (zero && CU_OK(ctx, cudaMemsetAsync(p, 0, n * elem, cu_stream(ctx)))) { cudaFree(p); return 1; }
+  if (zero && CU_OK(ctx, cudaMemsetAsync(p, 0, n * elem, ctx->stream))) { cudaFree(p); return 1; }
   if (*buf) cudaFree(*buf);
   ctx->bytes_scratch += (n - *cap) * elem;
   *buf = p;
@@ -103,14 +103,14 @@ static int cuda_init(const struct hb_config *cfg, struct hb_ctx **out, struct he
   c->smem_sm = prop.sharedMemPerMultiprocessor;
   c->smem_reserved = prop.reservedSharedMemPerBlock;
   c->stage_on = 1; /* (off from the first failed pinned allocation: stage_get) */
-  if ((e = cudaStreamCreateWithFlags(&c->stream_raw, cudaStreamNonBlocking)) != cudaSuccess) {
+  if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {
     free(c);
     return cu_err_set(err, HEARTH_ERR_BACKEND, "cuda: cannot create a stream: %s", cudaGetErrorString(e));
   }
   cu_attn_o_init(c);
   if (cu_matmul_init(c)) {
     int rc = report(c, err);
-    cudaStreamDestroy(c->stream_raw);
+    cudaStreamDestroy(c->stream);
     free(c);
     return rc;
   }
@@ -120,7 +120,7 @@ static int cuda_init(const struct hb_config *cfg, struct hb_ctx **out, struct he
 
 static void cuda_free(struct hb_ctx *c) {
   if (!c) return;
-  cudaStreamSynchronize(cu_stream(c));
+  cudaStreamSynchronize(c->stream);
   cudaFree(c->b_in);
   cudaFreeHost(c->stage);
   cudaFreeHost(c->pin);
@@ -133,15 +133,13 @@ static void cuda_free(struct hb_ctx *c) {
     for (int i = 0; i < 1024; i++) if (c->marks[i]) cudaEventDestroy(c->marks[i]);
     free(c->marks);
   }
-  cudaFree(c->fin_cnt);
-  free(c->fin_args);
   cudaFree(c->attn_part); cudaFree(c->attn_cnt); cudaFree(c->tmp[0]); cudaFree(c->tmp[1]); cudaFree(c->gemm_part); cudaFree(c->am_part); cudaFree(c->am_cnt);
   cudaFree(c->sample_rows); cudaFree(c->sample_pen); cudaFree(c->sample_work); cudaFree(c->sample_split);
   cu_trace_print(c);
 #if HEARTH_TRACE
   cudaFree(c->tr_dev);
 #endif
-  cudaStreamDestroy(c->stream_raw);
+  cudaStreamDestroy(c->stream);
   free(c);
 }
 
@@ -202,7 +200,7 @@ static int cuda_alloc_f32(struct hb_ctx *c, struct hb_tensor *t, int64_t rows, i
 static void cuda_release(struct hb_ctx *c, struct hb_tensor *t) {
   if (!t) return;
   if (t->bytes) {
-    cudaStreamSynchronize(cu_stream(c));
+    cudaStreamSynchronize(c->stream);
     cudaFree(t->data);
     if (t->aux) cudaFree(t->aux);
     c->bytes_alloc -= t->bytes < c->bytes_alloc ? t->bytes : c->bytes_alloc;
@@ -228,10 +226,10 @@ static int cuda_weight_upload(struct hb_ctx *c, struct hb_tensor *dst, const str
     if (!rc) rc = dev_alloc(c, &tmp, qb + sb, "the int4 repack buffer", err);
     if (rc) { cudaFree(q); cudaFree(s); cudaFree(tmp); return rc; }
     c->bytes_alloc -= qb + sb; /* tmp is transient */
-    if (!CU_OK(c, cudaMemcpyAsync(tmp, src->data, qb, cudaMemcpyHostToDevice, cu_stream(c))) &&
-        !CU_OK(c, cudaMemcpyAsync((uint8_t *)tmp + qb, src->scales, sb, cudaMemcpyHostToDevice, cu_stream(c)))) {
+    if (!CU_OK(c, cudaMemcpyAsync(tmp, src->data, qb, cudaMemcpyHostToDevice, c->stream)) &&
+        !CU_OK(c, cudaMemcpyAsync((uint8_t *)tmp + qb, src->scales, sb, cudaMemcpyHostToDevice, c->stream))) {
       cu_q4_repack(c, (uint8_t *)q, (__half *)s, (const uint8_t *)tmp, (const __half *)((uint8_t *)tmp + qb), rows, cols);
-      CU_OK(c, cudaStreamSynchronize(cu_stream(c)));
+      CU_OK(c, cudaStreamSynchronize(c->stream));
     }
     cudaFree(tmp);
     if (c->status) { cudaFree(q); cudaFree(s); return report(c, err); }
@@ -285,7 +283,7 @@ static void *stage_get(struct hb_ctx *c, size_t n) {
   if (!c->stage_on || n > CU_STAGE_MAX || c->capturing) return NULL;
   n = (n + 127) & ~(size_t)127;
   if (c->stage_off + n > c->stage_cap) {
-    if (CU_OK(c, cudaStreamSynchronize(cu_stream(c)))) return NULL; /* every staged copy has run */
+    if (CU_OK(c, cudaStreamSynchronize(c->stream))) return NULL; /* every staged copy has run */
     /* full after fewer than 64 uploads since the last sync (a loop that never syncs: decoding ahead with large
      * block tables): grow, so that such syncs stay rare */
     size_t cap = n > c->stage_cap ? 2 * n : c->stage_n < 64 && c->stage_cap < ((size_t)64 << 20) ? 2 * c->stage_cap : 0;
@@ -335,17 +333,17 @@ static int cuda_write(struct hb_ctx *c, struct hb_tensor *t, int64_t row0, int64
       f32_to_f16((__half *)st, (const float *)host, n);
     else
       memcpy(st, host, n * es);
-    CU_OK(c, cudaMemcpyAsync(dst, st, n * es, cudaMemcpyHostToDevice, cu_stream(c)));
+    CU_OK(c, cudaMemcpyAsync(dst, st, n * es, cudaMemcpyHostToDevice, c->stream));
   } else if (t->dtype == HB_F16) {
     __half *h = (__half *)malloc(n * sizeof(__half));
     if (!h) { cu_fail(c, HEARTH_ERR_NOMEM, __FILE__, __LINE__, "out of host memory"); return c->status; }
     f32_to_f16(h, (const float *)host, n);
-    if (!CU_OK(c, cudaMemcpyAsync(dst, h, n * 2, cudaMemcpyHostToDevice, cu_stream(c))))
-      CU_OK(c, cudaStreamSynchronize(cu_stream(c)));
+    if (!CU_OK(c, cudaMemcpyAsync(dst, h, n * 2, cudaMemcpyHostToDevice, c->stream)))
+      CU_OK(c, cudaStreamSynchronize(c->stream));
     free(h);
   } else if (t->dtype == HB_F32 || t->dtype == HB_I32) {
-    if (!CU_OK(c, cudaMemcpyAsync(dst, host, n * es, cudaMemcpyHostToDevice, cu_stream(c))))
-      CU_OK(c, cudaStreamSynchronize(cu_stream(c)));
+    if (!CU_OK(c, cudaMemcpyAsync(dst, host, n * es, cudaMemcpyHostToDevice, c->stream)))
+      CU_OK(c, cudaStreamSynchronize(c->stream));
   } else {
     cu_fail(c, HEARTH_ERR_ARG, __FILE__, __LINE__, "write: tensor dtype %d is not host-writable", (int)t->dtype);
   }
@@ -358,8 +356,8 @@ static int cuda_read(struct hb_ctx *c, const struct hb_tensor *t, int64_t row0, 
   const char *src = (const char *)t->data + (size_t)row0 * (size_t)t->cols * es;
   void *st = stage_for(c, t, n * es);
   if (st) { /* into pinned memory: one DMA, then the sync the caller needs anyway */
-    if (!CU_OK(c, cudaMemcpyAsync(st, src, n * es, cudaMemcpyDeviceToHost, cu_stream(c))) &&
-        !CU_OK(c, cudaStreamSynchronize(cu_stream(c)))) {
+    if (!CU_OK(c, cudaMemcpyAsync(st, src, n * es, cudaMemcpyDeviceToHost, c->stream)) &&
+        !CU_OK(c, cudaStreamSynchronize(c->stream))) {
       if (t->dtype == HB_F16)
         f16_to_f32((float *)host, (const __half *)st, n);
       else
@@ -369,13 +367,13 @@ static int cuda_read(struct hb_ctx *c, const struct hb_tensor *t, int64_t row0, 
   } else if (t->dtype == HB_F16) {
     __half *h = (__half *)malloc(n * sizeof(__half));
     if (!h) { cu_fail(c, HEARTH_ERR_NOMEM, __FILE__, __LINE__, "out of host memory"); return c->status; }
-    if (!CU_OK(c, cudaMemcpyAsync(h, src, n * 2, cudaMemcpyDeviceToHost, cu_stream(c))) &&
-        !CU_OK(c, cudaStreamSynchronize(cu_stream(c))))
+    if (!CU_OK(c, cudaMemcpyAsync(h, src, n * 2, cudaMemcpyDeviceToHost, c->stream)) &&
+        !CU_OK(c, cudaStreamSynchronize(c->stream)))
       f16_to_f32((float *)host, h, n);
     free(h);
   } else if (t->dtype == HB_F32 || t->dtype == HB_I32) {
-    if (!CU_OK(c, cudaMemcpyAsync(host, src, n * es, cudaMemcpyDeviceToHost, cu_stream(c))))
-      CU_OK(c, cudaStreamSynchronize(cu_stream(c)));
+    if (!CU_OK(c, cudaMemcpyAsync(host, src, n * es, cudaMemcpyDeviceToHost, c->stream)))
+      CU_OK(c, cudaStreamSynchronize(c->stream));
   } else {
     cu_fail(c, HEARTH_ERR_ARG, __FILE__, __LINE__, "read: tensor dtype %d is not host-readable", (int)t->dtype);
   }
@@ -417,11 +415,11 @@ static int cuda_batch_upload(struct hb_ctx *c, struct hb_batch *b, struct hearth
   if (st) { /* one copy of the whole span (the alignment gaps carry whatever the stage held) */
     for (int i = 0; i < 6; i++)
       if (part[i].n) memcpy(st + part[i].off, part[i].src, (size_t)part[i].n * 4);
-    if (CU_OK(c, cudaMemcpyAsync(c->b_in, st, (size_t)total * 4, cudaMemcpyHostToDevice, cu_stream(c)))) return report(c, err);
+    if (CU_OK(c, cudaMemcpyAsync(c->b_in, st, (size_t)total * 4, cudaMemcpyHostToDevice, c->stream))) return report(c, err);
   } else { /* no pinned memory: a copy per array from the caller's memory */
     for (int i = 0; i < 6; i++)
       if (part[i].n && CU_OK(c, cudaMemcpyAsync(c->b_in + part[i].off, part[i].src, (size_t)part[i].n * 4,
-                                                  cudaMemcpyHostToDevice, cu_stream(c))))
+                                                  cudaMemcpyHostToDevice, c->stream)))
         return report(c, err);
   }
   view_i32(&b->d_pos, c->b_in, nt);
@@ -465,11 +463,11 @@ static void copy_chunks(struct hb_ctx *c, void **dst, void **src, size_t *sz, in
     at.srcLocHint.type = kind == cudaMemcpyHostToDevice ? cudaMemLocationTypeHost : cudaMemLocationTypeDevice;
     at.dstLocHint.type = kind == cudaMemcpyHostToDevice ? cudaMemLocationTypeDevice : cudaMemLocationTypeHost;
     size_t idx = 0;
-    if (cudaMemcpyBatchAsync(dst, src, sz, (size_t)n, &at, &idx, 1, cu_stream(c)) == cudaSuccess) return;
+    if (cudaMemcpyBatchAsync(dst, src, sz, (size_t)n, &at, &idx, 1, c->stream) == cudaSuccess) return;
     (void)cudaGetLastError(); /* not sticky: fall back for good */
     batch_ok = 0;
   }
-  for (int i = 0; i < n && !c->status; i++) CU_OK(c, cudaMemcpyAsync(dst[i], src[i], sz[i], kind, cu_stream(c)));
+  for (int i = 0; i < n && !c->status; i++) CU_OK(c, cudaMemcpyAsync(dst[i], src[i], sz[i], kind, c->stream));
 }
 
 /* the device side of blocks[0..nb) as chunks (kv_block_chunks per block) into malloc'd dev / sz arrays; host side
@@ -543,13 +541,13 @@ static int kv_packed_io(struct hb_ctx *c, void **dev, size_t *sz, int n, char *h
   }
   char *packed = (char *)c->kv_io;
   struct kv_pack_chunk *dt = (struct kv_pack_chunk *)(packed + need - tab);
-  if (to_kv) CU_OK(c, cudaMemcpyAsync(packed, host, bytes, cudaMemcpyHostToDevice, cu_stream(c)));
-  if (!c->status && !CU_OK(c, cudaMemcpyAsync(dt, t, tab, cudaMemcpyHostToDevice, cu_stream(c)))) {
-    kv_pack_kernel<<<n, 256, 0, cu_stream(c)>>>(dt, packed, to_kv);
+  if (to_kv) CU_OK(c, cudaMemcpyAsync(packed, host, bytes, cudaMemcpyHostToDevice, c->stream));
+  if (!c->status && !CU_OK(c, cudaMemcpyAsync(dt, t, tab, cudaMemcpyHostToDevice, c->stream))) {
+    kv_pack_kernel<<<n, 256, 0, c->stream>>>(dt, packed, to_kv);
     CU_LAUNCHED(c, to_kv ? "kv_scatter" : "kv_gather");
   }
-  if (!to_kv && !c->status) CU_OK(c, cudaMemcpyAsync(host, packed, bytes, cudaMemcpyDeviceToHost, cu_stream(c)));
-  if (!c->status) CU_OK(c, cudaStreamSynchronize(cu_stream(c))); /* t and the caller's buffer are free again */
+  if (!to_kv && !c->status) CU_OK(c, cudaMemcpyAsync(host, packed, bytes, cudaMemcpyDeviceToHost, c->stream));
+  if (!c->status) CU_OK(c, cudaStreamSynchronize(c->stream)); /* t and the caller's buffer are free again */
   free(t);
   return 0;
 }
@@ -574,7 +572,7 @@ static int cuda_kv_block_write(struct hb_ctx *c, struct hb_kv_layer *layers, int
     if (st) memcpy(st, host, bytes);
     for (int i = 0; i < n; i++) { src[i] = (void *)h; h += sz[i]; }
     copy_chunks(c, dev, src, sz, n, cudaMemcpyHostToDevice);
-    if (!st && !c->status) CU_OK(c, cudaStreamSynchronize(cu_stream(c))); /* pageable or host_pinned: the caller's bytes */
+    if (!st && !c->status) CU_OK(c, cudaStreamSynchronize(c->stream)); /* pageable or host_pinned: the caller's bytes */
   }
   free(dev);
   free(src);
@@ -586,7 +584,7 @@ static void *cuda_host_pinned(struct hb_ctx *c, size_t bytes) {
   if (c->status || bytes == 0) return NULL;
   if (bytes <= c->pin_cap) return c->pin;
   if (c->pin) {
-    if (CU_OK(c, cudaStreamSynchronize(cu_stream(c)))) return NULL; /* no copy from the old buffer still pending */
+    if (CU_OK(c, cudaStreamSynchronize(c->stream))) return NULL; /* no copy from the old buffer still pending */
     cudaFreeHost(c->pin);
     c->pin = NULL;
     c->pin_cap = 0;
@@ -613,7 +611,7 @@ static int cuda_kv_block_read(struct hb_ctx *c, const struct hb_kv_layer *layers
     char *h = st ? st : (char *)host;
     for (int i = 0; i < n; i++) { dst[i] = h; h += sz[i]; }
     copy_chunks(c, dst, dev, sz, n, cudaMemcpyDeviceToHost);
-    if (!c->status) CU_OK(c, cudaStreamSynchronize(cu_stream(c)));
+    if (!c->status) CU_OK(c, cudaStreamSynchronize(c->stream));
     if (!c->status && st) {
       memcpy(host, st, bytes);
       stage_reset(c);
@@ -644,8 +642,8 @@ static int cuda_read_start(struct hb_ctx *c, const struct hb_tensor *t, int64_t 
   }
   if (!c->rd[slot].ev && CU_OK(c, cudaEventCreateWithFlags(&c->rd[slot].ev, cudaEventDisableTiming))) return c->status;
   c->rd[slot].bytes = n;
-  if (!CU_OK(c, cudaMemcpyAsync(c->rd[slot].buf, t->data, n, cudaMemcpyDeviceToHost, cu_stream(c))))
-    CU_OK(c, cudaEventRecord(c->rd[slot].ev, cu_stream(c)));
+  if (!CU_OK(c, cudaMemcpyAsync(c->rd[slot].buf, t->data, n, cudaMemcpyDeviceToHost, c->stream)))
+    CU_OK(c, cudaEventRecord(c->rd[slot].ev, c->stream));
   return c->status;
 }
 
@@ -664,7 +662,7 @@ static void cuda_copy_rows(struct hb_ctx *c, struct hb_tensor *dst, const struct
   }
   if (n_rows > 0)
     CU_OK(c, cudaMemcpyAsync(dst->data, src->data, (size_t)n_rows * (size_t)src->cols * 4, cudaMemcpyDeviceToDevice,
-                             cu_stream(c)));
+                             c->stream));
 }
 
 /* decode_advance: every token's position and every sequence's length one further (a decode batch: one token per
@@ -679,13 +677,13 @@ static void cuda_decode_advance(struct hb_ctx *c, const struct hb_batch *b) {
   if (c->status) return;
   const int n = b->n_tokens > b->n_seqs ? b->n_tokens : b->n_seqs;
   if (n <= 0) return;
-  decode_advance_kernel<<<(n + 127) / 128, 128, 0, cu_stream(c)>>>((int32_t *)b->d_pos.data, b->n_tokens,
+  decode_advance_kernel<<<(n + 127) / 128, 128, 0, c->stream>>>((int32_t *)b->d_pos.data, b->n_tokens,
                                                                (int32_t *)b->d_seq_len.data, b->n_seqs);
   CU_LAUNCHED(c, "decode_advance");
 }
 
 static int cuda_sync(struct hb_ctx *c, struct hearth_err *err) {
-  if (!c->status && !c->capturing && !CU_OK(c, cudaStreamSynchronize(cu_stream(c)))) stage_reset(c);
+  if (!c->status && !c->capturing && !CU_OK(c, cudaStreamSynchronize(c->stream))) stage_reset(c);
   return report(c, err);
 }
 
@@ -754,7 +752,7 @@ struct hb_cuda_graph {
 extern "C" int hb_cuda_capture_begin(struct hb_ctx *c, struct hearth_err *err) {
   if (c->status) return report(c, err);
   if (c->capturing) return cu_err_set(err, HEARTH_ERR_ARG, "cuda: a capture is already open");
-  if (CU_OK(c, cudaStreamBeginCapture(cu_stream(c), cudaStreamCaptureModeRelaxed))) return report(c, err);
+  if (CU_OK(c, cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeRelaxed))) return report(c, err);
   c->capturing = 1;
   cu_trace_capture_begin(c);
   return 0;
@@ -764,7 +762,7 @@ extern "C" int hb_cuda_capture_end(struct hb_ctx *c, struct hb_cuda_graph **out,
   *out = NULL;
   if (!c->capturing) return cu_err_set(err, HEARTH_ERR_ARG, "cuda: no capture is open");
   cudaGraph_t g = NULL;
-  cudaError_t e = cudaStreamEndCapture(cu_stream(c), &g);
+  cudaError_t e = cudaStreamEndCapture(c->stream, &g);
   c->capturing = 0;
   if (e != cudaSuccess) cu_ok_(c, e, "cudaStreamEndCapture", __FILE__, __LINE__);
   if (c->status) {
@@ -791,7 +789,7 @@ extern "C" int hb_cuda_graph_launch(struct hb_ctx *c, struct hb_cuda_graph *g, s
   if (g->gen != c->gen) return cu_err_set(err, HEARTH_ERR_ARG, "cuda: stale graph (a scratch buffer moved): capture again");
   const int traced = g->traced && g->traced == cu_trace_captures(c); /* only the latest capture */
   if (traced) cu_trace_replay_begin(c);
-  if (CU_OK(c, cudaGraphLaunch(g->exec, cu_stream(c)))) return report(c, err);
+  if (CU_OK(c, cudaGraphLaunch(g->exec, c->stream))) return report(c, err);
   if (traced) cu_trace_replay_end(c);
   return 0;
 }
@@ -945,11 +943,6 @@ static void cuda_set_row_invariant(struct hb_ctx *c, int on) { c->row_invariant 
 extern "C" int hb_cuda_attn_o_max_len(struct hb_ctx *c, int head_dim) { return cu_attn_o_max_len(c, head_dim); }
 
 extern "C" void hb_cuda_set_attn_o_max(struct hb_ctx *c, int max_len) { c->attn_o_max = max_len < -2 ? -1 : max_len; }
-extern "C" unsigned hb_cuda_set_finish_norm(struct hb_ctx *c, int on) {
-  cu_finish_flush(c);
-  c->fin_norm = on != 0;
-  return c->fin_folds;
-}
 
 extern "C" int hb_cuda_attn_o_chunk(int head_dim) { return cu_attn_o_chunk(head_dim); }
 extern "C" void hb_cuda_profiler_range(int on) { (void)(on ? cudaProfilerStart() : cudaProfilerStop()); }
@@ -988,7 +981,7 @@ extern "C" void hb_cuda_mark(struct hb_ctx *c, int i) {
   if (!c->marks && !(c->marks = (cudaEvent_t *)calloc(1024, sizeof(cudaEvent_t)))) return;
   if (!c->marks[i] && CU_OK(c, cudaEventCreate(&c->marks[i]))) return;
   /* under stream capture a plain record only adds a dependency; External makes it a timing node */
-  CU_OK(c, cudaEventRecordWithFlags(c->marks[i], cu_stream(c), c->capturing ? cudaEventRecordExternal : cudaEventRecordDefault));
+  CU_OK(c, cudaEventRecordWithFlags(c->marks[i], c->stream, c->capturing ? cudaEventRecordExternal : cudaEventRecordDefault));
 }
 
 extern "C" float hb_cuda_mark_ms(struct hb_ctx *c, int i, int j) {

@@ -116,10 +116,6 @@ int hb_cuda_set_gemm(struct hb_ctx *ctx, int kind);
 /* tests only: on != 0 keeps every sample launch on one block a row (no many-block path for few rows: sample_split.cuh),
  * so test_cuda_ops.sample_split can compare the two paths on the same rows */
 void hb_cuda_set_sample_one_block(struct hb_ctx *ctx, int on);
-/* tests and bench only: on = 0 launches a split-K finish and the rmsnorm that reads its output as two kernels (as
- * HEARTH_FINISH_NORM=0 does), 1 folds them (the default: matmul_q4.cu, "The finish and the rmsnorm after it").
- * Returns how many folded launches this context has made so far. */
-unsigned hb_cuda_set_finish_norm(struct hb_ctx *ctx, int on);
 int hb_cuda_gemm_q4(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, struct hb_tensor *const *outs,
                     const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, int n, int add);
 void hb_cuda_gemm_simt(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *x, const struct hb_tensor *w,

@@ -48,8 +48,7 @@ struct hb_ctx {
   size_t smem_optin;      /* largest dynamic shared memory a block may opt in to */
   size_t smem_sm;         /* shared memory per multiprocessor, and what the system keeps per block */
   size_t smem_reserved;
-  /* the one stream; read it through cu_stream(), which first launches a held-back split-K finish (fin_held) */
-  cudaStream_t stream_raw;
+  cudaStream_t stream;
   int status;             /* first error (sticky), 0 when fine */
   char msg[400];
   size_t bytes_alloc;     /* device bytes held through alloc/weight_upload */
@@ -79,15 +78,6 @@ struct hb_ctx {
   unsigned *attn_cnt;
   size_t attn_cnt_cap;    /* counters */
   float *gemm_part;       /* split-K partial sums of the tensor-core GEMM [M × N] f32 */
-  /* the split-K finish held back (matmul_q4.cu, "The finish and the rmsnorm after it"): launched with the norm folded
-   * in by the rmsnorm that reads its output next, or plain by whatever else uses the stream first (cu_stream) */
-  struct gemm_args *fin_args;
-  unsigned fin_grid;
-  int fin_held;
-  int fin_norm;           /* the fold on (default; HEARTH_FINISH_NORM=0 or hb_cuda_set_finish_norm: off) */
-  unsigned fin_folds;     /* folded launches so far (tests) */
-  unsigned *fin_cnt;      /* per row: its finished 256-column chunks (zeroed; the chunk that completes a row resets it) */
-  size_t fin_cnt_cap;
   float *am_part;         /* argmax: (max, sum of exp, index) per (row, vocab chunk) */
   size_t am_part_cap;     /* floats */
   unsigned *am_cnt;       /* argmax: finished chunks per row (the last one merges and resets it) */
@@ -132,19 +122,6 @@ static inline int cu_ok_(struct hb_ctx *ctx, cudaError_t e, const char *what, co
 #define CU_LAUNCHED(ctx, name) cu_ok_((ctx), cudaGetLastError(), name, __FILE__, __LINE__)
 /* shape/argument errors inside an op */
 #define CU_ARG(ctx, ...) cu_fail((ctx), HEARTH_ERR_ARG, __FILE__, __LINE__, __VA_ARGS__)
-
-/* launches the held-back split-K finish (matmul_q4.cu) */
-void cu_finish_flush(struct hb_ctx *ctx);
-/* the held-back finish with the rmsnorm out = norm(x, w) folded in, where x is exactly what it writes: 0 when that
- * launched, 1 when nothing was done (nothing held, or another x) */
-int cu_finish_norm(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *x, const struct hb_tensor *w,
-                   float eps, float w_offset);
-/* the context's stream, with nothing held back: every launch, copy, sync and capture goes through here, so a held
- * finish always runs before anything queued after it */
-static inline cudaStream_t cu_stream(struct hb_ctx *ctx) {
-  if (ctx->fin_held) cu_finish_flush(ctx);
-  return ctx->stream_raw;
-}
 
 /* the grid of a kernel over m elements, 256 threads a block, one element a thread a step: a block per 256 elements, up
  * to 8 a multiprocessor (at least one) */
@@ -215,7 +192,7 @@ static inline void cu_launch_pdl(struct hb_ctx *ctx, const char *name, void (*ke
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
-  cfg.stream = cu_stream(ctx);
+  cfg.stream = ctx->stream;
   cudaLaunchAttribute at[1];
   at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   at[0].val.programmaticStreamSerializationAllowed = 1;

@@ -36,18 +36,18 @@ static void embed_t(struct hb_ctx *ctx, TO *out, const struct hb_tensor *table, 
   dim3 grid((unsigned)((d + 255) / 256 < 8 ? (d + 255) / 256 : 8), (unsigned)n);
   switch (table->dtype) {
   case HB_Q4:
-    embed_q4_kernel<TO><<<grid, 256, 0, cu_stream(ctx)>>>(out, (const uint8_t *)table->data,
+    embed_q4_kernel<TO><<<grid, 256, 0, ctx->stream>>>(out, (const uint8_t *)table->data,
                                                         (const __half *)table->aux, ids, n, d, scale, table->rows);
     break;
   case HB_BF16:
-    embed_dense_kernel<TO, __nv_bfloat16><<<grid, 256, 0, cu_stream(ctx)>>>(out, (const __nv_bfloat16 *)table->data,
+    embed_dense_kernel<TO, __nv_bfloat16><<<grid, 256, 0, ctx->stream>>>(out, (const __nv_bfloat16 *)table->data,
                                                                          ids, d, scale, table->rows);
     break;
   case HB_F16:
-    embed_dense_kernel<TO, __half><<<grid, 256, 0, cu_stream(ctx)>>>(out, (const __half *)table->data, ids, d, scale, table->rows);
+    embed_dense_kernel<TO, __half><<<grid, 256, 0, ctx->stream>>>(out, (const __half *)table->data, ids, d, scale, table->rows);
     break;
   case HB_F32:
-    embed_dense_kernel<TO, float><<<grid, 256, 0, cu_stream(ctx)>>>(out, (const float *)table->data, ids, d, scale, table->rows);
+    embed_dense_kernel<TO, float><<<grid, 256, 0, ctx->stream>>>(out, (const float *)table->data, ids, d, scale, table->rows);
     break;
   default:
     CU_ARG(ctx, "embed: table dtype %d", (int)table->dtype);
@@ -116,13 +116,13 @@ void cu_silu_mul(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tens
   }
   const int aligned = ((uintptr_t)out->data | (uintptr_t)gate->data | (uintptr_t)up->data) % 16 == 0;
   if (out->dtype == HB_F16 && m % 8 == 0 && aligned)
-    silu_mul_h8_kernel<<<cu_ew_grid(ctx, m / 8), 256, 0, cu_stream(ctx)>>>((__half *)out->data, (const __half *)gate->data,
+    silu_mul_h8_kernel<<<cu_ew_grid(ctx, m / 8), 256, 0, ctx->stream>>>((__half *)out->data, (const __half *)gate->data,
                                                                     (const __half *)up->data, m / 8);
   else if (out->dtype == HB_F16)
-    silu_mul_kernel<__half><<<cu_ew_grid(ctx, m), 256, 0, cu_stream(ctx)>>>((__half *)out->data, (const __half *)gate->data,
+    silu_mul_kernel<__half><<<cu_ew_grid(ctx, m), 256, 0, ctx->stream>>>((__half *)out->data, (const __half *)gate->data,
                                                                       (const __half *)up->data, m);
   else
-    silu_mul_kernel<float><<<cu_ew_grid(ctx, m), 256, 0, cu_stream(ctx)>>>((float *)out->data, (const float *)gate->data,
+    silu_mul_kernel<float><<<cu_ew_grid(ctx, m), 256, 0, ctx->stream>>>((float *)out->data, (const float *)gate->data,
                                                                      (const float *)up->data, m);
   CU_LAUNCHED(ctx, "silu_mul");
 }
@@ -135,9 +135,9 @@ void cu_add(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *y, 
     return;
   }
   if (x->dtype == HB_F16)
-    add_kernel<__half><<<cu_ew_grid(ctx, m), 256, 0, cu_stream(ctx)>>>((__half *)x->data, (const __half *)y->data, m);
+    add_kernel<__half><<<cu_ew_grid(ctx, m), 256, 0, ctx->stream>>>((__half *)x->data, (const __half *)y->data, m);
   else
-    add_kernel<float><<<cu_ew_grid(ctx, m), 256, 0, cu_stream(ctx)>>>((float *)x->data, (const float *)y->data, m);
+    add_kernel<float><<<cu_ew_grid(ctx, m), 256, 0, ctx->stream>>>((float *)x->data, (const float *)y->data, m);
   CU_LAUNCHED(ctx, "add");
 }
 
@@ -161,10 +161,10 @@ void cu_gather_rows(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_t
   }
   dim3 grid((unsigned)((x->cols + 255) / 256 < 8 ? (x->cols + 255) / 256 : 8), (unsigned)b->n_out);
   if (x->dtype == HB_F16)
-    gather_kernel<__half><<<grid, 256, 0, cu_stream(ctx)>>>((__half *)out->data, (const __half *)x->data,
+    gather_kernel<__half><<<grid, 256, 0, ctx->stream>>>((__half *)out->data, (const __half *)x->data,
                                                         (const int32_t *)b->d_out_rows.data, x->cols);
   else
-    gather_kernel<float><<<grid, 256, 0, cu_stream(ctx)>>>((float *)out->data, (const float *)x->data,
+    gather_kernel<float><<<grid, 256, 0, ctx->stream>>>((float *)out->data, (const float *)x->data,
                                                        (const int32_t *)b->d_out_rows.data, x->cols);
   CU_LAUNCHED(ctx, "gather_rows");
 }

@@ -28,10 +28,10 @@ void cu_gelu_mul(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tens
     return;
   }
   if (out->dtype == HB_F16)
-    gelu_mul_kernel<__half><<<cu_ew_grid(ctx, m), 256, 0, cu_stream(ctx)>>>(
+    gelu_mul_kernel<__half><<<cu_ew_grid(ctx, m), 256, 0, ctx->stream>>>(
         (__half *)out->data, (const __half *)gate->data, (const __half *)up->data, w, up->cols, up_col0, m);
   else
-    gelu_mul_kernel<float><<<cu_ew_grid(ctx, m), 256, 0, cu_stream(ctx)>>>(
+    gelu_mul_kernel<float><<<cu_ew_grid(ctx, m), 256, 0, ctx->stream>>>(
         (float *)out->data, (const float *)gate->data, (const float *)up->data, w, up->cols, up_col0, m);
   CU_LAUNCHED(ctx, "gelu_mul");
 }
@@ -59,8 +59,8 @@ void cu_scale(struct hb_ctx *ctx, struct hb_tensor *x, float s, int n) {
     CU_ARG(ctx, "scale: x %lldx%lld dtype %d, n %d", (long long)x->rows, (long long)x->cols, (int)x->dtype, n);
     return;
   }
-  if (x->dtype == HB_F16) scale_kernel<__half><<<cu_ew_grid(ctx, m), 256, 0, cu_stream(ctx)>>>((__half *)x->data, s, m);
-  else scale_kernel<float><<<cu_ew_grid(ctx, m), 256, 0, cu_stream(ctx)>>>((float *)x->data, s, m);
+  if (x->dtype == HB_F16) scale_kernel<__half><<<cu_ew_grid(ctx, m), 256, 0, ctx->stream>>>((__half *)x->data, s, m);
+  else scale_kernel<float><<<cu_ew_grid(ctx, m), 256, 0, ctx->stream>>>((float *)x->data, s, m);
   CU_LAUNCHED(ctx, "scale");
 }
 
@@ -72,8 +72,8 @@ void cu_softcap(struct hb_ctx *ctx, struct hb_tensor *x, float cap, int n) {
            (double)cap);
     return;
   }
-  if (x->dtype == HB_F16) softcap_kernel<__half><<<cu_ew_grid(ctx, m), 256, 0, cu_stream(ctx)>>>((__half *)x->data, cap, m);
-  else softcap_kernel<float><<<cu_ew_grid(ctx, m), 256, 0, cu_stream(ctx)>>>((float *)x->data, cap, m);
+  if (x->dtype == HB_F16) softcap_kernel<__half><<<cu_ew_grid(ctx, m), 256, 0, ctx->stream>>>((__half *)x->data, cap, m);
+  else softcap_kernel<float><<<cu_ew_grid(ctx, m), 256, 0, ctx->stream>>>((float *)x->data, cap, m);
   CU_LAUNCHED(ctx, "softcap");
 }
 
@@ -116,10 +116,10 @@ void cu_rope_prop(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_batch
   const int64_t total = (int64_t)b->n_tokens * n_heads * n_pairs;
   const unsigned grid = cu_ew_grid(ctx, total);
   if (x->dtype == HB_F16)
-    rope_prop_kernel<__half><<<grid, 256, 0, cu_stream(ctx)>>>((__half *)x->data, (const int32_t *)b->d_pos.data,
+    rope_prop_kernel<__half><<<grid, 256, 0, ctx->stream>>>((__half *)x->data, (const int32_t *)b->d_pos.data,
                                                             b->n_tokens, n_heads, head_dim, n_pairs, theta, factor);
   else
-    rope_prop_kernel<float><<<grid, 256, 0, cu_stream(ctx)>>>((float *)x->data, (const int32_t *)b->d_pos.data,
+    rope_prop_kernel<float><<<grid, 256, 0, ctx->stream>>>((float *)x->data, (const int32_t *)b->d_pos.data,
                                                            b->n_tokens, n_heads, head_dim, n_pairs, theta, factor);
   CU_LAUNCHED(ctx, "rope_prop");
 }

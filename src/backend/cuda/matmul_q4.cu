@@ -28,7 +28,6 @@
 #include <string.h>
 
 #include "backend/cuda/gemm_q4.cuh"
-#include "backend/cuda/norm_row.cuh"
 
 /* ---- repack ------------------------------------------------------------------------------------ */
 
@@ -62,14 +61,14 @@ __global__ void q4_scale_repack_kernel(__half *dst, const __half *src, int64_t n
 void cu_q4_repack(struct hb_ctx *ctx, uint8_t *dst, __half *dsts, const uint8_t *src, const __half *srcs, int64_t rows,
                   int64_t cols) {
   const int64_t G = cols / 128, n = rows * cols / 32;
-  CU_OK(ctx, cudaMemsetAsync(dst, 0, q4_bytes(rows, cols), cu_stream(ctx)));
-  CU_OK(ctx, cudaMemsetAsync(dsts, 0, q4_scale_bytes(rows, cols), cu_stream(ctx)));
+  CU_OK(ctx, cudaMemsetAsync(dst, 0, q4_bytes(rows, cols), ctx->stream));
+  CU_OK(ctx, cudaMemsetAsync(dsts, 0, q4_scale_bytes(rows, cols), ctx->stream));
   if (!n) return;
   int64_t blocks = (n + 255) / 256;
-  q4_repack_kernel<<<(unsigned)(blocks < 65535 ? blocks : 65535), 256, 0, cu_stream(ctx)>>>(dst, src, n, G);
+  q4_repack_kernel<<<(unsigned)(blocks < 65535 ? blocks : 65535), 256, 0, ctx->stream>>>(dst, src, n, G);
   CU_LAUNCHED(ctx, "q4_repack");
   blocks = (rows * G + 255) / 256;
-  q4_scale_repack_kernel<<<(unsigned)(blocks < 65535 ? blocks : 65535), 256, 0, cu_stream(ctx)>>>(dsts, srcs, rows * G, G);
+  q4_scale_repack_kernel<<<(unsigned)(blocks < 65535 ? blocks : 65535), 256, 0, ctx->stream>>>(dsts, srcs, rows * G, G);
   CU_LAUNCHED(ctx, "q4_scale_repack");
 }
 
@@ -240,95 +239,6 @@ __global__ void gemm_finish_kernel(const __grid_constant__ gemm_args a) {
   }
 }
 
-/* ---- The finish and the rmsnorm after it ----------------------------------------------------------
- *
- * In a batched decode step (9-32 rows) o_proj and down_proj split K, and each one's finish (gemm_finish_kernel: the
- * slices summed, the residual added) is followed at once by the rmsnorm of the x it wrote (the MLP's, the next
- * layer's attention norm, the final norm): two launches of a few microseconds each whose work is a few KB a row.
- * cu_gemm_q4_run holds such a finish back (f16 out, one weight, rows of n_total); cu_rmsnorm, when it is asked for
- * exactly that x, launches this kernel instead of the two; anything else that uses the stream first (cu_stream)
- * launches the plain finish. The finish's elements are spread as gemm_finish spreads them (a 256-column chunk a block
- * step: session 36 measured three times that few-block reductions lose), and each row's norm is done by the block that
- * finishes the row's last chunk (a per-row counter), with the rmsnorm kernels' own arithmetic (norm_row.cuh): the same
- * bits as the two launches, whichever block comes last. */
-template <bool WIDE>
-__global__ __launch_bounds__(256) void gemm_finish_norm_kernel(const __grid_constant__ gemm_args a, __half *xn,
-                                                               const void *w, int wdt, float eps, float w_offset,
-                                                               unsigned *cnt) {
-  pdl_trigger();
-  __shared__ float s_ss[8];
-  __shared__ int s_last;
-  const int N = a.n_total, per_row = (N + 255) / 256;
-  const int64_t total = (int64_t)a.M * N, chunks = (int64_t)a.M * per_row;
-  const float *bias = a.bias[0];
-  for (int64_t ch = blockIdx.x; ch < chunks; ch += gridDim.x) {
-    const int m = (int)(ch / per_row), c = (int)(ch % per_row) * 256 + (int)threadIdx.x;
-    __half *orow = (__half *)a.out[0] + (int64_t)m * a.ldo[0];
-    if (c < N) {
-      const int64_t i = (int64_t)m * N + c;
-      float v = 0.0f;
-      for (int z = 0; z < a.n_split; z++) v += a.part[(int64_t)z * total + i];
-      stf(orow + c, v + (bias ? bias[c] : 0.0f) + (a.add ? ldf(orow + c) : 0.0f));
-    }
-    __threadfence(); /* this chunk's stores visible to the GPU before the row's counter counts it */
-    __syncthreads();
-    if (threadIdx.x == 0) s_last = atomicAdd(&cnt[m], 1u) == (unsigned)per_row - 1;
-    __syncthreads();
-    if (s_last) { /* every chunk of row m is written: its norm, read through L2 */
-      __threadfence();
-      if (WIDE) rmsnorm_block_row<__half, true>(xn + (int64_t)m * N, orow, w, wdt, N, eps, w_offset, s_ss);
-      else if (threadIdx.x < 32) rmsnorm_warp_row<__half, true>(xn + (int64_t)m * N, orow, w, wdt, N, eps, w_offset,
-                                                              (int)threadIdx.x);
-      if (threadIdx.x == 0) cnt[m] = 0; /* ready for the next launch */
-      __syncthreads();
-    }
-  }
-}
-
-/* holds pl's finish back for cu_finish_norm (1 = held, 0 = the caller launches it) */
-static int cu_finish_hold(struct hb_ctx *ctx, const struct gemm_plan *pl, unsigned grid) {
-  const gemm_args &a = pl->a;
-  if (!ctx->fin_norm || pl->odt != HB_F16 || a.n_mm != 1 || a.ldo[0] != a.n_total) return 0;
-  if ((size_t)a.M > ctx->fin_cnt_cap) { /* (grown uncaptured, never while a finish is held) */
-    void *p = ctx->fin_cnt;
-    if (ctx->capturing || cu_scratch(ctx, &p, &ctx->fin_cnt_cap, (size_t)(a.M > 256 ? a.M : 256), sizeof(unsigned), 1))
-      return 0;
-    ctx->fin_cnt = (unsigned *)p;
-  }
-  if (!ctx->fin_args && !(ctx->fin_args = (gemm_args *)malloc(sizeof(gemm_args)))) return 0;
-  *ctx->fin_args = a;
-  ctx->fin_grid = grid;
-  ctx->fin_held = 1;
-  return 1;
-}
-
-void cu_finish_flush(struct hb_ctx *ctx) {
-  if (!ctx->fin_held) return;
-  ctx->fin_held = 0;
-  gemm_finish_kernel<__half><<<ctx->fin_grid, 256, 0, ctx->stream_raw>>>(*ctx->fin_args);
-  CU_LAUNCHED(ctx, "gemm_finish");
-}
-
-int cu_finish_norm(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *x, const struct hb_tensor *w,
-                   float eps, float w_offset) {
-  if (!ctx->fin_held) return 1;
-  const gemm_args &a = *ctx->fin_args;
-  const int64_t d = w->rows * w->cols;
-  if (x->dtype != HB_F16 || out->dtype != HB_F16 || x->data != a.out[0] || d != a.n_total ||
-      x->rows * x->cols != (int64_t)a.M * d || (size_t)a.M > ctx->fin_cnt_cap)
-    return 1;
-  ctx->fin_held = 0;
-  if (d >= 1024)
-    gemm_finish_norm_kernel<true><<<ctx->fin_grid, 256, 0, ctx->stream_raw>>>(a, (__half *)out->data, w->data,
-                                                                             (int)w->dtype, eps, w_offset, ctx->fin_cnt);
-  else
-    gemm_finish_norm_kernel<false><<<ctx->fin_grid, 256, 0, ctx->stream_raw>>>(a, (__half *)out->data, w->data,
-                                                                              (int)w->dtype, eps, w_offset, ctx->fin_cnt);
-  ctx->fin_folds++;
-  CU_LAUNCHED(ctx, "gemm_finish_norm");
-  return 0;
-}
-
 /* ---- SIMT GEMM: the exact path and dense weights ------------------------------------------------ */
 
 template <typename TW>
@@ -410,8 +320,6 @@ int cu_matmul_init(struct hb_ctx *ctx) {
                    : !strcmp(e, "mma")   ? HB_CUDA_GEMM_MMA
                                          : HB_CUDA_GEMM_AUTO;
   ctx->gemm_wg_ok = cu_gemm_wg_init(ctx);
-  const char *fn = getenv("HEARTH_FINISH_NORM"); /* 0: the finish and the rmsnorm after it as two launches (A/B runs) */
-  ctx->fin_norm = !(fn && !strcmp(fn, "0"));
   int bad = cu_gemv_init(ctx);
   bad |= smem_attr(ctx, gemm_q4_kernel<4, __half>) | smem_attr(ctx, gemm_q4_kernel<4, float>) |
          smem_attr(ctx, gemm_q4_kernel<2, __half>) | smem_attr(ctx, gemm_q4_kernel<2, float>) |
@@ -426,17 +334,17 @@ static void simt_launch(struct hb_ctx *ctx, TO *out, int64_t ldo, const TX *x, i
   int N = (int)w->rows, K = (int)w->cols;
   switch (w->dtype) {
   case HB_Q4:
-    gemm_simt_kernel<q4_tag, TX, TO><<<grid, 256, 0, cu_stream(ctx)>>>(out, ldo, x, ldx, w->data, (const __half *)w->aux,
+    gemm_simt_kernel<q4_tag, TX, TO><<<grid, 256, 0, ctx->stream>>>(out, ldo, x, ldx, w->data, (const __half *)w->aux,
                                                                     bias, n, N, K);
     break;
   case HB_F32:
-    gemm_simt_kernel<float, TX, TO><<<grid, 256, 0, cu_stream(ctx)>>>(out, ldo, x, ldx, w->data, NULL, bias, n, N, K);
+    gemm_simt_kernel<float, TX, TO><<<grid, 256, 0, ctx->stream>>>(out, ldo, x, ldx, w->data, NULL, bias, n, N, K);
     break;
   case HB_F16:
-    gemm_simt_kernel<__half, TX, TO><<<grid, 256, 0, cu_stream(ctx)>>>(out, ldo, x, ldx, w->data, NULL, bias, n, N, K);
+    gemm_simt_kernel<__half, TX, TO><<<grid, 256, 0, ctx->stream>>>(out, ldo, x, ldx, w->data, NULL, bias, n, N, K);
     break;
   case HB_BF16:
-    gemm_simt_kernel<__nv_bfloat16, TX, TO><<<grid, 256, 0, cu_stream(ctx)>>>(out, ldo, x, ldx, w->data, NULL, bias, n,
+    gemm_simt_kernel<__nv_bfloat16, TX, TO><<<grid, 256, 0, ctx->stream>>>(out, ldo, x, ldx, w->data, NULL, bias, n,
                                                                            N, K);
     break;
   default:
@@ -558,7 +466,7 @@ int cu_gemm_q4_run(struct hb_ctx *ctx, struct gemm_plan *pl, int finish) {
   }
   if (pl->wgs) cu_gemm_wg_launch(ctx, a, pl->NT, pl->wgs, pl->odt == HB_F32, grid, sm);
   else {
-#define GQ(MM, TO) gemm_q4_kernel<MM, TO><<<grid, 256, sm, cu_stream(ctx)>>>(a)
+#define GQ(MM, TO) gemm_q4_kernel<MM, TO><<<grid, 256, sm, ctx->stream>>>(a)
   if (pl->odt == HB_F16) {
     if (MI == 1) GQ(1, __half);
     else if (MI == 2) GQ(2, __half);
@@ -573,9 +481,8 @@ int cu_gemm_q4_run(struct hb_ctx *ctx, struct gemm_plan *pl, int finish) {
   }
   if (ctx->status || !a.part || !finish) return ctx->status != 0;
   const unsigned fg = cu_ew_grid(ctx, (int64_t)a.M * a.n_total);
-  if (cu_finish_hold(ctx, pl, fg)) return 0;
-  if (pl->odt == HB_F16) gemm_finish_kernel<__half><<<fg, 256, 0, cu_stream(ctx)>>>(a);
-  else gemm_finish_kernel<float><<<fg, 256, 0, cu_stream(ctx)>>>(a);
+  if (pl->odt == HB_F16) gemm_finish_kernel<__half><<<fg, 256, 0, ctx->stream>>>(a);
+  else gemm_finish_kernel<float><<<fg, 256, 0, ctx->stream>>>(a);
   CU_LAUNCHED(ctx, "gemm_finish");
   return ctx->status != 0;
 }
@@ -670,7 +577,7 @@ int cu_gemm_q4_swiglu(struct hb_ctx *ctx, const struct hb_tensor *x, const struc
     if (swiglu_split_plan(ctx, x, w_gate, w_up, out, n, &pl)) return 1;
     if (cu_gemm_q4_run(ctx, &pl, 0)) return 0;
     const unsigned fg = cu_ew_grid(ctx, (int64_t)n * w_gate->rows);
-    gemm_finish_swiglu_kernel<<<fg, 256, 0, cu_stream(ctx)>>>(pl.a, (int)w_gate->rows);
+    gemm_finish_swiglu_kernel<<<fg, 256, 0, ctx->stream>>>(pl.a, (int)w_gate->rows);
     CU_LAUNCHED(ctx, "gemm_finish_swiglu");
     return 0;
   }

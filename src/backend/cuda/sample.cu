@@ -171,19 +171,19 @@ void cu_argmax(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, struct
     ctx->am_cnt = (unsigned *)cp;
     dim3 grid((unsigned)n, AM_C);
     if (logits->dtype == HB_F16)
-      argmax_split_kernel<__half><<<grid, 1024, 0, cu_stream(ctx)>>>((const __half *)logits->data, logits->cols,
+      argmax_split_kernel<__half><<<grid, 1024, 0, ctx->stream>>>((const __half *)logits->data, logits->cols,
                                                                   (int32_t *)ids->data, lp, lph, ctx->am_part, ctx->am_cnt);
     else
-      argmax_split_kernel<float><<<grid, 1024, 0, cu_stream(ctx)>>>((const float *)logits->data, logits->cols,
+      argmax_split_kernel<float><<<grid, 1024, 0, ctx->stream>>>((const float *)logits->data, logits->cols,
                                                                  (int32_t *)ids->data, lp, lph, ctx->am_part, ctx->am_cnt);
     CU_LAUNCHED(ctx, "argmax");
     return;
   }
   if (logits->dtype == HB_F16)
-    argmax_kernel<__half><<<n, 1024, 0, cu_stream(ctx)>>>((const __half *)logits->data, logits->cols,
+    argmax_kernel<__half><<<n, 1024, 0, ctx->stream>>>((const __half *)logits->data, logits->cols,
                                                        (int32_t *)ids->data, lp, lph);
   else if (logits->dtype == HB_F32)
-    argmax_kernel<float><<<n, 1024, 0, cu_stream(ctx)>>>((const float *)logits->data, logits->cols, (int32_t *)ids->data,
+    argmax_kernel<float><<<n, 1024, 0, ctx->stream>>>((const float *)logits->data, logits->cols, (int32_t *)ids->data,
                                                       lp, lph);
   else { CU_ARG(ctx, "argmax: logits dtype %d", (int)logits->dtype); return; }
   CU_LAUNCHED(ctx, "argmax");
@@ -554,8 +554,8 @@ void cu_sample(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, const 
     src_rows = st;
     src_pen = st + rb;
   }
-  if (CU_OK(ctx, cudaMemcpyAsync(ctx->sample_rows, src_rows, rb, cudaMemcpyHostToDevice, cu_stream(ctx)))) return;
-  if (pb && CU_OK(ctx, cudaMemcpyAsync(ctx->sample_pen, src_pen, pb, cudaMemcpyHostToDevice, cu_stream(ctx)))) return;
+  if (CU_OK(ctx, cudaMemcpyAsync(ctx->sample_rows, src_rows, rb, cudaMemcpyHostToDevice, ctx->stream))) return;
+  if (pb && CU_OK(ctx, cudaMemcpyAsync(ctx->sample_pen, src_pen, pb, cudaMemcpyHostToDevice, ctx->stream))) return;
   /* few rows, one of which may reach step 5b: its passes over many blocks (sample_split.cuh) */
   const int split_rows = ctx->sample_one_block ? 0 : SL_SPLIT_ROWS;
   int split = 0;
@@ -568,15 +568,15 @@ void cu_sample(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, const 
     ctx->sample_split = sp;
   }
   unsigned char *sp = split ? (unsigned char *)ctx->sample_split : NULL;
-  if (sp && CU_OK(ctx, cudaMemsetAsync(sl_split_hist(sp, n), 0, (size_t)n * sizeof(struct sl_hist16), cu_stream(ctx))))
+  if (sp && CU_OK(ctx, cudaMemsetAsync(sl_split_hist(sp, n), 0, (size_t)n * sizeof(struct sl_hist16), ctx->stream)))
     return;
-  sample_kernel<<<n, SAMPLE_THREADS, 0, cu_stream(ctx)>>>((const float *)logits->data, logits->cols, ctx->sample_rows,
+  sample_kernel<<<n, SAMPLE_THREADS, 0, ctx->stream>>>((const float *)logits->data, logits->cols, ctx->sample_rows,
                                                        ctx->sample_pen, ctx->sample_work, (int32_t *)ids->data, sp);
   if (CU_LAUNCHED(ctx, "sample") || !split) return;
-  sl_keys_kernel<<<dim3((unsigned)n, SL_G), SL_KT, 0, cu_stream(ctx)>>>((const float *)logits->data, logits->cols,
+  sl_keys_kernel<<<dim3((unsigned)n, SL_G), SL_KT, 0, ctx->stream>>>((const float *)logits->data, logits->cols,
                                                                     ctx->sample_rows, ctx->sample_work, sp);
   if (CU_LAUNCHED(ctx, "sample keys")) return;
-  sl_finish_kernel<<<n, SAMPLE_THREADS, 0, cu_stream(ctx)>>>(logits->cols, ctx->sample_rows, sp, (int32_t *)ids->data);
+  sl_finish_kernel<<<n, SAMPLE_THREADS, 0, ctx->stream>>>(logits->cols, ctx->sample_rows, sp, (int32_t *)ids->data);
   CU_LAUNCHED(ctx, "sample finish");
 }
 
@@ -685,7 +685,7 @@ void cu_row_score(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, con
            (int)HB_SCORE_OUT);
     return;
   }
-  row_score_kernel<<<n, RS_THREADS, 0, cu_stream(ctx)>>>((const float *)logits->data, logits->cols,
+  row_score_kernel<<<n, RS_THREADS, 0, ctx->stream>>>((const float *)logits->data, logits->cols,
                                                        (const int32_t *)req->data, (int32_t *)out->data);
   CU_LAUNCHED(ctx, "row_score");
 }

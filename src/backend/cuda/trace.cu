@@ -40,15 +40,15 @@ int cu_trace_graph_traced(struct hb_ctx *c) { return c->tr_dev && c->tr_seq > 0 
 int cu_trace_captures(struct hb_ctx *c) { return c->tr_captures; }
 
 void cu_trace_replay_begin(struct hb_ctx *c) {
-  if (cudaMemsetAsync(c->tr_dev, 0xff, CU_TRACE_NMIN * CU_TRACE_MAX * sizeof(unsigned long long), cu_stream(c)) != cudaSuccess ||
+  if (cudaMemsetAsync(c->tr_dev, 0xff, CU_TRACE_NMIN * CU_TRACE_MAX * sizeof(unsigned long long), c->stream) != cudaSuccess ||
       cudaMemsetAsync(c->tr_dev + CU_TRACE_NMIN * CU_TRACE_MAX, 0,
-                      (CU_TRACE_KINDS - CU_TRACE_NMIN) * CU_TRACE_MAX * sizeof(unsigned long long), cu_stream(c)) != cudaSuccess)
+                      (CU_TRACE_KINDS - CU_TRACE_NMIN) * CU_TRACE_MAX * sizeof(unsigned long long), c->stream) != cudaSuccess)
     cu_fail(c, HEARTH_ERR_BACKEND, __FILE__, __LINE__, "trace: cudaMemsetAsync failed");
 }
 
 void cu_trace_replay_end(struct hb_ctx *c) {
   static unsigned long long h[CU_TRACE_KINDS * CU_TRACE_MAX];
-  if (CU_OK(c, cudaStreamSynchronize(cu_stream(c))) || CU_OK(c, cudaMemcpy(h, c->tr_dev, sizeof h, cudaMemcpyDeviceToHost)))
+  if (CU_OK(c, cudaStreamSynchronize(c->stream)) || CU_OK(c, cudaMemcpy(h, c->tr_dev, sizeof h, cudaMemcpyDeviceToHost)))
     return;
   unsigned long long t0 = ~0ull;
   for (int i = 0; i < c->tr_seq; i++) if (h[i] < t0) t0 = h[i];

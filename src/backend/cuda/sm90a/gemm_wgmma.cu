@@ -324,10 +324,10 @@ int cu_gemm_wg_init(struct hb_ctx *ctx) {
     (void)cudaGetLastError();
     return 0;
   }
-  gemm_wg_alive<<<1, 1, 0, cu_stream(ctx)>>>(d);
+  gemm_wg_alive<<<1, 1, 0, ctx->stream>>>(d);
   const int ok = cudaGetLastError() == cudaSuccess &&
-                 cudaMemcpyAsync(&h, d, sizeof h, cudaMemcpyDeviceToHost, cu_stream(ctx)) == cudaSuccess &&
-                 cudaStreamSynchronize(cu_stream(ctx)) == cudaSuccess;
+                 cudaMemcpyAsync(&h, d, sizeof h, cudaMemcpyDeviceToHost, ctx->stream) == cudaSuccess &&
+                 cudaStreamSynchronize(ctx->stream) == cudaSuccess;
   (void)cudaGetLastError(); /* no kernel image for this device: not an error of the context */
   cudaFree(d);
   if (!ok || h != 1) return 0;
