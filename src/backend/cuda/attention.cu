@@ -1286,17 +1286,17 @@ struct is_f16 { static constexpr bool value = false; };
 template <>
 struct is_f16<__half> { static constexpr bool value = true; };
 
-/* attn_decode_smem for up to 8 tokens of f16 q and cache: returns 0 when it launched, 1 when the
- * shapes need attn_decode. C (keys per pass) keeps a block's shared memory near 128 KB, so that one
- * block still fits beside a GEMV block of the kernel before and starts its copies early; NS (splits)
- * gives the one-token step about two blocks per SM at long contexts, and never more splits than the
- * cache can hold keys for; both depend on shapes only (graph-safe). */
 /* a bench-only knob (session 38's A/B): an integer from the environment, else dflt */
 static int ads_env(const char *name, int dflt) {
   const char *e = getenv(name);
   return e && *e ? atoi(e) : dflt;
 }
 
+/* attn_decode_smem for up to 8 tokens of f16 q and cache: returns 0 when it launched, 1 when the
+ * shapes need attn_decode. C (keys per pass) keeps a block's shared memory near 128 KB, so that one
+ * block still fits beside a GEMV block of the kernel before and starts its copies early; NS (splits)
+ * gives the one-token step about two blocks per SM at long contexts, and never more splits than the
+ * cache can hold keys for; both depend on shapes only (graph-safe). */
 template <int HD>
 static int ads_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *q,
                       const struct hb_kv_layer *kv, const struct hb_batch *b, const struct hb_attn_params *p) {
