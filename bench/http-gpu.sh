@@ -6,7 +6,9 @@
 # bench/w6_st.py exists, runs sentence-transformers on the same records in the same call.
 #
 # Carry: .deps (jansson, pcre2, utf8proc, libmicrohttpd and its gnutls chain as .debs; see
-# bench/deps.sh) and .gpu/wl (prepared here by `bench/http-gpu.sh prepare`: the Qwen tokenizer
+# bench/deps.sh; the server's share, fetched in session 38 with `cd .deps && apt-get download libmicrohttpd12
+# libmicrohttpd-dev libgnutls30 libnettle8 libhogweed6 libtasn1-6 libidn2-0 libunistring2 libp11-kit0 libffi8
+# libgmp10`) and .gpu/wl (prepared here by `bench/http-gpu.sh prepare`: the Qwen tokenizer
 # files, the Qwen2.5 chat template and classify.json, which the device cannot fetch).
 #   bench/http-gpu.sh prepare            # on this machine, before the device call
 #   bash bench/http-gpu.sh [W]           # on the device; W defaults to w3c,w3,w4,w5,w5s,w6
