@@ -1286,10 +1286,12 @@ struct is_f16 { static constexpr bool value = false; };
 template <>
 struct is_f16<__half> { static constexpr bool value = true; };
 
-/* a bench-only knob (session 38's A/B): an integer from the environment, else dflt */
-static int ads_env(const char *name, int dflt) {
-  const char *e = getenv(name);
-  return e && *e ? atoi(e) : dflt;
+/* the bench-only knobs of attn_decode_smem (README "Environment"; session 38's A/B), read once per context:
+ * HEARTH_ADS_MAX the widest batch it takes (8), HEARTH_ADS_C at most this many keys a pass (0: no cap) */
+void cu_attention_init(struct hb_ctx *ctx) {
+  const char *m = getenv("HEARTH_ADS_MAX"), *c = getenv("HEARTH_ADS_C");
+  ctx->ads_max = m && *m ? atoi(m) : 8;
+  ctx->ads_c = c && *c ? atoi(c) : 0;
 }
 
 /* attn_decode_smem for up to 8 tokens of f16 q and cache: returns 0 when it launched, 1 when the
@@ -1300,13 +1302,11 @@ static int ads_env(const char *name, int dflt) {
 template <int HD>
 static int ads_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *q,
                       const struct hb_kv_layer *kv, const struct hb_batch *b, const struct hb_attn_params *p) {
-  /* HEARTH_ADS_MAX: the widest batch this kernel takes (8); HEARTH_ADS_C: at most this many keys a pass */
-  static const int ads_max = ads_env("HEARTH_ADS_MAX", 8), ads_c = ads_env("HEARTH_ADS_C", 0);
   const int nt = b->n_tokens;
-  if (nt > ads_max || HD > ADS_THREADS) return 1;
+  if (nt > ctx->ads_max || HD > ADS_THREADS) return 1;
   int C = (int)((128 * 1024) / ads_smem(HD, 1)) / 32 * 32;
   if (C > 256) C = 256;
-  if (ads_c >= 32 && C > ads_c) C = ads_c / 32 * 32;
+  if (ctx->ads_c >= 32 && C > ctx->ads_c) C = ctx->ads_c / 32 * 32;
   while (C > 32 && ads_smem(HD, C) + 8 * 1024 > ctx->smem_optin) C -= 32;
   if (C < 32) return 1;
   int64_t cap = (int64_t)b->max_blocks * b->block_size;

@@ -345,7 +345,7 @@ int cu_gemm_wg_init(struct hb_ctx *ctx) {
  * question (cu_gemm_wg_resident) take the same kernel */
 typedef void (*wg_kernel_t)(const gemm_args);
 static wg_kernel_t wg_kernel(int nt, int wgs, int out_f32) {
-#define WGK(NT, W) (out_f32 ? (wg_kernel_t)gemm_wg_kernel<NT, W, float, false> : (wg_kernel_t)gemm_wg_kernel<NT, W, __half, false>)
+#define WGK(NT, W) (out_f32 ? gemm_wg_kernel<NT, W, float, false> : gemm_wg_kernel<NT, W, __half, false>)
   if (wgs == 4) return nt == 128 ? WGK(128, 4) : WGK(64, 4);
   return nt == 128 ? WGK(128, 2) : nt == 64 ? WGK(64, 2) : WGK(32, 2);
 #undef WGK
