@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # bench/ads-ab.sh — one device call (session 39, issue 36): batched-decode attention past 8 rows on attn_decode_smem
 # (a block a query head) against the split-key attn_decode, at three contexts, by the bench-only knobs
-# HEARTH_ADS_MAX / HEARTH_ADS_C in one build. Builds this tree (CUDA, no server) into B, makes the 3B checkpoint,
-# then runs `hearth bench -p 128 -n 64 -r 2 --tg-ctx L --batch 16,32` per setting and context in interleaved rounds,
-# by priority within END seconds. Run on the GPU machine from the repository root with .deps carried:
-#   timeout 590 bash bench/ads-ab.sh   (logs in $OUT; B: build dir, /tmp/b; CTXS: contexts, "71 512 1570")
+# HEARTH_ADS_MAX / HEARTH_ADS_LEN in one build. Builds this tree (CUDA, no server) into B, makes the 3B checkpoint,
+# runs `hearth bench -p 128 -n 64 -r 2 --tg-ctx L --batch 16,32` per setting and context in interleaved rounds, and
+# test_cuda_ops fast after the first round, by priority within END seconds. Settings: off (HEARTH_ADS_MAX=8: the
+# split-key kernel past 8 rows, the choice before session 39), rule (the default: attn_decode_smem past 8 rows while
+# every row is at most ADS_SHORT_LEN keys), anylen (HEARTH_ADS_LEN=100000: at every length, what a longer threshold
+# would cost). Run on the GPU machine from the repository root with .deps carried:
+#   timeout 590 bash bench/ads-ab.sh   (logs in $OUT; B: build dir, /tmp/b; CTXS: contexts, "71 448 1570")
 set -uo pipefail
 O=${OUT:-/tmp/o}; mkdir -p "$O"
 . bench/deps.sh
@@ -18,18 +21,18 @@ el built
 [ -f /tmp/m-3b/model.safetensors ] || $H mkmodel --config configs/qwen2.5-3b-instruct.json --out /tmp/m-3b >/dev/null 2>&1
 el "model made"
 END=${END:-560}; left() { echo $(( END - ($(date +%s) - t0) )); }
-# off: main's choice (x9-x32 on the split-key kernel); c96 / c192: x9-x32 on attn_decode_smem with at most 96 / 192
-# keys a pass (x1-x8 capped the same way: the tg line of c96 is not main's)
-declare -A CFG=([off]="HEARTH_NONE=1" [c96]="HEARTH_ADS_MAX=32 HEARTH_ADS_C=96" [c192]="HEARTH_ADS_MAX=32 HEARTH_ADS_C=192")
+declare -A CFG=([off]="HEARTH_ADS_MAX=8" [rule]="HEARTH_NONE=1" [anylen]="HEARTH_ADS_LEN=100000")
 b() { local tag=$1; shift; timeout 120 env "$@" 2>&1 | grep -E "^\| (tg|pp)" | tr -s ' ' | sed "s/^/$tag /" | tee -a "$O/ab.txt"; }
 round() {
-  for L in ${CTXS:-71 512 1570}; do
-    for s in off c96 c192; do
+  for L in ${CTXS:-71 448 1570}; do
+    for s in off rule anylen; do
       [ "$(left)" -gt 30 ] || return
       b "ctx$L $s r$r" ${CFG[$s]} $H bench --model /tmp/m-3b --backend cuda -p 128 -n 64 -r 2 --tg-ctx "$L" --batch 16,32
     done
   done
 }
 r=1; round; el "round 1"
+[ "$(left)" -gt 120 ] && { timeout 90 $B/tests/cuda/test_cuda_ops fast >"$O/test_ops.log" 2>&1
+  el "test_cuda_ops fast rc $? $(tail -1 "$O/test_ops.log")"; grep -iE "fail|mismatch" "$O/test_ops.log" | head -8 | tee -a "$O/progress.txt"; }
 [ "$(left)" -gt 150 ] && { r=2; round; el "round 2"; }
 el done

@@ -333,6 +333,11 @@ struct hb_ops {
   int (*add_norm_matmul)(struct hb_ctx *ctx, struct hb_tensor *xo, const struct hb_tensor *x, const struct hb_tensor *y,
                          const struct hb_tensor *aw, float s, const struct hb_tensor *norm_w, float eps, int n_mm,
                          struct hb_tensor *const *outs, const struct hb_tensor *const *ws, int act, int n);
+  /* Optional (NULL: none): the longest sequence (its keys after the step) up to which a decode batch of n_tokens
+   * rows, one per sequence, runs other kernels than a longer one (CUDA: attention on the one-head-a-block kernel past
+   * 8 rows); 0: no such batches at this width. A decode step's graph differs on either side of it, so the runtime
+   * keeps graphs of their own for the batches whose every sequence is at most this long (session.c). */
+  int (*batch_short_len)(struct hb_ctx *ctx, int n_tokens);
 };
 
 /* Backends compiled into this build. hb_cuda_ops is NULL-safe: hb_get returns NULL when absent. */

@@ -172,6 +172,8 @@ static void free_scratch(struct hearth_model *m) {
   for (int i = 0; i < MODEL_MAX_GRAPHS; i++) {
     if (m->graphs[i].graph) m->be->graph_free(m->graphs[i].graph);
     if (m->graphs_greedy[i].graph) m->be->graph_free(m->graphs_greedy[i].graph);
+    for (int t = 0; t < 2; t++)
+      if (m->graphs_bshort[t][i].graph) m->be->graph_free(m->graphs_bshort[t][i].graph);
   }
   for (int i = 0; i < 2; i++)
     if (m->graphs_short[i].graph) m->be->graph_free(m->graphs_short[i].graph);

@@ -293,6 +293,24 @@ static int short_step(const struct hearth_model *m, int n, int len) {
   return n == 1 && be->attn_o && be->attn_o_max_len && len <= be->attn_o_max_len(m->bctx, m->cfg.head_dim);
 }
 
+/* a decode step of n > 1 sequences, each len[i] tokens after it, short enough for the backend's kernels of short
+ * batches (batch_short_len): such steps replay graphs of their own (graphs_bshort), since their kernels differ */
+static int short_batch(const struct hearth_model *m, int n, const int32_t *len) {
+  const struct hb_ops *be = m->be;
+  if (n < 2 || !be->batch_short_len) return 0;
+  const int lim = be->batch_short_len(m->bctx, n);
+  for (int i = 0; i < n && lim > 0; i++)
+    if (len[i] > lim) return 0;
+  return lim > 0;
+}
+
+/* the graph slot of a decode-shaped step of n sequences, each len[i] tokens after it */
+static struct model_graph *graph_slot(struct hearth_model *m, int n, const int32_t *len, int tail) {
+  if (short_step(m, n, len[0])) return &m->graphs_short[tail];
+  if (short_batch(m, n, len)) return &m->graphs_bshort[tail][n];
+  return &(tail ? m->graphs_greedy : m->graphs)[n];
+}
+
 /* Enqueues the family forward of the uploaded batch (plus greedy_tail with tail), replayed from a captured
  * graph for decode-shaped batches when the backend offers graphs (captured on the shape's second run; greedy
  * steps have graphs of their own) */
@@ -301,9 +319,9 @@ static int enqueue_graph(struct hearth_model *m, struct hb_batch *b, int want_hi
   struct hb_ctx *c = m->bctx;
   int rc = 0;
   int decode_shape = b->n_tokens == b->n_seqs && b->n_out == b->n_tokens && !want_hidden;
-  struct model_graph *g = !decode_shape || !be->capture_begin || m->row_invariant || b->n_tokens >= MODEL_MAX_GRAPHS ? NULL
-                           : short_step(m, b->n_tokens, b->seq_len[0]) ? &m->graphs_short[tail]
-                                                                        : &(tail ? m->graphs_greedy : m->graphs)[b->n_tokens];
+  struct model_graph *g = !decode_shape || !be->capture_begin || m->row_invariant || b->n_tokens >= MODEL_MAX_GRAPHS
+                             ? NULL
+                             : graph_slot(m, b->n_tokens, b->seq_len, tail);
   int ran = 0;
   if (g && g->graph) {
     rc = be->graph_launch(c, g->graph, err);
@@ -632,7 +650,9 @@ static void ahead_enqueue(struct hearth_model *m, struct hearth_session **ss, in
   const struct hb_ops *be = m->be;
   struct hb_ctx *c = m->bctx;
   struct model_ahead *A = &m->ahead;
-  struct model_graph *g = short_step(m, n, ss[0]->n_tokens + 1) ? &m->graphs_short[1] : &m->graphs_greedy[n];
+  int32_t len[AHEAD_MAX] = {0};
+  for (int i = 0; i < n; i++) len[i] = ss[i]->n_tokens + 1;
+  struct model_graph *g = graph_slot(m, n, len, 1);
   struct hearth_err e = {0};
   if (!g->graph) return; /* (not captured yet, e.g. the step crosses attn_o's length: the next call runs it plainly) */
   int grew = 0;

@@ -221,15 +221,16 @@ static void check_elementwise(double tol) {
 }
 
 /* a batch over n_seqs sequences: sequence s has ctx[s] tokens already and adds new_tok[s] */
+#define TB_SEQS 32 /* sequences a test batch holds */
 struct tb {
   struct hb_batch b;
-  int32_t pos[2048], seq[2048], bt[8 * 128], seq_len[8], out_rows[2048];
+  int32_t pos[2048], seq[2048], bt[TB_SEQS * 128], seq_len[TB_SEQS], out_rows[2048];
 };
 
 static void make_batch(struct tb *t, int n_seqs, const int *ctx, const int *new_tok, int bs, int max_blocks) {
   memset(t, 0, sizeof *t);
   int n = 0;
-  int perm[8 * 128];
+  int perm[TB_SEQS * 128];
   for (int i = 0; i < n_seqs * max_blocks; i++) perm[i] = i;
   for (int i = n_seqs * max_blocks - 1; i > 0; i--) { int j = irand(i + 1), tmp = perm[i]; perm[i] = perm[j]; perm[j] = tmp; }
   for (int s = 0; s < n_seqs; s++) {
@@ -280,9 +281,9 @@ static void check_attention(int n_seqs, const int *ctx, const int *new_tok, int 
   struct kvpair kv;
   kv_alloc(&kv, n_seqs * max_blocks, bs, n_kv, hd);
   struct tb pre, st;
-  int zero[8] = {0}, total = 0;
+  int zero[TB_SEQS] = {0}, total = 0;
   for (int i = 0; i < n_seqs; i++) total += ctx[i] + new_tok[i];
-  if (n_seqs > 8 || total > 2048) { /* struct tb holds 8 sequences, 2048 tokens */
+  if (n_seqs > TB_SEQS || total > 2048) { /* struct tb holds TB_SEQS sequences, 2048 tokens */
     fprintf(stderr, "check_attention: %d seqs, %d tokens over the test batch's size\n", n_seqs, total);
     exit(1);
   }
@@ -881,6 +882,19 @@ static void run_all(int exact) {
     check_attention(8, c, nt, 16, 2, 128, 0, 0.0f, at); }
   { int c[3] = {255, 256, 900}, nt[3] = {1, 1, 2}; check_attention(3, c, nt, 14, 2, 64, 0, 0.0f, at); }
   { int c[2] = {600, 95}, nt[2] = {1, 1}; check_attention(2, c, nt, 8, 4, 256, 0, 30.0f, at); }
+  /* decode batches past 8 sequences (session 39): every row at most 256 keys takes attn_decode_smem with one split and
+   * the keys a pass for one wave (x16 3B-like, x32 0.5B-like, x9 hd 256 with a window and softcap); a row over 256
+   * sends the batch to the split-key kernel */
+  { int c[16], nt[16];
+    for (int i = 0; i < 16; i++) { c[i] = (i * 37) % 250; nt[i] = 1; }
+    check_attention(16, c, nt, 16, 2, 128, 0, 0.0f, at); }
+  { int c[32], nt[32];
+    for (int i = 0; i < 32; i++) { c[i] = i == 5 ? 0 : (i * 53) % 240 + 15; nt[i] = 1; }
+    check_attention(32, c, nt, 14, 2, 64, 0, 0.0f, at); }
+  { int c[9] = {200, 3, 100, 64, 255, 17, 128, 1, 90}, nt[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+    check_attention(9, c, nt, 8, 4, 256, 48, 30.0f, at); }
+  { int c[12] = {600, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 110}, nt[12] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+    check_attention(12, c, nt, 16, 2, 128, 0, 0.0f, at); }
   /* prefill on tensor cores (fast group: attn_prefill_mma; exact group: the SIMT kernel): a long prompt
    * (16 query tiles, heaviest first), 3 sequences whose tokens start and end inside 64-query tiles,
    * the Qwen2.5-0.5B shape (GQA 7), a window crossing key tiles, hd 256 with softcap (32-key tiles,

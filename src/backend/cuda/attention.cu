@@ -1286,34 +1286,75 @@ struct is_f16 { static constexpr bool value = false; };
 template <>
 struct is_f16<__half> { static constexpr bool value = true; };
 
-/* the bench-only knobs of attn_decode_smem (README "Environment"; session 38's A/B), read once per context:
- * HEARTH_ADS_MAX the widest batch it takes (8), HEARTH_ADS_C at most this many keys a pass (0: no cap) */
+/* Past 8 rows (a decode batch of 9..ADS_WIDE_MAX sequences) attention runs on attn_decode_smem too, one block a query
+ * head and token, when every row has at most ADS_SHORT_LEN keys, with the most keys a pass that keeps all of the
+ * nt × heads blocks resident at once (one wave). Why (bench/RESULTS.md, sessions 38-39): at those widths the split-key
+ * kernel's splits round down to one or two and its merge is a second round trip; at 71 + 64 keys the one-wave choice
+ * gave 3B x16 +5.7 % (192 keys a pass) and x32 +1.0 % (96), on the H100. Longer rows would walk pass after pass in
+ * one block, where the split-key kernel spreads them: the runtime keeps graphs of their own for the short batches
+ * (batch_short_len), so a batch crossing the length changes kernels between steps, never inside a graph. */
+#define ADS_WIDE_MAX 32
+#ifndef ADS_SHORT_LEN
+#define ADS_SHORT_LEN 256
+#endif
+
+/* the knobs of attn_decode_smem, read once per context (README "Environment": bench-only): HEARTH_ADS_MAX the widest
+ * batch it takes (ADS_WIDE_MAX; 8 is the choice before session 39), HEARTH_ADS_C at most this many keys a pass (0: no
+ * cap), HEARTH_ADS_LEN the longest row of a batch past 8 rows it takes (ADS_SHORT_LEN) */
 void cu_attention_init(struct hb_ctx *ctx) {
-  const char *m = getenv("HEARTH_ADS_MAX"), *c = getenv("HEARTH_ADS_C");
-  ctx->ads_max = m && *m ? atoi(m) : 8;
+  const char *m = getenv("HEARTH_ADS_MAX"), *c = getenv("HEARTH_ADS_C"), *l = getenv("HEARTH_ADS_LEN");
+  ctx->ads_max = m && *m ? atoi(m) : ADS_WIDE_MAX;
   ctx->ads_c = c && *c ? atoi(c) : 0;
+  ctx->ads_len = l && *l ? atoi(l) : ADS_SHORT_LEN;
 }
 
-/* attn_decode_smem for up to 8 tokens of f16 q and cache: returns 0 when it launched, 1 when the
- * shapes need attn_decode. C (keys per pass) keeps a block's shared memory near 128 KB, so that one
- * block still fits beside a GEMV block of the kernel before and starts its copies early; NS (splits)
- * gives the one-token step about two blocks per SM at long contexts, and never more splits than the
- * cache can hold keys for; both depend on shapes only (graph-safe). */
+/* backend.h batch_short_len: batches of 2..8 rows take attn_decode_smem at any length, so only wider ones differ */
+int cu_attn_batch_short_len(struct hb_ctx *ctx, int n_tokens) {
+  return n_tokens > 8 && n_tokens <= ctx->ads_max ? ctx->ads_len : 0;
+}
+
+/* blocks of attn_decode_smem<HD> with sm bytes of dynamic shared memory resident on one SM (0 on an error) */
+template <int HD>
+static int ads_resident(size_t sm) {
+  int occ = 0;
+  if (cudaFuncSetAttribute(attn_decode_smem_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, attn_decode_smem_kernel<HD>, ADS_THREADS, sm) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return occ;
+}
+
+/* attn_decode_smem for a batch of f16 q and cache: returns 0 when it launched, 1 when the shapes need attn_decode.
+ * Up to 8 rows: C (keys per pass) keeps a block's shared memory near 128 KB, so that one block still fits beside a
+ * GEMV block of the kernel before and starts its copies early; NS (splits) gives the one-token step about two blocks
+ * per SM at long contexts, and never more splits than the cache can hold keys for; both depend on shapes only
+ * (graph-safe). 9..ads_max rows of at most ads_len keys each (above): one split, C for one wave. */
 template <int HD>
 static int ads_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *q,
                       const struct hb_kv_layer *kv, const struct hb_batch *b, const struct hb_attn_params *p) {
-  const int nt = b->n_tokens;
+  const int nt = b->n_tokens, wide = nt > 8;
   if (nt > ctx->ads_max || HD > ADS_THREADS) return 1;
+  for (int i = 0; wide && i < b->n_seqs; i++)
+    if (b->seq_len[i] > ctx->ads_len) return 1;
   int C = (int)((128 * 1024) / ads_smem(HD, 1)) / 32 * 32;
   if (C > 256) C = 256;
   if (ctx->ads_c >= 32 && C > ctx->ads_c) C = ctx->ads_c / 32 * 32;
   while (C > 32 && ads_smem(HD, C) + 8 * 1024 > ctx->smem_optin) C -= 32;
   if (C < 32) return 1;
-  int64_t cap = (int64_t)b->max_blocks * b->block_size;
-  if (p->window > 0 && p->window < cap) cap = p->window;
-  int NS = (int)((cap + C - 1) / C), fill = 2 * ctx->n_sm / (nt * p->n_heads);
-  if (NS > fill) NS = fill;
-  NS = NS < 1 ? 1 : (NS > 32 ? 32 : NS);
+  int NS = 1;
+  if (wide) {
+    const int64_t need = (int64_t)nt * p->n_heads;
+    while (C > 32 && (int64_t)ads_resident<HD>(ads_smem(HD, C)) * ctx->n_sm < need) C -= 32;
+    if ((int64_t)ads_resident<HD>(ads_smem(HD, C)) * ctx->n_sm < need) return 1;
+  } else {
+    int64_t cap = (int64_t)b->max_blocks * b->block_size;
+    if (p->window > 0 && p->window < cap) cap = p->window;
+    const int fill = 2 * ctx->n_sm / (nt * p->n_heads);
+    NS = (int)((cap + C - 1) / C);
+    if (NS > fill) NS = fill;
+    NS = NS < 1 ? 1 : (NS > 32 ? 32 : NS);
+  }
   size_t need_part = (size_t)nt * p->n_heads * NS * (HD + 2), need_cnt = (size_t)nt * p->n_heads;
   void *pp = ctx->attn_part, *cp = ctx->attn_cnt;
   if (cu_scratch(ctx, &pp, &ctx->attn_part_cap, need_part, sizeof(float), 0)) return 0;

@@ -943,6 +943,8 @@ static void cuda_set_row_invariant(struct hb_ctx *c, int on) { c->row_invariant 
 
 extern "C" int hb_cuda_attn_o_max_len(struct hb_ctx *c, int head_dim) { return cu_attn_o_max_len(c, head_dim); }
 
+extern "C" int hb_cuda_batch_short_len(struct hb_ctx *c, int n_tokens) { return cu_attn_batch_short_len(c, n_tokens); }
+
 extern "C" void hb_cuda_set_attn_o_max(struct hb_ctx *c, int max_len) { c->attn_o_max = max_len < -2 ? -1 : max_len; }
 
 extern "C" int hb_cuda_attn_o_chunk(int head_dim) { return cu_attn_o_chunk(head_dim); }
