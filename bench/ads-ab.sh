@@ -19,6 +19,7 @@ B=${B:-/tmp/b}; H=$B/hearth
   { el "build failed"; grep -B2 -A8 " error" "$O/build.log" | head -40; exit 1; }
 el built
 [ -f /tmp/m-3b/model.safetensors ] || $H mkmodel --config configs/qwen2.5-3b-instruct.json --out /tmp/m-3b >/dev/null 2>&1
+[ -f /tmp/m-05/model.safetensors ] || $H mkmodel --config configs/qwen2.5-0.5b-instruct.json --out /tmp/m-05 >/dev/null 2>&1
 el "model made"
 END=${END:-560}; left() { echo $(( END - ($(date +%s) - t0) )); }
 declare -A CFG=([off]="HEARTH_ADS_MAX=8" [rule]="HEARTH_NONE=1" [anylen]="HEARTH_ADS_LEN=100000")
@@ -34,5 +35,9 @@ round() {
 r=1; round; el "round 1"
 [ "$(left)" -gt 120 ] && { timeout 90 $B/tests/cuda/test_cuda_ops fast >"$O/test_ops.log" 2>&1
   el "test_cuda_ops fast rc $? $(tail -1 "$O/test_ops.log")"; grep -iE "fail|mismatch" "$O/test_ops.log" | head -8 | tee -a "$O/progress.txt"; }
+# the 0.5B (hd 64, 14 heads: x32 takes 192 keys a pass, x16 256) at the short context, off / rule, twice
+for r in 1 2; do for s in off rule; do
+  [ "$(left)" -gt 150 ] && b "05 ctx71 $s r$r" ${CFG[$s]} $H bench --model /tmp/m-05 --backend cuda -p 128 -n 64 -r 2 --batch 16,32
+done; done
 [ "$(left)" -gt 150 ] && { r=2; round; el "round 2"; }
 el done
