@@ -376,6 +376,60 @@ static void ahead_loop(const char *fx) {
   hearth_model_free(mt);
 }
 
+/* The same greedy loop at 12 sessions whose lengths cross the backend's batch_short_len (256 keys: decode batches of 9
+ * to 32 sequences at most that long replay graphs of their own, session.c graphs_bshort): every step's ids equal the
+ * argmax of twin sessions stepped for their logits, logprobs within 1e-4, and steps ahead are claimed on both sides
+ * of the crossing (each side's graph captured, the scratch grown by the first long step, the step ahead resumed). */
+static void ahead_wide(const char *fx) {
+  struct hearth_model *m = load(fx, HEARTH_DTYPE_INT4, HEARTH_BACKEND_CUDA), *mt = load(fx, HEARTH_DTYPE_INT4, HEARTH_BACKEND_CUDA);
+  REQUIRE(m && mt);
+  const int nv = hearth_model_info(m)->n_vocab;
+  enum { N = 12, P = 236, STEPS = 40 }; /* lengths 237 + i (session i's prompt is P + i - 1 tokens) ... 276 + i */
+  struct hearth_session *a[N], *b[N];
+  int32_t tok[N], prm[P + N];
+  struct hearth_err err = {0};
+  for (int j = 0; j < P + N; j++) prm[j] = (int32_t)((7 + 31 * j + (j * j) % 13) % nv);
+  for (int i = 0; i < N; i++) {
+    a[i] = b[i] = NULL;
+    REQUIRE(twins(m, mt, prm + i, P + i - 1, &a[i], &b[i]) == 0);
+    tok[i] = prm[i + P + i - 1];
+  }
+  int ok = 0, lp_ok = 0, total = 0;
+  uint64_t claimed_short = 0, dropped = 0;
+  for (int st = 0; st < STEPS; st++) {
+    const int32_t *ta[N], *tb[N];
+    int one[N];
+    int32_t ids[N];
+    float lps[N];
+    for (int i = 0; i < N; i++) { ta[i] = tb[i] = &tok[i]; one[i] = 1; ids[i] = -1; lps[i] = 0.0f; }
+    if (hearth_sessions_step_greedy(a, N, ta, one, ids, lps, &err) || hearth_sessions_step(b, N, tb, one, &err)) {
+      CHECKF(0, "step %d: %s", st, err.msg);
+      break;
+    }
+    for (int i = 0; i < N; i++) {
+      const float *lb = hearth_session_logits(b[i]);
+      const int best = argmax(lb, nv);
+      ok += ids[i] == best;
+      const float want = hearth_logprob(lb, nv, best);
+      lp_ok += fabsf(lps[i] - want) < 1e-4f;
+      total++;
+      CHECKF(ids[i] == best, "step %d session %d: id %d, the twin's argmax %d", st, i, ids[i], best);
+      tok[i] = best;
+    }
+    if (hearth_session_n_tokens(a[N - 1]) == 256) hearth_model_ahead_counts(m, &claimed_short, &dropped);
+  }
+  uint64_t claimed = 0;
+  hearth_model_ahead_counts(m, &claimed, &dropped);
+  printf("  %s greedy loop of %d sessions across 256 keys on cuda: %d/%d ids = the twins' argmax, %d logprobs within "
+         "1e-4; steps ahead: %llu claimed (%llu while every session was at most 256 long), %llu dropped\n", fx, N, ok,
+         total, lp_ok, (unsigned long long)claimed, (unsigned long long)claimed_short, (unsigned long long)dropped);
+  CHECK(total > 0 && ok == total && lp_ok == total);
+  CHECK(claimed_short >= 4 && claimed >= claimed_short + 4);
+  for (int i = 0; i < N; i++) { hearth_session_free(a[i]); hearth_session_free(b[i]); }
+  hearth_model_free(m);
+  hearth_model_free(mt);
+}
+
 /* ---- a model whose numbers break down ------------------------------------------------------------------------------
  * A copy of fixture fx (into the new directory dir) whose BF16 tensor `name` is all 0x7f7f (3.39e38, the largest
  * finite bfloat16, so the load's NaN/Inf check passes it), as tests/server/lifecycle.test.mjs makes one: the MLP's
@@ -623,6 +677,7 @@ TEST_GROUP(qwen2_int4) { lm_int4("qwen2"); }
 TEST_GROUP(qwen3_int4) { lm_int4("qwen3"); }
 TEST_GROUP(step_select) { select_batch("qwen2"); }
 TEST_GROUP(step_ahead) { ahead_loop("qwen2"); }
+TEST_GROUP(step_ahead_wide) { ahead_wide("qwen2"); }
 /* Gemma 4 (issue 30): the exact path against the transformers fixtures (sliding windows of 8 keys, KV-shared
  * layers, per-layer inputs, logit soft-capping), and the greedy loop's graphs and step ahead on the E form */
 TEST_GROUP(gemma4_f32) { lm_f32("gemma4_e"); lm_f32("gemma4_dense"); }
@@ -739,6 +794,6 @@ TEST_GROUP(qwen3emb) { embed("qwen3emb", HEARTH_DTYPE_F32, "f32", 0.9999); embed
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmisleading-indentation"
 #endif
-TEST_MAIN(T(step_sampled), T(qwen2_f32), T(qwen3_f32), T(qwen2_int4), T(qwen3_int4), T(step_select), T(step_ahead), T(nan_logits),
+TEST_MAIN(T(step_sampled), T(qwen2_f32), T(qwen3_f32), T(qwen2_int4), T(qwen3_int4), T(step_select), T(step_ahead), T(step_ahead_wide), T(nan_logits),
           T(qwen3emb), T(gemma4_f32), T(gemma4_step_ahead), T(gemma4_int4), T(gemma4_fold_bits), T(qwen3_fold_bits), T(kv_pool_plan), T(disk_prefix_cache), T(gemma4_ring),
           T(gemma4_ring_disk))
