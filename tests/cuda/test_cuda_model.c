@@ -386,9 +386,9 @@ static void ahead_wide(const char *fx) {
   const int nv = hearth_model_info(m)->n_vocab;
   enum { N = 12, P = 236, STEPS = 40 }; /* lengths 237 + i (session i's prompt is P + i - 1 tokens) ... 276 + i */
   struct hearth_session *a[N], *b[N];
-  int32_t tok[N], prm[P + N];
+  int32_t tok[N], prm[P + 2 * N];
   struct hearth_err err = {0};
-  for (int j = 0; j < P + N; j++) prm[j] = (int32_t)((7 + 31 * j + (j * j) % 13) % nv);
+  for (int j = 0; j < P + 2 * N; j++) prm[j] = (int32_t)((7 + 31 * j + (j * j) % 13) % nv);
   for (int i = 0; i < N; i++) {
     a[i] = b[i] = NULL;
     REQUIRE(twins(m, mt, prm + i, P + i - 1, &a[i], &b[i]) == 0);
