@@ -783,6 +783,8 @@ static int gemv_attr1(struct hb_ctx *ctx) {
 }
 int cu_gemv_init(struct hb_ctx *ctx) {
   const char *t = getenv("HEARTH_TEST_GEMV"); /* test-only (above) */
+  const char *xm = getenv("HEARTH_GEMV_XMAX"); /* bench-only: past this many bytes of x, the GEMM (gemv_fill) */
+  ctx->gemv_xmax = xm && *xm ? (size_t)strtoull(xm, NULL, 10) : (size_t)-1;
   if (t && (!strcmp(t, "whole") || !strcmp(t, "cores"))) g_gemv_we_min = 0;
   if (t && !strcmp(t, "cores")) g_gemv_cores_any = 1;
   return gemv_attr_n<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 4>(ctx) |
@@ -919,6 +921,7 @@ static int gemv_fill(struct hb_ctx *ctx, gemv_args &a, int pro, const struct hb_
                      const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, int n, int add) {
   if (ctx->exact || n < 1 || n > 8 || n_mm < 1 || n_mm > 3 || x->dtype != HB_F16 || x->cols % 8) return 1;
   if (ws[0]->cols % 128 || ws[0]->cols > GEMV_KMAX) return 1;
+  if ((size_t)n * (size_t)ws[0]->cols * 2 > ctx->gemv_xmax) return 1;
   /* x etc. and at least a 2-step ring of 8 warps in one block (gemv_ring) */
   if (!gemv_ring(ctx, gemv_smem(n, ws[0]->cols, pro), 8, 1)) return 1;
   if (x->rows < n) return 1;
