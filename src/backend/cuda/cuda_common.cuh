@@ -40,7 +40,7 @@ struct hb_ctx {
   int device, exact, n_sm, cc_major;
   int row_invariant;      /* set_row_invariant: every row's numerics independent of the batch (one GEMM path,
                              no split-K, the prefill attention, no fused decode kernels) */
-  size_t gemv_xmax;       /* gemv_q4.cu: the most bytes of x (n rows × K f16) the decode GEMV takes (cu_gemv_init) */
+  size_t gemv_xmax;       /* gemv_q4.cu: the most bytes of x (n rows × K f16) the decode GEMV takes from 3 rows on */
   int gemm_kind;          /* the prefill GEMM: HB_CUDA_GEMM_AUTO / _MMA / _WG / _WG256 (HEARTH_GEMM, hb_cuda_set_gemm) */
   int gemm_wg_ok;         /* the wgmma GEMM (sm_90a) runs on this device */
   int attn_o_max;         /* attn_o.cu: the longest sequence the fused attention + o_proj takes: -1 the default (one

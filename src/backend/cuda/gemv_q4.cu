@@ -59,6 +59,13 @@
 __host__ __device__ inline int gemv_steps(int G, int ks) { return ((G + GEMV_GPS - 1) / GEMV_GPS + ks - 1) / ks; }
 #define GEMV_MINB 2   /* resident 8-warp blocks per SM the registers are budgeted for */
 #define GEMV_MINB16 1 /* the same for 16-warp blocks */
+/* A matrix whose x (n rows × K f16, all of it in every block's shared memory) passes GEMV_XMAX bytes at 3 rows or more
+ * goes to the tensor-core GEMM, as 9 rows and more do. Why (bench/RESULTS.md, session 39, H100): the 3B's down
+ * projection holds 132-176 KB of x at 6-8 rows, so one GEMV block fits an SM with a 2-step ring, and its x8 step (2.98
+ * ms) was slower than its x16 step (2.33). At 48 KB: 3B x6 +11 %, x8 +17 %; 0.5B x6 +6 %, x8 +12 %; x1-x4 unchanged.
+ * Below 3 rows the GEMV stays: at 2 rows the GEMM took the 3B's down projection 15 % slower (16 KB setting). */
+#define GEMV_XMAX (48 * 1024)
+#define GEMV_XMAX_ROWS 3
 /* the co-resident gate/up shape (gemv_cores_launch): one block per SM of this many whole-tile warps,
  * so that o_proj's 8-warp block before it fits beside it: 11 + 8 warps x 104 registers = 63,232 of the SM's 65,536 */
 #define GEMV_CORES_NW 11
@@ -783,8 +790,8 @@ static int gemv_attr1(struct hb_ctx *ctx) {
 }
 int cu_gemv_init(struct hb_ctx *ctx) {
   const char *t = getenv("HEARTH_TEST_GEMV"); /* test-only (above) */
-  const char *xm = getenv("HEARTH_GEMV_XMAX"); /* bench-only: past this many bytes of x, the GEMM (gemv_fill) */
-  ctx->gemv_xmax = xm && *xm ? (size_t)strtoull(xm, NULL, 10) : (size_t)-1;
+  const char *xm = getenv("HEARTH_GEMV_XMAX"); /* bench-only: GEMV_XMAX (gemv_fill) */
+  ctx->gemv_xmax = xm && *xm ? (size_t)strtoull(xm, NULL, 10) : GEMV_XMAX;
   if (t && (!strcmp(t, "whole") || !strcmp(t, "cores"))) g_gemv_we_min = 0;
   if (t && !strcmp(t, "cores")) g_gemv_cores_any = 1;
   return gemv_attr_n<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 4>(ctx) |
@@ -915,13 +922,14 @@ static void gemv_launch_t(struct hb_ctx *ctx, gemv_args &a) {
 #undef GEMV_LAUNCH
 }
 
+
 /* the fused decode GEMV: returns 0 when it launched, 1 when the shapes need the general path */
 static int gemv_fill(struct hb_ctx *ctx, gemv_args &a, int pro, const struct hb_tensor *x, const struct hb_tensor *x2,
                      const struct hb_tensor *nw, float eps, float off, int n_mm, struct hb_tensor *const *outs,
                      const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, int n, int add) {
   if (ctx->exact || n < 1 || n > 8 || n_mm < 1 || n_mm > 3 || x->dtype != HB_F16 || x->cols % 8) return 1;
   if (ws[0]->cols % 128 || ws[0]->cols > GEMV_KMAX) return 1;
-  if ((size_t)n * (size_t)ws[0]->cols * 2 > ctx->gemv_xmax) return 1;
+  if (n >= GEMV_XMAX_ROWS && (size_t)n * (size_t)ws[0]->cols * 2 > ctx->gemv_xmax) return 1;
   /* x etc. and at least a 2-step ring of 8 warps in one block (gemv_ring) */
   if (!gemv_ring(ctx, gemv_smem(n, ws[0]->cols, pro), 8, 1)) return 1;
   if (x->rows < n) return 1;
