@@ -146,7 +146,8 @@ struct hearth_model {
   /* one-token steps short enough for the backend's fused attention + o_proj (attn_o_max_len): their kernels
    * differ, so they have graphs of their own: [0] plain, [1] with the greedy tail */
   struct model_graph graphs_short[2];
-  /* decode steps of 2..64 sequences, each at most the backend's batch_short_len: [0] plain, [1] greedy tail */
+  /* decode steps of several sequences, each at most the backend's batch_short_len long: their kernels differ, so
+   * they have graphs of their own, by width: [0] plain, [1] with the greedy tail */
   struct model_graph graphs_bshort[2][MODEL_MAX_GRAPHS];
   struct model_ahead ahead;
   uint64_t epochs;      /* the last session epoch given out (runtime/session.c) */

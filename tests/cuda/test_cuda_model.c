@@ -384,7 +384,7 @@ static void ahead_wide(const char *fx) {
   struct hearth_model *m = load(fx, HEARTH_DTYPE_INT4, HEARTH_BACKEND_CUDA), *mt = load(fx, HEARTH_DTYPE_INT4, HEARTH_BACKEND_CUDA);
   REQUIRE(m && mt);
   const int nv = hearth_model_info(m)->n_vocab;
-  enum { N = 12, P = 236, STEPS = 40 }; /* lengths 237 + i (session i's prompt is P + i - 1 tokens) ... 276 + i */
+  enum { N = 12, P = 236, STEPS = 40 }; /* session i starts at P + i - 1 tokens: the last one passes 256 at step 10 */
   struct hearth_session *a[N], *b[N];
   int32_t tok[N], prm[P + 2 * N];
   struct hearth_err err = {0};

@@ -1289,10 +1289,11 @@ struct is_f16<__half> { static constexpr bool value = true; };
 /* Past 8 rows (a decode batch of 9..ADS_WIDE_MAX sequences) attention runs on attn_decode_smem too, one block a query
  * head and token, when every row has at most ADS_SHORT_LEN keys, with the most keys a pass that keeps all of the
  * nt × heads blocks resident at once (one wave). Why (bench/RESULTS.md, sessions 38-39): at those widths the split-key
- * kernel's splits round down to one or two and its merge is a second round trip; at 71 + 64 keys the one-wave choice
- * gave 3B x16 +5.7 % (192 keys a pass) and x32 +1.0 % (96), on the H100. Longer rows would walk pass after pass in
- * one block, where the split-key kernel spreads them: the runtime keeps graphs of their own for the short batches
- * (batch_short_len), so a batch crossing the length changes kernels between steps, never inside a graph. */
+ * kernel's splits round down to one or two and its merge is a second round trip; at 71-135 keys the one-wave choice
+ * gave 3B x16 +5.9 % (192 keys a pass) and x32 +2.3 % (96), 0.5B x16 +11.5 % and x32 +5.3 % (H100, session 39).
+ * Longer rows walk pass after pass in one block, where the split-key kernel spreads them (at 448-512 keys 3B x32
+ * −8 %, at 1,570 −20 %): the runtime keeps graphs of their own for the short batches (batch_short_len), so a batch
+ * crossing the length changes kernels between steps, never inside a graph. */
 #define ADS_WIDE_MAX 32
 #ifndef ADS_SHORT_LEN
 #define ADS_SHORT_LEN 256

@@ -922,7 +922,6 @@ static void gemv_launch_t(struct hb_ctx *ctx, gemv_args &a) {
 #undef GEMV_LAUNCH
 }
 
-
 /* the fused decode GEMV: returns 0 when it launched, 1 when the shapes need the general path */
 static int gemv_fill(struct hb_ctx *ctx, gemv_args &a, int pro, const struct hb_tensor *x, const struct hb_tensor *x2,
                      const struct hb_tensor *nw, float eps, float off, int n_mm, struct hb_tensor *const *outs,
