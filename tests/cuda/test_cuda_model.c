@@ -379,7 +379,9 @@ static void ahead_loop(const char *fx) {
 /* The same greedy loop at 12 sessions whose lengths cross the backend's batch_short_len (256 keys: decode batches of 9
  * to 32 sequences at most that long replay graphs of their own, session.c graphs_bshort): every step's ids equal the
  * argmax of twin sessions stepped for their logits, logprobs within 1e-4, and steps ahead are claimed on both sides
- * of the crossing (each side's graph captured, the scratch grown by the first long step, the step ahead resumed). */
+ * of the crossing (each side's graph captured and replayed, the step ahead resumed). This holds the runtime's graph
+ * keying only: the fixture's head_dim 32 takes the split-key kernel on both sides (attn_decode_smem starts at 64);
+ * test_cuda_ops holds the kernel past 8 rows and counts its launches. */
 static void ahead_wide(const char *fx) {
   struct hearth_model *m = load(fx, HEARTH_DTYPE_INT4, HEARTH_BACKEND_CUDA), *mt = load(fx, HEARTH_DTYPE_INT4, HEARTH_BACKEND_CUDA);
   REQUIRE(m && mt);

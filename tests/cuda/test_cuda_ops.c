@@ -830,10 +830,10 @@ static void run_all(int exact) {
   double at = exact ? 5e-5 : 4e-3;
   for (int n = 1; n <= 8; n++) check_matmul(HB_Q4, 384, 1024, n, n == 3, mt);
   check_matmul(HB_Q4, 2560, 2048, 1, 1, mt);
-  check_matmul(HB_Q4, 2048, 11008, 4, 0, mt);
+  check_matmul(HB_Q4, 2048, 11008, 4, 0, mt);    /* 88 KB of x: the GEMM by default (48 KB), the GEMV in *_xmaxall */
   check_matmul(HB_Q4, 2048, 11008, 1, 1, mt);  /* 3B down_proj + residual at one token (16-warp blocks) */
   check_matmul(HB_Q4, 136, 896, 2, 0, mt);
-  check_matmul(HB_Q4, 256, 11008, 8, 0, mt);   /* 176 KB of f16 x in the GEMV's shared memory */
+  check_matmul(HB_Q4, 256, 11008, 8, 0, mt);   /* 176 KB of f16 x: the GEMM by default, the GEMV in *_xmaxall */
   check_matmul(HB_Q4, 32768, 2048, 1, 0, mt);  /* LM-head-like: 1-2 warps per 16-row tile */
   check_matmul(HB_Q4, 16384, 896, 3, 1, mt);   /* 7 groups per row: padded steps */
   check_matmul(HB_Q4, 24, 4864, 5, 1, mt);     /* one and a half tiles, 38 groups over 8 warps */
@@ -882,19 +882,34 @@ static void run_all(int exact) {
     check_attention(8, c, nt, 16, 2, 128, 0, 0.0f, at); }
   { int c[3] = {255, 256, 900}, nt[3] = {1, 1, 2}; check_attention(3, c, nt, 14, 2, 64, 0, 0.0f, at); }
   { int c[2] = {600, 95}, nt[2] = {1, 1}; check_attention(2, c, nt, 8, 4, 256, 0, 30.0f, at); }
-  /* decode batches past 8 sequences (session 39): every row at most 256 keys takes attn_decode_smem with one split and
-   * the keys a pass for one wave (x16 3B-like, x32 0.5B-like, x9 hd 256 with a window and softcap); a row over 256
-   * sends the batch to the split-key kernel */
-  { int c[16], nt[16];
-    for (int i = 0; i < 16; i++) { c[i] = (i * 37) % 250; nt[i] = 1; }
-    check_attention(16, c, nt, 16, 2, 128, 0, 0.0f, at); }
-  { int c[32], nt[32];
-    for (int i = 0; i < 32; i++) { c[i] = i == 5 ? 0 : i == 31 ? 250 : (i * 29) % 120; nt[i] = 1; } /* 2,048 tokens at most */
-    check_attention(32, c, nt, 14, 2, 64, 0, 0.0f, at); }
-  { int c[9] = {200, 3, 100, 64, 255, 17, 128, 1, 90}, nt[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
-    check_attention(9, c, nt, 8, 4, 256, 48, 30.0f, at); }
-  { int c[12] = {600, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 110}, nt[12] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
-    check_attention(12, c, nt, 16, 2, 128, 0, 0.0f, at); }
+  /* decode batches past 8 rows (session 39): every row at most 256 keys takes attn_decode_smem (f16 only: the fast
+   * group) with one split and the keys a pass for one wave — x16 3B-like, x32 0.5B-like, x9 hd 256 with a window and
+   * softcap at exactly 256 keys, x10 hd 256 in several passes, 4 sequences of 3 new tokens (a verify-like batch);
+   * a row over 256 keys sends the batch to the split-key kernel. Each case counts the wide launches. */
+  {
+    long w = hb_cuda_attn_wide_launches(gc);
+#define WIDE(expect, what)                                                                                  \
+  do {                                                                                                      \
+    const long now = hb_cuda_attn_wide_launches(gc), want = w + (g_exact ? 0 : (expect));                   \
+    CHECKF(now == want, "%s: %ld wide attn_decode_smem launches, expected %ld", what, now - w, want - w);   \
+    w = now;                                                                                                \
+  } while (0)
+    { int c[16], nt[16];
+      for (int i = 0; i < 16; i++) { c[i] = (i * 37) % 250; nt[i] = 1; }
+      check_attention(16, c, nt, 16, 2, 128, 0, 0.0f, at); WIDE(1, "x16 hd128"); }
+    { int c[32], nt[32];
+      for (int i = 0; i < 32; i++) { c[i] = i == 5 ? 0 : i == 31 ? 250 : (i * 29) % 120; nt[i] = 1; } /* <= 2,048 tokens */
+      check_attention(32, c, nt, 14, 2, 64, 0, 0.0f, at); WIDE(1, "x32 hd64"); }
+    { int c[9] = {200, 3, 100, 64, 255, 17, 128, 1, 90}, nt[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+      check_attention(9, c, nt, 8, 4, 256, 48, 30.0f, at); WIDE(1, "x9 hd256 window"); }
+    { int c[10] = {250, 199, 180, 7, 160, 240, 33, 120, 222, 201}, nt[10] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+      check_attention(10, c, nt, 8, 2, 256, 0, 0.0f, at); WIDE(1, "x10 hd256 passes"); }
+    { int c[4] = {100, 0, 253, 40}, nt[4] = {3, 3, 3, 3};
+      check_attention(4, c, nt, 16, 2, 128, 0, 0.0f, at); WIDE(1, "4 x 3 tokens hd128"); }
+    { int c[12] = {600, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 110}, nt[12] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+      check_attention(12, c, nt, 16, 2, 128, 0, 0.0f, at); WIDE(0, "x12 with a 600-key row"); }
+#undef WIDE
+  }
   /* prefill on tensor cores (fast group: attn_prefill_mma; exact group: the SIMT kernel): a long prompt
    * (16 query tiles, heaviest first), 3 sequences whose tokens start and end inside 64-query tiles,
    * the Qwen2.5-0.5B shape (GQA 7), a window crossing key tiles, hd 256 with softcap (32-key tiles,

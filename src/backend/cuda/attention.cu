@@ -1309,17 +1309,21 @@ void cu_attention_init(struct hb_ctx *ctx) {
   ctx->ads_len = l && *l ? atoi(l) : ADS_SHORT_LEN;
 }
 
-/* backend.h batch_short_len: batches of 2..8 rows take attn_decode_smem at any length, so only wider ones differ */
+/* backend.h batch_short_len: batches of 2..8 rows take attn_decode_smem at any length, so only wider ones differ (and
+ * none in the exact mode, whose f32 activations never take it) */
 int cu_attn_batch_short_len(struct hb_ctx *ctx, int n_tokens) {
-  return n_tokens > 8 && n_tokens <= ctx->ads_max ? ctx->ads_len : 0;
+  return !ctx->exact && n_tokens > 8 && n_tokens <= ctx->ads_max ? ctx->ads_len : 0;
 }
 
-/* blocks of attn_decode_smem<HD> with sm bytes of dynamic shared memory resident on one SM (0 on an error) */
+/* tests: wide launches of attn_decode_smem (past 8 rows) on this context so far */
+long cu_attn_wide_launches(const struct hb_ctx *ctx) { return ctx->ads_wide_n; }
+
+/* blocks of attn_decode_smem<HD> with sm bytes of dynamic shared memory resident on one SM (0 on an error); the
+ * kernel's limit is already raised to at least sm (ads_launch) */
 template <int HD>
 static int ads_resident(size_t sm) {
   int occ = 0;
-  if (cudaFuncSetAttribute(attn_decode_smem_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, attn_decode_smem_kernel<HD>, ADS_THREADS, sm) != cudaSuccess) {
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, attn_decode_smem_kernel<HD>, ADS_THREADS, sm) != cudaSuccess) {
     (void)cudaGetLastError();
     return 0;
   }
@@ -1335,7 +1339,7 @@ template <int HD>
 static int ads_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *q,
                       const struct hb_kv_layer *kv, const struct hb_batch *b, const struct hb_attn_params *p) {
   const int nt = b->n_tokens, wide = nt > 8;
-  if (nt > ctx->ads_max || HD > ADS_THREADS) return 1;
+  if (nt > ctx->ads_max || HD > ADS_THREADS || (wide && !b->seq_len)) return 1;
   for (int i = 0; wide && i < b->n_seqs; i++)
     if (b->seq_len[i] > ctx->ads_len) return 1;
   int C = (int)((128 * 1024) / ads_smem(HD, 1)) / 32 * 32;
@@ -1343,6 +1347,11 @@ static int ads_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb
   if (ctx->ads_c >= 32 && C > ctx->ads_c) C = ctx->ads_c / 32 * 32;
   while (C > 32 && ads_smem(HD, C) + 8 * 1024 > ctx->smem_optin) C -= 32;
   if (C < 32) return 1;
+  /* the kernel's shared-memory limit is a process-wide attribute: always raised to this largest C's size, never
+   * lowered for a smaller C, so that contexts launching it from other threads never see it below their size */
+  if (CU_OK(ctx, cudaFuncSetAttribute(attn_decode_smem_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      (int)ads_smem(HD, C))))
+    return 0;
   int NS = 1;
   if (wide) {
     const int64_t need = (int64_t)nt * p->n_heads;
@@ -1363,8 +1372,7 @@ static int ads_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb
   if (cu_scratch(ctx, &cp, &ctx->attn_cnt_cap, need_cnt, sizeof(unsigned), 1)) return 0;
   ctx->attn_cnt = (unsigned *)cp;
   const size_t sm = ads_smem(HD, C);
-  if (CU_OK(ctx, cudaFuncSetAttribute(attn_decode_smem_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm)))
-    return 0;
+  ctx->ads_wide_n += wide;
   dim3 grid((unsigned)nt, (unsigned)p->n_heads, (unsigned)NS);
   cu_launch_pdl(ctx, "attn_decode_smem", attn_decode_smem_kernel<HD>, grid, dim3(ADS_THREADS), sm,
                 (__half *)out->data, (const __half *)q->data, (const __half *)kv->k.data, (const __half *)kv->v.data,

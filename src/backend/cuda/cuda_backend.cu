@@ -945,6 +945,8 @@ extern "C" int hb_cuda_attn_o_max_len(struct hb_ctx *c, int head_dim) { return c
 
 extern "C" int hb_cuda_batch_short_len(struct hb_ctx *c, int n_tokens) { return cu_attn_batch_short_len(c, n_tokens); }
 
+extern "C" long hb_cuda_attn_wide_launches(struct hb_ctx *c) { return cu_attn_wide_launches(c); }
+
 extern "C" void hb_cuda_set_attn_o_max(struct hb_ctx *c, int max_len) { c->attn_o_max = max_len < -2 ? -1 : max_len; }
 
 extern "C" int hb_cuda_attn_o_chunk(int head_dim) { return cu_attn_o_chunk(head_dim); }

@@ -98,6 +98,8 @@ int hb_cuda_attn_o(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tens
 int hb_cuda_attn_o_max_len(struct hb_ctx *ctx, int head_dim);
 /* batch_short_len (backend.h): past 8 rows, the longest row a decode batch's attention takes on attn_decode_smem */
 int hb_cuda_batch_short_len(struct hb_ctx *ctx, int n_tokens);
+/* tests only: decode attention launches past 8 rows on attn_decode_smem on this context so far */
+long hb_cuda_attn_wide_launches(struct hb_ctx *ctx);
 /* tests and bench only: the longest sequence attn_o takes: 0 off, -1 the default (one chunk where it measured faster:
  * head dim 64), -2 one chunk at every head dim it covers, N > 0 N keys (above one chunk it walks the keys in chunks,
  * which the tests cover this way). hb_cuda_attn_o_chunk: keys per chunk at a head dim (0: not covered). */

@@ -46,6 +46,7 @@ struct hb_ctx {
   int attn_o_max;         /* attn_o.cu: the longest sequence the fused attention + o_proj takes: -1 the default (one
                            * chunk where it measured faster: head dim 64), -2 one chunk at every head dim, 0 off */
   int ads_max, ads_c, ads_len; /* attention.cu: attn_decode_smem's widest batch, keys-a-pass cap, longest row past 8 */
+  long ads_wide_n;        /* attention.cu: its launches past 8 rows (tests: hb_cuda_attn_wide_launches) */
   int attn_o_off;         /* attn_o.cu: not available in this binary on this device (init), whatever attn_o_max says */
   size_t smem_optin;      /* largest dynamic shared memory a block may opt in to */
   size_t smem_sm;         /* shared memory per multiprocessor, and what the system keeps per block */
@@ -397,6 +398,7 @@ int cu_attn_o_chunk(int head_dim); /* keys per chunk (0: a head dim attn_o does 
 void cu_attn_o_init(struct hb_ctx *ctx);
 void cu_attention_init(struct hb_ctx *ctx);
 int cu_attn_batch_short_len(struct hb_ctx *ctx, int n_tokens);
+long cu_attn_wide_launches(const struct hb_ctx *ctx);
 /* sample.cu */
 void cu_argmax(struct hb_ctx *ctx, const struct hb_tensor *logits, int n, struct hb_tensor *ids,
                struct hb_tensor *logprobs);
