@@ -137,9 +137,10 @@ test('n = 16 choices are all dropped when their client goes', async (t) => {
 
 test('an embeddings request stops between batches of its forward pass when its client goes', async (t) => {
   const st0 = await modelStatus(srv, EMBED);
-  // 6 inputs x 4000 tokens: seconds of work even for the tiny model (8 forward batches each)
+  // 32 inputs x 4000 tokens: seconds of work even for the tiny model (8 forward batches each). (6 inputs finished
+  // within the 200 ms below on a fast CI machine, before the client went: nothing left to cancel.)
   const ids = Array.from({ length: 4000 }, (_, i) => 100 + (i % 1000));
-  const r = rawPost(srv.port, '/v1/embeddings', { model: EMBED, input: Array(6).fill(ids) });
+  const r = rawPost(srv.port, '/v1/embeddings', { model: EMBED, input: Array(32).fill(ids) });
   await until(async () => (await modelStatus(srv, EMBED)).embeddings_busy === 1, 'the embedding work to start');
   await sleep(200);
   r.socket.destroy();
