@@ -306,6 +306,38 @@ static void select_batch(const char *fx) {
   hearth_model_free(m);
 }
 
+/* one greedy step of sessions a[0..n) (hearth_sessions_step_greedy, each fed tok[i]) beside their twins b[0..n)
+ * stepped for their logits: each id must be the twin's argmax and its logprob the twin's log-softmax there (counted
+ * into *ok, *lp_ok, *total); tok[i] becomes the id. -1 when a step fails. */
+static int twin_step(struct hearth_session **a, struct hearth_session **b, int n, int32_t *tok, int nv, int st, int *ok,
+                     int *lp_ok, int *total) {
+  enum { MAXN = 16 };
+  const int32_t *ta[MAXN];
+  int one[MAXN];
+  int32_t ids[MAXN];
+  float lps[MAXN];
+  struct hearth_err err = {0};
+  if (n > MAXN) return -1;
+  for (int i = 0; i < n; i++) { ta[i] = &tok[i]; one[i] = 1; ids[i] = -1; lps[i] = 0.0f; }
+  if (hearth_sessions_step_greedy(a, n, ta, one, ids, lps, &err) || hearth_sessions_step(b, n, ta, one, &err)) {
+    CHECKF(0, "step %d: %s", st, err.msg);
+    return -1;
+  }
+  for (int i = 0; i < n; i++) {
+    const float *lb = hearth_session_logits(b[i]);
+    const int best = argmax(lb, nv);
+    const float want = hearth_logprob(lb, nv, best);
+    *ok += ids[i] == best;
+    *lp_ok += fabsf(lps[i] - want) < 1e-4f;
+    if (!(fabsf(lps[i] - want) < 1e-4f) && *total - *lp_ok < 8)
+      printf("    step %d session %d: logprob %.7f, the twin's %.7f\n", st, i, lps[i], want);
+    ++*total;
+    CHECKF(ids[i] == best, "step %d session %d: id %d, the twin's argmax %d", st, i, ids[i], best);
+    tok[i] = best;
+  }
+  return 0;
+}
+
 /* A greedy decode loop through hearth_sessions_step_greedy (on the GPU each step after the second is enqueued
  * one call ahead: runtime/session.c) against twin sessions stepped for their logits, with what drops a step
  * in flight: a token other than the one returned (step 12), one session stepped alone (step 16), a session
@@ -321,7 +353,6 @@ static void ahead_loop(const char *fx) {
   enum { N = 2, STEPS = 60 };
   struct hearth_session *a[N], *b[N];
   int32_t tok[N], prm[N][12];
-  struct hearth_err err = {0};
   for (int i = 0; i < N; i++) {
     a[i] = b[i] = NULL;
     for (int j = 0; j < 12; j++) prm[i][j] = (int32_t)((11 + 17 * i + 29 * j) % nv);
@@ -338,28 +369,8 @@ static void ahead_loop(const char *fx) {
       REQUIRE(twins(m, mt, q, 6, &a[1], &b[1]) == 0);
       tok[1] = q[6];
     }
-    int n = N;
-    if (st == 16) n = 1; /* session 0 alone */
-    const int32_t *ta[N] = {&tok[0], &tok[1]}, *tb[N] = {&tok[0], &tok[1]};
-    int one[N] = {1, 1};
-    int32_t ids[N] = {-1, -1};
-    float lps[N] = {0};
-    if (hearth_sessions_step_greedy(a, n, ta, one, ids, lps, &err) || hearth_sessions_step(b, n, tb, one, &err)) {
-      CHECKF(0, "step %d: %s", st, err.msg);
-      break;
-    }
-    for (int i = 0; i < n; i++) {
-      const float *lb = hearth_session_logits(b[i]);
-      const int best = argmax(lb, nv);
-      ok += ids[i] == best;
-      const float want = hearth_logprob(lb, nv, best);
-      lp_ok += fabsf(lps[i] - want) < 1e-4f;
-      if (!(fabsf(lps[i] - want) < 1e-4f) && total - lp_ok < 8)
-        printf("    step %d session %d: logprob %.7f, the twin's %.7f\n", st, i, lps[i], want);
-      total++;
-      CHECKF(ids[i] == best, "step %d session %d: id %d, the twin's argmax %d", st, i, ids[i], best);
-      tok[i] = best;
-    }
+    const int n = st == 16 ? 1 : N; /* at 16, session 0 alone */
+    if (twin_step(a, b, n, tok, nv, st, &ok, &lp_ok, &total)) break;
     CHECK(hearth_session_n_tokens(a[0]) == hearth_session_n_tokens(b[0]) &&
           hearth_session_n_tokens(a[1]) == hearth_session_n_tokens(b[1]));
   }
@@ -389,7 +400,6 @@ static void ahead_wide(const char *fx) {
   enum { N = 12, P = 236, STEPS = 40 }; /* session i starts at P + i - 1 tokens: the last one passes 256 at step 10 */
   struct hearth_session *a[N], *b[N];
   int32_t tok[N], prm[P + 2 * N];
-  struct hearth_err err = {0};
   for (int j = 0; j < P + 2 * N; j++) prm[j] = (int32_t)((7 + 31 * j + (j * j) % 13) % nv);
   for (int i = 0; i < N; i++) {
     a[i] = b[i] = NULL;
@@ -399,25 +409,7 @@ static void ahead_wide(const char *fx) {
   int ok = 0, lp_ok = 0, total = 0;
   uint64_t claimed_short = 0, dropped = 0;
   for (int st = 0; st < STEPS; st++) {
-    const int32_t *ta[N], *tb[N];
-    int one[N];
-    int32_t ids[N];
-    float lps[N];
-    for (int i = 0; i < N; i++) { ta[i] = tb[i] = &tok[i]; one[i] = 1; ids[i] = -1; lps[i] = 0.0f; }
-    if (hearth_sessions_step_greedy(a, N, ta, one, ids, lps, &err) || hearth_sessions_step(b, N, tb, one, &err)) {
-      CHECKF(0, "step %d: %s", st, err.msg);
-      break;
-    }
-    for (int i = 0; i < N; i++) {
-      const float *lb = hearth_session_logits(b[i]);
-      const int best = argmax(lb, nv);
-      ok += ids[i] == best;
-      const float want = hearth_logprob(lb, nv, best);
-      lp_ok += fabsf(lps[i] - want) < 1e-4f;
-      total++;
-      CHECKF(ids[i] == best, "step %d session %d: id %d, the twin's argmax %d", st, i, ids[i], best);
-      tok[i] = best;
-    }
+    if (twin_step(a, b, N, tok, nv, st, &ok, &lp_ok, &total)) break;
     if (hearth_session_n_tokens(a[N - 1]) == 256) hearth_model_ahead_counts(m, &claimed_short, &dropped);
   }
   uint64_t claimed = 0;

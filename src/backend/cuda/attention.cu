@@ -1294,25 +1294,13 @@ struct is_f16<__half> { static constexpr bool value = true; };
  * Longer rows walk pass after pass in one block, where the split-key kernel spreads them (at 448-512 keys 3B x32
  * −8 %, at 1,570 −20 %): the runtime keeps graphs of their own for the short batches (batch_short_len), so a batch
  * crossing the length changes kernels between steps, never inside a graph. */
-#define ADS_WIDE_MAX 32
-#ifndef ADS_SHORT_LEN
-#define ADS_SHORT_LEN 256
-#endif
-
-/* the knobs of attn_decode_smem, read once per context (README "Environment": bench-only): HEARTH_ADS_MAX the widest
- * batch it takes (ADS_WIDE_MAX; 8 is the choice before session 39), HEARTH_ADS_C at most this many keys a pass (0: no
- * cap), HEARTH_ADS_LEN the longest row of a batch past 8 rows it takes (ADS_SHORT_LEN) */
-void cu_attention_init(struct hb_ctx *ctx) {
-  const char *m = getenv("HEARTH_ADS_MAX"), *c = getenv("HEARTH_ADS_C"), *l = getenv("HEARTH_ADS_LEN");
-  ctx->ads_max = m && *m ? atoi(m) : ADS_WIDE_MAX;
-  ctx->ads_c = c && *c ? atoi(c) : 0;
-  ctx->ads_len = l && *l ? atoi(l) : ADS_SHORT_LEN;
-}
+#define ADS_WIDE_MAX 32   /* x48/x64 gained nothing (one wave leaves 32-64 keys a pass) */
+#define ADS_SHORT_LEN 256 /* the kernel at every length lost 3-8 % at 448-512 keys, 14-20 % at 1,570 */
 
 /* backend.h batch_short_len: batches of 2..8 rows take attn_decode_smem at any length, so only wider ones differ (and
  * none in the exact mode, whose f32 activations never take it) */
 int cu_attn_batch_short_len(struct hb_ctx *ctx, int n_tokens) {
-  return !ctx->exact && n_tokens > 8 && n_tokens <= ctx->ads_max ? ctx->ads_len : 0;
+  return !ctx->exact && n_tokens > 8 && n_tokens <= ADS_WIDE_MAX ? ADS_SHORT_LEN : 0;
 }
 
 /* tests: wide launches of attn_decode_smem (past 8 rows) on this context so far */
@@ -1334,17 +1322,16 @@ static int ads_resident(size_t sm) {
  * Up to 8 rows: C (keys per pass) keeps a block's shared memory near 128 KB, so that one block still fits beside a
  * GEMV block of the kernel before and starts its copies early; NS (splits) gives the one-token step about two blocks
  * per SM at long contexts, and never more splits than the cache can hold keys for; both depend on shapes only
- * (graph-safe). 9..ads_max rows of at most ads_len keys each (above): one split, C for one wave. */
+ * (graph-safe). 9..ADS_WIDE_MAX rows of at most ADS_SHORT_LEN keys each (above): one split, C for one wave. */
 template <int HD>
 static int ads_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *q,
                       const struct hb_kv_layer *kv, const struct hb_batch *b, const struct hb_attn_params *p) {
-  const int nt = b->n_tokens, wide = nt > 8;
-  if (nt > ctx->ads_max || HD > ADS_THREADS || (wide && !b->seq_len)) return 1;
+  const int nt = b->n_tokens, wide = nt > 8, lim = wide ? cu_attn_batch_short_len(ctx, nt) : 0;
+  if (HD > ADS_THREADS || (wide && (!lim || !b->seq_len))) return 1;
   for (int i = 0; wide && i < b->n_seqs; i++)
-    if (b->seq_len[i] > ctx->ads_len) return 1;
+    if (b->seq_len[i] > lim) return 1;
   int C = (int)((128 * 1024) / ads_smem(HD, 1)) / 32 * 32;
   if (C > 256) C = 256;
-  if (ctx->ads_c >= 32 && C > ctx->ads_c) C = ctx->ads_c / 32 * 32;
   while (C > 32 && ads_smem(HD, C) + 8 * 1024 > ctx->smem_optin) C -= 32;
   if (C < 32) return 1;
   /* the kernel's shared-memory limit is a process-wide attribute: always raised to this largest C's size, never
@@ -1355,8 +1342,9 @@ static int ads_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb
   int NS = 1;
   if (wide) {
     const int64_t need = (int64_t)nt * p->n_heads;
-    while (C > 32 && (int64_t)ads_resident<HD>(ads_smem(HD, C)) * ctx->n_sm < need) C -= 32;
-    if ((int64_t)ads_resident<HD>(ads_smem(HD, C)) * ctx->n_sm < need) return 1;
+    int64_t slots;
+    while ((slots = (int64_t)ads_resident<HD>(ads_smem(HD, C)) * ctx->n_sm) < need && C > 32) C -= 32;
+    if (slots < need) return 1;
   } else {
     int64_t cap = (int64_t)b->max_blocks * b->block_size;
     if (p->window > 0 && p->window < cap) cap = p->window;

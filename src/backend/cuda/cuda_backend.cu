@@ -108,7 +108,6 @@ static int cuda_init(const struct hb_config *cfg, struct hb_ctx **out, struct he
     return cu_err_set(err, HEARTH_ERR_BACKEND, "cuda: cannot create a stream: %s", cudaGetErrorString(e));
   }
   cu_attn_o_init(c);
-  cu_attention_init(c);
   if (cu_matmul_init(c)) {
     int rc = report(c, err);
     cudaStreamDestroy(c->stream);

@@ -40,12 +40,11 @@ struct hb_ctx {
   int device, exact, n_sm, cc_major;
   int row_invariant;      /* set_row_invariant: every row's numerics independent of the batch (one GEMM path,
                              no split-K, the prefill attention, no fused decode kernels) */
-  size_t gemv_xmax;       /* gemv_q4.cu: the most bytes of x (n rows × K f16) the decode GEMV takes from 3 rows on */
+  size_t gemv_xmax;       /* gemv_q4.cu: the most bytes of x (n rows × K f16) the decode GEMV takes from 3 rows on (GEMV_XMAX) */
   int gemm_kind;          /* the prefill GEMM: HB_CUDA_GEMM_AUTO / _MMA / _WG / _WG256 (HEARTH_GEMM, hb_cuda_set_gemm) */
   int gemm_wg_ok;         /* the wgmma GEMM (sm_90a) runs on this device */
   int attn_o_max;         /* attn_o.cu: the longest sequence the fused attention + o_proj takes: -1 the default (one
                            * chunk where it measured faster: head dim 64), -2 one chunk at every head dim, 0 off */
-  int ads_max, ads_c, ads_len; /* attention.cu: attn_decode_smem's widest batch, keys-a-pass cap, longest row past 8 */
   long ads_wide_n;        /* attention.cu: its launches past 8 rows (tests: hb_cuda_attn_wide_launches) */
   int attn_o_off;         /* attn_o.cu: not available in this binary on this device (init), whatever attn_o_max says */
   size_t smem_optin;      /* largest dynamic shared memory a block may opt in to */
@@ -396,7 +395,6 @@ int cu_attn_o(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *q
 int cu_attn_o_max_len(struct hb_ctx *ctx, int head_dim);
 int cu_attn_o_chunk(int head_dim); /* keys per chunk (0: a head dim attn_o does not cover) */
 void cu_attn_o_init(struct hb_ctx *ctx);
-void cu_attention_init(struct hb_ctx *ctx);
 int cu_attn_batch_short_len(struct hb_ctx *ctx, int n_tokens);
 long cu_attn_wide_launches(const struct hb_ctx *ctx);
 /* sample.cu */

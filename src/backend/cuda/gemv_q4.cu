@@ -790,7 +790,7 @@ static int gemv_attr1(struct hb_ctx *ctx) {
 }
 int cu_gemv_init(struct hb_ctx *ctx) {
   const char *t = getenv("HEARTH_TEST_GEMV"); /* test-only (above) */
-  const char *xm = getenv("HEARTH_GEMV_XMAX"); /* bench-only: GEMV_XMAX (gemv_fill) */
+  const char *xm = getenv("HEARTH_TEST_GEMV_XMAX"); /* test-only: GEMV_XMAX in its place (README "Environment") */
   ctx->gemv_xmax = xm && *xm ? (size_t)strtoull(xm, NULL, 10) : GEMV_XMAX;
   if (t && (!strcmp(t, "whole") || !strcmp(t, "cores"))) g_gemv_we_min = 0;
   if (t && !strcmp(t, "cores")) g_gemv_cores_any = 1;
