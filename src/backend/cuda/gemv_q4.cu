@@ -60,7 +60,7 @@ __host__ __device__ inline int gemv_steps(int G, int ks) { return ((G + GEMV_GPS
 #define GEMV_MINB 2   /* resident 8-warp blocks per SM the registers are budgeted for */
 #define GEMV_MINB16 1 /* the same for 16-warp blocks */
 /* A matrix whose x (n rows × K f16, all of it in every block's shared memory) passes GEMV_XMAX bytes at 3 rows or more
- * goes to the tensor-core GEMM, as 9 rows and more do. Why (bench/RESULTS.md, session 39, H100): the 3B's down
+ * goes to the tensor-core GEMM (the wgmma kernel from 3 rows: GEMM_WG_MIN_ROWS), as 9 rows and more do. Why (bench/RESULTS.md, session 39, H100): the 3B's down
  * projection holds 132-176 KB of x at 6-8 rows, so one GEMV block fits an SM with a 2-step ring, and its x8 step (2.98
  * ms) was slower than its x16 step (2.33). At 48 KB: 3B x6 +11 %, x8 +17 %; 0.5B x6 +6 %, x8 +12 %; x1-x4 unchanged.
  * Below 3 rows the GEMV stays: at 2 rows the GEMM took the 3B's down projection 15 % slower (16 KB setting). */

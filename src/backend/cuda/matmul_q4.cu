@@ -308,8 +308,11 @@ __global__ __launch_bounds__(256) void gemm_simt_kernel(TO *out, int64_t ldo, co
  * bench/RESULTS.md session 25): 1.3-1.4x the mma.sync kernel at 64 rows, 1.9-2.2x from 1,570 on. Session 35 (H100):
  * from 9 rows, every GEMM the decode GEMV does not take, with a 32-token tile of 8 stages for n <= 32: a 3B decode
  * step of 32 sequences had spent 45 us in the mma.sync kernel's gate/up at 0.5 TB/s; x32 7,470 -> 9,320 tok/s,
- * x16 4,400 -> 5,100, and the 32-token tile beat the 64 one by 6-7 % (bench/RESULTS.md "Session 35"). */
-#define GEMM_WG_MIN_ROWS 9
+ * x16 4,400 -> 5,100, and the 32-token tile beat the 64 one by 6-7 % (bench/RESULTS.md "Session 35"). Session 40
+ * (H100): from 3 rows, the decode GEMV's row floor for sending wide-x matrices to a GEMM (GEMV_XMAX): those 3-8-row
+ * calls on wgmma rather than mma.sync took the 3B's x3 1,680 -> 1,850 tok/s, x8 3,130 -> 3,330; the 0.5B's x8
+ * 8,657 -> 9,147 (bench/RESULTS.md "Session 40"). */
+#define GEMM_WG_MIN_ROWS 3
 #define GEMM_WG_WGS 2 /* and its warpgroups per block there (2 or 4) */
 
 int cu_matmul_init(struct hb_ctx *ctx) {
