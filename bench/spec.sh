@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/spec.sh — prompt-lookup speculation on the CPU: decode tok/s and draft acceptance with and without it,
+# bench/spec.sh — prompt-lookup speculation (the CPU, or BACKEND=cuda): decode tok/s and draft acceptance with and without it,
 # in interleaved rounds (off, on, off, on ...) so that a busy machine's drift hits both alike, and a check that
 # both print the same ids. Usage: bench/spec.sh HEARTH_BIN MODEL_DIR [ROUNDS] [THREADS]
 #   repetitive: prompt "1 .. 10", 512 tokens (a random-weight model falls into cycles under greedy decoding)
@@ -13,7 +13,7 @@ nomatch=$(python3 -c "print(' '.join(str(5000 + i * 37) for i in range(1500)))")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 run() { # name prompt n k round
-  "$bin" run --model "$model" --threads "$threads" --prompt-ids "$2" -n "$3" --ids --ignore-eos --speculate "$4" --stats \
+  "$bin" run --model "$model" --backend "${BACKEND:-cpu}" --threads "$threads" --prompt-ids "$2" -n "$3" --ids --ignore-eos --speculate "$4" --stats \
     >"$tmp/$1.k$4.ids" 2>"$tmp/err"
   grep -o '([0-9.]* tok/s); speculation .*' "$tmp/err" | sed "s/^/$1 k$4 round $5 /"
 }
@@ -23,7 +23,7 @@ for r in $(seq 1 "$rounds"); do
   for k in 0 8; do run no-match "$nomatch" 128 "$k" "$r"; done
   cmp -s "$tmp/no-match.k0.ids" "$tmp/no-match.k8.ids" || { echo "no-match: ids differ" >&2; exit 1; }
   for k in 0 8; do
-    "$bin" bench --model "$model" --threads "$threads" -p 71 -n 128 -r 1 --batch 8 --speculate "$k" >"$tmp/b8" 2>&1
+    "$bin" bench --model "$model" --backend "${BACKEND:-cpu}" --threads "$threads" -p 71 -n 128 -r 1 --batch 8 --speculate "$k" >"$tmp/b8" 2>&1
     echo "batch8 k$k round $r $(grep -o 'tg128x8[^|]*| *[0-9.]*' "$tmp/b8" | awk '{print $NF}') tok/s" \
       "$(grep -o 'speculation: .*' "$tmp/b8" || echo 'speculation off')"
   done

@@ -28,7 +28,7 @@ static void usage(void) {
           "                  [--repetition-penalty X] [--ignore-eos] [--kv-tokens N] [--kv-seqs N (1; -1: Gemma 4's\n"
           "                  sliding layers keep every position)] [--speculate K | --no-speculate] [--stats]\n"
           "--speculate K: greedy decoding drafts up to K (1..8) tokens by prompt lookup (default %d where the backend\n"
-          "can verify bit-identically: the CPU); --stats: tok/s and draft acceptance on stderr\n", HEARTH_SPEC_DEFAULT);
+          "can verify bit-identically: the CPU, and CUDA for the Qwen families); --stats: tok/s and draft acceptance on stderr\n", HEARTH_SPEC_DEFAULT);
 }
 
 

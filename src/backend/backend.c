@@ -33,6 +33,7 @@ static void cuda_full_init(void) {
   g_cuda_full.gelu_matmul = hb_cuda_gelu_matmul;
   g_cuda_full.add_norm_matmul = hb_cuda_add_norm_matmul;
   g_cuda_full.batch_short_len = hb_cuda_batch_short_len;
+  g_cuda_full.set_step_twins = hb_cuda_set_step_twins;
   g_cuda_full.argmax = hb_cuda_argmax;
   g_cuda_full.capture_begin = hb_cuda_capture_begin;
   g_cuda_full.capture_end = cuda_capture_end;

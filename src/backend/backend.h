@@ -338,6 +338,13 @@ struct hb_ops {
    * 8 rows); 0: no such batches at this width. A decode step's graph differs on either side of it, so the runtime
    * keeps graphs of their own for the batches whose every sequence is at most this long (session.c). */
   int (*batch_short_len)(struct hb_ctx *ctx, int n_tokens);
+  /* Optional (NULL: the backend's rows are alike in any batch already, as the CPU's are). Speculative verification:
+   * on = 1 asks that, until set back to 0, a batch of consecutive tokens of one sequence computes every row as the
+   * one-token decode step of that sequence at that position would (its kernels, launch shapes and order of sums), so
+   * that each row is bit-identical to that step. Returns, for on = 1, 0 or 1 when the backend cannot do it in its
+   * present mode (nothing changes); for on = 0, how many ops since on = 1 could not (a non-zero count means the rows
+   * are not such twins: the caller drops the result). Not inside a capture. */
+  int (*set_step_twins)(struct hb_ctx *ctx, int on);
 };
 
 /* Backends compiled into this build. hb_cuda_ops is NULL-safe: hb_get returns NULL when absent. */

@@ -258,6 +258,12 @@ static void fill_info(struct hearth_model *m, const struct hearth_model_params *
    * a sliding-window pool (runtime/kv_ring.h): a verify pass maps and may release sliding blocks for draft
    * positions that the cut back to the accepted tokens would still need */
   i->can_speculate = !m->be->set_row_invariant && !c->is_embedding && m->kv.swa.n_blocks == 0;
+  /* a backend whose batches are not row-invariant (CUDA) speculates where it can compute a verify's rows as the
+   * one-token steps they stand for (set_step_twins: one sequence at a time, not in the exact mode), for the Qwen
+   * families, whose every decode op has such a form (Gemma 4's fused ops have none) */
+  if (m->be->set_row_invariant && m->be->set_step_twins && !c->is_embedding && m->kv.swa.n_blocks == 0 &&
+      (c->family == HEARTH_FAMILY_QWEN2 || c->family == HEARTH_FAMILY_QWEN3) && !m->be->set_step_twins(m->bctx, 1))
+    i->can_speculate = m->be->set_step_twins(m->bctx, 0) == 0;
   i->bos_id = c->bos_token_id;
   i->n_eos = c->n_eos;
   memcpy(i->eos_ids, c->eos_token_ids, sizeof i->eos_ids);

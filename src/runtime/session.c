@@ -1083,10 +1083,19 @@ int session_embed_last(struct hearth_session **ss, int n, const int32_t *const *
 
 int session_verify_rows(const struct hearth_session *s) {
   const struct model_scratch *sc = &s->m->scratch;
-  return sc->max_out < sc->max_tokens ? sc->max_out : sc->max_tokens;
+  const int r = sc->max_out < sc->max_tokens ? sc->max_out : sc->max_tokens;
+  /* step twins (CUDA): 8 rows, what one decode GEMV launch holds (more would read the weights twice) */
+  return s->m->be->set_step_twins && r > 8 ? 8 : r;
 }
 
 int session_is_invariant(const struct hearth_session *s) { return s->invariant; }
+
+int session_verify_ready(const struct hearth_session *s) {
+  const struct hearth_model *m = s->m;
+  if (!m->be->set_step_twins) return 1; /* rows alike in any batch */
+  /* a step whose one-token form is attn_o (short sequences) has no twin in a verify (hb_cuda_set_step_twins) */
+  return !short_step(m, 1, s->n_tokens + 1);
+}
 struct hearth_model *session_model(const struct hearth_session *s) { return s->m; }
 int session_n_ctx(const struct hearth_session *s) { return s->n_ctx; }
 
@@ -1102,6 +1111,9 @@ int session_verify(struct hearth_session **ss, int n, const int32_t *const *toke
   }
   if (total > session_verify_rows(ss[0]))
     return err_set(err, HEARTH_ERR_ARG, "verify: %d rows exceed one forward's %d", total, session_verify_rows(ss[0]));
+  const int twins = m->be->set_step_twins != NULL; /* rows as one-token steps: one sequence at a time */
+  if (twins && (n != 1 || !session_verify_ready(ss[0])))
+    return err_set(err, HEARTH_ERR_ARG, "verify: this backend verifies one ready session at a time");
   int rc = check_step(ss, n, tokens, counts, err);
   if (!rc) rc = take_blocks(ss, n, counts, err);
   if (rc) return rc;
@@ -1132,7 +1144,19 @@ int session_verify(struct hearth_session **ss, int n, const int32_t *const *toke
     .out_rows = m->b_out, .n_out = nt,
   };
   /* the greedy selection of a one-token step, row by row (run_batch_outputs) */
-  rc = run_batch(m, &b, OUT_GREEDY, 0, NULL, NULL, NULL, lps != NULL, err);
+  const int on = twins && !m->be->set_step_twins(m->bctx, 1);
+  if (twins && !on) {
+    m->info.can_speculate = 0;
+    rc = err_set(err, HEARTH_ERR_UNSUPPORTED, "verify: the backend has no step twins in its mode; speculation is off");
+  }
+  if (!rc) rc = run_batch(m, &b, OUT_GREEDY, 0, NULL, NULL, NULL, lps != NULL, err);
+  if (on) {
+    const int bad = m->be->set_step_twins(m->bctx, 0);
+    if (!rc && bad) { /* its rows are not the one-token steps' bits: never again on this model */
+      m->info.can_speculate = 0;
+      rc = err_set(err, HEARTH_ERR_UNSUPPORTED, "verify: %d ops had no one-token form; speculation is off", bad);
+    }
+  }
   if (!rc)
     for (int r = 0; r < nt; r++) {
       ids[r] = m->b_gid[r];

@@ -13,6 +13,11 @@
  * what it held before. */
 int session_verify(struct hearth_session **ss, int n, const int32_t *const *tokens, const int *counts, int32_t *ids,
                    float *lps, struct hearth_err *err);
+/* Whether s may be verified now. A backend that is not row-invariant (set_step_twins) verifies one session at a
+ * time and not where its one-token step has no multi-row form (CUDA: attn_o's short sequences); session_verify fails
+ * with HEARTH_ERR_UNSUPPORTED, holding what it held before, if the backend finds the rows were not such twins after
+ * all, and the model's can_speculate is 0 from then on. */
+int session_verify_ready(const struct hearth_session *s);
 /* the most rows one session_verify may hold in all */
 int session_verify_rows(const struct hearth_session *s);
 /* Keeps the first n tokens of s (the accepted ones after a session_verify) and keys its full blocks. */

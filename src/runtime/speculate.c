@@ -6,7 +6,9 @@
  * that disagrees with the draft are the step's output, and the KV of the rejected draft positions is cut again
  * (session_keep) before any block is keyed, so the prefix cache never holds a block under tokens it was not
  * computed for. That the output is the plain greedy one, bit for bit, rests on the verify rows having the bits of
- * one-token steps: true where the backend's kernels are row-invariant (info->can_speculate; decisions.md).
+ * one-token steps: true where the backend's kernels are row-invariant (the CPU), and on CUDA for a verify of one
+ * sequence that the backend computes as that sequence's one-token steps (set_step_twins; session_verify_ready says
+ * where it can). So on CUDA a step drafts only when it holds one session (info->can_speculate; decisions.md).
  *
  * A draft that fails costs the extra rows of its forward for nothing — on the CPU each row of a verify costs
  * about 0.3 of a one-token step (bench/RESULTS.md), so a draft pays only when over ~30 % of it is taken. Hence the
@@ -103,7 +105,9 @@ int hearth_sessions_step_spec(struct hearth_session **ss, int n, const int32_t *
   if (n <= 0) return 0;
   if (n > hearth_model_info(session_model(ss[0]))->max_seqs)
     return err_set(err, HEARTH_ERR_ARG, "at most %d sessions per step", hearth_model_info(session_model(ss[0]))->max_seqs);
-  const int can = hearth_model_info(session_model(ss[0]))->can_speculate;
+  const struct hearth_model *m = session_model(ss[0]);
+  /* twins (CUDA): one session a step; a backend whose rows are alike in any batch: any */
+  const int can = hearth_model_info(session_model(ss[0]))->can_speculate && (n == 1 || !m->be->set_step_twins);
   const int per = session_verify_rows(ss[0]) / n; /* rows each session may use in one forward (>= 1) */
   int32_t tok[MODEL_MAX_SEQS][W];
   const int32_t *tp[MODEL_MAX_SEQS];
@@ -113,7 +117,7 @@ int hearth_sessions_step_spec(struct hearth_session **ss, int n, const int32_t *
     tp[i] = tok[i];
     cnt[i] = 1;
     struct hearth_spec *s = sp ? sp[i] : NULL;
-    if (!can || !s || !want || want[i] < 2 || session_is_invariant(ss[i])) continue;
+    if (!can || !s || !want || want[i] < 2 || session_is_invariant(ss[i]) || !session_verify_ready(ss[i])) continue;
     if (s->wait > 0) { s->wait--; continue; }
     const int held = hearth_session_n_tokens(ss[i]);
     int k = s->k;
@@ -142,6 +146,17 @@ int hearth_sessions_step_spec(struct hearth_session **ss, int n, const int32_t *
   int held[MODEL_MAX_SEQS];
   for (int i = 0; i < n; i++) held[i] = hearth_session_n_tokens(ss[i]);
   int rc = session_verify(ss, n, tp, cnt, rid, logprobs ? rlp : NULL, err);
+  if (rc == HEARTH_ERR_UNSUPPORTED && !hearth_model_info(m)->can_speculate) { /* no twins after all: a plain step */
+    int32_t id;
+    float lp;
+    const int32_t *t0 = tok[0];
+    const int one = 1;
+    if ((rc = hearth_sessions_step_greedy(ss, 1, &t0, &one, &id, logprobs ? &lp : NULL, err))) return rc;
+    ids[0] = id;
+    if (logprobs) logprobs[0] = lp;
+    n_ids[0] = 1;
+    return 0;
+  }
   if (rc) return rc;
   for (int i = 0, r = 0; i < n; r += cnt[i], i++) {
     const int k = cnt[i] - 1;

@@ -7,14 +7,19 @@
  *     the prefix cache under the wrong tokens;
  *   limits: never more ids than asked for, none past n_ctx; a session without a hearth_spec never drafts;
  *   backoff: a sequence whose drafts keep failing drafts less and less often;
- *   cuda (label cuda): the CUDA backend does not speculate (can_speculate 0, nothing drafted) and still decodes. */
+ *   cuda (label cuda): the same on the CUDA backend, whose batches are not row-invariant: a verify computes its rows
+ *     as the one-token steps they stand for (set_step_twins), so on the Qwen fixtures ids and logprobs are
+ *     bit-identical to plain decoding alone (every draft length), in a step of 8 (drafting once one session is
+ *     left) and after prefix-cache hits, with drafts taken and rejected; the qwen3 fixture (head_dim 64) runs past
+ *     the 256 keys of attn_o's one-token steps, below which it must not draft; Gemma 4 does not speculate there.
+ *     ctest runs it again with other GEMV shapes (HEARTH_TEST_GEMV) and chunked verifies (HEARTH_TEST_TWIN_ROWS). */
 #include <string.h>
 
 #include "hearth.h"
 #include "test.h"
 
 #define FIX HEARTH_SOURCE_DIR "/tests/fixtures/model/"
-enum { W = HEARTH_SPEC_MAX + 1, NB = 8, MAXP = 96, MAXG = 160 };
+enum { W = HEARTH_SPEC_MAX + 1, NB = 8, MAXP = 96, MAXG = 320 };
 
 static struct hearth_model *load(const char *dir, enum hearth_backend_kind be) {
   struct hearth_model_params p;
@@ -211,9 +216,9 @@ TEST_GROUP(identical) {
 /* Session a decodes after prompt 0; session b's prompt is prompt 0 and the first 80 tokens a generated, so b's
  * blocks come from the prefix cache, keyed by a's steps; b decodes on. With speculation in both (a's blocks keyed
  * by verify steps after rollbacks) b's ids and logprobs must be those of the same scenario decoded plainly. */
-static int hit_scenario(const char *dir, int kmax, struct run *rb) {
+static int hit_scenario(const char *dir, enum hearth_backend_kind be, int kmax, struct run *rb) {
   static struct run ra;
-  struct hearth_model *m = load(dir, HEARTH_BACKEND_CPU);
+  struct hearth_model *m = load(dir, be);
   if (!m) return -1;
   const int V = hearth_model_info(m)->n_vocab;
   struct hearth_err err = {0};
@@ -250,8 +255,8 @@ TEST_GROUP(prefix_hit) {
   for (size_t f = 0; f < sizeof FIXTURES / sizeof FIXTURES[0]; f++) {
     char dir[512];
     snprintf(dir, sizeof dir, FIX "%s", FIXTURES[f]);
-    REQUIRE(hit_scenario(dir, 0, &plain) == 0);
-    REQUIRE(hit_scenario(dir, HEARTH_SPEC_MAX, &spec) == 0);
+    REQUIRE(hit_scenario(dir, HEARTH_BACKEND_CPU, 0, &plain) == 0);
+    REQUIRE(hit_scenario(dir, HEARTH_BACKEND_CPU, HEARTH_SPEC_MAX, &spec) == 0);
     printf("%s: %llu drafted, %llu accepted\n", FIXTURES[f], (unsigned long long)spec.drafted,
            (unsigned long long)spec.accepted);
     drafted += spec.drafted;
@@ -339,20 +344,64 @@ TEST_GROUP(backoff) {
 }
 
 TEST_GROUP(cuda) {
-  struct hearth_model *m = load(FIX "qwen2", HEARTH_BACKEND_CUDA);
-  REQUIRE(m);
-  CHECK(hearth_model_info(m)->can_speculate == 0);
   static struct run plain, spec;
-  int want[NB];
-  for (int i = 0; i < NB; i++) want[i] = 40 + 13 * i;
-  /* the first run fills the prefix cache; the two compared start from the same hits (CUDA's bits depend on the
-   * batch shapes, and a prompt computed after a hit is a shorter prefill than one computed cold) */
-  CHECK(generate(m, 0, NB, want, 0, &plain) == 0);
-  CHECK(generate(m, 0, NB, want, 0, &plain) == 0);
-  CHECK(generate(m, 0, NB, want, HEARTH_SPEC_MAX, &spec) == 0);
-  CHECK(spec.drafted == 0 && spec.verifies == 0);
-  same(&spec, &plain, NB, "cuda b8");
-  hearth_model_free(m);
+  static const char *const QWEN[] = {"qwen2", "qwen2_sharded", "qwen3"};
+  uint64_t drafted = 0, accepted = 0, drafted_long = 0;
+  for (size_t f = 0; f < sizeof QWEN / sizeof QWEN[0]; f++) {
+    char dir[512];
+    snprintf(dir, sizeof dir, FIX "%s", QWEN[f]);
+    struct hearth_model *m = load(dir, HEARTH_BACKEND_CUDA);
+    REQUIRE(m);
+    CHECK(hearth_model_info(m)->can_speculate == 1);
+    /* qwen3 (head_dim 64): one-token steps up to 256 keys take attn_o, which has no multi-row twin, so it drafts
+     * only past them: 300 tokens after a 24-63-token prompt */
+    const int lng = !strcmp(QWEN[f], "qwen3");
+    int want[NB];
+    for (int i = 0; i < NB; i++) want[i] = lng ? 300 - 3 * i : 40 + 13 * i;
+    /* CUDA's bits depend on the prefill's shape, and a prompt after a hit is a shorter prefill than a cold one: the
+     * first run fills the prefix cache, so that the runs compared start from the same hits */
+    CHECK(generate(m, 0, NB, want, 0, &plain) == 0);
+    for (int k = 1; k <= HEARTH_SPEC_MAX; k *= 2) {
+      CHECK(generate(m, 0, 1, want, 0, &plain) == 0);
+      CHECK(generate(m, 0, 1, want, k, &spec) == 0);
+      char what[64];
+      snprintf(what, sizeof what, "cuda %s b1 k%d", QWEN[f], k);
+      same(&spec, &plain, 1, what);
+      drafted += spec.drafted;
+      accepted += spec.accepted;
+      if (lng) drafted_long += spec.drafted;
+    }
+    CHECK(generate(m, 0, NB, want, 0, &plain) == 0);
+    CHECK(generate(m, 0, NB, want, HEARTH_SPEC_MAX, &spec) == 0);
+    char what[64];
+    snprintf(what, sizeof what, "cuda %s b8", QWEN[f]);
+    same(&spec, &plain, NB, what);
+    printf("cuda %s b8: %llu verifies, %llu drafted, %llu accepted\n", QWEN[f], (unsigned long long)spec.verifies,
+           (unsigned long long)spec.drafted, (unsigned long long)spec.accepted);
+    drafted += spec.drafted;
+    accepted += spec.accepted;
+    CHECK(hearth_model_info(m)->can_speculate == 1); /* no verify found an op without a twin */
+    hearth_model_free(m);
+    /* prefix hits on blocks keyed by speculative steps */
+    REQUIRE(hit_scenario(dir, HEARTH_BACKEND_CUDA, 0, &plain) == 0);
+    REQUIRE(hit_scenario(dir, HEARTH_BACKEND_CUDA, HEARTH_SPEC_MAX, &spec) == 0);
+    snprintf(what, sizeof what, "cuda %s prefix hit", QWEN[f]);
+    same(&spec, &plain, 1, what);
+    drafted += spec.drafted;
+    accepted += spec.accepted;
+  }
+  CHECKF(accepted > 0 && accepted < drafted, "drafted %llu accepted %llu", (unsigned long long)drafted,
+         (unsigned long long)accepted);
+  CHECKF(drafted_long > 0, "qwen3 never drafted past attn_o's keys");
+  static const char *const G4[] = {"gemma4_dense", "gemma4_e"};
+  for (int f = 0; f < 2; f++) {
+    char dir[512];
+    snprintf(dir, sizeof dir, FIX "%s", G4[f]);
+    struct hearth_model *m = load(dir, HEARTH_BACKEND_CUDA);
+    REQUIRE(m);
+    CHECKF(hearth_model_info(m)->can_speculate == 0, "%s speculates on CUDA", G4[f]);
+    hearth_model_free(m);
+  }
 }
 
 TEST_MAIN(T(identical), T(off_with_ring), T(prefix_hit), T(limits), T(backoff), T(cuda))

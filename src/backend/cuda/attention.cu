@@ -1326,7 +1326,8 @@ static int ads_resident(size_t sm) {
 template <int HD>
 static int ads_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *q,
                       const struct hb_kv_layer *kv, const struct hb_batch *b, const struct hb_attn_params *p) {
-  const int nt = b->n_tokens, wide = nt > 8, lim = wide ? cu_attn_batch_short_len(ctx, nt) : 0;
+  /* step twins (hb_cuda_set_step_twins): every row with the one-token launch's keys a pass and splits */
+  const int nt = b->n_tokens, wide = nt > 8 && !ctx->twin, lim = wide ? cu_attn_batch_short_len(ctx, nt) : 0;
   if (HD > ADS_THREADS || (wide && (!lim || !b->seq_len))) return 1;
   for (int i = 0; wide && i < b->n_seqs; i++)
     if (b->seq_len[i] > lim) return 1;
@@ -1348,7 +1349,7 @@ static int ads_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb
   } else {
     int64_t cap = (int64_t)b->max_blocks * b->block_size;
     if (p->window > 0 && p->window < cap) cap = p->window;
-    const int fill = 2 * ctx->n_sm / (nt * p->n_heads);
+    const int fill = 2 * ctx->n_sm / ((ctx->twin ? 1 : nt) * p->n_heads);
     NS = (int)((cap + C - 1) / C);
     if (NS > fill) NS = fill;
     NS = NS < 1 ? 1 : (NS > 32 ? 32 : NS);
@@ -1379,7 +1380,7 @@ static void attn_decode_launch(struct hb_ctx *ctx, struct hb_tensor *out, const 
   const int32_t *pos = (const int32_t *)b->d_pos.data, *seq = (const int32_t *)b->d_seq.data,
                 *bt = (const int32_t *)b->d_block_table.data;
   const int HG = (G + AD_G - 1) / AD_G;
-  const int base = nt * p->n_kv_heads * HG;
+  const int base = nt * p->n_kv_heads * HG, base1 = (ctx->twin ? 1 : nt) * p->n_kv_heads * HG; /* twins: as one token */
   /* splits: as many as fill the blocks the GPU holds at once, rounded down, so that the launch is one wave (a second,
    * partial wave runs the kernel's whole chain of round trips again: at 32 tokens of the 3B, rounding up gave 3
    * splits, 384 blocks for 264 slots; rounded down, x32 +9 % on the H200, bench/RESULTS.md "Session 36") */
@@ -1388,7 +1389,7 @@ static void attn_decode_launch(struct hb_ctx *ctx, struct hb_tensor *out, const 
     (void)cudaGetLastError();
     occ = 2;
   }
-  int NS = occ * ctx->n_sm / base;
+  int NS = occ * ctx->n_sm / base1;
   NS = NS < 1 ? 1 : (NS > 32 ? 32 : NS);
   size_t need_part = (size_t)nt * p->n_heads * NS * (HD + 2), need_cnt = (size_t)base;
   void *pp = ctx->attn_part, *cp = ctx->attn_cnt;
@@ -1411,7 +1412,8 @@ static void attn_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct 
   const int nt = b->n_tokens, G = p->n_heads / p->n_kv_heads;
   const int32_t *pos = (const int32_t *)b->d_pos.data, *seq = (const int32_t *)b->d_seq.data,
                 *bt = (const int32_t *)b->d_block_table.data;
-  if (nt >= 8 * (b->n_seqs > 0 ? b->n_seqs : 1) || ctx->row_invariant) { /* row-invariant: one kernel for every batch */
+  /* row-invariant: one kernel for every batch; step twins: the decode kernels, as one-token steps */
+  if ((nt >= 8 * (b->n_seqs > 0 ? b->n_seqs : 1) || ctx->row_invariant) && !ctx->twin) {
     if constexpr (is_f16<T>::value && is_f16<KT>::value && HD >= 64) {
       const size_t sm = prefill_mma_smem(HD, HD);
       if (sm <= ctx->smem_optin && (nt + AM_Q - 1) / AM_Q <= 65535) {
@@ -1474,7 +1476,7 @@ static void attn_hd(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_t
   case 256: attn_launch<T, KT, 8>(ctx, out, q, kv, b, p); break;
   case 512: /* Gemma 4's full layers: decode on the split-key kernel (one block per head took ~1 ms a layer at 1,570
              * keys, bench/NOTES.md session 27), prefill and row-invariant batches on attn_wide.cu's */
-    if (b->n_tokens < 8 * (b->n_seqs > 0 ? b->n_seqs : 1) && !ctx->row_invariant)
+    if ((b->n_tokens < 8 * (b->n_seqs > 0 ? b->n_seqs : 1) && !ctx->row_invariant) || ctx->twin)
       attn_decode_launch<T, KT, 512>(ctx, out, q, kv, b, p);
     else if (!is_f16<T>::value || !is_f16<KT>::value || am_launch_512(ctx, out, q, kv, b, p))
       cu_attention_wide(ctx, out, q, kv, b, p); /* the exact (f32) path */
@@ -1492,6 +1494,13 @@ void cu_attention(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_ten
     CU_ARG(ctx, "attention: shapes/dtypes (q cols %lld, heads %d/%d, hd %d) or batch not uploaded", (long long)q->cols,
            p->n_heads, p->n_kv_heads, p->head_dim);
     return;
+  }
+  if (ctx->twin) { /* a row whose one-token step takes attn_o (attention + o_proj in one launch) has no twin here */
+    const int mx = cu_attn_o_max_len(ctx, p->head_dim);
+    for (int t = 0; mx > 0 && t < b->n_tokens; t++)
+      if (!b->pos || b->pos[t] + 1 <= mx) { ctx->twin_bad++; break; }
+    const int hd = p->head_dim; /* others take attn_wide.cu's kernel, which has no one-token form */
+    if (hd != 32 && hd != 64 && hd != 128 && hd != 256 && hd != 512) ctx->twin_bad++;
   }
   if (q->dtype == HB_F16 && kv->k.dtype == HB_F16) attn_hd<__half, __half>(ctx, out, q, kv, b, p);
   else if (q->dtype == HB_F32 && kv->k.dtype == HB_F32) attn_hd<float, float>(ctx, out, q, kv, b, p);

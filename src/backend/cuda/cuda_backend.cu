@@ -940,6 +940,22 @@ extern "C" int hb_cuda_attn_o(struct hb_ctx *c, struct hb_tensor *x, const struc
 
 static void cuda_set_row_invariant(struct hb_ctx *c, int on) { c->row_invariant = on != 0; }
 
+/* Rows of one sequence computed as its one-token steps (backend.h, set_step_twins): the decode GEMV takes every
+ * projection in the launch shape (warps per tile, so the order of its K sums) a one-token launch picks, in row chunks
+ * where the rows' x does not fit that shape (gemv_q4.cu, gemv_twin_launch); attention takes the decode kernels with
+ * the splits of a one-token launch (attention.cu). What has no such form counts in twin_bad: the GEMMs, the fused
+ * attention + o_proj of short one-token steps (attn_o), Gemma 4's fused ops, and the exact (f32) mode as a whole. */
+extern "C" int hb_cuda_set_step_twins(struct hb_ctx *c, int on) {
+  if (on) {
+    if (c->exact || c->row_invariant) return 1;
+    c->twin = 1;
+    c->twin_bad = 0;
+    return 0;
+  }
+  c->twin = 0;
+  return c->twin_bad;
+}
+
 extern "C" int hb_cuda_attn_o_max_len(struct hb_ctx *c, int head_dim) { return cu_attn_o_max_len(c, head_dim); }
 
 extern "C" int hb_cuda_batch_short_len(struct hb_ctx *c, int n_tokens) { return cu_attn_batch_short_len(c, n_tokens); }

@@ -98,6 +98,8 @@ int hb_cuda_attn_o(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tens
 int hb_cuda_attn_o_max_len(struct hb_ctx *ctx, int head_dim);
 /* batch_short_len (backend.h): past 8 rows, the longest row a decode batch's attention takes on attn_decode_smem */
 int hb_cuda_batch_short_len(struct hb_ctx *ctx, int n_tokens);
+/* set_step_twins (backend.h): a verify batch's rows computed as one-token steps (gemv_q4.cu, attention.cu) */
+int hb_cuda_set_step_twins(struct hb_ctx *ctx, int on);
 /* tests only: decode attention launches past 8 rows on attn_decode_smem on this context so far */
 long hb_cuda_attn_wide_launches(struct hb_ctx *ctx);
 /* tests and bench only: the longest sequence attn_o takes: 0 off, -1 the default (one chunk where it measured faster:

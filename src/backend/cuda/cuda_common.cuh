@@ -46,6 +46,9 @@ struct hb_ctx {
   int attn_o_max;         /* attn_o.cu: the longest sequence the fused attention + o_proj takes: -1 the default (one
                            * chunk where it measured faster: head dim 64), -2 one chunk at every head dim, 0 off */
   long ads_wide_n;        /* attention.cu: its launches past 8 rows (tests: hb_cuda_attn_wide_launches) */
+  int twin;               /* set_step_twins: every row of the batch (one sequence's tokens) as its one-token step */
+  int twin_bad;           /* ops since set_step_twins(1) that could not compute their rows that way */
+  int twin_rows;          /* the most rows of one step-twin GEMV launch (8; HEARTH_TEST_TWIN_ROWS in tests) */
   int attn_o_off;         /* attn_o.cu: not available in this binary on this device (init), whatever attn_o_max says */
   size_t smem_optin;      /* largest dynamic shared memory a block may opt in to */
   size_t smem_sm;         /* shared memory per multiprocessor, and what the system keeps per block */

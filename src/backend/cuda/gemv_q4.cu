@@ -512,8 +512,17 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
     }
     const int t = ctok(c < nch ? c : nch - 1);
     if (__all_sync(0xffffffffu, t == __shfl_sync(0xffffffffu, t, 0))) {
-      ss = warp_sum(ss);
-      if (lane == 0) atomicAdd(&s_ss[t], (gemv_ss_t)ss);
+      if ((K / 8) % 32) {
+        /* a row's last warp is part-full (one token) or shared by two (several): the chunks' sums in f64 then, as
+         * the shared warps add them, so that a token's sum is the same whatever n is (gemv_twin_launch) */
+        gemv_ss_t d = ss;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffffu, d, o);
+        if (lane == 0) atomicAdd(&s_ss[t], d);
+      } else {
+        ss = warp_sum(ss);
+        if (lane == 0) atomicAdd(&s_ss[t], (gemv_ss_t)ss);
+      }
     } else if (c < nch) {
       atomicAdd(&s_ss[t], (gemv_ss_t)ss);
     }
@@ -792,6 +801,8 @@ int cu_gemv_init(struct hb_ctx *ctx) {
   const char *t = getenv("HEARTH_TEST_GEMV"); /* test-only (above) */
   const char *xm = getenv("HEARTH_TEST_GEMV_XMAX"); /* test-only: GEMV_XMAX in its place (README "Environment") */
   ctx->gemv_xmax = xm && *xm ? (size_t)strtoull(xm, NULL, 10) : GEMV_XMAX;
+  const char *tr = getenv("HEARTH_TEST_TWIN_ROWS"); /* test-only: fewer rows a step-twin chunk (README "Environment") */
+  ctx->twin_rows = tr && atoi(tr) >= 1 && atoi(tr) <= 8 ? atoi(tr) : 8;
   if (t && (!strcmp(t, "whole") || !strcmp(t, "cores"))) g_gemv_we_min = 0;
   if (t && !strcmp(t, "cores")) g_gemv_cores_any = 1;
   return gemv_attr_n<__half, PRO_NORM, 1, GEMV_GLU, GEMV_CORES_NW, 4>(ctx) |
@@ -862,6 +873,14 @@ static int gemv_ring(const struct hb_ctx *ctx, size_t base, int nw, int bps) {
   return gemv_ring_fits(ctx, base, nw, 2, bps) ? 2 : 0; /* the depth built for these shapes (above) */
 }
 
+/* whether the co-resident shape (above) takes a norm + gate/up launch of n rows (whole-tile warps, one tile each) */
+static bool gemv_cores_fits(const struct hb_ctx *ctx, int rows_total, int K, int n, int pro) {
+  const int tiles = (rows_total + 15) / 16;
+  if (tiles < g_gemv_we_min * ctx->n_sm || tiles > GEMV_CORES_NW * ctx->n_sm) return false;
+  if (!g_gemv_cores_any && (n != 1 || tiles < 8 * ctx->n_sm)) return false;
+  return gemv_ring_fits(ctx, gemv_smem(n, K, pro), GEMV_CORES_NW, 4, 1);
+}
+
 /* the co-resident shape (above): launches the norm+gate/up GEMV in it and returns 1 where that applies */
 template <typename TO, int PRO, int MODE>
 static int gemv_cores_launch(struct hb_ctx *ctx, gemv_args &a) {
@@ -872,13 +891,9 @@ static int gemv_cores_launch(struct hb_ctx *ctx, gemv_args &a) {
     (void)a;
     return 0;
   } else {
-    const int tiles = (a.rows_total + 15) / 16;
-    /* whole-tile warps, one tile each */
-    if (tiles < g_gemv_we_min * ctx->n_sm || tiles > GEMV_CORES_NW * ctx->n_sm) return 0;
-    if (!g_gemv_cores_any && (a.n != 1 || tiles < 8 * ctx->n_sm)) return 0;
-    const int ring = 4;
-    const size_t base = gemv_smem(a.n, a.K, PRO), sm = base + (size_t)GEMV_CORES_NW * ring * GEMV_SLOT;
-    if (!gemv_ring_fits(ctx, base, GEMV_CORES_NW, ring, 1)) return 0;
+    if (!gemv_cores_fits(ctx, a.rows_total, a.K, a.n, PRO)) return 0;
+    const int tiles = (a.rows_total + 15) / 16, ring = 4;
+    const size_t sm = gemv_smem(a.n, a.K, PRO) + (size_t)GEMV_CORES_NW * ring * GEMV_SLOT;
     a.n_units = tiles;
     a.ring = ring;
 #if HEARTH_TRACE
@@ -891,18 +906,80 @@ static int gemv_cores_launch(struct hb_ctx *ctx, gemv_args &a) {
   }
 }
 
+/* the resident blocks per SM (and their ring depth in *ring, 0 when none fits) of nw-warp blocks over n rows */
+static int gemv_per_sm(const struct hb_ctx *ctx, int n, int K, int pro, int nw, int *ring) {
+  int per_sm = nw == 8 ? GEMV_MINB : GEMV_MINB16;
+  for (*ring = 0; per_sm >= 1 && !(*ring = gemv_ring(ctx, gemv_smem(n, K, pro), nw, per_sm)); per_sm--) {}
+  return per_sm;
+}
+
+/* the launch shape (g_gemv_cfg index) a launch of n rows picks, and its units, when the co-resident one does not */
+static int gemv_shape(const struct hb_ctx *ctx, int rows_total, int K, int n, int pro, int *units) {
+  int r8, r16;
+  const int per_sm = gemv_per_sm(ctx, n, K, pro, 8, &r8), per_sm16 = gemv_per_sm(ctx, n, K, pro, 16, &r16);
+  return gemv_pick((rows_total + 15) / 16, gemv_steps(K / 128, 1), ctx->n_sm, per_sm, r16 ? per_sm16 : 0, units);
+}
+
+template <typename TO, int PRO, int MODE>
+static void gemv_launch_ci(struct hb_ctx *ctx, gemv_args &a, int ci, int units);
+
+/* Step twins (hb_cuda_set_step_twins): the rows of a launch computed as the one-token launch of each row would
+ * compute it. An output's bits depend on its row's x and the order of its K sums, which the shape's warps per tile
+ * (KS) fix: the mma's column for one token does not see the others, the offset fold's corrections sum 16 aligned
+ * chunks of one token, and the prologue's sum of squares of a token is an f64 sum of the same values at any n
+ * (ss_add: per-warp f32 partials of the same 32-chunk runs of the token where K / 8 is a multiple of 32, else the
+ * chunks' own sums). So the launch takes the KS of the one-token choice, in chunks of as many rows as that shape
+ * fits (x grows by K f16 a row): the same bits, the weights read once a chunk. Not Gemma 4's folded prologues. */
+static int gemv_twin_ok(int pro) { return pro != PRO_ANORM && pro != PRO_APLAIN && pro != PRO_GELU; }
+
+template <typename TO, int PRO, int MODE>
+static void gemv_twin_launch(struct hb_ctx *ctx, gemv_args &a) {
+  const int K = a.K, n = a.n, tiles = (a.rows_total + 15) / 16;
+  int u1 = tiles;
+  const int cores1 = std::is_same<TO, __half>::value && (PRO == PRO_NORM || PRO == PRO_ANORM) && MODE == GEMV_GLU &&
+                     gemv_cores_fits(ctx, a.rows_total, K, 1, PRO);
+  const int ks = cores1 ? 1 : g_gemv_cfg[gemv_shape(ctx, a.rows_total, K, 1, PRO, &u1)][1];
+  int ci = 0;
+  while (ci < GEMV_NCFG - 1 && g_gemv_cfg[ci][1] != ks) ci++;
+  const int nw = g_gemv_cfg[ci][0], tpb = nw / ks;
+  int m = n < ctx->twin_rows ? n : ctx->twin_rows;
+  while (m > 0 && !gemv_ring(ctx, gemv_smem(m, K, PRO), nw, 1)) m--;
+  if (!gemv_twin_ok(PRO)) ctx->twin_bad++; /* (the launch still runs, in the one-token shape's KS) */
+  if (m == 0) { /* not one row in that shape (cannot happen for the shapes a one-token launch took): no twin */
+    ctx->twin_bad++;
+    int units = tiles;
+    if (n <= 8) gemv_launch_ci<TO, PRO, MODE>(ctx, a, gemv_shape(ctx, a.rows_total, K, n, PRO, &units), units);
+    return;
+  }
+  const gemv_args a0 = a;
+  for (int r0 = 0; r0 < n; r0 += m) {
+    gemv_args c = a0;
+    c.n = n - r0 < m ? n - r0 : m;
+    c.x = a0.x + (int64_t)r0 * a0.ldx;
+    if (a0.x2) c.x2 = a0.x2 + (int64_t)r0 * a0.ldx2;
+    for (int i = 0; i < a0.n_mm; i++) c.out[i] = (char *)a0.out[i] + (size_t)r0 * (size_t)a0.ldo[i] * sizeof(TO);
+    if (a0.pos) c.pos = a0.pos + r0;
+    if (a0.seq) c.seq = a0.seq + r0;
+    gemv_launch_ci<TO, PRO, MODE>(ctx, c, ci, ks == 1 ? tiles : (tiles + tpb - 1) / tpb);
+  }
+}
+
 template <typename TO, int PRO, int MODE = GEMV_PLAIN>
 static void gemv_launch_t(struct hb_ctx *ctx, gemv_args &a) {
+  if (ctx->twin) { gemv_twin_launch<TO, PRO, MODE>(ctx, a); return; }
   if (gemv_cores_launch<TO, PRO, MODE>(ctx, a)) return;
-  const size_t base = gemv_smem(a.n, a.K, PRO);
-  int per_sm = GEMV_MINB, ring8 = 0;
-  for (; per_sm >= 1 && !(ring8 = gemv_ring(ctx, base, 8, per_sm)); per_sm--) {}
-  int per_sm16 = GEMV_MINB16, ring16 = 0;
-  for (; per_sm16 >= 1 && !(ring16 = gemv_ring(ctx, base, 16, per_sm16)); per_sm16--) {}
-  const int tiles = (a.rows_total + 15) / 16;
-  int units = tiles;
-  const int ci = gemv_pick(tiles, gemv_steps(a.K / 128, 1), ctx->n_sm, per_sm, ring16 ? per_sm16 : 0, &units);
-  const int nw = g_gemv_cfg[ci][0], slots = ctx->n_sm * (nw == 8 ? per_sm : per_sm16);
+  int units = (a.rows_total + 15) / 16;
+  const int ci = gemv_shape(ctx, a.rows_total, a.K, a.n, PRO, &units);
+  gemv_launch_ci<TO, PRO, MODE>(ctx, a, ci, units);
+}
+
+/* one launch of a in shape ci (g_gemv_cfg) over `units` units */
+template <typename TO, int PRO, int MODE>
+static void gemv_launch_ci(struct hb_ctx *ctx, gemv_args &a, int ci, int units) {
+  const int nw = g_gemv_cfg[ci][0];
+  int ring8, ring16;
+  const int per_sm = gemv_per_sm(ctx, a.n, a.K, PRO, 8, &ring8), per_sm16 = gemv_per_sm(ctx, a.n, a.K, PRO, 16, &ring16);
+  const int slots = ctx->n_sm * (nw == 8 ? per_sm : per_sm16);
   a.n_units = units;
   /* KS = 1: units are tiles, spread over all resident blocks (tile = block + grid * warp + ...) so
    * that every SM gets the same number of tiles, not whole 8-tile blocks */
@@ -913,7 +990,7 @@ static void gemv_launch_t(struct hb_ctx *ctx, gemv_args &a) {
   a.tr_id = cu_trace_id(ctx, "gemv %s n%d %dx%d %d/%d r%d", MODE == GEMV_ROPE ? "qkv" : MODE == GEMV_GLU ? "glu" : PRO == PRO_NORM || PRO == PRO_ANORM ? "norm" : "plain",
                         a.n, a.rows_total, a.K, nw, ks, a.ring);
 #endif
-  const size_t sm = base + (size_t)nw * a.ring * GEMV_SLOT;
+  const size_t sm = gemv_smem(a.n, a.K, PRO) + (size_t)nw * a.ring * GEMV_SLOT;
   const dim3 grid((unsigned)nb), block((unsigned)(nw * 32));
   int k = 0;
 #define GEMV_LAUNCH(NW, KS) \
@@ -926,11 +1003,13 @@ static void gemv_launch_t(struct hb_ctx *ctx, gemv_args &a) {
 static int gemv_fill(struct hb_ctx *ctx, gemv_args &a, int pro, const struct hb_tensor *x, const struct hb_tensor *x2,
                      const struct hb_tensor *nw, float eps, float off, int n_mm, struct hb_tensor *const *outs,
                      const struct hb_tensor *const *ws, const struct hb_tensor *const *biases, int n, int add) {
-  if (ctx->exact || n < 1 || n > 8 || n_mm < 1 || n_mm > 3 || x->dtype != HB_F16 || x->cols % 8) return 1;
+  /* step twins (gemv_twin_launch): any number of rows, in chunks, as the one-token launch would take them */
+  const int tw = ctx->twin;
+  if (ctx->exact || n < 1 || (n > 8 && !tw) || n_mm < 1 || n_mm > 3 || x->dtype != HB_F16 || x->cols % 8) return 1;
   if (ws[0]->cols % 128 || ws[0]->cols > GEMV_KMAX) return 1;
-  if (n >= GEMV_XMAX_ROWS && (size_t)n * (size_t)ws[0]->cols * 2 > ctx->gemv_xmax) return 1;
+  if (!tw && n >= GEMV_XMAX_ROWS && (size_t)n * (size_t)ws[0]->cols * 2 > ctx->gemv_xmax) return 1;
   /* x etc. and at least a 2-step ring of 8 warps in one block (gemv_ring) */
-  if (!gemv_ring(ctx, gemv_smem(n, ws[0]->cols, pro), 8, 1)) return 1;
+  if (!gemv_ring(ctx, gemv_smem(tw ? 1 : n, ws[0]->cols, pro), 8, 1)) return 1;
   if (x->rows < n) return 1;
   if (x2 && (x2->dtype != HB_F16 || x2->cols != x->cols)) return 1;
   memset(&a, 0, sizeof a);

@@ -333,6 +333,7 @@ int cu_matmul_init(struct hb_ctx *ctx) {
 template <typename TX, typename TO>
 static void simt_launch(struct hb_ctx *ctx, TO *out, int64_t ldo, const TX *x, int64_t ldx, const struct hb_tensor *w,
                         const float *bias, int n) {
+  if (ctx->twin) ctx->twin_bad++; /* no one-token twin of a GEMM's rows (hb_cuda_set_step_twins) */
   dim3 grid((unsigned)((w->rows + 63) / 64), (unsigned)((n + 63) / 64));
   int N = (int)w->rows, K = (int)w->cols;
   switch (w->dtype) {
@@ -386,6 +387,7 @@ int cu_gemm_q4_plan(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, str
   const int BN = wgs ? 64 * wgs : GM_BN; /* weight rows (output columns) per block */
   const size_t sm = wgs ? cu_gemm_wg_smem(K, NT, wgs) : gemm_smem(K, BM);
   if (sm + 256 > ctx->smem_optin) return 1;
+  if (ctx->twin) ctx->twin_bad++; /* no one-token twin of a GEMM's rows (hb_cuda_set_step_twins) */
   gemm_args &a = pl->a;
   memset(&a, 0, sizeof a);
   a.x = (const __half *)x->data;
@@ -558,6 +560,7 @@ static int swiglu_plan(struct hb_ctx *ctx, const struct hb_tensor *x, const stru
   if ((int)((N + 127) / 128) * gy < ctx->n_sm && !ctx->row_invariant) return 1;
   const size_t sm = cu_gemm_wg_smem(K, NT, 2);
   if (sm + 256 > ctx->smem_optin) return 1;
+  if (ctx->twin) ctx->twin_bad++; /* no one-token twin of a GEMM's rows (hb_cuda_set_step_twins) */
   *nt = NT;
   *smem = sm;
   return 0;
@@ -623,7 +626,7 @@ void cu_matmul(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor
   int64_t ldo = out->cols, ldx = x->cols;
   struct hb_tensor *o1[1] = {out};
   const struct hb_tensor *w1[1] = {w}, *b1[1] = {bias};
-  if (x->dtype == HB_F16 && w->dtype == HB_Q4 && ldx % 8 == 0 && n <= 8 &&
+  if (x->dtype == HB_F16 && w->dtype == HB_Q4 && ldx % 8 == 0 && (n <= 8 || ctx->twin) &&
       !cu_gemv_fused(ctx, PRO_PLAIN, x, NULL, NULL, 0.0f, 0.0f, 1, o1, w1, b1, n, 0))
     return;
   if (!cu_gemm_q4(ctx, x, 1, o1, w1, b1, n, 0)) return;
