@@ -116,7 +116,8 @@ struct hearth_model_info {
   int max_seqs;             /* sessions one hearth_sessions_step* call (one forward) may hold */
   int max_batch_tokens;     /* tokens one forward may hold (hearth_embed_batch's pass) */
   int can_speculate;        /* 1: a forward of several tokens gives each row the bits of one-token steps, so
-                               hearth_sessions_step_spec drafts (CPU); 0: it decodes plainly (CUDA) */
+                               hearth_sessions_step_spec drafts (CPU; CUDA for the Qwen families, one session a
+                               step); 0: it decodes plainly */
   enum hearth_pooling pooling; /* embedding models: how hearth_session_embed pools */
 };
 

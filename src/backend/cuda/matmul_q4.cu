@@ -333,7 +333,8 @@ int cu_matmul_init(struct hb_ctx *ctx) {
 template <typename TX, typename TO>
 static void simt_launch(struct hb_ctx *ctx, TO *out, int64_t ldo, const TX *x, int64_t ldx, const struct hb_tensor *w,
                         const float *bias, int n) {
-  if (ctx->twin) ctx->twin_bad++; /* no one-token twin of a GEMM's rows (hb_cuda_set_step_twins) */
+  /* (step twins: every output is one thread's f32 sum in K order whatever n is, so its rows are their one-token
+   * launch's; it serves weights the int4 paths do not take, e.g. dense ones whose K is not a multiple of 128) */
   dim3 grid((unsigned)((w->rows + 63) / 64), (unsigned)((n + 63) / 64));
   int N = (int)w->rows, K = (int)w->cols;
   switch (w->dtype) {
@@ -387,7 +388,6 @@ int cu_gemm_q4_plan(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, str
   const int BN = wgs ? 64 * wgs : GM_BN; /* weight rows (output columns) per block */
   const size_t sm = wgs ? cu_gemm_wg_smem(K, NT, wgs) : gemm_smem(K, BM);
   if (sm + 256 > ctx->smem_optin) return 1;
-  if (ctx->twin) ctx->twin_bad++; /* no one-token twin of a GEMM's rows (hb_cuda_set_step_twins) */
   gemm_args &a = pl->a;
   memset(&a, 0, sizeof a);
   a.x = (const __half *)x->data;
@@ -451,6 +451,7 @@ int cu_gemm_q4_plan(struct hb_ctx *ctx, const struct hb_tensor *x, int n_mm, str
   pl->odt = odt;
   pl->sm = sm;
   pl->grid = dim3((unsigned)gx, (unsigned)gy, (unsigned)S);
+  if (ctx->twin) ctx->twin_bad++; /* no one-token twin of a tensor-core GEMM's rows (hb_cuda_set_step_twins) */
   return 0;
 }
 
@@ -560,7 +561,7 @@ static int swiglu_plan(struct hb_ctx *ctx, const struct hb_tensor *x, const stru
   if ((int)((N + 127) / 128) * gy < ctx->n_sm && !ctx->row_invariant) return 1;
   const size_t sm = cu_gemm_wg_smem(K, NT, 2);
   if (sm + 256 > ctx->smem_optin) return 1;
-  if (ctx->twin) ctx->twin_bad++; /* no one-token twin of a GEMM's rows (hb_cuda_set_step_twins) */
+  if (ctx->twin) ctx->twin_bad++; /* no one-token twin of a tensor-core GEMM's rows (hb_cuda_set_step_twins) */
   *nt = NT;
   *smem = sm;
   return 0;
