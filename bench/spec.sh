@@ -15,7 +15,7 @@ trap 'rm -rf "$tmp"' EXIT
 run() { # name prompt n k round
   "$bin" run --model "$model" --backend "${BACKEND:-cpu}" --threads "$threads" --prompt-ids "$2" -n "$3" --ids --ignore-eos --speculate "$4" --stats \
     >"$tmp/$1.k$4.ids" 2>"$tmp/err"
-  grep -o '([0-9.]* tok/s); speculation .*' "$tmp/err" | sed "s/^/$1 k$4 round $5 /"
+  grep -o '([0-9.]* tok/s).*speculation .*' "$tmp/err" | sed "s/^/$1 k$4 round $5 /"
 }
 for r in $(seq 1 "$rounds"); do
   for k in 0 8; do run repetitive "$rep" 512 "$k" "$r"; done

@@ -343,6 +343,21 @@ TEST_GROUP(backoff) {
   hearth_model_free(m);
 }
 
+/* one session after a 270-token cycle (past attn_o's 256 keys at head_dim 64, so a CUDA qwen3 drafts from the
+ * first step), 80 tokens decoded with kmax */
+static int cycle_run(struct hearth_model *m, int kmax, struct run *r) {
+  const int V = hearth_model_info(m)->n_vocab;
+  int32_t p[270];
+  for (int k = 0; k < 270; k++) p[k] = (k % 7) * 23 % V + 3;
+  struct hearth_session *s = NULL;
+  struct hearth_err err = {0};
+  int want = 80, rc = hearth_session_new(m, NULL, &s, &err) || hearth_session_sync(s, p, 269, &err);
+  if (!rc) rc = decode(&s, 1, &p[269], &want, kmax, r);
+  else fprintf(stderr, "cycle_run: %s\n", err.msg);
+  hearth_session_free(s);
+  return rc;
+}
+
 TEST_GROUP(cuda) {
   static struct run plain, spec;
   static const char *const QWEN[] = {"qwen2", "qwen2_sharded", "qwen3"};
@@ -380,6 +395,15 @@ TEST_GROUP(cuda) {
            (unsigned long long)spec.drafted, (unsigned long long)spec.accepted);
     drafted += spec.drafted;
     accepted += spec.accepted;
+    if (lng) { /* a cycle the model follows: drafts taken (the fixtures' other prompts rarely are) */
+      CHECK(cycle_run(m, 0, &plain) == 0);
+      CHECK(cycle_run(m, HEARTH_SPEC_MAX, &spec) == 0);
+      same(&spec, &plain, 1, "cuda qwen3 cycle");
+      printf("cuda qwen3 cycle: %llu verifies, %llu drafted, %llu accepted\n", (unsigned long long)spec.verifies,
+             (unsigned long long)spec.drafted, (unsigned long long)spec.accepted);
+      drafted += spec.drafted;
+      accepted += spec.accepted;
+    }
     CHECK(hearth_model_info(m)->can_speculate == 1); /* no verify found an op without a twin */
     hearth_model_free(m);
     /* prefix hits on blocks keyed by speculative steps */
