@@ -141,17 +141,6 @@ int hearth_sessions_step_spec(struct hearth_session **ss, int n, const int32_t *
     }
     return 0;
   }
-  if (n == 1 && session_ahead_live(ss[0])) {
-    /* a step ahead of this call is in flight (CUDA's decode loop): a verify now would drop it, a whole step of the
-     * device's time lost. This step claims it instead and enqueues none, and the next call looks up again from one
-     * token further (the draft here is not used) */
-    float lp;
-    int rc = session_step_hold(ss[0], pending[0], &ids[0], logprobs ? &lp : NULL, err);
-    if (rc) return rc;
-    if (logprobs) logprobs[0] = lp;
-    n_ids[0] = 1;
-    return 0;
-  }
   int32_t rid[MODEL_MAX_SEQS * W];
   float rlp[MODEL_MAX_SEQS * W];
   int held[MODEL_MAX_SEQS];
