@@ -1259,6 +1259,93 @@ static void check_qkv_rope_split(int n_heads, int n_kv, int hd, int d, int ns, c
   kv_free(&ka); kv_free(&kb);
 }
 
+/* row r of a device tensor as a one-row view */
+static struct hb_tensor row_of(const struct hb_tensor *t, int r) {
+  struct hb_tensor v = *t;
+  const size_t es = t->dtype == HB_F32 ? 4 : 2;
+  v.data = (char *)t->data + (size_t)r * (size_t)t->cols * es;
+  v.rows = 1;
+  return v;
+}
+
+/* Step twins (hb_cuda_set_step_twins, a speculative verify on CUDA): in twin mode the decode GEMV over n rows must give
+ * each row the bits of a one-row launch — norm + three weights with biases (QKV-like), norm + gate/up with SiLU
+ * (norm_swiglu; ff 11,008 takes the co-resident shape at one row), silu(gate)·up · down with the residual add, and the
+ * final norm + head into f32 logits — and count nothing as untwinnable. K = 896 (the prologue's f64 partials: K / 8 is
+ * not a multiple of 32), 2,048 and 3,584 (n rows past 4 take the prologue's two-read path there) */
+static void check_twins(int K, int ff, int n) {
+  struct pair x, nw, w[3], b[3], wg, wu, wd, wh;
+  const int rows[3] = {512, 128, 128}, V = 1000;
+  pair_rand(&x, HB_F32, n, K, 3.0f);
+  weight_pair(&nw, HB_F32, 1, K, 1.0f);
+  for (int i = 0; i < 3; i++) {
+    weight_pair(&w[i], HB_Q4, rows[i], K, 0.5f);
+    weight_pair(&b[i], HB_F32, 1, rows[i], 0.5f);
+  }
+  weight_pair(&wg, HB_Q4, ff, K, 0.5f);
+  weight_pair(&wu, HB_Q4, ff, K, 0.5f);
+  weight_pair(&wd, HB_Q4, K, ff, 0.5f);
+  weight_pair(&wh, HB_Q4, V, K, 0.5f);
+  struct hearth_err err = {0};
+  /* [0]: twin mode over n rows, [1]: n one-row launches */
+  struct hb_tensor q[2][3], h[2], r[2], lg[2];
+  for (int k = 0; k < 2; k++) {
+    for (int i = 0; i < 3; i++) G->alloc(gc, &q[k][i], HB_F32, n, rows[i], &err);
+    G->alloc(gc, &h[k], HB_F32, n, ff, &err);
+    G->alloc(gc, &r[k], HB_F32, n, K, &err);
+    G->alloc_f32(gc, &lg[k], n, V, &err);
+  }
+  const struct hb_tensor *ws[3] = {&w[0].g, &w[1].g, &w[2].g}, *bs[3] = {&b[0].g, &b[1].g, &b[2].g};
+  float *res = randv((int64_t)n * K, 2.0f);
+  for (int k = 0; k < 2; k++) {
+    G->write(gc, &r[k], 0, n, res);
+    if (k == 0) CHECK(hb_cuda_set_step_twins(gc, 1) == 0);
+    for (int r0 = 0; r0 < (k ? n : 1); r0++) {
+      const int m = k ? 1 : n;
+      struct hb_tensor xv = k ? row_of(&x.g, r0) : x.g, hv = k ? row_of(&h[k], r0) : h[k],
+                       rv = k ? row_of(&r[k], r0) : r[k], lv = k ? row_of(&lg[k], r0) : lg[k], qv[3];
+      for (int i = 0; i < 3; i++) qv[i] = k ? row_of(&q[k][i], r0) : q[k][i];
+      struct hb_tensor *og[3] = {&qv[0], &qv[1], &qv[2]}, *ol[1] = {&lv};
+      const struct hb_tensor *wl[1] = {&wh.g};
+      hb_cuda_norm_matmul(gc, &xv, &nw.g, 1e-6f, 0.0f, 3, og, ws, bs, m, 0);
+      CHECK(hb_cuda_norm_swiglu(gc, &xv, &nw.g, 1e-6f, &wg.g, &wu.g, &hv, m, HB_ACT_SILU) == 0);
+      hb_cuda_silu_matmul(gc, &hv, &hv, &rv, &wd.g, m, 1); /* (silu(h)·h here: any gate and up will do) */
+      hb_cuda_norm_matmul(gc, &rv, &nw.g, 1e-6f, 0.0f, 1, ol, wl, NULL, m, 0);
+    }
+    if (k == 0) {
+      const int bad = hb_cuda_set_step_twins(gc, 0);
+      CHECKF(bad == 0, "twins K=%d n=%d: %d ops without a one-token form", K, n, bad);
+    }
+  }
+  free(res);
+  char what[96];
+  for (int i = 0; i < 3; i++) {
+    snprintf(what, sizeof what, "twins K=%d n=%d norm_matmul out %d", K, n, i);
+    gpu_same(&q[1][i], &q[0][i], n, what);
+  }
+  snprintf(what, sizeof what, "twins K=%d n=%d norm_swiglu ff %d", K, n, ff);
+  gpu_same(&h[1], &h[0], n, what);
+  snprintf(what, sizeof what, "twins K=%d n=%d silu_matmul += (down)", K, n);
+  gpu_same(&r[1], &r[0], n, what);
+  snprintf(what, sizeof what, "twins K=%d n=%d head (f32)", K, n);
+  gpu_same(&lg[1], &lg[0], n, what);
+  for (int k = 0; k < 2; k++) {
+    for (int i = 0; i < 3; i++) G->release(gc, &q[k][i]);
+    G->release(gc, &h[k]); G->release(gc, &r[k]); G->release(gc, &lg[k]);
+  }
+  for (int i = 0; i < 3; i++) { pair_free(&w[i]); pair_free(&b[i]); }
+  pair_free(&wg); pair_free(&wu); pair_free(&wd); pair_free(&wh); pair_free(&nw); pair_free(&x);
+}
+
+TEST_GROUP(twins) {
+  if (setup(0)) return;
+  check_twins(896, 4864, 8);
+  check_twins(2048, 11008, 8);
+  check_twins(2048, 11008, 5);
+  check_twins(3584, 2048, 7);
+  teardown();
+}
+
 TEST_GROUP(fused) {
   if (setup(0)) return;
   struct hearth_err err = {0};
@@ -2274,4 +2361,4 @@ TEST_GROUP(init_error) {
   CHECK(rc != 0 && x == NULL && err.msg[0]);
 }
 
-TEST_MAIN(T(exact), T(fast), T(fused), T(wgmma), T(graph), T(graph_gemma4), T(sample), T(sample_large), T(sample_split), T(nonfinite), T(row_score), T(repeat), T(init_error))
+TEST_MAIN(T(exact), T(fast), T(fused), T(twins), T(wgmma), T(graph), T(graph_gemma4), T(sample), T(sample_large), T(sample_split), T(nonfinite), T(row_score), T(repeat), T(init_error))

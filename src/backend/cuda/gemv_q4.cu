@@ -599,9 +599,10 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
 #pragma unroll
         for (int e = 0; e < 4; e++) {
           float2 f = __half22float2(h[e]);
-          if (NORM) {
-            f.x *= inv * (ld_any(nws, a.nwdt, w0i + 2 * e) + a.off);
-            f.y *= inv * (ld_any(nws, a.nwdt, w0i + 2 * e + 1) + a.off);
+          if (NORM) { /* (x · inv) · (w + off), as the one-read path above and rmsnorm_kernel: one association for
+                       * every n, so that a step twin's rows are its one-token launches' (gemv_twin_launch) */
+            f.x = f.x * inv * (ld_any(nws, a.nwdt, w0i + 2 * e) + a.off);
+            f.y = f.y * inv * (ld_any(nws, a.nwdt, w0i + 2 * e + 1) + a.off);
           } else if (PRO == PRO_GELU) { /* gelu_mul_kernel's expression, rounded to f16 as its store is */
             const float2 up = __half22float2(h2[e]);
             f.x = gelu_tanh_f(f.x) * up.x;
