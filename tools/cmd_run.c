@@ -27,8 +27,8 @@ static void usage(void) {
           "                  [--temperature X] [--top-k K] [--top-p P] [--min-p P] [--seed S]\n"
           "                  [--repetition-penalty X] [--ignore-eos] [--kv-tokens N] [--kv-seqs N (1; -1: Gemma 4's\n"
           "                  sliding layers keep every position)] [--speculate K | --no-speculate] [--stats]\n"
-          "--speculate K: greedy decoding drafts up to K (1..8) tokens by prompt lookup, bit-identically (default %d on the\n"
-          "CPU; on CUDA, Qwen families, only when asked); --stats: tok/s and draft acceptance on stderr\n", HEARTH_SPEC_DEFAULT);
+          "--speculate K: greedy decoding drafts up to K (1..8) tokens by prompt lookup, bit-identically (default %d; on CUDA\n"
+          "Qwen families only); --stats: tok/s and draft acceptance on stderr\n", HEARTH_SPEC_DEFAULT);
 }
 
 
@@ -43,7 +43,7 @@ int cmd_run(int argc, char **argv) {
   const char *prompt_ids = NULL, *prompt = NULL;
   long n_gen = 16;
   int print_ids = 0, ignore_eos = 0, stats = 0;
-  long spec_k = -1; /* the backend's default: HEARTH_SPEC_DEFAULT on the CPU, off on CUDA (engine.h) */
+  long spec_k = -1; /* the default: HEARTH_SPEC_DEFAULT where the backend can (engine.h) */
   for (int i = 1; i < argc; i++) {
     int r = arg_model_option(argc, argv, &i, &mp);
     if (r < 0) return 2;
@@ -96,7 +96,7 @@ int cmd_run(int argc, char **argv) {
   const int on_device = hearth_sampling_is_plain_greedy(&sp);
   /* greedy with prompt-lookup drafts (hearth_sessions_step_spec: the same ids, several per forward) */
   struct hearth_spec *spec = NULL;
-  if (spec_k < 0) spec_k = !rc && hearth_model_info(m)->backend == HEARTH_BACKEND_CPU ? HEARTH_SPEC_DEFAULT : 0;
+  if (spec_k < 0) spec_k = HEARTH_SPEC_DEFAULT;
   if (!rc && on_device && spec_k > 0 && hearth_model_info(m)->can_speculate) rc = hearth_spec_new((int)spec_k, &spec, &err);
   int32_t next = -1; /* chosen by the last step (on_device) */
   int32_t sids[HEARTH_SPEC_MAX + 1];

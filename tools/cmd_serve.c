@@ -44,7 +44,7 @@ static void usage(FILE *f) {
           "  --max-depth N      JSON nesting limit, 400 above [64]\n"
           "  --keepalive-ms N   SSE ': keep-alive' comment after N ms without data [3000]\n"
           "  --prefill-chunk N  prompt tokens per engine step, all sequences [512 CPU, 4096 CUDA]\n"
-          "  --speculate K      greedy requests draft up to K (1..8) tokens by prompt lookup in steps of one sequence, same output [8 CPU; CUDA (Qwen) only when asked]\n"
+          "  --speculate K      greedy requests draft up to K (1..8) tokens by prompt lookup in steps of one sequence, same output [8; on CUDA Qwen only]\n"
           "  --no-speculate     plain decoding only\n"
           "  --max-conns N      concurrent connections [128]\n"
           "  --timeout S        idle connection timeout in seconds [15]\n"

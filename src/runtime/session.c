@@ -687,7 +687,7 @@ static void ahead_enqueue(struct hearth_model *m, struct hearth_session **ss, in
 
 /* hearth_sessions_step_select for n sessions, one greedy token each, on a backend with ahead_capable */
 static int step_ahead(struct hearth_session **ss, int n, const int32_t *const *tokens, const int *counts, int32_t *ids,
-                      float *logprobs, struct hearth_err *err) {
+                      float *logprobs, int hold, struct hearth_err *err) {
   struct hearth_model *m = ss[0]->m;
   const struct hb_ops *be = m->be;
   struct hb_ctx *c = m->bctx;
@@ -734,7 +734,7 @@ static int step_ahead(struct hearth_session **ss, int n, const int32_t *const *t
     ss[i]->tokens[ss[i]->n_tokens++] = tokens[i][0];
     ss[i]->has_out = 0;
   }
-  if (A->streak >= A->need) ahead_enqueue(m, ss, n);
+  if (A->streak >= A->need && !hold) ahead_enqueue(m, ss, n); /* hold: the caller will not step plainly next */
   rc = be->read_finish(c, slot, m->b_gsel, err);
   if (!rc)
     for (int i = 0; i < n; i++) {
@@ -967,7 +967,7 @@ int hearth_sessions_step_select(struct hearth_session **sessions, int n_sessions
   int one = n_sessions > 0 && n_sessions <= AHEAD_MAX && n_sessions < MODEL_MAX_GRAPHS &&
             n_sessions <= sessions[0]->m->max_seqs && ahead_capable(sessions[0]->m);
   for (int i = 0; i < n_sessions && one; i++) one = n_tokens[i] == 1 && (!greedy || greedy[i]) && !sessions[i]->invariant;
-  if (one) return step_ahead(sessions, n_sessions, tokens, n_tokens, ids, logprobs, err); /* a decode loop's step */
+  if (one) return step_ahead(sessions, n_sessions, tokens, n_tokens, ids, logprobs, 0, err); /* a decode loop's step */
   int any = !greedy;
   for (int i = 0; i < n_sessions && !any; i++) any = greedy[i] != 0;
   if (!any) return session_forward(sessions, n_sessions, tokens, n_tokens, OUT_LOGITS, NULL, 0, NULL, err);
@@ -985,6 +985,20 @@ int hearth_sessions_step_select(struct hearth_session **sessions, int n_sessions
 int hearth_sessions_step_greedy(struct hearth_session **sessions, int n_sessions, const int32_t *const *tokens,
                                 const int *n_tokens, int32_t *ids, float *logprobs, struct hearth_err *err) {
   return hearth_sessions_step_select(sessions, n_sessions, tokens, n_tokens, NULL, ids, logprobs, err);
+}
+
+int session_ahead_live(const struct hearth_session *s) {
+  const struct model_ahead *A = &s->m->ahead;
+  for (int i = 0; A->live && i < A->n; i++)
+    if (A->ss[i] == s) return 1;
+  return 0;
+}
+
+int session_step_hold(struct hearth_session *s, int32_t token, int32_t *id, float *lp, struct hearth_err *err) {
+  const int32_t *t = &token;
+  const int one = 1;
+  if (!ahead_capable(s->m) || s->invariant) return hearth_sessions_step_greedy(&s, 1, &t, &one, id, lp, err);
+  return step_ahead(&s, 1, &t, &one, id, lp, 1, err);
 }
 
 int hearth_session_append(struct hearth_session *s, const int32_t *tokens, int n, struct hearth_err *err) {
@@ -1120,9 +1134,15 @@ int session_verify(struct hearth_session **ss, int n, const int32_t *const *toke
   const int MB = m->max_blocks_per_seq;
   int start[MODEL_MAX_SEQS];
   pthread_mutex_lock(&m->forward_mu);
-  ahead_drop(m); /* as session_forward_k: a decode loop's step ahead is lost */
-  m->ahead.streak = 0;
-  m->ahead.prev_n = 0;
+  /* A verify of the session a decode loop is stepping, with no step of it in flight (speculate.c holds one back
+   * before it verifies), goes on with the loop: the step after it may be enqueued ahead at once. Anything else
+   * leaves the loop, as session_forward_k: a step ahead is lost */
+  const struct model_ahead *A = &m->ahead;
+  if (!(n == 1 && !A->live && A->prev_n == 1 && A->prev[0] == ss[0])) {
+    ahead_drop(m);
+    m->ahead.streak = 0;
+    m->ahead.prev_n = 0;
+  }
   int nt = 0;
   for (int i = 0; i < n; i++) { /* every position is an output row: the draft is checked at each */
     struct hearth_session *s = ss[i];

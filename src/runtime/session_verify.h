@@ -18,6 +18,12 @@ int session_verify(struct hearth_session **ss, int n, const int32_t *const *toke
  * with HEARTH_ERR_UNSUPPORTED, holding what it held before, if the backend finds the rows were not such twins after
  * all, and the model's can_speculate is 0 from then on. */
 int session_verify_ready(const struct hearth_session *s);
+/* Whether a step enqueued ahead of the caller (decoding one step ahead, session.c) is in flight for s: a verify
+ * would drop it, its device time lost. */
+int session_ahead_live(const struct hearth_session *s);
+/* One greedy step of s on token (as hearth_sessions_step_greedy: it claims a step ahead in flight) that enqueues
+ * no step ahead of the next call, so that a verify can follow without dropping one. */
+int session_step_hold(struct hearth_session *s, int32_t token, int32_t *id, float *lp, struct hearth_err *err);
 /* the most rows one session_verify may hold in all */
 int session_verify_rows(const struct hearth_session *s);
 /* Keeps the first n tokens of s (the accepted ones after a session_verify) and keys its full blocks. */

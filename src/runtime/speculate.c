@@ -15,7 +15,9 @@
  * draft length follows what was taken: it starts at 1, doubles (up to max_draft) while drafts are taken whole,
  * becomes one more than what was taken when a draft is cut short, and 1 after a draft is rejected at its first
  * token; such a sequence also waits 4, 16, then SPEC_WAIT_MAX steps before it drafts again (an accepted token
- * resets the wait). A sequence that finds no match costs only the lookup. */
+ * resets the wait). A sequence that finds no match costs only the lookup. Where a step ahead is in flight (CUDA's
+ * decode loop) a verify would drop it; the call then steps plainly first, which checks the draft's first token for
+ * free, and verifies the rest of the draft in the next call (below, session_step_hold). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,6 +30,11 @@ enum { SPEC_NGRAM_MAX = 4, SPEC_NGRAM_MIN = 2, SPEC_WAIT_MAX = 64 };
 struct hearth_spec {
   int kmax, k;      /* the longest draft; the next draft's length (grows while drafts are taken whole) */
   int wait, backoff; /* steps left without drafting; the wait the next rejection sets */
+  /* the rest of a draft whose first token a held step confirmed (below): the next call's draft, if that call
+   * comes with the session at carry_at tokens and carry_tok pending */
+  int32_t carry[HEARTH_SPEC_MAX];
+  int n_carry, carry_at;
+  int32_t carry_tok;
   uint64_t verifies, drafted, accepted;
 };
 
@@ -48,6 +55,7 @@ void hearth_spec_free(struct hearth_spec *sp) { free(sp); }
 void hearth_spec_reset(struct hearth_spec *sp) {
   sp->k = 1;
   sp->wait = sp->backoff = 0;
+  sp->n_carry = 0;
 }
 
 void hearth_spec_counts(const struct hearth_spec *sp, uint64_t *verifies, uint64_t *drafted, uint64_t *accepted) {
@@ -83,11 +91,8 @@ static int lookup(const struct ctx *c, int k, int32_t *draft) {
   return 0;
 }
 
-/* after a verify of k drafted tokens of which a were taken */
-static void learn(struct hearth_spec *sp, int k, int a) {
-  sp->verifies++;
-  sp->drafted += (uint64_t)k;
-  sp->accepted += (uint64_t)a;
+/* after a draft of k tokens of which a were taken */
+static void adapt(struct hearth_spec *sp, int k, int a) {
   if (a == 0) { /* the draft failed at its first token: wait longer each time before the next */
     sp->backoff = sp->backoff ? (sp->backoff * 4 > SPEC_WAIT_MAX ? SPEC_WAIT_MAX : sp->backoff * 4) : 4;
     sp->wait = sp->backoff;
@@ -97,6 +102,14 @@ static void learn(struct hearth_spec *sp, int k, int a) {
   sp->backoff = 0;
   /* taken whole: draft longer next time; cut short: about as long as what was taken, and one more */
   sp->k = a == k ? (2 * k > sp->kmax ? sp->kmax : 2 * k) : (a + 1 > sp->kmax ? sp->kmax : a + 1);
+}
+
+/* after a verify of k drafted tokens of which a were taken */
+static void learn(struct hearth_spec *sp, int k, int a) {
+  sp->verifies++;
+  sp->drafted += (uint64_t)k;
+  sp->accepted += (uint64_t)a;
+  adapt(sp, k, a);
 }
 
 int hearth_sessions_step_spec(struct hearth_session **ss, int n, const int32_t *pending, struct hearth_spec *const *sp,
@@ -118,15 +131,18 @@ int hearth_sessions_step_spec(struct hearth_session **ss, int n, const int32_t *
     cnt[i] = 1;
     struct hearth_spec *s = sp ? sp[i] : NULL;
     if (!can || !s || !want || want[i] < 2 || session_is_invariant(ss[i]) || !session_verify_ready(ss[i])) continue;
-    if (s->wait > 0) { s->wait--; continue; }
     const int held = hearth_session_n_tokens(ss[i]);
-    int k = s->k;
+    const int carried = s->n_carry > 0 && s->carry_at == held && s->carry_tok == pending[i] ? s->n_carry : 0;
+    s->n_carry = 0;
+    if (!carried && s->wait > 0) { s->wait--; continue; }
+    int k = carried ? carried : s->k;
     if (k > want[i] - 1) k = want[i] - 1;
     if (k > per - 1) k = per - 1;
     if (k > session_n_ctx(ss[i]) - held - 2) k = session_n_ctx(ss[i]) - held - 2; /* room for the next pending */
     if (k <= 0) continue;
     const struct ctx c = {hearth_session_tokens(ss[i]), held, pending[i]};
-    cnt[i] += lookup(&c, k, tok[i] + 1);
+    if (carried) memcpy(tok[i] + 1, s->carry, (size_t)k * sizeof(int32_t));
+    cnt[i] += carried ? k : lookup(&c, k, tok[i] + 1);
     any |= cnt[i] > 1;
   }
   if (!any) { /* no draft: a plain step (its kernels, its bits) */
@@ -138,6 +154,29 @@ int hearth_sessions_step_spec(struct hearth_session **ss, int n, const int32_t *
       ids[(size_t)i * W] = id[i];
       if (logprobs) logprobs[(size_t)i * W] = lp[i];
       n_ids[i] = 1;
+    }
+    return 0;
+  }
+  if (n == 1 && session_ahead_live(ss[0])) {
+    /* A step ahead of this call is in flight (CUDA's decode loop): a verify now would drop it, a whole step of the
+     * device's time lost. This step claims it instead and enqueues none, which checks the draft's first token for
+     * nothing: the rest of a draft it confirms is the next call's draft (verified then, with nothing in flight),
+     * and one it rejects backs off as a verify rejected at its first token would. Drafts checked so are not
+     * counted as verified (hearth_spec_counts) */
+    struct hearth_spec *s = sp[0];
+    float lp;
+    int rc = session_step_hold(ss[0], pending[0], &ids[0], logprobs ? &lp : NULL, err);
+    if (rc) return rc;
+    if (logprobs) logprobs[0] = lp;
+    n_ids[0] = 1;
+    const int k = cnt[0] - 1;
+    if (ids[0] != tok[0][1]) adapt(s, k, 0);
+    else if (k == 1) adapt(s, 1, 1);
+    else {
+      memcpy(s->carry, tok[0] + 2, (size_t)(k - 1) * sizeof(int32_t));
+      s->n_carry = k - 1;
+      s->carry_at = hearth_session_n_tokens(ss[0]);
+      s->carry_tok = ids[0];
     }
     return 0;
   }

@@ -119,8 +119,8 @@ struct engine_params {
                         (engine_default_prefill_chunk) */
   int speculate;     /* 0: off; K in 1..HEARTH_SPEC_MAX: plain greedy requests draft up to K tokens by prompt
                         lookup (hearth_sessions_step_spec) where the backend can (info->can_speculate); -1: the
-                        backend's default, HEARTH_SPEC_DEFAULT on the CPU and off on CUDA, where a sequence whose
-                        drafts all fail still costs 3-5 % (bench/RESULTS.md, session 40) */
+                        default, HEARTH_SPEC_DEFAULT (on CUDA a sequence whose drafts all fail costs under 0.5 %
+                        since session 41: bench/RESULTS.md) */
   int speculate_width; /* the most decoding sequences a speculative step may hold; 0 = 1: on this CPU a verify
                           beside other sequences cost more than it saved (bench/RESULTS.md, batch 8) */
 };

@@ -27,7 +27,7 @@ void server_options_default(struct server_options *o) {
   o->max_depth = 64;
   o->keepalive_ms = 3000;
   o->prefill_chunk = 0; /* by backend: engine_default_prefill_chunk */
-  o->speculate = -1; /* the backend's default (engine_params.speculate): on where it pays in the worst case too (the CPU) */
+  o->speculate = -1; /* the default (engine_params.speculate): HEARTH_SPEC_DEFAULT where the backend can */
   o->max_conns = 128;
   o->timeout_s = 15;
   o->head_timeout_s = 10;

@@ -403,6 +403,7 @@ TEST_GROUP(cuda) {
              (unsigned long long)spec.drafted, (unsigned long long)spec.accepted);
       drafted += spec.drafted;
       accepted += spec.accepted;
+      drafted_long += spec.drafted;
     }
     CHECK(hearth_model_info(m)->can_speculate == 1); /* no verify found an op without a twin */
     hearth_model_free(m);
