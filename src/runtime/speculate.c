@@ -130,10 +130,13 @@ int hearth_sessions_step_spec(struct hearth_session **ss, int n, const int32_t *
     tp[i] = tok[i];
     cnt[i] = 1;
     struct hearth_spec *s = sp ? sp[i] : NULL;
-    if (!can || !s || !want || want[i] < 2 || session_is_invariant(ss[i]) || !session_verify_ready(ss[i])) continue;
     const int held = hearth_session_n_tokens(ss[i]);
-    const int carried = s->n_carry > 0 && s->carry_at == held && s->carry_tok == pending[i] ? s->n_carry : 0;
-    s->n_carry = 0;
+    int carried = 0; /* a carried draft is for the very next call only */
+    if (s) {
+      carried = s->n_carry > 0 && s->carry_at == held && s->carry_tok == pending[i] ? s->n_carry : 0;
+      s->n_carry = 0;
+    }
+    if (!can || !s || !want || want[i] < 2 || session_is_invariant(ss[i]) || !session_verify_ready(ss[i])) continue;
     if (!carried && s->wait > 0) { s->wait--; continue; }
     int k = carried ? carried : s->k;
     if (k > want[i] - 1) k = want[i] - 1;
