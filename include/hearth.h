@@ -216,9 +216,11 @@ struct hearth_spec; /* one sequence's drafting state */
 /* max_draft in 1..HEARTH_SPEC_MAX: the longest draft */
 int hearth_spec_new(int max_draft, struct hearth_spec **out, struct hearth_err *err);
 void hearth_spec_free(struct hearth_spec *sp);
-/* Forgets the backoff (a new request in the same sequence slot); the counters stay. */
+/* Forgets the backoff and any draft carried to the next step (a new request in the same sequence slot); the counters
+ * stay. */
 void hearth_spec_reset(struct hearth_spec *sp);
-/* verify forwards run, tokens drafted, drafted tokens accepted */
+/* verify forwards run, tokens drafted, drafted tokens accepted (on CUDA a draft whose first token a plain step
+ * rejected first, speculate.c, is in none of them) */
 void hearth_spec_counts(const struct hearth_spec *sp, uint64_t *verifies, uint64_t *drafted, uint64_t *accepted);
 /* One greedy step of n sessions: session i evaluates pending[i] (plus a draft) and gives n_ids[i] >= 1 tokens in
  * ids[i * (HEARTH_SPEC_MAX + 1) + j] (logprobs likewise, may be NULL); the session then holds pending[i] and the

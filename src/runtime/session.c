@@ -988,10 +988,13 @@ int hearth_sessions_step_greedy(struct hearth_session **sessions, int n_sessions
 }
 
 int session_ahead_live(const struct hearth_session *s) {
-  const struct model_ahead *A = &s->m->ahead;
-  for (int i = 0; A->live && i < A->n; i++)
-    if (A->ss[i] == s) return 1;
-  return 0;
+  struct hearth_model *m = s->m;
+  const struct model_ahead *A = &m->ahead;
+  int live = 0;
+  pthread_mutex_lock(&m->forward_mu); /* (another thread may step another session of the model) */
+  for (int i = 0; A->live && i < A->n && !live; i++) live = A->ss[i] == s;
+  pthread_mutex_unlock(&m->forward_mu);
+  return live;
 }
 
 int session_step_hold(struct hearth_session *s, int32_t token, int32_t *id, float *lp, struct hearth_err *err) {

@@ -125,6 +125,7 @@ int hearth_sessions_step_spec(struct hearth_session **ss, int n, const int32_t *
   int32_t tok[MODEL_MAX_SEQS][W];
   const int32_t *tp[MODEL_MAX_SEQS];
   int cnt[MODEL_MAX_SEQS], any = 0;
+  int first[MODEL_MAX_SEQS] = {0}; /* 1: the draft's first token was confirmed by a held step (a carried draft) */
   for (int i = 0; i < n; i++) {
     tok[i][0] = pending[i];
     tp[i] = tok[i];
@@ -146,6 +147,7 @@ int hearth_sessions_step_spec(struct hearth_session **ss, int n, const int32_t *
     const struct ctx c = {hearth_session_tokens(ss[i]), held, pending[i]};
     if (carried) memcpy(tok[i] + 1, s->carry, (size_t)k * sizeof(int32_t));
     cnt[i] += carried ? k : lookup(&c, k, tok[i] + 1);
+    first[i] = carried > 0;
     any |= cnt[i] > 1;
   }
   if (!any) { /* no draft: a plain step (its kernels, its bits) */
@@ -164,8 +166,8 @@ int hearth_sessions_step_spec(struct hearth_session **ss, int n, const int32_t *
     /* A step ahead of this call is in flight (CUDA's decode loop): a verify now would drop it, a whole step of the
      * device's time lost. This step claims it instead and enqueues none, which checks the draft's first token for
      * nothing: the rest of a draft it confirms is the next call's draft (verified then, with nothing in flight),
-     * and one it rejects backs off as a verify rejected at its first token would. Drafts checked so are not
-     * counted as verified (hearth_spec_counts) */
+     * and one it rejects backs off as a verify rejected at its first token would. The counts (hearth_spec_counts)
+     * take a confirmed first token with the verify of the rest; a draft rejected here is in none of them */
     struct hearth_spec *s = sp[0];
     float lp;
     int rc = session_step_hold(ss[0], pending[0], &ids[0], logprobs ? &lp : NULL, err);
@@ -210,7 +212,7 @@ int hearth_sessions_step_spec(struct hearth_session **ss, int n, const int32_t *
     }
     n_ids[i] = a + 1;
     session_keep(ss[i], held[i] + 1 + a);
-    if (k > 0) learn(sp[i], k, a);
+    if (k > 0) learn(sp[i], k + first[i], a + first[i]); /* a carried draft: with its confirmed first token */
   }
   return 0;
 }
