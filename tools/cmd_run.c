@@ -43,7 +43,7 @@ int cmd_run(int argc, char **argv) {
   const char *prompt_ids = NULL, *prompt = NULL;
   long n_gen = 16;
   int print_ids = 0, ignore_eos = 0, stats = 0;
-  long spec_k = -1; /* the default: HEARTH_SPEC_DEFAULT where the backend can (engine.h) */
+  long spec_k = HEARTH_SPEC_DEFAULT; /* used where the backend can (info->can_speculate) */
   for (int i = 1; i < argc; i++) {
     int r = arg_model_option(argc, argv, &i, &mp);
     if (r < 0) return 2;
@@ -96,7 +96,6 @@ int cmd_run(int argc, char **argv) {
   const int on_device = hearth_sampling_is_plain_greedy(&sp);
   /* greedy with prompt-lookup drafts (hearth_sessions_step_spec: the same ids, several per forward) */
   struct hearth_spec *spec = NULL;
-  if (spec_k < 0) spec_k = HEARTH_SPEC_DEFAULT;
   if (!rc && on_device && spec_k > 0 && hearth_model_info(m)->can_speculate) rc = hearth_spec_new((int)spec_k, &spec, &err);
   int32_t next = -1; /* chosen by the last step (on_device) */
   int32_t sids[HEARTH_SPEC_MAX + 1];

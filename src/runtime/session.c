@@ -997,10 +997,10 @@ int session_ahead_live(const struct hearth_session *s) {
   return live;
 }
 
+/* (called only where a step ahead of s is in flight: the backend is ahead_capable and s not row-invariant) */
 int session_step_hold(struct hearth_session *s, int32_t token, int32_t *id, float *lp, struct hearth_err *err) {
   const int32_t *t = &token;
   const int one = 1;
-  if (!ahead_capable(s->m) || s->invariant) return hearth_sessions_step_greedy(&s, 1, &t, &one, id, lp, err);
   return step_ahead(&s, 1, &t, &one, id, lp, 1, err);
 }
 

@@ -22,7 +22,8 @@ int session_verify_ready(const struct hearth_session *s);
  * would drop it, its device time lost. */
 int session_ahead_live(const struct hearth_session *s);
 /* One greedy step of s on token (as hearth_sessions_step_greedy: it claims a step ahead in flight) that enqueues
- * no step ahead of the next call, so that a verify can follow without dropping one. */
+ * no step ahead of the next call, so that a verify can follow without dropping one. Only where session_ahead_live(s)
+ * said a step ahead of s is in flight. */
 int session_step_hold(struct hearth_session *s, int32_t token, int32_t *id, float *lp, struct hearth_err *err);
 /* the most rows one session_verify may hold in all */
 int session_verify_rows(const struct hearth_session *s);

@@ -864,8 +864,7 @@ int engine_new(struct hearth_model *m, const struct engine_params *p, struct eng
     e->slots[i].hist = malloc((size_t)p->n_ctx * sizeof(int32_t));
     if (!e->slots[i].hist) rc = err_set(err, HEARTH_ERR_NOMEM, "engine: out of memory");
     else rc = session_fresh(e, &e->slots[i], err);
-    const int spec = p->speculate >= 0 ? p->speculate : HEARTH_SPEC_DEFAULT;
-    if (!rc && spec > 0 && e->info->can_speculate) rc = hearth_spec_new(spec, &e->slots[i].spec, err);
+    if (!rc && p->speculate > 0 && e->info->can_speculate) rc = hearth_spec_new(p->speculate, &e->slots[i].spec, err);
   }
   if (!rc && pthread_create(&e->thread, NULL, engine_main, e))
     rc = err_set(err, HEARTH_ERR_NOMEM, "engine: cannot start the thread");

@@ -118,9 +118,9 @@ struct engine_params {
   int prefill_chunk; /* tokens per engine step (decode tokens + prompt chunks); 0 = by backend
                         (engine_default_prefill_chunk) */
   int speculate;     /* 0: off; K in 1..HEARTH_SPEC_MAX: plain greedy requests draft up to K tokens by prompt
-                        lookup (hearth_sessions_step_spec) where the backend can (info->can_speculate); -1: the
-                        default, HEARTH_SPEC_DEFAULT (on CUDA a sequence whose drafts all fail costs under 0.5 %
-                        since session 41: bench/RESULTS.md) */
+                        lookup (hearth_sessions_step_spec) where the backend can (info->can_speculate); the
+                        server's default is HEARTH_SPEC_DEFAULT on every backend (on CUDA a sequence whose drafts
+                        all fail costs under 0.5 % since session 41: bench/RESULTS.md) */
   int speculate_width; /* the most decoding sequences a speculative step may hold; 0 = 1: on this CPU a verify
                           beside other sequences cost more than it saved (bench/RESULTS.md, batch 8) */
 };

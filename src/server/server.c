@@ -27,7 +27,7 @@ void server_options_default(struct server_options *o) {
   o->max_depth = 64;
   o->keepalive_ms = 3000;
   o->prefill_chunk = 0; /* by backend: engine_default_prefill_chunk */
-  o->speculate = -1; /* the default (engine_params.speculate): HEARTH_SPEC_DEFAULT where the backend can */
+  o->speculate = HEARTH_SPEC_DEFAULT; /* where the backend can (engine_params.speculate) */
   o->max_conns = 128;
   o->timeout_s = 15;
   o->head_timeout_s = 10;
@@ -62,7 +62,7 @@ static void drain(struct srv *s, int grace_ms) {
 int server_run(const struct server_options *o, volatile sig_atomic_t *stop, struct hearth_err *err) {
   if (o->n_slots < 1 || o->n_ctx < 16 || o->max_queue < 1 || o->max_body < 1024 ||
       o->max_conns < 1 || o->timeout_s < 1 || o->max_depth < 1 || o->keepalive_ms < 1 ||
-      o->prefill_chunk < 0 || o->speculate < -1 || o->speculate > HEARTH_SPEC_MAX || o->shutdown_grace_ms < 0 || o->max_loaded < 0 || o->max_loaded > 16 ||
+      o->prefill_chunk < 0 || o->speculate < 0 || o->speculate > HEARTH_SPEC_MAX || o->shutdown_grace_ms < 0 || o->max_loaded < 0 || o->max_loaded > 16 ||
       o->max_loaded_embedding < 0 || o->max_loaded_embedding > 16)
     return err_set(err, HEARTH_ERR_ARG, "server options out of range");
   /* no model named: the defaults, from the cache or pulled into it now */

@@ -46,8 +46,8 @@ struct server_options {
   int max_depth;     /* JSON nesting depth cap (400 above). default 64 */
   int keepalive_ms;  /* SSE ": keep-alive" comment after this long without data. default 3000 */
   int prefill_chunk; /* tokens per engine step: decode tokens plus prompt chunks. 0 = by backend (512 CPU, 4096 CUDA) */
-  int speculate;     /* prompt-lookup draft length for plain greedy requests (engine_params.speculate); 0 = off,
-                        -1 = the backend's default */
+  int speculate;     /* prompt-lookup draft length for plain greedy requests (engine_params.speculate); 0 = off.
+                        default HEARTH_SPEC_DEFAULT */
   int max_conns;     /* concurrent connections (MHD limit). default 128 */
   int timeout_s;     /* idle connection timeout. default 15 */
   int head_timeout_s; /* a request head must arrive within this; a body must keep up 16 KiB/s
