@@ -29,6 +29,11 @@ static void probe(struct cpu_features *f) {
   memset(f, 0, sizeof *f);
 #if defined(__x86_64__) || defined(__i386__)
   unsigned a, b, c, d;
+  if (__get_cpuid(0, &a, &b, &c, &d)) {
+    char v[13];
+    memcpy(v, &b, 4), memcpy(v + 4, &d, 4), memcpy(v + 8, &c, 4), v[12] = 0;
+    f->amd = !strcmp(v, "AuthenticAMD") || !strcmp(v, "HygonGenuine");
+  }
   if (!__get_cpuid(1, &a, &b, &c, &d)) return;
   int osxsave = (c >> 27) & 1;
   f->fma = (c >> 12) & 1;

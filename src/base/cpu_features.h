@@ -4,6 +4,7 @@
 struct cpu_features {
   int avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512bf16, avxvnni;
   int amx; /* AMX-TILE + AMX-INT8, enabled by the OS, and this process granted the tile data (Linux) */
+  int amd; /* the vendor is AMD (or Hygon): kernels tuned per memory system read it (ops_avx2.c's decode prefetch) */
 };
 /* The features of this CPU (cached after the first call; thread-safe). HEARTH_CPU=scalar|avx2|avx2-vnni|avx512
  * in the environment caps what is reported, for tests and comparisons. Where the CPU has AMX, the first

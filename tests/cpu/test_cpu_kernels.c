@@ -775,7 +775,7 @@ TEST_GROUP(kernel_select) {
   const struct cpu_features *real = cpu_features_get();
   struct cpu_features f;
   /* synthetic levels: the logic alone, whatever this CPU is */
-  struct cpu_features all = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1}, none = {0};
+  struct cpu_features all = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0}, none = {0};
   CHECK(cpu_kernels_for(&none) == &cpu_kernels_ref);
 #if defined(__x86_64__)
   CHECK(cpu_kernels_for(&all) == &cpu_kernels_amx);

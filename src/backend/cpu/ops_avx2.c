@@ -18,6 +18,7 @@
 
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/q4x16.h"
+#include "base/cpu_features.h"
 
 #define KERN_NAME(x) avx2_##x
 #include "backend/cpu/kern_impl.h"
@@ -120,7 +121,8 @@ static inline __attribute__((always_inline)) __m256i planes_dot(__m256i acc, __m
  * sum(u*lo) + c (planes_dot): one accumulator per token (not one per plane) leaves registers for the 4-token
  * tile; ~10 % faster than two accumulators (bench/RESULTS.md, issue 35). */
 /* A decode (T = 1, block_one below) streams the weights from memory once, prefetching every 64-byte line
- * DEC_PREFETCH bytes ahead (on into the next block: a thread's blocks are contiguous).
+ * DEC_PREFETCH bytes ahead on Intel, DEC_PREFETCH_AMD on AMD (on into the next block: a thread's blocks are
+ * contiguous).
  * One thread over the 136 MB LM head (Zen 5, HEARTH_CPU=avx2, machine busy): 18-19 GB/s without,
  * 30-31 GB/s at +8 KiB, 29.6 at +12 KiB. Since decode takes a block in one pass (2026-12-04, Xeon model 167, 2
  * threads, 0.5B tg128): 86-88 tok/s at +1 KiB, 91-92 at +2 KiB, 89-92 at +4 KiB, 87 at +8 and +16 KiB; 3B tg48:
@@ -128,6 +130,12 @@ static inline __attribute__((always_inline)) __m256i planes_dot(__m256i acc, __m
  * Prefetching never faults past the end of the weights. */
 #ifndef DEC_PREFETCH
 #define DEC_PREFETCH 2048
+#endif
+/* Zen 5 (session 42, the 32-k decode step, HEARTH_CPU=avx2): 36 layers of the 3B's four matrices in turn, one
+ * thread, six interleaved rounds: 16.7-18.2 GB/s at +2 KiB, 18.0-19.6 at +4, 17.9-20.2 at +8, 18.3-20.1 at +12;
+ * 3B tg48 at 2 threads, 8 KiB against 2 KiB, 8 pairs: 1.094 [0.966..1.112]. The Xeon above lost 25 % at +8 KiB. */
+#ifndef DEC_PREFETCH_AMD
+#define DEC_PREFETCH_AMD 8192
 #endif
 
 static inline __attribute__((always_inline)) void half_tile(const uint8_t *qp, const uint16_t *dp,
@@ -192,7 +200,7 @@ static inline void store_rows8(float *out, int64_t ldo, int t0, int T, int64_t b
  * the LM head's GEMV from L3 +13 %, 3B tg48 at 2 threads +2.6 %, paired). */
 
 static inline __attribute__((always_inline)) void block_one(const uint8_t *qp, const uint16_t *dp, const struct cpu_q8 *a,
-                                                            int t, int64_t G, __m256 *res) {
+                                                            int t, int64_t G, int pf, __m256 *res) {
   const __m256i m4 = _mm256_set1_epi8(0x0f);
   const int64_t cols = a->cols;
   __m256 f0 = _mm256_setzero_ps(), f1 = _mm256_setzero_ps();
@@ -203,7 +211,7 @@ static inline __attribute__((always_inline)) void block_one(const uint8_t *qp, c
     const uint8_t *qg = qp + g * 1024;
 #if !AVX2_VNNI
     for (int c = 0; c < 16; c += 4) {
-      for (int i = 0; i < 4; i++) _mm_prefetch((const char *)(qg + (c + i) * 64 + DEC_PREFETCH), _MM_HINT_T0);
+      for (int i = 0; i < 4; i++) _mm_prefetch((const char *)(qg + (c + i) * 64 + pf), _MM_HINT_T0);
       __m256i ph0, pl0, ph1, pl1;
 #pragma GCC unroll 4
       for (int i = 0; i < 4; i++) {
@@ -235,8 +243,8 @@ static inline __attribute__((always_inline)) void block_one(const uint8_t *qp, c
     }
 #else
     for (int c = 0; c < 16; c += 2) {
-      _mm_prefetch((const char *)(qg + c * 64 + DEC_PREFETCH), _MM_HINT_T0);
-      _mm_prefetch((const char *)(qg + c * 64 + 64 + DEC_PREFETCH), _MM_HINT_T0);
+      _mm_prefetch((const char *)(qg + c * 64 + pf), _MM_HINT_T0);
+      _mm_prefetch((const char *)(qg + c * 64 + 64 + pf), _MM_HINT_T0);
       const int8_t *h8 = xh + c * 8, *l8 = xl + c * 8;
       for (int h = 0; h < 2; h++) {
         __m256i v0 = _mm256_loadu_si256((const __m256i *)(qg + c * 64 + h * 32));
@@ -261,6 +269,7 @@ static void avx2_matmul_planes(const struct cpu_q4 *w, const struct cpu_q8 *a, i
   const int64_t G = w->cols / 128, b0 = r0 / 16, b1 = (r1 + 15) / 16;
   int64_t panel = (256 * 1024) / (w->cols * 8);
   if (panel < 1) panel = 1;
+  const int pf = cpu_features_get()->amd ? DEC_PREFETCH_AMD : DEC_PREFETCH;
   __m256 res[4];
   for (int64_t p0 = b0; p0 < b1; p0 += panel) {
     int64_t p1 = p0 + panel < b1 ? p0 + panel : b1;
@@ -270,7 +279,7 @@ static void avx2_matmul_planes(const struct cpu_q4 *w, const struct cpu_q8 *a, i
         const uint8_t *qp = q4x16_quants(w, b);
         const uint16_t *dp = q4x16_scales(w, b);
         if (T == 1) { /* both halves in one pass */
-          block_one(qp, dp, a, t0, G, res);
+          block_one(qp, dp, a, t0, G, pf, res);
           store_rows8(out, ldo, t0, 1, b * 16, r0, r1, res);
           store_rows8(out, ldo, t0, 1, b * 16 + 8, r0, r1, res + 1);
           continue;
