@@ -1176,10 +1176,10 @@ int session_verify(struct hearth_session **ss, int n, const int32_t *const *toke
     m->info.can_speculate = 0;
     rc = err_set(err, HEARTH_ERR_UNSUPPORTED, "verify: the backend has no step twins in its mode; speculation is off");
   }
-  /* its forward replays a graph of its row count (enqueue_graph); HEARTH_VERIFY_GRAPHS=0 (bench-only, README
-   * "Environment") launches the kernels one by one instead, as before session 42, for an A/B in one build */
+  /* with HEARTH_VERIFY_GRAPHS=1 (README "Environment") its forward replays a graph of its row count
+   * (enqueue_graph); by default the kernels are launched one by one, until the graphs have run on a GPU */
   const char *vg = getenv("HEARTH_VERIFY_GRAPHS");
-  m->verify_graph = on && !(vg && vg[0] == '0');
+  m->verify_graph = on && vg && vg[0] == '1';
   if (!rc) rc = run_batch(m, &b, OUT_GREEDY, 0, NULL, NULL, NULL, lps != NULL, err);
   m->verify_graph = 0;
   if (on) {
