@@ -65,7 +65,6 @@ struct model_scratch {
 };
 
 #define MODEL_MAX_GRAPHS 65 /* decode graphs by batch width 1..64 */
-#define MODEL_VERIFY_GRAPHS 9 /* verify graphs by row count 2..8 (session_verify_rows with step twins) */
 #define MODEL_MAX_SEQS 256  /* sessions one step may hold on any backend (m->max_seqs is the backend's own, <= this) */
 
 /* A captured decode step of one batch width (backends with graphs). */
@@ -150,10 +149,6 @@ struct hearth_model {
   /* decode steps of several sequences, each at most the backend's batch_short_len long: their kernels differ, so
    * they have graphs of their own, by width: [0] plain, [1] with the greedy tail */
   struct model_graph graphs_bshort[2][MODEL_MAX_GRAPHS];
-  /* a verify's rows of one sequence as its one-token steps (step twins, session_verify), by row count: their
-   * launches depend on the count only, so they replay graphs of their own as a decode step does */
-  struct model_graph graphs_verify[MODEL_VERIFY_GRAPHS];
-  int verify_graph; /* the forward under way is such a verify and may take those graphs (session_verify, under forward_mu) */
   struct model_ahead ahead;
   uint64_t epochs;      /* the last session epoch given out (runtime/session.c) */
   int max_seqs, max_blocks_per_seq;

@@ -177,8 +177,6 @@ static void free_scratch(struct hearth_model *m) {
   }
   for (int i = 0; i < 2; i++)
     if (m->graphs_short[i].graph) m->be->graph_free(m->graphs_short[i].graph);
-  for (int i = 0; i < MODEL_VERIFY_GRAPHS; i++)
-    if (m->graphs_verify[i].graph) m->be->graph_free(m->graphs_verify[i].graph);
   struct hb_tensor *all[] = {&s->ids, &s->x, &s->xn, &s->q, &s->k, &s->v, &s->attn, &s->o, &s->gate, &s->up, &s->sel, &s->logits, &s->gsel, &s->ple, &s->ple_tok, &s->x2, &s->score_req, &s->score_out};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     if (all[i]->data) m->be->release(m->bctx, all[i]);

@@ -319,13 +319,9 @@ static int enqueue_graph(struct hearth_model *m, struct hb_batch *b, int want_hi
   struct hb_ctx *c = m->bctx;
   int rc = 0;
   int decode_shape = b->n_tokens == b->n_seqs && b->n_out == b->n_tokens && !want_hidden;
-  /* a verify's rows as step twins (session_verify): what they launch depends on the row count only */
-  int verify_shape = m->verify_graph && b->n_seqs == 1 && b->n_tokens >= 2 &&
-                     b->n_tokens < MODEL_VERIFY_GRAPHS && b->n_out == b->n_tokens && !want_hidden && !tail;
-  struct model_graph *g = !be->capture_begin || m->row_invariant ? NULL
-                          : verify_shape ? &m->graphs_verify[b->n_tokens]
-                          : !decode_shape || b->n_tokens >= MODEL_MAX_GRAPHS ? NULL
-                          : graph_slot(m, b->n_tokens, b->seq_len, tail);
+  struct model_graph *g = !decode_shape || !be->capture_begin || m->row_invariant || b->n_tokens >= MODEL_MAX_GRAPHS
+                             ? NULL
+                             : graph_slot(m, b->n_tokens, b->seq_len, tail);
   int ran = 0;
   if (g && g->graph) {
     rc = be->graph_launch(c, g->graph, err);
@@ -1176,12 +1172,7 @@ int session_verify(struct hearth_session **ss, int n, const int32_t *const *toke
     m->info.can_speculate = 0;
     rc = err_set(err, HEARTH_ERR_UNSUPPORTED, "verify: the backend has no step twins in its mode; speculation is off");
   }
-  /* with HEARTH_VERIFY_GRAPHS=1 (README "Environment") its forward replays a graph of its row count
-   * (enqueue_graph); by default the kernels are launched one by one, until the graphs have run on a GPU */
-  const char *vg = getenv("HEARTH_VERIFY_GRAPHS");
-  m->verify_graph = on && vg && vg[0] == '1';
   if (!rc) rc = run_batch(m, &b, OUT_GREEDY, 0, NULL, NULL, NULL, lps != NULL, err);
-  m->verify_graph = 0;
   if (on) {
     const int bad = m->be->set_step_twins(m->bctx, 0);
     if (!rc && bad) { /* its rows are not the one-token steps' bits: never again on this model */

@@ -121,7 +121,7 @@ static inline __attribute__((always_inline)) __m256i planes_dot(__m256i acc, __m
  * sum(u*lo) + c (planes_dot): one accumulator per token (not one per plane) leaves registers for the 4-token
  * tile; ~10 % faster than two accumulators (bench/RESULTS.md, issue 35). */
 /* A decode (T = 1, block_one below) streams the weights from memory once, prefetching every 64-byte line
- * DEC_PREFETCH bytes ahead on Intel, DEC_PREFETCH_AMD on AMD (on into the next block: a thread's blocks are
+ * DEC_PREFETCH_AMD bytes ahead on AMD, DEC_PREFETCH on other vendors (on into the next block: a thread's blocks are
  * contiguous).
  * One thread over the 136 MB LM head (Zen 5, HEARTH_CPU=avx2, machine busy): 18-19 GB/s without,
  * 30-31 GB/s at +8 KiB, 29.6 at +12 KiB. Since decode takes a block in one pass (2026-12-04, Xeon model 167, 2
@@ -131,9 +131,8 @@ static inline __attribute__((always_inline)) __m256i planes_dot(__m256i acc, __m
 #ifndef DEC_PREFETCH
 #define DEC_PREFETCH 2048
 #endif
-/* Zen 5 (session 42, the 32-k decode step, HEARTH_CPU=avx2): 36 layers of the 3B's four matrices in turn, one
- * thread, six interleaved rounds: 16.7-18.2 GB/s at +2 KiB, 18.0-19.6 at +4, 17.9-20.2 at +8, 18.3-20.1 at +12;
- * 3B tg48 at 2 threads, 8 KiB against 2 KiB, 8 pairs: 1.094 [0.966..1.112]. The Xeon above lost 25 % at +8 KiB. */
+/* Zen 5 (session 42, the 32-k decode step): 3B tg48 at 2 threads, HEARTH_CPU=avx2, 8 KiB against 2 KiB
+ * (bench/cpu_pairs.sh, 8 pairs): 1.094 [0.966..1.112] and 1.048 [0.923..1.134]. The Xeon above lost 25 % at +8 KiB. */
 #ifndef DEC_PREFETCH_AMD
 #define DEC_PREFETCH_AMD 8192
 #endif

@@ -362,9 +362,7 @@ static inline __attribute__((always_inline)) void blk_tile(const uint8_t *qp, in
  * on Zen 5, one thread over the 136 MB LM head: 46 GB/s with the former two prefetches per
  * 1 KiB group at +4 KiB, 50-54 at +8 KiB, 53-57 at +12 KiB, 52-55 at +16 KiB, 50 at +24 KiB. A
  * prefetch past the end of the weights is harmless (it never faults). */
-#ifndef DEC_PREFETCH
 #define DEC_PREFETCH 12288
-#endif
 
 typedef int32_t i32u __attribute__((may_alias, aligned(1)));
 
