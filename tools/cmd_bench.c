@@ -235,6 +235,10 @@ int cmd_bench(int argc, char **argv) {
     summarize(&r, tps, (int)reps);
     report(&r, mi, json, 1);
   }
+  /* the cache is sized for the widest batch, not for it beside the sequence above: give that one's blocks back
+   * (at --batch 1 the two did not fit, and the batch row failed with "KV cache is full") */
+  hearth_session_free(s);
+  s = NULL;
   for (int bi = 0; tg > 0 && bi < n_batch; bi++) {
     int B = (int)batch[bi];
     struct hearth_session **ss = calloc((size_t)B, sizeof *ss);
