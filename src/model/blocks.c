@@ -75,8 +75,9 @@ static int attention_trim(struct hearth_model *m, const struct layer_weights *L,
   };
   const int nk = trim ? trim_rows(b) : n;
   if (nk == 0) return 0; /* a prefill chunk that ends no sequence: its last layer only writes the cache */
-  /* one token: attention and x += a · Woᵀ in one launch where the backend has it (short sequences) */
-  if (n == 1 && be->attn_o && !be->attn_o(c, &x, &q, kv, b, &ap, &L->wo)) return n;
+  /* one token (or a verify's rows as one-token steps): attention and x += a · Woᵀ in one launch where the backend
+   * has it (short sequences) */
+  if (nk == n && be->attn_o && !be->attn_o(c, &x, &q, kv, b, &ap, &L->wo)) return n;
   be->attention(c, &a, &q, kv, b, &ap);
   if (nk < n) { /* carry on with the output rows: a into scratch.q, x into scratch.sel */
     struct hb_tensor aq = rows_view(&s->q, nk), xs = rows_view(&s->sel, nk);

@@ -1107,11 +1107,15 @@ int session_verify_rows(const struct hearth_session *s) {
 
 int session_is_invariant(const struct hearth_session *s) { return s->invariant; }
 
-int session_verify_ready(const struct hearth_session *s) {
+int session_verify_span(const struct hearth_session *s) {
   const struct hearth_model *m = s->m;
-  if (!m->be->set_step_twins) return 1; /* rows alike in any batch */
-  /* a step whose one-token form is attn_o (short sequences) has no twin in a verify (hb_cuda_set_step_twins) */
-  return !short_step(m, 1, s->n_tokens + 1);
+  const int r = session_verify_rows(s);
+  /* rows alike in any batch, or every row past attn_o's range */
+  if (!m->be->set_step_twins || !short_step(m, 1, s->n_tokens + 1)) return r;
+  /* one-token steps on attn_o: the rows whose keys stay within its range (their twins are attn_o's rows), never rows
+   * on both sides of it (a verify's attention is one kind of launch) */
+  const int lim = m->be->attn_o_max_len(m->bctx, m->cfg.head_dim) - s->n_tokens;
+  return lim < r ? lim : r;
 }
 struct hearth_model *session_model(const struct hearth_session *s) { return s->m; }
 int session_n_ctx(const struct hearth_session *s) { return s->n_ctx; }
@@ -1129,8 +1133,8 @@ int session_verify(struct hearth_session **ss, int n, const int32_t *const *toke
   if (total > session_verify_rows(ss[0]))
     return err_set(err, HEARTH_ERR_ARG, "verify: %d rows exceed one forward's %d", total, session_verify_rows(ss[0]));
   const int twins = m->be->set_step_twins != NULL; /* rows as one-token steps: one sequence at a time */
-  if (twins && (n != 1 || !session_verify_ready(ss[0])))
-    return err_set(err, HEARTH_ERR_ARG, "verify: this backend verifies one ready session at a time");
+  if (twins && (n != 1 || counts[0] > session_verify_span(ss[0])))
+    return err_set(err, HEARTH_ERR_ARG, "verify: this backend verifies one session at a time, within session_verify_span");
   int rc = check_step(ss, n, tokens, counts, err);
   if (!rc) rc = take_blocks(ss, n, counts, err);
   if (rc) return rc;

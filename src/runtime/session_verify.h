@@ -13,11 +13,13 @@
  * what it held before. */
 int session_verify(struct hearth_session **ss, int n, const int32_t *const *tokens, const int *counts, int32_t *ids,
                    float *lps, struct hearth_err *err);
-/* Whether s may be verified now. A backend that is not row-invariant (set_step_twins) verifies one session at a
- * time and not where its one-token step has no multi-row form (CUDA: attn_o's short sequences); session_verify fails
- * with HEARTH_ERR_UNSUPPORTED, holding what it held before, if the backend finds the rows were not such twins after
- * all, and the model's can_speculate is 0 from then on. */
-int session_verify_ready(const struct hearth_session *s);
+/* The most rows (the pending token and its draft) a session_verify of s may take now; below 2, none. A backend that
+ * is not row-invariant (set_step_twins) verifies one session at a time, and every row of a verify must take the same
+ * kind of one-token step: on CUDA, a sequence short enough for attn_o (attention + o_proj in one launch) verifies
+ * only rows whose keys stay within attn_o's range. session_verify fails with HEARTH_ERR_UNSUPPORTED, holding what it
+ * held before, if the backend finds the rows were not such twins after all, and the model's can_speculate is 0 from
+ * then on. */
+int session_verify_span(const struct hearth_session *s);
 /* Whether a step enqueued ahead of the caller (decoding one step ahead, session.c) is in flight for s: a verify
  * would drop it, its device time lost. */
 int session_ahead_live(const struct hearth_session *s);

@@ -7,8 +7,8 @@
  * (session_keep) before any block is keyed, so the prefix cache never holds a block under tokens it was not
  * computed for. That the output is the plain greedy one, bit for bit, rests on the verify rows having the bits of
  * one-token steps: true where the backend's kernels are row-invariant (the CPU), and on CUDA for a verify of one
- * sequence that the backend computes as that sequence's one-token steps (set_step_twins; session_verify_ready says
- * where it can). So on CUDA a step drafts only when it holds one session (info->can_speculate; decisions.md).
+ * sequence that the backend computes as that sequence's one-token steps (set_step_twins; session_verify_span says
+ * how many rows it can). So on CUDA a step drafts only when it holds one session (info->can_speculate; decisions.md).
  *
  * A draft that fails costs the extra rows of its forward for nothing — on the CPU each row of a verify costs
  * about 0.3 of a one-token step (bench/RESULTS.md), so a draft pays only when over ~30 % of it is taken. Hence the
@@ -137,11 +137,13 @@ int hearth_sessions_step_spec(struct hearth_session **ss, int n, const int32_t *
       carried = s->n_carry > 0 && s->carry_at == held && s->carry_tok == pending[i] ? s->n_carry : 0;
       s->n_carry = 0;
     }
-    if (!can || !s || !want || want[i] < 2 || session_is_invariant(ss[i]) || !session_verify_ready(ss[i])) continue;
+    const int span = can && s && want && want[i] >= 2 && !session_is_invariant(ss[i]) ? session_verify_span(ss[i]) : 0;
+    if (span < 2) continue;
     if (!carried && s->wait > 0) { s->wait--; continue; }
     int k = carried ? carried : s->k;
     if (k > want[i] - 1) k = want[i] - 1;
     if (k > per - 1) k = per - 1;
+    if (k > span - 1) k = span - 1;
     if (k > session_n_ctx(ss[i]) - held - 2) k = session_n_ctx(ss[i]) - held - 2; /* room for the next pending */
     if (k <= 0) continue;
     const struct ctx c = {hearth_session_tokens(ss[i]), held, pending[i]};

@@ -1338,8 +1338,74 @@ static void check_twins(int K, int ff, int n) {
   pair_free(&wg); pair_free(&wu); pair_free(&wd); pair_free(&wh); pair_free(&nw); pair_free(&x);
 }
 
+/* Step twins of attn_o: n consecutive tokens of one sequence at positions p.. in one twin-mode launch must give every
+ * row of x the bits of the one-token launch at its position (whose keys include the rows before it, written by the
+ * kernel before, as a verify's QKV launch writes them), and count nothing as untwinnable; a verify whose last row
+ * passes attn_o's limit, and a many-token batch outside twin mode, are declined without a launch. */
+static void check_attn_o_twins(int n_heads, int n_kv, int hd, int d, int p, int n) {
+  struct hearth_err err = {0};
+  const int bs = 16, max_blocks = 64;
+  struct kvpair kv;
+  kv_alloc(&kv, max_blocks, bs, n_kv, hd);
+  struct tb pre, st, one;
+  int zero[1] = {0}, ctx[1] = {p}, nn[1] = {n};
+  make_batch(&pre, 1, zero, ctx, bs, max_blocks);
+  make_batch(&st, 1, ctx, nn, bs, max_blocks);
+  memcpy(st.bt, pre.bt, sizeof st.bt);
+  fill_cache(&kv, &pre, n_kv, hd);
+  struct pair q, k, v, wo;
+  pair_rand(&q, HB_F32, n, n_heads * hd, 1.5f);
+  pair_rand(&k, HB_F32, n, n_kv * hd, 1.0f);
+  pair_rand(&v, HB_F32, n, n_kv * hd, 1.0f);
+  weight_pair(&wo, HB_Q4, d, n_heads * hd, 0.5f);
+  CHECK(G->batch_upload(gc, &st.b, &err) == 0);
+  G->kv_write(gc, &kv.g, &k.g, &v.g, &st.b); /* the rows' own keys, as the verify's QKV launch writes them */
+  struct hb_attn_params ap = {n_heads, n_kv, hd, 1.0f / sqrtf((float)hd), 0, 0.0f};
+  float *res = randv((int64_t)n * d, 2.0f);
+  struct hb_tensor x[2];
+  for (int i = 0; i < 2; i++) {
+    G->alloc(gc, &x[i], HB_F32, n, d, &err);
+    G->write(gc, &x[i], 0, n, res);
+  }
+  char what[112];
+  snprintf(what, sizeof what, "attn_o twins h%d/%d hd%d keys %d..%d", n_heads, n_kv, hd, p + 1, p + n);
+  CHECK(hb_cuda_attn_o(gc, &x[0], &q.g, &kv.g, &st.b, &ap, &wo.g) == 1); /* not in twin mode */
+  CHECK(hb_cuda_set_step_twins(gc, 1) == 0);
+  CHECKF(hb_cuda_attn_o(gc, &x[0], &q.g, &kv.g, &st.b, &ap, &wo.g) == 0, "%s: declined", what);
+  CHECKF(hb_cuda_set_step_twins(gc, 0) == 0, "%s: counted as untwinnable", what);
+  for (int r = 0; r < n; r++) { /* the one-token launches, in order */
+    int cr[1] = {p + r}, o1[1] = {1};
+    make_batch(&one, 1, cr, o1, bs, max_blocks);
+    memcpy(one.bt, pre.bt, sizeof one.bt);
+    CHECK(G->batch_upload(gc, &one.b, &err) == 0);
+    struct hb_tensor xr = row_of(&x[1], r), qr = row_of(&q.g, r);
+    CHECK(hb_cuda_attn_o(gc, &xr, &qr, &kv.g, &one.b, &ap, &wo.g) == 0);
+  }
+  gpu_same(&x[1], &x[0], n, what);
+  /* declined: the last row one key past the limit */
+  CHECK(G->batch_upload(gc, &st.b, &err) == 0);
+  st.seq_len[0] = hb_cuda_attn_o_max_len(gc, hd) + 1;
+  CHECK(hb_cuda_set_step_twins(gc, 1) == 0);
+  CHECK(hb_cuda_attn_o(gc, &x[0], &q.g, &kv.g, &st.b, &ap, &wo.g) == 1);
+  hb_cuda_set_step_twins(gc, 0);
+  free(res);
+  for (int i = 0; i < 2; i++) G->release(gc, &x[i]);
+  pair_free(&q); pair_free(&k); pair_free(&v); pair_free(&wo);
+  kv_free(&kv);
+}
+
 TEST_GROUP(twins) {
   if (setup(0)) return;
+  /* attn_o's rows (the 0.5B's shape at its default limit, 256 keys; the 3B's at one chunk of 208) */
+  hb_cuda_set_attn_o_max(gc, -1);
+  if (hb_cuda_attn_o_max_len(gc, 64) > 0) {
+    check_attn_o_twins(14, 2, 64, 896, 0, 8);
+    check_attn_o_twins(14, 2, 64, 896, 37, 6);
+    check_attn_o_twins(14, 2, 64, 896, 248, 8); /* the last row's keys: exactly the limit */
+    hb_cuda_set_attn_o_max(gc, -2);
+    check_attn_o_twins(16, 2, 128, 2048, 120, 7);
+    hb_cuda_set_attn_o_max(gc, -1);
+  }
   check_twins(896, 4864, 8);
   check_twins(2048, 11008, 8);
   check_twins(2048, 11008, 5);

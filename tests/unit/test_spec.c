@@ -10,8 +10,9 @@
  *   cuda (label cuda): the same on the CUDA backend, whose batches are not row-invariant: a verify computes its rows
  *     as the one-token steps they stand for (set_step_twins), so on the Qwen fixtures ids and logprobs are
  *     bit-identical to plain decoding alone (every draft length), in a step of 8 (drafting once one session is
- *     left) and after prefix-cache hits, with drafts taken and rejected; the qwen3 fixture (head_dim 64) runs past
- *     the 256 keys of attn_o's one-token steps, below which it must not draft; Gemma 4 does not speculate there.
+ *     left) and after prefix-cache hits, with drafts taken and rejected; the qwen3 fixture (head_dim 64) drafts
+ *     within the 256 keys of attn_o's one-token steps (a verify's rows then take attn_o's twin), across them (a draft
+ *     is cut at the limit: one verify never holds rows of both kinds) and past them; Gemma 4 does not speculate there.
  *     ctest runs it again with other GEMV shapes (HEARTH_TEST_GEMV) and chunked verifies (HEARTH_TEST_TWIN_ROWS). */
 #include <string.h>
 
@@ -343,16 +344,16 @@ TEST_GROUP(backoff) {
   hearth_model_free(m);
 }
 
-/* one session after a 270-token cycle (past attn_o's 256 keys at head_dim 64, so a CUDA qwen3 drafts from the
- * first step), 80 tokens decoded with kmax */
-static int cycle_run(struct hearth_model *m, int kmax, struct run *r) {
+/* one session after an n-token cycle, 80 tokens decoded with kmax (n = 270: past attn_o's 256 keys at head_dim 64;
+ * 40: within them; 236: across them) */
+static int cycle_run(struct hearth_model *m, int n, int kmax, struct run *r) {
   const int V = hearth_model_info(m)->n_vocab;
   int32_t p[270];
-  for (int k = 0; k < 270; k++) p[k] = (k % 7) * 23 % V + 3;
+  for (int k = 0; k < n; k++) p[k] = (k % 7) * 23 % V + 3;
   struct hearth_session *s = NULL;
   struct hearth_err err = {0};
-  int want = 80, rc = hearth_session_new(m, NULL, &s, &err) || hearth_session_sync(s, p, 269, &err);
-  if (!rc) rc = decode(&s, 1, &p[269], &want, kmax, r);
+  int want = 80, rc = hearth_session_new(m, NULL, &s, &err) || hearth_session_sync(s, p, n - 1, &err);
+  if (!rc) rc = decode(&s, 1, &p[n - 1], &want, kmax, r);
   else fprintf(stderr, "cycle_run: %s\n", err.msg);
   hearth_session_free(s);
   return rc;
@@ -361,15 +362,15 @@ static int cycle_run(struct hearth_model *m, int kmax, struct run *r) {
 TEST_GROUP(cuda) {
   static struct run plain, spec;
   static const char *const QWEN[] = {"qwen2", "qwen2_sharded", "qwen3"};
-  uint64_t drafted = 0, accepted = 0, drafted_long = 0;
+  uint64_t drafted = 0, accepted = 0, drafted_long = 0, drafted_short = 0;
   for (size_t f = 0; f < sizeof QWEN / sizeof QWEN[0]; f++) {
     char dir[512];
     snprintf(dir, sizeof dir, FIX "%s", QWEN[f]);
     struct hearth_model *m = load(dir, HEARTH_BACKEND_CUDA);
     REQUIRE(m);
     CHECK(hearth_model_info(m)->can_speculate == 1);
-    /* qwen3 (head_dim 64): one-token steps up to 256 keys take attn_o, which has no multi-row twin, so it drafts
-     * only past them: 300 tokens after a 24-63-token prompt */
+    /* qwen3 (head_dim 64): one-token steps up to 256 keys take attn_o, past them the attention kernels: 300 tokens
+     * after a 24-63-token prompt run through both */
     const int lng = !strcmp(QWEN[f], "qwen3");
     int want[NB];
     for (int i = 0; i < NB; i++) want[i] = lng ? 300 - 3 * i : 40 + 13 * i;
@@ -395,15 +396,22 @@ TEST_GROUP(cuda) {
            (unsigned long long)spec.drafted, (unsigned long long)spec.accepted);
     drafted += spec.drafted;
     accepted += spec.accepted;
-    if (lng) { /* a cycle the model follows: drafts taken (the fixtures' other prompts rarely are) */
-      CHECK(cycle_run(m, 0, &plain) == 0);
-      CHECK(cycle_run(m, HEARTH_SPEC_MAX, &spec) == 0);
-      same(&spec, &plain, 1, "cuda qwen3 cycle");
-      printf("cuda qwen3 cycle: %llu verifies, %llu drafted, %llu accepted\n", (unsigned long long)spec.verifies,
+    /* a cycle the model follows: drafts taken (the fixtures' other prompts rarely are); within attn_o's keys,
+     * across them and past them */
+    static const int cyc[3] = {40, 236, 270};
+    for (int c = 0; lng && c < 3; c++) {
+      /* (the first run fills the prefix cache: the two compared start from the same hits, as generate's) */
+      CHECK(cycle_run(m, cyc[c], 0, &plain) == 0);
+      CHECK(cycle_run(m, cyc[c], 0, &plain) == 0);
+      CHECK(cycle_run(m, cyc[c], HEARTH_SPEC_MAX, &spec) == 0);
+      snprintf(what, sizeof what, "cuda qwen3 cycle %d", cyc[c]);
+      same(&spec, &plain, 1, what);
+      printf("%s: %llu verifies, %llu drafted, %llu accepted\n", what, (unsigned long long)spec.verifies,
              (unsigned long long)spec.drafted, (unsigned long long)spec.accepted);
       drafted += spec.drafted;
       accepted += spec.accepted;
-      drafted_long += spec.drafted;
+      if (c == 0) drafted_short += spec.drafted;
+      if (c == 2) drafted_long += spec.drafted;
     }
     CHECK(hearth_model_info(m)->can_speculate == 1); /* no verify found an op without a twin */
     hearth_model_free(m);
@@ -418,6 +426,7 @@ TEST_GROUP(cuda) {
   CHECKF(accepted > 0 && accepted < drafted, "drafted %llu accepted %llu", (unsigned long long)drafted,
          (unsigned long long)accepted);
   CHECKF(drafted_long > 0, "qwen3 never drafted past attn_o's keys");
+  CHECKF(drafted_short > 0, "qwen3 never drafted within attn_o's keys");
   static const char *const G4[] = {"gemma4_dense", "gemma4_e"};
   for (int f = 0; f < 2; f++) {
     char dir[512];

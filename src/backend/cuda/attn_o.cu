@@ -8,6 +8,11 @@
  * Wo before griddepcontrol.wait, so after the wait it has only q, the new key, the arithmetic and one exchange.
  * Where it is used: cu_attn_o_max_len (on by default at head dim 64, where it measured faster; see there).
  *
+ * Step twins (a speculative verify, hb_cuda_set_step_twins): the consecutive tokens of one sequence, a row each in
+ * grid y. Row t's blocks compute exactly what the one-token launch at its position would (its q, its keys, its x),
+ * so each row has that launch's bits; the one difference is which keys are this forward's own (written by the
+ * kernel before): all of the rows' positions, not only the last, are copied after griddepcontrol.wait.
+ *
  * Split. Block (r, j): KV group j's heads (HPG = n_heads / n_kv ≤ 8 query heads), output rows
  * [r·RB, r·RB + RB). Every block of group j computes that group's attention (a few hundred keys: cheap, and
  * redundant only in L2 reads made before the wait), then multiplies its RB rows of Wo by the group's columns.
@@ -76,7 +81,7 @@ template <int HD>
 __global__ __maxnreg__(ADO_MAXREG) void attn_o_kernel(
     __half *x, const __half *q, const __half *kc, const __half *vc, const uint8_t *wq, const __half *ws,
     const int32_t *pos, const int32_t *seq, const int32_t *bt, int max_blocks, int bs, int n_heads, int n_kv,
-    float scale_log2, int G, int RB, int NG CU_TRACE_PARAMS) {
+    float scale_log2, int G, int RB, int NG, int ldq, int ldx CU_TRACE_PARAMS) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr int LDS = ado_smem<HD>::LDS, KSTEPS = HD / 16, DT = HD / 8, ADO_C = ado_chunk<HD>::C;
   static_assert(ADO_C <= ADO_THREADS && ADO_C <= 2 * 16 * ADO_WARPS && ADO_C % 16 == 0,
@@ -116,7 +121,10 @@ __global__ __maxnreg__(ADO_MAXREG) void attn_o_kernel(
   }
   /* keys: thread i copies row i of a chunk (key kb + i), zeros past the context up to the chunk's last 16-key
    * tile. Its block-table entry is loaded first: one global load per thread, then 2 × HD / 8 copies. */
-  const int p = pos[0], sq = seq[0], len = p + 1;
+  /* this block's row (grid y: a verify's tokens, else 0); keys from pos[0] on are this forward's own */
+  const int row = (int)blockIdx.y, p = pos[row], p_new = pos[0], sq = seq[row], len = p + 1;
+  q += (int64_t)row * ldq;
+  x += (int64_t)row * ldx;
   const int32_t *btr = bt + (int64_t)sq * max_blocks;
   const int64_t kvw = (int64_t)n_kv * HD;
   const __half *kbase = kc + (int64_t)j * HD, *vbase = vc + (int64_t)j * HD;
@@ -132,13 +140,14 @@ __global__ __maxnreg__(ADO_MAXREG) void attn_o_kernel(
   const int me = threadIdx.x; /* this thread's row of chunk 0 */
   const bool live0 = me < kn, pad0 = me < (kn + 15) / 16 * 16; /* (kn <= ADO_C: pad0 only for rows of the chunk) */
   const int64_t off0 = live0 ? row_src(me) : 0;
-  if (pad0 && me != p) copy_row(me, off0, live0); /* the cached keys, and the zero rows */
+  const bool fresh = me >= p_new && me <= p; /* written by the kernel before: copied after the wait */
+  if (pad0 && !fresh) copy_row(me, off0, live0); /* the cached keys, and the zero rows */
   cp_async_commit();
   pdl_wait();
   pdl_trigger();
   if (threadIdx.x == 0) { CU_TRACE(1); CU_TRACE(3); }
-  /* after the wait: the new key (written by the kernel before) and q */
-  if (me == p && p < kn) copy_row(me, off0, true); /* (p >= kn: the new key is in a later chunk) */
+  /* after the wait: the new keys (written by the kernel before) and q */
+  if (fresh && me < kn) copy_row(me, off0, true); /* (me >= kn: that key is in a later chunk) */
   if (threadIdx.x < HPG * HD / 8) cp_async16(Qs + threadIdx.x * 8, q + (int64_t)j * HPG * HD + threadIdx.x * 8, 16);
   cp_async_commit();
   float xres = 0.0f;
@@ -377,7 +386,11 @@ int cu_attn_o(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *q
   if (ctx->row_invariant) return 1;
   const int hd = p->head_dim, n_heads = p->n_heads, n_kv = p->n_kv_heads;
   const int max_len = cu_attn_o_max_len(ctx, hd);
-  if (!max_len || b->n_tokens != 1 || !b->seq_len || b->seq_len[0] > max_len) return 1;
+  /* one token, or a verify's tokens of one sequence as their one-token launches (step twins): every row's keys
+   * within max_len (seq_len[0] is the last row's) */
+  const int nt = b->n_tokens;
+  if (!max_len || nt < 1 || (nt > 1 && (!ctx->twin || b->n_seqs != 1 || nt > 8)) || !b->seq_len || b->seq_len[0] > max_len)
+    return 1;
   if (p->window != 0 || p->softcap != 0.0f || n_kv < 1 || n_kv > 8 || n_heads % n_kv || n_heads / n_kv > ADO_HPG)
     return 1;
   if (x->dtype != HB_F16 || q->dtype != HB_F16 || kv->k.dtype != HB_F16 || kv->v.dtype != HB_F16 || wo->dtype != HB_Q4)
@@ -396,7 +409,7 @@ int cu_attn_o(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *q
   if (sm > ctx->smem_optin) return 1; /* (the kernels' limit was raised to smem_optin at init) */
 
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3((unsigned)(rows / RB * n_kv));
+  cfg.gridDim = dim3((unsigned)(rows / RB * n_kv), (unsigned)nt);
   cfg.blockDim = dim3(ADO_THREADS);
   cfg.dynamicSmemBytes = sm;
   cfg.stream = ctx->stream;
@@ -417,8 +430,8 @@ int cu_attn_o(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *q
                               (const __half *)kv->k.data, (const __half *)kv->v.data, (const uint8_t *)wo->data,    \
                               (const __half *)wo->aux, (const int32_t *)b->d_pos.data,                              \
                               (const int32_t *)b->d_seq.data, (const int32_t *)b->d_block_table.data,               \
-                              b->max_blocks, b->block_size, n_heads, n_kv, scale_log2, G, RB,                       \
-                              NG                                                                                    \
+                              b->max_blocks, b->block_size, n_heads, n_kv, scale_log2, G, RB, NG,                   \
+                              (int)q->cols, (int)x->cols                                                            \
                               CU_TRACE_ARGS(ctx, cu_trace_id(ctx, "attn+o hd%d", HD))),                             \
            "attn_o", __FILE__, __LINE__);                                                                           \
   } while (0)
