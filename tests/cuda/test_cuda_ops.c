@@ -1394,6 +1394,45 @@ static void check_attn_o_twins(int n_heads, int n_kv, int hd, int d, int p, int 
   kv_free(&kv);
 }
 
+/* Which twin-mode attention rows count as untwinnable: rows within attn_o's limit whose one-token steps take attn_o
+ * (its shapes: 14/2 heads at hd 64) are counted when the attention op runs them; with shapes attn_o declines (16 KV
+ * heads), its one-token steps run the attention op too, so the rows are twins and nothing is counted. */
+static void check_attn_twin_count(int n_heads, int n_kv, int expect_bad) {
+  struct hearth_err err = {0};
+  const int bs = 16, max_blocks = 64, hd = 64, d = n_heads * hd, p = 20, n = 4;
+  struct kvpair kv;
+  kv_alloc(&kv, max_blocks, bs, n_kv, hd);
+  struct tb pre, st;
+  int zero[1] = {0}, ctx[1] = {p}, nn[1] = {n};
+  make_batch(&pre, 1, zero, ctx, bs, max_blocks);
+  make_batch(&st, 1, ctx, nn, bs, max_blocks);
+  memcpy(st.bt, pre.bt, sizeof st.bt);
+  fill_cache(&kv, &pre, n_kv, hd);
+  struct pair q, k, v, wo, x;
+  pair_rand(&q, HB_F32, n, n_heads * hd, 1.5f);
+  pair_rand(&k, HB_F32, n, n_kv * hd, 1.0f);
+  pair_rand(&v, HB_F32, n, n_kv * hd, 1.0f);
+  pair_rand(&x, HB_F32, n, d, 1.0f);
+  weight_pair(&wo, HB_Q4, d, n_heads * hd, 0.5f);
+  struct hb_tensor a;
+  G->alloc(gc, &a, HB_F32, n, n_heads * hd, &err);
+  CHECK(G->batch_upload(gc, &st.b, &err) == 0);
+  G->kv_write(gc, &kv.g, &k.g, &v.g, &st.b);
+  struct hb_attn_params ap = {n_heads, n_kv, hd, 1.0f / sqrtf((float)hd), 0, 0.0f};
+  CHECK(hb_cuda_set_step_twins(gc, 1) == 0);
+  if (expect_bad) st.seq_len[0] = hb_cuda_attn_o_max_len(gc, hd) + 1; /* declined for its length only */
+  CHECK(hb_cuda_attn_o(gc, &x.g, &q.g, &kv.g, &st.b, &ap, &wo.g) == 1);
+  st.seq_len[0] = p + n;
+  G->attention(gc, &a, &q.g, &kv.g, &st.b, &ap);
+  const int bad = hb_cuda_set_step_twins(gc, 0);
+  CHECKF(expect_bad ? bad > 0 : bad == 0, "attn twins h%d/%d: %d ops counted untwinnable, expected %s", n_heads, n_kv,
+         bad, expect_bad ? "some" : "none");
+  CHECK(G->sync(gc, &err) == 0);
+  G->release(gc, &a);
+  pair_free(&q); pair_free(&k); pair_free(&v); pair_free(&wo); pair_free(&x);
+  kv_free(&kv);
+}
+
 TEST_GROUP(twins) {
   if (setup(0)) return;
   /* attn_o's rows (the 0.5B's shape at its default limit, 256 keys; the 3B's at one chunk of 208) */
@@ -1405,6 +1444,8 @@ TEST_GROUP(twins) {
     hb_cuda_set_attn_o_max(gc, -2);
     check_attn_o_twins(16, 2, 128, 2048, 120, 7);
     hb_cuda_set_attn_o_max(gc, -1);
+    check_attn_twin_count(14, 2, 1);
+    check_attn_twin_count(16, 16, 0);
   }
   check_twins(896, 4864, 8);
   check_twins(2048, 11008, 8);
