@@ -1395,8 +1395,9 @@ static void check_attn_o_twins(int n_heads, int n_kv, int hd, int d, int p, int 
 }
 
 /* Which twin-mode attention rows count as untwinnable: rows within attn_o's limit whose one-token steps take attn_o
- * (its shapes: 14/2 heads at hd 64) are counted when the attention op runs them; with shapes attn_o declines (16 KV
- * heads), its one-token steps run the attention op too, so the rows are twins and nothing is counted. */
+ * (its shapes: 14/2 heads at hd 64) are counted when attn_o declines them (here for the last row's length) and the
+ * attention op runs them instead; with shapes attn_o declines (16 KV heads), its one-token steps run the attention op
+ * too, so the rows are twins and nothing is counted. */
 static void check_attn_twin_count(int n_heads, int n_kv, int expect_bad) {
   struct hearth_err err = {0};
   const int bs = 16, max_blocks = 64, hd = 64, d = n_heads * hd, p = 20, n = 4;

@@ -1495,13 +1495,8 @@ void cu_attention(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_ten
            p->n_heads, p->n_kv_heads, p->head_dim);
     return;
   }
-  if (ctx->twin) { /* a row whose one-token step takes attn_o (attention + o_proj in one launch) has no twin here */
-    /* attn_o takes this layer's one-token steps up to mx keys unless its shapes are not the kernel's (its call just
-     * before this one said so, blocks.c); read once, then strict again for a call no attn_o call preceded */
-    const int mx = ctx->attn_o_shapes ? cu_attn_o_max_len(ctx, p->head_dim) : 0;
-    ctx->attn_o_shapes = 1;
-    for (int t = 0; mx > 0 && t < b->n_tokens; t++)
-      if (!b->pos || b->pos[t] + 1 <= mx) { ctx->twin_bad++; break; }
+  /* (a row whose one-token step takes attn_o: cu_attn_o, which the model calls first, counts it) */
+  if (ctx->twin) {
     const int hd = p->head_dim; /* others take attn_wide.cu's kernel, which has no one-token form */
     if (hd != 32 && hd != 64 && hd != 128 && hd != 256 && hd != 512) ctx->twin_bad++;
   }

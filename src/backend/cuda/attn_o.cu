@@ -352,7 +352,6 @@ __global__ __maxnreg__(ADO_MAXREG) void attn_o_kernel(
 /* the default (cu_attn_o_max_len); tests change it through hb_cuda_set_attn_o_max */
 void cu_attn_o_init(struct hb_ctx *ctx) {
   ctx->attn_o_max = -1;
-  ctx->attn_o_shapes = 1;
   if (ctx->cc_major < 9) return; /* (cu_attn_o_max_len: off) */
   /* the kernels run only from sm_90 code (clusters, griddepcontrol): a binary whose code for this device is JIT-
    * compiled from older PTX would launch an empty body, so the path is off then. The shared-memory limit is raised
@@ -387,9 +386,7 @@ int cu_attn_o(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *q
   if (ctx->row_invariant) return 1;
   const int hd = p->head_dim, n_heads = p->n_heads, n_kv = p->n_kv_heads;
   const int max_len = cu_attn_o_max_len(ctx, hd);
-  /* the shapes first, whatever the lengths: a step twin's attention asks whether this layer's one-token steps take
-   * this kernel (ctx->attn_o_shapes, cu_attention) */
-  ctx->attn_o_shapes = 0;
+  /* the shapes first: where they are not this kernel's, the one-token steps run the attention op too */
   if (!max_len || p->window != 0 || p->softcap != 0.0f || n_kv < 1 || n_kv > 8 || n_heads % n_kv ||
       n_heads / n_kv > ADO_HPG)
     return 1;
@@ -407,12 +404,16 @@ int cu_attn_o(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *q
   }
   const size_t sm = hd == 128 ? ado_bytes<128>(RB, NG) : ado_bytes<64>(RB, NG);
   if (sm > ctx->smem_optin) return 1; /* (the kernels' limit was raised to smem_optin at init) */
-  ctx->attn_o_shapes = 1;
   /* one token, or a verify's tokens of one sequence as their one-token launches (step twins): every row's keys
    * within max_len (seq_len[0] is the last row's) */
   const int nt = b->n_tokens;
-  if (nt < 1 || (nt > 1 && (!ctx->twin || b->n_seqs != 1 || nt > 8)) || !b->seq_len || b->seq_len[0] > max_len)
+  if (nt < 1 || (nt > 1 && (!ctx->twin || b->n_seqs != 1 || nt > 8)) || !b->seq_len || b->seq_len[0] > max_len) {
+    /* step twins: a row whose one-token step takes this kernel (its keys within max_len) has no twin in the attention
+     * op the caller runs instead (hb_cuda_set_step_twins counts it) */
+    for (int t = 0; ctx->twin && t < nt; t++)
+      if (!b->pos || b->pos[t] + 1 <= max_len) { ctx->twin_bad++; break; }
     return 1;
+  }
 
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3((unsigned)(rows / RB * n_kv), (unsigned)nt);

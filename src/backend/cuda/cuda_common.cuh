@@ -49,7 +49,6 @@ struct hb_ctx {
   int twin;               /* set_step_twins: every row of the batch (one sequence's tokens) as its one-token step */
   int twin_bad;           /* ops since set_step_twins(1) that could not compute their rows that way */
   int twin_rows;          /* the most rows of one step-twin GEMV launch (8; HEARTH_TEST_TWIN_ROWS in tests) */
-  int attn_o_shapes;      /* 0: the last cu_attn_o call declined its shapes (not its lengths): cu_attention's twin check */
   int attn_o_off;         /* attn_o.cu: not available in this binary on this device (init), whatever attn_o_max says */
   size_t smem_optin;      /* largest dynamic shared memory a block may opt in to */
   size_t smem_sm;         /* shared memory per multiprocessor, and what the system keeps per block */
