@@ -31,6 +31,24 @@ __global__ __launch_bounds__(32) void g4_qkv_post_kernel(T *q, const T *k, const
   const int kind = h < nq ? 0 : (h < nq + nkv ? 1 : 2); /* q, k, v */
   const int hh = kind == 0 ? h : (kind == 1 ? h - nq : h - nq - nkv);
   const T *src = kind == 0 ? q + ((int64_t)t * nq + hh) * hd : (kind == 1 ? k : v) + ((int64_t)t * nkv + hh) * hd;
+  /* Nothing below but q, k and v comes from the GEMV before: the norm weights, the position, the rotation's sin and
+   * cos, and the cache slot are read and computed before the wait, so that after it the warp has one round trip
+   * (its head's values) before its stores (bench/NOTES.md, lesson 1; session 31). */
+  const void *w = kind == 0 ? qw : kw;
+  const int wdt = kind == 0 ? qwdt : kwdt;
+  float wn[QP_MAXJ];
+#pragma unroll
+  for (int j = 0; j < QP_MAXJ; j++) wn[j] = kind < 2 && j < nj ? ld_any(w, wdt, lane + 32 * j) + 0.0f : 1.0f;
+  const int p = pos[t];
+  float sn[QP_MAXJ / 2], cs[QP_MAXJ / 2];
+#pragma unroll
+  for (int j = 0; j < QP_MAXJ / 2; j++) {
+    sn[j] = 0.0f;
+    cs[j] = 1.0f;
+    if (kind < 2 && 2 * j < nj && lane + 32 * j < n_pairs) sincosf((float)p * rinv.v[lane + 32 * j], &sn[j], &cs[j]);
+  }
+  int64_t slot = 0;
+  if (kind > 0) slot = (int64_t)bt[(int64_t)seq[t] * max_blocks + p / bs] * bs + p % bs;
   pdl_wait(); /* launched with programmatic stream serialization: q, k, v come from the GEMV before */
   float x[QP_MAXJ];
   float ss = 0.0f;
@@ -42,23 +60,18 @@ __global__ __launch_bounds__(32) void g4_qkv_post_kernel(T *q, const T *k, const
     }
   ss = warp_sum(ss);
   const float inv = rsqrtf(ss / (float)hd + eps);
-  const void *w = kind == 0 ? qw : kw;
-  const int wdt = kind == 0 ? qwdt : kwdt;
 #pragma unroll
   for (int j = 0; j < QP_MAXJ; j++)
-    if (j < nj) x[j] = rnd<T>(x[j] * inv * (kind == 2 ? 1.0f : ld_any(w, wdt, lane + 32 * j) + 0.0f));
-  if (kind < 2) { /* rope_prop: pairs (i, i + half), i < n_pairs */
-    const int p = pos[t];
+    if (j < nj) x[j] = rnd<T>(x[j] * inv * wn[j]);
+  if (kind < 2) { /* rope_prop: pairs (i, i + half), i < n_pairs; its roundings spelled out (rope_prop_rot) */
 #pragma unroll
     for (int j = 0; j < QP_MAXJ / 2; j++) {
       const int i = lane + 32 * j;
       if (2 * j >= nj || i >= n_pairs) continue;
       const int j2 = j + half / 32;
-      float sn, cs;
-      sincosf((float)p * rinv.v[i], &sn, &cs);
       const float a = x[j], b = x[j2];
-      x[j] = rnd<T>(a * cs - b * sn);
-      x[j2] = rnd<T>(b * cs + a * sn);
+      x[j] = rnd<T>(rope_prop_lo(a, b, cs[j], sn[j]));
+      x[j2] = rnd<T>(rope_prop_hi(a, b, cs[j], sn[j]));
     }
   }
   if (kind == 0) {
@@ -68,8 +81,7 @@ __global__ __launch_bounds__(32) void g4_qkv_post_kernel(T *q, const T *k, const
       if (j < nj) stf(o + lane + 32 * j, x[j]);
     return;
   }
-  const int p = pos[t];
-  const int64_t w_kv = (int64_t)nkv * hd, slot = (int64_t)bt[(int64_t)seq[t] * max_blocks + p / bs] * bs + p % bs;
+  const int64_t w_kv = (int64_t)nkv * hd;
   KT *c = (kind == 1 ? kc : vc) + slot * w_kv + (int64_t)hh * hd;
 #pragma unroll
   for (int j = 0; j < QP_MAXJ; j++)

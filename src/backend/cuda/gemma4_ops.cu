@@ -97,8 +97,8 @@ __global__ void rope_prop_kernel(T *x, const int32_t *pos, int n_tokens, int n_h
     sincosf(ang, &sn, &cs);
     T *v = x + th * head_dim;
     const float a = ldf(v + i), b = ldf(v + i + half);
-    stf(v + i, a * cs - b * sn);
-    stf(v + i + half, b * cs + a * sn);
+    stf(v + i, rope_prop_lo(a, b, cs, sn));
+    stf(v + i + half, rope_prop_hi(a, b, cs, sn));
   }
 }
 
