@@ -999,13 +999,17 @@ static void run_all(int exact) {
   check_gemma4_ops(ew * 2);
   check_gemma4_fused();
   { /* the E4B's sliding layers (one split, several, past the window, the first key), a KV-shared one, the 12B's
-     * heads with slices of several passes (8 rows: two splits), head dim 64; then what it leaves to the two ops */
+     * heads with slices of several passes (8 rows: two splits), head dim 64; the full layers; then a batch it leaves
+     * to the two ops */
     const int a[3] = {40, 700, 0}, b[8] = {700, 300, 1, 50, 96, 95, 191, 0}, c[2] = {300, 5}, d[2] = {9, 30};
     check_g4_post_attention(3, a, 1, 8, 2, 256, 128, 10000.0f, 1.0f, 512, 1, !g_exact);
     check_g4_post_attention(3, a, 1, 8, 2, 256, 128, 10000.0f, 1.0f, 512, 0, !g_exact);
     check_g4_post_attention(8, b, 1, 16, 8, 256, 64, 1000000.0f, 8.0f, 0, 1, !g_exact);
     check_g4_post_attention(2, c, 1, 4, 2, 64, 32, 10000.0f, 1.0f, 0, 1, !g_exact);
-    check_g4_post_attention(2, c, 1, 8, 1, 512, 64, 1000000.0f, 1.0f, 0, 1, 0); /* head dim 512: attn_decode's */
+    /* the full layers (head dim 512, attn_decode): one split and several, a KV-shared one */
+    check_g4_post_attention(2, c, 1, 8, 1, 512, 64, 1000000.0f, 1.0f, 0, 1, !g_exact);
+    check_g4_post_attention(3, a, 1, 16, 8, 512, 64, 1000000.0f, 8.0f, 0, 1, !g_exact);
+    check_g4_post_attention(3, a, 1, 8, 2, 512, 64, 1000000.0f, 1.0f, 0, 0, !g_exact);
     check_g4_post_attention(2, d, 2, 8, 2, 256, 128, 10000.0f, 1.0f, 512, 1, 0); /* two new keys a sequence */
   }
   check_rope_kv_norm();

@@ -425,12 +425,25 @@ __device__ __forceinline__ void load16(float f[16], const float *p) {
   load8(f + 8, p + 8);
 }
 
-template <typename T, typename KT, int HD>
+/* Gemma 4's post-projection step folded into the decode attention (POST instances of attn_decode_kernel and
+ * attn_decode_smem_kernel; cu_g4_post_attention): q arrives raw, and warps that would have waited for g4_qkv_post's
+ * launch run its arithmetic (g4_post.cuh) on the block's query heads, and in the split holding the new key of a layer
+ * that writes the cache, on its k and v, writing the cache row (every block of that split writes the same bits).
+ * One token a sequence (the decode step), so that the only new key a block sees is its own token's. */
+struct ads_post {
+  const __half *k, *v;   /* the raw k and v projections [n × n_kv·HD] (with kc) */
+  __half *kc, *vc;       /* the cache the layer writes at its new keys (NULL: a KV-shared layer) */
+  const void *qw, *kw;   /* q_norm, k_norm */
+  int qwdt, kwdt, n_pairs;
+  float eps, theta, factor;
+};
+
+template <typename T, typename KT, int HD, bool POST = false>
 __global__ __launch_bounds__(128) void attn_decode_kernel(T *out, const T *q, const KT *kc, const KT *vc,
                                                           const int32_t *pos, const int32_t *seq, const int32_t *bt,
                                                           int max_blocks, int bs, int n_heads, int n_kv, int G, int HG,
                                                           float scale, int window, float softcap, float *part,
-                                                          unsigned *cnt, int NS) {
+                                                          unsigned *cnt, int NS, const ads_post pp) {
   pdl_trigger();
   constexpr int LPK = HD / AD_DL;      /* lanes per key */
   constexpr int KG = 32 / LPK;         /* key groups per warp */
@@ -464,9 +477,46 @@ __global__ __launch_bounds__(128) void attn_decode_kernel(T *out, const T *q, co
   int kb = ks + warp * KG;
   int64_t ns0 = 0, ns1 = 0;
   if (kb < ke) slots(kb, ns0, ns1);
+  /* POST: warp g turns query head h0 + g; in the split holding the new key (the last) of a layer that writes it,
+   * warps 0 and 1 then turn its k and v and write the cache row, which the key loop reads after the barrier below.
+   * The norm weights, sin and cos (the same for q and k) and the key's slot before the wait. */
+  constexpr int NJ = HD / 32;
+  const bool pkv = POST && pp.kc && s == ns - 1 && warp < 2;
+  float pwq[QP_MAXJ], pwk[QP_MAXJ], psn[QP_MAXJ / 2], pcs[QP_MAXJ / 2], pdummy[QP_MAXJ / 2];
+  int64_t pslot = 0;
+  if constexpr (POST) {
+    g4_post_pre(pwq, psn, pcs, pp.qw, pp.qwdt, true, p,
+                [&](int i) { return 1.0f / rope_pow(pp.theta, (float)(2 * i) / (float)HD) / pp.factor; }, NJ,
+                pp.n_pairs, lane);
+    if (pkv) {
+      g4_post_pre(pwk, pdummy, pdummy, warp == 0 ? pp.kw : NULL, pp.kwdt, false, p, [](int) { return 0.0f; }, NJ, 0,
+                  lane);
+      pslot = (int64_t)btr[p / bs] * bs + p % bs;
+    }
+  }
   pdl_wait();
 
-  { /* q: every load issued before the first store (a strided loop waited a round trip per element: 16 at HD 512) */
+  if constexpr (POST) {
+    float px[QP_MAXJ], pk[QP_MAXJ];
+    const __half *qsrc = (const __half *)q + ((int64_t)t * n_heads + h0 + warp) * HD;
+    const __half *ksrc = (warp == 0 ? pp.k : pp.v) + ((int64_t)t * n_kv + kh) * HD;
+#pragma unroll
+    for (int j = 0; j < NJ; j++) { /* both rows' loads before either's arithmetic */
+      px[j] = warp < ng ? __half2float(qsrc[lane + 32 * j]) : 0.0f;
+      pk[j] = pkv ? __half2float(ksrc[lane + 32 * j]) : 0.0f;
+    }
+    if (warp < ng) {
+      g4_post_apply<__half>(px, pwq, psn, pcs, NJ, HD, pp.n_pairs, pp.eps, true, lane);
+#pragma unroll
+      for (int j = 0; j < NJ; j++) q_s[warp][lane + 32 * j] = px[j] * scale;
+    }
+    if (pkv) {
+      g4_post_apply<__half>(pk, pwk, psn, pcs, NJ, HD, pp.n_pairs, pp.eps, warp == 0, lane);
+      __half *c = (warp == 0 ? pp.kc : pp.vc) + pslot * kvw + (int64_t)kh * HD;
+#pragma unroll
+      for (int j = 0; j < NJ; j++) c[lane + 32 * j] = __float2half_rn(pk[j]);
+    }
+  } else { /* q: every load issued before the first store (a strided loop waited a round trip per element: 16 at HD 512) */
     constexpr int QN = AD_G * HD / 128; /* elements a thread (the launch is 128 threads) */
     static_assert(AD_G * HD % 128 == 0 && QN > 0, "attn_decode's q loads: whole rounds of its 128 threads");
     float qv[QN];
@@ -660,18 +710,6 @@ __device__ __forceinline__ float ads_block_sum(float v, float *red) {
 /* shared memory of one block: K and V rows of C keys (HD / 8 + 1 sixteen-byte units each), C scores */
 static size_t ads_smem(int hd, int C) { return (size_t)C * ((size_t)2 * (hd / 8 + 1) * 16 + 4); }
 
-/* Gemma 4's post-projection step folded in (POST; cu_g4_post_attention): q arrives raw, and the warps that would
- * have waited for g4_qkv_post's launch run its arithmetic (g4_post.cuh) on the head's q, and in the split holding
- * the new key of a layer that writes the cache, on its k and v: they write the cache row and this block's shared
- * row of that key directly (every block of the split writes the same bits). One sequence a token (the decode
- * step), so that the only new key a block sees is its own token's. */
-struct ads_post {
-  const __half *k, *v;   /* the raw k and v projections [n × n_kv·HD] (with kc) */
-  __half *kc, *vc;       /* the cache the layer writes at its new keys (NULL: a KV-shared layer) */
-  const void *qw, *kw;   /* q_norm, k_norm */
-  int qwdt, kwdt, n_pairs;
-  float eps, theta, factor;
-};
 
 template <int HD, bool POST = false>
 __global__ __launch_bounds__(ADS_THREADS) void attn_decode_smem_kernel(
@@ -1426,16 +1464,57 @@ static int ads_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb
   return 0;
 }
 
-/* backend.h g4_post_attention: g4_qkv_post folded into attn_decode_smem (POST above) for a decode step of one token a
- * sequence at head dim 64-256 (Gemma 4's sliding layers), so that a layer's decode has one launch fewer. 1, with
- * nothing launched, where that kernel would not take the batch (then g4_qkv_post and attention run). */
+/* attn_decode (the split-key decode kernel) for any instantiated head dim */
+template <typename T, typename KT, int HD>
+static void attn_decode_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *q,
+                               const struct hb_kv_layer *kv, const struct hb_batch *b, const struct hb_attn_params *p,
+                               const ads_post *post = NULL) {
+  /* a POST instance only where cu_g4_post_attention sends one: f16 at head dim 512 (post is NULL otherwise) */
+  constexpr bool P = is_f16<T>::value && is_f16<KT>::value && HD == 512;
+  void (*kern)(T *, const T *, const KT *, const KT *, const int32_t *, const int32_t *, const int32_t *, int, int, int,
+               int, int, int, float, int, float, float *, unsigned *, int, const ads_post) =
+      post && P ? attn_decode_kernel<T, KT, HD, P> : attn_decode_kernel<T, KT, HD, false>;
+  const int nt = b->n_tokens, G = p->n_heads / p->n_kv_heads;
+  const int32_t *pos = (const int32_t *)b->d_pos.data, *seq = (const int32_t *)b->d_seq.data,
+                *bt = (const int32_t *)b->d_block_table.data;
+  const int HG = (G + AD_G - 1) / AD_G;
+  const int base = nt * p->n_kv_heads * HG, base1 = (ctx->twin ? 1 : nt) * p->n_kv_heads * HG; /* twins: as one token */
+  /* splits: as many as fill the blocks the GPU holds at once, rounded down, so that the launch is one wave (a second,
+   * partial wave runs the kernel's whole chain of round trips again: at 32 tokens of the 3B, rounding up gave 3
+   * splits, 384 blocks for 264 slots; rounded down, x32 +9 % on the H200, bench/RESULTS.md "Session 36") */
+  int occ = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, 128, 0) != cudaSuccess || occ < 1) {
+    (void)cudaGetLastError();
+    occ = 2;
+  }
+  int NS = occ * ctx->n_sm / base1;
+  NS = NS < 1 ? 1 : (NS > 32 ? 32 : NS);
+  size_t need_part = (size_t)nt * p->n_heads * NS * (HD + 2), need_cnt = (size_t)base;
+  void *pp = ctx->attn_part, *cp = ctx->attn_cnt;
+  if (cu_scratch(ctx, &pp, &ctx->attn_part_cap, need_part, sizeof(float), 0)) return;
+  ctx->attn_part = (float *)pp;
+  if (cu_scratch(ctx, &cp, &ctx->attn_cnt_cap, need_cnt, sizeof(unsigned), 1)) return;
+  ctx->attn_cnt = (unsigned *)cp;
+  dim3 grid((unsigned)nt, (unsigned)(p->n_kv_heads * HG), (unsigned)NS);
+  const ads_post none = {};
+  cu_launch_pdl(ctx, "attn_decode", kern, grid, dim3(128), 0, (T *)out->data,
+                (const T *)q->data, (const KT *)kv->k.data, (const KT *)kv->v.data, pos, seq, bt, b->max_blocks,
+                b->block_size, p->n_heads, p->n_kv_heads, G, HG, p->scale, p->window, p->softcap, ctx->attn_part,
+                ctx->attn_cnt, NS, post ? *post : none);
+  CU_LAUNCHED(ctx, "attn_decode");
+}
+
+/* backend.h g4_post_attention: g4_qkv_post folded into the decode attention (the POST instances above) for a decode
+ * step of one token a sequence, at head dims 64-256 on attn_decode_smem (Gemma 4's sliding layers) and 512 on
+ * attn_decode (its full layers), so that a layer's decode has one launch fewer. 1, with nothing launched, where those
+ * kernels would not take the batch (then g4_qkv_post and attention run). */
 int cu_g4_post_attention(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *q, const struct hb_tensor *k,
                          const struct hb_tensor *v, const struct hb_tensor *q_norm, const struct hb_tensor *k_norm,
                          float eps, struct hb_kv_layer *kv_w, const struct hb_kv_layer *kv, const struct hb_batch *b,
                          const struct hb_attn_params *p, int n_pairs, float theta, float factor) {
   const int nt = b->n_tokens, hd = p->head_dim, nkv = p->n_kv_heads;
   if (nt <= 0 || nt > 8 || b->n_seqs != nt || ctx->twin || ctx->row_invariant || !b->d_pos.data) return 1;
-  if ((hd != 64 && hd != 128 && hd != 256) || nkv <= 0 || p->n_heads % nkv) return 1;
+  if ((hd != 64 && hd != 128 && hd != 256 && hd != 512) || nkv <= 0 || p->n_heads % nkv) return 1;
   if (q->dtype != HB_F16 || out->dtype != HB_F16 || kv->k.dtype != HB_F16 || kv->v.dtype != HB_F16 ||
       q->cols != (int64_t)p->n_heads * hd || out->cols != q->cols || q->rows < nt || out->rows < nt ||
       kv->head_dim != hd || kv->n_kv_heads != nkv || q_norm->rows * q_norm->cols != hd)
@@ -1462,41 +1541,9 @@ int cu_g4_post_attention(struct hb_ctx *ctx, struct hb_tensor *out, const struct
   switch (hd) {
   case 64: return ads_launch<64>(ctx, out, q, kv, b, p, &pp);
   case 128: return ads_launch<128>(ctx, out, q, kv, b, p, &pp);
-  default: return ads_launch<256>(ctx, out, q, kv, b, p, &pp);
+  case 256: return ads_launch<256>(ctx, out, q, kv, b, p, &pp);
+  default: attn_decode_launch<__half, __half, 512>(ctx, out, q, kv, b, p, &pp); return 0; /* as attn_hd runs it */
   }
-}
-
-/* attn_decode (the split-key decode kernel) for any instantiated head dim */
-template <typename T, typename KT, int HD>
-static void attn_decode_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *q,
-                               const struct hb_kv_layer *kv, const struct hb_batch *b, const struct hb_attn_params *p) {
-  const int nt = b->n_tokens, G = p->n_heads / p->n_kv_heads;
-  const int32_t *pos = (const int32_t *)b->d_pos.data, *seq = (const int32_t *)b->d_seq.data,
-                *bt = (const int32_t *)b->d_block_table.data;
-  const int HG = (G + AD_G - 1) / AD_G;
-  const int base = nt * p->n_kv_heads * HG, base1 = (ctx->twin ? 1 : nt) * p->n_kv_heads * HG; /* twins: as one token */
-  /* splits: as many as fill the blocks the GPU holds at once, rounded down, so that the launch is one wave (a second,
-   * partial wave runs the kernel's whole chain of round trips again: at 32 tokens of the 3B, rounding up gave 3
-   * splits, 384 blocks for 264 slots; rounded down, x32 +9 % on the H200, bench/RESULTS.md "Session 36") */
-  int occ = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, attn_decode_kernel<T, KT, HD>, 128, 0) != cudaSuccess || occ < 1) {
-    (void)cudaGetLastError();
-    occ = 2;
-  }
-  int NS = occ * ctx->n_sm / base1;
-  NS = NS < 1 ? 1 : (NS > 32 ? 32 : NS);
-  size_t need_part = (size_t)nt * p->n_heads * NS * (HD + 2), need_cnt = (size_t)base;
-  void *pp = ctx->attn_part, *cp = ctx->attn_cnt;
-  if (cu_scratch(ctx, &pp, &ctx->attn_part_cap, need_part, sizeof(float), 0)) return;
-  ctx->attn_part = (float *)pp;
-  if (cu_scratch(ctx, &cp, &ctx->attn_cnt_cap, need_cnt, sizeof(unsigned), 1)) return;
-  ctx->attn_cnt = (unsigned *)cp;
-  dim3 grid((unsigned)nt, (unsigned)(p->n_kv_heads * HG), (unsigned)NS);
-  cu_launch_pdl(ctx, "attn_decode", attn_decode_kernel<T, KT, HD>, grid, dim3(128), 0, (T *)out->data,
-                (const T *)q->data, (const KT *)kv->k.data, (const KT *)kv->v.data, pos, seq, bt, b->max_blocks,
-                b->block_size, p->n_heads, p->n_kv_heads, G, HG, p->scale, p->window, p->softcap, ctx->attn_part,
-                ctx->attn_cnt, NS);
-  CU_LAUNCHED(ctx, "attn_decode");
 }
 
 template <typename T, typename KT, int D>
