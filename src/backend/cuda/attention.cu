@@ -23,6 +23,7 @@
  * attn_wide.cu's plain kernel.
  */
 #include <limits.h>
+#include <type_traits>
 #include <stdlib.h>
 #include <math.h>
 
@@ -437,13 +438,20 @@ struct ads_post {
   int qwdt, kwdt, n_pairs;
   float eps, theta, factor;
 };
+/* the POST instances' inverse frequencies: the host's table (g4_rinv_make, as g4_qkv_post's), a kernel argument, so
+ * that no double pow runs on the device (before the wait it still delays a block that starts only once the GEMV
+ * before it leaves the SM); the other instances get an empty one */
+struct ads_nofreq {};
+template <bool POST>
+using ads_freq = typename std::conditional<POST, g4_rinv, ads_nofreq>::type;
 
 template <typename T, typename KT, int HD, bool POST = false>
 __global__ __launch_bounds__(128) void attn_decode_kernel(T *out, const T *q, const KT *kc, const KT *vc,
                                                           const int32_t *pos, const int32_t *seq, const int32_t *bt,
                                                           int max_blocks, int bs, int n_heads, int n_kv, int G, int HG,
                                                           float scale, int window, float softcap, float *part,
-                                                          unsigned *cnt, int NS, const ads_post pp) {
+                                                          unsigned *cnt, int NS, const ads_post pp,
+                                                          const __grid_constant__ ads_freq<POST> rinv) {
   pdl_trigger();
   constexpr int LPK = HD / AD_DL;      /* lanes per key */
   constexpr int KG = 32 / LPK;         /* key groups per warp */
@@ -481,12 +489,12 @@ __global__ __launch_bounds__(128) void attn_decode_kernel(T *out, const T *q, co
    * warps 0 and 1 then turn its k and v and write the cache row, which the key loop reads after the barrier below.
    * The norm weights, sin and cos (the same for q and k) and the key's slot before the wait. */
   constexpr int NJ = HD / 32;
-  const bool pkv = POST && pp.kc && s == ns - 1 && warp < 2;
+  const bool pkv = POST && pp.kc && ks <= p && p < ke && warp < 2; /* (not always the last split: chunks round up) */
   float pwq[QP_MAXJ], pwk[QP_MAXJ], psn[QP_MAXJ / 2], pcs[QP_MAXJ / 2], pdummy[QP_MAXJ / 2];
   int64_t pslot = 0;
   if constexpr (POST) {
     g4_post_pre(pwq, psn, pcs, pp.qw, pp.qwdt, true, p,
-                [&](int i) { return 1.0f / rope_pow(pp.theta, (float)(2 * i) / (float)HD) / pp.factor; }, NJ,
+                [&](int i) { return rinv.v[i]; }, NJ,
                 pp.n_pairs, lane);
     if (pkv) {
       g4_post_pre(pwk, pdummy, pdummy, warp == 0 ? pp.kw : NULL, pp.kwdt, false, p, [](int) { return 0.0f; }, NJ, 0,
@@ -715,7 +723,8 @@ template <int HD, bool POST = false>
 __global__ __launch_bounds__(ADS_THREADS) void attn_decode_smem_kernel(
     __half *out, const __half *q, const __half *kc, const __half *vc, const int32_t *pos, const int32_t *seq,
     const int32_t *bt, int max_blocks, int bs, int n_tokens, int n_heads, int n_kv, float scale, int window,
-    float softcap, float *part, unsigned *cnt, int NS, int C, const ads_post pp CU_TRACE_PARAMS) {
+    float softcap, float *part, unsigned *cnt, int NS, int C, const ads_post pp,
+    const __grid_constant__ ads_freq<POST> rinv CU_TRACE_PARAMS) {
   pdl_trigger();
   if (threadIdx.x == 0) { CU_TRACE(0); CU_TRACE(6); }
   constexpr int RW = HD / 8 + 1;        /* a key row in 16-byte units (one of padding) */
@@ -757,14 +766,15 @@ __global__ __launch_bounds__(ADS_THREADS) void attn_decode_smem_kernel(
    * k and v. Their norm weights, sin and cos and the key's slot before the wait. */
   constexpr int NJ = HD / 32;
   const int wid = (int)threadIdx.x / 32;
-  const int role = !POST ? -1 : (wid == 0 ? 0 : (pp.kc && s == ns - 1 && wid <= 2 ? wid : -1));
+  const int role = !POST ? -1 : (wid == 0 ? 0 : (pp.kc && kb <= p && p < ke && wid <= 2 ? wid : -1));
   float px[QP_MAXJ], pw[QP_MAXJ], psn[QP_MAXJ / 2], pcs[QP_MAXJ / 2];
   int64_t pslot = 0;
-  if (POST && role >= 0) {
-    g4_post_pre(pw, psn, pcs, role == 0 ? pp.qw : (role == 1 ? pp.kw : NULL), role == 0 ? pp.qwdt : pp.kwdt, role < 2,
-                p, [&](int i) { return 1.0f / rope_pow(pp.theta, (float)(2 * i) / (float)HD) / pp.factor; }, NJ,
-                pp.n_pairs, threadIdx.x % 32);
-    if (role > 0) pslot = (int64_t)btr[p / bs] * bs + p % bs;
+  if constexpr (POST) {
+    if (role >= 0) {
+      g4_post_pre(pw, psn, pcs, role == 0 ? pp.qw : (role == 1 ? pp.kw : NULL), role == 0 ? pp.qwdt : pp.kwdt,
+                  role < 2, p, [&](int i) { return rinv.v[i]; }, NJ, pp.n_pairs, threadIdx.x % 32);
+      if (role > 0) pslot = (int64_t)btr[p / bs] * bs + p % bs;
+    }
   }
   pdl_wait();
   if (threadIdx.x == 0) { CU_TRACE(1); CU_TRACE(3); }
@@ -1427,8 +1437,10 @@ static int ads_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb
   if (C < 32) return 1;
   /* the kernel's shared-memory limit is a process-wide attribute: always raised to this largest C's size, never
    * lowered for a smaller C, so that contexts launching it from other threads never see it below their size */
-  if (CU_OK(ctx, cudaFuncSetAttribute(post ? attn_decode_smem_kernel<HD, true> : attn_decode_smem_kernel<HD, false>,
-                                      cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ads_smem(HD, C))))
+  if (CU_OK(ctx, post ? cudaFuncSetAttribute(attn_decode_smem_kernel<HD, true>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ads_smem(HD, C))
+                      : cudaFuncSetAttribute(attn_decode_smem_kernel<HD, false>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ads_smem(HD, C))))
     return 0;
   int NS = 1;
   if (wide) {
@@ -1454,12 +1466,21 @@ static int ads_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb
   ctx->ads_wide_n += wide;
   dim3 grid((unsigned)nt, (unsigned)p->n_heads, (unsigned)NS);
   const ads_post none = {};
-  cu_launch_pdl(ctx, "attn_decode_smem", post ? attn_decode_smem_kernel<HD, true> : attn_decode_smem_kernel<HD, false>,
-                grid, dim3(ADS_THREADS), sm,
-                (__half *)out->data, (const __half *)q->data, (const __half *)kv->k.data, (const __half *)kv->v.data,
-                (const int32_t *)b->d_pos.data, (const int32_t *)b->d_seq.data, (const int32_t *)b->d_block_table.data,
-                b->max_blocks, b->block_size, nt, p->n_heads, p->n_kv_heads, p->scale, p->window, p->softcap,
-                ctx->attn_part, ctx->attn_cnt, NS, C, post ? *post : none CU_TRACE_ARGS(ctx, cu_trace_id(ctx, "attention hd%d n%d splits%d", HD, nt, NS)));
+  auto launch = [&](auto kern, auto freq) {
+    cu_launch_pdl(ctx, "attn_decode_smem", kern, grid, dim3(ADS_THREADS), sm, (__half *)out->data,
+                  (const __half *)q->data, (const __half *)kv->k.data, (const __half *)kv->v.data,
+                  (const int32_t *)b->d_pos.data, (const int32_t *)b->d_seq.data,
+                  (const int32_t *)b->d_block_table.data, b->max_blocks, b->block_size, nt, p->n_heads, p->n_kv_heads,
+                  p->scale, p->window, p->softcap, ctx->attn_part, ctx->attn_cnt, NS, C, post ? *post : none,
+                  freq CU_TRACE_ARGS(ctx, cu_trace_id(ctx, "attention hd%d n%d splits%d", HD, nt, NS)));
+  };
+  if (post) {
+    g4_rinv rv;
+    g4_rinv_make(&rv, post->n_pairs, HD, post->theta, post->factor);
+    launch(attn_decode_smem_kernel<HD, true>, rv);
+  } else {
+    launch(attn_decode_smem_kernel<HD, false>, ads_nofreq{});
+  }
   CU_LAUNCHED(ctx, "attn_decode_smem");
   return 0;
 }
@@ -1471,9 +1492,7 @@ static void attn_decode_launch(struct hb_ctx *ctx, struct hb_tensor *out, const 
                                const ads_post *post = NULL) {
   /* a POST instance only where cu_g4_post_attention sends one: f16 at head dim 512 (post is NULL otherwise) */
   constexpr bool P = is_f16<T>::value && is_f16<KT>::value && HD == 512;
-  void (*kern)(T *, const T *, const KT *, const KT *, const int32_t *, const int32_t *, const int32_t *, int, int, int,
-               int, int, int, float, int, float, float *, unsigned *, int, const ads_post) =
-      post && P ? attn_decode_kernel<T, KT, HD, P> : attn_decode_kernel<T, KT, HD, false>;
+
   const int nt = b->n_tokens, G = p->n_heads / p->n_kv_heads;
   const int32_t *pos = (const int32_t *)b->d_pos.data, *seq = (const int32_t *)b->d_seq.data,
                 *bt = (const int32_t *)b->d_block_table.data;
@@ -1483,7 +1502,9 @@ static void attn_decode_launch(struct hb_ctx *ctx, struct hb_tensor *out, const 
    * partial wave runs the kernel's whole chain of round trips again: at 32 tokens of the 3B, rounding up gave 3
    * splits, 384 blocks for 264 slots; rounded down, x32 +9 % on the H200, bench/RESULTS.md "Session 36") */
   int occ = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, 128, 0) != cudaSuccess || occ < 1) {
+  /* (the occupancy of the plain instance for both: the splits must not depend on the fold, or its bits would not be
+   * the plain sequence's) */
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, attn_decode_kernel<T, KT, HD, false>, 128, 0) != cudaSuccess || occ < 1) {
     (void)cudaGetLastError();
     occ = 2;
   }
@@ -1497,10 +1518,22 @@ static void attn_decode_launch(struct hb_ctx *ctx, struct hb_tensor *out, const 
   ctx->attn_cnt = (unsigned *)cp;
   dim3 grid((unsigned)nt, (unsigned)(p->n_kv_heads * HG), (unsigned)NS);
   const ads_post none = {};
-  cu_launch_pdl(ctx, "attn_decode", kern, grid, dim3(128), 0, (T *)out->data,
-                (const T *)q->data, (const KT *)kv->k.data, (const KT *)kv->v.data, pos, seq, bt, b->max_blocks,
-                b->block_size, p->n_heads, p->n_kv_heads, G, HG, p->scale, p->window, p->softcap, ctx->attn_part,
-                ctx->attn_cnt, NS, post ? *post : none);
+  auto launch = [&](auto kern, auto freq) {
+    cu_launch_pdl(ctx, "attn_decode", kern, grid, dim3(128), 0, (T *)out->data, (const T *)q->data,
+                  (const KT *)kv->k.data, (const KT *)kv->v.data, pos, seq, bt, b->max_blocks, b->block_size,
+                  p->n_heads, p->n_kv_heads, G, HG, p->scale, p->window, p->softcap, ctx->attn_part, ctx->attn_cnt, NS,
+                  post ? *post : none, freq);
+  };
+  if constexpr (P) {
+    if (post) {
+      g4_rinv rv;
+      g4_rinv_make(&rv, post->n_pairs, HD, post->theta, post->factor);
+      launch(attn_decode_kernel<T, KT, HD, true>, rv);
+      CU_LAUNCHED(ctx, "attn_decode");
+      return;
+    }
+  }
+  launch(attn_decode_kernel<T, KT, HD, false>, ads_nofreq{});
   CU_LAUNCHED(ctx, "attn_decode");
 }
 
