@@ -513,11 +513,10 @@ __global__ __launch_bounds__(128) void attn_decode_kernel(T *out, const T *q, co
       px[j] = warp < ng ? __half2float(qsrc[lane + 32 * j]) : 0.0f;
       pk[j] = pkv ? __half2float(ksrc[lane + 32 * j]) : 0.0f;
     }
-    if (warp < ng) {
-      g4_post_apply<__half>(px, pwq, psn, pcs, NJ, HD, pp.n_pairs, pp.eps, true, lane);
+    static_assert(AD_WARPS == AD_G, "attn_decode POST: a warp per query head of the block");
+    if (warp < ng) g4_post_apply<__half>(px, pwq, psn, pcs, NJ, HD, pp.n_pairs, pp.eps, true, lane);
 #pragma unroll
-      for (int j = 0; j < NJ; j++) q_s[warp][lane + 32 * j] = px[j] * scale;
-    }
+    for (int j = 0; j < NJ; j++) q_s[warp][lane + 32 * j] = px[j] * scale; /* (a row past ng: zeros, as the plain) */
     if (pkv) {
       g4_post_apply<__half>(pk, pwk, psn, pcs, NJ, HD, pp.n_pairs, pp.eps, warp == 0, lane);
       __half *c = (warp == 0 ? pp.kc : pp.vc) + pslot * kvw + (int64_t)kh * HD;
