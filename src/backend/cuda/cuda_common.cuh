@@ -253,8 +253,6 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-/* powf(b, e) rounded as the host's correctly rounded powf: computed in double, then rounded, so
- * rotary frequencies match the CPU reference bit for bit (CUDA's powf is within 2 ulp) */
 /* Gemma 4's rotation of a pair (a, b) by an angle with cosine cs and sine sn, each rounding spelled out: written as
  * a·cs − b·sn it leaves NVVM as two products and a difference, and ptxas chooses per kernel whether to fuse one of the
  * products into an FFMA, so rope_prop_kernel and g4_qkv_post (which must agree bit for bit) could round it apart
@@ -265,6 +263,8 @@ __device__ __forceinline__ float rope_prop_lo(float a, float b, float cs, float 
 __device__ __forceinline__ float rope_prop_hi(float a, float b, float cs, float sn) {
   return __fmaf_rn(b, cs, __fmul_rn(a, sn));
 }
+/* powf(b, e) rounded as the host's correctly rounded powf: computed in double, then rounded, so
+ * rotary frequencies match the CPU reference bit for bit (CUDA's powf is within 2 ulp) */
 __device__ __forceinline__ float rope_pow(float b, float e) { return (float)pow((double)b, (double)e); }
 /* the host's table of inverse rope frequencies 1 / theta^(2i/hd), i < hd/2, by rope_pow's formula (pow in double,
  * rounded to float), so the decode kernels have no double pow. glibc's and the device's double pow are each within

@@ -63,7 +63,7 @@ __global__ __launch_bounds__(32) void g4_qkv_post_kernel(T *q, const T *k, const
 #pragma unroll
   for (int j = 0; j < QP_MAXJ; j++)
     if (j < nj) x[j] = rnd<T>(x[j] * inv * wn[j]);
-  if (kind < 2) { /* rope_prop: pairs (i, i + half), i < n_pairs; its roundings spelled out (rope_prop_rot) */
+  if (kind < 2) { /* rope_prop: pairs (i, i + half), i < n_pairs; its roundings spelled out (rope_prop_lo / _hi) */
 #pragma unroll
     for (int j = 0; j < QP_MAXJ / 2; j++) {
       const int i = lane + 32 * j;
