@@ -29,6 +29,7 @@ static void cuda_full_init(void) {
   g_cuda_full.norm_qkv_rope_kv = hb_cuda_norm_qkv_rope_kv;
   g_cuda_full.norm_swiglu = hb_cuda_norm_swiglu;
   g_cuda_full.g4_qkv_post = hb_cuda_g4_qkv_post;
+  g_cuda_full.g4_post_attention = hb_cuda_g4_post_attention;
   g_cuda_full.norm_add = hb_cuda_norm_add;
   g_cuda_full.gelu_matmul = hb_cuda_gelu_matmul;
   g_cuda_full.add_norm_matmul = hb_cuda_add_norm_matmul;

@@ -317,6 +317,14 @@ struct hb_ops {
                      const struct hb_tensor *q_norm, const struct hb_tensor *k_norm, float eps, struct hb_kv_layer *kv,
                      const struct hb_batch *b, int n_heads, int n_kv_heads, int head_dim, int n_pairs, float theta,
                      float factor);
+  /* g4_qkv_post (kv_w: the layer's own cache, or NULL for a KV-shared layer) and then attention(out, q, kv, b, p) in
+   * one step; q may be left as it was. Returns 1, having done nothing, when it does not cover the batch (the caller
+   * then runs the two). */
+  int (*g4_post_attention)(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *q,
+                           const struct hb_tensor *k, const struct hb_tensor *v, const struct hb_tensor *q_norm,
+                           const struct hb_tensor *k_norm, float eps, struct hb_kv_layer *kv_w,
+                           const struct hb_kv_layer *kv, const struct hb_batch *b, const struct hb_attn_params *p,
+                           int n_pairs, float theta, float factor);
   /* x = (x + rmsnorm(y, w, eps)) * s over the first n rows (y unchanged): rmsnorm(y, y, w), add(x, y), scale(x, s) */
   void (*norm_add)(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *y, const struct hb_tensor *w,
                    float eps, float s, int n);

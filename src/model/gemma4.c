@@ -245,8 +245,19 @@ static void attention(struct hearth_model *m, int i, struct hb_batch *b_all, str
       be->matmul(c, &v, &xn, wv, NULL, n);
     }
   }
-  if (!fz || be->g4_qkv_post(c, &q, &k, &v, &W->q_norm, &W->k_norm, eps, own ? &m->kv.layers[i] : NULL, b, nq, nkv,
-                             hd, pairs, theta, factor)) {
+  struct hb_attn_params ap = {
+    .n_heads = nq, .n_kv_heads = nkv, .head_dim = hd, .scale = 1.0f, /* QK-norm replaces 1/sqrt(hd) */
+    .window = y->sliding ? cfg->g4.sliding_window : 0, .softcap = 0.0f,
+  };
+  /* the post step inside the decode attention where the backend has that (one launch fewer a layer) */
+  const int post_attn = fz && be->g4_post_attention &&
+                        !be->g4_post_attention(c, &a, &q, &k, &v, &W->q_norm, &W->k_norm, eps,
+                                               own ? &m->kv.layers[i] : NULL, &m->kv.layers[y->kv_source], b, &ap,
+                                               pairs, theta, factor);
+  if (post_attn) {
+    /* done: a = attention of the turned q over the cache with this step's keys */
+  } else if (!fz || be->g4_qkv_post(c, &q, &k, &v, &W->q_norm, &W->k_norm, eps, own ? &m->kv.layers[i] : NULL, b,
+                                    nq, nkv, hd, pairs, theta, factor)) {
     be->rmsnorm(c, &q, &q, &W->q_norm, eps, 0.0f);
     be->rope_prop(c, &q, b, nq, hd, pairs, theta, factor);
     if (own) {
@@ -256,11 +267,7 @@ static void attention(struct hearth_model *m, int i, struct hb_batch *b_all, str
       be->kv_write(c, &m->kv.layers[i], &k, &v, b);
     }
   }
-  struct hb_attn_params ap = {
-    .n_heads = nq, .n_kv_heads = nkv, .head_dim = hd, .scale = 1.0f, /* QK-norm replaces 1/sqrt(hd) */
-    .window = y->sliding ? cfg->g4.sliding_window : 0, .softcap = 0.0f,
-  };
-  be->attention(c, &a, &q, &m->kv.layers[y->kv_source], b, &ap);
+  if (!post_attn) be->attention(c, &a, &q, &m->kv.layers[y->kv_source], b, &ap);
   be->matmul(c, &o, &a, &W->wo, NULL, n);
   if (fz) {
     res_add(m, r, &o, &W->post_attn_norm, 1.0f, n);

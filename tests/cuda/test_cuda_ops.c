@@ -428,6 +428,76 @@ static void gpu_same(const struct hb_tensor *a, const struct hb_tensor *b, int64
   free(ha); free(hb);
 }
 
+/* g4_post_attention (attention.cu: g4_qkv_post folded into attn_decode_smem) against g4_qkv_post then attention on
+ * the same inputs and caches: the output and both caches must hold the same bits. per new tokens a sequence (the op
+ * takes one) at ctx[i] keys before them; own: the layer writes its keys (else a KV-shared layer, whose new keys are already in the cache).
+ * take: whether the op must cover the batch (the exact mode's f32 activations and the shapes it leaves to the two
+ * ops must decline, touching nothing). */
+static void check_g4_post_attention(int n_seqs, const int *ctx, int per, int nq, int nkv, int hd, int pairs,
+                                    float theta, float factor, int window, int own, int take) {
+  struct hearth_err err = {0};
+  const float eps = 1e-6f;
+  const int bs = 16, max_blocks = 64;
+  struct tb pre, st;
+  int zero[TB_SEQS] = {0}, pre_n[TB_SEQS], one[TB_SEQS];
+  for (int i = 0; i < n_seqs; i++) { pre_n[i] = ctx[i] + (own ? 0 : per); one[i] = per; }
+  make_batch(&pre, n_seqs, zero, pre_n, bs, max_blocks);
+  make_batch(&st, n_seqs, ctx, one, bs, max_blocks);
+  memcpy(st.bt, pre.bt, sizeof st.bt);
+  struct kvpair kv[2];
+  const int64_t crow = (int64_t)n_seqs * max_blocks * bs, w = (int64_t)nkv * hd;
+  for (int i = 0; i < 2; i++) kv_alloc(&kv[i], n_seqs * max_blocks, bs, nkv, hd);
+  float *hc = calloc((size_t)(crow * w), sizeof *hc);
+  G->write(gc, &kv[0].g.k, 0, crow, hc); G->write(gc, &kv[0].g.v, 0, crow, hc);
+  fill_cache(&kv[0], &pre, nkv, hd); /* (a KV-shared layer: its new keys too) */
+  for (int c = 0; c < 2; c++) { /* the second cache a copy of the first */
+    struct hb_tensor *src = c ? &kv[0].g.v : &kv[0].g.k, *dst = c ? &kv[1].g.v : &kv[1].g.k;
+    if (G->read(gc, src, 0, crow, hc) || G->sync(gc, &err)) fprintf(stderr, "read: %s\n", err.msg);
+    G->write(gc, dst, 0, crow, hc);
+  }
+  if (G->batch_upload(gc, &st.b, &err)) fprintf(stderr, "batch_upload: %s\n", err.msg);
+  const int n = st.b.n_tokens;
+  struct pair q[2], k[2], v[2], o[2], qn, kn;
+  float *hq = randv((int64_t)n * nq * hd, 3.0f), *hk = randv((int64_t)n * w, 3.0f), *hv = randv((int64_t)n * w, 2.0f);
+  for (int i = 0; i < 2; i++) {
+    pair_alloc(&q[i], HB_F32, n, (int64_t)nq * hd);
+    pair_alloc(&k[i], HB_F32, n, w);
+    pair_alloc(&v[i], HB_F32, n, w);
+    pair_alloc(&o[i], HB_F32, n, (int64_t)nq * hd);
+    pair_set(&q[i], hq); pair_set(&k[i], hk); pair_set(&v[i], hv);
+    pair_poison(&o[i]);
+  }
+  weight_pair(&qn, HB_F32, 1, hd, 1.5f);
+  weight_pair(&kn, HB_F32, 1, hd, 1.5f);
+  struct hb_attn_params ap = {nq, nkv, hd, 1.0f, window, 0.0f};
+  char what[128];
+  snprintf(what, sizeof what, "g4_post_attention %d seqs h%d/%d hd%d w%d%s", n_seqs, nq, nkv, hd, window,
+           own ? "" : " shared");
+  const int rc = hb_cuda_g4_post_attention(gc, &o[1].g, &q[1].g, &k[1].g, &v[1].g, &qn.g, &kn.g, eps,
+                                           own ? &kv[1].g : NULL, &kv[1].g, &st.b, &ap, pairs, theta, factor);
+  CHECKF(rc == !take, "%s: returned %d (expected %d)", what, rc, !take);
+  if (rc == 0) {
+    CHECK(hb_cuda_g4_qkv_post(gc, &q[0].g, &k[0].g, &v[0].g, &qn.g, &kn.g, eps, own ? &kv[0].g : NULL, &st.b, nq, nkv,
+                              hd, pairs, theta, factor) == 0);
+    G->attention(gc, &o[0].g, &q[0].g, &kv[0].g, &st.b, &ap);
+    gpu_same(&o[0].g, &o[1].g, n, what);
+  } else { /* declined: the output still the poison, the caches (compared below) as they were */
+    const int64_t no = (int64_t)n * nq * hd;
+    float *ho = malloc((size_t)no * sizeof *ho);
+    int64_t touched = 0;
+    if (G->read(gc, &o[1].g, 0, n, ho) || G->sync(gc, &err)) fprintf(stderr, "read: %s\n", err.msg);
+    for (int64_t i = 0; i < no; i++) touched += !isnan(ho[i]);
+    printf("  %-52s declined, %lld outputs written\n", what, (long long)touched);
+    CHECKF(touched == 0, "%s: declined but wrote %lld outputs", what, (long long)touched);
+    free(ho);
+  }
+  gpu_same(&kv[0].g.k, &kv[1].g.k, crow, "  its cache k");
+  gpu_same(&kv[0].g.v, &kv[1].g.v, crow, "  its cache v");
+  for (int i = 0; i < 2; i++) { pair_free(&q[i]); pair_free(&k[i]); pair_free(&v[i]); pair_free(&o[i]); kv_free(&kv[i]); }
+  pair_free(&qn); pair_free(&kn);
+  free(hq); free(hk); free(hv); free(hc);
+}
+
 /* Gemma 4's decode fusions (gemma4_fused.cu) against the plain device ops they stand for, on the same inputs: the
  * bits must be the same (f16 activations on the fast path, f32 on the exact one), including the cache rows written */
 static void check_gemma4_fused(void) {
@@ -928,6 +998,20 @@ static void run_all(int exact) {
   { int c[1] = {20}, nt[1] = {50}; check_attention(1, c, nt, 2, 1, 512, 16, 30.0f, at); }
   check_gemma4_ops(ew * 2);
   check_gemma4_fused();
+  { /* the E4B's sliding layers (one split, several, past the window, the first key), a KV-shared one, the 12B's
+     * heads with slices of several passes (8 rows: two splits), head dim 64; the full layers; then a batch it leaves
+     * to the two ops */
+    const int a[3] = {40, 700, 0}, b[8] = {700, 300, 1, 50, 96, 95, 191, 0}, c[2] = {300, 5}, d[2] = {9, 30};
+    check_g4_post_attention(3, a, 1, 8, 2, 256, 128, 10000.0f, 1.0f, 512, 1, !g_exact);
+    check_g4_post_attention(3, a, 1, 8, 2, 256, 128, 10000.0f, 1.0f, 512, 0, !g_exact);
+    check_g4_post_attention(8, b, 1, 16, 8, 256, 64, 1000000.0f, 8.0f, 0, 1, !g_exact);
+    check_g4_post_attention(2, c, 1, 4, 2, 64, 32, 10000.0f, 1.0f, 0, 1, !g_exact);
+    /* the full layers (head dim 512, attn_decode): one split and several, a KV-shared one */
+    check_g4_post_attention(2, c, 1, 8, 1, 512, 64, 1000000.0f, 1.0f, 0, 1, !g_exact);
+    check_g4_post_attention(3, a, 1, 16, 8, 512, 64, 1000000.0f, 8.0f, 0, 1, !g_exact);
+    check_g4_post_attention(3, a, 1, 8, 2, 512, 64, 1000000.0f, 1.0f, 0, 0, !g_exact);
+    check_g4_post_attention(2, d, 2, 8, 2, 256, 128, 10000.0f, 1.0f, 512, 1, 0); /* two new keys a sequence */
+  }
   check_rope_kv_norm();
   check_gelu_matmul();
   check_add_norm_matmul();

@@ -23,10 +23,12 @@
  * attn_wide.cu's plain kernel.
  */
 #include <limits.h>
+#include <type_traits>
 #include <stdlib.h>
 #include <math.h>
 
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/g4_post.cuh"
 #include "backend/cuda/gemm_q4.cuh"
 #include "backend/cuda/ptx.cuh"
 
@@ -424,12 +426,32 @@ __device__ __forceinline__ void load16(float f[16], const float *p) {
   load8(f + 8, p + 8);
 }
 
-template <typename T, typename KT, int HD>
+/* Gemma 4's post-projection step folded into the decode attention (POST instances of attn_decode_kernel and
+ * attn_decode_smem_kernel; cu_g4_post_attention): q arrives raw, and warps that would have waited for g4_qkv_post's
+ * launch run its arithmetic (g4_post.cuh) on the block's query heads, and in the split holding the new key of a layer
+ * that writes the cache, on its k and v, writing the cache row (every block of that split writes the same bits).
+ * One token a sequence (the decode step), so that the only new key a block sees is its own token's. */
+struct ads_post {
+  const __half *k, *v;   /* the raw k and v projections [n × n_kv·HD] (with kc) */
+  __half *kc, *vc;       /* the cache the layer writes at its new keys (NULL: a KV-shared layer) */
+  const void *qw, *kw;   /* q_norm, k_norm */
+  int qwdt, kwdt, n_pairs;
+  float eps, theta, factor;
+};
+/* the POST instances' inverse frequencies: the host's table (g4_rinv_make, as g4_qkv_post's), a kernel argument, so
+ * that no double pow runs on the device (before the wait it still delays a block that starts only once the GEMV
+ * before it leaves the SM); the other instances get an empty one */
+struct ads_nofreq {};
+template <bool POST>
+using ads_freq = typename std::conditional<POST, g4_rinv, ads_nofreq>::type;
+
+template <typename T, typename KT, int HD, bool POST = false>
 __global__ __launch_bounds__(128) void attn_decode_kernel(T *out, const T *q, const KT *kc, const KT *vc,
                                                           const int32_t *pos, const int32_t *seq, const int32_t *bt,
                                                           int max_blocks, int bs, int n_heads, int n_kv, int G, int HG,
                                                           float scale, int window, float softcap, float *part,
-                                                          unsigned *cnt, int NS) {
+                                                          unsigned *cnt, int NS, const ads_post pp,
+                                                          const __grid_constant__ ads_freq<POST> rinv) {
   pdl_trigger();
   constexpr int LPK = HD / AD_DL;      /* lanes per key */
   constexpr int KG = 32 / LPK;         /* key groups per warp */
@@ -463,9 +485,45 @@ __global__ __launch_bounds__(128) void attn_decode_kernel(T *out, const T *q, co
   int kb = ks + warp * KG;
   int64_t ns0 = 0, ns1 = 0;
   if (kb < ke) slots(kb, ns0, ns1);
+  /* POST: warp g turns query head h0 + g; in the split holding the new key (the last) of a layer that writes it,
+   * warps 0 and 1 then turn its k and v and write the cache row, which the key loop reads after the barrier below.
+   * The norm weights, sin and cos (the same for q and k) and the key's slot before the wait. */
+  constexpr int NJ = HD / 32;
+  const bool pkv = POST && pp.kc && ks <= p && p < ke && warp < 2; /* (not always the last split: chunks round up) */
+  float pwq[QP_MAXJ], pwk[QP_MAXJ], psn[QP_MAXJ / 2], pcs[QP_MAXJ / 2], pdummy[QP_MAXJ / 2];
+  int64_t pslot = 0;
+  if constexpr (POST) {
+    g4_post_pre(pwq, psn, pcs, pp.qw, pp.qwdt, true, p,
+                [&](int i) { return rinv.v[i]; }, NJ,
+                pp.n_pairs, lane);
+    if (pkv) {
+      g4_post_pre(pwk, pdummy, pdummy, warp == 0 ? pp.kw : NULL, pp.kwdt, false, p, [](int) { return 0.0f; }, NJ, 0,
+                  lane);
+      pslot = (int64_t)btr[p / bs] * bs + p % bs;
+    }
+  }
   pdl_wait();
 
-  { /* q: every load issued before the first store (a strided loop waited a round trip per element: 16 at HD 512) */
+  if constexpr (POST) {
+    float px[QP_MAXJ], pk[QP_MAXJ];
+    const __half *qsrc = (const __half *)q + ((int64_t)t * n_heads + h0 + warp) * HD;
+    const __half *ksrc = (warp == 0 ? pp.k : pp.v) + ((int64_t)t * n_kv + kh) * HD;
+#pragma unroll
+    for (int j = 0; j < NJ; j++) { /* both rows' loads before either's arithmetic */
+      px[j] = warp < ng ? __half2float(qsrc[lane + 32 * j]) : 0.0f;
+      pk[j] = pkv ? __half2float(ksrc[lane + 32 * j]) : 0.0f;
+    }
+    static_assert(AD_WARPS == AD_G, "attn_decode POST: a warp per query head of the block");
+    if (warp < ng) g4_post_apply<__half>(px, pwq, psn, pcs, NJ, HD, pp.n_pairs, pp.eps, true, lane);
+#pragma unroll
+    for (int j = 0; j < NJ; j++) q_s[warp][lane + 32 * j] = px[j] * scale; /* (a row past ng: zeros, as the plain) */
+    if (pkv) {
+      g4_post_apply<__half>(pk, pwk, psn, pcs, NJ, HD, pp.n_pairs, pp.eps, warp == 0, lane);
+      __half *c = (warp == 0 ? pp.kc : pp.vc) + pslot * kvw + (int64_t)kh * HD;
+#pragma unroll
+      for (int j = 0; j < NJ; j++) c[lane + 32 * j] = __float2half_rn(pk[j]);
+    }
+  } else { /* q: every load issued before the first store (a strided loop waited a round trip per element: 16 at HD 512) */
     constexpr int QN = AD_G * HD / 128; /* elements a thread (the launch is 128 threads) */
     static_assert(AD_G * HD % 128 == 0 && QN > 0, "attn_decode's q loads: whole rounds of its 128 threads");
     float qv[QN];
@@ -659,11 +717,13 @@ __device__ __forceinline__ float ads_block_sum(float v, float *red) {
 /* shared memory of one block: K and V rows of C keys (HD / 8 + 1 sixteen-byte units each), C scores */
 static size_t ads_smem(int hd, int C) { return (size_t)C * ((size_t)2 * (hd / 8 + 1) * 16 + 4); }
 
-template <int HD>
+
+template <int HD, bool POST = false>
 __global__ __launch_bounds__(ADS_THREADS) void attn_decode_smem_kernel(
     __half *out, const __half *q, const __half *kc, const __half *vc, const int32_t *pos, const int32_t *seq,
     const int32_t *bt, int max_blocks, int bs, int n_tokens, int n_heads, int n_kv, float scale, int window,
-    float softcap, float *part, unsigned *cnt, int NS, int C CU_TRACE_PARAMS) {
+    float softcap, float *part, unsigned *cnt, int NS, int C, const ads_post pp,
+    const __grid_constant__ ads_freq<POST> rinv CU_TRACE_PARAMS) {
   pdl_trigger();
   if (threadIdx.x == 0) { CU_TRACE(0); CU_TRACE(6); }
   constexpr int RW = HD / 8 + 1;        /* a key row in 16-byte units (one of padding) */
@@ -701,12 +761,50 @@ __global__ __launch_bounds__(ADS_THREADS) void attn_decode_smem_kernel(
   };
   int kn = min(C, ke - kb);
   copy(kb, min(kb + kn, pnew));
+  /* POST: warp 0 turns q; in the split holding the new key (the last) of a layer that writes it, warps 1 and 2 its
+   * k and v. Their norm weights, sin and cos and the key's slot before the wait. */
+  constexpr int NJ = HD / 32;
+  const int wid = (int)threadIdx.x / 32;
+  const int role = !POST ? -1 : (wid == 0 ? 0 : (pp.kc && kb <= p && p < ke && wid <= 2 ? wid : -1));
+  float px[QP_MAXJ], pw[QP_MAXJ], psn[QP_MAXJ / 2], pcs[QP_MAXJ / 2];
+  int64_t pslot = 0;
+  if constexpr (POST) {
+    if (role >= 0) {
+      g4_post_pre(pw, psn, pcs, role == 0 ? pp.qw : (role == 1 ? pp.kw : NULL), role == 0 ? pp.qwdt : pp.kwdt,
+                  role < 2, p, [&](int i) { return rinv.v[i]; }, NJ, pp.n_pairs, threadIdx.x % 32);
+      if (role > 0) pslot = (int64_t)btr[p / bs] * bs + p % bs;
+    }
+  }
   pdl_wait();
   if (threadIdx.x == 0) { CU_TRACE(1); CU_TRACE(3); }
-  /* the new keys' copies first: a thread stores q only once its load has landed, and copies issued
-   * after that store would start one round trip later */
-  copy(max(kb, pnew), kb + kn);
-  for (int d = threadIdx.x; d < HD; d += ADS_THREADS) qs[d] = __half2float(q[((int64_t)t * n_heads + h) * HD + d]) * scale;
+  if constexpr (POST) {
+    if (!pp.kc) copy(max(kb, pnew), kb + kn); /* a KV-shared layer: its source layer wrote the new key */
+    if (role >= 0) {
+      const int lane = threadIdx.x % 32;
+      const __half *src = role == 0 ? q + ((int64_t)t * n_heads + h) * HD : (role == 1 ? pp.k : pp.v) + ((int64_t)t * n_kv + kh) * HD;
+#pragma unroll
+      for (int j = 0; j < NJ; j++) px[j] = __half2float(src[lane + 32 * j]);
+      g4_post_apply<__half>(px, pw, psn, pcs, NJ, HD, pp.n_pairs, pp.eps, role < 2, lane);
+      if (role == 0) {
+#pragma unroll
+        for (int j = 0; j < NJ; j++) qs[lane + 32 * j] = px[j] * scale;
+      } else {
+        __half *c = (role == 1 ? pp.kc : pp.vc) + pslot * kvw + (int64_t)kh * HD;
+        __half *r = (__half *)((role == 1 ? ks : vs) + (size_t)(p - kb) * RW); /* its row, if in this pass */
+#pragma unroll
+        for (int j = 0; j < NJ; j++) {
+          const __half v = __float2half_rn(px[j]);
+          c[lane + 32 * j] = v;
+          if (p - kb < kn) r[lane + 32 * j] = v;
+        }
+      }
+    }
+  } else {
+    /* the new keys' copies first: a thread stores q only once its load has landed, and copies issued
+     * after that store would start one round trip later */
+    copy(max(kb, pnew), kb + kn);
+    for (int d = threadIdx.x; d < HD; d += ADS_THREADS) qs[d] = __half2float(q[((int64_t)t * n_heads + h) * HD + d]) * scale;
+  }
   const int d = threadIdx.x % HD, sub = threadIdx.x / HD;
   const __half *vh = (const __half *)vs;
   float M = -INFINITY, L = 0.0f, A = 0.0f; /* running max and sum (block-uniform), this thread's p·V */
@@ -1311,7 +1409,7 @@ long cu_attn_wide_launches(const struct hb_ctx *ctx) { return ctx->ads_wide_n; }
 template <int HD>
 static int ads_resident(size_t sm) {
   int occ = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, attn_decode_smem_kernel<HD>, ADS_THREADS, sm) != cudaSuccess) {
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, attn_decode_smem_kernel<HD, false>, ADS_THREADS, sm) != cudaSuccess) {
     (void)cudaGetLastError();
     return 0;
   }
@@ -1325,7 +1423,8 @@ static int ads_resident(size_t sm) {
  * (graph-safe). 9..ADS_WIDE_MAX rows of at most ADS_SHORT_LEN keys each (above): one split, C for one wave. */
 template <int HD>
 static int ads_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *q,
-                      const struct hb_kv_layer *kv, const struct hb_batch *b, const struct hb_attn_params *p) {
+                      const struct hb_kv_layer *kv, const struct hb_batch *b, const struct hb_attn_params *p,
+                      const ads_post *post = NULL) {
   /* step twins (hb_cuda_set_step_twins): every row with the one-token launch's keys a pass and splits */
   const int nt = b->n_tokens, wide = nt > 8 && !ctx->twin, lim = wide ? cu_attn_batch_short_len(ctx, nt) : 0;
   if (HD > ADS_THREADS || (wide && (!lim || !b->seq_len))) return 1;
@@ -1337,8 +1436,10 @@ static int ads_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb
   if (C < 32) return 1;
   /* the kernel's shared-memory limit is a process-wide attribute: always raised to this largest C's size, never
    * lowered for a smaller C, so that contexts launching it from other threads never see it below their size */
-  if (CU_OK(ctx, cudaFuncSetAttribute(attn_decode_smem_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      (int)ads_smem(HD, C))))
+  if (CU_OK(ctx, post ? cudaFuncSetAttribute(attn_decode_smem_kernel<HD, true>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ads_smem(HD, C))
+                      : cudaFuncSetAttribute(attn_decode_smem_kernel<HD, false>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ads_smem(HD, C))))
     return 0;
   int NS = 1;
   if (wide) {
@@ -1363,11 +1464,22 @@ static int ads_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb
   const size_t sm = ads_smem(HD, C);
   ctx->ads_wide_n += wide;
   dim3 grid((unsigned)nt, (unsigned)p->n_heads, (unsigned)NS);
-  cu_launch_pdl(ctx, "attn_decode_smem", attn_decode_smem_kernel<HD>, grid, dim3(ADS_THREADS), sm,
-                (__half *)out->data, (const __half *)q->data, (const __half *)kv->k.data, (const __half *)kv->v.data,
-                (const int32_t *)b->d_pos.data, (const int32_t *)b->d_seq.data, (const int32_t *)b->d_block_table.data,
-                b->max_blocks, b->block_size, nt, p->n_heads, p->n_kv_heads, p->scale, p->window, p->softcap,
-                ctx->attn_part, ctx->attn_cnt, NS, C CU_TRACE_ARGS(ctx, cu_trace_id(ctx, "attention hd%d n%d splits%d", HD, nt, NS)));
+  const ads_post none = {};
+  auto launch = [&](auto kern, auto freq) {
+    cu_launch_pdl(ctx, "attn_decode_smem", kern, grid, dim3(ADS_THREADS), sm, (__half *)out->data,
+                  (const __half *)q->data, (const __half *)kv->k.data, (const __half *)kv->v.data,
+                  (const int32_t *)b->d_pos.data, (const int32_t *)b->d_seq.data,
+                  (const int32_t *)b->d_block_table.data, b->max_blocks, b->block_size, nt, p->n_heads, p->n_kv_heads,
+                  p->scale, p->window, p->softcap, ctx->attn_part, ctx->attn_cnt, NS, C, post ? *post : none,
+                  freq CU_TRACE_ARGS(ctx, cu_trace_id(ctx, "attention hd%d n%d splits%d", HD, nt, NS)));
+  };
+  if (post) {
+    g4_rinv rv;
+    g4_rinv_make(&rv, post->n_pairs, HD, post->theta, post->factor);
+    launch(attn_decode_smem_kernel<HD, true>, rv);
+  } else {
+    launch(attn_decode_smem_kernel<HD, false>, ads_nofreq{});
+  }
   CU_LAUNCHED(ctx, "attn_decode_smem");
   return 0;
 }
@@ -1375,7 +1487,11 @@ static int ads_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb
 /* attn_decode (the split-key decode kernel) for any instantiated head dim */
 template <typename T, typename KT, int HD>
 static void attn_decode_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *q,
-                               const struct hb_kv_layer *kv, const struct hb_batch *b, const struct hb_attn_params *p) {
+                               const struct hb_kv_layer *kv, const struct hb_batch *b, const struct hb_attn_params *p,
+                               const ads_post *post = NULL) {
+  /* a POST instance only where cu_g4_post_attention sends one: f16 at head dim 512 (post is NULL otherwise) */
+  constexpr bool P = is_f16<T>::value && is_f16<KT>::value && HD == 512;
+
   const int nt = b->n_tokens, G = p->n_heads / p->n_kv_heads;
   const int32_t *pos = (const int32_t *)b->d_pos.data, *seq = (const int32_t *)b->d_seq.data,
                 *bt = (const int32_t *)b->d_block_table.data;
@@ -1385,7 +1501,9 @@ static void attn_decode_launch(struct hb_ctx *ctx, struct hb_tensor *out, const 
    * partial wave runs the kernel's whole chain of round trips again: at 32 tokens of the 3B, rounding up gave 3
    * splits, 384 blocks for 264 slots; rounded down, x32 +9 % on the H200, bench/RESULTS.md "Session 36") */
   int occ = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, attn_decode_kernel<T, KT, HD>, 128, 0) != cudaSuccess || occ < 1) {
+  /* (the occupancy of the plain instance for both: the splits must not depend on the fold, or its bits would not be
+   * the plain sequence's) */
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, attn_decode_kernel<T, KT, HD, false>, 128, 0) != cudaSuccess || occ < 1) {
     (void)cudaGetLastError();
     occ = 2;
   }
@@ -1398,11 +1516,66 @@ static void attn_decode_launch(struct hb_ctx *ctx, struct hb_tensor *out, const 
   if (cu_scratch(ctx, &cp, &ctx->attn_cnt_cap, need_cnt, sizeof(unsigned), 1)) return;
   ctx->attn_cnt = (unsigned *)cp;
   dim3 grid((unsigned)nt, (unsigned)(p->n_kv_heads * HG), (unsigned)NS);
-  cu_launch_pdl(ctx, "attn_decode", attn_decode_kernel<T, KT, HD>, grid, dim3(128), 0, (T *)out->data,
-                (const T *)q->data, (const KT *)kv->k.data, (const KT *)kv->v.data, pos, seq, bt, b->max_blocks,
-                b->block_size, p->n_heads, p->n_kv_heads, G, HG, p->scale, p->window, p->softcap, ctx->attn_part,
-                ctx->attn_cnt, NS);
+  const ads_post none = {};
+  auto launch = [&](auto kern, auto freq) {
+    cu_launch_pdl(ctx, "attn_decode", kern, grid, dim3(128), 0, (T *)out->data, (const T *)q->data,
+                  (const KT *)kv->k.data, (const KT *)kv->v.data, pos, seq, bt, b->max_blocks, b->block_size,
+                  p->n_heads, p->n_kv_heads, G, HG, p->scale, p->window, p->softcap, ctx->attn_part, ctx->attn_cnt, NS,
+                  post ? *post : none, freq);
+  };
+  if constexpr (P) {
+    if (post) {
+      g4_rinv rv;
+      g4_rinv_make(&rv, post->n_pairs, HD, post->theta, post->factor);
+      launch(attn_decode_kernel<T, KT, HD, true>, rv);
+      CU_LAUNCHED(ctx, "attn_decode");
+      return;
+    }
+  }
+  launch(attn_decode_kernel<T, KT, HD, false>, ads_nofreq{});
   CU_LAUNCHED(ctx, "attn_decode");
+}
+
+/* backend.h g4_post_attention: g4_qkv_post folded into the decode attention (the POST instances above) for a decode
+ * step of one token a sequence, at head dims 64-256 on attn_decode_smem (Gemma 4's sliding layers) and 512 on
+ * attn_decode (its full layers), so that a layer's decode has one launch fewer. 1, with nothing launched, where those
+ * kernels would not take the batch (then g4_qkv_post and attention run). */
+int cu_g4_post_attention(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *q, const struct hb_tensor *k,
+                         const struct hb_tensor *v, const struct hb_tensor *q_norm, const struct hb_tensor *k_norm,
+                         float eps, struct hb_kv_layer *kv_w, const struct hb_kv_layer *kv, const struct hb_batch *b,
+                         const struct hb_attn_params *p, int n_pairs, float theta, float factor) {
+  const int nt = b->n_tokens, hd = p->head_dim, nkv = p->n_kv_heads;
+  if (nt <= 0 || nt > 8 || b->n_seqs != nt || ctx->twin || ctx->row_invariant || !b->d_pos.data) return 1;
+  if ((hd != 64 && hd != 128 && hd != 256 && hd != 512) || nkv <= 0 || p->n_heads % nkv) return 1;
+  if (q->dtype != HB_F16 || out->dtype != HB_F16 || kv->k.dtype != HB_F16 || kv->v.dtype != HB_F16 ||
+      q->cols != (int64_t)p->n_heads * hd || out->cols != q->cols || q->rows < nt || out->rows < nt ||
+      kv->head_dim != hd || kv->n_kv_heads != nkv || q_norm->rows * q_norm->cols != hd)
+    return 1;
+  if (kv_w && (kv_w->k.data != kv->k.data || kv_w->v.data != kv->v.data || !k || !v || !k_norm ||
+               k->dtype != HB_F16 || v->dtype != HB_F16 || k->cols != (int64_t)nkv * hd || v->cols != k->cols ||
+               k->rows < nt || v->rows < nt || k_norm->rows * k_norm->cols != hd))
+    return 1;
+  ads_post pp = {};
+  if (kv_w) {
+    pp.k = (const __half *)k->data;
+    pp.v = (const __half *)v->data;
+    pp.kc = (__half *)kv_w->k.data;
+    pp.vc = (__half *)kv_w->v.data;
+    pp.kw = k_norm->data;
+    pp.kwdt = (int)k_norm->dtype;
+  }
+  pp.qw = q_norm->data;
+  pp.qwdt = (int)q_norm->dtype;
+  pp.n_pairs = n_pairs < 0 ? 0 : (n_pairs > hd / 2 ? hd / 2 : n_pairs); /* as rope_prop clamps it */
+  pp.eps = eps;
+  pp.theta = theta;
+  pp.factor = factor;
+  switch (hd) {
+  case 64: return ads_launch<64>(ctx, out, q, kv, b, p, &pp);
+  case 128: return ads_launch<128>(ctx, out, q, kv, b, p, &pp);
+  case 256: return ads_launch<256>(ctx, out, q, kv, b, p, &pp);
+  default: attn_decode_launch<__half, __half, 512>(ctx, out, q, kv, b, p, &pp); return 0; /* as attn_hd runs it */
+  }
 }
 
 template <typename T, typename KT, int D>

@@ -872,6 +872,16 @@ extern "C" int hb_cuda_g4_qkv_post(struct hb_ctx *c, struct hb_tensor *q, const 
   return cu_g4_qkv_post(c, q, k, v, q_norm, k_norm, eps, kv, b, n_heads, n_kv_heads, head_dim, n_pairs, theta, factor);
 }
 
+extern "C" int hb_cuda_g4_post_attention(struct hb_ctx *c, struct hb_tensor *out, const struct hb_tensor *q,
+                                         const struct hb_tensor *k, const struct hb_tensor *v,
+                                         const struct hb_tensor *q_norm, const struct hb_tensor *k_norm, float eps,
+                                         struct hb_kv_layer *kv_w, const struct hb_kv_layer *kv,
+                                         const struct hb_batch *b, const struct hb_attn_params *p, int n_pairs,
+                                         float theta, float factor) {
+  if (c->status) return 0; /* sticky error: nothing runs either way */
+  return cu_g4_post_attention(c, out, q, k, v, q_norm, k_norm, eps, kv_w, kv, b, p, n_pairs, theta, factor);
+}
+
 extern "C" void hb_cuda_norm_add(struct hb_ctx *c, struct hb_tensor *x, const struct hb_tensor *y,
                                  const struct hb_tensor *w, float eps, float s, int n) {
   if (!c->status) cu_norm_add(c, x, y, w, eps, s, n);

@@ -72,6 +72,12 @@ int hb_cuda_g4_qkv_post(struct hb_ctx *ctx, struct hb_tensor *q, const struct hb
                         const struct hb_tensor *q_norm, const struct hb_tensor *k_norm, float eps,
                         struct hb_kv_layer *kv, const struct hb_batch *b, int n_heads, int n_kv_heads, int head_dim,
                         int n_pairs, float theta, float factor);
+/* g4_post_attention (backend.h): g4_qkv_post folded into the decode attention (attention.cu) */
+int hb_cuda_g4_post_attention(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *q,
+                              const struct hb_tensor *k, const struct hb_tensor *v, const struct hb_tensor *q_norm,
+                              const struct hb_tensor *k_norm, float eps, struct hb_kv_layer *kv_w,
+                              const struct hb_kv_layer *kv, const struct hb_batch *b, const struct hb_attn_params *p,
+                              int n_pairs, float theta, float factor);
 void hb_cuda_norm_add(struct hb_ctx *ctx, struct hb_tensor *x, const struct hb_tensor *y, const struct hb_tensor *w,
                       float eps, float s, int n);
 /* add_norm_matmul (backend.h): one launch for n <= 8 f16 rows and int4 weights (gemv_q4.cu, PRO_ANORM / PRO_APLAIN);

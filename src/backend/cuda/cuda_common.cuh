@@ -388,6 +388,10 @@ void cu_kv_write(struct hb_ctx *ctx, struct hb_kv_layer *kv, const struct hb_ten
 int cu_rope_kv_write(struct hb_ctx *ctx, struct hb_tensor *q, struct hb_tensor *k, const struct hb_tensor *v,
                      struct hb_kv_layer *kv, const struct hb_batch *b, int n_heads, int n_rot, float theta,
                      const struct hb_tensor *q_norm, const struct hb_tensor *k_norm, float eps);
+int cu_g4_post_attention(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *q, const struct hb_tensor *k,
+                         const struct hb_tensor *v, const struct hb_tensor *q_norm, const struct hb_tensor *k_norm,
+                         float eps, struct hb_kv_layer *kv_w, const struct hb_kv_layer *kv, const struct hb_batch *b,
+                         const struct hb_attn_params *p, int n_pairs, float theta, float factor);
 void cu_attention(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb_tensor *q,
                   const struct hb_kv_layer *kv, const struct hb_batch *b, const struct hb_attn_params *p);
 /* attn_wide.cu: attention at the head dims the kernels above are not built for (multiples of 32 up to 1024) */

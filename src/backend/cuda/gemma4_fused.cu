@@ -7,19 +7,12 @@
  * them, so the fused ops are bit-identical to the plain sequences (test_cuda_ops checks it). */
 #include <math.h>
 
-#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/g4_post.cuh"
 
 /* ---- g4_qkv_post ---------------------------------------------------------------------------------------
- * One warp per (token, head); heads [0, nq) are q, then (with a cache) nkv heads of k and nkv of v. Lane l holds
- * dims l + 32 j, so a rotation pair (i, i + hd/2) sits in one lane when hd/2 is a multiple of 32. The norm is
- * rmsnorm_kernel's (one warp per row: lane-strided sum, warp_sum), the rotation rope_prop_kernel's, the cache slot
+ * One warp per (token, head); heads [0, nq) are q, then (with a cache) nkv heads of k and nkv of v. The warp's
+ * arithmetic is g4_post.cuh's (the norm rmsnorm_kernel's, the rotation rope_prop_kernel's), the cache slot
  * kv_write_kernel's. */
-#define QP_MAXJ 16 /* values per lane: head_dim <= 512 */
-
-/* the inverse frequencies 1 / theta^(2i/hd) / factor, i < n_pairs, made on the host by rope_prop_kernel's formula
- * (rope_pow: pow in double, rounded to float), so the kernel has no double pow on its chain; a kernel argument */
-struct g4_rinv { float v[256]; };
-
 template <typename T, typename KT>
 __global__ __launch_bounds__(32) void g4_qkv_post_kernel(T *q, const T *k, const T *v, const void *qw, int qwdt,
                                                          const void *kw, int kwdt, float eps, KT *kc, KT *vc,
@@ -27,53 +20,25 @@ __global__ __launch_bounds__(32) void g4_qkv_post_kernel(T *q, const T *k, const
                                                          int max_blocks, int bs, int nq, int nkv, int hd, int n_pairs,
                                                          const __grid_constant__ g4_rinv rinv) {
   pdl_trigger();
-  const int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, nj = hd / 32, half = hd / 2;
+  const int t = blockIdx.x, h = blockIdx.y, lane = threadIdx.x, nj = hd / 32;
   const int kind = h < nq ? 0 : (h < nq + nkv ? 1 : 2); /* q, k, v */
   const int hh = kind == 0 ? h : (kind == 1 ? h - nq : h - nq - nkv);
   const T *src = kind == 0 ? q + ((int64_t)t * nq + hh) * hd : (kind == 1 ? k : v) + ((int64_t)t * nkv + hh) * hd;
   /* Nothing below but q, k and v comes from the GEMV before: the norm weights, the position, the rotation's sin and
    * cos, and the cache slot are read and computed before the wait, so that after it the warp has one round trip
    * (its head's values) before its stores (bench/NOTES.md, lesson 1; session 31). */
-  const void *w = kind == 0 ? qw : kw;
-  const int wdt = kind == 0 ? qwdt : kwdt;
-  float wn[QP_MAXJ];
-#pragma unroll
-  for (int j = 0; j < QP_MAXJ; j++) wn[j] = kind < 2 && j < nj ? ld_any(w, wdt, lane + 32 * j) + 0.0f : 1.0f;
+  float wn[QP_MAXJ], sn[QP_MAXJ / 2], cs[QP_MAXJ / 2];
   const int p = pos[t];
-  float sn[QP_MAXJ / 2], cs[QP_MAXJ / 2];
-#pragma unroll
-  for (int j = 0; j < QP_MAXJ / 2; j++) {
-    sn[j] = 0.0f;
-    cs[j] = 1.0f;
-    if (kind < 2 && 2 * j < nj && lane + 32 * j < n_pairs) sincosf((float)p * rinv.v[lane + 32 * j], &sn[j], &cs[j]);
-  }
+  g4_post_pre(wn, sn, cs, kind == 0 ? qw : (kind == 1 ? kw : NULL), kind == 0 ? qwdt : kwdt, kind < 2, p,
+              [&](int i) { return rinv.v[i]; }, nj, n_pairs, lane);
   int64_t slot = 0;
   if (kind > 0) slot = (int64_t)bt[(int64_t)seq[t] * max_blocks + p / bs] * bs + p % bs;
   pdl_wait(); /* launched with programmatic stream serialization: q, k, v come from the GEMV before */
   float x[QP_MAXJ];
-  float ss = 0.0f;
 #pragma unroll
   for (int j = 0; j < QP_MAXJ; j++)
-    if (j < nj) {
-      x[j] = ldf(src + lane + 32 * j);
-      ss += x[j] * x[j];
-    }
-  ss = warp_sum(ss);
-  const float inv = rsqrtf(ss / (float)hd + eps);
-#pragma unroll
-  for (int j = 0; j < QP_MAXJ; j++)
-    if (j < nj) x[j] = rnd<T>(x[j] * inv * wn[j]);
-  if (kind < 2) { /* rope_prop: pairs (i, i + half), i < n_pairs; its roundings spelled out (rope_prop_lo / _hi) */
-#pragma unroll
-    for (int j = 0; j < QP_MAXJ / 2; j++) {
-      const int i = lane + 32 * j;
-      if (2 * j >= nj || i >= n_pairs) continue;
-      const int j2 = j + half / 32;
-      const float a = x[j], b = x[j2];
-      x[j] = rnd<T>(rope_prop_lo(a, b, cs[j], sn[j]));
-      x[j2] = rnd<T>(rope_prop_hi(a, b, cs[j], sn[j]));
-    }
-  }
+    if (j < nj) x[j] = ldf(src + lane + 32 * j);
+  g4_post_apply<T>(x, wn, sn, cs, nj, hd, n_pairs, eps, kind < 2, lane);
   if (kind == 0) {
     T *o = q + ((int64_t)t * nq + hh) * hd;
 #pragma unroll
@@ -106,8 +71,7 @@ int cu_g4_qkv_post(struct hb_ctx *ctx, struct hb_tensor *q, const struct hb_tens
   if (n_pairs > hd / 2) n_pairs = hd / 2; /* as rope_prop clamps it */
   if (n_pairs < 0) n_pairs = 0;
   g4_rinv rinv;
-  for (int i = 0; i < n_pairs; i++) /* rope_prop_kernel's expression, with rope_pow's pow in double on the host */
-    rinv.v[i] = 1.0f / (float)pow((double)theta, (double)((float)(2 * i) / (float)hd)) / factor;
+  g4_rinv_make(&rinv, n_pairs, hd, theta, factor);
   dim3 grid((unsigned)n, (unsigned)(n_heads + (kv ? 2 * n_kv : 0)));
   const int32_t *pos = (const int32_t *)b->d_pos.data, *seq = (const int32_t *)b->d_seq.data,
                 *bt = (const int32_t *)b->d_block_table.data;
