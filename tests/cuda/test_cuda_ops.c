@@ -428,7 +428,7 @@ static void gpu_same(const struct hb_tensor *a, const struct hb_tensor *b, int64
   free(ha); free(hb);
 }
 
-/* g4_post_attention (attention.cu: g4_qkv_post folded into attn_decode_smem) against g4_qkv_post then attention on
+/* g4_post_attention (attention.cu: g4_qkv_post folded into attn_decode_smem and attn_decode) against g4_qkv_post then attention on
  * the same inputs and caches: the output and both caches must hold the same bits. per new tokens a sequence (the op
  * takes one) at ctx[i] keys before them; own: the layer writes its keys (else a KV-shared layer, whose new keys are already in the cache).
  * take: whether the op must cover the batch (the exact mode's f32 activations and the shapes it leaves to the two
