@@ -465,7 +465,12 @@ __global__ __launch_bounds__(128) void attn_decode_kernel(T *out, const T *q, co
   const int h0 = kh * G + hg * AD_G, ng = min(AD_G, G - hg * AD_G);
   const int p = pos[t], sq = seq[t];
   const int lo = window > 0 ? max(0, p - window + 1) : 0, len = p - lo + 1;
-  const int ns = min(NS, (len + KPB - 1) / KPB);
+  /* keys a split takes at least: one block step, and at head dim 512 two loop steps (16 keys), whose fixed costs (the
+   * q rows, a 2 KB partial a head, the merge's reads) are 4x those at 128 while a key step costs one round trip: at
+   * ~100 keys, 25 splits of 4 keys left the last block ~28 dependent round trips of partials to merge (bench/NOTES.md,
+   * session 45) */
+  constexpr int KMIN = HD >= 512 ? 4 * KPB : KPB;
+  const int ns = min(NS, (len + KMIN - 1) / KMIN);
   if (s >= ns) return;
   const int chunk = (len + ns - 1) / ns, ks = lo + s * chunk, ke = min(p + 1, ks + chunk);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, kg = lane / LPK, sub = lane % LPK;
@@ -659,21 +664,30 @@ __global__ __launch_bounds__(128) void attn_decode_kernel(T *out, const T *q, co
     sw[g][lane] = L != 0.0f ? f / L : 0.0f; /* a NaN L stays NaN */
   }
   __syncthreads();
-  for (int d = threadIdx.x; d < HD; d += blockDim.x) {
-    float A[AD_G];
+  /* every dim of a thread (HD / 128 of them) in one pass over the splits, so that the loads of four splits for all of
+   * them are in flight at once (a loop over the dims outside that one was HD / 128 chains of round trips); each sum
+   * still runs over the splits in order, so the bits are the same */
+  constexpr int DT = (HD + 127) / 128; /* dims a thread (the launch is 128 threads) */
+  float A[DT][AD_G];
 #pragma unroll
-    for (int g = 0; g < AD_G; g++) A[g] = 0.0f;
-    const float *pp = part + ((int64_t)t * n_heads + h0) * NS * (HD + 2) + d;
+  for (int r = 0; r < DT; r++)
+#pragma unroll
+    for (int g = 0; g < AD_G; g++) A[r][g] = 0.0f;
+  const float *pb = part + ((int64_t)t * n_heads + h0) * NS * (HD + 2) + threadIdx.x;
 #pragma unroll 4
-    for (int j = 0; j < ns; j++) {
+  for (int j = 0; j < ns; j++) {
+#pragma unroll
+    for (int r = 0; r < DT; r++)
 #pragma unroll
       for (int g = 0; g < AD_G; g++)
-        if (g < ng) A[g] = fmaf(sw[g][j], __ldcg(pp + ((int64_t)g * NS + j) * (HD + 2)), A[g]);
-    }
+        if (g < ng && threadIdx.x + 128 * r < HD)
+          A[r][g] = fmaf(sw[g][j], __ldcg(pb + ((int64_t)g * NS + j) * (HD + 2) + 128 * r), A[r][g]);
+  }
+#pragma unroll
+  for (int r = 0; r < DT; r++)
 #pragma unroll
     for (int g = 0; g < AD_G; g++)
-      if (g < ng) stf(out + ((int64_t)t * n_heads + h0 + g) * HD + d, A[g]);
-  }
+      if (g < ng && threadIdx.x + 128 * r < HD) stf(out + ((int64_t)t * n_heads + h0 + g) * HD + threadIdx.x + 128 * r, A[r][g]);
   if (threadIdx.x == 0) *c = 0;
 }
 
