@@ -664,10 +664,10 @@ __global__ __launch_bounds__(128) void attn_decode_kernel(T *out, const T *q, co
     sw[g][lane] = L != 0.0f ? f / L : 0.0f; /* a NaN L stays NaN */
   }
   __syncthreads();
-  /* every dim of a thread (HD / 128 of them) in one pass over the splits, so that the loads of four splits for all of
-   * them are in flight at once (a loop over the dims outside that one was HD / 128 chains of round trips); each sum
+  /* every dim of a thread (DT of them) in one pass over the splits, so that the loads of four splits for all of
+   * them are in flight at once (a loop over the dims outside that one was DT chains of round trips); each sum
    * still runs over the splits in order, so the bits are the same */
-  constexpr int DT = (HD + 127) / 128; /* dims a thread (the launch is 128 threads) */
+  constexpr int NT = AD_WARPS * 32, DT = (HD + NT - 1) / NT; /* the block's threads; dims a thread */
   float A[DT][AD_G];
 #pragma unroll
   for (int r = 0; r < DT; r++)
@@ -680,14 +680,14 @@ __global__ __launch_bounds__(128) void attn_decode_kernel(T *out, const T *q, co
     for (int r = 0; r < DT; r++)
 #pragma unroll
       for (int g = 0; g < AD_G; g++)
-        if (g < ng && threadIdx.x + 128 * r < HD)
-          A[r][g] = fmaf(sw[g][j], __ldcg(pb + ((int64_t)g * NS + j) * (HD + 2) + 128 * r), A[r][g]);
+        if (g < ng && threadIdx.x + NT * r < HD)
+          A[r][g] = fmaf(sw[g][j], __ldcg(pb + ((int64_t)g * NS + j) * (HD + 2) + NT * r), A[r][g]);
   }
 #pragma unroll
   for (int r = 0; r < DT; r++)
 #pragma unroll
     for (int g = 0; g < AD_G; g++)
-      if (g < ng && threadIdx.x + 128 * r < HD) stf(out + ((int64_t)t * n_heads + h0 + g) * HD + threadIdx.x + 128 * r, A[r][g]);
+      if (g < ng && threadIdx.x + NT * r < HD) stf(out + ((int64_t)t * n_heads + h0 + g) * HD + threadIdx.x + NT * r, A[r][g]);
   if (threadIdx.x == 0) *c = 0;
 }
 
