@@ -666,28 +666,34 @@ __global__ __launch_bounds__(128) void attn_decode_kernel(T *out, const T *q, co
   __syncthreads();
   /* every dim of a thread (DT of them) in one pass over the splits, so that the loads of four splits for all of
    * them are in flight at once (a loop over the dims outside that one was DT chains of round trips); each sum
-   * still runs over the splits in order, so the bits are the same */
+   * still runs over the splits in order, so the bits are the same. At head dim 512 (DT = 4) one dim a pass
+   * (DP = 1): the one pass there cost the E4B 2 % after 1,570 tokens (bench/NOTES.md, session 47) */
   constexpr int NT = AD_WARPS * 32, DT = (HD + NT - 1) / NT; /* the block's threads; dims a thread */
-  float A[DT][AD_G];
-#pragma unroll
-  for (int r = 0; r < DT; r++)
-#pragma unroll
-    for (int g = 0; g < AD_G; g++) A[r][g] = 0.0f;
+  constexpr int DP = HD >= 512 ? 1 : DT;                     /* dims a pass over the splits */
   const float *pb = part + ((int64_t)t * n_heads + h0) * NS * (HD + 2) + threadIdx.x;
-#pragma unroll 4
-  for (int j = 0; j < ns; j++) {
+#pragma unroll 1
+  for (int r0 = 0; r0 < DT; r0 += DP) {
+    float A[DP][AD_G];
 #pragma unroll
-    for (int r = 0; r < DT; r++)
+    for (int r = 0; r < DP; r++)
+#pragma unroll
+      for (int g = 0; g < AD_G; g++) A[r][g] = 0.0f;
+#pragma unroll 4
+    for (int j = 0; j < ns; j++) {
+#pragma unroll
+      for (int r = 0; r < DP; r++)
+#pragma unroll
+        for (int g = 0; g < AD_G; g++)
+          if (g < ng && threadIdx.x + NT * (r0 + r) < HD)
+            A[r][g] = fmaf(sw[g][j], __ldcg(pb + ((int64_t)g * NS + j) * (HD + 2) + NT * (r0 + r)), A[r][g]);
+    }
+#pragma unroll
+    for (int r = 0; r < DP; r++)
 #pragma unroll
       for (int g = 0; g < AD_G; g++)
-        if (g < ng && threadIdx.x + NT * r < HD)
-          A[r][g] = fmaf(sw[g][j], __ldcg(pb + ((int64_t)g * NS + j) * (HD + 2) + NT * r), A[r][g]);
+        if (g < ng && threadIdx.x + NT * (r0 + r) < HD)
+          stf(out + ((int64_t)t * n_heads + h0 + g) * HD + threadIdx.x + NT * (r0 + r), A[r][g]);
   }
-#pragma unroll
-  for (int r = 0; r < DT; r++)
-#pragma unroll
-    for (int g = 0; g < AD_G; g++)
-      if (g < ng && threadIdx.x + NT * r < HD) stf(out + ((int64_t)t * n_heads + h0 + g) * HD + threadIdx.x + NT * r, A[r][g]);
   if (threadIdx.x == 0) *c = 0;
 }
 
@@ -732,8 +738,11 @@ __device__ __forceinline__ float ads_block_sum(float v, float *red) {
 static size_t ads_smem(int hd, int C) { return (size_t)C * ((size_t)2 * (hd / 8 + 1) * 16 + 4); }
 
 
-template <int HD, bool POST = false>
-__global__ __launch_bounds__(ADS_THREADS) void attn_decode_smem_kernel(
+/* MB: blocks an SM the registers are bounded for. 4 is 64 registers, what the plain bound gives (a plain
+ * __launch_bounds__(256, 1) would allow 96); 5 is 48 (8-40 bytes of spills), which fits a block beside two 8-warp
+ * GEMV blocks of ~100 registers (ads_launch) */
+template <int HD, bool POST = false, int MB = 4>
+__global__ __launch_bounds__(ADS_THREADS, MB) void attn_decode_smem_kernel(
     __half *out, const __half *q, const __half *kc, const __half *vc, const int32_t *pos, const int32_t *seq,
     const int32_t *bt, int max_blocks, int bs, int n_tokens, int n_heads, int n_kv, float scale, int window,
     float softcap, float *part, unsigned *cnt, int NS, int C, const ads_post pp,
@@ -1450,10 +1459,17 @@ static int ads_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb
   if (C < 32) return 1;
   /* the kernel's shared-memory limit is a process-wide attribute: always raised to this largest C's size, never
    * lowered for a smaller C, so that contexts launching it from other threads never see it below their size */
-  if (CU_OK(ctx, post ? cudaFuncSetAttribute(attn_decode_smem_kernel<HD, true>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ads_smem(HD, C))
-                      : cudaFuncSetAttribute(attn_decode_smem_kernel<HD, false>,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ads_smem(HD, C))))
+  /* the 48-register instance after a GEMV that holds two 8-warp blocks on most SMs (gemv_last_full): the
+   * 64-register one could not enter beside them, and its pre-wait copies would wait for the GEMV to leave. H100,
+   * session 47: 12B tg128 +3.7 % (+3.7 % after 600 tokens, ±0 after 1,570); after other GEMVs the spills cost
+   * (E4B −1.2 % where it was taken always), so only there */
+  const int r48 = !wide && ctx->gemv_last_full;
+  const int smax = (int)ads_smem(HD, C);
+  const auto attr = cudaFuncAttributeMaxDynamicSharedMemorySize;
+  if (CU_OK(ctx, post ? (r48 ? cudaFuncSetAttribute(attn_decode_smem_kernel<HD, true, 5>, attr, smax)
+                             : cudaFuncSetAttribute(attn_decode_smem_kernel<HD, true>, attr, smax))
+                      : (r48 ? cudaFuncSetAttribute(attn_decode_smem_kernel<HD, false, 5>, attr, smax)
+                             : cudaFuncSetAttribute(attn_decode_smem_kernel<HD, false>, attr, smax))))
     return 0;
   int NS = 1;
   if (wide) {
@@ -1490,9 +1506,11 @@ static int ads_launch(struct hb_ctx *ctx, struct hb_tensor *out, const struct hb
   if (post) {
     g4_rinv rv;
     g4_rinv_make(&rv, post->n_pairs, HD, post->theta, post->factor);
-    launch(attn_decode_smem_kernel<HD, true>, rv);
+    if (r48) launch(attn_decode_smem_kernel<HD, true, 5>, rv);
+    else launch(attn_decode_smem_kernel<HD, true>, rv);
   } else {
-    launch(attn_decode_smem_kernel<HD, false>, ads_nofreq{});
+    if (r48) launch(attn_decode_smem_kernel<HD, false, 5>, ads_nofreq{});
+    else launch(attn_decode_smem_kernel<HD, false>, ads_nofreq{});
   }
   CU_LAUNCHED(ctx, "attn_decode_smem");
   return 0;

@@ -46,6 +46,8 @@ struct hb_ctx {
   int attn_o_max;         /* attn_o.cu: the longest sequence the fused attention + o_proj takes: -1 the default (one
                            * chunk where it measured faster: head dim 64), -2 one chunk at every head dim, 0 off */
   long ads_wide_n;        /* attention.cu: its launches past 8 rows (tests: hb_cuda_attn_wide_launches) */
+  int gemv_last_full;     /* gemv_q4.cu: the latest GEMV launch put two 8-warp blocks on most SMs (attention.cu
+                           * then takes its 48-register attn_decode_smem, which fits beside them) */
   int twin;               /* set_step_twins: every row of the batch (one sequence's tokens) as its one-token step */
   int twin_bad;           /* ops since set_step_twins(1) that could not compute their rows that way */
   int twin_rows;          /* the most rows of one step-twin GEMV launch (8; HEARTH_TEST_TWIN_ROWS in tests) */

@@ -902,6 +902,7 @@ static int gemv_cores_launch(struct hb_ctx *ctx, gemv_args &a) {
     a.tr_id = cu_trace_id(ctx, "gemv glu n%d %dx%d %d/1 r%d co", a.n, a.rows_total, a.K, GEMV_CORES_NW, ring);
 #endif
     const dim3 grid((unsigned)ctx->n_sm), block(GEMV_CORES_NW * 32);
+    ctx->gemv_last_full = 0;
     gemv_launch_k<__half, PRO, 1, GEMV_GLU, GEMV_CORES_NW, 4>(ctx, grid, block, sm, a);
     return 1;
   }
@@ -993,6 +994,8 @@ static void gemv_launch_ci(struct hb_ctx *ctx, gemv_args &a, int ci, int units) 
 #endif
   const size_t sm = gemv_smem(a.n, a.K, PRO) + (size_t)nw * a.ring * GEMV_SLOT;
   const dim3 grid((unsigned)nb), block((unsigned)(nw * 32));
+  /* two blocks on at least half of the SMs (the 12B's QKV: 256 blocks on 132 SMs; the E4B's 96 are not) */
+  ctx->gemv_last_full = nw == 8 && per_sm >= 2 && 2 * (nb - ctx->n_sm) >= ctx->n_sm;
   int k = 0;
 #define GEMV_LAUNCH(NW, KS) \
   if (ci == k++) gemv_launch_k<TO, PRO, KS, MODE, NW, 2>(ctx, grid, block, sm, a);
