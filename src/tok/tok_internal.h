@@ -109,6 +109,10 @@ int tok_utf8_get(const unsigned char *s, uint32_t *cp);
 /* 1 when s[0..n) is a proper prefix of some valid UTF-8 sequence (an unfinished character). */
 int tok_utf8_incomplete(const unsigned char *s, size_t n);
 
+/* A split regex's General Category escapes widened to Unicode 16.0 (tok_unicode.c): a malloc'd NUL-terminated
+ * pattern of *m bytes, NULL on OOM. */
+char *tok_gc_rewrite(const char *p, size_t n, size_t *m);
+
 /* Added-token tries (tok_added.c). */
 int tok_trie_add(struct tok_trie *t, const char *s, size_t n, int32_t added_index);
 void tok_trie_free(struct tok_trie *t);

@@ -128,8 +128,10 @@ static char *ws_rewrite(const char *p, size_t n, size_t *m) {
 static pcre2_code *compile_re(const char *pat0, size_t n0, struct hearth_err *err) {
   int ec;
   PCRE2_SIZE eo;
-  size_t n;
-  char *pat = ws_rewrite(pat0, n0, &n);
+  size_t n, n1;
+  char *pat1 = tok_gc_rewrite(pat0, n0, &n1); /* \p{L} etc. as Unicode 16.0 has them */
+  char *pat = pat1 ? ws_rewrite(pat1, n1, &n) : NULL;
+  free(pat1);
   if (!pat) {
     err_set(err, HEARTH_ERR_NOMEM, "out of memory");
     return NULL;

@@ -552,20 +552,27 @@ TEST_GROUP(threads) {
   free_corpus();
 }
 
-/* Unicode spaces and U+180E (which PCRE2's \s takes and HF's Oniguruma does not: tok_load.c's ws_rewrite)
- * against HF tokenizers' ids (tests/oracle/tok_ws_props.mjs). */
-TEST_GROUP(whitespace_props) {
+/* every line of tests/fixtures/tok/FILE ({"text", "qwen3": ids, "gemma3": ids}, made by HF tokenizers) encoded by
+ * hearth's tokenizers: returns the lines, counts the strings whose ids differ into *bad */
+static int check_hf_lines(const char *file, int *bad) {
   char path[1024];
-  snprintf(path, sizeof path, "%s/tests/fixtures/tok/ws_props.jsonl", HEARTH_SOURCE_DIR);
+  snprintf(path, sizeof path, "%s/tests/fixtures/tok/%s", HEARTH_SOURCE_DIR, file);
   FILE *f = fopen(path, "r");
-  REQUIRE(f != NULL);
+  CHECK(f != NULL);
+  if (!f) return 0;
   static const char *const names[] = {"qwen3", "gemma3"};
   struct tok *t[2] = {load_named(names[0]), load_named(names[1])};
-  REQUIRE(t[0] && t[1]);
+  CHECK(t[0] && t[1]);
+  if (!t[0] || !t[1]) {
+    fclose(f);
+    tok_free(t[0]);
+    tok_free(t[1]);
+    return 0;
+  }
   char *line = NULL;
   size_t cap = 0;
   ssize_t len;
-  int rows = 0, bad = 0;
+  int rows = 0;
   struct hearth_err err = {0};
   while ((len = getline(&line, &cap, f)) > 0) {
     json_t *o = json_loadb(line, (size_t)len, 0, NULL);
@@ -576,8 +583,8 @@ TEST_GROUP(whitespace_props) {
       int n = 0;
       CHECK(tok_encode(t[k], text, json_string_length(json_object_get(o, "text")), 0, 1, &ids, &n, &err) == 0);
       if (!ids_equal(ids, n, json_object_get(o, names[k]))) {
-        bad++;
-        fprintf(stderr, "%s: ids differ on ws_props line %d\n", names[k], rows);
+        (*bad)++;
+        fprintf(stderr, "%s: ids differ on %s line %d\n", names[k], file, rows);
         print_ids("hearth", ids, n);
       }
       free(ids);
@@ -587,12 +594,29 @@ TEST_GROUP(whitespace_props) {
   }
   free(line);
   fclose(f);
-  CHECK(rows >= 50);
-  CHECKF(bad == 0, "%d of %d whitespace strings differ from HF", bad, 2 * rows);
   tok_free(t[0]);
   tok_free(t[1]);
+  return rows;
+}
+
+/* Unicode spaces and U+180E (which PCRE2's \s takes and HF's Oniguruma does not: tok_load.c's ws_rewrite)
+ * against HF tokenizers' ids (tests/oracle/tok_ws_props.mjs). */
+TEST_GROUP(whitespace_props) {
+  int bad = 0;
+  const int rows = check_hf_lines("ws_props.jsonl", &bad);
+  CHECK(rows >= 50);
+  CHECKF(bad == 0, "%d of %d whitespace strings differ from HF", bad, 2 * rows);
+}
+
+/* Letters, digits and marks that Unicode 15.0-16.0 added (\p{L} etc. in HF's Oniguruma, unassigned in Debian 12's
+ * PCRE2: tok_unicode.c) against HF tokenizers' ids (tests/oracle/tok_unicode16.mjs) */
+TEST_GROUP(unicode16) {
+  int bad = 0;
+  const int rows = check_hf_lines("unicode16.jsonl", &bad);
+  CHECK(rows >= 300);
+  CHECKF(bad == 0, "%d of %d strings around Unicode 15-16 code points differ from HF", bad, 2 * rows);
 }
 
 TEST_MAIN(T(qwen3_reference), T(qwen3_embed_reference), T(gemma3_reference), T(gemma4_reference),
           T(stream_qwen3), T(stream_gemma3), T(invalid_utf8), T(long_runs), T(api), T(errors), T(added_token_options),
-          T(threads), T(whitespace_props))
+          T(threads), T(whitespace_props), T(unicode16))
