@@ -84,11 +84,11 @@ static int normalize(struct enc *e, const char *s, size_t n, char **out, size_t 
       if (st->kind == TN_NFC || st->kind == TN_NFKC) opt |= UTF8PROC_COMPOSE;
       else opt |= UTF8PROC_DECOMPOSE;
       if (st->kind == TN_NFKC || st->kind == TN_NFKD) opt |= UTF8PROC_COMPAT;
-      utf8proc_uint8_t *dst = NULL;
-      utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)*out, (utf8proc_ssize_t)*on, &dst, opt);
+      char *dst = NULL;
+      const ssize_t r = tok_norm_map(*out, *on, opt, &dst); /* as HF's Unicode 9.0 tables have it */
       if (r < 0) return err_set(e->err, r == UTF8PROC_ERROR_NOMEM ? HEARTH_ERR_NOMEM : HEARTH_ERR_ARG,
                                 "tokenizer: normalization failed: %s", utf8proc_errmsg(r));
-      res = (char *)dst, rn = (size_t)r;
+      res = dst, rn = (size_t)r;
       if (rn > cap) { free(res); return too_long(e, n, rn, cap); }
     } else if (st->kind == TN_REPLACE) {
       size_t cnt = 0;

@@ -6,6 +6,7 @@
 #include <pcre2.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "tok/tok_map.h"
 #include "tok/tokenizer.h"
@@ -112,6 +113,9 @@ int tok_utf8_incomplete(const unsigned char *s, size_t n);
 /* A split regex's General Category escapes widened to Unicode 16.0 (tok_unicode.c): a malloc'd NUL-terminated
  * pattern of *m bytes, NULL on OOM. */
 char *tok_gc_rewrite(const char *p, size_t n, size_t *m);
+/* utf8proc_map(s, n, out, opt) as HF's Unicode 9.0 normalizer: code points assigned after 9.0 left as they are and
+ * the text between them normalized (tok_unicode.c). The length, or a negative utf8proc error. */
+ssize_t tok_norm_map(const char *s, size_t n, int opt, char **out);
 
 /* Added-token tries (tok_added.c). */
 int tok_trie_add(struct tok_trie *t, const char *s, size_t n, int32_t added_index);

@@ -1,4 +1,5 @@
-/* tok/tok_unicode.c — a tokenizer regex's General Category classes (\p{L}, \p{N}, ...) as of Unicode 16.0.
+/* tok/tok_unicode.c — the Unicode versions of HF tokenizers rather than the system libraries': a split regex's
+ * General Category classes (\p{L}, \p{N}, ...) as of Unicode 16.0, and normalization as of 9.0 (below).
  *
  * HF tokenizers run their split regexes on Oniguruma, whose tables are Unicode 16.0 in tokenizers 0.23: a Kawi,
  * Nag Mundari or CJK Extension H/I letter is \p{L} there. Debian 12's PCRE2 (10.42) has Unicode 14.0 tables and
@@ -16,6 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <sys/types.h>
+#include <utf8proc.h>
 
 #include "tok_internal.h"
 #include "unicode_delta.h"
@@ -177,4 +181,73 @@ char *tok_gc_rewrite(const char *p, size_t n, size_t *m) {
   }
   *m = b.n;
   return b.p;
+}
+
+/* ---- normalization as HF's crate does it (Unicode 9.0 tables) ---------------------------------------------------
+ * HF's normalizers use unicode-normalization-alignments, whose tables are Unicode 9.0: a code point assigned later
+ * is unassigned there (combining class 0, no decomposition, never composed), where utf8proc 2.8 (15.0) reorders
+ * and composes the marks among them (59 code points changed a Qwen string in session 47's sweep, e.g.
+ * "a\u1dfa\u0301"). An unassigned code point is a starter that nothing composes with, so HF's result is the
+ * normalization of the text between such code points, with them left as they are: that is what this does. */
+
+static int new9(uint32_t c) {
+  size_t lo = 0, hi = sizeof g_unicode_new9 / sizeof g_unicode_new9[0];
+  while (lo < hi) {
+    const size_t mid = (lo + hi) / 2;
+    if (c < g_unicode_new9[mid].lo) hi = mid;
+    else if (c > g_unicode_new9[mid].hi) lo = mid + 1;
+    else return 1;
+  }
+  return 0;
+}
+
+/* the code point at s[i] if it is a valid sequence there (its length in *len), else 0 with *len = 1 */
+static uint32_t cp_at(const unsigned char *s, size_t n, size_t i, size_t *len) {
+  const unsigned char b = s[i];
+  int k = b >= 0xF0 && b <= 0xF4 ? 4 : b >= 0xE0 ? 3 : b >= 0xC2 && b < 0xE0 ? 2 : 0;
+  *len = 1;
+  if (!k || i + (size_t)k > n) return 0;
+  for (int j = 1; j < k; j++)
+    if ((s[i + j] & 0xC0) != 0x80) return 0;
+  uint32_t c = k == 2 ? b & 0x1F : k == 3 ? b & 0x0F : b & 0x07;
+  for (int j = 1; j < k; j++) c = c << 6 | (s[i + j] & 0x3F);
+  if ((k == 3 && (c < 0x800 || (c >= 0xD800 && c <= 0xDFFF))) || (k == 4 && (c < 0x10000 || c > 0x10FFFF))) return 0;
+  *len = (size_t)k;
+  return c;
+}
+
+ssize_t tok_norm_map(const char *s, size_t n, int opt, char **out) {
+  const unsigned char *u = (const unsigned char *)s;
+  size_t first = n; /* the first code point assigned after 9.0 */
+  for (size_t i = 0, len; i < n; i += len) {
+    if (u[i] < 0x80) { len = 1; continue; }
+    if (new9(cp_at(u, n, i, &len))) { first = i; break; }
+  }
+  utf8proc_uint8_t *dst = NULL;
+  if (first == n) { /* none: the whole text at once */
+    const utf8proc_ssize_t r = utf8proc_map(u, (utf8proc_ssize_t)n, &dst, opt);
+    *out = (char *)dst;
+    return r;
+  }
+  struct sbuf b = {0};
+  put(&b, "", 0);
+  size_t seg = 0;
+  for (size_t i = first, len; i <= n; i += len) {
+    uint32_t c = 0;
+    len = 1;
+    if (i < n && u[i] >= 0x80) c = cp_at(u, n, i, &len);
+    if (i < n && !new9(c)) continue;
+    if (i > seg) { /* the text before it, normalized */
+      const utf8proc_ssize_t r = utf8proc_map(u + seg, (utf8proc_ssize_t)(i - seg), &dst, opt);
+      if (r < 0) { free(b.p); return r; }
+      put(&b, (const char *)dst, (size_t)r);
+      free(dst);
+    }
+    if (i < n) put(&b, s + i, len); /* the code point itself, as it is */
+    seg = i + len;
+    if (i == n) break;
+  }
+  if (b.oom) { free(b.p); return UTF8PROC_ERROR_NOMEM; }
+  *out = b.p;
+  return (ssize_t)b.n;
 }

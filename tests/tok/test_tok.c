@@ -617,6 +617,16 @@ TEST_GROUP(unicode16) {
   CHECKF(bad == 0, "%d of %d strings around Unicode 15-16 code points differ from HF", bad, 2 * rows);
 }
 
+/* Code points assigned after Unicode 9.0 between marks that NFC reorders and composes: HF's normalizer (9.0
+ * tables) leaves them alone, utf8proc (15.0) would not (tok_unicode.c, tok_norm_map), against HF tokenizers' ids
+ * (tests/oracle/tok_nfc9.mjs) */
+TEST_GROUP(nfc_unicode9) {
+  int bad = 0;
+  const int rows = check_hf_lines("nfc9.jsonl", &bad);
+  CHECK(rows >= 300);
+  CHECKF(bad == 0, "%d of %d strings around post-9.0 code points differ from HF", bad, 2 * rows);
+}
+
 TEST_MAIN(T(qwen3_reference), T(qwen3_embed_reference), T(gemma3_reference), T(gemma4_reference),
           T(stream_qwen3), T(stream_gemma3), T(invalid_utf8), T(long_runs), T(api), T(errors), T(added_token_options),
-          T(threads), T(whitespace_props), T(unicode16))
+          T(threads), T(whitespace_props), T(unicode16), T(nfc_unicode9))
