@@ -435,6 +435,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
       return http_reply_error(r, 413, NULL, "json_too_large",
                               "the request JSON would take more than %d times its size in memory "
                               "once parsed (too many small values)", JSON_TREE_FACTOR);
+    if (!r->json && json_error_code(&je) == json_error_null_character) /* legal JSON; our strings end at NUL */
+      return http_reply_error(r, 400, NULL, "invalid_json",
+                              "invalid JSON at line %d column %d: a string holds \\u0000 (U+0000 NUL), which hearth "
+                              "does not accept", je.line, je.column);
     if (!r->json)
       return http_reply_error(r, 400, NULL, "invalid_json", "invalid JSON at line %d column %d: %s",
                               je.line, je.column, je.text);

@@ -102,6 +102,7 @@ const TABLE = [
   ['JSON string body', () => post(C, '"hello"'), 400],
   ['empty body', () => post(C, ''), 400],
   ['NaN literal', () => post(C, '{"model":"tiny-chat","max_tokens":NaN}'), 400],
+  ['a \\u0000 in a string (valid JSON; refused by name, not with the parser flag)', () => post(C, '{"model":"tiny-chat","messages":[{"role":"user","content":"a\\u0000b"}]}'), 400, { msg: /U\+0000 NUL/ }],
   ['duplicate keys', () => post(C, '{"model":"tiny-chat","model":"x","messages":[]}'), 400],
   ['deeply nested JSON', () => post(C, '['.repeat(5000) + ']'.repeat(5000)), 400],
   ['JSON nested 65 levels (cap 64)', () => post('/tokenize', `{"model":"${CHAT}","prompt":"hi","x":${'['.repeat(64)}${']'.repeat(64)}}`), 400],
@@ -293,6 +294,10 @@ for (const [name, make, want, opt = {}] of TABLE) {
       if (opt.param) {
         const body = r.text.slice(r.text.indexOf('\r\n\r\n') + 4);
         assert.equal(JSON.parse(body).error.param, opt.param, body);
+      }
+      if (opt.msg) {
+        const body = r.text.slice(r.text.indexOf('\r\n\r\n') + 4);
+        assert.match(JSON.parse(body).error.message, opt.msg, body);
       }
     }
     // the server is still up after every row. A row that waits out --timeout (2 s) races the server's idle
