@@ -125,7 +125,16 @@ static char *ws_rewrite(const char *p, size_t n, size_t *m) {
   return o;
 }
 
+/* real split patterns are under 1 KiB; the rewrites below grow each \p{..} by up to ~1 KiB of ranges, so a cap on
+ * the source keeps a hostile tokenizer.json from asking for gigabytes (PCRE2 would refuse the result anyway: its
+ * compiled patterns stop at 64 KiB) */
+#define TOK_RE_MAX (64 * 1024)
+
 static pcre2_code *compile_re(const char *pat0, size_t n0, struct hearth_err *err) {
+  if (n0 > TOK_RE_MAX) {
+    err_set(err, HEARTH_ERR_FORMAT, "tokenizer.json: split regex of %zu bytes, over the limit of %d", n0, TOK_RE_MAX);
+    return NULL;
+  }
   int ec;
   PCRE2_SIZE eo;
   size_t n, n1;

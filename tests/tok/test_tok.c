@@ -472,6 +472,19 @@ TEST_GROUP(errors) {
   expect_load_error("{\"model\":", HEARTH_ERR_FORMAT, "JSON");
   expect_load_error("{\"a\":\"\\ud800\"}", HEARTH_ERR_FORMAT, "surrogate");
   expect_load_error("[1,2,]", HEARTH_ERR_FORMAT, "JSON");
+  { /* a split regex of 70,000 bytes of \p{L}: refused by size before the \p rewrite grows it */
+    static const char pre[] = "{\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"Regex\":\"";
+    static const char post[] = "\"},\"behavior\":\"Isolated\"}," MINI_MODEL "}";
+    const size_t k = 14000; /* 70,000 bytes of regex */
+    char *js = malloc(sizeof pre + 6 * k + sizeof post);
+    REQUIRE(js != NULL);
+    char *w = js + (sizeof pre - 1);
+    memcpy(js, pre, sizeof pre - 1);
+    for (size_t i = 0; i < k; i++) memcpy(w, "\\\\p{L}", 6), w += 6; /* the JSON \\p{L}: the regex \p{L} */
+    memcpy(w, post, sizeof post);
+    expect_load_error(js, HEARTH_ERR_FORMAT, "split regex of");
+    free(js);
+  }
   struct hearth_err err = {0};
   struct tok *t;
   CHECK(tok_load("/nonexistent/tokenizer.json", NULL, &t, &err) == HEARTH_ERR_IO && t == NULL);
