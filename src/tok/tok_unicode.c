@@ -68,26 +68,21 @@ static void put(struct sbuf *b, const char *s, size_t n) {
 static void puts_(struct sbuf *b, const char *s) { put(b, s, strlen(s)); }
 
 /* the delta rows whose code points are in `mask` in one version and not in the other: added (in 16.0 only) when
- * `added`, else removed; as class members \x{lo}-\x{hi}; returns how many */
+ * `added`, else removed; written as class members \x{lo}-\x{hi} (b NULL: only counted); returns how many */
 static int put_ranges(struct sbuf *b, uint32_t mask, int added) {
   int k = 0;
   for (size_t i = 0; i < sizeof g_unicode_delta / sizeof g_unicode_delta[0]; i++) {
     const struct unicode_delta *d = &g_unicode_delta[i];
     const int in_from = (gc_bit(d->from) & mask) != 0, in_to = (gc_bit(d->to) & mask) != 0;
     if (added ? !(in_to && !in_from) : !(in_from && !in_to)) continue;
+    k++;
+    if (!b) continue;
     char t[40];
     if (d->lo == d->hi) snprintf(t, sizeof t, "\\x{%X}", d->lo);
     else snprintf(t, sizeof t, "\\x{%X}-\\x{%X}", d->lo, d->hi);
     puts_(b, t);
-    k++;
   }
   return k;
-}
-
-static int any_ranges(uint32_t mask, int added) {
-  struct sbuf none = {0};
-  none.oom = 1; /* count only */
-  return put_ranges(&none, mask, added);
 }
 
 /* parses a \p / \P escape at p[i] (p[i] == '\\'): its length, negation, property name and category mask (0: not
@@ -128,7 +123,7 @@ char *tok_gc_rewrite(const char *p, size_t n, size_t *m) {
       const char *name = NULL;
       size_t nlen = 0;
       const size_t len = prop_at(p, n, i, &neg, &name, &nlen, &mask);
-      const int add = mask ? any_ranges(mask, 1) : 0, rem = mask ? any_ranges(mask, 0) : 0;
+      const int add = mask ? put_ranges(NULL, mask, 1) : 0, rem = mask ? put_ranges(NULL, mask, 0) : 0;
       if (!add && !rem) {
         put(&b, p + i, len);
       } else if (in_class) { /* the escape as written, and the ranges that join its set in 16.0 */
@@ -201,18 +196,11 @@ static int new9(uint32_t c) {
   return 0;
 }
 
-/* the code point at s[i] if it is a valid sequence there (its length in *len), else 0 with *len = 1 */
+/* the code point at s[i] if a valid sequence starts there (its length in *len), else 0 with *len = 1 */
 static uint32_t cp_at(const unsigned char *s, size_t n, size_t i, size_t *len) {
-  const unsigned char b = s[i];
-  int k = b >= 0xF0 && b <= 0xF4 ? 4 : b >= 0xE0 ? 3 : b >= 0xC2 && b < 0xE0 ? 2 : 0;
-  *len = 1;
-  if (!k || i + (size_t)k > n) return 0;
-  for (int j = 1; j < k; j++)
-    if ((s[i + j] & 0xC0) != 0x80) return 0;
-  uint32_t c = k == 2 ? b & 0x1F : k == 3 ? b & 0x0F : b & 0x07;
-  for (int j = 1; j < k; j++) c = c << 6 | (s[i + j] & 0x3F);
-  if ((k == 3 && (c < 0x800 || (c >= 0xD800 && c <= 0xDFFF))) || (k == 4 && (c < 0x10000 || c > 0x10FFFF))) return 0;
-  *len = (size_t)k;
+  uint32_t c = 0;
+  const int k = tok_utf8_valid_len(s + i, n - i);
+  *len = k ? (size_t)tok_utf8_get(s + i, &c) : 1;
   return c;
 }
 
