@@ -17,13 +17,17 @@
  *   flow   one persistent launch; each 128-element chunk of a phase's output has a counter that its 8 tiles bump
  *          (after a fence); a warp waits only for the counters of the chunks its item multiplies. No barrier
  *          anywhere: a warp moves on to its next phase's weights as soon as its item is done.
- * Weights stream through shared memory by cp.async, two item slots a warp: the next item's copies (of this phase or
- * a later one) are issued before the current item waits for its inputs. (An earlier version double-buffered them in
- * registers, and the fence each item makes before its counter waited for those loads too: bench/NOTES.md, session
- * 47.) A warp polls all of its item's input counters at once (lane j the j-th chunk's), then reads x.
+ * Weights stream through shared memory by cp.async, NS item slots a warp, in two orders (the variants printed):
+ * v3 issues the next item's copies before the current item computes; v4 keeps NS - 1 items in flight and issues the
+ * next copies only after the current item has published its result. The hypothesis they test: the fence each item
+ * makes before its counter waits for the thread's outstanding copies (v3 ran 1.7-2.3x slower than v1 in every form:
+ * bench/NOTES.md, session 48), so in v3 an item's fence waits for the copies just issued, in v4 for copies issued
+ * an item earlier. A fifth
+ * form, free-nf, is free without the item fences (its outputs are not meaningful: a tile's partials may be read
+ * before they are visible): what the fences cost. A warp polls all of its item's input counters at once (lane j the
+ * j-th chunk's), then reads x.
  * Printed: µs a step (mean of 20 after warm-up) and the weight bytes over it (GB/s). Counters count up across steps
- * (step e waits for 8e), so nothing is reset between steps. This version has not run yet (session 47's device time
- * ran out); session 47's figures are from the two earlier versions that NOTES describes.
+ * (step e waits for 8e), so nothing is reset between steps. Figures: bench/NOTES.md, sessions 47-48.
  *   nvcc -O3 -arch=sm_90 -o probe_flow bench/probe_flow.cu && ./probe_flow */
 #include <cuda_fp16.h>
 #include <cstdio>
@@ -36,7 +40,7 @@
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); return 1; } } while (0)
 
-enum { M_FREE, M_CHAIN, M_BAR, M_FLOW };
+enum { M_FREE, M_CHAIN, M_BAR, M_FLOW, M_FREENF };
 #define CPI 4     /* chunks an item at most (two items' weights in registers: 64 of them) */
 #define NPH_MAX 128
 
@@ -118,19 +122,19 @@ __device__ __forceinline__ void item_compute(const phase &f, int it, const uint4
     for (int r = 0; r < 16; r++) v = lane == r ? acc[r] : v;
     __stcg(pp + lane, v);
   }
-  __threadfence();
+  if (MODE != M_FREENF) __threadfence();
   __syncwarp();
   unsigned last = 0;
   if (lane == 0) last = (atomicAdd(f.tcnt + tile, 1u) + 1) % (unsigned)f.splits == 0;
   last = __shfl_sync(0xffffffffu, last, 0);
   if (!last) return;
-  __threadfence();
+  if (MODE != M_FREENF) __threadfence();
   if (lane < 16) {
     float v = 0.0f;
     for (int k = 0; k < f.splits; k++) v += __ldcg(f.part + ((size_t)tile * f.splits + k) * 16 + lane);
     f.y[tile * 16 + lane] = __float2half_rn(v * f.scale);
   }
-  __threadfence();
+  if (MODE != M_FREENF) __threadfence();
   __syncwarp();
   if (lane == 0 && f.fout) atomicAdd(f.fout + tile / 8, 1u);
 }
@@ -168,10 +172,12 @@ __device__ __forceinline__ void next_item(const step_args &a, int pend, int gw, 
   while (p < pend && it >= a.ph[p].items) { p++; it = gw; }
 }
 
-/* persistent: every phase; chain: phase `only`. Two items' weights in registers: the next item's (of this phase or
- * a later one) are loaded before the current one waits for its inputs, so a warp's stream does not stop at an item
- * or phase boundary (in bar, before the barrier) */
-template <int MODE>
+/* persistent: every phase; chain: phase `only`. NS item slots a warp; POST false (v3): the next item's copies are
+ * issued before the current item computes, so the fence at the current item's end waits for them (if a fence waits
+ * for a thread's cp.async, as v3's figures suggest); POST true (v4): NS - 1 items in flight, the current item
+ * computes and publishes, and only then is the item NS - 1 ahead issued into the slot just freed, so the fence waits
+ * only for copies issued at least one item earlier */
+template <int MODE, int NS, bool POST>
 __global__ __launch_bounds__(256, 2) void step_kernel(const __grid_constant__ step_args a, int only) {
   const int lane = threadIdx.x % 32;
   const int gw = blockIdx.x * 8 + threadIdx.x / 32, nw = gridDim.x * 8;
@@ -179,8 +185,16 @@ __global__ __launch_bounds__(256, 2) void step_kernel(const __grid_constant__ st
   int p = p0, it = gw;
   while (p < pend && it >= a.ph[p].items) { p++; it = gw; }
   extern __shared__ uint4 smem[];
-  uint4 *const wslots = smem + (threadIdx.x / 32) * 2 * CPI * 64; /* this warp's two slots */
-  load_item(p < pend ? &a.ph[p] : nullptr, it, wslots, lane);
+  uint4 *const wslots = smem + (threadIdx.x / 32) * NS * CPI * 64; /* this warp's NS slots */
+  /* the issue cursor (ip, iit) runs NS - 1 items (POST) or one item (v3) ahead of the compute cursor (p, it) */
+  int ip = p, iit = it, ib = 0;
+  constexpr int AHEAD = POST ? NS - 1 : 1;
+#pragma unroll
+  for (int k = 0; k < AHEAD; k++) {
+    load_item(ip < pend ? &a.ph[ip] : nullptr, iit, wslots + ib * CPI * 64, lane);
+    ib = (ib + 1) % NS;
+    if (ip < pend) next_item(a, pend, gw, nw, ip, iit);
+  }
   if (MODE == M_CHAIN) {
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;");
@@ -194,16 +208,27 @@ __global__ __launch_bounds__(256, 2) void step_kernel(const __grid_constant__ st
   bars_to(p);
   int b = 0;
   while (p < pend) {
-    int np = p, nit = it;
-    next_item(a, pend, gw, nw, np, nit);
-    load_item(np < pend ? &a.ph[np] : nullptr, nit, wslots + (b ^ 1) * CPI * 64, lane);
-    asm volatile("cp.async.wait_group 1;" ::: "memory"); /* this item's copies (a lane reads only its own) */
+    if (!POST) { /* v3: the next item first, then wait for this one (one group left in flight) */
+      load_item(ip < pend ? &a.ph[ip] : nullptr, iit, wslots + ib * CPI * 64, lane);
+      ib = (ib + 1) % NS;
+      if (ip < pend) next_item(a, pend, gw, nw, ip, iit);
+      asm volatile("cp.async.wait_group 1;" ::: "memory");
+    } else {
+      asm volatile("cp.async.wait_group %0;" ::"n"(NS - 2) : "memory"); /* the oldest of NS - 1 groups is in */
+    }
     item_compute<MODE>(a.ph[p], it, wslots + b * CPI * 64, a.epoch, lane);
     __syncwarp();
+    if (POST) { /* the slot of the item before this one is free since its compute: the item NS - 1 ahead goes there */
+      load_item(ip < pend ? &a.ph[ip] : nullptr, iit, wslots + ib * CPI * 64, lane);
+      ib = (ib + 1) % NS;
+      if (ip < pend) next_item(a, pend, gw, nw, ip, iit);
+    }
+    int np = p, nit = it;
+    next_item(a, pend, gw, nw, np, nit);
     bars_to(np);
     p = np;
     it = nit;
-    b ^= 1;
+    b = (b + 1) % NS;
   }
   bars_to(a.nph - 1);
 }
@@ -229,17 +254,20 @@ int main(int argc, char **argv) {
   int dev = 0, nsm = 0, occ = 0;
   CK(cudaGetDevice(&dev));
   CK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev));
-  const int smem = 8 * 2 * CPI * 1024; /* per warp two slots of an item */
-  CK(cudaFuncSetAttribute(step_kernel<M_FREE>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  CK(cudaFuncSetAttribute(step_kernel<M_CHAIN>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  CK(cudaFuncSetAttribute(step_kernel<M_BAR>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  CK(cudaFuncSetAttribute(step_kernel<M_FLOW>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, step_kernel<M_FLOW>, 256, smem));
+  typedef void (*kfn_t)(const step_args, int);
+  struct variant { const char *name; int ns; kfn_t k[5]; };
+#define VK(NS, POST) {step_kernel<M_FREE, NS, POST>, step_kernel<M_CHAIN, NS, POST>, step_kernel<M_BAR, NS, POST>, \
+                       step_kernel<M_FLOW, NS, POST>, step_kernel<M_FREENF, NS, POST>}
+  const variant vars[] = {{"v3: 2 slots, next item issued before compute", 2, VK(2, false)},
+                          {"v4: 3 slots, issued after compute (two items in flight)", 3, VK(3, true)},
+                          {"v4: 4 slots, issued after compute (three items in flight)", 4, VK(4, true)}};
+  for (const variant &v : vars) {
+    const int sm = 8 * v.ns * CPI * 1024;
+    for (kfn_t k : v.k) CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, sm));
+  }
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, dev));
-  const int grid = nsm * (occ < 2 ? occ : 2);
-  printf("%s: %d SMs, %d blocks of 8 warps (occupancy %d), %d phases\n", prop.name, nsm, grid, occ, nph);
-  if (occ < 1) return 1;
+  printf("%s: %d SMs, %d phases\n", prop.name, nsm, nph);
   const int UP_R = 11008, UP_K = 2048, DN_R = 2048, DN_K = 11008;
   size_t wbytes_up = (size_t)UP_R * UP_K / 2, wbytes_dn = (size_t)DN_R * DN_K / 2;
   size_t total_w = (size_t)pairs * (wbytes_up + wbytes_dn);
@@ -305,10 +333,16 @@ int main(int argc, char **argv) {
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
-  const char *names[] = {"free", "chain", "bar", "flow"};
+  const char *names[] = {"free", "chain", "bar", "flow", "free-nf"};
   std::vector<__half> ref, out((size_t)pairs * (UP_R + DN_R));
-  for (int mode : {M_CHAIN, M_FREE, M_BAR, M_FLOW, M_CHAIN, M_FLOW}) {
-    make(sa, mode == M_FREE);
+  for (const variant &v : vars) {
+  const int smem = 8 * v.ns * CPI * 1024;
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, v.k[M_FLOW], 256, smem));
+  if (occ < 1) return 1;
+  const int grid = nsm * (occ < 2 ? occ : 2);
+  printf("-- %s: %d blocks of 8 warps (occupancy %d at %d KB)\n", v.name, grid, occ, smem / 1024);
+  for (int mode : {M_CHAIN, M_FREE, M_FREENF, M_BAR, M_FLOW, M_CHAIN, M_FLOW}) {
+    make(sa, mode == M_FREE || mode == M_FREENF);
     CK(cudaMemset(cnt, 0, cnt_n * sizeof(unsigned)));
     CK(cudaMemset(act + UP_K, 0, (act_n - UP_K) * sizeof(__half)));
     cudaGraphExec_t ge = NULL;
@@ -326,14 +360,10 @@ int main(int argc, char **argv) {
           cfg.stream = st;
           cfg.attrs = at;
           cfg.numAttrs = 1;
-          CK(cudaLaunchKernelEx(&cfg, step_kernel<M_CHAIN>, sa, p));
+          CK(cudaLaunchKernelEx(&cfg, v.k[M_CHAIN], sa, p));
         }
-      } else if (mode == M_FREE) {
-        step_kernel<M_FREE><<<grid, 256, smem, st>>>(sa, 0);
-      } else if (mode == M_BAR) {
-        step_kernel<M_BAR><<<grid, 256, smem, st>>>(sa, 0);
       } else {
-        step_kernel<M_FLOW><<<grid, 256, smem, st>>>(sa, 0);
+        v.k[mode]<<<grid, 256, smem, st>>>(sa, 0);
       }
       CK(cudaGetLastError());
       return 0;
@@ -367,7 +397,7 @@ int main(int argc, char **argv) {
     const double us = 1000.0 * ms / steps;
     CK(cudaMemcpy(out.data(), act + UP_K, out.size() * sizeof(__half), cudaMemcpyDeviceToHost));
     const char *check = "";
-    if (mode == M_FREE) check = "(outputs not comparable: no phase reads another's)";
+    if (mode == M_FREE || mode == M_FREENF) check = "(outputs not comparable: no phase reads another's)";
     else if (ref.empty()) {
       ref = out;
       double ss = 0;
@@ -389,7 +419,8 @@ int main(int argc, char **argv) {
       snprintf(buf, sizeof buf, "%zu of %zu outputs differ from chain", diff, out.size());
       check = buf;
     }
-    printf("%-6s %9.1f us a step  %7.1f GB/s  %s\n", names[mode], us, total_w / (us * 1e3), check);
+    printf("%-7s %9.1f us a step  %7.1f GB/s  %s\n", names[mode], us, total_w / (us * 1e3), check);
+  }
   }
   return 0;
 }
