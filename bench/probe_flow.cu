@@ -22,7 +22,8 @@
  * next copies only after the current item has published its result. The hypothesis they test: the fence each item
  * makes before its counter waits for the thread's outstanding copies (v3 ran 1.7-2.3x slower than v1 in every form:
  * bench/NOTES.md, session 48), so in v3 an item's fence waits for the copies just issued, in v4 for copies issued
- * an item earlier. A fifth
+ * an item earlier. v5 streams them by one bulk copy an item (cp.async.bulk, completing on an mbarrier a slot), which
+ * no thread's scoreboard tracks. A fifth
  * form, free-nf, is free without the item fences (its outputs are not meaningful: a tile's partials may be read
  * before they are visible): what the fences cost. A warp polls all of its item's input counters at once (lane j the
  * j-th chunk's), then reads x.
@@ -139,8 +140,7 @@ __device__ __forceinline__ void item_compute(const phase &f, int it, const uint4
   if (lane == 0 && f.fout) atomicAdd(f.fout + tile / 8, 1u);
 }
 
-/* an item's weights into a shared-memory slot by cp.async (one commit group an item, empty when there is none):
- * a fence in the item before it does not wait for these, as it would for loads into registers */
+/* an item's weights into a shared-memory slot by cp.async (one commit group an item, empty when there is none) */
 __device__ __forceinline__ void load_item(const phase *f, int it, uint4 *slot, int lane) {
   if (f) {
     const int tile = it / f->splits, s = it % f->splits, c0 = s * CPI, nc = min(CPI, f->chunks - c0);
@@ -154,6 +154,37 @@ __device__ __forceinline__ void load_item(const phase *f, int it, uint4 *slot, i
       }
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
+}
+
+/* v5: an item's weights by one bulk copy (the async proxy, as TMA), issued by lane 0, completing on the slot's
+ * mbarrier; no thread's scoreboard tracks it, so (the hypothesis) a fence does not wait for it. An empty item
+ * arrives with no bytes, so that the slot's phase still completes. */
+__device__ __forceinline__ void mbar_init(uint32_t bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, unsigned parity) {
+  uint32_t ok;
+  do {
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+                 : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
+  } while (!ok);
+}
+__device__ __forceinline__ void load_item_bulk(const phase *f, int it, uint4 *slot, uint32_t bar, int lane) {
+  __syncwarp(); /* every lane's reads of this slot's previous item are done */
+  if (lane == 0) {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); /* generic reads before the async proxy's writes */
+    unsigned bytes = 0;
+    const uint4 *src = nullptr;
+    if (f) {
+      const int tile = it / f->splits, s = it % f->splits, c0 = s * CPI, nc = min(CPI, f->chunks - c0);
+      src = f->w + ((size_t)tile * f->chunks + c0) * 64;
+      bytes = nc * 1024;
+    }
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+    if (bytes)
+      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                   ::"r"((uint32_t)__cvta_generic_to_shared(slot)), "l"(src), "r"(bytes), "r"(bar) : "memory");
+  }
 }
 
 __device__ __forceinline__ void grid_barrier(unsigned *bar, unsigned target) {
@@ -177,7 +208,7 @@ __device__ __forceinline__ void next_item(const step_args &a, int pend, int gw, 
  * for a thread's cp.async, as v3's figures suggest); POST true (v4): NS - 1 items in flight, the current item
  * computes and publishes, and only then is the item NS - 1 ahead issued into the slot just freed, so the fence waits
  * only for copies issued at least one item earlier */
-template <int MODE, int NS, bool POST>
+template <int MODE, int NS, bool POST, bool BULK = false>
 __global__ __launch_bounds__(256, 2) void step_kernel(const __grid_constant__ step_args a, int only) {
   const int lane = threadIdx.x % 32;
   const int gw = blockIdx.x * 8 + threadIdx.x / 32, nw = gridDim.x * 8;
@@ -186,12 +217,24 @@ __global__ __launch_bounds__(256, 2) void step_kernel(const __grid_constant__ st
   while (p < pend && it >= a.ph[p].items) { p++; it = gw; }
   extern __shared__ uint4 smem[];
   uint4 *const wslots = smem + (threadIdx.x / 32) * NS * CPI * 64; /* this warp's NS slots */
+  __shared__ __align__(8) uint64_t mbar[8][NS]; /* BULK: a barrier a slot */
+  const uint32_t bar0 = (uint32_t)__cvta_generic_to_shared(&mbar[threadIdx.x / 32][0]);
+  if (BULK) {
+    if (lane < NS) mbar_init(bar0 + lane * 8);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    __syncwarp();
+  }
+  unsigned used = 0; /* BULK: items consumed by this warp (slot used % NS, parity (used / NS) & 1) */
+  auto issue = [&](const phase *f, int iit_, int slot) {
+    if (BULK) load_item_bulk(f, iit_, wslots + slot * CPI * 64, bar0 + slot * 8, lane);
+    else load_item(f, iit_, wslots + slot * CPI * 64, lane);
+  };
   /* the issue cursor (ip, iit) runs NS - 1 items (POST) or one item (v3) ahead of the compute cursor (p, it) */
   int ip = p, iit = it, ib = 0;
   constexpr int AHEAD = POST ? NS - 1 : 1;
 #pragma unroll
   for (int k = 0; k < AHEAD; k++) {
-    load_item(ip < pend ? &a.ph[ip] : nullptr, iit, wslots + ib * CPI * 64, lane);
+    issue(ip < pend ? &a.ph[ip] : nullptr, iit, ib);
     ib = (ib + 1) % NS;
     if (ip < pend) next_item(a, pend, gw, nw, ip, iit);
   }
@@ -209,17 +252,21 @@ __global__ __launch_bounds__(256, 2) void step_kernel(const __grid_constant__ st
   int b = 0;
   while (p < pend) {
     if (!POST) { /* v3: the next item first, then wait for this one (one group left in flight) */
-      load_item(ip < pend ? &a.ph[ip] : nullptr, iit, wslots + ib * CPI * 64, lane);
+      issue(ip < pend ? &a.ph[ip] : nullptr, iit, ib);
       ib = (ib + 1) % NS;
       if (ip < pend) next_item(a, pend, gw, nw, ip, iit);
-      asm volatile("cp.async.wait_group 1;" ::: "memory");
-    } else {
+      if (!BULK) asm volatile("cp.async.wait_group 1;" ::: "memory");
+    } else if (!BULK) {
       asm volatile("cp.async.wait_group %0;" ::"n"(NS - 2) : "memory"); /* the oldest of NS - 1 groups is in */
+    }
+    if (BULK) {
+      mbar_wait(bar0 + b * 8, (used / NS) & 1);
+      used++;
     }
     item_compute<MODE>(a.ph[p], it, wslots + b * CPI * 64, a.epoch, lane);
     __syncwarp();
     if (POST) { /* the slot of the item before this one is free since its compute: the item NS - 1 ahead goes there */
-      load_item(ip < pend ? &a.ph[ip] : nullptr, iit, wslots + ib * CPI * 64, lane);
+      issue(ip < pend ? &a.ph[ip] : nullptr, iit, ib);
       ib = (ib + 1) % NS;
       if (ip < pend) next_item(a, pend, gw, nw, ip, iit);
     }
@@ -256,11 +303,13 @@ int main(int argc, char **argv) {
   CK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev));
   typedef void (*kfn_t)(const step_args, int);
   struct variant { const char *name; int ns; kfn_t k[5]; };
-#define VK(NS, POST) {step_kernel<M_FREE, NS, POST>, step_kernel<M_CHAIN, NS, POST>, step_kernel<M_BAR, NS, POST>, \
-                       step_kernel<M_FLOW, NS, POST>, step_kernel<M_FREENF, NS, POST>}
-  const variant vars[] = {{"v3: 2 slots, next item issued before compute", 2, VK(2, false)},
-                          {"v4: 3 slots, issued after compute (two items in flight)", 3, VK(3, true)},
-                          {"v4: 4 slots, issued after compute (three items in flight)", 4, VK(4, true)}};
+#define VK(NS, POST, BULK) {step_kernel<M_FREE, NS, POST, BULK>, step_kernel<M_CHAIN, NS, POST, BULK>, \
+    step_kernel<M_BAR, NS, POST, BULK>, step_kernel<M_FLOW, NS, POST, BULK>, step_kernel<M_FREENF, NS, POST, BULK>}
+  const variant vars[] = {{"v3: cp.async, 2 slots, next item issued before compute", 2, VK(2, false, false)},
+                          {"v4: cp.async, 3 slots, issued after compute (two items in flight)", 3, VK(3, true, false)},
+                          {"v4: cp.async, 4 slots, issued after compute (three in flight)", 4, VK(4, true, false)},
+                          {"v5: bulk copies, 2 slots, next item issued before compute", 2, VK(2, false, true)},
+                          {"v5: bulk copies, 3 slots, issued after compute", 3, VK(3, true, true)}};
   for (const variant &v : vars) {
     const int sm = 8 * v.ns * CPI * 1024;
     for (kfn_t k : v.k) CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, sm));
