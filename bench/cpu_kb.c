@@ -1,7 +1,9 @@
 /* bench/cpu_kb.c — one int4 matmul (matmul_q4q8) on one thread, min over repetitions (issue 35 item 1).
  *   cc -O2 -march=native -Isrc -Iinclude bench/cpu_kb.c build-cpu/libhearth.a -lm -lpthread -o /tmp/cpu_kb
  *   /tmp/cpu_kb ROWS COLS N [REPS]     (KSET=avx2 for the AVX2 set; DUMP=file writes the outputs) */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +23,8 @@ int main(int argc, char **argv) {
   for (int64_t r = 0; r < rows; r++) { for (int64_t c = 0; c < cols; c++) row[c] = frand(); q4_quantize_row(row, cols, w.qs + r * cols / 2, w.d + r * cols / 128); }
   q4x16_repack(&w);
   float *x = malloc((size_t)n * cols * 4); for (int64_t i = 0; i < n * cols; i++) x[i] = frand();
-  struct cpu_q8 a = {malloc(n * cols), malloc(n * cols), malloc(n * cols / 128 * 4), malloc(n * cols / 128 * 4), cols, malloc(n * cols * 2)};
+  struct cpu_q8 a = {.q = malloc(n * cols), .lo = malloc(n * cols), .s = malloc(n * cols / 128 * 4), .c = malloc(n * cols / 128 * 4),
+                     .cols = cols, .v16 = malloc(n * cols * 2), .tiles = NULL};
   k->q8_quantize(x, cols, 0, n, &a);
   float *out = malloc((size_t)n * rows * 4);
   double best = 1e9;

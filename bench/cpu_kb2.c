@@ -3,7 +3,9 @@
  * engine. Static halves by default, DYN=1: chunks from one shared counter (the pre-issue-35 scheme).
  *   cc -O2 -march=native -Isrc -Iinclude bench/cpu_kb2.c build-cpu/libhearth.a -lm -lpthread -o /tmp/cpu_kb2
  *   /tmp/cpu_kb2 [LAYERS=24] [LM_HEAD=1] */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,7 +68,7 @@ int main(int argc, char **argv) {
   float *x = malloc(4864 * 4); for (int i = 0; i < 4864; i++) x[i] = (float)((i * 7) % 13) - 6.0f;
   for (int t = 0; t < 2; t++) for (int c = 0; c < 2; c++) {
     int64_t cols = c ? 4864 : 896;
-    A[t][c] = (struct cpu_q8){malloc(cols), malloc(cols), malloc(cols / 128 * 4), malloc(cols / 128 * 4), cols};
+    A[t][c] = (struct cpu_q8){.q = malloc(cols), .lo = malloc(cols), .s = malloc(cols / 128 * 4), .c = malloc(cols / 128 * 4), .cols = cols};
     k->q8_quantize(x, cols, 0, 1, &A[t][c]);
   }
   out = malloc(151936 * 4);

@@ -6,6 +6,9 @@
  *   /tmp/mmb 9728 896 512      # rows cols tokens: the 0.5B's gate/up at 512 tokens
  *   /tmp/mmb 4864 896 512 avx2 # the AVX2 set against AVX-512 VNNI instead (session 29's row)
  *   /tmp/mmb 4864 896 512 avx2-vnni # the AVX2 code on AVX-VNNI against plain AVX2 */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +26,8 @@ int main(int argc, char **argv) {
   for(int64_t i=0;i<rows*cols/128;i++) w.d[i]=0x2000+(rand()&0xff);
   q4x16_repack(&w);
   float *x=malloc(4*n*cols),*o=malloc(4*n*rows); for(int64_t i=0;i<n*cols;i++) x[i]=rand()/(float)RAND_MAX-0.5f;
-  int64_t G=cols/128; struct cpu_q8 a={malloc(n*cols),malloc(n*cols),malloc(4*n*G),malloc(4*n*G),cols,malloc(2*n*cols)};
+  int64_t G=cols/128; struct cpu_q8 a={.q=malloc(n*cols),.lo=malloc(n*cols),.s=malloc(4*n*G),.c=malloc(4*n*G),.cols=cols,
+    .v16=malloc(2*n*cols),.tiles=malloc(q8_tiles_bytes(n,G))}; /* v16 and the AMX tile copy: every set finds what it reads */
   q4x16_q8_quantize_generic(x,cols,0,n,&a); /* the same bits as every set's, on any CPU */
   const int avx2 = argc > 4 && !strcmp(argv[4], "avx2"), vnni = argc > 4 && !strcmp(argv[4], "avx2-vnni");
   const struct cpu_kernels *ks[2]={avx2 ? &cpu_kernels_avx2 : vnni ? &cpu_kernels_avxvnni : &cpu_kernels_avx512,

@@ -5,7 +5,9 @@
  * compared with (bench/RESULTS.md, session 37). Run it right before and after the runs it is compared with:
  * on the KVM machines this project gets, the figure moves by tens of per cent within minutes.
  *   gcc -O2 -mavx512f bench/mem_read.c -o /tmp/mem_read -lpthread && /tmp/mem_read 1 && /tmp/mem_read 2 */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <immintrin.h>
 #include <pthread.h>
 #include <stdint.h>
