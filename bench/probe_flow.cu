@@ -19,10 +19,11 @@
  *          anywhere: a warp moves on to its next phase's weights as soon as its item is done.
  * Weights stream through shared memory by cp.async, NS item slots a warp, in two orders (the variants printed):
  * v3 issues the next item's copies before the current item computes; v4 keeps NS - 1 items in flight and issues the
- * next copies only after the current item has published its result. The hypothesis they test: the fence each item
- * makes before its counter waits for the thread's outstanding copies (v3 ran 1.7-2.3x slower than v1 in every form:
- * bench/NOTES.md, session 48), so in v3 an item's fence waits for the copies just issued, in v4 for copies issued
- * an item earlier. v5 streams them by one bulk copy an item (cp.async.bulk, completing on an mbarrier a slot), which
+ * next copies only after the current item has published its result. The hypothesis they tested: the fence each item
+ * makes before its counter waits for the thread's outstanding copies (v3 ran 1.7-2.3x slower than v1 in every form),
+ * so in v3 an item's fence would wait for the copies just issued, in v4 for copies issued an item earlier. Refuted
+ * (session 48): the fences cost 13-17 % in every variant; the item itself (x from L2 per chunk, an atomic per item,
+ * the finisher's partials) holds every form near 720 GB/s. v5 streams them by one bulk copy an item (cp.async.bulk, completing on an mbarrier a slot), which
  * no thread's scoreboard tracks. A fifth
  * form, free-nf, is free without the item fences (its outputs are not meaningful: a tile's partials may be read
  * before they are visible): what the fences cost. A warp polls all of its item's input counters at once (lane j the
