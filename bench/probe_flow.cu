@@ -17,14 +17,13 @@
  *   flow   one persistent launch; each 128-element chunk of a phase's output has a counter that its 8 tiles bump
  *          (after a fence); a warp waits only for the counters of the chunks its item multiplies. No barrier
  *          anywhere: a warp moves on to its next phase's weights as soon as its item is done.
- * Weights stream through shared memory by cp.async, NS item slots a warp, in two orders (the variants printed):
- * v3 issues the next item's copies before the current item computes; v4 keeps NS - 1 items in flight and issues the
- * next copies only after the current item has published its result. The hypothesis they tested: the fence each item
- * makes before its counter waits for the thread's outstanding copies (v3 ran 1.7-2.3x slower than v1 in every form),
- * so in v3 an item's fence would wait for the copies just issued, in v4 for copies issued an item earlier. Refuted
- * (session 48): the fences cost 13-17 % in every variant; the item itself (x from L2 per chunk, an atomic per item,
- * the finisher's partials) holds every form near 720 GB/s. v5 streams them by one bulk copy an item (cp.async.bulk, completing on an mbarrier a slot), which
- * no thread's scoreboard tracks. A fifth
+ * Weights stream through shared memory, NS item slots a warp, in three variants (printed in this order): v3 copies
+ * them by cp.async and issues the next item's copies before the current item computes; v4 keeps NS - 1 items in
+ * flight and issues the next copies only after the current item has published its result; v5 copies an item by one
+ * bulk copy (cp.async.bulk, completing on an mbarrier a slot), which no thread's scoreboard tracks. The hypothesis
+ * v4 and v5 tested: the fence each item makes before its counter waits for the thread's outstanding copies (v3 ran
+ * 1.7-2.3x slower than v1 in every form). Refuted (session 48): the fences cost 13-17 % in every variant; the item
+ * itself (x from L2 per chunk, an atomic per item, the finisher's partials) holds every form near 720 GB/s. A fifth
  * form, free-nf, is free without the item fences (its outputs are not meaningful: a tile's partials may be read
  * before they are visible): what the fences cost. A warp polls all of its item's input counters at once (lane j the
  * j-th chunk's), then reads x.
@@ -43,7 +42,7 @@
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); return 1; } } while (0)
 
 enum { M_FREE, M_CHAIN, M_BAR, M_FLOW, M_FREENF };
-#define CPI 4     /* chunks an item at most (two items' weights in registers: 64 of them) */
+#define CPI 4     /* chunks an item at most (4 KB of weights a slot) */
 #define NPH_MAX 128
 
 struct phase {
@@ -226,19 +225,19 @@ __global__ __launch_bounds__(256, 2) void step_kernel(const __grid_constant__ st
     __syncwarp();
   }
   unsigned used = 0; /* BULK: items consumed by this warp (slot used % NS, parity (used / NS) & 1) */
-  auto issue = [&](const phase *f, int iit_, int slot) {
-    if (BULK) load_item_bulk(f, iit_, wslots + slot * CPI * 64, bar0 + slot * 8, lane);
-    else load_item(f, iit_, wslots + slot * CPI * 64, lane);
-  };
-  /* the issue cursor (ip, iit) runs NS - 1 items (POST) or one item (v3) ahead of the compute cursor (p, it) */
+  /* the issue cursor (ip, iit) runs NS - 1 items (POST) or one item (v3) ahead of the compute cursor (p, it);
+   * issue_next copies its item into slot ib (none past the last phase) and moves it on */
   int ip = p, iit = it, ib = 0;
-  constexpr int AHEAD = POST ? NS - 1 : 1;
-#pragma unroll
-  for (int k = 0; k < AHEAD; k++) {
-    issue(ip < pend ? &a.ph[ip] : nullptr, iit, ib);
+  auto issue_next = [&]() {
+    const phase *f = ip < pend ? &a.ph[ip] : nullptr;
+    if (BULK) load_item_bulk(f, iit, wslots + ib * CPI * 64, bar0 + ib * 8, lane);
+    else load_item(f, iit, wslots + ib * CPI * 64, lane);
     ib = (ib + 1) % NS;
     if (ip < pend) next_item(a, pend, gw, nw, ip, iit);
-  }
+  };
+  constexpr int AHEAD = POST ? NS - 1 : 1;
+#pragma unroll
+  for (int k = 0; k < AHEAD; k++) issue_next();
   if (MODE == M_CHAIN) {
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;");
@@ -253,9 +252,7 @@ __global__ __launch_bounds__(256, 2) void step_kernel(const __grid_constant__ st
   int b = 0;
   while (p < pend) {
     if (!POST) { /* v3: the next item first, then wait for this one (one group left in flight) */
-      issue(ip < pend ? &a.ph[ip] : nullptr, iit, ib);
-      ib = (ib + 1) % NS;
-      if (ip < pend) next_item(a, pend, gw, nw, ip, iit);
+      issue_next();
       if (!BULK) asm volatile("cp.async.wait_group 1;" ::: "memory");
     } else if (!BULK) {
       asm volatile("cp.async.wait_group %0;" ::"n"(NS - 2) : "memory"); /* the oldest of NS - 1 groups is in */
@@ -266,11 +263,7 @@ __global__ __launch_bounds__(256, 2) void step_kernel(const __grid_constant__ st
     }
     item_compute<MODE>(a.ph[p], it, wslots + b * CPI * 64, a.epoch, lane);
     __syncwarp();
-    if (POST) { /* the slot of the item before this one is free since its compute: the item NS - 1 ahead goes there */
-      issue(ip < pend ? &a.ph[ip] : nullptr, iit, ib);
-      ib = (ib + 1) % NS;
-      if (ip < pend) next_item(a, pend, gw, nw, ip, iit);
-    }
+    if (POST) issue_next(); /* into the slot of the item before this one, free since its compute */
     int np = p, nit = it;
     next_item(a, pend, gw, nw, np, nit);
     bars_to(np);
@@ -386,91 +379,91 @@ int main(int argc, char **argv) {
   const char *names[] = {"free", "chain", "bar", "flow", "free-nf"};
   std::vector<__half> ref, out((size_t)pairs * (UP_R + DN_R));
   for (const variant &v : vars) {
-  const int smem = 8 * v.ns * CPI * 1024;
-  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, v.k[M_FLOW], 256, smem));
-  if (occ < 1) return 1;
-  const int grid = nsm * (occ < 2 ? occ : 2);
-  printf("-- %s: %d blocks of 8 warps (occupancy %d at %d KB)\n", v.name, grid, occ, smem / 1024);
-  for (int mode : {M_CHAIN, M_FREE, M_FREENF, M_BAR, M_FLOW, M_CHAIN, M_FLOW}) {
-    make(sa, mode == M_FREE || mode == M_FREENF);
-    CK(cudaMemset(cnt, 0, cnt_n * sizeof(unsigned)));
-    CK(cudaMemset(act + UP_K, 0, (act_n - UP_K) * sizeof(__half)));
-    cudaGraphExec_t ge = NULL;
-    auto run_step = [&](unsigned epoch) -> int {
-      sa.epoch = epoch;
-      if (mode == M_CHAIN) {
-        for (int p = 0; p < nph; p++) {
-          cudaLaunchConfig_t cfg = {};
-          cudaLaunchAttribute at[1];
-          at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-          at[0].val.programmaticStreamSerializationAllowed = 1;
-          cfg.gridDim = dim3(grid);
-          cfg.blockDim = dim3(256);
-          cfg.dynamicSmemBytes = smem;
-          cfg.stream = st;
-          cfg.attrs = at;
-          cfg.numAttrs = 1;
-          CK(cudaLaunchKernelEx(&cfg, v.k[M_CHAIN], sa, p));
+    const int smem = 8 * v.ns * CPI * 1024;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, v.k[M_FLOW], 256, smem));
+    if (occ < 1) return 1;
+    const int grid = nsm * (occ < 2 ? occ : 2);
+    printf("-- %s: %d blocks of 8 warps (occupancy %d at %d KB)\n", v.name, grid, occ, smem / 1024);
+    for (int mode : {M_CHAIN, M_FREE, M_FREENF, M_BAR, M_FLOW, M_CHAIN, M_FLOW}) {
+      make(sa, mode == M_FREE || mode == M_FREENF);
+      CK(cudaMemset(cnt, 0, cnt_n * sizeof(unsigned)));
+      CK(cudaMemset(act + UP_K, 0, (act_n - UP_K) * sizeof(__half)));
+      cudaGraphExec_t ge = NULL;
+      auto run_step = [&](unsigned epoch) -> int {
+        sa.epoch = epoch;
+        if (mode == M_CHAIN) {
+          for (int p = 0; p < nph; p++) {
+            cudaLaunchConfig_t cfg = {};
+            cudaLaunchAttribute at[1];
+            at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+            at[0].val.programmaticStreamSerializationAllowed = 1;
+            cfg.gridDim = dim3(grid);
+            cfg.blockDim = dim3(256);
+            cfg.dynamicSmemBytes = smem;
+            cfg.stream = st;
+            cfg.attrs = at;
+            cfg.numAttrs = 1;
+            CK(cudaLaunchKernelEx(&cfg, v.k[M_CHAIN], sa, p));
+          }
+        } else {
+          v.k[mode]<<<grid, 256, smem, st>>>(sa, 0);
         }
-      } else {
-        v.k[mode]<<<grid, 256, smem, st>>>(sa, 0);
+        CK(cudaGetLastError());
+        return 0;
+      };
+      /* warm-up step 1, then `steps` timed (the chain as a graph per step: epoch is a kernel argument, so each
+       * step is captured once, outside the timing, and replayed) */
+      if (run_step(1)) return 1;
+      CK(cudaStreamSynchronize(st));
+      std::vector<cudaGraphExec_t> gs;
+      if (mode == M_CHAIN) {
+        for (int e = 0; e < steps; e++) {
+          cudaGraph_t g;
+          CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+          if (run_step(2 + e)) return 1;
+          CK(cudaStreamEndCapture(st, &g));
+          CK(cudaGraphInstantiate(&ge, g, 0));
+          CK(cudaGraphDestroy(g));
+          gs.push_back(ge);
+        }
       }
-      CK(cudaGetLastError());
-      return 0;
-    };
-    /* warm-up step 1, then `steps` timed (the chain as a graph per step: epoch is a kernel argument, so each
-     * step is captured once, outside the timing, and replayed) */
-    if (run_step(1)) return 1;
-    CK(cudaStreamSynchronize(st));
-    std::vector<cudaGraphExec_t> gs;
-    if (mode == M_CHAIN) {
+      CK(cudaEventRecord(e0, st));
       for (int e = 0; e < steps; e++) {
-        cudaGraph_t g;
-        CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-        if (run_step(2 + e)) return 1;
-        CK(cudaStreamEndCapture(st, &g));
-        CK(cudaGraphInstantiate(&ge, g, 0));
-        CK(cudaGraphDestroy(g));
-        gs.push_back(ge);
+        if (mode == M_CHAIN) CK(cudaGraphLaunch(gs[e], st));
+        else if (run_step(2 + e)) return 1;
       }
-    }
-    CK(cudaEventRecord(e0, st));
-    for (int e = 0; e < steps; e++) {
-      if (mode == M_CHAIN) CK(cudaGraphLaunch(gs[e], st));
-      else if (run_step(2 + e)) return 1;
-    }
-    CK(cudaEventRecord(e1, st));
-    CK(cudaStreamSynchronize(st));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    for (auto g : gs) cudaGraphExecDestroy(g);
-    const double us = 1000.0 * ms / steps;
-    CK(cudaMemcpy(out.data(), act + UP_K, out.size() * sizeof(__half), cudaMemcpyDeviceToHost));
-    const char *check = "";
-    if (mode == M_FREE || mode == M_FREENF) check = "(outputs not comparable: no phase reads another's)";
-    else if (ref.empty()) {
-      ref = out;
-      double ss = 0;
-      size_t z = 0;
-      const size_t last0 = out.size() - DN_R;
-      for (size_t i = last0; i < out.size(); i++) {
-        const float v = __half2float(out[i]);
-        ss += (double)v * v;
-        z += v == 0.0f;
+      CK(cudaEventRecord(e1, st));
+      CK(cudaStreamSynchronize(st));
+      float ms = 0;
+      CK(cudaEventElapsedTime(&ms, e0, e1));
+      for (auto g : gs) cudaGraphExecDestroy(g);
+      const double us = 1000.0 * ms / steps;
+      CK(cudaMemcpy(out.data(), act + UP_K, out.size() * sizeof(__half), cudaMemcpyDeviceToHost));
+      const char *check = "";
+      if (mode == M_FREE || mode == M_FREENF) check = "(outputs not comparable: no phase reads another's)";
+      else if (ref.empty()) {
+        ref = out;
+        double ss = 0;
+        size_t z = 0;
+        const size_t last0 = out.size() - DN_R;
+        for (size_t i = last0; i < out.size(); i++) {
+          const float v = __half2float(out[i]);
+          ss += (double)v * v;
+          z += v == 0.0f;
+        }
+        static char rb[96];
+        snprintf(rb, sizeof rb, "(reference: last phase rms %.3g, %zu of %d zero)", sqrt(ss / DN_R), z, DN_R);
+        check = rb;
       }
-      static char rb[96];
-      snprintf(rb, sizeof rb, "(reference: last phase rms %.3g, %zu of %d zero)", sqrt(ss / DN_R), z, DN_R);
-      check = rb;
+      else {
+        size_t diff = 0;
+        for (size_t i = 0; i < out.size(); i++) diff += memcmp(&out[i], &ref[i], sizeof(__half)) != 0;
+        static char buf[64];
+        snprintf(buf, sizeof buf, "%zu of %zu outputs differ from chain", diff, out.size());
+        check = buf;
+      }
+      printf("%-7s %9.1f us a step  %7.1f GB/s  %s\n", names[mode], us, total_w / (us * 1e3), check);
     }
-    else {
-      size_t diff = 0;
-      for (size_t i = 0; i < out.size(); i++) diff += memcmp(&out[i], &ref[i], sizeof(__half)) != 0;
-      static char buf[64];
-      snprintf(buf, sizeof buf, "%zu of %zu outputs differ from chain", diff, out.size());
-      check = buf;
-    }
-    printf("%-7s %9.1f us a step  %7.1f GB/s  %s\n", names[mode], us, total_w / (us * 1e3), check);
-  }
   }
   return 0;
 }
