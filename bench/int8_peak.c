@@ -2,8 +2,9 @@
  * 16-bit activations (two int8 planes, cpu_kernels.h) cost two int8 multiply-adds per weight.
  * Prints the clock (a chain of dependent adds, one a cycle) and the throughput of independent
  * VPDPBUSD (zmm, ymm) and of the AVX2 pair VPMADDUBSW + VPMADDWD, on one thread, and what each
- * gives as a two-plane MAC rate. Used for issue 31/35's W5 bound (bench/RESULTS.md, session 37).
- *   gcc -O2 -mavx2 -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mavxvnni bench/int8_peak.c -o /tmp/int8_peak
+ * gives as a two-plane MAC rate; then VPDPBUSD interleaved with floating-point multiply-adds (FMA, BF16 dot
+ * products), to see whether those run on other pipes (they would leave room for a mixed format). Used for issue 31/35's W5 bound (bench/RESULTS.md, session 37).
+ *   gcc -O2 -mavx2 -mavx512f -mavx512bw -mavx512vl -mavx512vnni -mavx512bf16 -mavxvnni bench/int8_peak.c -o /tmp/int8_peak
  * Runs only the parts this CPU has (cpuid). */
 #include <cpuid.h>
 #include <immintrin.h>
@@ -62,6 +63,40 @@ __attribute__((target("avx2"))) static double ymm_maddubs(long iters) {
 #undef STEP
 }
 
+/* whether the int8 dot products have a pipe of their own: 6 VPDPBUSD chains and 6 chains of a floating-point
+ * multiply-add (VFMADD..PS, or VDPBF16PS with BF16 = 1) in one loop; returns the instructions of both kinds a second.
+ * Were they on different pipes, the sum would pass VPDPBUSD's own rate (session 49, Zen 5: it does not) */
+#define MIXED(NAME, TARGET, FSTEP)                                                                         \
+  __attribute__((target(TARGET))) static double NAME(long iters) {                                      \
+    const __m512i b = _mm512_set1_epi8(3), c = _mm512_set1_epi8(5);                                      \
+    const __m512 m = _mm512_set1_ps(1.0001f);                                                             \
+    const __m512i hb = _mm512_set1_epi16(0x3f80);                                                         \
+    __m512i i0 = _mm512_set1_epi32(0), i1 = _mm512_set1_epi32(1), i2 = _mm512_set1_epi32(2),              \
+            i3 = _mm512_set1_epi32(3), i4 = _mm512_set1_epi32(4), i5 = _mm512_set1_epi32(5);              \
+    __m512 f0 = _mm512_set1_ps(0), f1 = _mm512_set1_ps(1), f2 = _mm512_set1_ps(2), f3 = _mm512_set1_ps(3), \
+           f4 = _mm512_set1_ps(4), f5 = _mm512_set1_ps(5);                                                \
+    (void)m;                                                                                              \
+    (void)hb;                                                                                             \
+    double t0 = now();                                                                                    \
+    for (long i = 0; i < iters; i++) {                                                                    \
+      i0 = _mm512_dpbusd_epi32(i0, b, c); FSTEP(f0) i1 = _mm512_dpbusd_epi32(i1, b, c); FSTEP(f1)         \
+      i2 = _mm512_dpbusd_epi32(i2, b, c); FSTEP(f2) i3 = _mm512_dpbusd_epi32(i3, b, c); FSTEP(f3)         \
+      i4 = _mm512_dpbusd_epi32(i4, b, c); FSTEP(f4) i5 = _mm512_dpbusd_epi32(i5, b, c); FSTEP(f5)         \
+      __asm__ volatile("" : "+v"(i0), "+v"(i1), "+v"(i2), "+v"(i3), "+v"(i4), "+v"(i5), "+v"(f0), "+v"(f1),  \
+                       "+v"(f2), "+v"(f3), "+v"(f4), "+v"(f5));                                             \
+    }                                                                                                     \
+    double dt = now() - t0;                                                                               \
+    volatile int sink = _mm_cvtsi128_si32(_mm512_castsi512_si128(_mm512_add_epi32(i0, i5))) +            \
+                        (int)_mm512_reduce_add_ps(_mm512_add_ps(f0, f5));                                 \
+    (void)sink;                                                                                           \
+    (void)i2; (void)i3; (void)i4; (void)f1; (void)f2; (void)f3; (void)f4;                                 \
+    return 12.0 * (double)iters / dt;                                                                     \
+  }
+#define FMA_STEP(f) f = _mm512_fmadd_ps(f, m, m);
+#define BF16_STEP(f) f = _mm512_dpbf16_ps(f, (__m512bh)hb, (__m512bh)hb);
+MIXED(zmm_mixed_fma, "avx512f,avx512vnni", FMA_STEP)
+MIXED(zmm_mixed_bf16, "avx512f,avx512vnni,avx512bf16", BF16_STEP)
+
 int main(void) {
   unsigned a, b, c, d, b7 = 0, a71 = 0;
   if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) b7 = b;
@@ -80,6 +115,14 @@ int main(void) {
     double r = zmm_dpbusd(100000000);
     printf("VPDPBUSD zmm: %.2f G/s (%.2f a cycle) -> %.0f G int8 MACs/s, %.0f GMAC/s with two planes\n", r / 1e9,
            r / 1e9 / ghz, r * 64 / 1e9, r * 32 / 1e9);
+  }
+  if (has_vnni512) {
+    const double r = zmm_mixed_fma(100000000);
+    printf("VPDPBUSD zmm + VFMADD zmm, 6 chains each: %.2f zmm instructions a cycle together\n", r / 1e9 / ghz);
+    if ((a71 >> 5) & 1) { /* AVX512_BF16 */
+      const double q = zmm_mixed_bf16(100000000);
+      printf("VPDPBUSD zmm + VDPBF16PS zmm, 6 chains each: %.2f zmm instructions a cycle together\n", q / 1e9 / ghz);
+    }
   }
   if (has_avxvnni) {
     double r = ymm_dpbusd(100000000);
