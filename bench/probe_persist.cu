@@ -23,7 +23,8 @@
  * chain and pers (checked); the weights are this probe's own layout (a tile's groups contiguous, 1 KB each: rows
  * 0-7 then 8-15, 16 bytes a lane), which is the access pattern of the engine's blocked layout.
  * Printed: µs a step (mean of 20 after one warm-up step) and GB/s of weights, for 16-warp blocks with rings of 2
- * and 4 steps a warp and 8-warp blocks with 8 (8-way K splits in both shapes).
+ * and 4 steps a warp, 8-warp blocks with 8 (8-way K splits in both shapes), and two 8-warp blocks an SM with 4
+ * (the engine's 16 warps an SM in its two-block shape).
  *   nvcc -O3 -arch=sm_90 -I src -o probe_persist bench/probe_persist.cu && ./probe_persist [phases] */
 #include <cuda_fp16.h>
 
@@ -312,13 +313,14 @@ int main(int argc, char **argv) {
 
   struct variant {
     const char *name;
-    int ring, nw;
+    int ring, nw, bps; /* ring steps a warp, warps a block, blocks an SM */
     kfn_t k[4];
   };
 #define VK(R, W) {step_kernel<F_CHAIN, R, W>, step_kernel<F_PERS, R, W>, step_kernel<F_FREE, R, W>, step_kernel<F_HOT, R, W>}
-  const variant vars[] = {{"16 warps, ring 2", 2, 16, VK(2, 16)},
-                          {"16 warps, ring 4", 4, 16, VK(4, 16)},
-                          {"8 warps, ring 8", 8, 8, VK(8, 8)}};
+  const variant vars[] = {{"16 warps, ring 2", 2, 16, 1, VK(2, 16)},
+                          {"16 warps, ring 4", 4, 16, 1, VK(4, 16)},
+                          {"8 warps, ring 8", 8, 8, 1, VK(8, 8)},
+                          {"8 warps, ring 4, two blocks an SM", 4, 8, 2, VK(4, 8)}};
   cudaStream_t st;
   CK(cudaStreamCreate(&st));
   cudaEvent_t e0, e1;
@@ -331,11 +333,12 @@ int main(int argc, char **argv) {
     for (kfn_t k : v.k) CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     int occ = 0;
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, v.k[F_PERS], v.nw * 32, smem));
+    const int grid = nsm * v.bps;
     make(false, v.nw);
     ref.clear(); /* the K-split changes with the block size, and with it the order of the sums */
     printf("-- %s: %d blocks, %.1f KB of shared memory a block, %d fit an SM; block units: up %d, down %d\n",
-           v.name, nsm, smem / 1024.0, occ, sa.ph[0].units, sa.ph[1].units);
-    if (occ < 1) return 1;
+           v.name, grid, smem / 1024.0, occ, sa.ph[0].units, sa.ph[1].units);
+    if (occ < v.bps) return 1; /* pers needs every block resident */
     for (int form : {F_CHAIN, F_PERS, F_FREE, F_HOT, F_CHAIN, F_PERS}) {
       make(form == F_FREE || form == F_HOT, v.nw);
       CK(cudaMemset(done, 0, NPH_MAX * sizeof(unsigned)));
@@ -348,7 +351,7 @@ int main(int argc, char **argv) {
             cudaLaunchAttribute at[1];
             at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
             at[0].val.programmaticStreamSerializationAllowed = 1;
-            cfg.gridDim = dim3(nsm);
+            cfg.gridDim = dim3(grid);
             cfg.blockDim = dim3(v.nw * 32);
             cfg.dynamicSmemBytes = smem;
             cfg.stream = st;
@@ -357,7 +360,7 @@ int main(int argc, char **argv) {
             CK(cudaLaunchKernelEx(&cfg, v.k[F_CHAIN], sa, p, p + 1));
           }
         } else {
-          v.k[form]<<<nsm, v.nw * 32, smem, st>>>(sa, 0, nph);
+          v.k[form]<<<grid, v.nw * 32, smem, st>>>(sa, 0, nph);
         }
         CK(cudaGetLastError());
         return 0;
