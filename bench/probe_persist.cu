@@ -21,7 +21,10 @@
  * int4 a step). Up phases split each tile's 16 groups 8 ways (two tiles a block unit), down phases its 86 groups 16
  * ways (one tile a unit): the shapes gemv_pick would take for 16-warp blocks. Outputs must be bit-identical between
  * chain and pers (checked); the weights are this probe's own layout (a tile's groups contiguous, 1 KB each: rows
- * 0-7 then 8-15, 16 bytes a lane), which is the access pattern of the engine's blocked layout.
+ * 0-7 then 8-15, 16 bytes a lane), which is the access pattern of the engine's blocked layout. The step's inner loop
+ * is gemv_q4_kernel's, copied on purpose: the probe must issue the engine's instruction stream, and the engine's
+ * kernel cannot be entered once a phase from inside a persistent one. The host side (PDL launches captured in a
+ * graph, the timing, the bit check) follows probe_flow.cu's.
  * Printed: µs a step (mean of 20 after one warm-up step) and GB/s of weights, for 16-warp blocks with rings of 2
  * and 4 steps a warp, 8-warp blocks with 8 (8-way K splits in both shapes), and two 8-warp blocks an SM with 4
  * (the engine's 16 warps an SM in its two-block shape).
