@@ -89,7 +89,6 @@ __attribute__((target("avx2"))) static double ymm_maddubs(long iters) {
     volatile int sink = _mm_cvtsi128_si32(_mm512_castsi512_si128(_mm512_add_epi32(i0, i5))) +            \
                         (int)_mm512_reduce_add_ps(_mm512_add_ps(f0, f5));                                 \
     (void)sink;                                                                                           \
-    (void)i2; (void)i3; (void)i4; (void)f1; (void)f2; (void)f3; (void)f4;                                 \
     return 12.0 * (double)iters / dt;                                                                     \
   }
 #define FMA_STEP(f) f = _mm512_fmadd_ps(f, m, m);
