@@ -73,19 +73,61 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned *p) {
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
+/* the bulk-copy (TMA) ring of CUT_BULK: one mbarrier a slot, lane 0 issues the step's two copies */
+__device__ __forceinline__ void mbar_init(uint32_t a) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(a) : "memory");
+}
+__device__ __forceinline__ void mbar_expect(uint32_t a, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(a), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t a) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(a) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t a, unsigned parity) {
+  uint32_t ok;
+  do {
+    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+                 : "=r"(ok)
+                 : "r"(a), "r"(parity)
+                 : "memory");
+  } while (!ok);
+}
+__device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, unsigned bytes, uint32_t mbar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(mbar)
+               : "memory");
+}
 __device__ __forceinline__ int steps_of(const phase &f) { return ((f.G + 1) / 2 + f.ks - 1) / f.ks; }
 
 /* phases [p0, p1) of one step; F_CHAIN launches one phase each (p1 = p0 + 1) */
-template <int FORM, int RING, int NW>
+/* CUT (free and hot only; session 50, NOTES "Next" 1): parts of the step taken out to see what each costs.
+ *   CUT_X    x is staged once, in the block's first phase (at the longest K), and left in shared memory;
+ *   CUT_RED  no meeting of the K-splits: each warp writes its own partials, no block barrier a unit;
+ *   CUT_MMA  no conversion, x fragments or mma: the ring's slots are read and folded into the sums. */
+enum { CUT_X = 1, CUT_RED = 2, CUT_MMA = 4, CUT_LATE = 8, CUT_BULK = 16 };
+/* not cuts but variants of the weight stream (chain and pers; session 50, testing lesson 4's suspect that x's reads
+ * queue behind the weight copies issued before the wait):
+ *   CUT_LATE  the first RING copies are issued after x's reads, not before griddepcontrol.wait;
+ *   CUT_BULK  the copies are bulk copies (the TMA unit's path, not the SM's load pipe): lane 0 issues a step's
+ *             2 KB of weights and 64 B of scales against the slot's mbarrier; the scales keep their global order */
+template <int FORM, int RING, int NW, int CUT = 0>
 __global__ __launch_bounds__(NW * 32, 1) void step_kernel(const __grid_constant__ step_args sa, int p0, int p1) {
   extern __shared__ uint4 smem[];
   __shared__ float red[NW][2][32];
+  __shared__ __align__(8) unsigned long long mbar[NW][RING];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gid = lane / 4, tig = lane % 4;
   const int KMAX = 11008;
   __half *xs = (__half *)smem;
   float *corr = (float *)(xs + KMAX);                    /* [G][16] */
   uint8_t *ring = (uint8_t *)(corr + (KMAX / 128) * 16) + (size_t)warp * RING * SLOT;
   const uint32_t rbase = smem_u32(ring) + lane * 16;
+  constexpr bool BULK = (CUT & CUT_BULK) != 0;
+  if (BULK) {
+    if (lane == 0)
+      for (int i = 0; i < RING; i++) mbar_init(smem_u32(&mbar[warp][i]));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    __syncwarp();
+  }
 
   /* the loader's cursor: phase lp, block unit lu, step lj; it runs through every phase of [p0, p1) */
   int lp = p0, lu = blockIdx.x, lj = 0;
@@ -94,6 +136,26 @@ __global__ __launch_bounds__(NW * 32, 1) void step_kernel(const __grid_constant_
   };
   lnorm();
   auto load = [&](int slot) {
+    if (BULK && lp < p1) {
+      const phase &f = sa.ph[lp];
+      const int ks = warp % f.ks, tile = lu * (NW / f.ks) + warp / f.ks, g = (ks + lj * f.ks) * 2;
+      __syncwarp(); /* every lane has read the slot it refills */
+      if (lane == 0) {
+        const uint32_t mb = smem_u32(&mbar[warp][slot]), s = smem_u32(ring) + slot * SLOT;
+        if (g < f.G && tile < f.tiles) {
+          const int wt = FORM == F_HOT ? tile % 8 : tile;
+          asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+          mbar_expect(mb, 2048 + 64);
+          bulk_g2s(s, f.w + ((size_t)wt * f.G + g) * 1024, 2048, mb);
+          bulk_g2s(s + 2048, f.sc + ((size_t)wt * f.G + g) * 16, 64, mb);
+        } else {
+          mbar_arrive(mb); /* a padding step: nothing to copy, the slot's phase still turns */
+        }
+      }
+      if (++lj == steps_of(f)) { lj = 0; lu += gridDim.x; lnorm(); }
+      return;
+    }
+    if (BULK) return;
     if (lp < p1) {
       const phase &f = sa.ph[lp];
       const int ks = warp % f.ks, tile = lu * (NW / f.ks) + warp / f.ks, g = (ks + lj * f.ks) * 2;
@@ -114,13 +176,18 @@ __global__ __launch_bounds__(NW * 32, 1) void step_kernel(const __grid_constant_
     }
     cp_async_commit();
   };
+  constexpr bool LATE = (CUT & CUT_LATE) != 0;
+  if (!LATE) {
 #pragma unroll
-  for (int i = 0; i < RING; i++) load(i);
+    for (int i = 0; i < RING; i++) load(i);
+  }
   if (FORM == F_CHAIN) {
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;");
   }
   int slot = 0;
+  unsigned par = 0; /* CUT_BULK: the parity of the slots' current phase (flips as the ring wraps) */
+  bool staged = false;
   for (int p = p0; p < p1; p++) {
     const phase &f = sa.ph[p];
     if ((int)blockIdx.x >= f.units) continue; /* uniform over the block: nothing of this phase here */
@@ -134,9 +201,11 @@ __global__ __launch_bounds__(NW * 32, 1) void step_kernel(const __grid_constant_
     }
     /* x into shared memory (the engine's layout, odd chunks / 16) and the offset fold's corrections */
     const __half *xg = f.x;
-    for (int c0 = 0; c0 < K / 8; c0 += NW * 32) {
+    const int KX = (CUT & CUT_X) ? (staged ? 0 : KMAX) : K; /* CUT_X: the fixed x at its longest, once */
+    staged = true;
+    for (int c0 = 0; c0 < KX / 8; c0 += NW * 32) {
       const int c = c0 + threadIdx.x;
-      const bool live = c < K / 8;
+      const bool live = c < KX / 8;
       float cs = 0.0f;
       if (live) {
         const uint4 v = __ldcg((const uint4 *)(xg + c * 8));
@@ -151,13 +220,18 @@ __global__ __launch_bounds__(NW * 32, 1) void step_kernel(const __grid_constant_
         for (int e = 0; e < 16; e++) cg[e] = (e == 0 || e == 2) ? -cs : 0.0f;
       }
     }
+    if (LATE && p == p0) { /* the first copies after x's reads */
+#pragma unroll
+      for (int i = 0; i < RING; i++) load(i);
+    }
     __syncthreads();
     const __half *xlane = xs + tig * 32;
     const int xsw0 = (tig >> 1) & 3, xsw1 = xsw0 ^ 2;
     for (int u = blockIdx.x; u < f.units; u += gridDim.x) {
       float acc0 = 0.0f, acc8 = 0.0f;
       for (int j = 0; j < S; j++) {
-        cp_async_wait<RING - 1>();
+        if (BULK) mbar_wait(smem_u32(&mbar[warp][slot]), par);
+        else cp_async_wait<RING - 1>();
         const uint8_t *sb = ring + slot * SLOT;
         uint4 W0[2], W8[2];
         __half S0[2], S8[2];
@@ -165,49 +239,66 @@ __global__ __launch_bounds__(NW * 32, 1) void step_kernel(const __grid_constant_
         for (int h = 0; h < 2; h++) {
           W0[h] = *(const uint4 *)(sb + h * 1024 + lane * 16);
           W8[h] = *(const uint4 *)(sb + h * 1024 + 512 + lane * 16);
-          S0[h] = *(const __half *)(sb + 2048 + h * 16 + gid * 2);
-          S8[h] = *(const __half *)(sb + 2048 + 32 + h * 16 + gid * 2);
+          /* scales: the cp.async ring's order (lo g, lo g + 1, hi g, hi g + 1) or, bulk, the global one */
+          S0[h] = *(const __half *)(sb + 2048 + (BULK ? h * 32 : h * 16) + gid * 2);
+          S8[h] = *(const __half *)(sb + 2048 + (BULK ? h * 32 + 16 : 32 + h * 16) + gid * 2);
         }
         const int g0 = (ks + j * f.ks) * 2;
         const bool live = g0 < f.G && u * TPB + ts < f.tiles; /* uniform over the warp */
         load(slot);
-        if (++slot == RING) slot = 0;
+        if (++slot == RING) { slot = 0; par ^= 1u; }
         if (!live) continue;
+        if constexpr ((CUT & CUT_MMA) != 0) { /* keep the slot reads live, drop the arithmetic */
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-          const int g = g0 + h;
-          if (g >= f.G) break;
-          uint32_t pa[4][4], pb[4][4];
-          const uint32_t a0[4] = {W0[h].x, W0[h].y, W0[h].z, W0[h].w}, a8[4] = {W8[h].x, W8[h].y, W8[h].z, W8[h].w};
-#pragma unroll
-          for (int q = 0; q < 4; q++) {
-            q4_word_raw(a0[q], pa[q]);
-            q4_word_raw(a8[q], pb[q]);
+          for (int h = 0; h < 2; h++) {
+            acc0 += __uint_as_float((W0[h].x ^ W0[h].y ^ W0[h].z ^ W0[h].w) & 0x3fffffffu) * __half2float(S0[h]);
+            acc8 += __uint_as_float((W8[h].x ^ W8[h].y ^ W8[h].z ^ W8[h].w) & 0x3fffffffu) * __half2float(S8[h]);
           }
-          const uint4 *xp = (const uint4 *)(xlane + g * 128);
-          const int sw = (g & 1) ? xsw1 : xsw0;
-          uint4 xv[4];
+        } else {
 #pragma unroll
-          for (int c = 0; c < 4; c++) xv[c] = xp[c ^ sw];
-          float c4[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-          const float4 cr = *(const float4 *)&corr[g * 16 + tig * 4];
-          c4[1][0] = cr.x;
-          c4[1][1] = cr.y;
-          c4[1][2] = cr.z;
-          c4[1][3] = cr.w;
+          for (int h = 0; h < 2; h++) {
+            const int g = g0 + h;
+            if (g >= f.G) break;
+            uint32_t pa[4][4], pb[4][4];
+            const uint32_t a0[4] = {W0[h].x, W0[h].y, W0[h].z, W0[h].w}, a8[4] = {W8[h].x, W8[h].y, W8[h].z, W8[h].w};
 #pragma unroll
-          for (int q = 0; q < 4; q++) {
-#pragma unroll
-            for (int hh = 0; hh < 2; hh++) {
-              const uint32_t af[4] = {pa[q][2 * hh], pb[q][2 * hh], pa[q][2 * hh + 1], pb[q][2 * hh + 1]};
-              const uint4 xc = xv[2 * hh + (q >> 1)];
-              const uint32_t bf[2] = {q & 1 ? xc.z : xc.x, q & 1 ? xc.w : xc.y};
-              mma_16816(c4[hh], af, bf);
+            for (int q = 0; q < 4; q++) {
+              q4_word_raw(a0[q], pa[q]);
+              q4_word_raw(a8[q], pb[q]);
             }
+            const uint4 *xp = (const uint4 *)(xlane + g * 128);
+            const int sw = (g & 1) ? xsw1 : xsw0;
+            uint4 xv[4];
+#pragma unroll
+            for (int c = 0; c < 4; c++) xv[c] = xp[c ^ sw];
+            float c4[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+            const float4 cr = *(const float4 *)&corr[g * 16 + tig * 4];
+            c4[1][0] = cr.x;
+            c4[1][1] = cr.y;
+            c4[1][2] = cr.z;
+            c4[1][3] = cr.w;
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+#pragma unroll
+              for (int hh = 0; hh < 2; hh++) {
+                const uint32_t af[4] = {pa[q][2 * hh], pb[q][2 * hh], pa[q][2 * hh + 1], pb[q][2 * hh + 1]};
+                const uint4 xc = xv[2 * hh + (q >> 1)];
+                const uint32_t bf[2] = {q & 1 ? xc.z : xc.x, q & 1 ? xc.w : xc.y};
+                mma_16816(c4[hh], af, bf);
+              }
+            }
+            acc0 = fmaf(__half2float(S0[h]), c4[0][0] + c4[1][0], acc0);
+            acc8 = fmaf(__half2float(S8[h]), c4[0][2] + c4[1][2], acc8);
           }
-          acc0 = fmaf(__half2float(S0[h]), c4[0][0] + c4[1][0], acc0);
-          acc8 = fmaf(__half2float(S8[h]), c4[0][2] + c4[1][2], acc8);
         }
+      }
+      if (CUT & CUT_RED) { /* each warp its own partials (the same rows from every split: a timing stand-in) */
+        const int tile = u * TPB + ts;
+        if (tig == 0 && tile < f.tiles) {
+          f.y[tile * 16 + gid] = __float2half_rn(acc0);
+          f.y[tile * 16 + 8 + gid] = __float2half_rn(acc8);
+        }
+        continue;
       }
       /* the unit's K-splits meet in shared memory; one thread per row writes it */
       red[warp][0][lane] = acc0;
@@ -224,7 +315,7 @@ __global__ __launch_bounds__(NW * 32, 1) void step_kernel(const __grid_constant_
       if (FORM == F_PERS && threadIdx.x == 0) atomicAdd(sa.done + p, 1u);
     }
   }
-  cp_async_wait<0>();
+  if (!BULK) cp_async_wait<0>();
 }
 
 __global__ void init_bytes(uint32_t *w, size_t n, uint32_t seed) {
@@ -249,13 +340,16 @@ typedef void (*kfn_t)(step_args, int, int);
 
 int main(int argc, char **argv) {
   const int nph = argc > 1 ? atoi(argv[1]) : 72, steps = 20;
+  const int tall = argc > 2 ? atoi(argv[2]) : 1; /* rows of both shapes times this: the consumer's rate away from
+                                                    the phase boundaries (session 50) */
+  if (tall < 1 || tall > 16) { printf("tall: 1..16\n"); return 1; }
   if (nph < 2 || nph > NPH_MAX || nph % 2) { printf("phases: an even number 2..%d\n", NPH_MAX); return 1; }
   int dev = 0, nsm = 0;
   CK(cudaSetDevice(dev));
   CK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev));
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, dev));
-  const int UP_R = 11008, UP_K = 2048, DN_R = 2048, DN_K = 11008;
+  const int UP_R = 11008 * tall, UP_K = 2048, DN_R = 2048 * tall, DN_K = 11008;
   const size_t wup = (size_t)UP_R * UP_K / 2, wdn = (size_t)DN_R * DN_K / 2, pairs = nph / 2;
   const size_t total_w = pairs * (wup + wdn), total_s = pairs * ((size_t)UP_R * UP_K + (size_t)DN_R * DN_K) / 128;
   uint8_t *w;
@@ -314,22 +408,34 @@ int main(int argc, char **argv) {
   }
   printf("%s: %d SMs, %d phases, %.1f MB of int4 weights a step\n", prop.name, nsm, nph, total_w / 1e6);
 
+#define NFORM 17
   struct variant {
     const char *name;
     int ring, nw, bps; /* ring steps a warp, warps a block, blocks an SM */
-    kfn_t k[4];
+    kfn_t k[NFORM];
   };
-#define VK(R, W) {step_kernel<F_CHAIN, R, W>, step_kernel<F_PERS, R, W>, step_kernel<F_FREE, R, W>, step_kernel<F_HOT, R, W>}
-  const variant vars[] = {{"16 warps, ring 2", 2, 16, 1, VK(2, 16)},
-                          {"16 warps, ring 4", 4, 16, 1, VK(4, 16)},
-                          {"8 warps, ring 8", 8, 8, 1, VK(8, 8)},
-                          {"8 warps, ring 4, two blocks an SM", 4, 8, 2, VK(4, 8)}};
+  /* the forms run, in this order; the cut forms after session 50 */
+  const int form_of[NFORM] = {F_CHAIN, F_PERS, F_FREE, F_HOT,  F_HOT,  F_HOT,  F_HOT, F_HOT, F_HOT,
+                              F_FREE,  F_FREE, F_FREE, F_CHAIN, F_PERS, F_FREE, F_HOT, F_CHAIN};
+  const char *names[NFORM] = {"chain", "pers", "free", "hot", "hot-x", "hot-red", "hot-mma", "hot-x-red",
+                              "hot-all", "free-x", "free-red", "free-x-red", "chain-bulk", "pers-bulk",
+                              "free-bulk", "hot-bulk", "chain-late"};
+#define VK(R, W)                                                                                                    \
+  {step_kernel<F_CHAIN, R, W>,                 step_kernel<F_PERS, R, W>,                                          \
+   step_kernel<F_FREE, R, W>,                  step_kernel<F_HOT, R, W>,                                           \
+   step_kernel<F_HOT, R, W, CUT_X>,            step_kernel<F_HOT, R, W, CUT_RED>,                                  \
+   step_kernel<F_HOT, R, W, CUT_MMA>,          step_kernel<F_HOT, R, W, CUT_X | CUT_RED>,                          \
+   step_kernel<F_HOT, R, W, CUT_X | CUT_RED | CUT_MMA>, step_kernel<F_FREE, R, W, CUT_X>,                         \
+   step_kernel<F_FREE, R, W, CUT_RED>,         step_kernel<F_FREE, R, W, CUT_X | CUT_RED>,                         \
+   step_kernel<F_CHAIN, R, W, CUT_BULK>,       step_kernel<F_PERS, R, W, CUT_BULK>,                                \
+   step_kernel<F_FREE, R, W, CUT_BULK>,        step_kernel<F_HOT, R, W, CUT_BULK>,                                 \
+   step_kernel<F_CHAIN, R, W, CUT_LATE>}
+  const variant vars[] = {{"16 warps, ring 2", 2, 16, 1, VK(2, 16)}, {"16 warps, ring 4", 4, 16, 1, VK(4, 16)}};
   cudaStream_t st;
   CK(cudaStreamCreate(&st));
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
   CK(cudaEventCreate(&e1));
-  const char *names[] = {"chain", "pers", "free", "hot"};
   std::vector<__half> ref, out(act_n - UP_K);
   for (const variant &v : vars) {
     const int smem = 11008 * 2 + (11008 / 128) * 16 * 4 + v.nw * v.ring * SLOT;
@@ -342,7 +448,8 @@ int main(int argc, char **argv) {
     printf("-- %s: %d blocks, %.1f KB of shared memory a block, %d fit an SM; block units: up %d, down %d\n",
            v.name, grid, smem / 1024.0, occ, sa.ph[0].units, sa.ph[1].units);
     if (occ < v.bps) return 1; /* pers needs every block resident */
-    for (int form : {F_CHAIN, F_PERS, F_FREE, F_HOT, F_CHAIN, F_PERS}) {
+    for (int fi : {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 0, 1, 12, 13}) {
+      const int form = form_of[fi];
       make(form == F_FREE || form == F_HOT, v.nw);
       CK(cudaMemset(done, 0, NPH_MAX * sizeof(unsigned)));
       CK(cudaMemset(act + UP_K, 0, (act_n - UP_K) * sizeof(__half)));
@@ -360,10 +467,10 @@ int main(int argc, char **argv) {
             cfg.stream = st;
             cfg.attrs = at;
             cfg.numAttrs = 1;
-            CK(cudaLaunchKernelEx(&cfg, v.k[F_CHAIN], sa, p, p + 1));
+            CK(cudaLaunchKernelEx(&cfg, v.k[fi], sa, p, p + 1));
           }
         } else {
-          v.k[form]<<<grid, v.nw * 32, smem, st>>>(sa, 0, nph);
+          v.k[fi]<<<grid, v.nw * 32, smem, st>>>(sa, 0, nph);
         }
         CK(cudaGetLastError());
         return 0;
@@ -413,7 +520,7 @@ int main(int argc, char **argv) {
           snprintf(check, sizeof check, "%zu of %zu outputs differ from the first chain run", diff, out.size());
         }
       }
-      printf("%-6s %9.1f us a step  %7.1f GB/s  %5.2f us a phase  %s\n", names[form], us, total_w / (us * 1e3),
+      printf("%-10s %9.1f us a step  %7.1f GB/s  %5.2f us a phase  %s\n", names[fi], us, total_w / (us * 1e3),
              us / nph, check);
     }
   }
