@@ -26,9 +26,9 @@
  * kernel cannot be entered once a phase from inside a persistent one. The host side (PDL launches captured in a
  * graph, the timing, the bit check) follows probe_flow.cu's.
  * Printed: µs a step (mean of 20 after one warm-up step) and GB/s of weights, for 16-warp blocks with rings of 2
- * and 4 steps a warp, 8-warp blocks with 8 (8-way K splits in both shapes), and two 8-warp blocks an SM with 4
- * (the engine's 16 warps an SM in its two-block shape).
- *   nvcc -O3 -arch=sm_90 -I src -o probe_persist bench/probe_persist.cu && ./probe_persist [phases] */
+ * and 4 steps a warp (session 49 also ran 8-warp blocks; they lost, and session 50 took them out for the cut forms:
+ * CUT_* below). A second argument multiplies both shapes' rows (the consumer's rate away from phase boundaries).
+ *   nvcc -O3 -arch=sm_90 -I src -o probe_persist bench/probe_persist.cu && ./probe_persist [phases [tall]] */
 #include <cuda_fp16.h>
 
 #include <cmath>
