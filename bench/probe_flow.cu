@@ -39,6 +39,8 @@
 #include <cmath>
 #include <algorithm>
 
+#include "probe_mbar.cuh"
+
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); return 1; } } while (0)
 
 enum { M_FREE, M_CHAIN, M_BAR, M_FLOW, M_FREENF };
@@ -159,16 +161,6 @@ __device__ __forceinline__ void load_item(const phase *f, int it, uint4 *slot, i
 /* v5: an item's weights by one bulk copy (the async proxy, as TMA), issued by lane 0, completing on the slot's
  * mbarrier; no thread's scoreboard tracks it, so (the hypothesis) a fence does not wait for it. An empty item
  * arrives with no bytes, so that the slot's phase still completes. */
-__device__ __forceinline__ void mbar_init(uint32_t bar) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, unsigned parity) {
-  uint32_t ok;
-  do {
-    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
-                 : "=r"(ok) : "r"(bar), "r"(parity) : "memory");
-  } while (!ok);
-}
 __device__ __forceinline__ void load_item_bulk(const phase *f, int it, uint4 *slot, uint32_t bar, int lane) {
   __syncwarp(); /* every lane's reads of this slot's previous item are done */
   if (lane == 0) {
@@ -180,10 +172,8 @@ __device__ __forceinline__ void load_item_bulk(const phase *f, int it, uint4 *sl
       src = f->w + ((size_t)tile * f->chunks + c0) * 64;
       bytes = nc * 1024;
     }
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-    if (bytes)
-      asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                   ::"r"((uint32_t)__cvta_generic_to_shared(slot)), "l"(src), "r"(bytes), "r"(bar) : "memory");
+    mbar_expect(bar, bytes);
+    if (bytes) bulk_g2s((uint32_t)__cvta_generic_to_shared(slot), src, bytes, bar);
   }
 }
 

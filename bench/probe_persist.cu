@@ -40,6 +40,7 @@
 
 #include "backend/cuda/gemv_x.cuh"
 #include "backend/cuda/ptx.cuh"
+#include "probe_mbar.cuh"
 
 #define CK(x)                                                                              \
   do {                                                                                     \
@@ -72,30 +73,6 @@ __device__ __forceinline__ unsigned ld_acquire(const unsigned *p) {
   unsigned v;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
-}
-/* the bulk-copy (TMA) ring of CUT_BULK: one mbarrier a slot, lane 0 issues the step's two copies */
-__device__ __forceinline__ void mbar_init(uint32_t a) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(a) : "memory");
-}
-__device__ __forceinline__ void mbar_expect(uint32_t a, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(a), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint32_t a) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(a) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t a, unsigned parity) {
-  uint32_t ok;
-  do {
-    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
-                 : "=r"(ok)
-                 : "r"(a), "r"(parity)
-                 : "memory");
-  } while (!ok);
-}
-__device__ __forceinline__ void bulk_g2s(uint32_t dst, const void *src, unsigned bytes, uint32_t mbar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
-               "l"(src), "r"(bytes), "r"(mbar)
-               : "memory");
 }
 __device__ __forceinline__ int steps_of(const phase &f) { return ((f.G + 1) / 2 + f.ks - 1) / f.ks; }
 
