@@ -140,7 +140,6 @@ __host__ __device__ inline size_t gemv_smem(int n, int64_t K, int pro) {
  * so it matches what the tensor core multiplies); every product stays exact in f32. */
 
 #define GEMV_KMAX 32768 /* x of 8 tokens in shared memory */
-#define GEMV_XB 4
 
 /* what a tile's rows are and what the epilogue does with them (the kernel's MODE parameter) */
 #define GEMV_PLAIN 0 /* rows r0 + gid and r0 + gid + 8 of the concatenated weights */
@@ -579,35 +578,21 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
       if (threadIdx.x < n) s_inv[threadIdx.x] = rsqrtf((float)s_ss[threadIdx.x] / (float)K + a.eps);
       __syncthreads();
     }
-    constexpr int XB = PA ? 1 : GEMV_XB; /* session 49's xbatch: up to XB passes of x read before the first is stored */
-    constexpr bool X2 = PRO == PRO_SILU || PRO == PRO_GELU;
-    for (int cb = 0; cb < nch; cb += XB * blockDim.x) { /* uniform */
-    uint4 xr[XB], x2r[XB];
-#pragma unroll
-    for (int k = 0; k < XB; k++) {
-      const int c = cb + k * blockDim.x + threadIdx.x;
-      xr[k] = x2r[k] = make_uint4(0u, 0u, 0u, 0u);
-      if (!PA && c < nch) {
-        xr[k] = xat(xsrc, c, xld);
-        if (X2) x2r[k] = xat(a.x2, c, a.ldx2);
-      }
-    }
-#pragma unroll
-    for (int k = 0; k < XB; k++) { /* uniform over the block: corr_add shuffles */
-      const int c0 = cb + k * blockDim.x;
-      if (c0 >= nch) break;
+#pragma unroll 4
+    for (int c0 = 0; c0 < nch; c0 += blockDim.x) { /* uniform over the warp: corr_add shuffles */
       const int c = c0 + threadIdx.x;
       const bool live = c < nch;
       float cs = 0.0f;
-      uint4 v = xr[k];
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
       if (PA) { /* x' is read from the run that put() rewrites: a run's 4 chunks are 4 lanes of this warp, this pass */
         if (live) v = xat(xsrc, c, xld);
         __syncwarp();
       }
       if (live) {
+      if (!PA) v = xat(xsrc, c, xld);
       if (PRO != PRO_PLAIN && PRO != PRO_APLAIN) {
         __half2 *h = (__half2 *)&v;
-        const uint4 v2 = X2 ? x2r[k] : v;
+        const uint4 v2 = PRO == PRO_SILU || PRO == PRO_GELU ? xat(a.x2, c, a.ldx2) : v;
         const __half2 *h2 = (const __half2 *)&v2;
         const float inv = NORM ? s_inv[ctok(c)] : 0.0f;
         const int w0i = cpos(c) * 8;
@@ -633,7 +618,6 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
       cs = put(c, v);
       }
       corr_add(c, cs, live);
-    }
     }
   }
   __syncthreads();
