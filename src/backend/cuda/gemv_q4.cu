@@ -275,25 +275,6 @@ template <int NW>
 __device__ __forceinline__ void gemv_add_pass(const gemv_args &a, __half *xs, int n, float *inv, float *part) {
   constexpr int NT = NW * 32;
   const int K = a.K, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int nch = n * (K / 8);
-  /* the element pass takes two chunks a thread at a time (chunks c0 and c0 + NT); the loads of its first pair (x, y,
-   * the norm weights) are issued here, before the sum of squares' loads of y, so that both passes wait on one round
-   * trip to L2 instead of two (session 50: Gemma 4's PA prologues took 4.3-7.6 µs, Qwen's norm-only ones 2-2.8). */
-  uint4 xv[2], yv[2];
-  float w[2][8];
-  auto ld_pair = [&](int c0) { /* every load issued before the first store (a.xout could alias them) */
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-      const int c = c0 + i * NT;
-      if (c >= nch) break;
-      const int t = c / (K / 8), j0 = (c % (K / 8)) * 8;
-      xv[i] = *(const uint4 *)(a.x + (int64_t)t * a.ldx + j0);
-      yv[i] = *(const uint4 *)(a.y + (int64_t)t * a.ldy + j0);
-#pragma unroll
-      for (int e = 0; e < 8; e++) w[i][e] = ld_any(a.aw, a.awdt, j0 + e);
-    }
-  };
-  ld_pair(threadIdx.x);
   if (K >= 1024) {
     constexpr int NG = NT / 256; /* 256-thread groups, each one token at a time (the 11-warp shape: one group) */
     if (threadIdx.x < NG * 256) {
@@ -334,8 +315,23 @@ __device__ __forceinline__ void gemv_add_pass(const gemv_args &a, __half *xs, in
     }
   }
   __syncthreads();
+  const int nch = n * (K / 8);
+  /* two chunks a thread at a time, every load (x, y, the norm weights) issued before the first store: one round trip
+   * per two chunks instead of two per chunk (the stores to a.xout could alias the loads, so the compiler kept them in
+   * program order) */
   for (int c0 = threadIdx.x; c0 < nch; c0 += 2 * NT) {
-    if (c0 != (int)threadIdx.x) ld_pair(c0); /* the first pair was loaded before the sums */
+    uint4 xv[2], yv[2];
+    float w[2][8];
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      const int c = c0 + i * NT;
+      if (c >= nch) break;
+      const int t = c / (K / 8), j0 = (c % (K / 8)) * 8;
+      xv[i] = *(const uint4 *)(a.x + (int64_t)t * a.ldx + j0);
+      yv[i] = *(const uint4 *)(a.y + (int64_t)t * a.ldy + j0);
+#pragma unroll
+      for (int e = 0; e < 8; e++) w[i][e] = ld_any(a.aw, a.awdt, j0 + e);
+    }
 #pragma unroll
     for (int i = 0; i < 2; i++) {
       const int c = c0 + i * NT;
