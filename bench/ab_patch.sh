@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# bench/ab_patch.sh — a lean device call for one CUDA change kept as a patch (bench/patches/): A = this tree,
+# bench/ab_patch.sh — a lean device call for one CUDA change given as a patch file (e.g. an experiment's commit:
+# `git show <commit> > .gpu/x.patch`, .gpu carried; the device's copy has no .git): A = this tree,
 # B = a copy of it with AB_PATCH applied, both built on the device; then AB_TESTS (a ctest -R regex) on B, greedy ids
 # of A and B compared over 100 tokens (the patch must not change a bit unless it says so), and tg128 of A and B
 # interleaved, AB_ROUNDS rounds, on mkmodel checkpoints of AB_MODELS (0.5b 3b e2b e4b 12b; kept in
 # /tmp/hearth-bench-<model> as bench/trace.sh keeps them). bench/ab.sh is the heavy form (gpu.sh's whole table beside).
 # About 5-6 minutes for two small models; the 12B's mkmodel alone takes ~2. Logs in $OUT.
-#   AB_PATCH=bench/patches/session50-pa1.patch AB_MODELS="e4b e2b" bash bench/ab_patch.sh
+#   AB_PATCH=.gpu/pa1.patch AB_MODELS="e4b e2b" bash bench/ab_patch.sh
 #   AB_TESTS='test_cuda_ops\.(fused|twins|graph_gemma4)|test_oracle_cuda\.gemma' (the default)
 # A script that tees itself through a process substitution waits on named pids only (bench/NOTES.md, lesson 12).
 set -uo pipefail
