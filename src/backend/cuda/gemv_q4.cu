@@ -275,6 +275,25 @@ template <int NW>
 __device__ __forceinline__ void gemv_add_pass(const gemv_args &a, __half *xs, int n, float *inv, float *part) {
   constexpr int NT = NW * 32;
   const int K = a.K, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int nch = n * (K / 8);
+  /* the element pass takes two chunks a thread at a time (chunks c0 and c0 + NT); the loads of its first pair (x, y,
+   * the norm weights) are issued here, before the sum of squares' loads of y, so that both passes wait on one round
+   * trip to L2 instead of two (session 50: Gemma 4's PA prologues took 4.3-7.6 µs, Qwen's norm-only ones 2-2.8). */
+  uint4 xv[2], yv[2];
+  float w[2][8];
+  auto ld_pair = [&](int c0) { /* every load issued before the first store (a.xout could alias them) */
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      const int c = c0 + i * NT;
+      if (c >= nch) break;
+      const int t = c / (K / 8), j0 = (c % (K / 8)) * 8;
+      xv[i] = *(const uint4 *)(a.x + (int64_t)t * a.ldx + j0);
+      yv[i] = *(const uint4 *)(a.y + (int64_t)t * a.ldy + j0);
+#pragma unroll
+      for (int e = 0; e < 8; e++) w[i][e] = ld_any(a.aw, a.awdt, j0 + e);
+    }
+  };
+  ld_pair(threadIdx.x);
   if (K >= 1024) {
     constexpr int NG = NT / 256; /* 256-thread groups, each one token at a time (the 11-warp shape: one group) */
     if (threadIdx.x < NG * 256) {
@@ -315,23 +334,8 @@ __device__ __forceinline__ void gemv_add_pass(const gemv_args &a, __half *xs, in
     }
   }
   __syncthreads();
-  const int nch = n * (K / 8);
-  /* two chunks a thread at a time, every load (x, y, the norm weights) issued before the first store: one round trip
-   * per two chunks instead of two per chunk (the stores to a.xout could alias the loads, so the compiler kept them in
-   * program order) */
   for (int c0 = threadIdx.x; c0 < nch; c0 += 2 * NT) {
-    uint4 xv[2], yv[2];
-    float w[2][8];
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-      const int c = c0 + i * NT;
-      if (c >= nch) break;
-      const int t = c / (K / 8), j0 = (c % (K / 8)) * 8;
-      xv[i] = *(const uint4 *)(a.x + (int64_t)t * a.ldx + j0);
-      yv[i] = *(const uint4 *)(a.y + (int64_t)t * a.ldy + j0);
-#pragma unroll
-      for (int e = 0; e < 8; e++) w[i][e] = ld_any(a.aw, a.awdt, j0 + e);
-    }
+    if (c0 != (int)threadIdx.x) ld_pair(c0); /* the first pair was loaded before the sums */
 #pragma unroll
     for (int i = 0; i < 2; i++) {
       const int c = c0 + i * NT;
@@ -433,7 +437,10 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
       zsc = !sl;
     }
     const int g = (ks + lj * KS) * GEMV_GPS; /* uniform over the warp */
-    if (g < G) { /* steps past the row (KS padding) copy nothing: the consumer skips them */
+    /* steps past the row (KS padding) copy nothing: the consumer skips them; nor do the steps of units past the last
+     * (never consumed): their zero-fill copies were issued after the slot's use, when the next kernel's blocks have
+     * entered and their weight copies fill the SM's memory pipe (session 50: o_proj's one step took 2-4 µs) */
+    if (g < G && lu < a.n_units) {
       const uint32_t so = (uint32_t)slot * GEMV_SLOT;
       const bool v1 = g + 1 < G; /* an odd G's last step has one group: the second copies zero-fill (their
                                     addresses fall in the buffer's tail) */
