@@ -80,8 +80,12 @@ __device__ __forceinline__ int steps_of(const phase &f) { return ((f.G + 1) / 2 
 /* CUT (free and hot only; session 50, NOTES "Next" 1): parts of the step taken out to see what each costs.
  *   CUT_X    x is staged once, in the block's first phase (at the longest K), and left in shared memory;
  *   CUT_RED  no meeting of the K-splits: each warp writes its own partials, no block barrier a unit;
- *   CUT_MMA  no conversion, x fragments or mma: the ring's slots are read and folded into the sums. */
-enum { CUT_X = 1, CUT_RED = 2, CUT_MMA = 4, CUT_LATE = 8, CUT_BULK = 16 };
+ *   CUT_MMA  no conversion, x fragments or mma: the ring's slots are read and folded into the sums.
+ * and CUT_MMA's three parts one at a time (session 51: CUT_MMA took a third of the hot step; which part is it?):
+ *   CUT_TC   no mma: each mma's six fragment words folded into an integer by two lop3 (the tensor pipe's share);
+ *   CUT_CVT  no conversion: the raw weight words go to the mma as they are (the lop3s' share);
+ *   CUT_XR   no x fragment reads: fixed fragments from registers (the shared-memory reads' share). */
+enum { CUT_X = 1, CUT_RED = 2, CUT_MMA = 4, CUT_LATE = 8, CUT_BULK = 16, CUT_TC = 32, CUT_CVT = 64, CUT_XR = 128 };
 /* not cuts but variants of the weight stream (chain and pers; session 50, testing lesson 4's suspect that x's reads
  * queue behind the weight copies issued before the wait):
  *   CUT_LATE  the first RING copies are issued after x's reads, not before griddepcontrol.wait;
@@ -240,14 +244,22 @@ __global__ __launch_bounds__(NW * 32, 1) void step_kernel(const __grid_constant_
             const uint32_t a0[4] = {W0[h].x, W0[h].y, W0[h].z, W0[h].w}, a8[4] = {W8[h].x, W8[h].y, W8[h].z, W8[h].w};
 #pragma unroll
             for (int q = 0; q < 4; q++) {
-              q4_word_raw(a0[q], pa[q]);
-              q4_word_raw(a8[q], pb[q]);
+              if constexpr ((CUT & CUT_CVT) != 0) {
+#pragma unroll
+                for (int i = 0; i < 4; i++) { pa[q][i] = a0[q]; pb[q][i] = a8[q]; }
+              } else {
+                q4_word_raw(a0[q], pa[q]);
+                q4_word_raw(a8[q], pb[q]);
+              }
             }
             const uint4 *xp = (const uint4 *)(xlane + g * 128);
             const int sw = (g & 1) ? xsw1 : xsw0;
             uint4 xv[4];
 #pragma unroll
-            for (int c = 0; c < 4; c++) xv[c] = xp[c ^ sw];
+            for (int c = 0; c < 4; c++) {
+              if constexpr ((CUT & CUT_XR) != 0) xv[c] = make_uint4(0x3c003c00u ^ lane, 0x3c00u + c, 0x3c003c00u, 0x3c00u);
+              else xv[c] = xp[c ^ sw];
+            }
             float c4[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
             const float4 cr = *(const float4 *)&corr[g * 16 + tig * 4];
             c4[1][0] = cr.x;
@@ -261,7 +273,14 @@ __global__ __launch_bounds__(NW * 32, 1) void step_kernel(const __grid_constant_
                 const uint32_t af[4] = {pa[q][2 * hh], pb[q][2 * hh], pa[q][2 * hh + 1], pb[q][2 * hh + 1]};
                 const uint4 xc = xv[2 * hh + (q >> 1)];
                 const uint32_t bf[2] = {q & 1 ? xc.z : xc.x, q & 1 ? xc.w : xc.y};
-                mma_16816(c4[hh], af, bf);
+                if constexpr ((CUT & CUT_TC) != 0) { /* two lop3 (3-input xor) in place of the mma, two chains as the mmas */
+                  uint32_t t = (uint32_t)__float_as_uint(c4[hh][0]);
+                  asm("lop3.b32 %0, %0, %1, %2, 0x96;" : "+r"(t) : "r"(af[0]), "r"(af[1]));
+                  asm("lop3.b32 %0, %0, %1, %2, 0x96;" : "+r"(t) : "r"(af[2] ^ af[3]), "r"(bf[0] ^ bf[1]));
+                  c4[hh][0] = __uint_as_float(t & 0x3fffffffu);
+                } else {
+                  mma_16816(c4[hh], af, bf);
+                }
               }
             }
             acc0 = fmaf(__half2float(S0[h]), c4[0][0] + c4[1][0], acc0);
@@ -385,7 +404,7 @@ int main(int argc, char **argv) {
   }
   printf("%s: %d SMs, %d phases, %.1f MB of int4 weights a step\n", prop.name, nsm, nph, total_w / 1e6);
 
-#define NFORM 17
+#define NFORM 20
   struct variant {
     const char *name;
     int ring, nw, bps; /* ring steps a warp, warps a block, blocks an SM */
@@ -393,10 +412,11 @@ int main(int argc, char **argv) {
   };
   /* the forms run, in this order; the cut forms after session 50 */
   const int form_of[NFORM] = {F_CHAIN, F_PERS, F_FREE, F_HOT,  F_HOT,  F_HOT,  F_HOT, F_HOT, F_HOT,
-                              F_FREE,  F_FREE, F_FREE, F_CHAIN, F_PERS, F_FREE, F_HOT, F_CHAIN};
+                              F_FREE,  F_FREE, F_FREE, F_CHAIN, F_PERS, F_FREE, F_HOT, F_CHAIN,
+                              F_HOT,   F_HOT,  F_HOT};
   const char *names[NFORM] = {"chain", "pers", "free", "hot", "hot-x", "hot-red", "hot-mma", "hot-x-red",
                               "hot-all", "free-x", "free-red", "free-x-red", "chain-bulk", "pers-bulk",
-                              "free-bulk", "hot-bulk", "chain-late"};
+                              "free-bulk", "hot-bulk", "chain-late", "hot-tc", "hot-cvt", "hot-xr"};
 #define VK(R, W)                                                                                                    \
   {step_kernel<F_CHAIN, R, W>,                 step_kernel<F_PERS, R, W>,                                          \
    step_kernel<F_FREE, R, W>,                  step_kernel<F_HOT, R, W>,                                           \
@@ -406,7 +426,8 @@ int main(int argc, char **argv) {
    step_kernel<F_FREE, R, W, CUT_RED>,         step_kernel<F_FREE, R, W, CUT_X | CUT_RED>,                         \
    step_kernel<F_CHAIN, R, W, CUT_BULK>,       step_kernel<F_PERS, R, W, CUT_BULK>,                                \
    step_kernel<F_FREE, R, W, CUT_BULK>,        step_kernel<F_HOT, R, W, CUT_BULK>,                                 \
-   step_kernel<F_CHAIN, R, W, CUT_LATE>}
+   step_kernel<F_CHAIN, R, W, CUT_LATE>,       step_kernel<F_HOT, R, W, CUT_TC>,                                   \
+   step_kernel<F_HOT, R, W, CUT_CVT>,          step_kernel<F_HOT, R, W, CUT_XR>}
   const variant vars[] = {{"16 warps, ring 2", 2, 16, 1, VK(2, 16)}, {"16 warps, ring 4", 4, 16, 1, VK(4, 16)}};
   cudaStream_t st;
   CK(cudaStreamCreate(&st));
@@ -425,7 +446,7 @@ int main(int argc, char **argv) {
     printf("-- %s: %d blocks, %.1f KB of shared memory a block, %d fit an SM; block units: up %d, down %d\n",
            v.name, grid, smem / 1024.0, occ, sa.ph[0].units, sa.ph[1].units);
     if (occ < v.bps) return 1; /* pers needs every block resident */
-    for (int fi : {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 0, 1, 12, 13}) {
+    for (int fi : {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 0, 1, 12, 13, 3, 6}) {
       const int form = form_of[fi];
       make(form == F_FREE || form == F_HOT, v.nw);
       CK(cudaMemset(done, 0, NPH_MAX * sizeof(unsigned)));
