@@ -67,6 +67,7 @@ struct step_args {
   int nph;
   unsigned *done;  /* per phase: block units published, counting up across steps */
   unsigned epoch;  /* this step's number, from 1 */
+  unsigned long long *acct; /* CUT_ACCT: cycles waiting, cycles after the wait, cycles meeting, steps, meetings */
 };
 
 __device__ __forceinline__ unsigned ld_acquire(const unsigned *p) {
@@ -84,8 +85,13 @@ __device__ __forceinline__ int steps_of(const phase &f) { return ((f.G + 1) / 2 
  * and CUT_MMA's three parts one at a time (session 51: CUT_MMA took a third of the hot step; which part is it?):
  *   CUT_TC   no mma: each mma's six fragment words folded into an integer by two lop3 (the tensor pipe's share);
  *   CUT_CVT  no conversion: the raw weight words go to the mma as they are (the lop3s' share);
- *   CUT_XR   no x fragment reads: fixed fragments from registers (the shared-memory reads' share). */
-enum { CUT_X = 1, CUT_RED = 2, CUT_MMA = 4, CUT_LATE = 8, CUT_BULK = 16, CUT_TC = 32, CUT_CVT = 64, CUT_XR = 128 };
+ *   CUT_XR   no x fragment reads: fixed fragments from registers (the shared-memory reads' share).
+ * Not a cut: CUT_ACCT counts, per warp (lane 0's clock64), the cycles a step spends in its ring wait and after it
+ * (reading the slot, the next copies, the arithmetic's issue; an mma still in flight at the step's end is paid by
+ * the next step's first use of the sums), and the cycles of the K-split meeting (session 51: if "after" is most of
+ * a step, the consumer's own chain binds; if "waiting" is, the copies arrive too late). */
+enum { CUT_X = 1, CUT_RED = 2, CUT_MMA = 4, CUT_LATE = 8, CUT_BULK = 16, CUT_TC = 32, CUT_CVT = 64, CUT_XR = 128,
+       CUT_ACCT = 256 };
 /* not cuts but variants of the weight stream (chain and pers; session 50, testing lesson 4's suspect that x's reads
  * queue behind the weight copies issued before the wait):
  *   CUT_LATE  the first RING copies are issued after x's reads, not before griddepcontrol.wait;
@@ -166,6 +172,8 @@ __global__ __launch_bounds__(NW * 32, 1) void step_kernel(const __grid_constant_
     asm volatile("griddepcontrol.wait;" ::: "memory");
     asm volatile("griddepcontrol.launch_dependents;");
   }
+  constexpr bool ACCT = (CUT & CUT_ACCT) != 0;
+  long long t_w = 0, t_a = 0, t_m = 0, n_s = 0, n_m = 0, tk = 0;
   int slot = 0;
   unsigned par = 0; /* CUT_BULK: the parity of the slots' current phase (flips as the ring wraps) */
   bool staged = false;
@@ -211,8 +219,10 @@ __global__ __launch_bounds__(NW * 32, 1) void step_kernel(const __grid_constant_
     for (int u = blockIdx.x; u < f.units; u += gridDim.x) {
       float acc0 = 0.0f, acc8 = 0.0f;
       for (int j = 0; j < S; j++) {
+        if (ACCT) tk = clock64();
         if (BULK) mbar_wait(smem_u32(&mbar[warp][slot]), par);
         else cp_async_wait<RING - 1>();
+        if (ACCT) { const long long t = clock64(); t_w += t - tk; tk = t; n_s++; }
         const uint8_t *sb = ring + slot * SLOT;
         uint4 W0[2], W8[2];
         __half S0[2], S8[2];
@@ -228,7 +238,7 @@ __global__ __launch_bounds__(NW * 32, 1) void step_kernel(const __grid_constant_
         const bool live = g0 < f.G && u * TPB + ts < f.tiles; /* uniform over the warp */
         load(slot);
         if (++slot == RING) { slot = 0; par ^= 1u; }
-        if (!live) continue;
+        if (!live) { if (ACCT) t_a += clock64() - tk; continue; }
         if constexpr ((CUT & CUT_MMA) != 0) { /* keep the slot reads live, drop the arithmetic */
 #pragma unroll
           for (int h = 0; h < 2; h++) {
@@ -287,6 +297,7 @@ __global__ __launch_bounds__(NW * 32, 1) void step_kernel(const __grid_constant_
             acc8 = fmaf(__half2float(S8[h]), c4[0][2] + c4[1][2], acc8);
           }
         }
+        if (ACCT) t_a += clock64() - tk;
       }
       if (CUT & CUT_RED) { /* each warp its own partials (the same rows from every split: a timing stand-in) */
         const int tile = u * TPB + ts;
@@ -297,6 +308,7 @@ __global__ __launch_bounds__(NW * 32, 1) void step_kernel(const __grid_constant_
         continue;
       }
       /* the unit's K-splits meet in shared memory; one thread per row writes it */
+      if (ACCT) tk = clock64();
       red[warp][0][lane] = acc0;
       red[warp][1][lane] = acc8;
       __syncthreads();
@@ -308,10 +320,18 @@ __global__ __launch_bounds__(NW * 32, 1) void step_kernel(const __grid_constant_
         if (FORM == F_PERS) __threadfence();
       }
       __syncthreads();
+      if (ACCT) { t_m += clock64() - tk; n_m++; }
       if (FORM == F_PERS && threadIdx.x == 0) atomicAdd(sa.done + p, 1u);
     }
   }
   if (!BULK) cp_async_wait<0>();
+  if (ACCT && lane == 0) {
+    atomicAdd(sa.acct + 0, (unsigned long long)t_w);
+    atomicAdd(sa.acct + 1, (unsigned long long)t_a);
+    atomicAdd(sa.acct + 2, (unsigned long long)t_m);
+    atomicAdd(sa.acct + 3, (unsigned long long)n_s);
+    atomicAdd(sa.acct + 4, (unsigned long long)n_m);
+  }
 }
 
 __global__ void init_bytes(uint32_t *w, size_t n, uint32_t seed) {
@@ -351,6 +371,8 @@ int main(int argc, char **argv) {
   uint8_t *w;
   __half *sc, *act;
   unsigned *done;
+  unsigned long long *acct; /* CUT_ACCT's five counters */
+  CK(cudaMalloc(&acct, 5 * sizeof(unsigned long long)));
   CK(cudaMalloc(&w, total_w));
   CK(cudaMalloc(&sc, total_s * sizeof(__half)));
   init_bytes<<<nsm * 8, 256>>>((uint32_t *)w, total_w / 4, 0x9e3779b9u);
@@ -371,6 +393,7 @@ int main(int argc, char **argv) {
     memset(&sa, 0, sizeof sa);
     sa.nph = nph;
     sa.done = done;
+    sa.acct = acct;
     const uint8_t *wp = w;
     const __half *sp = sc;
     const __half *xin = act;
@@ -404,7 +427,7 @@ int main(int argc, char **argv) {
   }
   printf("%s: %d SMs, %d phases, %.1f MB of int4 weights a step\n", prop.name, nsm, nph, total_w / 1e6);
 
-#define NFORM 20
+#define NFORM 22
   struct variant {
     const char *name;
     int ring, nw, bps; /* ring steps a warp, warps a block, blocks an SM */
@@ -413,10 +436,11 @@ int main(int argc, char **argv) {
   /* the forms run, in this order; the cut forms after session 50 */
   const int form_of[NFORM] = {F_CHAIN, F_PERS, F_FREE, F_HOT,  F_HOT,  F_HOT,  F_HOT, F_HOT, F_HOT,
                               F_FREE,  F_FREE, F_FREE, F_CHAIN, F_PERS, F_FREE, F_HOT, F_CHAIN,
-                              F_HOT,   F_HOT,  F_HOT};
+                              F_HOT,   F_HOT,  F_HOT,   F_HOT,  F_FREE};
   const char *names[NFORM] = {"chain", "pers", "free", "hot", "hot-x", "hot-red", "hot-mma", "hot-x-red",
                               "hot-all", "free-x", "free-red", "free-x-red", "chain-bulk", "pers-bulk",
-                              "free-bulk", "hot-bulk", "chain-late", "hot-tc", "hot-cvt", "hot-xr"};
+                              "free-bulk", "hot-bulk", "chain-late", "hot-tc", "hot-cvt", "hot-xr",
+                              "hot-acct", "free-acct"};
 #define VK(R, W)                                                                                                    \
   {step_kernel<F_CHAIN, R, W>,                 step_kernel<F_PERS, R, W>,                                          \
    step_kernel<F_FREE, R, W>,                  step_kernel<F_HOT, R, W>,                                           \
@@ -427,7 +451,8 @@ int main(int argc, char **argv) {
    step_kernel<F_CHAIN, R, W, CUT_BULK>,       step_kernel<F_PERS, R, W, CUT_BULK>,                                \
    step_kernel<F_FREE, R, W, CUT_BULK>,        step_kernel<F_HOT, R, W, CUT_BULK>,                                 \
    step_kernel<F_CHAIN, R, W, CUT_LATE>,       step_kernel<F_HOT, R, W, CUT_TC>,                                   \
-   step_kernel<F_HOT, R, W, CUT_CVT>,          step_kernel<F_HOT, R, W, CUT_XR>}
+   step_kernel<F_HOT, R, W, CUT_CVT>,          step_kernel<F_HOT, R, W, CUT_XR>,                                   \
+   step_kernel<F_HOT, R, W, CUT_ACCT>,         step_kernel<F_FREE, R, W, CUT_ACCT>}
   const variant vars[] = {{"16 warps, ring 2", 2, 16, 1, VK(2, 16)}, {"16 warps, ring 4", 4, 16, 1, VK(4, 16)}};
   cudaStream_t st;
   CK(cudaStreamCreate(&st));
@@ -446,7 +471,7 @@ int main(int argc, char **argv) {
     printf("-- %s: %d blocks, %.1f KB of shared memory a block, %d fit an SM; block units: up %d, down %d\n",
            v.name, grid, smem / 1024.0, occ, sa.ph[0].units, sa.ph[1].units);
     if (occ < v.bps) return 1; /* pers needs every block resident */
-    for (int fi : {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 0, 1, 12, 13, 3, 6}) {
+    for (int fi : {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 0, 1, 12, 13, 3, 6}) {
       const int form = form_of[fi];
       make(form == F_FREE || form == F_HOT, v.nw);
       CK(cudaMemset(done, 0, NPH_MAX * sizeof(unsigned)));
@@ -487,6 +512,7 @@ int main(int argc, char **argv) {
           CK(cudaGraphDestroy(g));
           gs.push_back(ge);
         }
+      CK(cudaMemset(acct, 0, 5 * sizeof(unsigned long long))); /* the timed steps only */
       CK(cudaEventRecord(e0, st));
       for (int e = 0; e < steps; e++) {
         if (form == F_CHAIN) CK(cudaGraphLaunch(gs[e], st));
@@ -517,6 +543,13 @@ int main(int argc, char **argv) {
           for (size_t i = 0; i < out.size(); i++) diff += memcmp(&out[i], &ref[i], sizeof(__half)) != 0;
           snprintf(check, sizeof check, "%zu of %zu outputs differ from the first chain run", diff, out.size());
         }
+      }
+      if (strstr(names[fi], "acct")) {
+        unsigned long long c[5];
+        CK(cudaMemcpy(c, acct, sizeof c, cudaMemcpyDeviceToHost));
+        const double ns = c[3] ? (double)c[3] : 1.0, nm = c[4] ? (double)c[4] : 1.0;
+        snprintf(check, sizeof check, "cycles a warp step: %.0f waiting, %.0f after; a meeting %.0f (%.0f steps a warp)",
+                 c[0] / ns, c[1] / ns, c[2] / nm, ns / ((double)grid * v.nw * steps));
       }
       printf("%-10s %9.1f us a step  %7.1f GB/s  %5.2f us a phase  %s\n", names[fi], us, total_w / (us * 1e3),
              us / nph, check);
