@@ -438,8 +438,8 @@ __global__ __launch_bounds__(NW * 32, NW == 8 ? GEMV_MINB : GEMV_MINB16) void ge
     }
     const int g = (ks + lj * KS) * GEMV_GPS; /* uniform over the warp */
     /* steps past the row (KS padding) copy nothing: the consumer skips them; nor do the steps of units past the last
-     * (never consumed): their zero-fill copies were issued after the slot's use, when the next kernel's blocks have
-     * entered and their weight copies fill the SM's memory pipe (session 50: o_proj's one step took 2-4 µs) */
+     * (never consumed): a warp with fewer steps than its ring past its last one (down_proj: 3 steps, 2 slots) issued
+     * their zero-fill copies and waited on them at its end (session 51: 3B down 7.5 -> 6.7 µs a layer) */
     if (g < G && lu < a.n_units) {
       const uint32_t so = (uint32_t)slot * GEMV_SLOT;
       const bool v1 = g + 1 < G; /* an odd G's last step has one group: the second copies zero-fill (their
