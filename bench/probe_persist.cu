@@ -83,7 +83,8 @@ __device__ __forceinline__ int steps_of(const phase &f) { return ((f.G + 1) / 2 
  *   CUT_RED  no meeting of the K-splits: each warp writes its own partials, no block barrier a unit;
  *   CUT_MMA  no conversion, x fragments or mma: the ring's slots are read and folded into the sums.
  * and CUT_MMA's three parts one at a time (session 51: CUT_MMA took a third of the hot step; which part is it?):
- *   CUT_TC   no mma: each mma's six fragment words folded into an integer by two lop3 (the tensor pipe's share);
+ *   CUT_TC   no mma: each mma's six fragment words folded into an integer (two xor, two lop3: the tensor pipe's
+ *            share, with a few ALU instructions added in its place);
  *   CUT_CVT  no conversion: the raw weight words go to the mma as they are (the lop3s' share);
  *   CUT_XR   no x fragment reads: fixed fragments from registers (the shared-memory reads' share).
  * Not a cut: CUT_ACCT counts, per warp (lane 0's clock64), the cycles a step spends in its ring wait and after it
@@ -283,7 +284,7 @@ __global__ __launch_bounds__(NW * 32, 1) void step_kernel(const __grid_constant_
                 const uint32_t af[4] = {pa[q][2 * hh], pb[q][2 * hh], pa[q][2 * hh + 1], pb[q][2 * hh + 1]};
                 const uint4 xc = xv[2 * hh + (q >> 1)];
                 const uint32_t bf[2] = {q & 1 ? xc.z : xc.x, q & 1 ? xc.w : xc.y};
-                if constexpr ((CUT & CUT_TC) != 0) { /* two lop3 (3-input xor) in place of the mma, two chains as the mmas */
+                if constexpr ((CUT & CUT_TC) != 0) { /* two xor and two lop3 in place of the mma, two chains as the mmas */
                   uint32_t t = (uint32_t)__float_as_uint(c4[hh][0]);
                   asm("lop3.b32 %0, %0, %1, %2, 0x96;" : "+r"(t) : "r"(af[0]), "r"(af[1]));
                   asm("lop3.b32 %0, %0, %1, %2, 0x96;" : "+r"(t) : "r"(af[2] ^ af[3]), "r"(bf[0] ^ bf[1]));
